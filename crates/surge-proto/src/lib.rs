@@ -1,0 +1,29 @@
+//! # surge-proto — the Surge wire protocol
+//!
+//! Everything a Surge client and a Surge server must agree on, and nothing that does I/O:
+//!
+//! * [`frame`]: the fixed 20-byte frame header (magic, version, kind, lengths, request id) and
+//!   the limits that keep a malformed or hostile peer from making anyone allocate without bound;
+//! * [`msg`]: the request and reply messages (encoded with `postcard`), the file attributes and
+//!   directory entries they carry, and [`ErrorCode`], which maps one-to-one onto POSIX errno values;
+//! * [`ino`]: inode numbers, which carry the index of their *home* server in their top bits so any
+//!   node can route a metadata request without asking a central service;
+//! * [`auth`]: the challenge/response that proves a client holds the instance's secret without
+//!   sending the secret over the wire.
+//!
+//! A frame is `header (20 bytes) | message (postcard, <= MAX_MESSAGE_LEN) | payload (raw bytes,
+//! <= MAX_PAYLOAD_LEN)`. Bulk file data travels only in the payload, never inside the encoded
+//! message, so neither side copies it through the serializer.
+
+pub mod auth;
+pub mod frame;
+pub mod ino;
+pub mod msg;
+
+pub use frame::{FrameError, FrameHeader, FrameKind, FRAME_HEADER_LEN, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
+pub use ino::{Ino, ROOT_INO};
+pub use msg::*;
+
+/// Version of the protocol spoken by this build. A peer announcing another version is refused
+/// at the first frame, with an error that names both versions.
+pub const PROTOCOL_VERSION: u8 = 1;

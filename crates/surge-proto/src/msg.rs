@@ -1,0 +1,311 @@
+//! Request and reply messages.
+//!
+//! Metadata requests go to the *home* server of the inode they name (see [`crate::ino`]);
+//! data requests go to the server that owns the chunk (see the client's layout). Operations
+//! that span two servers (mkdir, rmdir of a directory homed elsewhere, rename between
+//! directories homed on different servers) are driven by the client as short sequences of the
+//! single-server steps below; each step is atomic on its server.
+
+use crate::ino::Ino;
+use serde::{Deserialize, Serialize};
+
+/// Longest file name component, as on Linux (NAME_MAX).
+pub const MAX_NAME_LEN: usize = 255;
+/// Longest symlink target (PATH_MAX).
+pub const MAX_SYMLINK_LEN: usize = 4096;
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+}
+
+/// Seconds and nanoseconds since the Unix epoch.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Timestamp {
+    pub secs: i64,
+    pub nanos: u32,
+}
+
+impl Timestamp {
+    pub fn now() -> Self {
+        let d = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() }
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: Ino,
+    pub kind: FileKind,
+    /// Permission bits only (0o7777); the type is in `kind`.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub nlink: u32,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
+}
+
+/// Attribute changes of a setattr; `None` leaves a field alone.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+pub struct AttrChanges {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<Timestamp>,
+    pub mtime: Option<Timestamp>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub ino: Ino,
+    pub kind: FileKind,
+    /// Present when the entry's inode lives on the same server as the directory (the usual
+    /// case for files), so `ls -l` needs no second round trip.
+    pub attr: Option<Attr>,
+}
+
+/// What happened to an inode that lost a name (unlink, or replaced by a rename).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Unlinked {
+    pub ino: Ino,
+    pub kind: FileKind,
+    /// The inode lives on another server: the client must send it `DropLink`.
+    pub remote: bool,
+    /// The inode is gone and nobody has it open: its data must be purged on every server.
+    pub purge: bool,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ServerStats {
+    pub server_index: u32,
+    pub capacity: u64,
+    pub used: u64,
+    pub inodes: u64,
+    pub files: u64,
+    pub dirs: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// First frame of every connection: answer to the server's challenge.
+    Hello { session: u64, proof: [u8; 32] },
+
+    // ---- namespace, sent to the home server of `parent` / `ino` ----
+    Lookup { parent: Ino, name: String },
+    GetAttr { ino: Ino },
+    SetAttr { ino: Ino, changes: AttrChanges },
+    /// Creates a regular file whose inode is homed on the same server as `parent`.
+    /// Not exclusive and the name exists as a file: returns the existing file.
+    /// `open` registers an open handle (see `Commit`).
+    Create { parent: Ino, name: String, mode: u32, uid: u32, gid: u32, exclusive: bool, open: bool },
+    Symlink { parent: Ino, name: String, target: String, uid: u32, gid: u32 },
+    Readlink { ino: Ino },
+    /// Allocates a directory inode on this server, not yet linked anywhere (mkdir step 1).
+    MakeDirInode { parent: Ino, mode: u32, uid: u32, gid: u32 },
+    /// Removes an inode that never got linked (mkdir step 2 failed).
+    DropInode { ino: Ino },
+    /// Links `ino` under `parent/name` (mkdir step 2, cross-server rename step 2).
+    /// `replace`: an existing target may be replaced under rename's rules.
+    InsertEntry { parent: Ino, name: String, ino: Ino, kind: FileKind, replace: bool, retired_target: Option<Ino> },
+    Unlink { parent: Ino, name: String },
+    /// Removes an empty directory homed on this same server, with its entry.
+    Rmdir { parent: Ino, name: String },
+    /// Marks an empty directory dead so nothing can be created in it (rmdir of a directory
+    /// homed elsewhere, or a rename that replaces one). Fails with NotEmpty.
+    RetireDir { ino: Ino },
+    /// Undoes `RetireDir` when the step after it failed.
+    UnretireDir { ino: Ino },
+    /// Removes the entry `parent/name` if it still names `ino` (rmdir of a remote directory).
+    RemoveEntry { parent: Ino, name: String, ino: Ino },
+    /// Drops one link of an inode homed here whose name lived on another server.
+    DropLink { ino: Ino },
+    /// Sets the `..` of a directory homed here after it moved to another parent.
+    SetParent { ino: Ino, parent: Ino },
+    /// Rename when both parents are homed on this server: atomic here.
+    Rename { src_parent: Ino, src_name: String, dst_parent: Ino, dst_name: String, noreplace: bool, retired_target: Option<Ino> },
+    /// Cross-server rename step 1: lock `parent/name` against other changes and return it.
+    RenamePrepare { parent: Ino, name: String },
+    /// Cross-server rename step 3: remove the locked entry (`commit`) or unlock it.
+    RenameFinish { parent: Ino, name: String, ino: Ino, commit: bool },
+    Readdir { ino: Ino, after: Option<String>, limit: u32 },
+    /// Registers an open handle of a file homed here and returns its current attributes.
+    Open { ino: Ino },
+    /// Publishes what a writer did (size grows to at least `size`, mtime) and, with `release`,
+    /// ends an open handle. Close-to-open consistency hangs on this message.
+    Commit { ino: Ino, size: Option<u64>, mtime: Option<Timestamp>, release: bool },
+
+    // ---- data, sent to the server owning the chunk ----
+    /// Payload = the bytes to write at `offset` of the file.
+    Write { ino: Ino, offset: u64 },
+    Read { ino: Ino, offset: u64, len: u32 },
+    /// Drops this server's data of `ino` beyond `size`.
+    TruncateData { ino: Ino, size: u64 },
+    /// Deletes this server's data of `ino`.
+    PurgeData { ino: Ino },
+    /// Makes this server's data of `ino` durable on its device.
+    SyncData { ino: Ino },
+
+    // ---- administration ----
+    StatFs,
+    Shutdown,
+}
+
+impl Request {
+    /// Short name for logs and error messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::Hello { .. } => "hello",
+            Request::Lookup { .. } => "lookup",
+            Request::GetAttr { .. } => "getattr",
+            Request::SetAttr { .. } => "setattr",
+            Request::Create { .. } => "create",
+            Request::Symlink { .. } => "symlink",
+            Request::Readlink { .. } => "readlink",
+            Request::MakeDirInode { .. } => "mkdir-inode",
+            Request::DropInode { .. } => "drop-inode",
+            Request::InsertEntry { .. } => "insert-entry",
+            Request::Unlink { .. } => "unlink",
+            Request::Rmdir { .. } => "rmdir",
+            Request::RetireDir { .. } => "retire-dir",
+            Request::UnretireDir { .. } => "unretire-dir",
+            Request::RemoveEntry { .. } => "remove-entry",
+            Request::DropLink { .. } => "drop-link",
+            Request::SetParent { .. } => "set-parent",
+            Request::Rename { .. } => "rename",
+            Request::RenamePrepare { .. } => "rename-prepare",
+            Request::RenameFinish { .. } => "rename-finish",
+            Request::Readdir { .. } => "readdir",
+            Request::Open { .. } => "open",
+            Request::Commit { .. } => "commit",
+            Request::Write { .. } => "write",
+            Request::Read { .. } => "read",
+            Request::TruncateData { .. } => "truncate-data",
+            Request::PurgeData { .. } => "purge-data",
+            Request::SyncData { .. } => "sync-data",
+            Request::StatFs => "statfs",
+            Request::Shutdown => "shutdown",
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// First frame the server sends on a connection (request id 0).
+    Challenge { challenge: [u8; 32], server_index: u32, server_count: u32 },
+    Welcome,
+    Ok,
+    Attr(Attr),
+    Entry(DirEntry),
+    Entries { entries: Vec<DirEntry>, more: bool },
+    Link(String),
+    Unlinked(Unlinked),
+    /// `replaced`: the inode the rename's target used to name; `reparent`: a moved directory
+    /// homed on another server whose `..` the client must update with `SetParent`.
+    Renamed { replaced: Option<Unlinked>, reparent: Option<Ino> },
+    /// A `DropLink` answer: the inode is gone and its data must be purged everywhere.
+    Dropped { purge: bool },
+    Written { len: u32 },
+    /// Payload = the bytes read (shorter than asked at this server's end of data).
+    Data,
+    Stats(ServerStats),
+    Error { code: ErrorCode, detail: String },
+}
+
+/// Failure reasons. Each maps onto one errno so the FUSE layer and the C API can pass them on.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorCode {
+    NotFound,
+    Exists,
+    NotEmpty,
+    IsDir,
+    NotDir,
+    NameTooLong,
+    NoSpace,
+    AccessDenied,
+    NotPermitted,
+    Invalid,
+    /// The entry is locked by a rename in progress; retry shortly.
+    Busy,
+    /// A rename would replace a directory homed on another server: retire it first.
+    NeedsRetire,
+    Io,
+    Stale,
+    NotSupported,
+    Protocol,
+    Unauthenticated,
+    ServerDown,
+    TimedOut,
+    TooManyLinks,
+}
+
+impl ErrorCode {
+    pub fn errno(self) -> i32 {
+        match self {
+            ErrorCode::NotFound => libc::ENOENT,
+            ErrorCode::Exists => libc::EEXIST,
+            ErrorCode::NotEmpty => libc::ENOTEMPTY,
+            ErrorCode::IsDir => libc::EISDIR,
+            ErrorCode::NotDir => libc::ENOTDIR,
+            ErrorCode::NameTooLong => libc::ENAMETOOLONG,
+            ErrorCode::NoSpace => libc::ENOSPC,
+            ErrorCode::AccessDenied => libc::EACCES,
+            ErrorCode::NotPermitted => libc::EPERM,
+            ErrorCode::Invalid => libc::EINVAL,
+            ErrorCode::Busy => libc::EBUSY,
+            ErrorCode::NeedsRetire => libc::EXDEV,
+            ErrorCode::Io => libc::EIO,
+            ErrorCode::Stale => libc::ESTALE,
+            ErrorCode::NotSupported => libc::ENOTSUP,
+            ErrorCode::Protocol => libc::EPROTO,
+            ErrorCode::Unauthenticated => libc::EACCES,
+            ErrorCode::ServerDown => libc::EHOSTDOWN,
+            ErrorCode::TimedOut => libc::ETIMEDOUT,
+            ErrorCode::TooManyLinks => libc::EMLINK,
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            ErrorCode::NotFound => "no such file or directory",
+            ErrorCode::Exists => "file exists",
+            ErrorCode::NotEmpty => "directory not empty",
+            ErrorCode::IsDir => "is a directory",
+            ErrorCode::NotDir => "not a directory",
+            ErrorCode::NameTooLong => "file name too long",
+            ErrorCode::NoSpace => "no space left on the burst buffer instance",
+            ErrorCode::AccessDenied => "permission denied",
+            ErrorCode::NotPermitted => "operation not permitted",
+            ErrorCode::Invalid => "invalid argument",
+            ErrorCode::Busy => "entry busy (rename in progress)",
+            ErrorCode::NeedsRetire => "target directory lives on another server",
+            ErrorCode::Io => "I/O error",
+            ErrorCode::Stale => "stale file handle",
+            ErrorCode::NotSupported => "operation not supported",
+            ErrorCode::Protocol => "protocol error",
+            ErrorCode::Unauthenticated => "not authenticated for this instance",
+            ErrorCode::ServerDown => "server unreachable",
+            ErrorCode::TimedOut => "server did not answer in time",
+            ErrorCode::TooManyLinks => "too many links",
+        }
+    }
+}
+
+/// Checks a single path component the way Linux does.
+pub fn check_name(name: &str) -> Result<(), ErrorCode> {
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
+        return Err(ErrorCode::Invalid);
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(ErrorCode::NameTooLong);
+    }
+    Ok(())
+}
