@@ -17,6 +17,8 @@
 
 pub mod auth;
 pub mod frame;
+#[cfg(feature = "io")]
+pub mod frame_io;
 pub mod ino;
 pub mod msg;
 

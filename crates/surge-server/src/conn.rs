@@ -1,0 +1,264 @@
+//! One client connection: challenge, authentication, then request frames answered in order.
+//!
+//! Requests are handled inline on the connection's task (metadata steps take microseconds;
+//! chunk I/O goes to node-local SSD or RAM), and replies are buffered and flushed only when no
+//! further request is already waiting, so a client that pipelines gets batched replies.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use surge_proto::frame::decode_message;
+use surge_proto::frame_io::{read_frame, write_frame, ReadError};
+use surge_proto::{auth, ErrorCode, FrameKind, Ino, Reply, Request, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
+use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::TcpStream;
+
+use crate::meta::MetaResult;
+use crate::Shared;
+
+/// A peer that connects and says nothing is dropped after this long.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Before authentication a frame can only be a small Hello.
+const PRE_AUTH_MAX_MESSAGE: usize = 4096;
+const IO_BUFFER: usize = 256 * 1024;
+
+pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) -> anyhow::Result<()> {
+    stream.set_nodelay(true)?;
+    let (rd, wr) = stream.into_split();
+    let mut reader = BufReader::with_capacity(IO_BUFFER, rd);
+    let mut writer = BufWriter::with_capacity(IO_BUFFER, wr);
+
+    let mut challenge = [0u8; auth::CHALLENGE_LEN];
+    getrandom::getrandom(&mut challenge).map_err(|e| anyhow::anyhow!("no randomness for the challenge: {e}"))?;
+    let hello = Reply::Challenge { challenge, server_index: shared.index as u32, server_count: shared.count as u32 };
+    write_frame(&mut writer, FrameKind::Reply, 0, &hello, &[]).await?;
+    writer.flush().await?;
+
+    let first = tokio::time::timeout(HELLO_TIMEOUT, read_frame(&mut reader, PRE_AUTH_MAX_MESSAGE, 0))
+        .await
+        .context("no hello within the time limit")?;
+    let frame = match first {
+        Ok(Some(frame)) => frame,
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            refuse(&mut writer, 0, ErrorCode::Protocol, &e.to_string()).await;
+            bail!("bad first frame from {peer}: {e}");
+        }
+    };
+    let request_id = frame.header.request_id;
+    match decode_message::<Request>(&frame.message) {
+        Ok(Request::Hello { proof, .. }) if auth::verify(&shared.secret, &challenge, &proof) => {
+            write_frame(&mut writer, FrameKind::Reply, request_id, &Reply::Welcome, &[]).await?;
+            writer.flush().await?;
+        }
+        Ok(Request::Hello { .. }) => {
+            tracing::warn!(%peer, "refused a client with a wrong instance token");
+            refuse(&mut writer, request_id, ErrorCode::Unauthenticated, "wrong instance token").await;
+            return Ok(());
+        }
+        _ => {
+            refuse(&mut writer, request_id, ErrorCode::Unauthenticated, "the first request must be hello").await;
+            bail!("{peer} did not start with hello");
+        }
+    }
+
+    let mut session = Session { shared: &shared, opens: HashMap::new() };
+    let result = session.serve_requests(&mut reader, &mut writer).await;
+    session.release_all();
+    result
+}
+
+async fn refuse<W: tokio::io::AsyncWrite + Unpin>(writer: &mut W, request_id: u64, code: ErrorCode, detail: &str) {
+    let reply = Reply::Error { code, detail: detail.to_string() };
+    if write_frame(writer, FrameKind::Reply, request_id, &reply, &[]).await.is_ok() {
+        let _ = writer.flush().await;
+    }
+}
+
+struct Session<'a> {
+    shared: &'a Shared,
+    /// Open handles this connection registered, released if it goes away without closing them.
+    opens: HashMap<Ino, u32>,
+}
+
+impl Session<'_> {
+    async fn serve_requests<R, W>(&mut self, reader: &mut BufReader<R>, writer: &mut W) -> anyhow::Result<()>
+    where
+        R: tokio::io::AsyncRead + Unpin,
+        W: tokio::io::AsyncWrite + Unpin,
+    {
+        loop {
+            let frame = match read_frame(reader, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN).await {
+                Ok(Some(frame)) => frame,
+                Ok(None) => return Ok(()),
+                Err(ReadError::Io(e)) => return Err(e.into()),
+                Err(e) => {
+                    // The stream can no longer be trusted to be in step: say why, then close.
+                    refuse(writer, 0, ErrorCode::Protocol, &e.to_string()).await;
+                    bail!("protocol error: {e}");
+                }
+            };
+            let request_id = frame.header.request_id;
+            let (reply, data) = match decode_message::<Request>(&frame.message) {
+                Ok(Request::Shutdown) => {
+                    write_frame(writer, FrameKind::Reply, request_id, &Reply::Ok, &[]).await?;
+                    writer.flush().await?;
+                    self.shared.shutdown.notify_one();
+                    return Ok(());
+                }
+                Ok(request) => self.handle(request, frame.payload),
+                Err(e) => (Reply::Error { code: ErrorCode::Protocol, detail: e.to_string() }, Vec::new()),
+            };
+            write_frame(writer, FrameKind::Reply, request_id, &reply, &data).await?;
+            if reader.buffer().is_empty() {
+                writer.flush().await?;
+            }
+        }
+    }
+
+    fn handle(&mut self, request: Request, payload: Vec<u8>) -> (Reply, Vec<u8>) {
+        let op = request.name();
+        let result = match request {
+            Request::Read { ino, offset, len } => match self.shared.data.read(ino, offset, len) {
+                Ok(bytes) => return (Reply::Data, bytes),
+                Err(e) => Err(e),
+            },
+            other => self.dispatch(other, &payload),
+        };
+        match result {
+            Ok(reply) => (reply, Vec::new()),
+            Err((code, detail)) => {
+                tracing::debug!(op, ?code, detail, "request failed");
+                (Reply::Error { code, detail }, Vec::new())
+            }
+        }
+    }
+
+    fn dispatch(&mut self, request: Request, payload: &[u8]) -> MetaResult<Reply> {
+        let shared = self.shared;
+        let data = &shared.data;
+        let meta = || shared.meta.lock().unwrap();
+        Ok(match request {
+            Request::Hello { .. } => return Err((ErrorCode::Protocol, "already authenticated".into())),
+            Request::Lookup { parent, name } => Reply::Entry(meta().lookup(parent, &name)?),
+            Request::GetAttr { ino } => Reply::Attr(meta().getattr(ino)?),
+            Request::SetAttr { ino, changes } => Reply::Attr(meta().setattr(ino, &changes)?),
+            Request::Create { parent, name, mode, uid, gid, exclusive, open } => {
+                let entry = meta().create(parent, &name, mode, uid, gid, exclusive, open)?;
+                if open && entry.attr.is_some() {
+                    *self.opens.entry(entry.ino).or_default() += 1;
+                }
+                Reply::Entry(entry)
+            }
+            Request::Symlink { parent, name, target, uid, gid } => Reply::Attr(meta().symlink(parent, &name, &target, uid, gid)?),
+            Request::Readlink { ino } => Reply::Link(meta().readlink(ino)?),
+            Request::MakeDirInode { parent, mode, uid, gid } => Reply::Attr(meta().make_dir_inode(parent, mode, uid, gid)),
+            Request::DropInode { ino } => {
+                meta().drop_inode(ino)?;
+                Reply::Ok
+            }
+            Request::InsertEntry { parent, name, ino, kind, replace, retired_target } => {
+                let (replaced, reparent) = meta().insert_entry(parent, &name, ino, kind, replace, retired_target)?;
+                Reply::Renamed { replaced, reparent }
+            }
+            Request::Unlink { parent, name } => Reply::Unlinked(meta().unlink(parent, &name)?),
+            Request::Rmdir { parent, name } => {
+                meta().rmdir(parent, &name)?;
+                Reply::Ok
+            }
+            Request::RetireDir { ino } => {
+                meta().set_retired(ino, true)?;
+                Reply::Ok
+            }
+            Request::UnretireDir { ino } => {
+                meta().set_retired(ino, false)?;
+                Reply::Ok
+            }
+            Request::RemoveEntry { parent, name, ino } => {
+                meta().remove_entry(parent, &name, ino)?;
+                Reply::Ok
+            }
+            Request::DropLink { ino } => Reply::Dropped { purge: meta().drop_link(ino)? },
+            Request::SetParent { ino, parent } => {
+                meta().set_parent(ino, parent)?;
+                Reply::Ok
+            }
+            Request::Rename { src_parent, src_name, dst_parent, dst_name, noreplace, retired_target } => {
+                let (replaced, reparent) = meta().rename(src_parent, &src_name, dst_parent, &dst_name, noreplace, retired_target)?;
+                Reply::Renamed { replaced, reparent }
+            }
+            Request::RenamePrepare { parent, name } => Reply::Entry(meta().rename_prepare(parent, &name)?),
+            Request::RenameFinish { parent, name, ino, commit } => {
+                meta().rename_finish(parent, &name, ino, commit)?;
+                Reply::Ok
+            }
+            Request::Readdir { ino, after, limit } => {
+                let (entries, more) = meta().readdir(ino, after.as_deref(), limit)?;
+                Reply::Entries { entries, more }
+            }
+            Request::Open { ino } => {
+                let attr = meta().open(ino)?;
+                *self.opens.entry(ino).or_default() += 1;
+                Reply::Attr(attr)
+            }
+            Request::Commit { ino, size, mtime, release } => {
+                if release {
+                    self.forget_open(ino);
+                }
+                Reply::Dropped { purge: meta().commit(ino, size, mtime, release)? }
+            }
+            Request::Write { ino, offset } => Reply::Written { len: data.write(ino, offset, payload)? },
+            Request::Read { .. } => unreachable!("reads are answered with a payload in handle()"),
+            Request::TruncateData { ino, size } => {
+                data.truncate(ino, size)?;
+                Reply::Ok
+            }
+            Request::PurgeData { ino } => {
+                data.purge(ino)?;
+                Reply::Ok
+            }
+            Request::SyncData { ino } => {
+                data.sync(ino)?;
+                Reply::Ok
+            }
+            Request::StatFs => {
+                let (inodes, files, dirs) = meta().counts();
+                Reply::Stats(surge_proto::ServerStats {
+                    server_index: shared.index as u32,
+                    capacity: data.capacity(),
+                    used: data.used(),
+                    inodes,
+                    files,
+                    dirs,
+                })
+            }
+            Request::Shutdown => unreachable!("handled by the request loop"),
+        })
+    }
+
+    fn forget_open(&mut self, ino: Ino) {
+        if let Some(count) = self.opens.get_mut(&ino) {
+            *count -= 1;
+            if *count == 0 {
+                self.opens.remove(&ino);
+            }
+        }
+    }
+
+    /// The client went away holding open handles: release them. A file that was unlinked
+    /// meanwhile loses its data here; chunks on other servers stay until the instance ends
+    /// (servers never talk to each other), which is logged.
+    fn release_all(&mut self) {
+        for (ino, count) in std::mem::take(&mut self.opens) {
+            for _ in 0..count {
+                if let Ok(true) = self.shared.meta.lock().unwrap().commit(ino, None, None, true) {
+                    tracing::info!(ino = format!("{ino:#x}"), "released an unlinked file of a vanished client; its chunks on other servers remain until teardown");
+                    let _ = self.shared.data.purge(ino);
+                }
+            }
+        }
+    }
+}

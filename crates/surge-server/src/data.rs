@@ -1,0 +1,210 @@
+//! This server's share of file data. Every file that has chunks here gets one local sparse
+//! file, `data/<ino>`, holding those chunks at their offsets in the Surge file. Chunks owned by
+//! other servers are holes, which cost nothing, so a read or write needs no offset mapping and
+//! the local file system's page cache and extent allocation do the rest.
+//!
+//! Capacity is accounted in allocated blocks (what the device really holds), against this
+//! server's share of the instance's capacity. A write that would go past it fails whole with
+//! NoSpace before touching the file, so everything written earlier stays intact.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use surge_proto::{ErrorCode, Ino};
+
+use crate::meta::MetaResult;
+
+/// Open local files kept at once. This machine class allows 20,000 descriptors per process, and
+/// a job can touch far more files than that, so handles are cached, not held.
+const MAX_OPEN_FILES: usize = 4096;
+
+struct LocalFile {
+    file: File,
+    /// Allocated bytes of this local file as last accounted.
+    allocated: AtomicU64,
+    /// Length of this local file (highest byte written here, or truncation point).
+    len: AtomicU64,
+}
+
+pub struct DataStore {
+    dir: PathBuf,
+    capacity: u64,
+    used: AtomicU64,
+    open: Mutex<HashMap<Ino, Arc<LocalFile>>>,
+}
+
+fn io_error(context: &str, err: io::Error) -> (ErrorCode, String) {
+    let code = match err.raw_os_error() {
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => ErrorCode::NoSpace,
+        _ => ErrorCode::Io,
+    };
+    (code, format!("{context}: {err}"))
+}
+
+impl DataStore {
+    pub fn open(dir: &Path, capacity: u64) -> io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        // A restarted server finds its earlier data: account for it.
+        let mut used = 0;
+        for entry in std::fs::read_dir(dir)? {
+            used += entry?.metadata()?.blocks() * 512;
+        }
+        Ok(DataStore { dir: dir.to_path_buf(), capacity, used: AtomicU64::new(used), open: Mutex::new(HashMap::new()) })
+    }
+
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn path(&self, ino: Ino) -> PathBuf {
+        self.dir.join(format!("{ino:016x}"))
+    }
+
+    fn local_file(&self, ino: Ino, create: bool) -> MetaResult<Option<Arc<LocalFile>>> {
+        if let Some(f) = self.open.lock().unwrap().get(&ino) {
+            return Ok(Some(f.clone()));
+        }
+        let file = match OpenOptions::new().read(true).write(true).create(create).open(self.path(ino)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !create => return Ok(None),
+            Err(e) => return Err(io_error("open chunk file", e)),
+        };
+        let meta = file.metadata().map_err(|e| io_error("stat chunk file", e))?;
+        let local = Arc::new(LocalFile {
+            file,
+            allocated: AtomicU64::new(meta.blocks() * 512),
+            len: AtomicU64::new(meta.len()),
+        });
+        let mut open = self.open.lock().unwrap();
+        if open.len() >= MAX_OPEN_FILES {
+            // Forget an arbitrary half; in-flight users keep their Arc alive.
+            let victims: Vec<Ino> = open.keys().take(MAX_OPEN_FILES / 2).copied().collect();
+            for v in victims {
+                open.remove(&v);
+            }
+        }
+        Ok(Some(open.entry(ino).or_insert(local).clone()))
+    }
+
+    /// Re-reads a local file's allocation after it changed and moves the difference into `used`.
+    fn reaccount(&self, local: &LocalFile) {
+        if let Ok(meta) = local.file.metadata() {
+            let now = meta.blocks() * 512;
+            let before = local.allocated.swap(now, Ordering::Relaxed);
+            if now >= before {
+                self.used.fetch_add(now - before, Ordering::Relaxed);
+            } else {
+                self.used.fetch_sub(before - now, Ordering::Relaxed);
+            }
+        }
+    }
+
+    pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> MetaResult<u32> {
+        let local = self.local_file(ino, true)?.expect("created");
+        let end = offset + data.len() as u64;
+        // Bytes this write can newly allocate: all of it past the local end, none of it below
+        // (rewrites of holes below the end are rare: chunks are written whole or appended).
+        let growth = if offset >= local.len.load(Ordering::Relaxed) {
+            data.len() as u64
+        } else {
+            end.saturating_sub(local.len.load(Ordering::Relaxed))
+        };
+        if self.used() + growth > self.capacity {
+            return Err((
+                ErrorCode::NoSpace,
+                format!("server share full: {} of {} bytes used, write needs {growth}", self.used(), self.capacity),
+            ));
+        }
+        local.file.write_all_at(data, offset).map_err(|e| io_error("write chunk", e))?;
+        local.len.fetch_max(end, Ordering::Relaxed);
+        self.reaccount(&local);
+        Ok(data.len() as u32)
+    }
+
+    /// Reads up to `len` bytes; a short result means this server holds nothing further there
+    /// (the client fills holes below the file's size with zeros).
+    pub fn read(&self, ino: Ino, offset: u64, len: u32) -> MetaResult<Vec<u8>> {
+        let Some(local) = self.local_file(ino, false)? else {
+            return Ok(Vec::new());
+        };
+        let available = local.len.load(Ordering::Relaxed).saturating_sub(offset).min(len as u64) as usize;
+        let mut buf = vec![0u8; available];
+        let mut filled = 0;
+        while filled < available {
+            match local.file.read_at(&mut buf[filled..], offset + filled as u64) {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io_error("read chunk", e)),
+            }
+        }
+        buf.truncate(filled);
+        Ok(buf)
+    }
+
+    pub fn truncate(&self, ino: Ino, size: u64) -> MetaResult<()> {
+        let Some(local) = self.local_file(ino, false)? else {
+            return Ok(());
+        };
+        if local.len.load(Ordering::Relaxed) > size {
+            local.file.set_len(size).map_err(|e| io_error("truncate chunk file", e))?;
+            local.len.store(size, Ordering::Relaxed);
+            self.reaccount(&local);
+        }
+        Ok(())
+    }
+
+    pub fn purge(&self, ino: Ino) -> MetaResult<()> {
+        let cached = self.open.lock().unwrap().remove(&ino);
+        let allocated = match cached {
+            Some(local) => local.allocated.load(Ordering::Relaxed),
+            None => match std::fs::metadata(self.path(ino)) {
+                Ok(m) => m.blocks() * 512,
+                Err(_) => return Ok(()),
+            },
+        };
+        match std::fs::remove_file(self.path(ino)) {
+            Ok(()) => {
+                self.used.fetch_sub(allocated.min(self.used()), Ordering::Relaxed);
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io_error("remove chunk file", e)),
+        }
+    }
+
+    pub fn sync(&self, ino: Ino) -> MetaResult<()> {
+        match self.local_file(ino, false)? {
+            Some(local) => local.file.sync_data().map_err(|e| io_error("sync chunk file", e)),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_past_share_fails_whole_and_keeps_earlier_data() {
+        let dir = std::env::temp_dir().join(format!("surge-data-test-{}", std::process::id()));
+        let store = DataStore::open(&dir, 256 * 1024).unwrap();
+        let block = vec![0xabu8; 128 * 1024];
+        store.write(1, 0, &block).unwrap();
+        let err = store.write(1, 128 * 1024, &vec![1u8; 192 * 1024]).unwrap_err();
+        assert_eq!(err.0, ErrorCode::NoSpace);
+        assert_eq!(store.read(1, 0, 1 << 20).unwrap(), block);
+        store.purge(1).unwrap();
+        assert_eq!(store.used(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,648 @@
+//! The part of an instance's namespace homed on this server: the inodes whose number carries
+//! this server's index, and the entries of the directories among them.
+//!
+//! Everything here is in memory behind one mutex held for microseconds: an instance lives
+//! for one job, and a metadata operation is a handful of hash-map updates. Each method is one
+//! atomic step of the protocol; steps that span servers are sequenced by the client.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::time::{Duration, Instant};
+
+use surge_proto::ino::{self, Ino};
+use surge_proto::{check_name, Attr, AttrChanges, DirEntry, ErrorCode, FileKind, Timestamp, Unlinked, MAX_SYMLINK_LEN};
+
+/// How long a cross-server rename may hold its source entry before the lock is ignored
+/// (the client that took it has died).
+const RENAME_LOCK_TTL: Duration = Duration::from_secs(30);
+/// Largest readdir page, whatever the client asks for.
+const MAX_READDIR_PAGE: usize = 4096;
+
+pub type MetaResult<T> = Result<T, (ErrorCode, String)>;
+
+fn fail<T>(code: ErrorCode, detail: impl Into<String>) -> MetaResult<T> {
+    Err((code, detail.into()))
+}
+
+struct Entry {
+    ino: Ino,
+    kind: FileKind,
+    /// Set while a cross-server rename moves this entry away.
+    locked_until: Option<Instant>,
+}
+
+impl Entry {
+    fn is_locked(&self) -> bool {
+        self.locked_until.is_some_and(|t| t > Instant::now())
+    }
+}
+
+struct Dir {
+    parent: Ino,
+    entries: BTreeMap<String, Entry>,
+    subdirs: u32,
+    /// An empty directory being removed by a cross-server rmdir/rename: refuses new entries.
+    retired: bool,
+}
+
+enum Body {
+    File,
+    Symlink(String),
+    Dir(Dir),
+}
+
+struct Inode {
+    attr: Attr,
+    body: Body,
+    /// Open handles registered by clients; an unlinked file stays until the last is released.
+    opens: u32,
+}
+
+pub struct MetaStore {
+    server_index: usize,
+    next_local: u64,
+    inodes: HashMap<Ino, Inode>,
+    files: u64,
+    dirs: u64,
+}
+
+impl MetaStore {
+    /// A fresh namespace share. Server 0 also creates the root directory.
+    pub fn new(server_index: usize, owner_uid: u32, owner_gid: u32) -> Self {
+        let mut store = MetaStore { server_index, next_local: 1, inodes: HashMap::new(), files: 0, dirs: 0 };
+        if server_index == 0 {
+            let root = store.alloc_ino();
+            debug_assert_eq!(root, ino::ROOT_INO);
+            let dir = Dir { parent: root, entries: BTreeMap::new(), subdirs: 0, retired: false };
+            store.insert_inode(root, FileKind::Dir, 0o755, owner_uid, owner_gid, Body::Dir(dir));
+        }
+        store
+    }
+
+    pub fn counts(&self) -> (u64, u64, u64) {
+        (self.inodes.len() as u64, self.files, self.dirs)
+    }
+
+    fn alloc_ino(&mut self) -> Ino {
+        let ino = ino::make(self.server_index, self.next_local);
+        self.next_local += 1;
+        ino
+    }
+
+    fn is_local(&self, ino: Ino) -> bool {
+        ino::home(ino) == self.server_index
+    }
+
+    fn insert_inode(&mut self, ino: Ino, kind: FileKind, mode: u32, uid: u32, gid: u32, body: Body) -> Attr {
+        let now = Timestamp::now();
+        let attr = Attr {
+            ino,
+            kind,
+            mode: mode & 0o7777,
+            uid,
+            gid,
+            size: match &body {
+                Body::Symlink(target) => target.len() as u64,
+                _ => 0,
+            },
+            nlink: if kind == FileKind::Dir { 2 } else { 1 },
+            atime: now,
+            mtime: now,
+            ctime: now,
+        };
+        match kind {
+            FileKind::Dir => self.dirs += 1,
+            _ => self.files += 1,
+        }
+        self.inodes.insert(ino, Inode { attr: attr.clone(), body, opens: 0 });
+        attr
+    }
+
+    fn remove_inode(&mut self, ino: Ino) {
+        if let Some(inode) = self.inodes.remove(&ino) {
+            match inode.attr.kind {
+                FileKind::Dir => self.dirs -= 1,
+                _ => self.files -= 1,
+            }
+        }
+    }
+
+    fn inode(&self, ino: Ino) -> MetaResult<&Inode> {
+        match self.inodes.get(&ino) {
+            Some(inode) => Ok(inode),
+            None => fail(ErrorCode::NotFound, format!("inode {ino:#x} not on server {}", self.server_index)),
+        }
+    }
+
+    fn inode_mut(&mut self, ino: Ino) -> MetaResult<&mut Inode> {
+        let server = self.server_index;
+        match self.inodes.get_mut(&ino) {
+            Some(inode) => Ok(inode),
+            None => fail(ErrorCode::NotFound, format!("inode {ino:#x} not on server {server}")),
+        }
+    }
+
+    fn dir(&self, ino: Ino) -> MetaResult<&Dir> {
+        match &self.inode(ino)?.body {
+            Body::Dir(dir) if !dir.retired => Ok(dir),
+            Body::Dir(_) => fail(ErrorCode::NotFound, "directory was removed"),
+            _ => fail(ErrorCode::NotDir, format!("inode {ino:#x} is not a directory")),
+        }
+    }
+
+    fn dir_mut(&mut self, ino: Ino) -> MetaResult<&mut Dir> {
+        match &mut self.inode_mut(ino)?.body {
+            Body::Dir(dir) if !dir.retired => Ok(dir),
+            Body::Dir(_) => fail(ErrorCode::NotFound, "directory was removed"),
+            _ => fail(ErrorCode::NotDir, format!("inode {ino:#x} is not a directory")),
+        }
+    }
+
+    /// Marks a directory's contents as changed and keeps its link count right
+    /// (2 + subdirectories, which `find` relies on).
+    fn touch_dir(&mut self, ino: Ino) {
+        if let Some(inode) = self.inodes.get_mut(&ino) {
+            let now = Timestamp::now();
+            inode.attr.mtime = now;
+            inode.attr.ctime = now;
+            if let Body::Dir(dir) = &inode.body {
+                inode.attr.nlink = 2 + dir.subdirs;
+            }
+        }
+    }
+
+    fn entry_of(&self, parent: Ino, name: &str) -> MetaResult<(Ino, FileKind, bool)> {
+        match self.dir(parent)?.entries.get(name) {
+            Some(e) => Ok((e.ino, e.kind, e.is_locked())),
+            None => fail(ErrorCode::NotFound, format!("no entry '{name}'")),
+        }
+    }
+
+    fn dir_entry(&self, name: &str, ino: Ino, kind: FileKind) -> DirEntry {
+        DirEntry { name: name.to_string(), ino, kind, attr: self.inodes.get(&ino).map(|i| i.attr.clone()) }
+    }
+
+    fn link_entry(&mut self, parent: Ino, name: &str, ino: Ino, kind: FileKind) -> MetaResult<()> {
+        let dir = self.dir_mut(parent)?;
+        dir.entries.insert(name.to_string(), Entry { ino, kind, locked_until: None });
+        if kind == FileKind::Dir {
+            dir.subdirs += 1;
+        }
+        self.touch_dir(parent);
+        Ok(())
+    }
+
+    fn unlink_entry(&mut self, parent: Ino, name: &str) -> MetaResult<Entry> {
+        let dir = self.dir_mut(parent)?;
+        let Some(entry) = dir.entries.remove(name) else {
+            return fail(ErrorCode::NotFound, format!("no entry '{name}'"));
+        };
+        if entry.kind == FileKind::Dir {
+            dir.subdirs -= 1;
+        }
+        self.touch_dir(parent);
+        Ok(entry)
+    }
+
+    /// Drops one link of a local non-directory inode; it disappears once no name and no open
+    /// handle is left. The caller purges its data when `purge` is set.
+    fn drop_link_local(&mut self, ino: Ino) -> MetaResult<Unlinked> {
+        let inode = self.inode_mut(ino)?;
+        inode.attr.nlink = inode.attr.nlink.saturating_sub(1);
+        inode.attr.ctime = Timestamp::now();
+        let kind = inode.attr.kind;
+        let gone = inode.attr.nlink == 0 && inode.opens == 0;
+        if gone {
+            self.remove_inode(ino);
+        }
+        Ok(Unlinked { ino, kind, remote: false, purge: gone && kind == FileKind::File })
+    }
+
+    fn unlinked_entry(&mut self, entry: &Entry) -> MetaResult<Unlinked> {
+        if self.is_local(entry.ino) {
+            self.drop_link_local(entry.ino)
+        } else {
+            Ok(Unlinked { ino: entry.ino, kind: entry.kind, remote: true, purge: false })
+        }
+    }
+
+    fn local_dir_is_empty(&self, ino: Ino) -> MetaResult<bool> {
+        match &self.inode(ino)?.body {
+            Body::Dir(dir) => Ok(dir.entries.is_empty()),
+            _ => fail(ErrorCode::NotDir, "not a directory"),
+        }
+    }
+
+    /// Applies rename's rules for replacing `existing` by an entry of kind `src_kind`, and
+    /// removes what it replaces. Returns the inode that lost its name.
+    fn replace_existing(&mut self, parent: Ino, name: &str, src_kind: FileKind, retired_target: Option<Ino>) -> MetaResult<Option<Unlinked>> {
+        let Some(existing) = self.dir(parent)?.entries.get(name) else {
+            return Ok(None);
+        };
+        let (ex_ino, ex_kind) = (existing.ino, existing.kind);
+        if existing.is_locked() {
+            return fail(ErrorCode::Busy, format!("'{name}' is being renamed"));
+        }
+        match (src_kind == FileKind::Dir, ex_kind == FileKind::Dir) {
+            (true, false) => return fail(ErrorCode::NotDir, format!("'{name}' is not a directory")),
+            (false, true) => return fail(ErrorCode::IsDir, format!("'{name}' is a directory")),
+            (true, true) => {
+                if self.is_local(ex_ino) {
+                    if !self.local_dir_is_empty(ex_ino)? {
+                        return fail(ErrorCode::NotEmpty, format!("'{name}' is not empty"));
+                    }
+                } else if retired_target != Some(ex_ino) {
+                    return fail(ErrorCode::NeedsRetire, format!("'{name}' is homed on another server"));
+                }
+            }
+            (false, false) => {}
+        }
+        let entry = self.unlink_entry(parent, name)?;
+        if ex_kind == FileKind::Dir {
+            if self.is_local(ex_ino) {
+                self.remove_inode(ex_ino);
+            }
+            // A retired remote directory is deleted by the client with DropInode.
+            return Ok(Some(Unlinked { ino: ex_ino, kind: ex_kind, remote: !self.is_local(ex_ino), purge: false }));
+        }
+        self.unlinked_entry(&entry).map(Some)
+    }
+
+    fn check_not_locked(locked: bool, name: &str) -> MetaResult<()> {
+        if locked {
+            return fail(ErrorCode::Busy, format!("'{name}' is being renamed"));
+        }
+        Ok(())
+    }
+
+    // ---------------------------------------------------------------- protocol steps
+
+    pub fn lookup(&self, parent: Ino, name: &str) -> MetaResult<DirEntry> {
+        let (ino, kind, _) = self.entry_of(parent, name)?;
+        Ok(self.dir_entry(name, ino, kind))
+    }
+
+    pub fn getattr(&self, ino: Ino) -> MetaResult<Attr> {
+        Ok(self.inode(ino)?.attr.clone())
+    }
+
+    pub fn setattr(&mut self, ino: Ino, changes: &AttrChanges) -> MetaResult<Attr> {
+        let inode = self.inode_mut(ino)?;
+        if changes.size.is_some() && inode.attr.kind != FileKind::File {
+            return fail(if inode.attr.kind == FileKind::Dir { ErrorCode::IsDir } else { ErrorCode::Invalid }, "size can only be set on a file");
+        }
+        let attr = &mut inode.attr;
+        if let Some(mode) = changes.mode {
+            attr.mode = mode & 0o7777;
+        }
+        if let Some(uid) = changes.uid {
+            attr.uid = uid;
+        }
+        if let Some(gid) = changes.gid {
+            attr.gid = gid;
+        }
+        if let Some(size) = changes.size {
+            attr.size = size;
+            attr.mtime = Timestamp::now();
+        }
+        if let Some(atime) = changes.atime {
+            attr.atime = atime;
+        }
+        if let Some(mtime) = changes.mtime {
+            attr.mtime = mtime;
+        }
+        attr.ctime = Timestamp::now();
+        Ok(attr.clone())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn create(&mut self, parent: Ino, name: &str, mode: u32, uid: u32, gid: u32, exclusive: bool, open: bool) -> MetaResult<DirEntry> {
+        check_name(name).map_err(|c| (c, format!("bad name '{name}'")))?;
+        if let Some(existing) = self.dir(parent)?.entries.get(name) {
+            let (ino, kind) = (existing.ino, existing.kind);
+            if exclusive {
+                return fail(ErrorCode::Exists, format!("'{name}' exists"));
+            }
+            if kind == FileKind::Dir {
+                return fail(ErrorCode::IsDir, format!("'{name}' is a directory"));
+            }
+            if open {
+                if let Some(inode) = self.inodes.get_mut(&ino) {
+                    inode.opens += 1;
+                }
+            }
+            return Ok(self.dir_entry(name, ino, kind));
+        }
+        let ino = self.alloc_ino();
+        let attr = self.insert_inode(ino, FileKind::File, mode, uid, gid, Body::File);
+        self.link_entry(parent, name, ino, FileKind::File)?;
+        if open {
+            self.inode_mut(ino)?.opens += 1;
+        }
+        Ok(DirEntry { name: name.to_string(), ino, kind: FileKind::File, attr: Some(attr) })
+    }
+
+    pub fn symlink(&mut self, parent: Ino, name: &str, target: &str, uid: u32, gid: u32) -> MetaResult<Attr> {
+        check_name(name).map_err(|c| (c, format!("bad name '{name}'")))?;
+        if target.is_empty() || target.len() > MAX_SYMLINK_LEN {
+            return fail(ErrorCode::NameTooLong, "symlink target empty or too long");
+        }
+        if self.dir(parent)?.entries.contains_key(name) {
+            return fail(ErrorCode::Exists, format!("'{name}' exists"));
+        }
+        let ino = self.alloc_ino();
+        let attr = self.insert_inode(ino, FileKind::Symlink, 0o777, uid, gid, Body::Symlink(target.to_string()));
+        self.link_entry(parent, name, ino, FileKind::Symlink)?;
+        Ok(attr)
+    }
+
+    pub fn readlink(&self, ino: Ino) -> MetaResult<String> {
+        match &self.inode(ino)?.body {
+            Body::Symlink(target) => Ok(target.clone()),
+            _ => fail(ErrorCode::Invalid, "not a symlink"),
+        }
+    }
+
+    pub fn make_dir_inode(&mut self, parent: Ino, mode: u32, uid: u32, gid: u32) -> Attr {
+        let ino = self.alloc_ino();
+        let dir = Dir { parent, entries: BTreeMap::new(), subdirs: 0, retired: false };
+        self.insert_inode(ino, FileKind::Dir, mode, uid, gid, Body::Dir(dir))
+    }
+
+    pub fn drop_inode(&mut self, ino: Ino) -> MetaResult<()> {
+        if self.inode(ino)?.attr.kind == FileKind::Dir && !self.local_dir_is_empty(ino)? {
+            return fail(ErrorCode::NotEmpty, "directory not empty");
+        }
+        self.remove_inode(ino);
+        Ok(())
+    }
+
+    pub fn insert_entry(&mut self, parent: Ino, name: &str, ino: Ino, kind: FileKind, replace: bool, retired_target: Option<Ino>) -> MetaResult<(Option<Unlinked>, Option<Ino>)> {
+        check_name(name).map_err(|c| (c, format!("bad name '{name}'")))?;
+        if let Some(existing) = self.dir(parent)?.entries.get(name) {
+            if existing.ino == ino {
+                return Ok((None, None));
+            }
+            if !replace {
+                return fail(ErrorCode::Exists, format!("'{name}' exists"));
+            }
+        }
+        if kind == FileKind::Dir && ino == parent {
+            return fail(ErrorCode::Invalid, "cannot move a directory into itself");
+        }
+        let replaced = self.replace_existing(parent, name, kind, retired_target)?;
+        self.link_entry(parent, name, ino, kind)?;
+        let reparent = self.reparent(ino, kind, parent);
+        Ok((replaced, reparent))
+    }
+
+    /// Points a moved directory's `..` at its new parent when it is homed here; otherwise
+    /// returns it so the client updates its home server.
+    fn reparent(&mut self, ino: Ino, kind: FileKind, parent: Ino) -> Option<Ino> {
+        if kind != FileKind::Dir {
+            return None;
+        }
+        match self.inodes.get_mut(&ino).map(|i| &mut i.body) {
+            Some(Body::Dir(dir)) => {
+                dir.parent = parent;
+                None
+            }
+            _ => Some(ino),
+        }
+    }
+
+    pub fn unlink(&mut self, parent: Ino, name: &str) -> MetaResult<Unlinked> {
+        let (_, kind, locked) = self.entry_of(parent, name)?;
+        if kind == FileKind::Dir {
+            return fail(ErrorCode::IsDir, format!("'{name}' is a directory"));
+        }
+        Self::check_not_locked(locked, name)?;
+        let entry = self.unlink_entry(parent, name)?;
+        self.unlinked_entry(&entry)
+    }
+
+    pub fn rmdir(&mut self, parent: Ino, name: &str) -> MetaResult<()> {
+        let (ino, kind, locked) = self.entry_of(parent, name)?;
+        if kind != FileKind::Dir {
+            return fail(ErrorCode::NotDir, format!("'{name}' is not a directory"));
+        }
+        Self::check_not_locked(locked, name)?;
+        if !self.is_local(ino) {
+            return fail(ErrorCode::NeedsRetire, format!("'{name}' is homed on another server"));
+        }
+        if !self.local_dir_is_empty(ino)? {
+            return fail(ErrorCode::NotEmpty, format!("'{name}' is not empty"));
+        }
+        self.unlink_entry(parent, name)?;
+        self.remove_inode(ino);
+        Ok(())
+    }
+
+    pub fn set_retired(&mut self, ino: Ino, retired: bool) -> MetaResult<()> {
+        let inode = self.inode_mut(ino)?;
+        let Body::Dir(dir) = &mut inode.body else {
+            return fail(ErrorCode::NotDir, "not a directory");
+        };
+        if retired && !dir.entries.is_empty() {
+            return fail(ErrorCode::NotEmpty, "directory not empty");
+        }
+        dir.retired = retired;
+        Ok(())
+    }
+
+    pub fn remove_entry(&mut self, parent: Ino, name: &str, ino: Ino) -> MetaResult<()> {
+        let (found, _, locked) = self.entry_of(parent, name)?;
+        if found != ino {
+            return fail(ErrorCode::Stale, format!("'{name}' changed meanwhile"));
+        }
+        Self::check_not_locked(locked, name)?;
+        self.unlink_entry(parent, name)?;
+        Ok(())
+    }
+
+    pub fn drop_link(&mut self, ino: Ino) -> MetaResult<bool> {
+        Ok(self.drop_link_local(ino)?.purge)
+    }
+
+    pub fn set_parent(&mut self, ino: Ino, parent: Ino) -> MetaResult<()> {
+        match &mut self.inode_mut(ino)?.body {
+            Body::Dir(dir) => {
+                dir.parent = parent;
+                Ok(())
+            }
+            _ => fail(ErrorCode::NotDir, "not a directory"),
+        }
+    }
+
+    /// Rename when both parents are homed here: one atomic step, which is what makes
+    /// write-to-temporary + rename a safe way to publish a file.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rename(&mut self, src_parent: Ino, src_name: &str, dst_parent: Ino, dst_name: &str, noreplace: bool, retired_target: Option<Ino>) -> MetaResult<(Option<Unlinked>, Option<Ino>)> {
+        check_name(dst_name).map_err(|c| (c, format!("bad name '{dst_name}'")))?;
+        let (ino, kind, locked) = self.entry_of(src_parent, src_name)?;
+        Self::check_not_locked(locked, src_name)?;
+        self.dir(dst_parent)?;
+        if src_parent == dst_parent && src_name == dst_name {
+            return Ok((None, None));
+        }
+        if kind == FileKind::Dir && self.is_ancestor_or_self(ino, dst_parent) {
+            return fail(ErrorCode::Invalid, "cannot move a directory into itself");
+        }
+        if let Some(existing) = self.dir(dst_parent)?.entries.get(dst_name) {
+            if existing.ino == ino {
+                return Ok((None, None));
+            }
+            if noreplace {
+                return fail(ErrorCode::Exists, format!("'{dst_name}' exists"));
+            }
+        }
+        let replaced = self.replace_existing(dst_parent, dst_name, kind, retired_target)?;
+        self.unlink_entry(src_parent, src_name)?;
+        self.link_entry(dst_parent, dst_name, ino, kind)?;
+        if let Some(inode) = self.inodes.get_mut(&ino) {
+            inode.attr.ctime = Timestamp::now();
+        }
+        let reparent = if src_parent != dst_parent { self.reparent(ino, kind, dst_parent) } else { None };
+        Ok((replaced, reparent))
+    }
+
+    /// Walks `..` from `dir` as far as this server knows it, looking for `ancestor`. The
+    /// client checks the rest of the chain; this catches the common local case cheaply.
+    fn is_ancestor_or_self(&self, ancestor: Ino, mut dir: Ino) -> bool {
+        for _ in 0..4096 {
+            if dir == ancestor {
+                return true;
+            }
+            match self.inodes.get(&dir).map(|i| &i.body) {
+                Some(Body::Dir(d)) if d.parent != dir => dir = d.parent,
+                _ => return false,
+            }
+        }
+        false
+    }
+
+    pub fn rename_prepare(&mut self, parent: Ino, name: &str) -> MetaResult<DirEntry> {
+        let (ino, kind, locked) = self.entry_of(parent, name)?;
+        Self::check_not_locked(locked, name)?;
+        if let Some(entry) = self.dir_mut(parent)?.entries.get_mut(name) {
+            entry.locked_until = Some(Instant::now() + RENAME_LOCK_TTL);
+        }
+        Ok(self.dir_entry(name, ino, kind))
+    }
+
+    pub fn rename_finish(&mut self, parent: Ino, name: &str, ino: Ino, commit: bool) -> MetaResult<()> {
+        let (found, _, _) = self.entry_of(parent, name)?;
+        if found != ino {
+            return fail(ErrorCode::Stale, format!("'{name}' changed meanwhile"));
+        }
+        if commit {
+            self.unlink_entry(parent, name)?;
+        } else if let Some(entry) = self.dir_mut(parent)?.entries.get_mut(name) {
+            entry.locked_until = None;
+        }
+        Ok(())
+    }
+
+    pub fn readdir(&self, ino: Ino, after: Option<&str>, limit: u32) -> MetaResult<(Vec<DirEntry>, bool)> {
+        let dir = self.dir(ino)?;
+        let limit = (limit as usize).clamp(1, MAX_READDIR_PAGE);
+        let lower = match after {
+            Some(name) => Bound::Excluded(name),
+            None => Bound::Unbounded,
+        };
+        let mut range = dir.entries.range::<str, _>((lower, Bound::Unbounded));
+        let entries: Vec<DirEntry> = range.by_ref().take(limit).map(|(name, e)| self.dir_entry(name, e.ino, e.kind)).collect();
+        let more = range.next().is_some();
+        Ok((entries, more))
+    }
+
+    pub fn open(&mut self, ino: Ino) -> MetaResult<Attr> {
+        let inode = self.inode_mut(ino)?;
+        inode.opens += 1;
+        Ok(inode.attr.clone())
+    }
+
+    /// Publishes a writer's size and mtime; with `release`, ends one open handle. Returns
+    /// whether the file is now gone (unlinked earlier, last handle closed) and must be purged.
+    pub fn commit(&mut self, ino: Ino, size: Option<u64>, mtime: Option<Timestamp>, release: bool) -> MetaResult<bool> {
+        let inode = self.inode_mut(ino)?;
+        if let Some(size) = size {
+            inode.attr.size = inode.attr.size.max(size);
+        }
+        if let Some(mtime) = mtime {
+            inode.attr.mtime = mtime;
+            inode.attr.ctime = mtime.max(inode.attr.ctime);
+        }
+        if release {
+            inode.opens = inode.opens.saturating_sub(1);
+        }
+        let gone = inode.attr.nlink == 0 && inode.opens == 0;
+        let purge = gone && inode.attr.kind == FileKind::File;
+        if gone {
+            self.remove_inode(ino);
+        }
+        Ok(purge)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use surge_proto::ROOT_INO;
+
+    fn file(store: &mut MetaStore, parent: Ino, name: &str) -> Ino {
+        store.create(parent, name, 0o644, 0, 0, true, false).unwrap().ino
+    }
+
+    #[test]
+    fn rename_over_existing_replaces_atomically() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let old = file(&mut s, ROOT_INO, "plot.h5");
+        let new = file(&mut s, ROOT_INO, "plot.h5.tmp");
+        let (replaced, _) = s.rename(ROOT_INO, "plot.h5.tmp", ROOT_INO, "plot.h5", false, None).unwrap();
+        let replaced = replaced.unwrap();
+        assert_eq!(replaced.ino, old);
+        assert!(replaced.purge);
+        assert_eq!(s.lookup(ROOT_INO, "plot.h5").unwrap().ino, new);
+        assert_eq!(s.lookup(ROOT_INO, "plot.h5.tmp").unwrap_err().0, ErrorCode::NotFound);
+    }
+
+    #[test]
+    fn unlinked_open_file_survives_until_release() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let ino = s.create(ROOT_INO, "f", 0o644, 0, 0, true, true).unwrap().ino;
+        let u = s.unlink(ROOT_INO, "f").unwrap();
+        assert!(!u.purge);
+        assert!(s.getattr(ino).is_ok());
+        assert!(s.commit(ino, Some(10), None, true).unwrap());
+        assert!(s.getattr(ino).is_err());
+    }
+
+    #[test]
+    fn directory_rules() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 0).ino;
+        s.insert_entry(ROOT_INO, "a", a, FileKind::Dir, false, None).unwrap();
+        file(&mut s, a, "x");
+        assert_eq!(s.rmdir(ROOT_INO, "a").unwrap_err().0, ErrorCode::NotEmpty);
+        assert_eq!(s.getattr(ROOT_INO).unwrap().nlink, 3);
+        let b = s.make_dir_inode(a, 0o755, 0, 0).ino;
+        s.insert_entry(a, "b", b, FileKind::Dir, false, None).unwrap();
+        assert_eq!(s.rename(ROOT_INO, "a", b, "a2", false, None).unwrap_err().0, ErrorCode::Invalid);
+        assert_eq!(s.rename(a, "x", ROOT_INO, "a", false, None).unwrap_err().0, ErrorCode::IsDir);
+        assert_eq!(s.create(ROOT_INO, &"n".repeat(256), 0o644, 0, 0, true, false).unwrap_err().0, ErrorCode::NameTooLong);
+    }
+
+    #[test]
+    fn readdir_pages_by_name() {
+        let mut s = MetaStore::new(0, 0, 0);
+        for i in 0..10 {
+            file(&mut s, ROOT_INO, &format!("f{i}"));
+        }
+        let (first, more) = s.readdir(ROOT_INO, None, 4).unwrap();
+        assert!(more);
+        let (rest, more) = s.readdir(ROOT_INO, Some(&first.last().unwrap().name), 100).unwrap();
+        assert!(!more);
+        assert_eq!(first.len() + rest.len(), 10);
+    }
+}
