@@ -1,0 +1,107 @@
+"""``surge predict`` / ``surge-predict``: the predictor's command line.
+
+Subcommands
+-----------
+``evaluate TRACE``   time-ordered evaluation of all walltime models: metrics table + CDF plot.
+``simulate TRACE``   scheduler simulation (FCFS / EASY / conservative) with refined walltimes:
+                     how early each job's node list is known (seed 002 Fig. 6) + bar plot.
+``advise``           pre-staging advice for one job of a trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .traces import TraceFormatError, read_trace
+
+
+def _add_trace_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("trace", type=Path, help="SWF trace (.swf[.gz]) or sacct --parsable2 output")
+    parser.add_argument("--layout", default="auto", choices=["auto", "swf", "argonne", "alea", "sacct"],
+                        help="trace layout (default: detect)")
+    parser.add_argument("--jobs", type=int, default=0,
+                        help="use only the first N jobs in submit order (0 = all)")
+
+
+def _load(args):
+    trace = read_trace(args.trace, args.layout)
+    if args.jobs:
+        trace = trace.head(args.jobs)
+    print(trace.summary(), file=sys.stderr)
+    return trace
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for suffix in (".gz", ".swf", ".txt", ".sacct"):
+        name = name[: -len(suffix)] if name.endswith(suffix) else name
+    return name
+
+
+def cmd_evaluate(args) -> int:
+    from .evaluate import format_table, rolling_evaluate
+    from .models import default_models
+    from .plots import error_cdf
+
+    trace = _load(args)
+    models = default_models(args.automl_budget, args.user_budget, args.automl_users)
+    if args.models:
+        wanted = args.models.split(",")
+        unknown = set(wanted) - {m.name for m in models}
+        if unknown:
+            raise SystemExit(f"unknown model(s): {', '.join(sorted(unknown))}; "
+                             f"known: {', '.join(m.name for m in models)}")
+        # automl-user predicts through the global automl model: keep it when asked for.
+        needed = set(wanted) | ({"automl"} if "automl-user" in wanted else set())
+        models = [m for m in models if m.name in needed]
+    progress = (lambda msg: print(msg, file=sys.stderr)) if args.verbose else None
+    evaluation = rolling_evaluate(trace, models, folds=args.folds, progress=progress)
+    table = evaluation.metrics()
+    print(f"# {_stem(args.trace)}: {len(evaluation.jobs)} jobs predicted, time-ordered "
+          f"({args.folds} rolling folds); errors in minutes")
+    print(format_table(table))
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = _stem(args.trace)
+    table.to_csv(args.out / f"{stem}-metrics.csv")
+    job_errors = evaluation.predictions.sub(evaluation.jobs["run"], axis=0).abs() / 60.0
+    plot = error_cdf(evaluation.user_median_errors(), job_errors,
+                     f"{stem}: walltime prediction error (time-ordered)",
+                     args.out / f"{stem}-error-cdf.png")
+    print(f"wrote {args.out / (stem + '-metrics.csv')} and {plot}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="surge predict", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    evaluate = sub.add_parser("evaluate", help="evaluate walltime models on a trace, time-ordered")
+    _add_trace_arguments(evaluate)
+    evaluate.add_argument("--out", type=Path, default=Path("predict-out"), help="output directory")
+    evaluate.add_argument("--folds", type=int, default=4, help="rolling folds (default 4)")
+    evaluate.add_argument("--models", default="", help="comma-separated subset of models")
+    evaluate.add_argument("--automl-budget", type=float, default=30.0,
+                          help="FLAML seconds per fold for the global model (0 = no AutoML)")
+    evaluate.add_argument("--automl-users", type=int, default=10,
+                          help="users with their own AutoML model per fold (0 = none)")
+    evaluate.add_argument("--user-budget", type=float, default=3.0,
+                          help="FLAML seconds per user model")
+    evaluate.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
+    evaluate.set_defaults(func=cmd_evaluate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (TraceFormatError, FileNotFoundError, ValueError) as error:
+        print(f"surge predict: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

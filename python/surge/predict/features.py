@@ -1,0 +1,99 @@
+"""Per-job features known at submission time, computed for a whole trace at once.
+
+A job's runtime is only known once it has *ended*, so every history feature of job ``i`` uses
+only the same user's jobs whose end (submit + wait + run) is at or before ``i``'s submit time.
+This is what keeps the evaluation honest (no look-ahead) and it is done with sorted arrays and
+``searchsorted`` rather than a Python loop, so the 447,794-job RICC trace takes about a second.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+#: Columns the learned models are trained on (all available at submit time).
+MODEL_FEATURES = [
+    "log_req_time", "log_procs", "log_nodes", "hour", "weekday",
+    "hist_count", "log_last1", "log_last2", "log_user_mean", "user_ratio_mean",
+    "user_ratio_last5_max", "log_user_median_req_ratio", "queue_code", "user_code",
+]
+
+
+def _log(values: np.ndarray) -> np.ndarray:
+    return np.log1p(np.maximum(values, 0.0))
+
+
+def history_features(jobs: pd.DataFrame) -> pd.DataFrame:
+    """One row per job (same order as ``jobs``) with the user's completed-job history.
+
+    ``last1``/``last2`` are the runtimes of the user's two most recently *ended* jobs,
+    ``user_mean`` their mean runtime, ``ratio_mean`` the mean of run/request, and
+    ``ratio_last5_max`` the largest run/request among the last five (NaN without history).
+    """
+    n = len(jobs)
+    user = pd.factorize(jobs["user"])[0].astype(np.int64)
+    submit = jobs["submit"].to_numpy(np.float64)
+    run = jobs["run"].to_numpy(np.float64)
+    end = submit + jobs["wait"].to_numpy(np.float64) + run
+    ratio = np.minimum(run / jobs["req_time"].to_numpy(np.float64), 1.0)
+
+    # Sort every job by (user, end); a job's history is the prefix of its user's block
+    # whose end <= its submit. Composite int64 keys keep it one searchsorted call.
+    scale = np.int64(1) << np.int64(36)            # > any trace duration in seconds
+    t0 = min(submit.min(), end.min())
+    end_key = user * scale + (end - t0).astype(np.int64)
+    order = np.argsort(end_key, kind="stable")
+    sorted_key = end_key[order]
+    submit_key = user * scale + np.floor(submit - t0).astype(np.int64)
+    pos = np.searchsorted(sorted_key, submit_key, side="right")      # one past last ended
+    first = np.searchsorted(sorted_key, user * scale, side="left")   # user's block start
+    count = pos - first
+
+    run_sorted, ratio_sorted = run[order], ratio[order]
+    cum_run = np.concatenate([[0.0], np.cumsum(run_sorted)])
+    cum_ratio = np.concatenate([[0.0], np.cumsum(ratio_sorted)])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        user_mean = (cum_run[pos] - cum_run[first]) / count
+        ratio_mean = (cum_ratio[pos] - cum_ratio[first]) / count
+
+    def lag(k: int, values: np.ndarray) -> np.ndarray:
+        out = np.full(n, np.nan)
+        has = count >= k
+        out[has] = values[pos[has] - k]
+        return out
+
+    last5 = np.vstack([lag(k, ratio_sorted) for k in range(1, 6)])
+    ratio_last5_max = np.where(count > 0, np.nanmax(np.where(np.isnan(last5), -1, last5), axis=0),
+                               np.nan)
+    return pd.DataFrame({
+        "hist_count": count, "last1": lag(1, run_sorted), "last2": lag(2, run_sorted),
+        "user_mean": user_mean, "ratio_mean": ratio_mean, "ratio_last5_max": ratio_last5_max,
+        "end": end,
+    }, index=jobs.index)
+
+
+def model_frame(jobs: pd.DataFrame, history: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The :data:`MODEL_FEATURES` matrix (NaN = no history yet; the models impute)."""
+    if history is None:
+        history = history_features(jobs)
+    req = jobs["req_time"].to_numpy(np.float64)
+    # Submit times are Unix seconds in most traces; hour/weekday are good enough in UTC.
+    stamp = pd.to_datetime(jobs["submit"], unit="s")
+    user_median_req = jobs.groupby("user")["req_time"].transform(
+        lambda s: s.expanding().median())  # requests are known at submit: no leakage
+    return pd.DataFrame({
+        "log_req_time": _log(req),
+        "log_procs": _log(jobs["procs"].to_numpy(np.float64)),
+        "log_nodes": _log(jobs["nodes"].to_numpy(np.float64)),
+        "hour": stamp.dt.hour.to_numpy(),
+        "weekday": stamp.dt.day_of_week.to_numpy(),
+        "hist_count": _log(history["hist_count"].to_numpy(np.float64)),
+        "log_last1": _log(history["last1"].to_numpy()),
+        "log_last2": _log(history["last2"].to_numpy()),
+        "log_user_mean": _log(history["user_mean"].to_numpy()),
+        "user_ratio_mean": history["ratio_mean"].to_numpy(),
+        "user_ratio_last5_max": history["ratio_last5_max"].to_numpy(),
+        "log_user_median_req_ratio": _log(req) - _log(user_median_req.to_numpy(np.float64)),
+        "queue_code": pd.factorize(jobs["queue"])[0],
+        "user_code": pd.factorize(jobs["user"])[0],
+    }, index=jobs.index)

@@ -1,0 +1,103 @@
+"""Walltime models and their time-ordered evaluation (surge.predict.features/models/evaluate)."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from surge.predict.evaluate import metrics_table, prepare, rolling_evaluate
+from surge.predict.features import history_features
+from surge.predict.models import AleaPercentage, AutoML, AutoMLPerUser, LastTwo, LinearModel, UserRequest, \
+    GradientBoosting
+from surge.predict.shared_data import swf_trace
+from surge.predict.traces import read_trace
+
+
+@pytest.fixture(scope="module")
+def wagap():
+    return read_trace(swf_trace("alea_wagap-2013.swf.gz")).head(3000)
+
+
+def test_history_uses_only_jobs_that_ended_before_submission():
+    jobs = pd.DataFrame({
+        "user": ["a", "a", "a", "b", "a"],
+        "submit": [0.0, 10.0, 20.0, 25.0, 500.0],
+        "wait": [0.0, 0.0, 0.0, 0.0, 0.0],
+        "run": [5.0, 400.0, 30.0, 1.0, 7.0],
+        "req_time": [10.0, 800.0, 60.0, 2.0, 10.0],
+    })
+    hist = history_features(jobs)
+    # Job 2 (t=20): only job 0 (ended t=5) is known; job 1 ends at t=410.
+    assert hist.loc[2, "hist_count"] == 1 and hist.loc[2, "last1"] == 5.0
+    assert np.isnan(hist.loc[2, "last2"])
+    # Job 4 (t=500): jobs 0, 2 (end 50) and 1 (end 410) are known; last = job 1, then job 2.
+    assert hist.loc[4, "hist_count"] == 3
+    assert (hist.loc[4, "last1"], hist.loc[4, "last2"]) == (400.0, 30.0)
+    assert hist.loc[4, "ratio_last5_max"] == pytest.approx(0.5)
+    assert hist.loc[3, "hist_count"] == 0           # user b has no history
+
+
+def test_heuristics_on_a_real_slice(wagap):
+    batch = prepare(wagap)
+    request = UserRequest().predict(batch)
+    last2 = LastTwo().predict(batch)
+    alea = AleaPercentage().predict(batch)
+    np.testing.assert_array_equal(request, wagap.jobs["req_time"])
+    assert (last2 <= request).all() and (alea <= request).all() and (last2 >= 1).all()
+    hist = batch.history
+    both = (hist["hist_count"] >= 2).to_numpy()
+    expected = np.minimum((hist["last1"] + hist["last2"]) / 2, wagap.jobs["req_time"])[both]
+    np.testing.assert_allclose(last2[both], expected.clip(lower=1))
+    # Without history the heuristics fall back to the request.
+    none = (hist["hist_count"] == 0).to_numpy()
+    np.testing.assert_array_equal(last2[none], request[none])
+
+
+def test_rolling_evaluation_never_trains_on_the_future(wagap):
+    seen = []
+
+    class Spy(UserRequest):
+        name = "spy"
+
+        def fit(self, train):
+            seen.append((train.history["end"].max(), train.jobs.index.max()))
+            return self
+
+    evaluation = rolling_evaluate(wagap, [UserRequest(), Spy()], folds=3)
+    bounds = np.linspace(0, len(wagap.jobs), 5).astype(int)
+    submit = wagap.jobs["submit"].to_numpy()
+    for fold, (latest_end, last_index) in enumerate(seen, start=1):
+        assert latest_end <= submit[bounds[fold]]
+        assert last_index < bounds[fold]
+    assert len(evaluation.jobs) == len(wagap.jobs) - bounds[1]
+
+
+def test_learned_models_beat_the_request_time_ordered(wagap):
+    models = [UserRequest(), LastTwo(), LinearModel(), GradientBoosting()]
+    table = rolling_evaluate(wagap, models, folds=2).metrics()
+    assert table.loc["request", "gain_vs_request"] == pytest.approx(1.0)
+    for name in ("linear", "gboost"):
+        assert table.loc[name, "median_AE_min"] < table.loc["request", "median_AE_min"] / 2
+    assert 0 <= table.loc["gboost", "under_rate"] <= 1
+    # A walltime request is an upper bound: users under-estimate only when the job overran.
+    overrun = (wagap.jobs["run"] > wagap.jobs["req_time"]).mean()
+    assert table.loc["request", "under_rate"] <= overrun + 1e-9
+
+
+def test_automl_with_a_small_budget(wagap):
+    base = AutoML(budget=3)
+    per_user = AutoMLPerUser(base, users=2, user_budget=1)
+    table = rolling_evaluate(wagap.head(1500), [UserRequest(), base, per_user], folds=1).metrics()
+    assert len(per_user.user_models) + per_user.failed == 2
+    assert table.loc["automl", "median_AE_min"] < table.loc["request", "median_AE_min"]
+
+
+def test_metrics_by_hand():
+    jobs = pd.DataFrame({"run": [600.0, 1200.0, 60.0], "user": ["a", "a", "b"]})
+    predictions = pd.DataFrame({"request": [3600.0, 3600.0, 120.0], "m": [300.0, 1200.0, 600.0]})
+    table = metrics_table(jobs, predictions)
+    assert table.loc["m", "median_AE_min"] == pytest.approx(5.0)
+    assert table.loc["m", "MAE_min"] == pytest.approx((5 + 0 + 9) / 3)
+    assert table.loc["m", "under_rate"] == pytest.approx(1 / 3)
+    assert table.loc["m", "within_10min"] == pytest.approx(1.0)
+    assert table.loc["request", "median_AE_min"] == pytest.approx(40.0)
+    assert table.loc["m", "gain_vs_request"] == pytest.approx(8.0)

@@ -1,0 +1,115 @@
+"""Trace readers of surge.predict: the shared SWF traces, the Argonne and Alea layouts, sacct."""
+
+import gzip
+
+import numpy as np
+import pytest
+
+from surge.predict.traces import (TraceFormatError, detect_layout, expand_hostlist, read_sacct_text,
+                                  read_swf_text, read_trace)
+from surge.predict.shared_data import swf_trace
+
+
+def _first_lines(name: str, count: int) -> str:
+    with gzip.open(swf_trace(name), "rt") as handle:
+        return "".join(next(handle) for _ in range(count))
+
+
+def test_ricc_slice_is_standard_swf_with_8_cores_per_node():
+    text = _first_lines("RICC-2010-2.swf.gz", 520)
+    trace = read_swf_text(text, "ricc", detect_layout(text))
+    assert trace.layout == "swf"
+    assert trace.machine.size == 1024 and set(trace.machine.cores) == {8}
+    jobs = trace.jobs
+    assert len(jobs) + sum(trace.dropped.values()) == 500
+    first = jobs.iloc[0]
+    # Job 1: 80 processors, 14400 s requested, ran 222 s -> 10 whole nodes.
+    assert (first.procs, first.req_time, first.run, first.nodes, first.ppn) == (80, 14400, 222, 10, 8)
+    assert (jobs["submit"].diff().dropna() >= 0).all()
+
+
+def test_theta_uses_the_argonne_columns():
+    trace = read_trace(swf_trace("theta_argonne.swf.gz"))
+    assert trace.layout == "argonne"
+    jobs = trace.jobs
+    assert len(jobs) == 23387
+    # First data line of the file: job 639487 requested 3600 s (column 6) for 8 nodes.
+    row = jobs[jobs.job_id == 639487].iloc[0]
+    assert (row.req_time, row.run, row.nodes, row.ppn) == (3600, 3632, 8, 1)
+    assert trace.machine.size == 4392
+
+
+def test_mira_is_simulated_in_512_node_blocks():
+    trace = read_trace(swf_trace("mira.swf.gz"))
+    assert trace.machine.unit == 512 and trace.machine.size == 96
+    assert trace.jobs["nodes"].max() <= 96
+
+
+def test_alea_node_lists_match_the_requested_shape():
+    trace = read_trace(swf_trace("alea_wagap-2013.swf.gz"))
+    assert trace.layout == "alea" and trace.node_lists is not None
+    assert trace.dropped["unknown runtime"] == 2
+    assert len(trace.node_lists) == len(trace.jobs)
+    # Every real allocation uses exactly the job's number of distinct nodes.
+    sizes = np.array([len(lst) for lst in trace.node_lists])
+    assert (sizes == trace.jobs["nodes"].to_numpy()).all()
+    # zewura nodes have 80 cores, zegox 12 (from the .machines file).
+    assert set(trace.machine.cores) == {80, 12}
+    assert (trace.jobs["ppn"].to_numpy() <= trace.machine.cores.max()).all()
+
+
+def test_malformed_line_names_its_line_number():
+    text = _first_lines("RICC-2010-2.swf.gz", 30)
+    lines = text.splitlines(keepends=True)
+    lines[24] = lines[24].replace("1024000", "10x4000", 1)
+    with pytest.raises(TraceFormatError, match=r":25: field 10 is not a number"):
+        read_swf_text("".join(lines), "ricc")
+    lines[24] = "3 4 5\n"
+    with pytest.raises(TraceFormatError, match=r":25: expected at least 18 fields, found 3"):
+        read_swf_text("".join(lines), "ricc")
+
+
+def test_unusable_jobs_are_counted_not_silently_dropped():
+    text = _first_lines("RICC-2010-2.swf.gz", 40)
+    lines = text.splitlines(keepends=True)
+    fields = lines[30].split()
+    fields[3] = "-1"                     # runtime unknown
+    lines[30] = " ".join(fields) + "\n"
+    trace = read_swf_text("".join(lines), "ricc")
+    assert trace.dropped["unknown runtime"] == 1
+    assert len(trace.jobs) == 19
+    assert "1 unknown runtime" in trace.summary()
+
+
+SACCT = """JobID|User|Group|Partition|Submit|Start|End|Elapsed|Timelimit|NNodes|NCPUS|State|NodeList
+100|alice|lab|batch|2024-03-01T10:00:00|2024-03-01T10:05:00|2024-03-01T11:05:00|01:00:00|02:00:00|2|64|COMPLETED|cn[01-02]
+100.batch|alice|lab|batch|2024-03-01T10:05:00|2024-03-01T10:05:00|2024-03-01T11:05:00|01:00:00||1|32|COMPLETED|cn01
+101|bob|lab|batch|2024-03-01T10:10:00|Unknown|Unknown|00:00:00|1-00:00:00|1|32|PENDING|None assigned
+102|bob|lab|batch|2024-03-01T10:20:00|2024-03-01T11:05:00|2024-03-01T11:35:30|00:30:30|1-00:00:00|1|32|CANCELLED by 5|cn03
+"""
+
+
+def test_sacct_parsable2_jobs_steps_and_pending():
+    trace = read_sacct_text(SACCT, "sacct.txt")
+    assert detect_layout(SACCT) == "sacct"
+    assert trace.dropped["job steps (not jobs)"] == 1
+    assert trace.dropped["never started (no Start time)"] == 1
+    jobs = trace.jobs
+    assert list(jobs["job_id"]) == [100, 102]
+    assert list(jobs["run"]) == [3600, 1830]
+    assert list(jobs["req_time"]) == [7200, 86400]
+    assert list(jobs["wait"]) == [300, 2700]
+    assert list(jobs["status"]) == [1, 0]
+    assert [trace.machine.names[i] for i in trace.node_lists[0]] == ["cn01", "cn02"]
+
+
+def test_sacct_bad_time_and_missing_columns():
+    bad = SACCT.replace("2024-03-01T10:20:00", "yesterday")
+    with pytest.raises(TraceFormatError, match=r":5: Submit is not a time"):
+        read_sacct_text(bad, "sacct.txt")
+    with pytest.raises(TraceFormatError, match="lacks Timelimit"):
+        read_sacct_text("JobID|User|Submit|Start\n1|a|2024-01-01T00:00:00|\n", "s")
+
+
+def test_hostlist_expansion():
+    assert expand_hostlist("cn[01-03,07],gpu1") == ["cn01", "cn02", "cn03", "cn07", "gpu1"]
