@@ -278,6 +278,11 @@ impl MetaStore {
     // ---------------------------------------------------------------- protocol steps
 
     pub fn lookup(&self, parent: Ino, name: &str) -> MetaResult<DirEntry> {
+        if name == ".." {
+            // Lets a client walk up the tree (rename's cycle check, NFS-style lookups).
+            let up = self.dir(parent)?.parent;
+            return Ok(self.dir_entry(name, up, FileKind::Dir));
+        }
         let (ino, kind, _) = self.entry_of(parent, name)?;
         Ok(self.dir_entry(name, ino, kind))
     }

@@ -1,0 +1,163 @@
+//! Instance descriptors: the JSON file `surge up` writes and every client reads to find an
+//! instance (servers, mode, chunk size, owner, token path), and the instance's token file.
+//!
+//! Descriptors live in `$SURGE_HOME/instances/NAME.json` (`SURGE_HOME` defaults to `~/.surge`).
+
+use std::net::SocketAddr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use surge_proto::auth::{self, Secret};
+use surge_proto::ErrorCode;
+
+use crate::error::{Error, Result};
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// One namespace; file data striped in chunks over all servers.
+    Striped,
+    /// One namespace per node, whose data stays on that node's server.
+    Private,
+}
+
+impl std::str::FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "striped" => Ok(Mode::Striped),
+            "private" => Ok(Mode::Private),
+            other => Err(format!("unknown access mode '{other}' (expected striped or private)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Mode::Striped => "striped",
+            Mode::Private => "private",
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct ServerInfo {
+    pub index: usize,
+    /// Host the server runs on, as given to `surge up --hosts`.
+    pub host: String,
+    /// Address it listens on.
+    pub addr: SocketAddr,
+    /// Process id, when it was started on this machine.
+    pub pid: Option<u32>,
+    /// The server's node-local directory.
+    pub root: PathBuf,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct InstanceDescriptor {
+    pub name: String,
+    pub mode: Mode,
+    pub chunk_size: u64,
+    /// Total capacity in bytes, shared equally by the servers.
+    pub capacity: u64,
+    pub owner_uid: u32,
+    pub token_path: PathBuf,
+    /// Parent of the servers' node-local directories.
+    pub root: PathBuf,
+    /// Unix time of creation.
+    pub created: u64,
+    pub servers: Vec<ServerInfo>,
+}
+
+/// `$SURGE_HOME`, or `~/.surge`.
+pub fn surge_home() -> PathBuf {
+    if let Some(home) = std::env::var_os("SURGE_HOME") {
+        return PathBuf::from(home);
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/tmp"));
+    home.join(".surge")
+}
+
+pub fn instances_dir() -> PathBuf {
+    surge_home().join("instances")
+}
+
+pub fn descriptor_path(name: &str) -> PathBuf {
+    instances_dir().join(format!("{name}.json"))
+}
+
+/// Instance names become file names: keep them tame.
+pub fn check_instance_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        && !name.starts_with('.');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::new(ErrorCode::Invalid, format!("bad instance name '{name}': use letters, digits, '-', '_', '.'")))
+    }
+}
+
+impl InstanceDescriptor {
+    pub fn load(name: &str) -> Result<Self> {
+        check_instance_name(name)?;
+        Self::load_from(&descriptor_path(name))
+    }
+
+    pub fn load_from(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            let code = if e.kind() == std::io::ErrorKind::NotFound { ErrorCode::NotFound } else { ErrorCode::Io };
+            Error::new(code, format!("no instance descriptor at {}: {e}", path.display()))
+        })?;
+        serde_json::from_str(&text).map_err(|e| Error::new(ErrorCode::Invalid, format!("bad instance descriptor {}: {e}", path.display())))
+    }
+
+    /// Writes the descriptor under a temporary name and renames it into place.
+    pub fn save(&self) -> Result<PathBuf> {
+        let path = descriptor_path(&self.name);
+        let io = |e: std::io::Error| Error::new(ErrorCode::Io, format!("write {}: {e}", path.display()));
+        std::fs::create_dir_all(instances_dir()).map_err(io)?;
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, serde_json::to_string_pretty(self).expect("serializable")).map_err(io)?;
+        std::fs::rename(&tmp, &path).map_err(io)?;
+        Ok(path)
+    }
+
+    /// Reads the instance's secret, refusing a token file that others could read or that
+    /// belongs to someone else (as ssh does with private keys).
+    pub fn read_secret(&self) -> Result<Secret> {
+        read_token(&self.token_path)
+    }
+}
+
+pub fn read_token(path: &Path) -> Result<Secret> {
+    let denied = |why: String| Error::new(ErrorCode::Unauthenticated, format!("token file {}: {why}", path.display()));
+    let meta = std::fs::metadata(path).map_err(|e| denied(e.to_string()))?;
+    let euid = unsafe { libc::geteuid() };
+    if meta.uid() != euid {
+        return Err(denied(format!("owned by uid {}, not by you (uid {euid})", meta.uid())));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(denied(format!("mode {:o} lets others read it; it must be 0600", meta.mode() & 0o777)));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| denied(e.to_string()))?;
+    auth::parse_secret(&text).ok_or_else(|| denied("does not hold 64 hex digits".into()))
+}
+
+/// Creates a new random token file with mode 0600.
+pub fn create_token(path: &Path) -> Result<Secret> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut secret = [0u8; auth::SECRET_LEN];
+    getrandom::getrandom(&mut secret).map_err(|e| Error::new(ErrorCode::Io, format!("no randomness: {e}")))?;
+    let io = |e: std::io::Error| Error::new(ErrorCode::Io, format!("write token {}: {e}", path.display()));
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path).map_err(io)?;
+    file.write_all(auth::format_secret(&secret).as_bytes()).map_err(io)?;
+    Ok(secret)
+}

@@ -1,0 +1,93 @@
+//! Where data lives: a file is cut into fixed-size chunks and chunk `c` of inode `ino` is kept
+//! by server `(spread(ino) + c) mod N`. Consecutive chunks go to consecutive servers, so a
+//! large sequential request keeps every server busy, and the start server differs per file,
+//! so many small files spread evenly. Directories are homed by a hash of (parent, name).
+
+use surge_proto::ino::{spread, Ino};
+
+#[derive(Clone, Debug)]
+pub struct Layout {
+    chunk_size: u64,
+    servers: usize,
+}
+
+/// The part of a request that falls into one chunk.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Piece {
+    pub server: usize,
+    pub file_offset: u64,
+    pub buf_offset: usize,
+    pub len: u64,
+}
+
+impl Layout {
+    pub fn new(chunk_size: u64, servers: usize) -> Self {
+        assert!(chunk_size > 0 && servers > 0);
+        Layout { chunk_size, servers }
+    }
+
+    pub fn chunk_size(&self) -> u64 {
+        self.chunk_size
+    }
+
+    pub fn chunk_server(&self, ino: Ino, chunk: u64) -> usize {
+        ((spread(ino) % self.servers as u64 + chunk % self.servers as u64) % self.servers as u64) as usize
+    }
+
+    /// Splits `[offset, offset + len)` at chunk boundaries.
+    pub fn pieces(&self, ino: Ino, offset: u64, len: u64) -> impl Iterator<Item = Piece> + '_ {
+        let end = offset + len;
+        let mut at = offset;
+        std::iter::from_fn(move || {
+            if at >= end {
+                return None;
+            }
+            let chunk = at / self.chunk_size;
+            let chunk_end = ((chunk + 1) * self.chunk_size).min(end);
+            let piece = Piece { server: self.chunk_server(ino, chunk), file_offset: at, buf_offset: (at - offset) as usize, len: chunk_end - at };
+            at = chunk_end;
+            Some(piece)
+        })
+    }
+
+    /// Server that homes a new directory `name` in `parent`.
+    pub fn dir_home(&self, parent: Ino, name: &str) -> usize {
+        let h = name_hash(name.as_bytes()) ^ spread(parent);
+        (spread(h) % self.servers as u64) as usize
+    }
+}
+
+/// FNV-1a: a dependency-free, stable string hash (placement must agree across builds).
+fn name_hash(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_cover_the_range_at_chunk_boundaries() {
+        let layout = Layout::new(1024, 4);
+        let pieces: Vec<Piece> = layout.pieces(7, 1000, 3000).collect();
+        assert_eq!(pieces.iter().map(|p| p.len).sum::<u64>(), 3000);
+        assert_eq!(pieces[0].len, 24);
+        assert_eq!(pieces[1].file_offset, 1024);
+        let servers: Vec<usize> = pieces.iter().map(|p| p.server).collect();
+        assert_eq!(servers.len(), 4);
+        let mut unique = servers.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), 4, "four consecutive chunks land on four servers");
+    }
+
+    #[test]
+    fn directories_spread_over_servers() {
+        let layout = Layout::new(1 << 20, 4);
+        let mut counts = [0; 4];
+        for i in 0..400 {
+            counts[layout.dir_home(1, &format!("d{i}"))] += 1;
+        }
+        assert!(counts.iter().all(|&c| c > 60), "uneven: {counts:?}");
+    }
+}

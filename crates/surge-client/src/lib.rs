@@ -1,0 +1,769 @@
+//! # surge-client — the native Surge client library
+//!
+//! Talks to an instance's servers directly: no gateway, no metadata server.
+//! * Metadata requests go to the *home* server of the inode they name: its index is in the
+//!   inode number's top bits ([`surge_proto::ino`]). New files are homed with their directory,
+//!   so a create is one round trip; new directories are spread over the servers.
+//! * File data is cut into chunks (default 1 MiB); chunk `c` of a file lives on server
+//!   `(spread(ino) + c) mod N` ([`layout`]). A large request becomes concurrent requests to
+//!   several servers.
+//! * Operations spanning two servers (mkdir, rename between directories homed on different
+//!   servers, removing a directory homed elsewhere) are sequenced here from atomic steps.
+//!
+//! ## Consistency: close-to-open
+//! A writer's data reaches the servers when `pwrite` returns; the file's size and mtime are
+//! published at `fsync` and `close`. An `open` (on any node) after that `close` sees the whole
+//! file. A rename is atomic on the directory's server: a reader that opens the final name sees
+//! either the old file or the complete new one. See `docs/consistency.md`.
+//!
+//! The API is async (tokio). Paths are absolute within the instance (`/a/b`); the path API does
+//! not follow symlinks (use the FUSE mount for that); the `*_at` forms take a parent inode.
+
+pub mod conn;
+pub mod descriptor;
+pub mod error;
+pub mod layout;
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use surge_proto::ino::{self, Ino};
+use surge_proto::{check_name, Attr, AttrChanges, DirEntry, ErrorCode, FileKind, Reply, Request, ServerStats, Timestamp, Unlinked, ROOT_INO};
+use tokio::sync::Mutex as AsyncMutex;
+
+pub use descriptor::{InstanceDescriptor, Mode};
+pub use error::{Error, Result};
+pub use surge_proto;
+
+use conn::{Connection, Pending};
+use layout::Layout;
+
+/// How long a request may wait for its reply before it fails with TimedOut.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a step retries while the entry it needs is locked by a rename in progress.
+const BUSY_RETRY_FOR: Duration = Duration::from_secs(5);
+
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// This node's address: outgoing connections start from it, and in private mode it picks
+    /// the server whose namespace this client sees. `None`: the OS chooses / first server.
+    pub node: Option<IpAddr>,
+    pub timeout: Duration,
+    /// Identity stamped on created files.
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        let node = std::env::var("SURGE_NODE").ok().and_then(|s| s.parse().ok());
+        let timeout = std::env::var("SURGE_TIMEOUT_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map(Duration::from_secs_f64)
+            .unwrap_or(DEFAULT_TIMEOUT);
+        ClientOptions { node, timeout, uid: unsafe { libc::geteuid() }, gid: unsafe { libc::getegid() } }
+    }
+}
+
+struct ServerSlot {
+    addr: std::net::SocketAddr,
+    conn: AsyncMutex<Option<Arc<Connection>>>,
+}
+
+struct Inner {
+    servers: Vec<ServerSlot>,
+    layout: Layout,
+    secret: surge_proto::auth::Secret,
+    session: u64,
+    opts: ClientOptions,
+}
+
+/// A connection to one instance. Cheap to clone; all clones share connections.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+fn unexpected(op: &str, reply: Reply) -> Error {
+    Error::new(ErrorCode::Protocol, format!("{op}: unexpected reply {reply:?}"))
+}
+
+impl Client {
+    /// Connects to the instance a descriptor describes. Servers are dialled lazily, on first use.
+    pub fn new(desc: &InstanceDescriptor, opts: ClientOptions) -> Result<Client> {
+        let secret = desc.read_secret()?;
+        let addrs: Vec<std::net::SocketAddr> = match desc.mode {
+            Mode::Striped => desc.servers.iter().map(|s| s.addr).collect(),
+            Mode::Private => {
+                // Each server is a namespace of its own (started as server 0 of 1): this
+                // client sees only its node's server.
+                let local = match opts.node {
+                    Some(ip) => desc.servers.iter().find(|s| s.addr.ip() == ip).ok_or_else(|| {
+                        Error::new(ErrorCode::Invalid, format!("private mode: no server of instance '{}' runs on this node ({ip})", desc.name))
+                    })?,
+                    None => &desc.servers[0],
+                };
+                vec![local.addr]
+            }
+        };
+        if addrs.is_empty() {
+            return Err(Error::new(ErrorCode::Invalid, "instance has no servers"));
+        }
+        let mut session = [0u8; 8];
+        getrandom::getrandom(&mut session).map_err(|e| Error::new(ErrorCode::Io, e.to_string()))?;
+        let layout = Layout::new(desc.chunk_size, addrs.len());
+        let servers = addrs.into_iter().map(|addr| ServerSlot { addr, conn: AsyncMutex::new(None) }).collect();
+        Ok(Client { inner: Arc::new(Inner { servers, layout, secret, session: u64::from_le_bytes(session), opts }) })
+    }
+
+    /// Loads `$SURGE_HOME/instances/NAME.json` and connects.
+    pub fn for_instance(name: &str, opts: ClientOptions) -> Result<Client> {
+        Client::new(&InstanceDescriptor::load(name)?, opts)
+    }
+
+    pub fn server_count(&self) -> usize {
+        self.inner.servers.len()
+    }
+
+    pub fn chunk_size(&self) -> u64 {
+        self.inner.layout.chunk_size()
+    }
+
+    pub fn options(&self) -> &ClientOptions {
+        &self.inner.opts
+    }
+
+    // ------------------------------------------------------------ transport
+
+    async fn connection(&self, server: usize) -> Result<Arc<Connection>> {
+        let slot = self.inner.servers.get(server).ok_or_else(|| Error::new(ErrorCode::Stale, format!("no server {server} in this instance")))?;
+        let mut guard = slot.conn.lock().await;
+        if let Some(conn) = guard.as_ref() {
+            if !conn.is_broken() {
+                return Ok(conn.clone());
+            }
+        }
+        let opts = &self.inner.opts;
+        let conn = Connection::open(slot.addr, opts.node, &self.inner.secret, self.inner.session, opts.timeout).await?;
+        *guard = Some(conn.clone());
+        Ok(conn)
+    }
+
+    async fn send(&self, server: usize, request: &Request, payload: Bytes) -> Result<Pending> {
+        self.connection(server).await?.send(request, payload)
+    }
+
+    async fn call_with(&self, server: usize, request: Request, payload: Bytes) -> Result<(Reply, Vec<u8>)> {
+        self.send(server, &request, payload).await?.wait(self.inner.opts.timeout).await
+    }
+
+    /// One metadata step, retried while a rename in progress holds the entry it needs.
+    async fn call(&self, server: usize, request: Request) -> Result<Reply> {
+        let deadline = tokio::time::Instant::now() + BUSY_RETRY_FOR;
+        loop {
+            match self.call_with(server, request.clone(), Bytes::new()).await {
+                Err(e) if e.code == ErrorCode::Busy && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                other => return other.map(|(reply, _)| reply),
+            }
+        }
+    }
+
+    async fn call_home(&self, ino: Ino, request: Request) -> Result<Reply> {
+        self.call(ino::home(ino), request).await
+    }
+
+    /// Sends the same request to every server and waits for all answers.
+    async fn broadcast(&self, request: Request) -> Result<()> {
+        let mut pending = Vec::with_capacity(self.server_count());
+        for server in 0..self.server_count() {
+            pending.push(self.send(server, &request, Bytes::new()).await);
+        }
+        let mut first_error = None;
+        for p in pending {
+            let result = match p {
+                Ok(p) => p.wait(self.inner.opts.timeout).await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    // ------------------------------------------------------------ inode-level namespace API
+
+    pub async fn getattr(&self, ino: Ino) -> Result<Attr> {
+        match self.call_home(ino, Request::GetAttr { ino }).await? {
+            Reply::Attr(attr) => Ok(attr),
+            other => Err(unexpected("getattr", other)),
+        }
+    }
+
+    /// Looks `name` up in directory `parent`; fetches the attributes from the inode's own home
+    /// when it lives elsewhere than the directory.
+    pub async fn lookup(&self, parent: Ino, name: &str) -> Result<Attr> {
+        match self.lookup_entry(parent, name).await? {
+            DirEntry { attr: Some(attr), .. } => Ok(attr),
+            DirEntry { ino, .. } => self.getattr(ino).await,
+        }
+    }
+
+    async fn lookup_entry(&self, parent: Ino, name: &str) -> Result<DirEntry> {
+        if name != ".." {
+            check_name(name).map_err(|c| Error::new(c, format!("bad name '{name}'")))?;
+        }
+        match self.call_home(parent, Request::Lookup { parent, name: name.to_string() }).await? {
+            Reply::Entry(entry) => Ok(entry),
+            other => Err(unexpected("lookup", other)),
+        }
+    }
+
+    /// Changes attributes. Shrinking a file drops its data beyond the new size on every server
+    /// first, so no stale bytes reappear if it grows again.
+    pub async fn setattr(&self, ino: Ino, changes: AttrChanges) -> Result<Attr> {
+        if let Some(size) = changes.size {
+            self.broadcast(Request::TruncateData { ino, size }).await?;
+        }
+        match self.call_home(ino, Request::SetAttr { ino, changes }).await? {
+            Reply::Attr(attr) => Ok(attr),
+            other => Err(unexpected("setattr", other)),
+        }
+    }
+
+    /// Creates (or with `exclusive == false` opens an existing) regular file and registers an
+    /// open handle on it.
+    pub async fn create_at(&self, parent: Ino, name: &str, mode: u32, exclusive: bool) -> Result<File> {
+        let request = Request::Create {
+            parent,
+            name: name.to_string(),
+            mode,
+            uid: self.inner.opts.uid,
+            gid: self.inner.opts.gid,
+            exclusive,
+            open: true,
+        };
+        let entry = match self.call_home(parent, request).await? {
+            Reply::Entry(entry) => entry,
+            other => return Err(unexpected("create", other)),
+        };
+        let attr = match entry.attr {
+            Some(attr) => attr,
+            // An existing file homed elsewhere (renamed in from another directory).
+            None => return self.open_ino(entry.ino).await,
+        };
+        if attr.kind != FileKind::File {
+            return Err(Error::new(ErrorCode::Invalid, format!("'{name}' is not a regular file")));
+        }
+        Ok(File::new(self.clone(), attr))
+    }
+
+    /// Opens an existing file by inode (registers an open handle; see [`File::close`]).
+    pub async fn open_ino(&self, ino: Ino) -> Result<File> {
+        match self.call_home(ino, Request::Open { ino }).await? {
+            Reply::Attr(attr) if attr.kind == FileKind::File => Ok(File::new(self.clone(), attr)),
+            Reply::Attr(attr) => {
+                // Undo the registration before refusing.
+                let _ = self.call_home(ino, Request::Commit { ino, size: None, mtime: None, release: true }).await;
+                Err(Error::new(if attr.kind == FileKind::Dir { ErrorCode::IsDir } else { ErrorCode::Invalid }, "not a regular file"))
+            }
+            other => Err(unexpected("open", other)),
+        }
+    }
+
+    pub async fn mkdir_at(&self, parent: Ino, name: &str, mode: u32) -> Result<Attr> {
+        check_name(name).map_err(|c| Error::new(c, format!("bad name '{name}'")))?;
+        // Spread directories over servers by (parent, name), so a tree's metadata load spreads.
+        let target = self.inner.layout.dir_home(parent, name);
+        let (uid, gid) = (self.inner.opts.uid, self.inner.opts.gid);
+        let attr = match self.call(target, Request::MakeDirInode { parent, mode, uid, gid }).await? {
+            Reply::Attr(attr) => attr,
+            other => return Err(unexpected("mkdir", other)),
+        };
+        let insert = Request::InsertEntry { parent, name: name.to_string(), ino: attr.ino, kind: FileKind::Dir, replace: false, retired_target: None };
+        if let Err(e) = self.call_home(parent, insert).await {
+            let _ = self.call(target, Request::DropInode { ino: attr.ino }).await;
+            return Err(e);
+        }
+        Ok(attr)
+    }
+
+    pub async fn symlink_at(&self, parent: Ino, name: &str, target: &str) -> Result<Attr> {
+        let request = Request::Symlink { parent, name: name.to_string(), target: target.to_string(), uid: self.inner.opts.uid, gid: self.inner.opts.gid };
+        match self.call_home(parent, request).await? {
+            Reply::Attr(attr) => Ok(attr),
+            other => Err(unexpected("symlink", other)),
+        }
+    }
+
+    pub async fn readlink_ino(&self, ino: Ino) -> Result<String> {
+        match self.call_home(ino, Request::Readlink { ino }).await? {
+            Reply::Link(target) => Ok(target),
+            other => Err(unexpected("readlink", other)),
+        }
+    }
+
+    /// Finishes off an inode that lost a name: drops the link at its home when that is another
+    /// server, and purges its chunks everywhere once nothing refers to it.
+    async fn finish_unlinked(&self, unlinked: &Unlinked) -> Result<()> {
+        let mut purge = unlinked.purge;
+        if unlinked.remote {
+            if unlinked.kind == FileKind::Dir {
+                // A retired directory replaced by a rename.
+                return self.call_home(unlinked.ino, Request::DropInode { ino: unlinked.ino }).await.map(|_| ());
+            }
+            purge = matches!(self.call_home(unlinked.ino, Request::DropLink { ino: unlinked.ino }).await?, Reply::Dropped { purge: true });
+        }
+        if purge {
+            self.broadcast(Request::PurgeData { ino: unlinked.ino }).await?;
+        }
+        Ok(())
+    }
+
+    pub async fn unlink_at(&self, parent: Ino, name: &str) -> Result<()> {
+        match self.call_home(parent, Request::Unlink { parent, name: name.to_string() }).await? {
+            Reply::Unlinked(u) => self.finish_unlinked(&u).await,
+            other => Err(unexpected("unlink", other)),
+        }
+    }
+
+    pub async fn rmdir_at(&self, parent: Ino, name: &str) -> Result<()> {
+        match self.call_home(parent, Request::Rmdir { parent, name: name.to_string() }).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.code == ErrorCode::NeedsRetire => {
+                // The directory is homed elsewhere: retire it there (fails if not empty, and
+                // keeps it empty), unlink its entry here, then delete it.
+                let ino = self.lookup_entry(parent, name).await?.ino;
+                self.call_home(ino, Request::RetireDir { ino }).await?;
+                if let Err(e) = self.call_home(parent, Request::RemoveEntry { parent, name: name.to_string(), ino }).await {
+                    let _ = self.call_home(ino, Request::UnretireDir { ino }).await;
+                    return Err(e);
+                }
+                self.call_home(ino, Request::DropInode { ino }).await.map(|_| ())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Atomic rename, also over an existing target and of directories.
+    pub async fn rename_at(&self, src_parent: Ino, src_name: &str, dst_parent: Ino, dst_name: &str, noreplace: bool) -> Result<()> {
+        check_name(dst_name).map_err(|c| Error::new(c, format!("bad name '{dst_name}'")))?;
+        let mut retired: Option<Ino> = None;
+        let result = loop {
+            let attempt = if ino::home(src_parent) == ino::home(dst_parent) {
+                let request = Request::Rename {
+                    src_parent,
+                    src_name: src_name.to_string(),
+                    dst_parent,
+                    dst_name: dst_name.to_string(),
+                    noreplace,
+                    retired_target: retired,
+                };
+                self.call_home(src_parent, request).await
+            } else {
+                self.rename_across(src_parent, src_name, dst_parent, dst_name, noreplace, retired).await
+            };
+            match attempt {
+                Err(e) if e.code == ErrorCode::NeedsRetire && retired.is_none() => {
+                    // The target is an (empty) directory homed on a third server: retire it so
+                    // it stays empty, then retry with that proof.
+                    let target = self.lookup_entry(dst_parent, dst_name).await?.ino;
+                    self.call_home(target, Request::RetireDir { ino: target }).await?;
+                    retired = Some(target);
+                }
+                other => break other,
+            }
+        };
+        let reply = match result {
+            Ok(reply) => reply,
+            Err(e) => {
+                if let Some(target) = retired {
+                    let _ = self.call_home(target, Request::UnretireDir { ino: target }).await;
+                }
+                return Err(e);
+            }
+        };
+        let Reply::Renamed { replaced, reparent } = reply else {
+            return Err(unexpected("rename", reply));
+        };
+        if let Some(ino) = reparent {
+            self.call_home(ino, Request::SetParent { ino, parent: dst_parent }).await?;
+        }
+        if let Some(u) = replaced {
+            self.finish_unlinked(&u).await?;
+        }
+        Ok(())
+    }
+
+    /// Rename between directories homed on different servers: lock the source entry, link the
+    /// target, then remove the source. The target never names anything half-made; for a
+    /// moment both names refer to the same complete inode.
+    async fn rename_across(&self, src_parent: Ino, src_name: &str, dst_parent: Ino, dst_name: &str, noreplace: bool, retired: Option<Ino>) -> Result<Reply> {
+        let entry = match self.call_home(src_parent, Request::RenamePrepare { parent: src_parent, name: src_name.to_string() }).await? {
+            Reply::Entry(entry) => entry,
+            other => return Err(unexpected("rename", other)),
+        };
+        let finish = |commit| Request::RenameFinish { parent: src_parent, name: src_name.to_string(), ino: entry.ino, commit };
+        let linked = async {
+            if entry.kind == FileKind::Dir {
+                self.check_not_ancestor(entry.ino, dst_parent).await?;
+            }
+            let insert = Request::InsertEntry { parent: dst_parent, name: dst_name.to_string(), ino: entry.ino, kind: entry.kind, replace: !noreplace, retired_target: retired };
+            self.call_home(dst_parent, insert).await
+        }
+        .await;
+        match linked {
+            Ok(reply) => {
+                self.call_home(src_parent, finish(true)).await?;
+                Ok(reply)
+            }
+            Err(e) => {
+                let _ = self.call_home(src_parent, finish(false)).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Refuses to move directory `dir` below itself: walks `..` from `target` to the root.
+    async fn check_not_ancestor(&self, dir: Ino, mut target: Ino) -> Result<()> {
+        for _ in 0..4096 {
+            if target == dir {
+                return Err(Error::new(ErrorCode::Invalid, "cannot move a directory into itself"));
+            }
+            if target == ROOT_INO {
+                return Ok(());
+            }
+            target = self.lookup_entry(target, "..").await?.ino;
+        }
+        Err(Error::new(ErrorCode::Invalid, "directory tree too deep"))
+    }
+
+    /// One page of a directory, in name order, starting after `after`. Only the directory's
+    /// home server is asked.
+    pub async fn readdir_page(&self, ino: Ino, after: Option<String>, limit: u32) -> Result<(Vec<DirEntry>, bool)> {
+        match self.call_home(ino, Request::Readdir { ino, after, limit }).await? {
+            Reply::Entries { entries, more } => Ok((entries, more)),
+            other => Err(unexpected("readdir", other)),
+        }
+    }
+
+    pub async fn readdir_ino(&self, ino: Ino) -> Result<Vec<DirEntry>> {
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let (entries, more) = self.readdir_page(ino, after, 4096).await?;
+            after = entries.last().map(|e| e.name.clone());
+            all.extend(entries);
+            if !more {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// Capacity, usage and inode counts of every server (in server order).
+    pub async fn statfs(&self) -> Vec<Result<ServerStats>> {
+        let mut out = Vec::new();
+        for server in 0..self.server_count() {
+            out.push(match self.call(server, Request::StatFs).await {
+                Ok(Reply::Stats(stats)) => Ok(stats),
+                Ok(other) => Err(unexpected("statfs", other)),
+                Err(e) => Err(e),
+            });
+        }
+        out
+    }
+
+    /// Asks every server to stop (used by `surge down`).
+    pub async fn shutdown_server(&self, server: usize) -> Result<()> {
+        self.call(server, Request::Shutdown).await.map(|_| ())
+    }
+
+    // ------------------------------------------------------------ path API
+
+    /// Resolves an absolute instance path to its attributes (symlinks are not followed).
+    pub async fn stat(&self, path: &str) -> Result<Attr> {
+        let mut attr = self.getattr(ROOT_INO).await?;
+        for name in components(path)? {
+            if attr.kind != FileKind::Dir {
+                return Err(Error::new(ErrorCode::NotDir, format!("{path}: a component is not a directory")));
+            }
+            attr = self.lookup(attr.ino, name).await.map_err(|e| with_path(e, path))?;
+        }
+        Ok(attr)
+    }
+
+    /// Resolves the parent directory of `path` and returns (parent inode, last name).
+    pub async fn resolve_parent<'p>(&self, path: &'p str) -> Result<(Ino, &'p str)> {
+        let names = components(path)?;
+        let Some((last, dirs)) = names.split_last() else {
+            return Err(Error::new(ErrorCode::Invalid, format!("{path}: the root has no parent")));
+        };
+        let mut ino = ROOT_INO;
+        for name in dirs {
+            let entry = self.lookup_entry(ino, name).await.map_err(|e| with_path(e, path))?;
+            if entry.kind != FileKind::Dir {
+                return Err(Error::new(ErrorCode::NotDir, format!("{path}: '{name}' is not a directory")));
+            }
+            ino = entry.ino;
+        }
+        Ok((ino, last))
+    }
+
+    pub async fn create(&self, path: &str, mode: u32) -> Result<File> {
+        let (parent, name) = self.resolve_parent(path).await?;
+        self.create_at(parent, name, mode, true).await.map_err(|e| with_path(e, path))
+    }
+
+    /// Opens an existing file; `truncate` empties it first (O_TRUNC).
+    pub async fn open(&self, path: &str, truncate: bool) -> Result<File> {
+        let attr = self.stat(path).await?;
+        if attr.kind == FileKind::Dir {
+            return Err(Error::new(ErrorCode::IsDir, path.to_string()));
+        }
+        let file = self.open_ino(attr.ino).await.map_err(|e| with_path(e, path))?;
+        if truncate {
+            file.set_len(0).await?;
+        }
+        Ok(file)
+    }
+
+    /// Opens or creates a file for writing, emptied (O_CREAT|O_TRUNC).
+    pub async fn create_or_truncate(&self, path: &str, mode: u32) -> Result<File> {
+        let (parent, name) = self.resolve_parent(path).await?;
+        let file = self.create_at(parent, name, mode, false).await.map_err(|e| with_path(e, path))?;
+        if file.size() > 0 {
+            file.set_len(0).await?;
+        }
+        Ok(file)
+    }
+
+    pub async fn mkdir(&self, path: &str, mode: u32) -> Result<Attr> {
+        let (parent, name) = self.resolve_parent(path).await?;
+        self.mkdir_at(parent, name, mode).await.map_err(|e| with_path(e, path))
+    }
+
+    /// Creates a directory and any missing parents (`mkdir -p`).
+    pub async fn mkdir_all(&self, path: &str, mode: u32) -> Result<Attr> {
+        let mut attr = self.getattr(ROOT_INO).await?;
+        for name in components(path)? {
+            attr = match self.lookup(attr.ino, name).await {
+                Ok(a) if a.kind == FileKind::Dir => a,
+                Ok(_) => return Err(Error::new(ErrorCode::NotDir, format!("{path}: '{name}' is not a directory"))),
+                Err(e) if e.code == ErrorCode::NotFound => match self.mkdir_at(attr.ino, name, mode).await {
+                    Ok(a) => a,
+                    Err(e) if e.code == ErrorCode::Exists => self.lookup(attr.ino, name).await?,
+                    Err(e) => return Err(with_path(e, path)),
+                },
+                Err(e) => return Err(with_path(e, path)),
+            };
+        }
+        Ok(attr)
+    }
+
+    pub async fn rmdir(&self, path: &str) -> Result<()> {
+        let (parent, name) = self.resolve_parent(path).await?;
+        self.rmdir_at(parent, name).await.map_err(|e| with_path(e, path))
+    }
+
+    pub async fn unlink(&self, path: &str) -> Result<()> {
+        let (parent, name) = self.resolve_parent(path).await?;
+        self.unlink_at(parent, name).await.map_err(|e| with_path(e, path))
+    }
+
+    pub async fn rename(&self, from: &str, to: &str) -> Result<()> {
+        let (src_parent, src_name) = self.resolve_parent(from).await?;
+        let (dst_parent, dst_name) = self.resolve_parent(to).await?;
+        self.rename_at(src_parent, src_name, dst_parent, dst_name, false).await.map_err(|e| with_path(e, &format!("{from} -> {to}")))
+    }
+
+    pub async fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
+        let attr = self.stat(path).await?;
+        if attr.kind != FileKind::Dir {
+            return Err(Error::new(ErrorCode::NotDir, path.to_string()));
+        }
+        self.readdir_ino(attr.ino).await
+    }
+
+    pub async fn symlink(&self, target: &str, link: &str) -> Result<Attr> {
+        let (parent, name) = self.resolve_parent(link).await?;
+        self.symlink_at(parent, name, target).await.map_err(|e| with_path(e, link))
+    }
+
+    pub async fn readlink(&self, path: &str) -> Result<String> {
+        let attr = self.stat(path).await?;
+        self.readlink_ino(attr.ino).await.map_err(|e| with_path(e, path))
+    }
+
+    pub async fn set_attr(&self, path: &str, changes: AttrChanges) -> Result<Attr> {
+        let attr = self.stat(path).await?;
+        self.setattr(attr.ino, changes).await.map_err(|e| with_path(e, path))
+    }
+
+    pub async fn chmod(&self, path: &str, mode: u32) -> Result<Attr> {
+        self.set_attr(path, AttrChanges { mode: Some(mode), ..Default::default() }).await
+    }
+
+    pub async fn chown(&self, path: &str, uid: Option<u32>, gid: Option<u32>) -> Result<Attr> {
+        self.set_attr(path, AttrChanges { uid, gid, ..Default::default() }).await
+    }
+
+    pub async fn utimens(&self, path: &str, atime: Option<Timestamp>, mtime: Option<Timestamp>) -> Result<Attr> {
+        self.set_attr(path, AttrChanges { atime, mtime, ..Default::default() }).await
+    }
+
+    pub async fn truncate(&self, path: &str, size: u64) -> Result<Attr> {
+        self.set_attr(path, AttrChanges { size: Some(size), ..Default::default() }).await
+    }
+}
+
+fn components(path: &str) -> Result<Vec<&str>> {
+    if !path.starts_with('/') {
+        return Err(Error::new(ErrorCode::Invalid, format!("'{path}': instance paths are absolute (start with /)")));
+    }
+    let names: Vec<&str> = path.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+    if names.contains(&"..") {
+        return Err(Error::new(ErrorCode::Invalid, format!("'{path}': '..' is not allowed in instance paths")));
+    }
+    Ok(names)
+}
+
+fn with_path(mut e: Error, path: &str) -> Error {
+    e.detail = if e.detail.is_empty() { path.to_string() } else { format!("{path}: {}", e.detail) };
+    e
+}
+
+/// An open file. Writes go straight to the servers; size and mtime are published to the
+/// file's home server at [`File::fsync`] and [`File::close`] (close-to-open consistency).
+/// Dropping a `File` without `close` leaves its open handle registered until the connection
+/// ends; always close.
+pub struct File {
+    client: Client,
+    ino: Ino,
+    /// Size seen at open, grown by our own writes: where reads stop.
+    size: AtomicU64,
+    /// Highest end offset written through this handle.
+    written_end: AtomicU64,
+    dirty: AtomicBool,
+}
+
+impl File {
+    fn new(client: Client, attr: Attr) -> File {
+        File { client, ino: attr.ino, size: AtomicU64::new(attr.size), written_end: AtomicU64::new(0), dirty: AtomicBool::new(false) }
+    }
+
+    pub fn ino(&self) -> Ino {
+        self.ino
+    }
+
+    /// The file's size as this handle knows it.
+    pub fn size(&self) -> u64 {
+        self.size.load(Ordering::Relaxed)
+    }
+
+    /// Writes `data` at `offset`. The chunks it covers are sent to their servers concurrently.
+    pub async fn pwrite(&self, offset: u64, data: &[u8]) -> Result<usize> {
+        self.pwrite_bytes(offset, Bytes::copy_from_slice(data)).await
+    }
+
+    /// Like [`File::pwrite`] without copying `data` (the pieces sent are slices of it).
+    pub async fn pwrite_bytes(&self, offset: u64, data: Bytes) -> Result<usize> {
+        let len = data.len();
+        if len == 0 {
+            return Ok(0);
+        }
+        let client = &self.client;
+        let mut pending = Vec::new();
+        for piece in client.inner.layout.pieces(self.ino, offset, len as u64) {
+            let payload = data.slice(piece.buf_offset..piece.buf_offset + piece.len as usize);
+            pending.push(client.send(piece.server, &Request::Write { ino: self.ino, offset: piece.file_offset }, payload).await?);
+        }
+        let mut first_error = None;
+        for p in pending {
+            if let Err(e) = p.wait(client.inner.opts.timeout).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        let end = offset + len as u64;
+        self.written_end.fetch_max(end, Ordering::Relaxed);
+        self.size.fetch_max(end, Ordering::Relaxed);
+        self.dirty.store(true, Ordering::Relaxed);
+        Ok(len)
+    }
+
+    /// Reads up to `len` bytes at `offset`, stopping at the file's size; holes read as zeros.
+    pub async fn pread(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let size = self.size();
+        if offset >= size {
+            return Ok(Vec::new());
+        }
+        let len = (len as u64).min(size - offset);
+        let client = &self.client;
+        let mut pending = Vec::new();
+        for piece in client.inner.layout.pieces(self.ino, offset, len) {
+            let request = Request::Read { ino: self.ino, offset: piece.file_offset, len: piece.len as u32 };
+            pending.push((piece.buf_offset, client.send(piece.server, &request, Bytes::new()).await?));
+        }
+        let mut out = vec![0u8; len as usize];
+        for (at, p) in pending {
+            let (_, bytes) = p.wait(client.inner.opts.timeout).await?;
+            out[at..at + bytes.len()].copy_from_slice(&bytes);
+        }
+        Ok(out)
+    }
+
+    async fn publish(&self, release: bool) -> Result<bool> {
+        let dirty = self.dirty.swap(false, Ordering::Relaxed);
+        let written = self.written_end.load(Ordering::Relaxed);
+        let request = Request::Commit {
+            ino: self.ino,
+            size: (dirty && written > 0).then_some(written),
+            mtime: dirty.then(Timestamp::now),
+            release,
+        };
+        match self.client.call_home(self.ino, request).await? {
+            Reply::Dropped { purge } => Ok(purge),
+            other => Err(unexpected("commit", other)),
+        }
+    }
+
+    /// Makes written data durable on the servers' devices and publishes size and mtime.
+    pub async fn fsync(&self) -> Result<()> {
+        self.client.broadcast(Request::SyncData { ino: self.ino }).await?;
+        self.publish(false).await.map(|_| ())
+    }
+
+    /// Publishes size and mtime and releases the handle. After this returns, an open on any
+    /// node sees everything written through this handle.
+    pub async fn close(self) -> Result<()> {
+        if self.publish(true).await? {
+            // The file was unlinked while open and this was the last handle.
+            self.client.broadcast(Request::PurgeData { ino: self.ino }).await?;
+        }
+        Ok(())
+    }
+
+    /// Sets the file's size (ftruncate).
+    pub async fn set_len(&self, size: u64) -> Result<()> {
+        self.client.setattr(self.ino, AttrChanges { size: Some(size), ..Default::default() }).await?;
+        self.size.store(size, Ordering::Relaxed);
+        self.written_end.store(self.written_end.load(Ordering::Relaxed).min(size), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Re-reads the size from the file's home (to see another node's published writes
+    /// through a handle opened earlier).
+    pub async fn refresh(&self) -> Result<u64> {
+        let attr = self.client.getattr(self.ino).await?;
+        self.size.fetch_max(attr.size, Ordering::Relaxed);
+        Ok(self.size())
+    }
+}
