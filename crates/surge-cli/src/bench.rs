@@ -1,0 +1,352 @@
+//! `surge bench`: the data-plane benchmarks, run against an instance (native client) or a
+//! local directory (the baseline, e.g. tmpfs), with the same access pattern, so `bench/`
+//! scripts can print same-run ratios.
+//!
+//! * `seq`: file-per-process sequential write (then fsync) and read with fixed-size requests,
+//!   N processes started together;
+//! * `meta`: create (exclusive) + close, stat, unlink of N files in one directory, with
+//!   C requests in flight.
+
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+use clap::{Args, Subcommand, ValueEnum};
+use serde::{Deserialize, Serialize};
+use surge_client::{Client, ClientOptions};
+
+use crate::table::{parse_size, Table};
+
+#[derive(Args, Clone)]
+pub struct BenchTarget {
+    /// Benchmark this instance through the native client...
+    #[arg(long, conflicts_with = "dir")]
+    instance: Option<String>,
+    /// ...or this local directory (the baseline).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    #[arg(long)]
+    node: Option<std::net::IpAddr>,
+}
+
+impl BenchTarget {
+    fn describe(&self) -> String {
+        match (&self.instance, &self.dir) {
+            (Some(i), _) => format!("surge:{i}"),
+            (_, Some(d)) => d.display().to_string(),
+            _ => "?".into(),
+        }
+    }
+
+    fn client(&self) -> Result<Option<Client>> {
+        match (&self.instance, &self.dir) {
+            (Some(name), _) => Ok(Some(Client::for_instance(name, ClientOptions { node: self.node, ..Default::default() })?)),
+            (None, Some(_)) => Ok(None),
+            (None, None) => bail!("give --instance NAME or --dir PATH"),
+        }
+    }
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, ValueEnum, Serialize, Deserialize, Debug)]
+pub enum Phase {
+    Write,
+    Read,
+}
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Sequential write and read, one file per process.
+    Seq {
+        #[command(flatten)]
+        on: BenchTarget,
+        /// Bytes per process.
+        #[arg(long, default_value = "1G", value_parser = parse_size)]
+        size: u64,
+        /// Request size.
+        #[arg(long, default_value = "1M", value_parser = parse_size)]
+        block: u64,
+        #[arg(long, default_value_t = 1)]
+        procs: usize,
+        /// Print one JSON line per phase.
+        #[arg(long)]
+        json: bool,
+        /// Internal: run one phase of one process (started by the parent).
+        #[arg(long, hide = true)]
+        worker: Option<Phase>,
+        #[arg(long, hide = true, default_value_t = 0)]
+        part: usize,
+        #[arg(long, hide = true, default_value_t = 0)]
+        start_at_ms: u64,
+    },
+    /// Create, stat and unlink N files in one directory.
+    Meta {
+        #[command(flatten)]
+        on: BenchTarget,
+        #[arg(long, default_value_t = 20_000)]
+        files: usize,
+        /// Operations in flight at once.
+        #[arg(long, default_value_t = 1)]
+        concurrency: usize,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Serialize, Deserialize, Debug)]
+struct PhaseResult {
+    bytes: u64,
+    secs: f64,
+}
+
+#[derive(Serialize, Debug)]
+struct SeqReport {
+    target: String,
+    procs: usize,
+    block: u64,
+    write_mib_s: f64,
+    read_mib_s: f64,
+}
+
+#[derive(Serialize, Debug)]
+struct MetaReport {
+    target: String,
+    files: usize,
+    concurrency: usize,
+    create_per_s: f64,
+    stat_per_s: f64,
+    unlink_per_s: f64,
+}
+
+pub async fn run(command: BenchCommand) -> Result<()> {
+    match command {
+        BenchCommand::Seq { on, size, block, procs, json, worker, part, start_at_ms } => {
+            if let Some(phase) = worker {
+                let result = seq_worker(&on, phase, part, size, block, start_at_ms).await?;
+                println!("{}", serde_json::to_string(&result)?);
+                return Ok(());
+            }
+            let write = seq_phase(&on, Phase::Write, procs, size, block)?;
+            let read = seq_phase(&on, Phase::Read, procs, size, block)?;
+            cleanup_seq(&on, procs).await?;
+            let report = SeqReport { target: on.describe(), procs, block, write_mib_s: write, read_mib_s: read };
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                let mut t = Table::new(&["target", "procs", "block", "write MiB/s", "read MiB/s"]);
+                t.row(vec![report.target, procs.to_string(), block.to_string(), format!("{write:.0}"), format!("{read:.0}")]);
+                print!("{}", t.render());
+            }
+        }
+        BenchCommand::Meta { on, files, concurrency, json } => {
+            let report = meta(&on, files, concurrency.max(1)).await?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                let mut t = Table::new(&["target", "files", "in flight", "create/s", "stat/s", "unlink/s"]);
+                t.row(vec![
+                    report.target.clone(),
+                    files.to_string(),
+                    report.concurrency.to_string(),
+                    format!("{:.0}", report.create_per_s),
+                    format!("{:.0}", report.stat_per_s),
+                    format!("{:.0}", report.unlink_per_s),
+                ]);
+                print!("{}", t.render());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
+}
+
+/// Runs one phase in `procs` child processes started at the same instant; aggregate
+/// bandwidth = all bytes / the slowest process's time.
+fn seq_phase(on: &BenchTarget, phase: Phase, procs: usize, size: u64, block: u64) -> Result<f64> {
+    let exe = std::env::current_exe()?;
+    let start_at = now_ms() + 300;
+    let mut children = Vec::new();
+    for part in 0..procs {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args(["bench", "seq", "--size", &size.to_string(), "--block", &block.to_string()]);
+        cmd.args(["--worker", if phase == Phase::Write { "write" } else { "read" }]);
+        cmd.args(["--part", &part.to_string(), "--start-at-ms", &start_at.to_string()]);
+        if let Some(i) = &on.instance {
+            cmd.args(["--instance", i]);
+        }
+        if let Some(d) = &on.dir {
+            cmd.arg("--dir").arg(d);
+        }
+        if let Some(n) = on.node {
+            cmd.args(["--node", &n.to_string()]);
+        }
+        cmd.stdout(std::process::Stdio::piped());
+        children.push(cmd.spawn().context("start benchmark worker")?);
+    }
+    let (mut bytes, mut secs) = (0u64, 0f64);
+    for child in children {
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            bail!("benchmark worker failed ({})", out.status);
+        }
+        let r: PhaseResult = serde_json::from_slice(&out.stdout).context("worker output")?;
+        bytes += r.bytes;
+        secs = secs.max(r.secs);
+    }
+    Ok(bytes as f64 / (1 << 20) as f64 / secs)
+}
+
+fn seq_name(part: usize) -> String {
+    format!("surge-bench-seq-{part}")
+}
+
+async fn seq_worker(on: &BenchTarget, phase: Phase, part: usize, size: u64, block: u64, start_at_ms: u64) -> Result<PhaseResult> {
+    let client = on.client()?;
+    let pattern: Vec<u8> = (0..block).map(|i| (i * 31 + part as u64) as u8).collect();
+    let pattern = Bytes::from(pattern);
+    let wait = start_at_ms.saturating_sub(now_ms());
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+    let start = Instant::now();
+    let mut moved = 0u64;
+    match (&client, phase) {
+        (Some(c), Phase::Write) => {
+            let f = c.create_or_truncate(&format!("/{}", seq_name(part)), 0o644).await?;
+            while moved < size {
+                moved += f.pwrite_bytes(moved, pattern.clone()).await? as u64;
+            }
+            f.fsync().await?;
+            f.close().await?;
+        }
+        (Some(c), Phase::Read) => {
+            let f = c.open(&format!("/{}", seq_name(part)), false).await?;
+            while moved < size {
+                let got = f.pread(moved, block as usize).await?;
+                if got.is_empty() {
+                    break;
+                }
+                moved += got.len() as u64;
+            }
+            f.close().await?;
+        }
+        (None, phase) => {
+            let path = on.dir.as_ref().expect("dir").join(seq_name(part));
+            tokio::task::block_in_place(|| -> Result<()> {
+                if phase == Phase::Write {
+                    let f = std::fs::File::create(&path)?;
+                    while moved < size {
+                        f.write_all_at(&pattern, moved)?;
+                        moved += block;
+                    }
+                    f.sync_all()?;
+                } else {
+                    let f = std::fs::File::open(&path)?;
+                    let mut buf = vec![0u8; block as usize];
+                    while moved < size {
+                        let n = f.read_at(&mut buf, moved)?;
+                        if n == 0 {
+                            break;
+                        }
+                        moved += n as u64;
+                    }
+                }
+                Ok(())
+            })?;
+        }
+    }
+    Ok(PhaseResult { bytes: moved, secs: start.elapsed().as_secs_f64() })
+}
+
+async fn cleanup_seq(on: &BenchTarget, procs: usize) -> Result<()> {
+    let client = on.client()?;
+    for part in 0..procs {
+        match &client {
+            Some(c) => c.unlink(&format!("/{}", seq_name(part))).await?,
+            None => std::fs::remove_file(on.dir.as_ref().expect("dir").join(seq_name(part)))?,
+        }
+    }
+    Ok(())
+}
+
+/// Splits 0..n into `workers` interleaved shares and runs `op` on each share concurrently.
+async fn in_parallel<F, Fut>(n: usize, workers: usize, op: F) -> Result<f64>
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<()>> + Send,
+{
+    let op = Arc::new(op);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..workers {
+        let op = op.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in (w..n).step_by(workers) {
+                op(i).await?;
+            }
+            Ok::<(), anyhow::Error>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+async fn meta(on: &BenchTarget, files: usize, concurrency: usize) -> Result<MetaReport> {
+    let dir_name = format!("surge-bench-meta-{}", std::process::id());
+    let name = |i: usize| format!("f{i:07}");
+    let (create, stat, unlink) = match on.client()? {
+        Some(client) => {
+            let dir = client.mkdir(&format!("/{dir_name}"), 0o755).await?.ino;
+            let c = client.clone();
+            let create = in_parallel(files, concurrency, move |i| {
+                let c = c.clone();
+                async move { Ok(c.create_at(dir, &name(i), 0o644, true).await?.close().await?) }
+            })
+            .await?;
+            let c = client.clone();
+            let stat = in_parallel(files, concurrency, move |i| {
+                let c = c.clone();
+                async move { c.lookup(dir, &name(i)).await.map(|_| ()).map_err(Into::into) }
+            })
+            .await?;
+            let c = client.clone();
+            let unlink = in_parallel(files, concurrency, move |i| {
+                let c = c.clone();
+                async move { Ok(c.unlink_at(dir, &name(i)).await?) }
+            })
+            .await?;
+            client.rmdir(&format!("/{dir_name}")).await?;
+            (create, stat, unlink)
+        }
+        None => {
+            let dir = on.dir.as_ref().expect("dir").join(&dir_name);
+            std::fs::create_dir(&dir)?;
+            let d = dir.clone();
+            let create = in_parallel(files, concurrency, move |i| {
+                let p = d.join(name(i));
+                async move { Ok(drop(std::fs::OpenOptions::new().write(true).create_new(true).open(p)?)) }
+            })
+            .await?;
+            let d = dir.clone();
+            let stat = in_parallel(files, concurrency, move |i| {
+                let p = d.join(name(i));
+                async move { Ok(drop(std::fs::metadata(p)?)) }
+            })
+            .await?;
+            let d = dir.clone();
+            let unlink = in_parallel(files, concurrency, move |i| {
+                let p = d.join(name(i));
+                async move { Ok(std::fs::remove_file(p)?) }
+            })
+            .await?;
+            std::fs::remove_dir(&dir)?;
+            (create, stat, unlink)
+        }
+    };
+    Ok(MetaReport { target: on.describe(), files, concurrency, create_per_s: create, stat_per_s: stat, unlink_per_s: unlink })
+}

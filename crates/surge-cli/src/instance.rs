@@ -1,0 +1,317 @@
+//! Instance lifecycle: `surge up`, `surge down`, `surge status`.
+//!
+//! Servers on this machine (loopback or one of its own addresses) are started directly as
+//! detached processes; servers on other hosts are started through the scheduler's launcher
+//! (`srun`), never by a home-made remote shell. `up` returns only once every server answered
+//! an authenticated request.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use surge_client::descriptor::{self, ServerInfo};
+use surge_client::{Client, ClientOptions, InstanceDescriptor, Mode};
+
+use crate::table::{human_bytes, Table};
+
+/// Port servers listen on when started on another host (where their ready file can't be read).
+pub const REMOTE_PORT: u16 = 46000;
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+pub struct UpParams {
+    pub name: String,
+    pub servers: usize,
+    pub capacity: u64,
+    pub root: PathBuf,
+    pub hosts: Vec<String>,
+    pub mode: Mode,
+    pub chunk_size: u64,
+}
+
+/// Default hosts: loopback aliases 127.0.0.11, .12, ... — one address per "node".
+pub fn default_hosts(count: usize) -> Vec<String> {
+    (0..count).map(|i| format!("127.0.0.{}", 11 + i)).collect()
+}
+
+fn sibling_binary(name: &str) -> PathBuf {
+    if let Ok(exe) = std::env::current_exe() {
+        let candidate = exe.with_file_name(name);
+        if candidate.exists() {
+            return candidate;
+        }
+    }
+    PathBuf::from(name)
+}
+
+fn is_local(ip: IpAddr) -> bool {
+    ip.is_loopback() || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
+struct Launched {
+    index: usize,
+    host: String,
+    root: PathBuf,
+    child: std::process::Child,
+    /// Known address for remote servers; local ones announce theirs in ROOT/ready.
+    fixed_addr: Option<SocketAddr>,
+}
+
+pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
+    descriptor::check_instance_name(&p.name)?;
+    anyhow::ensure!(p.servers >= 1, "an instance needs at least one server");
+    anyhow::ensure!(p.servers < 65536, "at most 65535 servers");
+    anyhow::ensure!(p.chunk_size >= 4096 && p.chunk_size <= (64 << 20), "chunk size must be between 4 KiB and 64 MiB");
+    anyhow::ensure!(p.capacity >= p.servers as u64 * 4096, "capacity too small for {} servers", p.servers);
+    let desc_path = descriptor::descriptor_path(&p.name);
+    if desc_path.exists() {
+        bail!("instance '{}' already exists ({}); run `surge down {}` first", p.name, desc_path.display(), p.name);
+    }
+    let hosts = if p.hosts.is_empty() { default_hosts(p.servers) } else { p.hosts.clone() };
+    let start = Instant::now();
+    let token_path = descriptor::instances_dir().join(format!("{}.token", p.name));
+    descriptor::create_token(&token_path)?;
+    let instance_root = p.root.join(&p.name);
+    let server_binary = sibling_binary("surge-server");
+    let share = p.capacity / p.servers as u64;
+
+    let mut launched: Vec<Launched> = Vec::new();
+    let result: Result<Vec<ServerInfo>> = async {
+        for index in 0..p.servers {
+            let host = hosts[index % hosts.len()].clone();
+            let root = instance_root.join(format!("server-{index}"));
+            let ip: Option<IpAddr> = host.parse().ok();
+            // Private mode: every server is a namespace of its own.
+            let (srv_index, srv_count) = match p.mode {
+                Mode::Striped => (index, p.servers),
+                Mode::Private => (0, 1),
+            };
+            let mut cmd;
+            let fixed_addr;
+            match ip {
+                Some(ip) if is_local(ip) => {
+                    if root.exists() {
+                        std::fs::remove_dir_all(&root).with_context(|| format!("clear {}", root.display()))?;
+                    }
+                    std::fs::create_dir_all(&root).with_context(|| format!("create {}", root.display()))?;
+                    cmd = Command::new(&server_binary);
+                    cmd.arg("--listen").arg(SocketAddr::new(ip, 0).to_string());
+                    let log = std::fs::File::create(root.join("server.log"))?;
+                    cmd.stdout(Stdio::null()).stderr(log);
+                    fixed_addr = None;
+                }
+                _ => {
+                    // Another node: through the scheduler's launcher, inside the allocation.
+                    cmd = Command::new("srun");
+                    cmd.args(["--nodes=1", "--ntasks=1", "--overlap", "--nodelist"]).arg(&host).arg(&server_binary);
+                    cmd.arg("--listen").arg(format!("0.0.0.0:{REMOTE_PORT}"));
+                    cmd.stdout(Stdio::null()).stderr(Stdio::null());
+                    let addr = format!("{host}:{REMOTE_PORT}");
+                    fixed_addr = Some(
+                        tokio::net::lookup_host(&addr).await.with_context(|| format!("resolve {addr}"))?.next().with_context(|| format!("resolve {addr}"))?,
+                    );
+                }
+            }
+            cmd.arg("--root").arg(&root);
+            cmd.arg("--capacity").arg(share.to_string());
+            cmd.arg("--index").arg(srv_index.to_string());
+            cmd.arg("--count").arg(srv_count.to_string());
+            cmd.arg("--token-file").arg(&token_path);
+            cmd.stdin(Stdio::null());
+            // Own session: the servers outlive this command and its terminal.
+            unsafe {
+                use std::os::unix::process::CommandExt;
+                cmd.pre_exec(|| {
+                    libc::setsid();
+                    Ok(())
+                });
+            }
+            let child = cmd.spawn().with_context(|| format!("start {}", server_binary.display()))?;
+            launched.push(Launched { index, host, root, child, fixed_addr });
+        }
+        let mut servers = Vec::new();
+        for l in launched.iter_mut() {
+            let addr = wait_ready(l).await?;
+            servers.push(ServerInfo { index: l.index, host: l.host.clone(), addr, pid: Some(l.child.id()), root: l.root.clone() });
+        }
+        Ok(servers)
+    }
+    .await;
+
+    let servers = match result {
+        Ok(servers) => servers,
+        Err(e) => {
+            for l in launched.iter_mut() {
+                let _ = l.child.kill();
+                let _ = l.child.wait();
+            }
+            let _ = std::fs::remove_file(&token_path);
+            return Err(e);
+        }
+    };
+    let desc = InstanceDescriptor {
+        name: p.name.clone(),
+        mode: p.mode,
+        chunk_size: p.chunk_size,
+        capacity: p.capacity,
+        owner_uid: unsafe { libc::geteuid() },
+        token_path,
+        root: instance_root,
+        created: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs(),
+        servers,
+    };
+    // Every server must answer an authenticated request before the instance counts as up.
+    for stats in probe(&desc).await {
+        if let Err(e) = stats {
+            let _ = down(&desc).await;
+            bail!("instance '{}' did not come up: {e}", p.name);
+        }
+    }
+    desc.save()?;
+    Ok((desc, start.elapsed()))
+}
+
+async fn wait_ready(l: &mut Launched) -> Result<SocketAddr> {
+    let deadline = Instant::now() + START_TIMEOUT;
+    let ready = l.root.join("ready");
+    loop {
+        if let Some(status) = l.child.try_wait()? {
+            let log = std::fs::read_to_string(l.root.join("server.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(5).collect();
+            bail!("server {} on {} exited with {status} before it was ready: {}", l.index, l.host, tail.into_iter().rev().collect::<Vec<_>>().join(" | "));
+        }
+        match l.fixed_addr {
+            Some(addr) => {
+                if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                    return Ok(addr);
+                }
+            }
+            None => {
+                if let Ok(text) = std::fs::read_to_string(&ready) {
+                    return text.trim().parse().with_context(|| format!("bad address in {}", ready.display()));
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("server {} on {} not ready after {START_TIMEOUT:?}", l.index, l.host);
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Asks every server for its statistics.
+pub async fn probe(desc: &InstanceDescriptor) -> Vec<surge_client::Result<surge_client::surge_proto::ServerStats>> {
+    let opts = ClientOptions { timeout: Duration::from_secs(5), node: None, ..Default::default() };
+    let mut out = Vec::new();
+    // Private-mode servers are separate namespaces: talk to each through a client of its own.
+    for server in &desc.servers {
+        let single = InstanceDescriptor { mode: Mode::Private, servers: vec![server.clone()], ..desc.clone() };
+        let stats = match Client::new(&single, opts.clone()) {
+            Ok(client) => client.statfs().await.pop().expect("one server"),
+            Err(e) => Err(e),
+        };
+        out.push(stats);
+    }
+    out
+}
+
+fn pid_alive(pid: u32) -> bool {
+    unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+/// Stops the servers (politely, then by signal) and removes the instance's data, token and
+/// descriptor. Works on a partly dead instance.
+pub async fn down(desc: &InstanceDescriptor) -> Result<()> {
+    let opts = ClientOptions { timeout: Duration::from_secs(3), node: None, ..Default::default() };
+    for server in &desc.servers {
+        let single = InstanceDescriptor { mode: Mode::Private, servers: vec![server.clone()], ..desc.clone() };
+        if let Ok(client) = Client::new(&single, opts.clone()) {
+            let _ = client.shutdown_server(0).await;
+        }
+    }
+    for server in &desc.servers {
+        let Some(pid) = server.pid else { continue };
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while pid_alive(pid) && Instant::now() < deadline {
+            reap(pid);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        if pid_alive(pid) {
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            reap(pid);
+        }
+    }
+    for server in &desc.servers {
+        remove_tree(&server.root);
+    }
+    remove_tree(&desc.root);
+    let _ = std::fs::remove_file(&desc.token_path);
+    let _ = std::fs::remove_file(descriptor::descriptor_path(&desc.name));
+    Ok(())
+}
+
+/// Collects a server we started ourselves in this process (so it does not linger as a zombie).
+fn reap(pid: u32) {
+    unsafe {
+        libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG);
+    }
+}
+
+fn remove_tree(path: &Path) {
+    if path.exists() {
+        if let Err(e) = std::fs::remove_dir_all(path) {
+            eprintln!("warning: could not remove {}: {e}", path.display());
+        }
+    }
+}
+
+pub fn servers_table(desc: &InstanceDescriptor, stats: &[surge_client::Result<surge_client::surge_proto::ServerStats>]) -> String {
+    let mut table = Table::new(&["server", "host", "address", "state", "used", "capacity", "use%", "files", "dirs"]);
+    let (mut used, mut capacity, mut files, mut dirs, mut up) = (0u64, 0u64, 0u64, 0u64, 0usize);
+    for (server, stat) in desc.servers.iter().zip(stats) {
+        match stat {
+            Ok(s) => {
+                up += 1;
+                used += s.used;
+                capacity += s.capacity;
+                files += s.files;
+                dirs += s.dirs;
+                table.row(vec![
+                    server.index.to_string(),
+                    server.host.clone(),
+                    server.addr.to_string(),
+                    "up".into(),
+                    human_bytes(s.used),
+                    human_bytes(s.capacity),
+                    format!("{:.1}", 100.0 * s.used as f64 / s.capacity.max(1) as f64),
+                    s.files.to_string(),
+                    s.dirs.to_string(),
+                ]);
+            }
+            Err(e) => table.row(vec![
+                server.index.to_string(),
+                server.host.clone(),
+                server.addr.to_string(),
+                format!("DOWN ({})", e.code.describe()),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ]),
+        }
+    }
+    table.row(vec![
+        "total".into(),
+        String::new(),
+        String::new(),
+        format!("{up}/{} up", desc.servers.len()),
+        human_bytes(used),
+        human_bytes(capacity),
+        format!("{:.1}", 100.0 * used as f64 / capacity.max(1) as f64),
+        files.to_string(),
+        dirs.to_string(),
+    ]);
+    table.render()
+}

@@ -1,0 +1,258 @@
+//! `surge` — the command users, scripts and the scheduler integration call.
+//!
+//! Instance lifecycle (`up`, `down`, `status`, `list`), file transfer and namespace commands
+//! through the native client (`put`, `get`, `ls`, `mv`, `rm`, `mkdir`, `stat`), benchmarks
+//! (`bench`), the embedded demonstration (`demo`). Any other subcommand `surge X ...` runs
+//! the program `surge-X` (found beside this binary, in the project's .venv, or on PATH), the
+//! way git and cargo grow: `surge sim` and `surge predict` are separate components.
+
+mod bench;
+mod demo;
+mod files;
+mod instance;
+mod table;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use surge_client::{Client, ClientOptions, InstanceDescriptor, Mode};
+
+#[derive(Parser)]
+#[command(name = "surge", version, about = "Surge: a job-scoped burst buffer for HPC", propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Clone)]
+struct Target {
+    /// Instance to use.
+    #[arg(long, short = 'i', env = "SURGE_INSTANCE")]
+    instance: String,
+    /// This node's address (source of connections; picks the namespace in private mode).
+    #[arg(long, env = "SURGE_NODE")]
+    node: Option<std::net::IpAddr>,
+}
+
+impl Target {
+    fn client(&self) -> Result<Client> {
+        let opts = ClientOptions { node: self.node, ..Default::default() };
+        Client::for_instance(&self.instance, opts).with_context(|| format!("instance '{}'", self.instance))
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start an instance: N servers pooling node-local storage.
+    Up {
+        #[arg(long)]
+        name: String,
+        /// Number of servers (default: one per --hosts entry, else 4).
+        #[arg(long)]
+        servers: Option<usize>,
+        /// Total capacity, e.g. 64G (split equally over the servers).
+        #[arg(long, value_parser = table::parse_size)]
+        capacity: u64,
+        /// Node-local directory under which each server keeps its data.
+        #[arg(long)]
+        root: PathBuf,
+        /// Comma-separated server hosts (addresses); default 127.0.0.11, .12, ...
+        #[arg(long, value_delimiter = ',')]
+        hosts: Vec<String>,
+        #[arg(long, default_value = "striped")]
+        mode: Mode,
+        /// Stripe chunk size.
+        #[arg(long, default_value = "1M", value_parser = table::parse_size)]
+        chunk_size: u64,
+        /// Print the descriptor as JSON instead of a summary.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop an instance and remove its data.
+    Down { name: String },
+    /// Servers, health, capacity used and free, file counts.
+    Status {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Instances known on this machine.
+    List,
+    /// Copy a local file into the instance.
+    Put {
+        local: PathBuf,
+        path: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Copy a file out of the instance.
+    Get {
+        path: String,
+        local: PathBuf,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// List a directory.
+    Ls {
+        #[arg(default_value = "/")]
+        path: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Rename (atomic; replaces an existing target).
+    Mv {
+        from: String,
+        to: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Remove a file, or a directory tree with -r.
+    Rm {
+        path: String,
+        #[arg(short, long)]
+        recursive: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Create a directory (-p: with parents).
+    Mkdir {
+        path: String,
+        #[arg(short, long)]
+        parents: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Show a path's attributes.
+    Stat {
+        path: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Benchmarks of an instance or of a local directory (for baselines).
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+    /// Start a local 4-server instance, run a write/read/publish round trip, print a summary, tear down.
+    Demo {
+        /// Where the servers keep data (default: /dev/shm if present, else the temp dir).
+        #[arg(long)]
+        root: Option<PathBuf>,
+    },
+    #[command(external_subcommand)]
+    External(Vec<String>),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SURGE_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    if let Command::External(args) = &cli.command {
+        return run_external(args);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    match runtime.block_on(run(cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("surge: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command) -> Result<()> {
+    match command {
+        Command::Up { name, servers, capacity, root, hosts, mode, chunk_size, json } => {
+            let servers = servers.unwrap_or(if hosts.is_empty() { 4 } else { hosts.len() });
+            let params = instance::UpParams { name, servers, capacity, root, hosts, mode, chunk_size };
+            let (desc, took) = instance::up(&params).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&desc)?);
+            } else {
+                println!(
+                    "instance '{}' up in {:.3} s: {} servers, {} mode, {} chunks, {} capacity",
+                    desc.name,
+                    took.as_secs_f64(),
+                    desc.servers.len(),
+                    desc.mode,
+                    table::human_bytes(desc.chunk_size),
+                    table::human_bytes(desc.capacity)
+                );
+                println!("descriptor: {}", surge_client::descriptor::descriptor_path(&desc.name).display());
+                print!("{}", instance::servers_table(&desc, &instance::probe(&desc).await));
+            }
+        }
+        Command::Down { name } => {
+            let desc = InstanceDescriptor::load(&name)?;
+            instance::down(&desc).await?;
+            println!("instance '{name}' stopped and removed");
+        }
+        Command::Status { name, json } => {
+            let desc = InstanceDescriptor::load(&name)?;
+            let stats = instance::probe(&desc).await;
+            if json {
+                let servers: Vec<serde_json::Value> = desc
+                    .servers
+                    .iter()
+                    .zip(&stats)
+                    .map(|(s, st)| match st {
+                        Ok(st) => serde_json::json!({"index": s.index, "host": s.host, "addr": s.addr, "up": true,
+                            "used": st.used, "capacity": st.capacity, "files": st.files, "dirs": st.dirs}),
+                        Err(e) => serde_json::json!({"index": s.index, "host": s.host, "addr": s.addr, "up": false, "error": e.to_string()}),
+                    })
+                    .collect();
+                let doc = serde_json::json!({"name": desc.name, "mode": desc.mode, "chunk_size": desc.chunk_size,
+                    "capacity": desc.capacity, "servers": servers});
+                println!("{}", serde_json::to_string_pretty(&doc)?);
+            } else {
+                println!("instance '{}': {} mode, {} chunks, {} servers", desc.name, desc.mode, table::human_bytes(desc.chunk_size), desc.servers.len());
+                print!("{}", instance::servers_table(&desc, &stats));
+                if stats.iter().any(|s| s.is_err()) {
+                    anyhow::bail!("some servers of '{}' are down", desc.name);
+                }
+            }
+        }
+        Command::List => files::list_instances()?,
+        Command::Put { local, path, target } => files::put(&target.client()?, &local, &path).await?,
+        Command::Get { path, local, target } => files::get(&target.client()?, &path, &local).await?,
+        Command::Ls { path, target } => files::ls(&target.client()?, &path).await?,
+        Command::Mv { from, to, target } => target.client()?.rename(&from, &to).await?,
+        Command::Rm { path, recursive, target } => files::rm(&target.client()?, &path, recursive).await?,
+        Command::Mkdir { path, parents, target } => {
+            let client = target.client()?;
+            if parents {
+                client.mkdir_all(&path, 0o755).await?;
+            } else {
+                client.mkdir(&path, 0o755).await?;
+            }
+        }
+        Command::Stat { path, target } => files::stat(&target.client()?, &path).await?,
+        Command::Bench(cmd) => bench::run(cmd).await?,
+        Command::Demo { root } => demo::run(root).await?,
+        Command::External(_) => unreachable!("handled before the runtime starts"),
+    }
+    Ok(())
+}
+
+/// `surge X args...` -> `surge-X args...`.
+fn run_external(args: &[String]) -> ExitCode {
+    let name = format!("surge-{}", args[0]);
+    let mut candidates = Vec::new();
+    if let Ok(exe) = std::env::current_exe() {
+        candidates.push(exe.with_file_name(&name));
+        // target/release/surge -> <repo>/.venv/bin/surge-X
+        if let Some(repo) = exe.ancestors().nth(3) {
+            candidates.push(repo.join(".venv/bin").join(&name));
+        }
+    }
+    let program = candidates.into_iter().find(|p| p.exists()).unwrap_or_else(|| PathBuf::from(&name));
+    match std::process::Command::new(&program).args(&args[1..]).status() {
+        Ok(status) => ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8),
+        Err(e) => {
+            eprintln!("surge: '{}' is not a surge command and {} could not be run: {e}", args[0], program.display());
+            ExitCode::FAILURE
+        }
+    }
+}
