@@ -1,0 +1,107 @@
+//! `surge-sim` command line (also reached as `surge sim ...`).
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use surge_sim::cost::{Inventory, PriceList};
+use surge_sim::report::{render, render_cost, summarize, write_outputs};
+use surge_sim::system::{Placement, SystemConfig};
+use surge_sim::workload::WorkloadConfig;
+use surge_sim::{simulate, validate};
+
+#[derive(Parser)]
+#[command(name = "surge-sim", about = "Flow-level burst-buffer provisioning simulator", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Simulate a workload on a system and report I/O phases, hops, utilisation and cost.
+    Run {
+        /// System description (TOML).
+        system: PathBuf,
+        /// Workload description (TOML).
+        workload: PathBuf,
+        /// Directory for CSV/JSON outputs (one subdirectory per placement with --placement all).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// node_local, grouped, global, or all (default: the system file's placement).
+        #[arg(long)]
+        placement: Option<String>,
+    },
+    /// Run the built-in validation cases; exits non-zero if one is out of tolerance.
+    Validate {
+        /// Only these cases (default: all).
+        #[arg(long = "case")]
+        cases: Vec<String>,
+        /// List the cases and exit.
+        #[arg(long)]
+        list: bool,
+    },
+    /// CAPEX/OPEX of every placement configured in a system file.
+    Cost {
+        system: PathBuf,
+        /// Price list (default: the system file's `prices`).
+        #[arg(long)]
+        prices: Option<PathBuf>,
+    },
+}
+
+fn main() {
+    if let Err(e) = real_main() {
+        eprintln!("surge-sim: error: {e:#}");
+        std::process::exit(2);
+    }
+}
+
+fn real_main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Run { system, workload, out, placement } => {
+            let sys = SystemConfig::load(&system)?;
+            let work = WorkloadConfig::load(&workload)?;
+            let placements = match placement.as_deref() {
+                None => vec![sys.burst_buffer.placement],
+                Some("all") => sys.placements(),
+                Some(p) => vec![Placement::parse(p)?],
+            };
+            let many = placements.len() > 1;
+            for p in placements {
+                let outcome = simulate(&sys, p, &work).with_context(|| format!("simulating placement {}", p.name()))?;
+                let summary = summarize(&outcome)?;
+                println!("{}", render(&summary));
+                if let Some(dir) = &out {
+                    let dir = if many { dir.join(p.name()) } else { dir.clone() };
+                    write_outputs(&outcome, &summary, &dir)?;
+                    println!("outputs written to {}\n", dir.display());
+                }
+            }
+        }
+        Command::Validate { cases, list } => {
+            if list {
+                for c in validate::CASE_NAMES {
+                    println!("{c}");
+                }
+                return Ok(());
+            }
+            let results = validate::run(&cases)?;
+            print!("{}", validate::render(&results));
+            let failed = results.iter().filter(|r| !r.pass()).count();
+            if failed > 0 {
+                println!("\n{failed} of {} validation cases out of tolerance", results.len());
+                std::process::exit(1);
+            }
+            println!("\nall {} validation cases within tolerance", results.len());
+        }
+        Command::Cost { system, prices } => {
+            let sys = SystemConfig::load(&system)?;
+            let path = prices.or(sys.prices.clone()).context("no price list: pass --prices or set `prices` in the system file")?;
+            let list = PriceList::load(&path)?;
+            for p in sys.placements() {
+                println!("{} - {}\n{}", sys.name, p.name(), render_cost(&list.cost(Inventory::of(&sys, p))));
+            }
+        }
+    }
+    Ok(())
+}

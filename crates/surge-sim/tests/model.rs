@@ -1,0 +1,160 @@
+//! End-to-end checks of the simulator: validation cases, max-min sharing, barriers, routing,
+//! and clear errors for bad input.
+
+use surge_sim::report::summarize;
+use surge_sim::system::{Placement, SystemConfig};
+use surge_sim::validate::{self, io_time};
+use surge_sim::workload::WorkloadConfig;
+
+#[test]
+fn every_validation_case_is_within_tolerance() {
+    let results = validate::run(&[]).unwrap();
+    assert_eq!(results.len(), validate::CASE_NAMES.len());
+    let failed: Vec<_> = results.iter().filter(|r| !r.pass()).map(|r| format!("{} = {}", r.name, r.simulated)).collect();
+    assert!(failed.is_empty(), "out of tolerance: {failed:?}\n{}", validate::render(&results));
+}
+
+const TWO_SERVERS: &str = r#"
+name = "two servers"
+[network]
+injection_bw = "10 GB/s"
+[network.fat_tree]
+compute_switches = 1
+nodes_per_switch = 4
+switches_per_pod = 1
+link_bw = "10 GB/s"
+[burst_buffer]
+placement = "global"
+stripe_count = 1
+[burst_buffer.global]
+servers = 2
+servers_per_switch = 2
+devices_per_server = 1
+device = { write_bw = "4 GB/s", read_bw = "8 GB/s" }
+[burst_buffer.node_local]
+device = { write_bw = "1 GB/s", read_bw = "2 GB/s" }
+"#;
+
+fn workload(body: &str) -> String {
+    format!("ranks_per_node = 1\n{body}")
+}
+
+#[test]
+fn max_min_fair_sharing_gives_leftover_to_unconstrained_flows() {
+    // Nodes 0 and 1 map to server 0, nodes 2 and 3 to server 1 (4 GB/s each). One job of two
+    // ranks writes 4 GB each to server 0; a second, single-rank job writes 2 GB to server 1.
+    // Server 0 is shared: 2 GB/s each -> 2 s. Server 1's flow is alone: 4 GB/s -> 0.5 s.
+    let w = workload(
+        r#"
+[[job]]
+name = "pair"
+ranks = 2
+[job.synthetic]
+pattern = "ior_nn"
+bytes_per_rank = "4 GB"
+transfer_size = "4 GB"
+[[job]]
+name = "single"
+ranks = 1
+[job.synthetic]
+pattern = "ior_nn"
+bytes_per_rank = "2 GB"
+transfer_size = "2 GB"
+"#,
+    );
+    let pair = io_time(TWO_SERVERS, Placement::Global, &w, 0).unwrap();
+    let single = io_time(TWO_SERVERS, Placement::Global, &w, 1).unwrap();
+    assert!((pair - 2.0).abs() < 1e-6, "pair took {pair}");
+    assert!((single - 0.5).abs() < 1e-6, "single took {single}");
+}
+
+#[test]
+fn reads_use_read_bandwidth_and_node_local_has_no_hops() {
+    let w = workload(
+        r#"
+[[job]]
+name = "reader"
+ranks = 4
+[job.synthetic]
+pattern = "ior_nn"
+bytes_per_rank = "2 GB"
+transfer_size = "1 GB"
+read = true
+"#,
+    );
+    let sys = SystemConfig::parse(TWO_SERVERS).unwrap();
+    let out = surge_sim::simulate(&sys, Placement::NodeLocal, &WorkloadConfig::parse(&w).unwrap()).unwrap();
+    let s = summarize(&out).unwrap();
+    assert!((s.jobs[0].io_time - 1.0).abs() < 1e-6, "2 GB at 2 GB/s: {}", s.jobs[0].io_time);
+    assert_eq!(s.jobs[0].avg_hops, 0.0);
+    let out = surge_sim::simulate(&sys, Placement::Global, &WorkloadConfig::parse(&w).unwrap()).unwrap();
+    let s = summarize(&out).unwrap();
+    // 8 GB from two servers at 8 GB/s each, but each server feeds two nodes through one 10 GB/s NIC.
+    assert!((s.jobs[0].io_time - 8e9 / 16e9).abs() < 1e-6, "{}", s.jobs[0].io_time);
+    assert_eq!(s.jobs[0].avg_hops, 6.0, "servers on their own switch in another pod: 6 links");
+}
+
+#[test]
+fn barriers_hold_fast_ranks_until_the_slowest_arrives() {
+    // Rank 1 starts its first phase 5 s late; with barriers, rank 0's second phase cannot start
+    // before rank 1 has finished its first.
+    let job = r#"
+[[job]]
+name = "sync"
+ranks = 2
+placement = { nodes = [0, 2] }
+"#;
+    let synthetic = r#"
+[job.synthetic]
+pattern = "checkpoint"
+bytes_per_rank = "1 GB"
+transfer_size = "1 GB"
+phases = 2
+interval = "1 s"
+wave_size = 1
+wave_gap = "5 s"
+"#;
+    let plain = workload(&format!("{job}{synthetic}"));
+    let synced = workload(&format!("{job}transforms = [{{ barriers = {{ group = 0 }} }}]\n{synthetic}"));
+    let sys = SystemConfig::parse(TWO_SERVERS).unwrap();
+    let run = |w: &str| {
+        let out = surge_sim::simulate(&sys, Placement::NodeLocal, &WorkloadConfig::parse(w).unwrap()).unwrap();
+        out.result.phases.iter().find(|p| p.rank == 0 && p.phase == 1).unwrap().start
+    };
+    assert!((run(&plain) - 1.0).abs() < 1e-6);
+    assert!((run(&synced) - 6.0).abs() < 1e-6, "second phase starts after rank 1's first write (5 s + 1 s)");
+}
+
+#[test]
+fn adaptive_dragonfly_routing_takes_longer_paths_under_load() {
+    let system = include_str!("../../../examples/sim/edison-dragonfly.toml");
+    let minimal = system.replace(r#"routing = "adaptive""#, r#"routing = "minimal""#);
+    let gtc = include_str!("../../../examples/sim/gtc-like.toml").replace("ranks = 7680", "ranks = 1536");
+    let hops = |sys: &str| {
+        let mut s = SystemConfig::parse(sys).unwrap();
+        s.prices = None;
+        let out = surge_sim::simulate(&s, Placement::Global, &WorkloadConfig::parse(&gtc).unwrap()).unwrap();
+        let sum = summarize(&out).unwrap();
+        (sum.jobs[0].avg_hops, sum.jobs[0].nonminimal_fraction, sum.jobs[0].io_time)
+    };
+    let (h_min, nm_min, t_min) = hops(&minimal);
+    let (h_ad, nm_ad, t_ad) = hops(system);
+    assert_eq!(nm_min, 0.0);
+    assert!(nm_ad > 0.2 && h_ad > h_min, "adaptive: {nm_ad} non-minimal, {h_ad} vs {h_min} hops");
+    assert!(t_ad < t_min, "adaptive routing relieves the global channels: {t_ad} vs {t_min}");
+}
+
+#[test]
+fn malformed_inputs_give_clear_errors() {
+    let err = SystemConfig::parse("name = 'x'\n[network]\ninjection_bw = '10 GB/s'\n").unwrap_err();
+    assert!(format!("{err:#}").contains("burst_buffer"), "{err:#}");
+    let err = SystemConfig::parse(&TWO_SERVERS.replace("10 GB/s", "10 parsecs")).unwrap_err();
+    assert!(format!("{err:#}").contains("must end in /s"), "{err:#}");
+    let err = SystemConfig::parse(&TWO_SERVERS.replace("placement = \"global\"", "placement = \"grouped\"")).unwrap_err();
+    assert!(format!("{err:#}").contains("[burst_buffer.grouped] is missing"), "{err:#}");
+    let too_big = workload("[[job]]\nname = 'big'\nranks = 9\n[job.synthetic]\npattern = 'ior_nn'\nbytes_per_rank = '1 MB'\n");
+    let err = io_time(TWO_SERVERS, Placement::Global, &too_big, 0).unwrap_err();
+    assert!(format!("{err:#}").contains("needs 9 nodes but only 4"), "{err:#}");
+    let missing = std::path::Path::new("/nonexistent/system.toml");
+    assert!(format!("{:#}", SystemConfig::load(missing).unwrap_err()).contains("cannot read system file"));
+}
