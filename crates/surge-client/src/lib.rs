@@ -533,6 +533,13 @@ impl Client {
         Ok(file)
     }
 
+    /// Opens a file, creating it if missing, keeping its content (O_CREAT): how N processes
+    /// share one output file.
+    pub async fn create_or_open(&self, path: &str) -> Result<File> {
+        let (parent, name) = self.resolve_parent(path).await?;
+        self.create_at(parent, name, 0o644, false).await.map_err(|e| with_path(e, path))
+    }
+
     /// Opens or creates a file for writing, emptied (O_CREAT|O_TRUNC).
     pub async fn create_or_truncate(&self, path: &str, mode: u32) -> Result<File> {
         let (parent, name) = self.resolve_parent(path).await?;

@@ -1,0 +1,234 @@
+//! Data-plane tests with real processes: servers on four loopback addresses started by
+//! `surge up`, and clients in separate processes with their own source addresses ("nodes").
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use surge_tests::{pattern, text, write_local, Instance};
+
+fn scratch(test: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("surge-test-scratch-{test}-{}", std::process::id()))
+}
+
+fn four_servers(name: &str, base: u8, capacity: &str) -> Instance {
+    let hosts: Vec<String> = (0..4).map(|i| format!("127.0.0.{}", base + i)).collect();
+    Instance::up(name, &["--servers", "4", "--capacity", capacity, "--hosts", &hosts.join(","), "--chunk-size", "1M"])
+}
+
+#[test]
+fn bytes_written_on_one_node_read_back_exactly_on_another() {
+    let inst = four_servers("xnode", 31, "1G");
+    let dir = scratch("xnode");
+    let data = pattern(1, (9 << 20) + 12345); // not chunk-aligned, spans every server
+    let src = write_local(&dir, "in.bin", &data);
+    let out = inst.surge_on("127.0.0.41", &["put", src.to_str().unwrap(), "/in.bin"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let back = dir.join("back.bin");
+    let out = inst.surge_on("127.0.0.42", &["get", "/in.bin", back.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(std::fs::read(&back).unwrap() == data, "bytes differ after crossing nodes");
+    // Every server holds part of it (striping), seen through status --json.
+    let status: serde_json::Value = serde_json::from_slice(&inst.surge(&["status", "xnode", "--json"]).stdout).unwrap();
+    for s in status["servers"].as_array().unwrap() {
+        assert!(s["used"].as_u64().unwrap() >= 2 << 20, "server {} holds too little: {s}", s["index"]);
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn concurrent_writers_to_disjoint_ranges_of_one_shared_file() {
+    let inst = four_servers("n1", 51, "1G");
+    let (ranks, block, count) = (4u64, 300_000u64, 40u64); // blocks straddle chunk boundaries
+    let mut writers = Vec::new();
+    for rank in 0..ranks {
+        let node = format!("127.0.0.{}", 61 + rank);
+        let mut cmd = inst.test_client(&node);
+        cmd.args(["write-blocks", "/shared.dat", &rank.to_string(), &ranks.to_string(), &block.to_string(), &count.to_string()]);
+        writers.push(cmd.spawn().unwrap());
+    }
+    for mut w in writers {
+        assert!(w.wait().unwrap().success(), "a writer failed");
+    }
+    let c = inst.client("127.0.0.65");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let f = c.open("/shared.dat", false).await.unwrap();
+        assert_eq!(f.size(), block * count, "size is the max of all writers' ends");
+        let data = f.pread(0, (block * count) as usize).await.unwrap();
+        for b in 0..count {
+            let got = &data[(b * block) as usize..((b + 1) * block) as usize];
+            assert!(got == pattern(b, block as usize).as_slice(), "block {b} is wrong");
+        }
+        f.close().await.unwrap();
+    });
+}
+
+#[test]
+fn rename_publishes_atomically() {
+    let inst = four_servers("publish", 71, "2G");
+    let mut writer = inst.test_client("127.0.0.81");
+    writer.args(["publish", "/out/plot.h5", "150"]);
+    let out = inst.surge(&["mkdir", "/out"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let mut writer = writer.spawn().unwrap();
+    let mut reader = inst.test_client("127.0.0.82");
+    let reader = reader.args(["watch", "/out/plot.h5", "150"]).output().unwrap();
+    assert!(writer.wait().unwrap().success(), "publisher failed");
+    assert!(reader.status.success(), "reader saw a partial file: {}", text(&reader));
+    let versions: usize = String::from_utf8_lossy(&reader.stdout).trim().parse().unwrap();
+    assert!(versions >= 2, "the reader should have seen several versions, saw {versions}");
+}
+
+#[test]
+fn write_past_capacity_fails_with_enospc_and_keeps_earlier_data() {
+    let inst = four_servers("full", 91, "16M");
+    let dir = scratch("full");
+    let first = pattern(2, 8 << 20);
+    let src = write_local(&dir, "first.bin", &first);
+    let out = inst.surge(&["put", src.to_str().unwrap(), "/first.bin"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let big = write_local(&dir, "big.bin", &pattern(3, 32 << 20));
+    let out = inst.surge(&["put", big.to_str().unwrap(), "/big.bin"]);
+    assert!(!out.status.success(), "a 32 MiB write into a 16 MiB instance succeeded");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no space left"), "{}", text(&out));
+    let back = dir.join("back.bin");
+    let out = inst.surge(&["get", "/first.bin", back.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(std::fs::read(&back).unwrap() == first, "earlier data damaged by the failed write");
+    let c = inst.client("127.0.0.95");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let err = rt.block_on(async {
+        let f = c.create("/one-more", 0o644).await.unwrap();
+        let err = f.pwrite(0, &vec![1u8; 16 << 20]).await.unwrap_err();
+        f.close().await.unwrap();
+        err
+    });
+    assert_eq!(err.errno(), libc::ENOSPC);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn killed_server_fails_fast_and_others_stay_readable() {
+    let inst = four_servers("kill", 101, "1G");
+    let dir = scratch("kill");
+    let big = write_local(&dir, "big.bin", &pattern(4, 8 << 20));
+    assert!(inst.surge(&["put", big.to_str().unwrap(), "/big.bin"]).status.success());
+    let mut small = Vec::new();
+    for i in 0..12 {
+        let p = write_local(&dir, &format!("s{i}"), &pattern(100 + i, 5000));
+        assert!(inst.surge(&["put", p.to_str().unwrap(), &format!("/s{i}")]).status.success());
+        let out = inst.test_client("127.0.0.110").args(["chunk-server", &format!("/s{i}")]).output().unwrap();
+        small.push((i, String::from_utf8_lossy(&out.stdout).trim().parse::<u64>().unwrap()));
+    }
+    let victim = 2u64; // not server 0, which homes the root directory
+    assert!(small.iter().any(|(_, s)| *s == victim) && small.iter().any(|(_, s)| *s != victim), "placement too uneven for the test: {small:?}");
+    let pid = inst.descriptor()["servers"][victim as usize]["pid"].as_u64().unwrap();
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    std::thread::sleep(Duration::from_millis(100));
+
+    let start = Instant::now();
+    let out = inst.surge(&["get", "/big.bin", dir.join("x").to_str().unwrap()]);
+    assert!(!out.status.success(), "read of a file striped over a dead server succeeded");
+    assert!(start.elapsed() < Duration::from_secs(10), "failure took {:?}", start.elapsed());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("server"), "error does not say a server is the problem: {err}");
+    for (i, server) in small {
+        let out = inst.surge(&["get", &format!("/s{i}"), dir.join(format!("b{i}")).to_str().unwrap()]);
+        if server == victim {
+            assert!(!out.status.success(), "s{i} lives on the dead server but was read");
+        } else {
+            assert!(out.status.success(), "s{i} on a live server unreadable: {}", text(&out));
+            assert_eq!(std::fs::read(dir.join(format!("b{i}"))).unwrap(), pattern(100 + i, 5000));
+        }
+    }
+    let status = inst.surge(&["status", "kill"]);
+    assert!(!status.status.success());
+    assert!(String::from_utf8_lossy(&status.stdout).contains("DOWN"), "{}", text(&status));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn clients_without_the_token_are_refused() {
+    let inst = four_servers("auth", 121, "1G");
+    let token = inst.home.join("instances/auth.token");
+    let good = std::fs::read_to_string(&token).unwrap();
+    // Wrong secret: refused by the servers.
+    std::fs::write(&token, "ab".repeat(32)).unwrap();
+    let out = inst.surge(&["ls", "/"]);
+    assert!(!out.status.success(), "a wrong token was accepted");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refused this client"), "{}", text(&out));
+    // Readable by others: refused by the client before anything is sent.
+    std::fs::write(&token, &good).unwrap();
+    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let out = inst.surge(&["ls", "/"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("must be 0600"), "{}", text(&out));
+    // Missing.
+    std::fs::remove_file(&token).unwrap();
+    assert!(!inst.surge(&["ls", "/"]).status.success());
+    // Restored: works.
+    std::fs::write(&token, &good).unwrap();
+    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let out = inst.surge(&["ls", "/"]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+#[test]
+fn malformed_frames_close_the_connection_and_the_server_lives_on() {
+    let inst = four_servers("garbage", 131, "1G");
+    let addr = inst.descriptor()["servers"][0]["addr"].as_str().unwrap().to_string();
+    let attacks: Vec<Vec<u8>> = vec![
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+        // Valid magic and version, 4 GiB payload announced before authentication.
+        [b"SG".as_slice(), &[1, 1], &16u32.to_le_bytes(), &u32::MAX.to_le_bytes(), &7u64.to_le_bytes()].concat(),
+        // A header, then the stream ends mid-message.
+        [b"SG".as_slice(), &[1, 1], &100u32.to_le_bytes(), &0u32.to_le_bytes(), &1u64.to_le_bytes(), &[0u8; 10]].concat(),
+        pattern(9, 100_000),
+    ];
+    for attack in attacks {
+        let mut s = TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        let _ = s.write_all(&attack);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let mut sink = Vec::new();
+        // The server answers the challenge, maybe an error, then closes: no hang.
+        let _ = s.read_to_end(&mut sink);
+    }
+    let out = inst.surge(&["mkdir", "/still-alive"]);
+    assert!(out.status.success(), "server stopped serving after bad input: {}", text(&out));
+}
+
+#[test]
+fn private_mode_gives_each_node_its_own_namespace() {
+    let inst = Instance::up("private", &["--servers", "2", "--capacity", "1G", "--hosts", "127.0.0.141,127.0.0.142", "--mode", "private"]);
+    let dir = scratch("private");
+    let src = write_local(&dir, "a", &pattern(5, 3 << 20));
+    assert!(inst.surge_on("127.0.0.141", &["put", src.to_str().unwrap(), "/a"]).status.success());
+    let mine = inst.surge_on("127.0.0.141", &["ls", "/"]);
+    assert!(String::from_utf8_lossy(&mine.stdout).contains(" a\n"), "{}", text(&mine));
+    let theirs = inst.surge_on("127.0.0.142", &["ls", "/"]);
+    assert!(theirs.status.success() && !String::from_utf8_lossy(&theirs.stdout).contains(" a\n"), "{}", text(&theirs));
+    let status: serde_json::Value = serde_json::from_slice(&inst.surge(&["status", "private", "--json"]).stdout).unwrap();
+    assert!(status["servers"][0]["used"].as_u64().unwrap() >= 3 << 20, "data not on the writer's own server");
+    assert!(status["servers"][1]["used"].as_u64().unwrap() == 0, "data leaked to another node's server");
+    let out = inst.surge_on("127.0.0.143", &["ls", "/"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no server"), "{}", text(&out));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn eight_servers_start_and_stop() {
+    let hosts: Vec<String> = (0..8).map(|i| format!("127.0.0.{}", 151 + i)).collect();
+    let start = Instant::now();
+    let inst = Instance::up("eight", &["--capacity", "1G", "--hosts", &hosts.join(",")]);
+    let took = start.elapsed();
+    eprintln!("8-server instance up in {took:?} (including the surge process start)");
+    let status: serde_json::Value = serde_json::from_slice(&inst.surge(&["status", "eight", "--json"]).stdout).unwrap();
+    assert_eq!(status["servers"].as_array().unwrap().len(), 8);
+    assert!(status["servers"].as_array().unwrap().iter().all(|s| s["up"] == true));
+    let pids: Vec<u64> = inst.descriptor()["servers"].as_array().unwrap().iter().map(|s| s["pid"].as_u64().unwrap()).collect();
+    drop(inst);
+    for pid in pids {
+        assert!(unsafe { libc::kill(pid as i32, 0) } != 0, "server {pid} still running after down");
+    }
+}
