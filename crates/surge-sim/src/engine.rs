@@ -81,6 +81,8 @@ enum TimerKind {
     Wake,
     /// Latency elapsed: start the prepared transfer.
     Transfer,
+    /// A rate quantum has passed: recompute all rates (only with `rate_quantum` > 0).
+    Recompute,
 }
 
 struct Flow {
@@ -126,6 +128,8 @@ pub struct Engine<'a> {
     cap: Vec<f64>,
     /// Sum of weights of routed (started or latency-pending) flows: what adaptive routing sees.
     load: Vec<f64>,
+    /// Capacity allocated to current rates per resource.
+    alloc: Vec<f64>,
     carried: Vec<f64>,
     res_flows: Vec<Vec<(u32, f64)>>,
     flows: Vec<Option<Flow>>,
@@ -149,6 +153,10 @@ pub struct Engine<'a> {
     stats: EngineStats,
     route: Route,
     scratch: Vec<(u32, f64)>,
+    /// Flows started since the last full recomputation (rate quantum mode).
+    fresh: Vec<u32>,
+    last_recompute: f64,
+    recompute_scheduled: bool,
 }
 
 impl<'a> Engine<'a> {
@@ -176,6 +184,7 @@ impl<'a> Engine<'a> {
             now: 0.0,
             cap: net.resources.iter().map(|r| r.capacity).collect(),
             load: vec![0.0; nres],
+            alloc: vec![0.0; nres],
             carried: vec![0.0; nres],
             res_flows: vec![Vec::new(); nres],
             flows: Vec::new(),
@@ -198,6 +207,9 @@ impl<'a> Engine<'a> {
             stats: EngineStats::default(),
             route: Route::default(),
             scratch: Vec::new(),
+            fresh: Vec::new(),
+            last_recompute: f64::NEG_INFINITY,
+            recompute_scheduled: false,
         })
     }
 
@@ -230,13 +242,44 @@ impl<'a> Engine<'a> {
                         let prepared = self.ranks[rank as usize].pending.take().expect("transfer without prepared flow");
                         self.start_flow(rank, prepared);
                     }
+                    TimerKind::Recompute => self.recompute_scheduled = false,
                 }
             }
-            self.recompute();
+            let quantum = self.params.rate_quantum.0;
+            if quantum <= 0.0 || self.now >= self.last_recompute + quantum * (1.0 - 1e-9) {
+                self.recompute();
+                self.last_recompute = self.now;
+                self.fresh.clear();
+            } else {
+                self.estimate_fresh_rates();
+                if !self.dirty.is_empty() && !self.recompute_scheduled {
+                    self.recompute_scheduled = true;
+                    self.push_timer(self.last_recompute + quantum, u32::MAX, TimerKind::Recompute);
+                }
+            }
         }
         let makespan = self.ranks.iter().map(|r| r.last_end).fold(0.0, f64::max);
         self.stats.wall_seconds = wall.elapsed().as_secs_f64();
         SimResult { phases: self.phases, traffic: self.traffic, carried: self.carried, makespan, stats: self.stats }
+    }
+
+    /// Between quantum recomputations: give each new flow what is left on its tightest
+    /// resource (capacity freed by completed flows included), never more, so resources are not
+    /// oversubscribed; a flow that finds nothing left waits for the next recomputation.
+    fn estimate_fresh_rates(&mut self) {
+        for f in std::mem::take(&mut self.fresh) {
+            let Some(flow) = self.flows[f as usize].as_mut() else { continue };
+            let rate = flow.uses.iter().map(|&(r, w)| (self.cap[r as usize] - self.alloc[r as usize]).max(0.0) / w).fold(f64::INFINITY, f64::min);
+            if rate <= 0.0 || !rate.is_finite() {
+                continue;
+            }
+            flow.rate = rate;
+            for &(r, w) in &flow.uses {
+                self.alloc[r as usize] += w * rate;
+            }
+            flow.version = flow.version.wrapping_add(1);
+            self.finish.push(Reverse((Time(self.now + flow.remaining / rate), f, flow.version)));
+        }
     }
 
     fn push_timer(&mut self, t: f64, rank: u32, kind: TimerKind) {
@@ -308,6 +351,7 @@ impl<'a> Engine<'a> {
                 other.pos[k] = pos as u32;
             }
             self.load[r as usize] -= w;
+            self.alloc[r as usize] = (self.alloc[r as usize] - w * flow.rate).max(0.0);
             self.dirty.push(r);
         }
         self.free_flows.push(f);
@@ -333,6 +377,7 @@ impl<'a> Engine<'a> {
             self.dirty.push(r);
         }
         self.stats.flows += 1;
+        self.fresh.push(id);
         self.flows[id as usize] = Some(Flow { rank, remaining: p.bytes, rate: 0.0, last: self.now, start: self.now, version: 0, uses: p.uses, pos });
     }
 
@@ -580,6 +625,9 @@ impl<'a> Engine<'a> {
                     self.unfrozen[r2] -= 1;
                 }
             }
+        }
+        for &r in &queue {
+            self.alloc[r as usize] = self.used[r as usize];
         }
         for &f in &comp {
             let flow = self.flows[f as usize].as_mut().expect("live");

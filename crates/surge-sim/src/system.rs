@@ -200,13 +200,19 @@ pub struct SimParams {
     /// and device overhead are kept). Cuts events by the number of ops per burst.
     #[serde(default = "yes")]
     pub merge_due_ops: bool,
+    /// 0 = exact: rates are recomputed after every event batch. Otherwise full recomputations
+    /// happen at most once per this much simulated time; in between, new flows get an
+    /// equal-share estimate and freed capacity waits for the next recomputation. Bounds the
+    /// cost of traces with many small, unmergeable operations.
+    #[serde(default)]
+    pub rate_quantum: crate::units::Seconds,
     #[serde(default = "one_u64")]
     pub seed: u64,
 }
 
 impl Default for SimParams {
     fn default() -> Self {
-        SimParams { completion_tolerance: default_tolerance(), merge_due_ops: true, seed: 1 }
+        SimParams { completion_tolerance: default_tolerance(), merge_due_ops: true, rate_quantum: Default::default(), seed: 1 }
     }
 }
 
