@@ -312,16 +312,34 @@ impl Client {
     /// Finishes off an inode that lost a name: drops the link at its home when that is another
     /// server, and purges its chunks everywhere once nothing refers to it.
     async fn finish_unlinked(&self, unlinked: &Unlinked) -> Result<()> {
-        let mut purge = unlinked.purge;
+        let (mut purge, mut size) = (unlinked.purge, unlinked.size);
         if unlinked.remote {
             if unlinked.kind == FileKind::Dir {
                 // A retired directory replaced by a rename.
                 return self.call_home(unlinked.ino, Request::DropInode { ino: unlinked.ino }).await.map(|_| ());
             }
-            purge = matches!(self.call_home(unlinked.ino, Request::DropLink { ino: unlinked.ino }).await?, Reply::Dropped { purge: true });
+            if let Reply::Dropped { purge: p, size: s } = self.call_home(unlinked.ino, Request::DropLink { ino: unlinked.ino }).await? {
+                (purge, size) = (p, s);
+            }
         }
         if purge {
-            self.broadcast(Request::PurgeData { ino: unlinked.ino }).await?;
+            self.purge_data(unlinked.ino, size).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes a gone file's chunks on the servers that can hold some: those of the chunks
+    /// below its final size (none for an empty file, which makes unlinking small and empty
+    /// files one round trip).
+    async fn purge_data(&self, ino: Ino, size: u64) -> Result<()> {
+        let chunks = size.div_ceil(self.chunk_size()).min(self.server_count() as u64);
+        let mut pending = Vec::new();
+        for chunk in 0..chunks {
+            let server = self.inner.layout.chunk_server(ino, chunk);
+            pending.push(self.send(server, &Request::PurgeData { ino }, Bytes::new()).await?);
+        }
+        for p in pending {
+            p.wait(self.inner.opts.timeout).await?;
         }
         Ok(())
     }
@@ -719,6 +737,13 @@ impl File {
             let request = Request::Read { ino: self.ino, offset: piece.file_offset, len: piece.len as u32 };
             pending.push((piece.buf_offset, client.send(piece.server, &request, Bytes::new()).await?));
         }
+        if pending.len() == 1 {
+            // Within one chunk: hand over the received buffer, zero-filling a hole's tail.
+            let (_, p) = pending.pop().expect("one");
+            let (_, mut bytes) = p.wait(client.inner.opts.timeout).await?;
+            bytes.resize(len as usize, 0);
+            return Ok(bytes);
+        }
         let mut out = vec![0u8; len as usize];
         for (at, p) in pending {
             let (_, bytes) = p.wait(client.inner.opts.timeout).await?;
@@ -727,7 +752,7 @@ impl File {
         Ok(out)
     }
 
-    async fn publish(&self, release: bool) -> Result<bool> {
+    async fn publish(&self, release: bool) -> Result<(bool, u64)> {
         let dirty = self.dirty.swap(false, Ordering::Relaxed);
         let written = self.written_end.load(Ordering::Relaxed);
         let request = Request::Commit {
@@ -737,7 +762,7 @@ impl File {
             release,
         };
         match self.client.call_home(self.ino, request).await? {
-            Reply::Dropped { purge } => Ok(purge),
+            Reply::Dropped { purge, size } => Ok((purge, size)),
             other => Err(unexpected("commit", other)),
         }
     }
@@ -751,9 +776,9 @@ impl File {
     /// Publishes size and mtime and releases the handle. After this returns, an open on any
     /// node sees everything written through this handle.
     pub async fn close(self) -> Result<()> {
-        if self.publish(true).await? {
+        if let (true, size) = self.publish(true).await? {
             // The file was unlinked while open and this was the last handle.
-            self.client.broadcast(Request::PurgeData { ino: self.ino }).await?;
+            self.client.purge_data(self.ino, size).await?;
         }
         Ok(())
     }

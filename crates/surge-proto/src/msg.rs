@@ -82,6 +82,8 @@ pub struct Unlinked {
     pub remote: bool,
     /// The inode is gone and nobody has it open: its data must be purged on every server.
     pub purge: bool,
+    /// Its size then: only servers holding chunks below it need the purge.
+    pub size: u64,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -212,7 +214,7 @@ pub enum Reply {
     /// homed on another server whose `..` the client must update with `SetParent`.
     Renamed { replaced: Option<Unlinked>, reparent: Option<Ino> },
     /// A `DropLink` answer: the inode is gone and its data must be purged everywhere.
-    Dropped { purge: bool },
+    Dropped { purge: bool, size: u64 },
     Written { len: u32 },
     /// Payload = the bytes read (shorter than asked at this server's end of data).
     Data,

@@ -181,7 +181,10 @@ impl Session<'_> {
                 meta().remove_entry(parent, &name, ino)?;
                 Reply::Ok
             }
-            Request::DropLink { ino } => Reply::Dropped { purge: meta().drop_link(ino)? },
+            Request::DropLink { ino } => {
+                let (purge, size) = meta().drop_link(ino)?;
+                Reply::Dropped { purge, size }
+            }
             Request::SetParent { ino, parent } => {
                 meta().set_parent(ino, parent)?;
                 Reply::Ok
@@ -208,7 +211,8 @@ impl Session<'_> {
                 if release {
                     self.forget_open(ino);
                 }
-                Reply::Dropped { purge: meta().commit(ino, size, mtime, release)? }
+                let (purge, size) = meta().commit(ino, size, mtime, release)?;
+                Reply::Dropped { purge, size }
             }
             Request::Write { ino, offset } => Reply::Written { len: data.write(ino, offset, payload)? },
             Request::Read { .. } => unreachable!("reads are answered with a payload in handle()"),
@@ -254,7 +258,7 @@ impl Session<'_> {
     fn release_all(&mut self) {
         for (ino, count) in std::mem::take(&mut self.opens) {
             for _ in 0..count {
-                if let Ok(true) = self.shared.meta.lock().unwrap().commit(ino, None, None, true) {
+                if let Ok((true, _)) = self.shared.meta.lock().unwrap().commit(ino, None, None, true) {
                     tracing::info!(ino = format!("{ino:#x}"), "released an unlinked file of a vanished client; its chunks on other servers remain until teardown");
                     let _ = self.shared.data.purge(ino);
                 }

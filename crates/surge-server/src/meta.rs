@@ -210,19 +210,19 @@ impl MetaStore {
         let inode = self.inode_mut(ino)?;
         inode.attr.nlink = inode.attr.nlink.saturating_sub(1);
         inode.attr.ctime = Timestamp::now();
-        let kind = inode.attr.kind;
+        let (kind, size) = (inode.attr.kind, inode.attr.size);
         let gone = inode.attr.nlink == 0 && inode.opens == 0;
         if gone {
             self.remove_inode(ino);
         }
-        Ok(Unlinked { ino, kind, remote: false, purge: gone && kind == FileKind::File })
+        Ok(Unlinked { ino, kind, remote: false, purge: gone && kind == FileKind::File, size })
     }
 
     fn unlinked_entry(&mut self, entry: &Entry) -> MetaResult<Unlinked> {
         if self.is_local(entry.ino) {
             self.drop_link_local(entry.ino)
         } else {
-            Ok(Unlinked { ino: entry.ino, kind: entry.kind, remote: true, purge: false })
+            Ok(Unlinked { ino: entry.ino, kind: entry.kind, remote: true, purge: false, size: 0 })
         }
     }
 
@@ -263,7 +263,7 @@ impl MetaStore {
                 self.remove_inode(ex_ino);
             }
             // A retired remote directory is deleted by the client with DropInode.
-            return Ok(Some(Unlinked { ino: ex_ino, kind: ex_kind, remote: !self.is_local(ex_ino), purge: false }));
+            return Ok(Some(Unlinked { ino: ex_ino, kind: ex_kind, remote: !self.is_local(ex_ino), purge: false, size: 0 }));
         }
         self.unlinked_entry(&entry).map(Some)
     }
@@ -465,8 +465,9 @@ impl MetaStore {
         Ok(())
     }
 
-    pub fn drop_link(&mut self, ino: Ino) -> MetaResult<bool> {
-        Ok(self.drop_link_local(ino)?.purge)
+    pub fn drop_link(&mut self, ino: Ino) -> MetaResult<(bool, u64)> {
+        let unlinked = self.drop_link_local(ino)?;
+        Ok((unlinked.purge, unlinked.size))
     }
 
     pub fn set_parent(&mut self, ino: Ino, parent: Ino) -> MetaResult<()> {
@@ -569,7 +570,7 @@ impl MetaStore {
 
     /// Publishes a writer's size and mtime; with `release`, ends one open handle. Returns
     /// whether the file is now gone (unlinked earlier, last handle closed) and must be purged.
-    pub fn commit(&mut self, ino: Ino, size: Option<u64>, mtime: Option<Timestamp>, release: bool) -> MetaResult<bool> {
+    pub fn commit(&mut self, ino: Ino, size: Option<u64>, mtime: Option<Timestamp>, release: bool) -> MetaResult<(bool, u64)> {
         let inode = self.inode_mut(ino)?;
         if let Some(size) = size {
             inode.attr.size = inode.attr.size.max(size);
@@ -582,11 +583,11 @@ impl MetaStore {
             inode.opens = inode.opens.saturating_sub(1);
         }
         let gone = inode.attr.nlink == 0 && inode.opens == 0;
-        let purge = gone && inode.attr.kind == FileKind::File;
+        let (purge, final_size) = (gone && inode.attr.kind == FileKind::File, inode.attr.size);
         if gone {
             self.remove_inode(ino);
         }
-        Ok(purge)
+        Ok((purge, final_size))
     }
 }
 
@@ -619,7 +620,7 @@ mod tests {
         let u = s.unlink(ROOT_INO, "f").unwrap();
         assert!(!u.purge);
         assert!(s.getattr(ino).is_ok());
-        assert!(s.commit(ino, Some(10), None, true).unwrap());
+        assert_eq!(s.commit(ino, Some(10), None, true).unwrap(), (true, 10));
         assert!(s.getattr(ino).is_err());
     }
 
