@@ -158,3 +158,21 @@ fn malformed_inputs_give_clear_errors() {
     let missing = std::path::Path::new("/nonexistent/system.toml");
     assert!(format!("{:#}", SystemConfig::load(missing).unwrap_err()).contains("cannot read system file"));
 }
+
+#[test]
+fn calibration_file_replaces_device_and_network_figures() {
+    let dir = std::env::temp_dir().join(format!("surge-sim-cal-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("measured.json"), r#"{"source": "surge bench", "device_write_bw": "500 MB/s", "op_overhead": "20 us", "link_latency": "2 us"}"#).unwrap();
+    let system = format!("{TWO_SERVERS}\n[calibration]\nfrom = \"measured.json\"\nplacement = \"node_local\"\n");
+    std::fs::write(dir.join("system.toml"), system).unwrap();
+    let sys = SystemConfig::load(&dir.join("system.toml")).unwrap();
+    assert_eq!(sys.device(Placement::NodeLocal).unwrap().write_bw.0, 500e6);
+    assert_eq!(sys.device(Placement::Global).unwrap().write_bw.0, 4e9, "restricted to node_local");
+    assert!((sys.burst_buffer.op_overhead.0 - 20e-6).abs() < 1e-12);
+    assert!((sys.network.link_latency.0 - 2e-6).abs() < 1e-12);
+    std::fs::write(dir.join("measured.json"), "{ broken").unwrap();
+    let err = SystemConfig::load(&dir.join("system.toml")).unwrap_err();
+    assert!(format!("{err:#}").contains("invalid calibration file"), "{err:#}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
