@@ -10,6 +10,7 @@ import pytest
 
 from surge import sim_plots
 from surge.darshan_trace import convert
+from test_darshan_trace import shared_log
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "sim"
@@ -19,14 +20,6 @@ def sim_binary() -> str:
     path = Path(os.environ.get("SURGE_SIM_BIN", REPO / "target" / "release" / "surge-sim"))
     if not path.is_file():
         pytest.fail(f"{path} not built: run `cargo build --release -p surge-sim` (or set SURGE_SIM_BIN)")
-    return str(path)
-
-
-def shared_log(name: str) -> str:
-    root = Path(os.environ.get("SURGE_SHARED_DATA", REPO.parent / "shared" / "data"))
-    path = root / "darshan" / name
-    if not path.is_file():
-        pytest.fail(f"shared Darshan log {path} is missing: set SURGE_SHARED_DATA")
     return str(path)
 
 

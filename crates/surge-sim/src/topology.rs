@@ -172,6 +172,14 @@ impl Builder {
         self.resources.push(Resource { kind, capacity, a: a as u32, b: b as u32, c: c as u32 });
         (self.resources.len() - 1) as u32
     }
+    /// Adds `count` resources of one kind numbered 0..count; returns the first id.
+    fn add_range(&mut self, kind: ResKind, capacity: f64, count: usize) -> u32 {
+        let first = self.resources.len() as u32;
+        for i in 0..count {
+            self.add(kind, capacity, i, 0, 0);
+        }
+        first
+    }
     fn terminal(&mut self, role: Role, switch: usize, bw: f64) -> u32 {
         let id = self.terminals.len();
         let up = self.add(ResKind::TerminalUp, bw, id, 0, 0);
@@ -308,22 +316,10 @@ impl Network {
             let trunk = ft.nodes_per_switch as f64 * ft.link_bw.0 / taper;
             let pod_trunk = ft.switches_per_pod as f64 * trunk / core_taper;
             let pods = total_switches.div_ceil(ft.switches_per_pod);
-            let edge_up = b.resources.len() as u32;
-            for e in 0..total_switches {
-                b.add(ResKind::EdgeUp, trunk, e, 0, 0);
-            }
-            let edge_down = b.resources.len() as u32;
-            for e in 0..total_switches {
-                b.add(ResKind::EdgeDown, trunk, e, 0, 0);
-            }
-            let pod_up = b.resources.len() as u32;
-            for p in 0..pods {
-                b.add(ResKind::PodUp, pod_trunk, p, 0, 0);
-            }
-            let pod_down = b.resources.len() as u32;
-            for p in 0..pods {
-                b.add(ResKind::PodDown, pod_trunk, p, 0, 0);
-            }
+            let edge_up = b.add_range(ResKind::EdgeUp, trunk, total_switches);
+            let edge_down = b.add_range(ResKind::EdgeDown, trunk, total_switches);
+            let pod_up = b.add_range(ResKind::PodUp, pod_trunk, pods);
+            let pod_down = b.add_range(ResKind::PodDown, pod_trunk, pods);
             Fabric::FatTree { switches_per_pod: ft.switches_per_pod as u32, edge_up, edge_down, pod_up, pod_down }
         } else if let Some(df) = &net.dragonfly {
             let a = df.routers_per_group;
