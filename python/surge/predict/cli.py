@@ -14,6 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from .traces import TraceFormatError, read_trace
 
 
@@ -73,6 +75,61 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def walltime_for(trace, spec: str, folds: int = 4):
+    """Scheduler walltimes from ``request``, ``lambda=X`` or a model name (time-ordered)."""
+    from .simulate import refined_walltime
+    from .study import learned_walltime
+
+    if spec == "request":
+        return refined_walltime(trace.jobs, 1.0)
+    if spec.startswith("lambda="):
+        return refined_walltime(trace.jobs, float(spec.split("=", 1)[1]))
+    return learned_walltime(trace, spec, folds)
+
+
+def cmd_simulate(args) -> int:
+    from .plots import lead_time_bars
+    from .study import compare_to_real, format_shares, lead_time_study
+
+    trace = _load(args)
+    lambdas = [float(x) for x in args.lambdas.split(",")] if args.lambdas else []
+    learned = None
+    if args.learned != "none":
+        learned = (args.learned, walltime_for(trace, args.learned))
+    progress = (lambda msg: print(msg, file=sys.stderr)) if args.verbose else None
+    table, runs = lead_time_study(trace, args.policies.split(","), lambdas, learned,
+                                  depth=args.depth, progress=progress)
+    stem = _stem(args.trace)
+    print(f"# {stem}: node-list lead time (share of jobs per class), {len(trace.jobs)} jobs, "
+          f"planning depth {args.depth}")
+    print(format_shares(table))
+    args.out.mkdir(parents=True, exist_ok=True)
+    table.to_csv(args.out / f"{stem}-leadtime.csv")
+    from .simulate import LEAD_CLASSES
+    plot = lead_time_bars(table[LEAD_CLASSES], f"{stem}: how long before the start the node "
+                          "list was known", args.out / f"{stem}-leadtime.png")
+    if trace.node_lists is not None:
+        print(f"\n# simulated vs real schedule ({stem} records the real node lists)")
+        checks = {f"{r.policy} {r.label}": compare_to_real(trace, r) for r in runs
+                  if r.label in ("lambda=1", args.learned)}
+        comparison = pd.DataFrame(checks)
+        print(comparison.to_string(float_format=lambda v: f"{v:.3f}"))
+        comparison.to_csv(args.out / f"{stem}-vs-real.csv")
+    print(f"wrote {args.out / (stem + '-leadtime.csv')} and {plot}", file=sys.stderr)
+    return 0
+
+
+def cmd_advise(args) -> int:
+    from .advise import advise, parse_size
+
+    trace = _load(args)
+    walltime = walltime_for(trace, args.estimate)
+    advice = advise(trace, args.job, parse_size(args.stage_bytes), parse_size(args.bandwidth),
+                    walltime, policy=args.policy, margin=args.margin, depth=args.depth)
+    print(advice.render())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="surge predict", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -90,6 +147,34 @@ def build_parser() -> argparse.ArgumentParser:
                           help="FLAML seconds per user model")
     evaluate.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     evaluate.set_defaults(func=cmd_evaluate)
+
+    simulate = sub.add_parser("simulate", help="scheduler simulation: how early node lists are known")
+    _add_trace_arguments(simulate)
+    simulate.add_argument("--out", type=Path, default=Path("predict-out"), help="output directory")
+    simulate.add_argument("--policies", default="fcfs,easy,conservative",
+                          help="comma-separated: fcfs, easy, conservative")
+    simulate.add_argument("--lambdas", default="1,0.5,0.25,0.1,0.05,0",
+                          help="refined walltime T~ = T_run + lambda (T_req - T_run)")
+    simulate.add_argument("--learned", default="gboost",
+                          help="also simulate with this model's time-ordered predictions "
+                               "(last-2, alea, linear, gboost, automl; none = skip)")
+    simulate.add_argument("--depth", type=int, default=100,
+                          help="queued jobs planned per pass (like Slurm's bf_max_job_test)")
+    simulate.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
+    simulate.set_defaults(func=cmd_simulate)
+
+    advise = sub.add_parser("advise", help="should a job's input be pre-staged, and when?")
+    _add_trace_arguments(advise)
+    advise.add_argument("--job", type=int, required=True, help="job ID in the trace")
+    advise.add_argument("--stage-bytes", required=True, help="bytes to stage, e.g. 200GiB")
+    advise.add_argument("--bandwidth", required=True, help="staging bandwidth, e.g. 2GB/s")
+    advise.add_argument("--policy", default="conservative", choices=["fcfs", "easy", "conservative"])
+    advise.add_argument("--estimate", default="gboost",
+                        help="scheduler walltimes: request, lambda=X, or a model name")
+    advise.add_argument("--margin", type=float, default=0.1,
+                        help="safety margin as a fraction of the staging time (default 0.1)")
+    advise.add_argument("--depth", type=int, default=100, help="planning depth")
+    advise.set_defaults(func=cmd_advise)
     return parser
 
 

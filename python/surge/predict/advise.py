@@ -1,0 +1,127 @@
+"""Pre-staging advisor: can a queued job's input be staged onto its nodes before it starts?
+
+Staging ``B`` bytes at ``bandwidth`` takes ``B / bandwidth`` seconds, and it has to begin that
+long before the job starts, on the nodes the job will get. The advisor replays the trace up to
+the job's submission (later submissions are unknown at that moment) under the chosen policy
+and walltime estimates, takes the scheduler's prediction for the job, and answers:
+
+* **can stage** - the predicted wait is at least the staging time (plus a safety margin);
+* **when to begin** - predicted start - staging time - margin;
+* **confidence** - among the earlier jobs of the same simulation that waited at least the
+  staging time, the share whose final node list was already predicted that long before they
+  started (lead time >= staging time): how often staging begun at that moment would have gone
+  to the right nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .simulate import simulate
+from .traces import Trace
+
+#: Confidence is estimated over at most this many of the most recent earlier jobs.
+HISTORY_JOBS = 5000
+
+
+@dataclass
+class Advice:
+    job_id: int
+    submit: float
+    prediction_made: float
+    stage_seconds: float
+    predicted_start: float
+    predicted_nodes: list[str]
+    can_stage: bool
+    begin_at: float | None
+    confidence: float
+    confidence_jobs: int
+    simulated_start: float
+    simulated_nodes_match: bool
+
+    def render(self) -> str:
+        wait = self.predicted_start - self.submit
+        lines = [
+            f"job                      {self.job_id}",
+            f"staging time             {_duration(self.stage_seconds)}",
+            f"predicted start          submit + {_duration(wait)}"
+            + (f" (predicted at submit + {_duration(self.prediction_made - self.submit)}, when "
+               "it entered the planning window)" if self.prediction_made > self.submit else ""),
+            f"predicted nodes          {_node_text(self.predicted_nodes)}",
+        ]
+        if self.can_stage:
+            lines.append(f"advice                   PRE-STAGE: begin at submit + "
+                         f"{_duration(self.begin_at - self.submit)}")
+        else:
+            lines.append("advice                   DO NOT PRE-STAGE: the job is predicted to start "
+                         "before staging could finish; stage in after allocation")
+        lines.append(f"confidence               {100 * self.confidence:.0f}% "
+                     f"({self.confidence_jobs} earlier jobs that waited at least the staging time)")
+        lines.append(f"what the simulation did  started at submit + "
+                     f"{_duration(self.simulated_start - self.submit)}, node list "
+                     f"{'as predicted' if self.simulated_nodes_match else 'DIFFERENT from the prediction'}")
+        return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0.0, float(seconds))
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _node_text(names: list[str]) -> str:
+    return ", ".join(names) if len(names) <= 8 else f"{', '.join(names[:8])}, ... ({len(names)} nodes)"
+
+
+def advise(trace: Trace, job_id: int, stage_bytes: float, bandwidth: float,
+           walltime: np.ndarray, policy: str = "conservative", margin: float = 0.1,
+           depth: int = 100) -> Advice:
+    """Advice for ``job_id`` (see the module docstring); ``margin`` is a fraction of the staging time."""
+    if stage_bytes < 0 or bandwidth <= 0:
+        raise ValueError("--stage-bytes must be >= 0 and --bandwidth > 0")
+    matches = np.flatnonzero(trace.jobs["job_id"].to_numpy() == job_id)
+    if not len(matches):
+        raise ValueError(f"job {job_id} is not in {trace.source}")
+    index = int(matches[0])
+    stage_seconds = stage_bytes / bandwidth
+    needed = stage_seconds * (1 + margin)
+    # Only what was submitted up to the job is known when the advice is asked for.
+    known = trace.head(index + 1)
+    result = simulate(known, walltime[: index + 1], policy, depth=depth, watch=index)
+    made_at, predicted_start, predicted_nodes = result.first_prediction
+    submit = float(known.jobs["submit"].iloc[index])
+    history = result.jobs.iloc[max(0, index - HISTORY_JOBS):index]
+    history = history[history["start"] <= submit]     # outcomes already known at submission
+    waited = history[history["wait"] >= needed]
+    confidence = float((waited["lead"] >= needed).mean()) if len(waited) else 0.0
+    can_stage = predicted_start - submit >= needed
+    return Advice(
+        job_id=job_id, submit=submit, prediction_made=made_at, stage_seconds=stage_seconds,
+        predicted_start=predicted_start,
+        predicted_nodes=[known.machine.names[i] for i in predicted_nodes],
+        can_stage=bool(can_stage),
+        begin_at=predicted_start - needed if can_stage else None,
+        confidence=confidence if can_stage else 0.0, confidence_jobs=len(waited),
+        simulated_start=float(result.jobs["start"].iloc[index]),
+        simulated_nodes_match=bool(np.array_equal(result.nodes[index], predicted_nodes)),
+    )
+
+
+def parse_size(text: str) -> float:
+    """``"40GiB"``, ``"1.5e9"``, ``"500MB/s"`` -> bytes (or bytes/s); binary and decimal units."""
+    units = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9,
+             "T": 1e12, "TB": 1e12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+    cleaned = text.strip().upper().removesuffix("/S")
+    number = cleaned.rstrip("KMGTIB")
+    unit = cleaned[len(number):]
+    if unit not in units:
+        raise ValueError(f"cannot read a size from {text!r} (e.g. 40GiB, 2.5e9, 800MB/s)")
+    try:
+        return float(number) * units[unit]
+    except ValueError:
+        raise ValueError(f"cannot read a size from {text!r} (e.g. 40GiB, 2.5e9, 800MB/s)") from None
