@@ -19,12 +19,16 @@ import pandas as pd
 from .traces import TraceFormatError, read_trace
 
 
-def _add_trace_arguments(parser: argparse.ArgumentParser) -> None:
+def _add_trace_arguments(parser: argparse.ArgumentParser, outputs: bool = False) -> None:
     parser.add_argument("trace", type=Path, help="SWF trace (.swf[.gz]) or sacct --parsable2 output")
     parser.add_argument("--layout", default="auto", choices=["auto", "swf", "argonne", "alea", "sacct"],
                         help="trace layout (default: detect)")
     parser.add_argument("--jobs", type=int, default=0,
                         help="use only the first N jobs in submit order (0 = all)")
+    if outputs:
+        parser.add_argument("--out", type=Path, default=Path("predict-out"),
+                            help="output directory for tables and plots")
+        parser.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
 
 
 def _load(args):
@@ -131,12 +135,14 @@ def cmd_advise(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="surge predict", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="surge predict",
+        description="Walltime and node-allocation prediction from batch history, and "
+                    "pre-staging advice (see docs/predictor.md).")
     sub = parser.add_subparsers(dest="command", required=True)
 
     evaluate = sub.add_parser("evaluate", help="evaluate walltime models on a trace, time-ordered")
-    _add_trace_arguments(evaluate)
-    evaluate.add_argument("--out", type=Path, default=Path("predict-out"), help="output directory")
+    _add_trace_arguments(evaluate, outputs=True)
     evaluate.add_argument("--folds", type=int, default=4, help="rolling folds (default 4)")
     evaluate.add_argument("--models", default="", help="comma-separated subset of models")
     evaluate.add_argument("--automl-budget", type=float, default=30.0,
@@ -145,12 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
                           help="users with their own AutoML model per fold (0 = none)")
     evaluate.add_argument("--user-budget", type=float, default=3.0,
                           help="FLAML seconds per user model")
-    evaluate.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     evaluate.set_defaults(func=cmd_evaluate)
 
     simulate = sub.add_parser("simulate", help="scheduler simulation: how early node lists are known")
-    _add_trace_arguments(simulate)
-    simulate.add_argument("--out", type=Path, default=Path("predict-out"), help="output directory")
+    _add_trace_arguments(simulate, outputs=True)
     simulate.add_argument("--policies", default="fcfs,easy,conservative",
                           help="comma-separated: fcfs, easy, conservative")
     simulate.add_argument("--lambdas", default="1,0.5,0.25,0.1,0.05,0",
@@ -160,7 +164,6 @@ def build_parser() -> argparse.ArgumentParser:
                                "(last-2, alea, linear, gboost, automl; none = skip)")
     simulate.add_argument("--depth", type=int, default=100,
                           help="queued jobs planned per pass (like Slurm's bf_max_job_test)")
-    simulate.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     simulate.set_defaults(func=cmd_simulate)
 
     advise = sub.add_parser("advise", help="should a job's input be pre-staged, and when?")

@@ -88,7 +88,9 @@ def compare_to_real(trace: Trace, result: Simulation) -> pd.Series:
         "simulated mean wait [min]": sim_wait.mean() / 60,
         "real median wait [min]": np.median(real_wait) / 60,
         "simulated median wait [min]": np.median(sim_wait) / 60,
-        "wait rank correlation": pd.Series(real_wait).corr(pd.Series(sim_wait), method="spearman"),
+        # Undefined (NaN) when every simulated job started at once.
+        "wait rank correlation": (pd.Series(real_wait).corr(pd.Series(sim_wait), method="spearman")
+                                  if np.ptp(sim_wait) > 0 else np.nan),
     })
 
 

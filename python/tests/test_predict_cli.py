@@ -1,0 +1,85 @@
+"""The surge-predict command line (evaluate, simulate, advise) on small slices of real traces."""
+
+import gzip
+
+import numpy as np
+import pytest
+
+from surge.predict.advise import advise, parse_size
+from surge.predict.cli import main
+from surge.predict.shared_data import swf_trace
+from surge.predict.simulate import refined_walltime, simulate
+from surge.predict.traces import read_trace
+
+
+def test_evaluate_prints_one_row_per_model_and_writes_the_plot(tmp_path, capsys):
+    code = main(["evaluate", str(swf_trace("alea_wagap-2013.swf.gz")), "--jobs", "1500",
+                 "--folds", "2", "--automl-budget", "0", "--out", str(tmp_path)])
+    assert code == 0
+    out = capsys.readouterr().out
+    lines = [ln.split()[0] for ln in out.splitlines()[3:]]
+    assert lines == ["request", "last-2", "alea", "linear", "gboost"]
+    assert (tmp_path / "alea_wagap-2013-error-cdf.png").stat().st_size > 10_000
+    assert "under_rate" in out and "gain_vs_request" in out
+
+
+def test_simulate_writes_table_plot_and_real_comparison(tmp_path, capsys):
+    code = main(["simulate", str(swf_trace("alea_wagap-2013.swf.gz")), "--jobs", "600",
+                 "--policies", "conservative,fcfs", "--lambdas", "1,0", "--learned", "last-2",
+                 "--out", str(tmp_path)])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "lambda=0" in out and "last-2" in out and "same node list" in out
+    assert (tmp_path / "alea_wagap-2013-leadtime.png").stat().st_size > 10_000
+    assert (tmp_path / "alea_wagap-2013-vs-real.csv").exists()
+
+
+def test_bad_trace_line_is_reported_with_its_number(tmp_path, capsys):
+    with gzip.open(swf_trace("RICC-2010-2.swf.gz"), "rt") as handle:
+        lines = [next(handle) for _ in range(40)]
+    lines[29] = lines[29].rstrip("\n") + " oops extra\n"
+    lines[32] = "1 2 3\n"
+    bad = tmp_path / "bad.swf"
+    bad.write_text("".join(lines))
+    assert main(["evaluate", str(bad), "--out", str(tmp_path)]) == 2
+    assert "bad.swf:33: expected at least 18 fields, found 3" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def theta():
+    return read_trace(swf_trace("theta_argonne.swf.gz")).head(900)
+
+
+def test_advice_follows_the_predicted_wait(theta):
+    walltime = refined_walltime(theta.jobs, 1.0)
+    result = simulate(theta, walltime, "conservative")
+    # A job the simulation kept waiting for hours, and one that started at once.
+    waited = int(np.flatnonzero(result.jobs["wait"].to_numpy() > 4 * 3600)[-1])
+    instant = int(np.flatnonzero(result.jobs["wait"].to_numpy() == 0)[-1])
+    small = advise(theta, int(theta.jobs["job_id"].iloc[waited]), parse_size("100GiB"),
+                   parse_size("1GB/s"), walltime)
+    assert small.can_stage and small.begin_at < small.predicted_start
+    assert small.begin_at >= small.submit
+    assert 0.0 <= small.confidence <= 1.0 and small.confidence_jobs > 0
+    assert "PRE-STAGE" in small.render()
+    huge = advise(theta, int(theta.jobs["job_id"].iloc[waited]), parse_size("1PB"),
+                  parse_size("1GB/s"), walltime)
+    assert not huge.can_stage and "DO NOT PRE-STAGE" in huge.render()
+    now = advise(theta, int(theta.jobs["job_id"].iloc[instant]), 1e9, 1e9, walltime)
+    assert not now.can_stage
+
+
+def test_advise_command_and_its_errors(capsys):
+    trace = str(swf_trace("theta_argonne.swf.gz"))
+    assert main(["advise", trace, "--jobs", "300", "--job", "1", "--stage-bytes", "1GB",
+                 "--bandwidth", "1GB/s", "--estimate", "request"]) == 2
+    assert "job 1 is not in" in capsys.readouterr().err
+    assert main(["advise", trace, "--jobs", "300", "--job", "639487", "--stage-bytes", "ten",
+                 "--bandwidth", "1GB/s", "--estimate", "request"]) == 2
+    assert "cannot read a size from 'ten'" in capsys.readouterr().err
+
+
+def test_parse_size():
+    assert parse_size("40GiB") == 40 * 2**30
+    assert parse_size("2.5e9") == 2.5e9
+    assert parse_size("800MB/s") == 800e6
