@@ -82,3 +82,51 @@ async fn posix_namespace_rules_hold_across_servers() {
     let names: Vec<String> = c.readdir("/").await.unwrap().into_iter().map(|e| e.name).collect();
     assert_eq!(names, ["a", "d15", "holes", "link"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_behind_and_read_ahead_keep_bytes_and_report_errors() {
+    let inst = Instance::up("stream", &["--servers", "3", "--capacity", "24M", "--chunk-size", "64K", "--hosts", "127.0.0.181,127.0.0.182,127.0.0.183"]);
+    let c = inst.client("127.0.0.184");
+    let data = surge_tests::pattern(77, 3_000_001);
+    let f = c.create("/stream", 0o644).await.unwrap();
+    f.set_write_behind(512 << 10).await.unwrap();
+    // Odd request sizes: pieces straddle chunk boundaries.
+    let mut at = 0;
+    for (i, piece) in data.chunks(70_001).enumerate() {
+        assert_eq!(f.pwrite(at, piece).await.unwrap(), piece.len(), "write {i}");
+        at += piece.len() as u64;
+    }
+    f.close().await.unwrap();
+
+    let f = c.open("/stream", false).await.unwrap();
+    f.set_read_ahead(1 << 20).await;
+    let mut back = Vec::new();
+    loop {
+        let got = f.pread(back.len() as u64, 50_000).await.unwrap();
+        if got.is_empty() {
+            break;
+        }
+        back.extend(got);
+    }
+    assert!(back == data, "sequential read-ahead returned different bytes");
+    // A jump backwards and a read across the end still come out right.
+    assert_eq!(f.pread(100_000, 10).await.unwrap(), &data[100_000..100_010]);
+    assert_eq!(f.pread(2_999_990, 100).await.unwrap(), &data[2_999_990..]);
+    f.close().await.unwrap();
+
+    // Past capacity with write-behind: the failure surfaces by close at the latest.
+    let f = c.create("/too-big", 0o644).await.unwrap();
+    f.set_write_behind(4 << 20).await.unwrap();
+    let mut failed = false;
+    for i in 0..64u64 {
+        if f.pwrite(i << 20, &vec![1u8; 1 << 20]).await.is_err() {
+            failed = true;
+            break;
+        }
+    }
+    let closed = f.close().await;
+    assert!(failed || closed.as_ref().is_err_and(|e| e.errno() == libc::ENOSPC), "64 MiB into 24 MiB reported no ENOSPC: {closed:?}");
+    let f = c.open("/stream", false).await.unwrap();
+    assert!(f.pread(0, 4 << 20).await.unwrap() == data, "earlier file damaged");
+    f.close().await.unwrap();
+}

@@ -35,6 +35,7 @@ pub async fn put(client: &Client, local: &Path, path: &str) -> Result<()> {
     let file = client.create_or_truncate(path, 0o644).await?;
     let bar = progress(total, "put");
     let window = window(client);
+    file.set_write_behind(window as u64).await?;
     let mut offset = 0u64;
     loop {
         let mut buf = vec![0u8; window];
@@ -68,6 +69,7 @@ pub async fn get(client: &Client, path: &str, local: &Path) -> Result<()> {
     let mut out = std::fs::File::create(local).with_context(|| format!("create {}", local.display()))?;
     let bar = progress(total, "get");
     let window = window(client);
+    file.set_read_ahead(window as u64).await;
     let mut offset = 0u64;
     let result: Result<()> = async {
         while offset < total {

@@ -48,6 +48,13 @@ pub struct Pending {
 }
 
 impl Pending {
+    /// A request already answered with `data` (read-ahead keeps the unread tail of a chunk so).
+    pub fn ready(data: Vec<u8>) -> Pending {
+        let (tx, rx) = oneshot::channel();
+        let _ = tx.send(Ok((Reply::Data, data)));
+        Pending { rx, id: 0, waiters: Arc::new(Mutex::new(HashMap::new())), server: String::new(), op: "read" }
+    }
+
     pub async fn wait(self, timeout: Duration) -> Response {
         match tokio::time::timeout(timeout, self.rx).await {
             Ok(Ok(response)) => response,

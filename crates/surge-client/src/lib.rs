@@ -22,10 +22,10 @@
 pub mod conn;
 pub mod descriptor;
 pub mod error;
+pub mod file;
 pub mod layout;
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,6 +39,7 @@ pub use error::{Error, Result};
 pub use surge_proto;
 
 use conn::{Connection, Pending};
+pub use file::File;
 use layout::Layout;
 
 /// How long a request may wait for its reply before it fails with TimedOut.
@@ -88,7 +89,7 @@ pub struct Client {
     inner: Arc<Inner>,
 }
 
-fn unexpected(op: &str, reply: Reply) -> Error {
+pub(crate) fn unexpected(op: &str, reply: Reply) -> Error {
     Error::new(ErrorCode::Protocol, format!("{op}: unexpected reply {reply:?}"))
 }
 
@@ -137,6 +138,14 @@ impl Client {
         &self.inner.opts
     }
 
+    pub(crate) fn layout(&self) -> &Layout {
+        &self.inner.layout
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.inner.opts.timeout
+    }
+
     // ------------------------------------------------------------ transport
 
     async fn connection(&self, server: usize) -> Result<Arc<Connection>> {
@@ -153,7 +162,7 @@ impl Client {
         Ok(conn)
     }
 
-    async fn send(&self, server: usize, request: &Request, payload: Bytes) -> Result<Pending> {
+    pub(crate) async fn send(&self, server: usize, request: &Request, payload: Bytes) -> Result<Pending> {
         self.connection(server).await?.send(request, payload)
     }
 
@@ -174,12 +183,12 @@ impl Client {
         }
     }
 
-    async fn call_home(&self, ino: Ino, request: Request) -> Result<Reply> {
+    pub(crate) async fn call_home(&self, ino: Ino, request: Request) -> Result<Reply> {
         self.call(ino::home(ino), request).await
     }
 
     /// Sends the same request to every server and waits for all answers.
-    async fn broadcast(&self, request: Request) -> Result<()> {
+    pub(crate) async fn broadcast(&self, request: Request) -> Result<()> {
         let mut pending = Vec::with_capacity(self.server_count());
         for server in 0..self.server_count() {
             pending.push(self.send(server, &request, Bytes::new()).await);
@@ -261,13 +270,13 @@ impl Client {
         if attr.kind != FileKind::File {
             return Err(Error::new(ErrorCode::Invalid, format!("'{name}' is not a regular file")));
         }
-        Ok(File::new(self.clone(), attr))
+        Ok(File::new(self.clone(), &attr))
     }
 
     /// Opens an existing file by inode (registers an open handle; see [`File::close`]).
     pub async fn open_ino(&self, ino: Ino) -> Result<File> {
         match self.call_home(ino, Request::Open { ino }).await? {
-            Reply::Attr(attr) if attr.kind == FileKind::File => Ok(File::new(self.clone(), attr)),
+            Reply::Attr(attr) if attr.kind == FileKind::File => Ok(File::new(self.clone(), &attr)),
             Reply::Attr(attr) => {
                 // Undo the registration before refusing.
                 let _ = self.call_home(ino, Request::Commit { ino, size: None, mtime: None, release: true }).await;
@@ -331,7 +340,7 @@ impl Client {
     /// Deletes a gone file's chunks on the servers that can hold some: those of the chunks
     /// below its final size (none for an empty file, which makes unlinking small and empty
     /// files one round trip).
-    async fn purge_data(&self, ino: Ino, size: u64) -> Result<()> {
+    pub(crate) async fn purge_data(&self, ino: Ino, size: u64) -> Result<()> {
         let chunks = size.div_ceil(self.chunk_size()).min(self.server_count() as u64);
         let mut pending = Vec::new();
         for chunk in 0..chunks {
@@ -663,139 +672,3 @@ fn with_path(mut e: Error, path: &str) -> Error {
     e
 }
 
-/// An open file. Writes go straight to the servers; size and mtime are published to the
-/// file's home server at [`File::fsync`] and [`File::close`] (close-to-open consistency).
-/// Dropping a `File` without `close` leaves its open handle registered until the connection
-/// ends; always close.
-pub struct File {
-    client: Client,
-    ino: Ino,
-    /// Size seen at open, grown by our own writes: where reads stop.
-    size: AtomicU64,
-    /// Highest end offset written through this handle.
-    written_end: AtomicU64,
-    dirty: AtomicBool,
-}
-
-impl File {
-    fn new(client: Client, attr: Attr) -> File {
-        File { client, ino: attr.ino, size: AtomicU64::new(attr.size), written_end: AtomicU64::new(0), dirty: AtomicBool::new(false) }
-    }
-
-    pub fn ino(&self) -> Ino {
-        self.ino
-    }
-
-    /// The file's size as this handle knows it.
-    pub fn size(&self) -> u64 {
-        self.size.load(Ordering::Relaxed)
-    }
-
-    /// Writes `data` at `offset`. The chunks it covers are sent to their servers concurrently.
-    pub async fn pwrite(&self, offset: u64, data: &[u8]) -> Result<usize> {
-        self.pwrite_bytes(offset, Bytes::copy_from_slice(data)).await
-    }
-
-    /// Like [`File::pwrite`] without copying `data` (the pieces sent are slices of it).
-    pub async fn pwrite_bytes(&self, offset: u64, data: Bytes) -> Result<usize> {
-        let len = data.len();
-        if len == 0 {
-            return Ok(0);
-        }
-        let client = &self.client;
-        let mut pending = Vec::new();
-        for piece in client.inner.layout.pieces(self.ino, offset, len as u64) {
-            let payload = data.slice(piece.buf_offset..piece.buf_offset + piece.len as usize);
-            pending.push(client.send(piece.server, &Request::Write { ino: self.ino, offset: piece.file_offset }, payload).await?);
-        }
-        let mut first_error = None;
-        for p in pending {
-            if let Err(e) = p.wait(client.inner.opts.timeout).await {
-                first_error.get_or_insert(e);
-            }
-        }
-        if let Some(e) = first_error {
-            return Err(e);
-        }
-        let end = offset + len as u64;
-        self.written_end.fetch_max(end, Ordering::Relaxed);
-        self.size.fetch_max(end, Ordering::Relaxed);
-        self.dirty.store(true, Ordering::Relaxed);
-        Ok(len)
-    }
-
-    /// Reads up to `len` bytes at `offset`, stopping at the file's size; holes read as zeros.
-    pub async fn pread(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
-        let size = self.size();
-        if offset >= size {
-            return Ok(Vec::new());
-        }
-        let len = (len as u64).min(size - offset);
-        let client = &self.client;
-        let mut pending = Vec::new();
-        for piece in client.inner.layout.pieces(self.ino, offset, len) {
-            let request = Request::Read { ino: self.ino, offset: piece.file_offset, len: piece.len as u32 };
-            pending.push((piece.buf_offset, client.send(piece.server, &request, Bytes::new()).await?));
-        }
-        if pending.len() == 1 {
-            // Within one chunk: hand over the received buffer, zero-filling a hole's tail.
-            let (_, p) = pending.pop().expect("one");
-            let (_, mut bytes) = p.wait(client.inner.opts.timeout).await?;
-            bytes.resize(len as usize, 0);
-            return Ok(bytes);
-        }
-        let mut out = vec![0u8; len as usize];
-        for (at, p) in pending {
-            let (_, bytes) = p.wait(client.inner.opts.timeout).await?;
-            out[at..at + bytes.len()].copy_from_slice(&bytes);
-        }
-        Ok(out)
-    }
-
-    async fn publish(&self, release: bool) -> Result<(bool, u64)> {
-        let dirty = self.dirty.swap(false, Ordering::Relaxed);
-        let written = self.written_end.load(Ordering::Relaxed);
-        let request = Request::Commit {
-            ino: self.ino,
-            size: (dirty && written > 0).then_some(written),
-            mtime: dirty.then(Timestamp::now),
-            release,
-        };
-        match self.client.call_home(self.ino, request).await? {
-            Reply::Dropped { purge, size } => Ok((purge, size)),
-            other => Err(unexpected("commit", other)),
-        }
-    }
-
-    /// Makes written data durable on the servers' devices and publishes size and mtime.
-    pub async fn fsync(&self) -> Result<()> {
-        self.client.broadcast(Request::SyncData { ino: self.ino }).await?;
-        self.publish(false).await.map(|_| ())
-    }
-
-    /// Publishes size and mtime and releases the handle. After this returns, an open on any
-    /// node sees everything written through this handle.
-    pub async fn close(self) -> Result<()> {
-        if let (true, size) = self.publish(true).await? {
-            // The file was unlinked while open and this was the last handle.
-            self.client.purge_data(self.ino, size).await?;
-        }
-        Ok(())
-    }
-
-    /// Sets the file's size (ftruncate).
-    pub async fn set_len(&self, size: u64) -> Result<()> {
-        self.client.setattr(self.ino, AttrChanges { size: Some(size), ..Default::default() }).await?;
-        self.size.store(size, Ordering::Relaxed);
-        self.written_end.store(self.written_end.load(Ordering::Relaxed).min(size), Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Re-reads the size from the file's home (to see another node's published writes
-    /// through a handle opened earlier).
-    pub async fn refresh(&self) -> Result<u64> {
-        let attr = self.client.getattr(self.ino).await?;
-        self.size.fetch_max(attr.size, Ordering::Relaxed);
-        Ok(self.size())
-    }
-}

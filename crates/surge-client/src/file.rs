@@ -1,0 +1,270 @@
+//! Open files: striped reads and writes, publication of size and mtime, and the two streaming
+//! aids that keep every server busy for a single sequential stream:
+//!
+//! * **write-behind** ([`File::set_write_behind`]): `pwrite` returns once its chunks are sent,
+//!   with up to `window` bytes unacknowledged; a failure is reported by a later `pwrite`, or at
+//!   the latest by `fsync` / `close`, which wait for everything (as NFS does). Off by default:
+//!   plain `pwrite` reports its own errors.
+//! * **read-ahead** ([`File::set_read_ahead`]): when reads are sequential, the chunks after the
+//!   current request are requested before they are asked for.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use surge_proto::{Attr, AttrChanges, Ino, Reply, Request, Timestamp};
+
+use crate::conn::Pending;
+use crate::error::Result;
+use crate::{unexpected, Client};
+
+/// Writes sent but not yet acknowledged (write-behind).
+#[derive(Default)]
+struct WriteBehind {
+    window: u64,
+    queued_bytes: u64,
+    queue: VecDeque<(u64, Pending)>,
+}
+
+/// Chunk reads requested ahead of a sequential reader.
+#[derive(Default)]
+struct ReadAhead {
+    window: u64,
+    /// Where the next sequential read is expected to start.
+    expected: u64,
+    /// Offset up to which chunks have been requested.
+    requested_to: u64,
+    queue: VecDeque<(u64, u64, Pending)>,
+}
+
+/// An open file. Writes go to the servers; size and mtime are published to the file's home
+/// server at [`File::fsync`] and [`File::close`] (close-to-open consistency). Dropping a
+/// `File` without `close` leaves its open handle registered until the connection ends.
+pub struct File {
+    client: Client,
+    ino: Ino,
+    /// Size seen at open, grown by our own writes: where reads stop.
+    size: AtomicU64,
+    /// Highest end offset written through this handle.
+    written_end: AtomicU64,
+    dirty: AtomicBool,
+    behind: tokio::sync::Mutex<WriteBehind>,
+    ahead: tokio::sync::Mutex<ReadAhead>,
+    /// A write-behind failure not yet reported to the caller.
+    deferred_error: Mutex<Option<crate::Error>>,
+}
+
+impl File {
+    pub(crate) fn new(client: Client, attr: &Attr) -> File {
+        File {
+            client,
+            ino: attr.ino,
+            size: AtomicU64::new(attr.size),
+            written_end: AtomicU64::new(0),
+            dirty: AtomicBool::new(false),
+            behind: Default::default(),
+            ahead: Default::default(),
+            deferred_error: Mutex::new(None),
+        }
+    }
+
+    pub fn ino(&self) -> Ino {
+        self.ino
+    }
+
+    /// The file's size as this handle knows it.
+    pub fn size(&self) -> u64 {
+        self.size.load(Ordering::Relaxed)
+    }
+
+    /// Lets up to `window` bytes of writes be in flight unacknowledged (0: off).
+    pub async fn set_write_behind(&self, window: u64) -> Result<()> {
+        self.drain_writes(0).await?;
+        self.behind.lock().await.window = window;
+        Ok(())
+    }
+
+    /// Requests up to `window` bytes ahead of sequential reads (0: off).
+    pub async fn set_read_ahead(&self, window: u64) {
+        let mut ahead = self.ahead.lock().await;
+        ahead.queue.clear();
+        ahead.window = window;
+    }
+
+    fn take_deferred(&self) -> Result<()> {
+        match self.deferred_error.lock().unwrap().take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits until at most `keep` bytes of writes are unacknowledged; the first failure among
+    /// them is returned (or kept for the next call if another was already kept).
+    async fn drain_writes(&self, keep: u64) -> Result<()> {
+        let timeout = self.client.timeout();
+        let mut behind = self.behind.lock().await;
+        while behind.queued_bytes > keep {
+            let Some((len, pending)) = behind.queue.pop_front() else { break };
+            behind.queued_bytes -= len;
+            if let Err(e) = pending.wait(timeout).await {
+                self.deferred_error.lock().unwrap().get_or_insert(e);
+            }
+        }
+        drop(behind);
+        self.take_deferred()
+    }
+
+    /// Writes `data` at `offset`. The chunks it covers are sent to their servers concurrently.
+    pub async fn pwrite(&self, offset: u64, data: &[u8]) -> Result<usize> {
+        self.pwrite_bytes(offset, Bytes::copy_from_slice(data)).await
+    }
+
+    /// Like [`File::pwrite`] without copying `data` (the pieces sent are slices of it).
+    pub async fn pwrite_bytes(&self, offset: u64, data: Bytes) -> Result<usize> {
+        let len = data.len();
+        if len == 0 {
+            return Ok(0);
+        }
+        self.take_deferred()?;
+        let client = &self.client;
+        let window = {
+            let mut behind = self.behind.lock().await;
+            for piece in client.layout().pieces(self.ino, offset, len as u64) {
+                let payload = data.slice(piece.buf_offset..piece.buf_offset + piece.len as usize);
+                let pending = client.send(piece.server, &Request::Write { ino: self.ino, offset: piece.file_offset }, payload).await?;
+                behind.queue.push_back((piece.len, pending));
+                behind.queued_bytes += piece.len;
+            }
+            behind.window
+        };
+        let end = offset + len as u64;
+        self.written_end.fetch_max(end, Ordering::Relaxed);
+        self.size.fetch_max(end, Ordering::Relaxed);
+        self.dirty.store(true, Ordering::Relaxed);
+        self.drain_writes(window).await?;
+        Ok(len)
+    }
+
+    /// Reads up to `len` bytes at `offset`, stopping at the file's size; holes read as zeros.
+    pub async fn pread(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
+        let size = self.size();
+        if offset >= size || len == 0 {
+            return Ok(Vec::new());
+        }
+        let len = (len as u64).min(size - offset);
+        let mut ahead = self.ahead.lock().await;
+        if ahead.window == 0 {
+            drop(ahead);
+            return self.read_now(offset, len).await;
+        }
+        if offset != ahead.expected {
+            // Not sequential: forget what was fetched for another position.
+            ahead.queue.clear();
+            ahead.requested_to = offset;
+        }
+        let end = offset + len;
+        let horizon = (end + ahead.window).min(size);
+        // Request everything up to the horizon, chunk by chunk.
+        let from = ahead.requested_to.max(offset);
+        if horizon > from {
+            for piece in self.client.layout().pieces(self.ino, from, horizon - from) {
+                let request = Request::Read { ino: self.ino, offset: piece.file_offset, len: piece.len as u32 };
+                let pending = self.client.send(piece.server, &request, Bytes::new()).await?;
+                ahead.queue.push_back((piece.file_offset, piece.len, pending));
+            }
+            ahead.requested_to = horizon;
+        }
+        let mut out = Vec::with_capacity(len as usize);
+        while (out.len() as u64) < len {
+            let Some((at, piece_len, pending)) = ahead.queue.pop_front() else { break };
+            let (_, mut bytes) = pending.wait(self.client.timeout()).await?;
+            bytes.resize(piece_len as usize, 0);
+            let skip = (offset + out.len() as u64 - at) as usize;
+            let want = ((len - out.len() as u64) as usize).min(bytes.len() - skip);
+            out.extend_from_slice(&bytes[skip..skip + want]);
+            if skip + want < bytes.len() {
+                // The request ended inside this chunk: keep its tail for the next read.
+                let rest = bytes[skip + want..].to_vec();
+                ahead.queue.push_front((at + (skip + want) as u64, rest.len() as u64, Pending::ready(rest)));
+            }
+        }
+        ahead.expected = offset + out.len() as u64;
+        Ok(out)
+    }
+
+    async fn read_now(&self, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let client = &self.client;
+        let mut pending = Vec::new();
+        for piece in client.layout().pieces(self.ino, offset, len) {
+            let request = Request::Read { ino: self.ino, offset: piece.file_offset, len: piece.len as u32 };
+            pending.push((piece.buf_offset, client.send(piece.server, &request, Bytes::new()).await?));
+        }
+        if pending.len() == 1 {
+            // Within one chunk: hand over the received buffer, zero-filling a hole's tail.
+            let (_, p) = pending.pop().expect("one");
+            let (_, mut bytes) = p.wait(client.timeout()).await?;
+            bytes.resize(len as usize, 0);
+            return Ok(bytes);
+        }
+        let mut out = vec![0u8; len as usize];
+        for (at, p) in pending {
+            let (_, bytes) = p.wait(client.timeout()).await?;
+            out[at..at + bytes.len()].copy_from_slice(&bytes);
+        }
+        Ok(out)
+    }
+
+    async fn publish(&self, release: bool) -> Result<(bool, u64)> {
+        let dirty = self.dirty.swap(false, Ordering::Relaxed);
+        let written = self.written_end.load(Ordering::Relaxed);
+        let request = Request::Commit {
+            ino: self.ino,
+            size: (dirty && written > 0).then_some(written),
+            mtime: dirty.then(Timestamp::now),
+            release,
+        };
+        match self.client.call_home(self.ino, request).await? {
+            Reply::Dropped { purge, size } => Ok((purge, size)),
+            other => Err(unexpected("commit", other)),
+        }
+    }
+
+    /// Waits for every write, makes the data durable on the servers' devices and publishes
+    /// size and mtime.
+    pub async fn fsync(&self) -> Result<()> {
+        self.drain_writes(0).await?;
+        self.client.broadcast(Request::SyncData { ino: self.ino }).await?;
+        self.publish(false).await.map(|_| ())
+    }
+
+    /// Waits for every write, publishes size and mtime and releases the handle. After this
+    /// returns, an open on any node sees everything written through this handle. A write
+    /// failure not reported yet is reported here (the handle is released all the same).
+    pub async fn close(self) -> Result<()> {
+        let drained = self.drain_writes(0).await;
+        if let (true, size) = self.publish(true).await? {
+            // The file was unlinked while open and this was the last handle.
+            self.client.purge_data(self.ino, size).await?;
+        }
+        drained
+    }
+
+    /// Sets the file's size (ftruncate).
+    pub async fn set_len(&self, size: u64) -> Result<()> {
+        self.drain_writes(0).await?;
+        self.client.setattr(self.ino, AttrChanges { size: Some(size), ..Default::default() }).await?;
+        self.size.store(size, Ordering::Relaxed);
+        self.written_end.store(self.written_end.load(Ordering::Relaxed).min(size), Ordering::Relaxed);
+        self.ahead.lock().await.queue.clear();
+        Ok(())
+    }
+
+    /// Re-reads the size from the file's home (to see another node's published writes
+    /// through a handle opened earlier).
+    pub async fn refresh(&self) -> Result<u64> {
+        let attr = self.client.getattr(self.ino).await?;
+        self.size.fetch_max(attr.size, Ordering::Relaxed);
+        Ok(self.size())
+    }
+}
