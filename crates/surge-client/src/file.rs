@@ -180,6 +180,11 @@ impl File {
             let Some((at, piece_len, pending)) = ahead.queue.pop_front() else { break };
             let (_, mut bytes) = pending.wait(self.client.timeout()).await?;
             bytes.resize(piece_len as usize, 0);
+            if out.is_empty() && at == offset && piece_len == len {
+                // The request is exactly one fetched chunk: hand its buffer over, no copy.
+                out = bytes;
+                break;
+            }
             let skip = (offset + out.len() as u64 - at) as usize;
             let want = ((len - out.len() as u64) as usize).min(bytes.len() - skip);
             out.extend_from_slice(&bytes[skip..skip + want]);

@@ -38,11 +38,20 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max_message: usize, max
     if payload_len > max_payload {
         return Err(ReadError::OverLimit { what: "payload", len: payload_len, limit: max_payload });
     }
-    let mut message = vec![0u8; message_len];
-    r.read_exact(&mut message).await?;
-    let mut payload = vec![0u8; payload_len];
-    r.read_exact(&mut payload).await?;
+    let message = read_exactly(r, message_len).await?;
+    let payload = read_exactly(r, payload_len).await?;
     Ok(Some(Frame { header, message, payload }))
+}
+
+/// Reads exactly `len` bytes into a new vector without zero-filling it first (a payload is a
+/// full chunk: clearing it would be one more pass over every byte received).
+async fn read_exactly<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(len);
+    let got = r.take(len as u64).read_to_end(&mut buf).await?;
+    if got < len {
+        return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, format!("frame cut short: {got} of {len} bytes")));
+    }
+    Ok(buf)
 }
 
 /// Writes one frame (not flushed: callers batch pipelined frames and flush when idle).

@@ -137,17 +137,32 @@ impl DataStore {
             return Ok(Vec::new());
         };
         let available = local.len.load(Ordering::Relaxed).saturating_sub(offset).min(len as u64) as usize;
-        let mut buf = vec![0u8; available];
-        let mut filled = 0;
-        while filled < available {
-            match local.file.read_at(&mut buf[filled..], offset + filled as u64) {
-                Ok(0) => break,
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(io_error("read chunk", e)),
+        let mut buf: Vec<u8> = Vec::with_capacity(available);
+        while buf.len() < available {
+            let filled = buf.len();
+            let spare = &mut buf.spare_capacity_mut()[..available - filled];
+            // pread straight into the unfilled capacity: no zero-fill pass over the chunk.
+            // SAFETY: the kernel writes at most `spare.len()` bytes into memory we own, and
+            // only the `n` bytes it reports written are marked initialised.
+            let n = unsafe {
+                libc::pread(
+                    std::os::fd::AsRawFd::as_raw_fd(&local.file),
+                    spare.as_mut_ptr().cast(),
+                    spare.len(),
+                    (offset + filled as u64) as libc::off_t,
+                )
+            };
+            match n {
+                0 => break,
+                n if n > 0 => unsafe { buf.set_len(filled + n as usize) },
+                _ => {
+                    let err = io::Error::last_os_error();
+                    if err.kind() != io::ErrorKind::Interrupted {
+                        return Err(io_error("read chunk", err));
+                    }
+                }
             }
         }
-        buf.truncate(filled);
         Ok(buf)
     }
 
