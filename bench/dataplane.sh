@@ -13,7 +13,13 @@ ROOT=/dev/shm/surge-bench-$$
 BASE=/dev/shm/surge-bench-baseline-$$
 mkdir -p "$BASE"
 NAME=bench$$
-cleanup() { $SURGE down "$NAME" >/dev/null 2>&1 || true; rm -rf "$ROOT" "$BASE" "$SURGE_HOME"; }
+# Take down every instance this run created, whatever step failed.
+cleanup() {
+    for d in "$SURGE_HOME"/instances/*.json; do
+        [ -e "$d" ] && $SURGE down "$(basename "$d" .json)" >/dev/null 2>&1
+    done
+    rm -rf "$ROOT" "$BASE" "$SURGE_HOME"
+}
 trap cleanup EXIT
 
 echo "== start-up of an 8-server instance (5 runs)"

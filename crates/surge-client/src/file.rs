@@ -53,6 +53,8 @@ pub struct File {
     ahead: tokio::sync::Mutex<ReadAhead>,
     /// A write-behind failure not yet reported to the caller.
     deferred_error: Mutex<Option<crate::Error>>,
+    /// Attributes when the handle was opened.
+    opened: Attr,
 }
 
 impl File {
@@ -66,11 +68,17 @@ impl File {
             behind: Default::default(),
             ahead: Default::default(),
             deferred_error: Mutex::new(None),
+            opened: attr.clone(),
         }
     }
 
     pub fn ino(&self) -> Ino {
         self.ino
+    }
+
+    /// The file's attributes when this handle was opened or created.
+    pub fn attr_at_open(&self) -> &Attr {
+        &self.opened
     }
 
     /// The file's size as this handle knows it.
@@ -243,10 +251,22 @@ impl File {
         self.publish(false).await.map(|_| ())
     }
 
+    /// Waits for every write and publishes size and mtime, keeping the handle open (what a
+    /// FUSE flush, i.e. every close(2) of a descriptor, needs).
+    pub async fn flush(&self) -> Result<()> {
+        self.drain_writes(0).await?;
+        self.publish(false).await.map(|_| ())
+    }
+
     /// Waits for every write, publishes size and mtime and releases the handle. After this
     /// returns, an open on any node sees everything written through this handle. A write
     /// failure not reported yet is reported here (the handle is released all the same).
     pub async fn close(self) -> Result<()> {
+        self.release().await
+    }
+
+    /// [`File::close`] for a handle shared behind a reference; do not use it afterwards.
+    pub async fn release(&self) -> Result<()> {
         let drained = self.drain_writes(0).await;
         if let (true, size) = self.publish(true).await? {
             // The file was unlinked while open and this was the last handle.
