@@ -69,8 +69,9 @@ class Profile:
             times = np.unique(end_times)
             delta = np.zeros((len(times) + 1, len(free_now)), dtype=np.int16)
             rows = np.searchsorted(times, end_times) + 1
-            for row, (_, nodes, cores) in zip(rows, ends):
-                delta[row, nodes] += cores
+            sizes = [len(e[1]) for e in ends]
+            np.add.at(delta, (np.repeat(rows, sizes), np.concatenate([e[1] for e in ends])),
+                      np.repeat(np.array([e[2] for e in ends], dtype=np.int16), sizes))
             self.times = np.concatenate([[now], times])
             self.free = free_now.astype(np.int16) + np.cumsum(delta, axis=0, dtype=np.int16)
         else:
@@ -216,11 +217,12 @@ def simulate(trace: Trace, walltime: np.ndarray, policy: str = "conservative",
             guess_since[job] = now
         return when
 
-    def plan_window(jobs_to_place) -> None:
+    def plan_window(first: int) -> None:
+        """Plan queue[first:depth]; queue[:first] is planned already (planned jobs are a prefix)."""
         not_before = profile.times[0]
-        if policy == "fcfs" and jobs_to_place and queue[0] != jobs_to_place[0]:
-            not_before = max(plan[j][0] for j in queue if j in plan)
-        for job in jobs_to_place:
+        if policy == "fcfs" and first > 0:
+            not_before = plan[queue[first - 1]][0]    # FCFS: never before an earlier job
+        for job in queue[first:depth]:
             when = place(job, not_before)
             if policy == "fcfs":
                 not_before = when
@@ -262,11 +264,11 @@ def simulate(trace: Trace, walltime: np.ndarray, policy: str = "conservative",
                 profile = Profile(now, free_now, [(predicted_end[j], nodes, cores[j])
                                                   for j, nodes in running.items()])
                 plan.clear()
-                plan_window(queue[:depth])
+                plan_window(0)
                 dirty = False
             else:
                 profile.advance(now)
-                plan_window([j for j in queue[:depth] if j not in plan])
+                plan_window(sum(1 for j in queue[:depth] if j in plan))
             starting = [j for j in queue[:depth] if plan[j][0] <= now]
             for job in starting:
                 launch(job, plan[job][1])
