@@ -127,15 +127,17 @@ class LinearModel(_LogTargetModel):
 
 class GradientBoosting(_LogTargetModel):
     name = "gboost"
-    description = "histogram gradient boosting on log runtime (global)"
+    description = "histogram gradient boosting on log runtime, absolute-error loss (global)"
 
     def make(self):
         # User and queue codes stay numeric: HistGradientBoosting's categorical support
         # stops at 255 categories and traces have thousands of users.
-        # Squared error on the log target: the absolute-error loss is ~10x slower to fit
-        # and gave no better median error on the wagap trace.
-        return HistGradientBoostingRegressor(max_iter=200, learning_rate=0.1,
-                                             early_stopping=True, random_state=0)
+        # Absolute error aims at the median, which median-AE rewards: on mira it cut the
+        # median AE from 18.1 to 13.4 min (and under-estimates from 64% to 57%) against
+        # squared error, for twice the fitting time.
+        return HistGradientBoostingRegressor(loss="absolute_error", max_iter=200,
+                                             learning_rate=0.1, early_stopping=True,
+                                             random_state=0)
 
 
 class AutoML(WalltimeModel):

@@ -273,14 +273,14 @@ def simulate(trace: Trace, walltime: np.ndarray, policy: str = "conservative",
             for job in starting:
                 launch(job, plan[job][1])
             if starting:
-                queue = [j for j in queue if start_list[j] is None]
+                queue = [j for j in queue[:depth] if start_list[j] is None] + queue[depth:]
                 continue         # jobs that became visible may start now too
             if policy != "easy" or len(queue) < 2:
                 break
             if not _easy_backfill(queue[:depth], plan, free_now, now, estimate, count, cores,
                                   launch):
                 break
-            queue = [j for j in queue if start_list[j] is None]
+            queue = [j for j in queue[:depth] if start_list[j] is None] + queue[depth:]
             dirty = True          # backfilled jobs took nodes the plan had promised
 
     start = np.array([np.nan if s is None else s for s in start_list])
