@@ -65,6 +65,45 @@ impl Instance {
     }
 }
 
+/// A FUSE mount of an instance; unmounted when dropped.
+pub struct Mount<'a> {
+    instance: &'a Instance,
+    pub dir: PathBuf,
+}
+
+impl Instance {
+    /// `surge mount` on a fresh directory, as node `node`.
+    pub fn mount(&self, label: &str, node: &str) -> Mount<'_> {
+        let dir = std::env::temp_dir().join(format!("surge-test-mnt-{}-{label}-{}", self.name, std::process::id()));
+        let out = self.surge(&["mount", &self.name, dir.to_str().unwrap(), "--node", node]);
+        assert!(out.status.success(), "surge mount failed: {}", text(&out));
+        Mount { instance: self, dir }
+    }
+}
+
+impl Mount<'_> {
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.join(rel)
+    }
+}
+
+impl Drop for Mount<'_> {
+    fn drop(&mut self) {
+        let out = self.instance.surge(&["umount", self.dir.to_str().unwrap()]);
+        if !out.status.success() {
+            eprintln!("umount {} failed: {}", self.dir.display(), text(&out));
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// Runs a shell command line, panicking with its output if it fails.
+pub fn sh(cmdline: &str) -> String {
+    let out = Command::new("bash").arg("-c").arg(cmdline).output().expect("run bash");
+    assert!(out.status.success(), "`{cmdline}` failed: {}", text(&out));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
 impl Drop for Instance {
     fn drop(&mut self) {
         let out = self.surge(&["down", &self.name]);

@@ -35,7 +35,8 @@ pub fn default_hosts(count: usize) -> Vec<String> {
     (0..count).map(|i| format!("127.0.0.{}", 11 + i)).collect()
 }
 
-fn sibling_binary(name: &str) -> PathBuf {
+/// A program installed beside this one (`surge-server`, `surge-fuse`), else from PATH.
+pub fn sibling_binary(name: &str) -> PathBuf {
     if let Ok(exe) = std::env::current_exe() {
         let candidate = exe.with_file_name(name);
         if candidate.exists() {
@@ -119,14 +120,7 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
             cmd.arg("--count").arg(srv_count.to_string());
             cmd.arg("--token-file").arg(&token_path);
             cmd.stdin(Stdio::null());
-            // Own session: the servers outlive this command and its terminal.
-            unsafe {
-                use std::os::unix::process::CommandExt;
-                cmd.pre_exec(|| {
-                    libc::setsid();
-                    Ok(())
-                });
-            }
+            detach(&mut cmd);
             let child = cmd.spawn().with_context(|| format!("start {}", server_binary.display()))?;
             launched.push(Launched { index, host, root, child, fixed_addr });
         }
@@ -170,6 +164,18 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
     }
     desc.save()?;
     Ok((desc, start.elapsed()))
+}
+
+/// Runs the command in a session of its own: it outlives this command and its terminal.
+pub fn detach(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid is async-signal-safe, as required between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
 }
 
 async fn wait_ready(l: &mut Launched) -> Result<SocketAddr> {
@@ -223,6 +229,7 @@ fn pid_alive(pid: u32) -> bool {
 /// Stops the servers (politely, then by signal) and removes the instance's data, token and
 /// descriptor. Works on a partly dead instance.
 pub async fn down(desc: &InstanceDescriptor) -> Result<()> {
+    crate::mount::umount_all(&desc.name);
     let opts = ClientOptions { timeout: Duration::from_secs(3), node: None, ..Default::default() };
     for server in &desc.servers {
         let single = InstanceDescriptor { mode: Mode::Private, servers: vec![server.clone()], ..desc.clone() };

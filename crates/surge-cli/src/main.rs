@@ -10,6 +10,7 @@ mod bench;
 mod demo;
 mod files;
 mod instance;
+mod mount;
 mod table;
 
 use std::path::PathBuf;
@@ -69,7 +70,20 @@ enum Command {
         /// Print the descriptor as JSON instead of a summary.
         #[arg(long)]
         json: bool,
+        /// Also mount the instance here (FUSE).
+        #[arg(long)]
+        mount: Option<PathBuf>,
     },
+    /// Mount an instance as a directory (FUSE), in the background.
+    Mount {
+        name: String,
+        dir: PathBuf,
+        /// This node's address (connection source; picks the namespace in private mode).
+        #[arg(long, env = "SURGE_NODE")]
+        node: Option<std::net::IpAddr>,
+    },
+    /// Unmount a Surge mount (lazily if it is busy or its servers died).
+    Umount { dir: PathBuf },
     /// Stop an instance and remove its data.
     Down { name: String },
     /// Servers, health, capacity used and free, file counts.
@@ -164,7 +178,7 @@ fn main() -> ExitCode {
 
 async fn run(command: Command) -> Result<()> {
     match command {
-        Command::Up { name, servers, capacity, root, hosts, mode, chunk_size, json } => {
+        Command::Up { name, servers, capacity, root, hosts, mode, chunk_size, json, mount } => {
             let servers = servers.unwrap_or(if hosts.is_empty() { 4 } else { hosts.len() });
             let params = instance::UpParams { name, servers, capacity, root, hosts, mode, chunk_size };
             let (desc, took) = instance::up(&params).await?;
@@ -183,7 +197,18 @@ async fn run(command: Command) -> Result<()> {
                 println!("descriptor: {}", surge_client::descriptor::descriptor_path(&desc.name).display());
                 print!("{}", instance::servers_table(&desc, &instance::probe(&desc).await));
             }
+            if let Some(dir) = mount {
+                let dir = mount::mount(&desc.name, &dir, None).await?;
+                if !json {
+                    println!("mounted on {}", dir.display());
+                }
+            }
         }
+        Command::Mount { name, dir, node } => {
+            let dir = mount::mount(&name, &dir, node).await?;
+            println!("instance '{name}' mounted on {}", dir.display());
+        }
+        Command::Umount { dir } => mount::umount(&dir)?,
         Command::Down { name } => {
             let desc = InstanceDescriptor::load(&name)?;
             instance::down(&desc).await?;

@@ -135,6 +135,8 @@ impl File {
             return Ok(0);
         }
         self.take_deferred()?;
+        // Chunks fetched ahead may hold what this write replaces.
+        self.forget_read_ahead().await;
         let client = &self.client;
         let window = {
             let mut behind = self.behind.lock().await;
@@ -161,15 +163,16 @@ impl File {
             return Ok(Vec::new());
         }
         let len = (len as u64).min(size - offset);
+        // Read what this handle wrote, even if it is still in flight.
+        self.wait_writes().await?;
         let mut ahead = self.ahead.lock().await;
-        if ahead.window == 0 {
+        if ahead.window == 0 || offset != ahead.expected {
+            // Not (or no longer) sequential: read just what was asked, fetch nothing ahead.
+            ahead.queue.clear();
+            ahead.requested_to = offset + len;
+            ahead.expected = offset + len;
             drop(ahead);
             return self.read_now(offset, len).await;
-        }
-        if offset != ahead.expected {
-            // Not sequential: forget what was fetched for another position.
-            ahead.queue.clear();
-            ahead.requested_to = offset;
         }
         let end = offset + len;
         let horizon = (end + ahead.window).min(size);
@@ -204,6 +207,19 @@ impl File {
         }
         ahead.expected = offset + out.len() as u64;
         Ok(out)
+    }
+
+    /// Waits until every write sent through this handle is acknowledged (another handle's
+    /// reader on this node must see them); reports a failure among them.
+    pub async fn wait_writes(&self) -> Result<()> {
+        self.drain_writes(0).await
+    }
+
+    /// Drops chunks fetched ahead: another handle on this node wrote to the file.
+    pub async fn forget_read_ahead(&self) {
+        let mut ahead = self.ahead.lock().await;
+        ahead.queue.clear();
+        ahead.requested_to = ahead.expected;
     }
 
     async fn read_now(&self, offset: u64, len: u64) -> Result<Vec<u8>> {

@@ -87,6 +87,9 @@ struct Inner {
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// Owner stamped on what this handle creates (see [`Client::as_user`]).
+    uid: u32,
+    gid: u32,
 }
 
 pub(crate) fn unexpected(op: &str, reply: Reply) -> Error {
@@ -118,12 +121,19 @@ impl Client {
         getrandom::getrandom(&mut session).map_err(|e| Error::new(ErrorCode::Io, e.to_string()))?;
         let layout = Layout::new(desc.chunk_size, addrs.len());
         let servers = addrs.into_iter().map(|addr| ServerSlot { addr, conn: AsyncMutex::new(None) }).collect();
-        Ok(Client { inner: Arc::new(Inner { servers, layout, secret, session: u64::from_le_bytes(session), opts }) })
+        let (uid, gid) = (opts.uid, opts.gid);
+        Ok(Client { inner: Arc::new(Inner { servers, layout, secret, session: u64::from_le_bytes(session), opts }), uid, gid })
     }
 
     /// Loads `$SURGE_HOME/instances/NAME.json` and connects.
     pub fn for_instance(name: &str, opts: ClientOptions) -> Result<Client> {
         Client::new(&InstanceDescriptor::load(name)?, opts)
+    }
+
+    /// The same connections, creating files and directories owned by `uid:gid` (a FUSE
+    /// mount creates on behalf of whichever user asked).
+    pub fn as_user(&self, uid: u32, gid: u32) -> Client {
+        Client { inner: self.inner.clone(), uid, gid }
     }
 
     pub fn server_count(&self) -> usize {
@@ -253,8 +263,8 @@ impl Client {
             parent,
             name: name.to_string(),
             mode,
-            uid: self.inner.opts.uid,
-            gid: self.inner.opts.gid,
+            uid: self.uid,
+            gid: self.gid,
             exclusive,
             open: true,
         };
@@ -290,7 +300,7 @@ impl Client {
         check_name(name).map_err(|c| Error::new(c, format!("bad name '{name}'")))?;
         // Spread directories over servers by (parent, name), so a tree's metadata load spreads.
         let target = self.inner.layout.dir_home(parent, name);
-        let (uid, gid) = (self.inner.opts.uid, self.inner.opts.gid);
+        let (uid, gid) = (self.uid, self.gid);
         let attr = match self.call(target, Request::MakeDirInode { parent, mode, uid, gid }).await? {
             Reply::Attr(attr) => attr,
             other => return Err(unexpected("mkdir", other)),
@@ -304,7 +314,7 @@ impl Client {
     }
 
     pub async fn symlink_at(&self, parent: Ino, name: &str, target: &str) -> Result<Attr> {
-        let request = Request::Symlink { parent, name: name.to_string(), target: target.to_string(), uid: self.inner.opts.uid, gid: self.inner.opts.gid };
+        let request = Request::Symlink { parent, name: name.to_string(), target: target.to_string(), uid: self.uid, gid: self.gid };
         match self.call_home(parent, request).await? {
             Reply::Attr(attr) => Ok(attr),
             other => Err(unexpected("symlink", other)),

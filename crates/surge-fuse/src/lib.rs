@@ -68,6 +68,12 @@ impl SurgeFs {
         self.files.lock().unwrap().get(&fh).cloned()
     }
 
+    /// The other open handles of the same file: what one handle writes, a read through
+    /// another on this node must see.
+    fn siblings(&self, fh: u64, ino: u64) -> Vec<Arc<File>> {
+        self.files.lock().unwrap().iter().filter(|(h, f)| **h != fh && f.ino() == ino).map(|(_, f)| f.clone()).collect()
+    }
+
     /// Runs `work` on the runtime; the session thread moves on to the next request.
     fn spawn<F>(&self, work: F)
     where
@@ -235,13 +241,13 @@ impl Filesystem for SurgeFs {
         });
     }
 
-    fn mknod(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, _rdev: u32, reply: ReplyEntry) {
+    fn mknod(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, _rdev: u32, reply: ReplyEntry) {
         if mode & libc::S_IFMT != libc::S_IFREG {
             // Devices, FIFOs and sockets have no place in a burst buffer.
             return reply.error(libc::EPERM);
         }
         let name = name_or_reply!(name, reply);
-        let (client, blksize) = (self.client.clone(), self.client.chunk_size() as u32);
+        let (client, blksize) = (self.client.as_user(req.uid(), req.gid()), self.client.chunk_size() as u32);
         self.spawn(async move {
             let result = async {
                 let f = client.create_at(parent, &name, mode & !umask & 0o7777, true).await?;
@@ -257,9 +263,9 @@ impl Filesystem for SurgeFs {
         });
     }
 
-    fn mkdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+    fn mkdir(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
-        let (client, blksize) = (self.client.clone(), self.client.chunk_size() as u32);
+        let (client, blksize) = (self.client.as_user(req.uid(), req.gid()), self.client.chunk_size() as u32);
         self.spawn(async move {
             match client.mkdir_at(parent, &name, mode & !umask & 0o7777).await {
                 Ok(attr) => reply.entry(&TTL, &fuse_attr(&attr, blksize), 0),
@@ -290,10 +296,10 @@ impl Filesystem for SurgeFs {
         });
     }
 
-    fn symlink(&mut self, _req: &Request<'_>, parent: u64, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
+    fn symlink(&mut self, req: &Request<'_>, parent: u64, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
         let name = name_or_reply!(link_name, reply);
         let target = name_or_reply!(target.as_os_str(), reply);
-        let (client, blksize) = (self.client.clone(), self.client.chunk_size() as u32);
+        let (client, blksize) = (self.client.as_user(req.uid(), req.gid()), self.client.chunk_size() as u32);
         self.spawn(async move {
             match client.symlink_at(parent, &name, &target).await {
                 Ok(attr) => reply.entry(&TTL, &fuse_attr(&attr, blksize), 0),
@@ -343,9 +349,14 @@ impl Filesystem for SurgeFs {
         });
     }
 
-    fn read(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, offset: i64, size: u32, _flags: i32, _lock: Option<u64>, reply: ReplyData) {
+    fn read(&mut self, _req: &Request<'_>, ino: u64, fh: u64, offset: i64, size: u32, _flags: i32, _lock: Option<u64>, reply: ReplyData) {
         let Some(f) = self.file(fh) else { return reply.error(libc::EBADF) };
+        let siblings = self.siblings(fh, ino);
         self.spawn(async move {
+            for other in &siblings {
+                // Their failures belong to their own writers, who will hear of them.
+                let _ = other.wait_writes().await;
+            }
             match f.pread(offset as u64, size as usize).await {
                 Ok(data) => reply.data(&data),
                 Err(e) => reply.error(e.errno()),
@@ -353,10 +364,14 @@ impl Filesystem for SurgeFs {
         });
     }
 
-    fn write(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, offset: i64, data: &[u8], _wflags: u32, _flags: i32, _lock: Option<u64>, reply: ReplyWrite) {
+    fn write(&mut self, _req: &Request<'_>, ino: u64, fh: u64, offset: i64, data: &[u8], _wflags: u32, _flags: i32, _lock: Option<u64>, reply: ReplyWrite) {
         let Some(f) = self.file(fh) else { return reply.error(libc::EBADF) };
+        let siblings = self.siblings(fh, ino);
         let data = bytes::Bytes::copy_from_slice(data);
         self.spawn(async move {
+            for other in &siblings {
+                other.forget_read_ahead().await;
+            }
             match f.pwrite_bytes(offset as u64, data).await {
                 Ok(n) => reply.written(n as u32),
                 Err(e) => reply.error(e.errno()),
@@ -457,9 +472,9 @@ impl Filesystem for SurgeFs {
         });
     }
 
-    fn create(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+    fn create(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
         let name = name_or_reply!(name, reply);
-        let (client, blksize) = (self.client.clone(), self.client.chunk_size() as u32);
+        let (client, blksize) = (self.client.as_user(req.uid(), req.gid()), self.client.chunk_size() as u32);
         let (files, fh, window) = (self.files.clone(), self.handle(), self.stream_window);
         self.spawn(async move {
             let result = async {
