@@ -301,6 +301,11 @@ impl File {
         Ok(())
     }
 
+    /// Raises this handle's idea of the size (another handle on this node wrote further).
+    pub fn note_size(&self, size: u64) {
+        self.size.fetch_max(size, Ordering::Relaxed);
+    }
+
     /// Re-reads the size from the file's home (to see another node's published writes
     /// through a handle opened earlier).
     pub async fn refresh(&self) -> Result<u64> {

@@ -68,6 +68,12 @@ impl SurgeFs {
         self.files.lock().unwrap().get(&fh).cloned()
     }
 
+    /// The largest size any open handle on this node knows for `ino`: writes not yet
+    /// published to the servers are part of the file for every program on this node.
+    fn local_size(&self, ino: u64) -> u64 {
+        self.files.lock().unwrap().values().filter(|f| f.ino() == ino).map(|f| f.size()).max().unwrap_or(0)
+    }
+
     /// The other open handles of the same file: what one handle writes, a read through
     /// another on this node must see.
     fn siblings(&self, fh: u64, ino: u64) -> Vec<Arc<File>> {
@@ -162,24 +168,26 @@ impl Filesystem for SurgeFs {
     fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
         let (client, blksize) = (self.client.clone(), self.client.chunk_size() as u32);
+        let files = self.files.clone();
         self.spawn(async move {
             match client.lookup(parent, &name).await {
-                Ok(attr) => reply.entry(&TTL, &fuse_attr(&attr, blksize), 0),
+                Ok(mut attr) => {
+                    let local = files.lock().unwrap().values().filter(|f| f.ino() == attr.ino).map(|f| f.size()).max();
+                    attr.size = attr.size.max(local.unwrap_or(0));
+                    reply.entry(&TTL, &fuse_attr(&attr, blksize), 0)
+                }
                 Err(e) => reply.error(e.errno()),
             }
         });
     }
 
-    fn getattr(&mut self, _req: &Request<'_>, ino: u64, fh: Option<u64>, reply: ReplyAttr) {
+    fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
         let (client, blksize) = (self.client.clone(), self.client.chunk_size() as u32);
-        let open = fh.and_then(|fh| self.file(fh));
+        let local = self.local_size(ino);
         self.spawn(async move {
             match client.getattr(ino).await {
                 Ok(mut attr) => {
-                    // Our own unpublished writes count for our own stat.
-                    if let Some(f) = open {
-                        attr.size = attr.size.max(f.size());
-                    }
+                    attr.size = attr.size.max(local);
                     reply.attr(&TTL, &fuse_attr(&attr, blksize))
                 }
                 Err(e) => reply.error(e.errno()),
@@ -356,6 +364,7 @@ impl Filesystem for SurgeFs {
             for other in &siblings {
                 // Their failures belong to their own writers, who will hear of them.
                 let _ = other.wait_writes().await;
+                f.note_size(other.size());
             }
             match f.pread(offset as u64, size as usize).await {
                 Ok(data) => reply.data(&data),
