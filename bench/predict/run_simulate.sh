@@ -2,21 +2,28 @@
 # Node-list lead-time simulations (FCFS / EASY / conservative x lambda x learned predictor)
 # on the first jobs of each shared trace (results: RESULTS.md). Slices keep the 21
 # simulations per trace to minutes on a shared 2-core machine; RESULTS.md gives the cost.
-# Usage: bench/predict/run_simulate.sh [OUT_DIR] [JOBS]   (default bench/predict/out, 8000)
+# Usage: bench/predict/run_simulate.sh [OUT_DIR] [TRACE:JOBS ...]
+#   default: bench/predict/out alea_wagap-2013:8000 theta_argonne:8000 mira:4000 RICC-2010-2:4000
+# (Mira and RICC queue deeply under FCFS, which makes every plan rebuild cost --depth
+# placements: they get smaller slices.)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATA=${SURGE_SHARED_DATA:-../shared/data}
 OUT=${1:-bench/predict/out}
-JOBS=${2:-8000}
+shift || true
+SLICES=("$@")
+[ ${#SLICES[@]} -gt 0 ] || SLICES=(alea_wagap-2013:8000 theta_argonne:8000 mira:4000 RICC-2010-2:4000)
 mkdir -p "$OUT"
 run() {
-    local trace=$1
+    local trace=${1%%:*} jobs=${1##*:}
     local start=$(date +%s)
-    nice -n 10 .venv/bin/surge-predict simulate "$DATA/swf/$trace.swf.gz" --jobs "$JOBS" \
+    nice -n 10 .venv/bin/surge-predict simulate "$DATA/swf/$trace.swf.gz" --jobs "$jobs" \
         --out "$OUT" -v > "$OUT/$trace-simulate.txt"
     echo "elapsed: $(( $(date +%s) - start )) s" >> "$OUT/$trace-simulate.txt"
 }
 # Two traces at a time: one per core.
-(run alea_wagap-2013; run theta_argonne) &
-(run mira; run RICC-2010-2) &
+for i in "${!SLICES[@]}"; do
+    run "${SLICES[$i]}" &
+    if (( i % 2 == 1 )); then wait; fi
+done
 wait

@@ -57,11 +57,15 @@ def test_advice_follows_the_predicted_wait(theta):
     waited = int(np.flatnonzero(result.jobs["wait"].to_numpy() > 4 * 3600)[-1])
     instant = int(np.flatnonzero(result.jobs["wait"].to_numpy() == 0)[-1])
     small = advise(theta, int(theta.jobs["job_id"].iloc[waited]), parse_size("100GiB"),
-                   parse_size("1GB/s"), walltime)
-    assert small.can_stage and small.begin_at < small.predicted_start
+                   parse_size("1GB/s"), walltime, min_confidence=0.0)
+    assert small.can_stage and small.advised and small.begin_at < small.predicted_start
     assert small.begin_at >= small.submit
     assert 0.0 <= small.confidence <= 1.0 and small.confidence_jobs > 0
-    assert "PRE-STAGE" in small.render()
+    assert "advice                   PRE-STAGE" in small.render()
+    doubtful = advise(theta, int(theta.jobs["job_id"].iloc[waited]), parse_size("100GiB"),
+                      parse_size("1GB/s"), walltime, min_confidence=1.01)
+    assert doubtful.can_stage and not doubtful.advised
+    assert "rarely known that early" in doubtful.render()
     huge = advise(theta, int(theta.jobs["job_id"].iloc[waited]), parse_size("1PB"),
                   parse_size("1GB/s"), walltime)
     assert not huge.can_stage and "DO NOT PRE-STAGE" in huge.render()

@@ -6,6 +6,7 @@ the job's submission (later submissions are unknown at that moment) under the ch
 and walltime estimates, takes the scheduler's prediction for the job, and answers:
 
 * **can stage** - the predicted wait is at least the staging time (plus a safety margin);
+  pre-staging is *advised* only if, in addition, the confidence reaches ``min_confidence``;
 * **when to begin** - predicted start - staging time - margin;
 * **confidence** - among the earlier jobs of the same simulation that waited at least the
   staging time, the share whose final node list was already predicted that long before they
@@ -35,6 +36,7 @@ class Advice:
     predicted_start: float
     predicted_nodes: list[str]
     can_stage: bool
+    advised: bool
     begin_at: float | None
     confidence: float
     confidence_jobs: int
@@ -51,9 +53,12 @@ class Advice:
                "it entered the planning window)" if self.prediction_made > self.submit else ""),
             f"predicted nodes          {_node_text(self.predicted_nodes)}",
         ]
-        if self.can_stage:
+        if self.advised:
             lines.append(f"advice                   PRE-STAGE: begin at submit + "
                          f"{_duration(self.begin_at - self.submit)}")
+        elif self.can_stage:
+            lines.append("advice                   DO NOT PRE-STAGE: there is time, but node lists "
+                         "are rarely known that early (confidence below the minimum)")
         else:
             lines.append("advice                   DO NOT PRE-STAGE: the job is predicted to start "
                          "before staging could finish; stage in after allocation")
@@ -80,8 +85,12 @@ def _node_text(names: list[str]) -> str:
 
 def advise(trace: Trace, job_id: int, stage_bytes: float, bandwidth: float,
            walltime: np.ndarray, policy: str = "conservative", margin: float = 0.1,
-           depth: int = 100) -> Advice:
-    """Advice for ``job_id`` (see the module docstring); ``margin`` is a fraction of the staging time."""
+           depth: int = 100, min_confidence: float = 0.5) -> Advice:
+    """Advice for ``job_id`` (see the module docstring).
+
+    ``margin`` is a fraction of the staging time; pre-staging is advised only when there is
+    time for it and the confidence is at least ``min_confidence``.
+    """
     if stage_bytes < 0 or bandwidth <= 0:
         raise ValueError("--stage-bytes must be >= 0 and --bandwidth > 0")
     matches = np.flatnonzero(trace.jobs["job_id"].to_numpy() == job_id)
@@ -105,6 +114,7 @@ def advise(trace: Trace, job_id: int, stage_bytes: float, bandwidth: float,
         predicted_start=predicted_start,
         predicted_nodes=[known.machine.names[i] for i in predicted_nodes],
         can_stage=bool(can_stage),
+        advised=bool(can_stage and confidence >= min_confidence),
         begin_at=predicted_start - needed if can_stage else None,
         confidence=confidence if can_stage else 0.0, confidence_jobs=len(waited),
         simulated_start=float(result.jobs["start"].iloc[index]),

@@ -129,7 +129,8 @@ def cmd_advise(args) -> int:
     trace = _load(args)
     walltime = walltime_for(trace, args.estimate)
     advice = advise(trace, args.job, parse_size(args.stage_bytes), parse_size(args.bandwidth),
-                    walltime, policy=args.policy, margin=args.margin, depth=args.depth)
+                    walltime, policy=args.policy, margin=args.margin, depth=args.depth,
+                    min_confidence=args.min_confidence)
     print(advice.render())
     return 0
 
@@ -176,6 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="scheduler walltimes: request, lambda=X, or a model name")
     advise.add_argument("--margin", type=float, default=0.1,
                         help="safety margin as a fraction of the staging time (default 0.1)")
+    advise.add_argument("--min-confidence", type=float, default=0.5,
+                        help="advise pre-staging only at this confidence or above (default 0.5)")
     advise.add_argument("--depth", type=int, default=100, help="planning depth")
     advise.set_defaults(func=cmd_advise)
     return parser

@@ -1,0 +1,79 @@
+"""Markdown tables for bench/predict/RESULTS.md from the CSV files the bench scripts write.
+
+Usage: .venv/bin/python bench/predict/summarize.py [OUT_DIR]   (default bench/predict/out)
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+def markdown(frame: pd.DataFrame) -> str:
+    """A DataFrame as a GitHub table (pandas' to_markdown needs tabulate, not installed)."""
+    index_names = [str(n or "") for n in frame.index.names]
+    header = index_names + [str(c) for c in frame.columns]
+    rows = []
+    for key, values in zip(frame.index, frame.itertuples(index=False)):
+        keys = list(key) if isinstance(key, tuple) else [key]
+        rows.append([str(k) for k in keys] + [str(v) for v in values])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+TRACES = ["RICC-2010-2", "alea_wagap-2013", "theta_argonne", "mira"]
+CLASSES = ["instant", "< 1 s", "1 s - 10 min", "> 10 min"]
+
+
+def evaluation_tables(out: Path) -> str:
+    parts = []
+    for trace in TRACES:
+        path = out / f"{trace}-metrics.csv"
+        if not path.exists():
+            continue
+        table = pd.read_csv(path, index_col="model")
+        shown = pd.DataFrame({
+            "median AE [min]": table["median_AE_min"].map("{:.1f}".format),
+            "gain vs request": table["gain_vs_request"].map("{:.2f}x".format),
+            "per-user median AE [min]": table["user_median_AE_min"].map("{:.1f}".format),
+            "per-user gain": table["user_gain_vs_request"].map("{:.2f}x".format),
+            "MAE [min]": table["MAE_min"].map("{:.0f}".format),
+            "under-estimated": (100 * table["under_rate"]).map("{:.1f}%".format),
+            "within 10 min": (100 * table["within_10min"]).map("{:.1f}%".format),
+            "fit+predict [s]": table["fit_s"].map("{:.0f}".format),
+        })
+        jobs = int(table["jobs"].iloc[0])
+        parts.append(f"#### {trace} ({jobs:,} jobs predicted)\n\n{markdown(shown)}\n")
+    return "\n".join(parts)
+
+
+def lead_time_tables(out: Path) -> str:
+    parts = []
+    for trace in TRACES:
+        path = out / f"{trace}-leadtime.csv"
+        if not path.exists():
+            continue
+        table = pd.read_csv(path, index_col=["policy", "estimate"])
+        shown = (100 * table[CLASSES]).round(1).astype(str) + "%"
+        shown["mean wait [min]"] = table["mean_wait_min"].map("{:.0f}".format)
+        shown["sim [s]"] = table["seconds"].map("{:.0f}".format)
+        parts.append(f"#### {trace}\n\n{markdown(shown)}\n")
+    return "\n".join(parts)
+
+
+def main() -> None:
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("bench/predict/out")
+    print("### Walltime models\n")
+    print(evaluation_tables(out))
+    print("### Node-list lead time\n")
+    print(lead_time_tables(out))
+    real = out / "alea_wagap-2013-vs-real.csv"
+    if real.exists():
+        print("### Simulated vs real schedule (alea_wagap-2013)\n")
+        print(markdown(pd.read_csv(real, index_col=0).round(3)))
+
+
+if __name__ == "__main__":
+    main()
