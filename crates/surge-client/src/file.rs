@@ -271,6 +271,10 @@ impl File {
     /// FUSE flush, i.e. every close(2) of a descriptor, needs).
     pub async fn flush(&self) -> Result<()> {
         self.drain_writes(0).await?;
+        if !self.dirty.load(Ordering::Relaxed) {
+            // Nothing written since the last publication: nothing to tell the home server.
+            return Ok(());
+        }
         self.publish(false).await.map(|_| ())
     }
 
