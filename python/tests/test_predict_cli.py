@@ -30,6 +30,7 @@ def test_simulate_writes_table_plot_and_real_comparison(tmp_path, capsys):
     assert code == 0
     out = capsys.readouterr().out
     assert "lambda=0" in out and "last-2" in out and "same node list" in out
+    assert "best-fit picks the real list" in out
     assert (tmp_path / "alea_wagap-2013-leadtime.png").stat().st_size > 10_000
     assert (tmp_path / "alea_wagap-2013-vs-real.csv").exists()
 

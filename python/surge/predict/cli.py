@@ -93,7 +93,7 @@ def walltime_for(trace, spec: str, folds: int = 4):
 
 def cmd_simulate(args) -> int:
     from .plots import lead_time_bars
-    from .study import compare_to_real, format_shares, lead_time_study
+    from .study import compare_to_real, format_shares, lead_time_study, replay_node_choice
 
     trace = _load(args)
     lambdas = [float(x) for x in args.lambdas.split(",")] if args.lambdas else []
@@ -119,6 +119,8 @@ def cmd_simulate(args) -> int:
         comparison = pd.DataFrame(checks)
         print(comparison.to_string(float_format=lambda v: f"{v:.3f}"))
         comparison.to_csv(args.out / f"{stem}-vs-real.csv")
+        print(f"\n# node-selection rule replayed on the real schedule")
+        print(replay_node_choice(trace).to_string(float_format=lambda v: f"{v:.3f}"))
     print(f"wrote {args.out / (stem + '-leadtime.csv')} and {plot}", file=sys.stderr)
     return 0
 
