@@ -142,6 +142,22 @@ fn name_of(name: &OsStr) -> Result<String, i32> {
     std::str::from_utf8(name.as_bytes()).map(str::to_string).map_err(|_| libc::EINVAL)
 }
 
+/// Answers a request that returns nothing but success or an errno.
+fn answer_empty(reply: ReplyEmpty, result: surge_client::Result<()>) {
+    match result {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(e.errno()),
+    }
+}
+
+/// Answers a request that returns a new or found directory entry.
+fn answer_entry(reply: ReplyEntry, result: surge_client::Result<Attr>, blksize: u32) {
+    match result {
+        Ok(attr) => reply.entry(&TTL, &fuse_attr(&attr, blksize), 0),
+        Err(e) => reply.error(e.errno()),
+    }
+}
+
 macro_rules! name_or_reply {
     ($name:expr, $reply:expr) => {
         match name_of($name) {
@@ -264,10 +280,7 @@ impl Filesystem for SurgeFs {
                 client.getattr(ino).await
             }
             .await;
-            match result {
-                Ok(attr) => reply.entry(&TTL, &fuse_attr(&attr, blksize), 0),
-                Err(e) => reply.error(e.errno()),
-            }
+            answer_entry(reply, result, blksize)
         });
     }
 
@@ -275,10 +288,7 @@ impl Filesystem for SurgeFs {
         let name = name_or_reply!(name, reply);
         let (client, blksize) = (self.client.as_user(req.uid(), req.gid()), self.client.chunk_size() as u32);
         self.spawn(async move {
-            match client.mkdir_at(parent, &name, mode & !umask & 0o7777).await {
-                Ok(attr) => reply.entry(&TTL, &fuse_attr(&attr, blksize), 0),
-                Err(e) => reply.error(e.errno()),
-            }
+            answer_entry(reply, client.mkdir_at(parent, &name, mode & !umask & 0o7777).await, blksize)
         });
     }
 
@@ -286,10 +296,7 @@ impl Filesystem for SurgeFs {
         let name = name_or_reply!(name, reply);
         let client = self.client.clone();
         self.spawn(async move {
-            match client.unlink_at(parent, &name).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(e.errno()),
-            }
+            answer_empty(reply, client.unlink_at(parent, &name).await)
         });
     }
 
@@ -297,10 +304,7 @@ impl Filesystem for SurgeFs {
         let name = name_or_reply!(name, reply);
         let client = self.client.clone();
         self.spawn(async move {
-            match client.rmdir_at(parent, &name).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(e.errno()),
-            }
+            answer_empty(reply, client.rmdir_at(parent, &name).await)
         });
     }
 
@@ -309,10 +313,7 @@ impl Filesystem for SurgeFs {
         let target = name_or_reply!(target.as_os_str(), reply);
         let (client, blksize) = (self.client.as_user(req.uid(), req.gid()), self.client.chunk_size() as u32);
         self.spawn(async move {
-            match client.symlink_at(parent, &name, &target).await {
-                Ok(attr) => reply.entry(&TTL, &fuse_attr(&attr, blksize), 0),
-                Err(e) => reply.error(e.errno()),
-            }
+            answer_entry(reply, client.symlink_at(parent, &name, &target).await, blksize)
         });
     }
 
@@ -325,10 +326,7 @@ impl Filesystem for SurgeFs {
         let newname = name_or_reply!(newname, reply);
         let client = self.client.clone();
         self.spawn(async move {
-            match client.rename_at(parent, &name, newparent, &newname, flags & libc::RENAME_NOREPLACE != 0).await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(e.errno()),
-            }
+            answer_empty(reply, client.rename_at(parent, &name, newparent, &newname, flags & libc::RENAME_NOREPLACE != 0).await)
         });
     }
 
@@ -393,30 +391,21 @@ impl Filesystem for SurgeFs {
     fn flush(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _lock_owner: u64, reply: ReplyEmpty) {
         let Some(f) = self.file(fh) else { return reply.error(libc::EBADF) };
         self.spawn(async move {
-            match f.flush().await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(e.errno()),
-            }
+            answer_empty(reply, f.flush().await)
         });
     }
 
     fn release(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _flags: i32, _lock: Option<u64>, _flush: bool, reply: ReplyEmpty) {
         let Some(f) = self.files.lock().unwrap().remove(&fh) else { return reply.error(libc::EBADF) };
         self.spawn(async move {
-            match f.release().await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(e.errno()),
-            }
+            answer_empty(reply, f.release().await)
         });
     }
 
     fn fsync(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _datasync: bool, reply: ReplyEmpty) {
         let Some(f) = self.file(fh) else { return reply.error(libc::EBADF) };
         self.spawn(async move {
-            match f.fsync().await {
-                Ok(()) => reply.ok(),
-                Err(e) => reply.error(e.errno()),
-            }
+            answer_empty(reply, f.fsync().await)
         });
     }
 
