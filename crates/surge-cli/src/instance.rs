@@ -253,6 +253,10 @@ pub async fn down(desc: &InstanceDescriptor) -> Result<()> {
         remove_tree(&server.root);
     }
     remove_tree(&desc.root);
+    // The --root directory given to `up`, if this instance was all it held.
+    if let Some(parent) = desc.root.parent() {
+        let _ = std::fs::remove_dir(parent);
+    }
     let _ = std::fs::remove_file(&desc.token_path);
     let _ = std::fs::remove_file(descriptor::descriptor_path(&desc.name));
     Ok(())
