@@ -216,7 +216,7 @@ async fn seq_worker(on: &BenchTarget, phase: Phase, part: usize, size: u64, bloc
     match (&client, phase) {
         (Some(c), Phase::Write) => {
             let f = c.create_or_truncate(&format!("/{}", seq_name(part)), 0o644).await?;
-            f.set_write_behind(streaming_window(c)).await?;
+            f.set_write_behind(c.stream_window()).await?;
             while moved < size {
                 moved += f.pwrite_bytes(moved, pattern.clone()).await? as u64;
             }
@@ -225,7 +225,7 @@ async fn seq_worker(on: &BenchTarget, phase: Phase, part: usize, size: u64, bloc
         }
         (Some(c), Phase::Read) => {
             let f = c.open(&format!("/{}", seq_name(part)), false).await?;
-            f.set_read_ahead(streaming_window(c)).await;
+            f.set_read_ahead(c.stream_window()).await;
             while moved < size {
                 let got = f.pread(moved, block as usize).await?;
                 if got.is_empty() {
@@ -261,11 +261,6 @@ async fn seq_worker(on: &BenchTarget, phase: Phase, part: usize, size: u64, bloc
         }
     }
     Ok(PhaseResult { bytes: moved, secs: start.elapsed().as_secs_f64() })
-}
-
-/// Two chunks per server in flight: enough to keep every server busy from one stream.
-fn streaming_window(c: &Client) -> u64 {
-    2 * c.chunk_size() * c.server_count() as u64
 }
 
 async fn cleanup_seq(on: &BenchTarget, procs: usize) -> Result<()> {

@@ -206,14 +206,19 @@ async fn wait_ready(l: &mut Launched) -> Result<SocketAddr> {
     }
 }
 
+/// A client that talks to one server only (as server 0 of its own), whatever the mode: what
+/// administration needs, since private-mode servers are separate namespaces.
+fn single_server_client(desc: &InstanceDescriptor, server: &ServerInfo, opts: &ClientOptions) -> surge_client::Result<Client> {
+    let single = InstanceDescriptor { mode: Mode::Private, servers: vec![server.clone()], ..desc.clone() };
+    Client::new(&single, opts.clone())
+}
+
 /// Asks every server for its statistics.
 pub async fn probe(desc: &InstanceDescriptor) -> Vec<surge_client::Result<surge_client::surge_proto::ServerStats>> {
     let opts = ClientOptions { timeout: Duration::from_secs(5), node: None, ..Default::default() };
     let mut out = Vec::new();
-    // Private-mode servers are separate namespaces: talk to each through a client of its own.
     for server in &desc.servers {
-        let single = InstanceDescriptor { mode: Mode::Private, servers: vec![server.clone()], ..desc.clone() };
-        let stats = match Client::new(&single, opts.clone()) {
+        let stats = match single_server_client(desc, server, &opts) {
             Ok(client) => client.statfs().await.pop().expect("one server"),
             Err(e) => Err(e),
         };
@@ -232,8 +237,7 @@ pub async fn down(desc: &InstanceDescriptor) -> Result<()> {
     crate::mount::umount_all(&desc.name);
     let opts = ClientOptions { timeout: Duration::from_secs(3), node: None, ..Default::default() };
     for server in &desc.servers {
-        let single = InstanceDescriptor { mode: Mode::Private, servers: vec![server.clone()], ..desc.clone() };
-        if let Ok(client) = Client::new(&single, opts.clone()) {
+        if let Ok(client) = single_server_client(desc, server, &opts) {
             let _ = client.shutdown_server(0).await;
         }
     }

@@ -148,6 +148,12 @@ impl Client {
         &self.inner.opts
     }
 
+    /// Write-behind / read-ahead window that keeps every server busy from one stream: two
+    /// chunks per server, at least 2 MiB.
+    pub fn stream_window(&self) -> u64 {
+        (2 * self.chunk_size() * self.server_count() as u64).max(2 << 20)
+    }
+
     pub(crate) fn layout(&self) -> &Layout {
         &self.inner.layout
     }
@@ -199,8 +205,14 @@ impl Client {
 
     /// Sends the same request to every server and waits for all answers.
     pub(crate) async fn broadcast(&self, request: Request) -> Result<()> {
-        let mut pending = Vec::with_capacity(self.server_count());
-        for server in 0..self.server_count() {
+        self.send_to(0..self.server_count(), request).await
+    }
+
+    /// Sends the same request to each of `servers` at once and waits for all answers;
+    /// returns the first failure.
+    async fn send_to(&self, servers: impl Iterator<Item = usize>, request: Request) -> Result<()> {
+        let mut pending = Vec::new();
+        for server in servers {
             pending.push(self.send(server, &request, Bytes::new()).await);
         }
         let mut first_error = None;
@@ -352,15 +364,8 @@ impl Client {
     /// files one round trip).
     pub(crate) async fn purge_data(&self, ino: Ino, size: u64) -> Result<()> {
         let chunks = size.div_ceil(self.chunk_size()).min(self.server_count() as u64);
-        let mut pending = Vec::new();
-        for chunk in 0..chunks {
-            let server = self.inner.layout.chunk_server(ino, chunk);
-            pending.push(self.send(server, &Request::PurgeData { ino }, Bytes::new()).await?);
-        }
-        for p in pending {
-            p.wait(self.inner.opts.timeout).await?;
-        }
-        Ok(())
+        let servers = (0..chunks).map(|chunk| self.inner.layout.chunk_server(ino, chunk));
+        self.send_to(servers, Request::PurgeData { ino }).await
     }
 
     pub async fn unlink_at(&self, parent: Ino, name: &str) -> Result<()> {

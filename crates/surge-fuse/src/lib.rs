@@ -43,20 +43,16 @@ pub struct SurgeFs {
     files: Arc<Mutex<HashMap<u64, Arc<File>>>>,
     dirs: Arc<Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>>,
     next_handle: AtomicU64,
-    /// Bytes of write-behind and read-ahead per open file.
-    stream_window: u64,
 }
 
 impl SurgeFs {
     pub fn new(client: Client, runtime: Handle) -> Self {
-        let stream_window = 2 * client.chunk_size() * client.server_count() as u64;
         SurgeFs {
             client,
             runtime,
             files: Default::default(),
             dirs: Default::default(),
             next_handle: AtomicU64::new(1),
-            stream_window: stream_window.max(2 << 20),
         }
     }
 
@@ -71,7 +67,7 @@ impl SurgeFs {
     /// The largest size any open handle on this node knows for `ino`: writes not yet
     /// published to the servers are part of the file for every program on this node.
     fn local_size(&self, ino: u64) -> u64 {
-        self.files.lock().unwrap().values().filter(|f| f.ino() == ino).map(|f| f.size()).max().unwrap_or(0)
+        local_size(&self.files, ino)
     }
 
     /// The other open handles of the same file: what one handle writes, a read through
@@ -142,6 +138,11 @@ fn name_of(name: &OsStr) -> Result<String, i32> {
     std::str::from_utf8(name.as_bytes()).map(str::to_string).map_err(|_| libc::EINVAL)
 }
 
+/// See [`SurgeFs::local_size`]; callable from tasks that hold only the handle table.
+fn local_size(files: &Mutex<HashMap<u64, Arc<File>>>, ino: u64) -> u64 {
+    files.lock().unwrap().values().filter(|f| f.ino() == ino).map(|f| f.size()).max().unwrap_or(0)
+}
+
 /// Answers a request that returns nothing but success or an errno.
 fn answer_empty(reply: ReplyEmpty, result: surge_client::Result<()>) {
     match result {
@@ -188,8 +189,7 @@ impl Filesystem for SurgeFs {
         self.spawn(async move {
             match client.lookup(parent, &name).await {
                 Ok(mut attr) => {
-                    let local = files.lock().unwrap().values().filter(|f| f.ino() == attr.ino).map(|f| f.size()).max();
-                    attr.size = attr.size.max(local.unwrap_or(0));
+                    attr.size = attr.size.max(local_size(&files, attr.ino));
                     reply.entry(&TTL, &fuse_attr(&attr, blksize), 0)
                 }
                 Err(e) => reply.error(e.errno()),
@@ -332,7 +332,7 @@ impl Filesystem for SurgeFs {
 
     fn open(&mut self, _req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
         let client = self.client.clone();
-        let (files, fh, window) = (self.files.clone(), self.handle(), self.stream_window);
+        let (files, fh, window) = (self.files.clone(), self.handle(), self.client.stream_window());
         self.spawn(async move {
             let result = async {
                 let f = client.open_ino(ino).await?;
@@ -473,7 +473,7 @@ impl Filesystem for SurgeFs {
     fn create(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
         let name = name_or_reply!(name, reply);
         let (client, blksize) = (self.client.as_user(req.uid(), req.gid()), self.client.chunk_size() as u32);
-        let (files, fh, window) = (self.files.clone(), self.handle(), self.stream_window);
+        let (files, fh, window) = (self.files.clone(), self.handle(), self.client.stream_window());
         self.spawn(async move {
             let result = async {
                 let f = client.create_at(parent, &name, mode & !umask & 0o7777, flags & libc::O_EXCL != 0).await?;
