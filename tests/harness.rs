@@ -106,7 +106,7 @@ pub fn sh(cmdline: &str) -> String {
 
 impl Drop for Instance {
     fn drop(&mut self) {
-        let out = self.surge(&["down", &self.name]);
+        let out = self.surge(&["down", &self.name, "--force"]);
         if !out.status.success() {
             eprintln!("surge down {} failed: {}", self.name, text(&out));
         }

@@ -26,7 +26,7 @@ def mounted(tmp_path):
     try:
         yield mnt
     finally:
-        subprocess.run([SURGE, "down", name], env=env, check=True, capture_output=True)
+        subprocess.run([SURGE, "down", name, "--force"], env=env, check=True, capture_output=True)
 
 
 def test_h5py_datasets_round_trip(mounted):

@@ -208,7 +208,7 @@ async fn wait_ready(l: &mut Launched) -> Result<SocketAddr> {
 
 /// A client that talks to one server only (as server 0 of its own), whatever the mode: what
 /// administration needs, since private-mode servers are separate namespaces.
-fn single_server_client(desc: &InstanceDescriptor, server: &ServerInfo, opts: &ClientOptions) -> surge_client::Result<Client> {
+pub fn single_server_client(desc: &InstanceDescriptor, server: &ServerInfo, opts: &ClientOptions) -> surge_client::Result<Client> {
     let single = InstanceDescriptor { mode: Mode::Private, servers: vec![server.clone()], ..desc.clone() };
     Client::new(&single, opts.clone())
 }

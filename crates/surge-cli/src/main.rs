@@ -1,7 +1,8 @@
 //! `surge` — the command users, scripts and the scheduler integration call.
 //!
 //! Instance lifecycle (`up`, `down`, `status`, `list`), file transfer and namespace commands
-//! through the native client (`put`, `get`, `ls`, `mv`, `rm`, `mkdir`, `stat`), benchmarks
+//! through the native client (`put`, `get`, `ls`, `mv`, `rm`, `mkdir`, `stat`), staging
+//! between the PFS and an instance (`stage`), benchmarks
 //! (`bench`), the embedded demonstration (`demo`). Any other subcommand `surge X ...` runs
 //! the program `surge-X` (found beside this binary, in the project's .venv, or on PATH), the
 //! way git and cargo grow: `surge sim` and `surge predict` are separate components.
@@ -11,6 +12,7 @@ mod demo;
 mod files;
 mod instance;
 mod mount;
+mod stage;
 mod table;
 
 use std::path::PathBuf;
@@ -84,8 +86,13 @@ enum Command {
     },
     /// Unmount a Surge mount (lazily if it is busy or its servers died).
     Umount { dir: PathBuf },
-    /// Stop an instance and remove its data.
-    Down { name: String },
+    /// Run the job-end stages, wait for all stages, then stop the instance and remove its data.
+    Down {
+        name: String,
+        /// Remove it even if a stage failed or cannot run (its data is lost).
+        #[arg(long)]
+        force: bool,
+    },
     /// Servers, health, capacity used and free, file counts.
     Status {
         name: String,
@@ -144,6 +151,9 @@ enum Command {
         #[command(flatten)]
         target: Target,
     },
+    /// Stage files between the PFS and an instance (in, out, status, wait, cancel, ...).
+    #[command(subcommand)]
+    Stage(stage::StageCommand),
     /// Benchmarks of an instance or of a local directory (for baselines).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -209,8 +219,9 @@ async fn run(command: Command) -> Result<()> {
             println!("instance '{name}' mounted on {}", dir.display());
         }
         Command::Umount { dir } => mount::umount(&dir)?,
-        Command::Down { name } => {
+        Command::Down { name, force } => {
             let desc = InstanceDescriptor::load(&name)?;
+            stage::before_down(&desc, force).await?;
             instance::down(&desc).await?;
             println!("instance '{name}' stopped and removed");
         }
@@ -254,6 +265,7 @@ async fn run(command: Command) -> Result<()> {
             }
         }
         Command::Stat { path, target } => files::stat(&target.client()?, &path).await?,
+        Command::Stage(cmd) => stage::run(cmd).await?,
         Command::Bench(cmd) => bench::run(cmd).await?,
         Command::Demo { root } => demo::run(root).await?,
         Command::External(_) => unreachable!("handled before the runtime starts"),

@@ -11,20 +11,6 @@ use surge_client::descriptor;
 
 const MOUNT_TIMEOUT: Duration = Duration::from_secs(15);
 
-fn mounts_file(name: &str) -> PathBuf {
-    descriptor::instances_dir().join(format!("{name}.mounts"))
-}
-
-/// Mount points of the instance recorded on this machine.
-pub fn recorded(name: &str) -> Vec<PathBuf> {
-    std::fs::read_to_string(mounts_file(name)).unwrap_or_default().lines().filter(|l| !l.is_empty()).map(PathBuf::from).collect()
-}
-
-fn record(name: &str, mounts: &[PathBuf]) -> Result<()> {
-    let text: String = mounts.iter().map(|m| format!("{}\n", m.display())).collect();
-    std::fs::write(mounts_file(name), text).context("record mounts")
-}
-
 /// Is `dir` a mount point of a Surge FUSE file system right now?
 pub fn is_mounted(dir: &Path) -> bool {
     let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else { return false };
@@ -69,9 +55,9 @@ pub async fn mount(name: &str, dir: &Path, node: Option<std::net::IpAddr>) -> Re
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let mut mounts = recorded(name);
+    let mut mounts = descriptor::recorded_mounts(name);
     mounts.push(dir.clone());
-    record(name, &mounts)?;
+    descriptor::record_mounts(name, &mounts)?;
     Ok(dir)
 }
 
@@ -88,14 +74,10 @@ pub fn umount(dir: &Path) -> Result<()> {
         }
     }
     // Forget it in whichever instance recorded it.
-    if let Ok(entries) = std::fs::read_dir(descriptor::instances_dir()) {
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.extension().is_some_and(|e| e == "mounts") {
-                let name = path.file_stem().unwrap_or_default().to_string_lossy().to_string();
-                let mounts: Vec<PathBuf> = recorded(&name).into_iter().filter(|m| *m != dir).collect();
-                record(&name, &mounts)?;
-            }
+    for (name, mount) in descriptor::all_recorded_mounts() {
+        if mount == dir {
+            let rest: Vec<PathBuf> = descriptor::recorded_mounts(&name).into_iter().filter(|m| *m != dir).collect();
+            descriptor::record_mounts(&name, &rest)?;
         }
     }
     Ok(())
@@ -103,10 +85,10 @@ pub fn umount(dir: &Path) -> Result<()> {
 
 /// Unmounts everything recorded for the instance (before its servers stop).
 pub fn umount_all(name: &str) {
-    for dir in recorded(name) {
+    for dir in descriptor::recorded_mounts(name) {
         if let Err(e) = umount(&dir) {
             eprintln!("warning: {e:#}");
         }
     }
-    let _ = std::fs::remove_file(mounts_file(name));
+    let _ = std::fs::remove_file(descriptor::mounts_file(name));
 }

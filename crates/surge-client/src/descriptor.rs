@@ -161,3 +161,66 @@ pub fn create_token(path: &Path) -> Result<Secret> {
     file.write_all(auth::format_secret(&secret).as_bytes()).map_err(io)?;
     Ok(secret)
 }
+
+/// Where the FUSE mounts of instance `name` on this machine are recorded (`surge mount`
+/// writes it; `surge down` unmounts what it lists; paths under a mount resolve to the instance).
+pub fn mounts_file(name: &str) -> PathBuf {
+    instances_dir().join(format!("{name}.mounts"))
+}
+
+/// Mount points of instance `name` recorded on this machine.
+pub fn recorded_mounts(name: &str) -> Vec<PathBuf> {
+    std::fs::read_to_string(mounts_file(name)).unwrap_or_default().lines().filter(|l| !l.is_empty()).map(PathBuf::from).collect()
+}
+
+/// Replaces the record of instance `name`'s mount points.
+pub fn record_mounts(name: &str, mounts: &[PathBuf]) -> Result<()> {
+    let text: String = mounts.iter().map(|m| format!("{}\n", m.display())).collect();
+    std::fs::write(mounts_file(name), text).map_err(|e| Error::new(ErrorCode::Io, format!("record mounts of '{name}': {e}")))
+}
+
+/// Every (instance, mount point) recorded on this machine.
+pub fn all_recorded_mounts() -> Vec<(String, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(instances_dir()) else { return Vec::new() };
+    let mut all = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "mounts") {
+            let name = path.file_stem().unwrap_or_default().to_string_lossy().to_string();
+            all.extend(recorded_mounts(&name).into_iter().map(|m| (name.clone(), m)));
+        }
+    }
+    all
+}
+
+/// Maps a path on a Surge mount (`/mnt/bb/run1/plt0001.h5`) to its instance and the path
+/// inside it (`/run1/plt0001.h5`), so programs can name burst-buffer files the way they open
+/// them. `None` when the path is under no recorded mount. Paths are compared lexically after
+/// making them absolute, without touching the mount (which may be busy or gone).
+pub fn resolve_mount_path(path: &Path) -> Option<(String, String)> {
+    let absolute = if path.is_absolute() { path.to_path_buf() } else { std::env::current_dir().ok()?.join(path) };
+    let absolute = normalize(&absolute);
+    all_recorded_mounts()
+        .into_iter()
+        .filter_map(|(name, mount)| {
+            let rest = absolute.strip_prefix(&mount).ok()?;
+            Some((mount.components().count(), name, format!("/{}", rest.display())))
+        })
+        .max_by_key(|(depth, _, _)| *depth)
+        .map(|(_, name, inner)| (name, inner.replace("//", "/")))
+}
+
+/// Removes `.` and resolves `..` lexically.
+fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}

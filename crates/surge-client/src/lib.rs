@@ -24,12 +24,14 @@ pub mod descriptor;
 pub mod error;
 pub mod file;
 pub mod layout;
+pub mod stage;
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use surge_proto::auth::Secret;
 use surge_proto::ino::{self, Ino};
 use surge_proto::{check_name, Attr, AttrChanges, DirEntry, ErrorCode, FileKind, Reply, Request, ServerStats, Timestamp, Unlinked, ROOT_INO};
 use tokio::sync::Mutex as AsyncMutex;
@@ -78,7 +80,7 @@ struct ServerSlot {
 struct Inner {
     servers: Vec<ServerSlot>,
     layout: Layout,
-    secret: surge_proto::auth::Secret,
+    secret: Secret,
     session: u64,
     opts: ClientOptions,
 }
@@ -99,8 +101,7 @@ pub(crate) fn unexpected(op: &str, reply: Reply) -> Error {
 impl Client {
     /// Connects to the instance a descriptor describes. Servers are dialled lazily, on first use.
     pub fn new(desc: &InstanceDescriptor, opts: ClientOptions) -> Result<Client> {
-        let secret = desc.read_secret()?;
-        let addrs: Vec<std::net::SocketAddr> = match desc.mode {
+        let addrs: Vec<SocketAddr> = match desc.mode {
             Mode::Striped => desc.servers.iter().map(|s| s.addr).collect(),
             Mode::Private => {
                 // Each server is a namespace of its own (started as server 0 of 1): this
@@ -109,20 +110,39 @@ impl Client {
                     Some(ip) => desc.servers.iter().find(|s| s.addr.ip() == ip).ok_or_else(|| {
                         Error::new(ErrorCode::Invalid, format!("private mode: no server of instance '{}' runs on this node ({ip})", desc.name))
                     })?,
-                    None => &desc.servers[0],
+                    None => desc.servers.first().ok_or_else(|| Error::new(ErrorCode::Invalid, "instance has no servers"))?,
                 };
                 vec![local.addr]
             }
         };
+        Client::from_parts(addrs, desc.chunk_size, desc.read_secret()?, opts)
+    }
+
+    /// Connects to the servers at `addrs` (in server-index order) of an instance with this
+    /// chunk size and secret: what a server uses to reach its peers.
+    pub fn from_parts(addrs: Vec<SocketAddr>, chunk_size: u64, secret: Secret, opts: ClientOptions) -> Result<Client> {
         if addrs.is_empty() {
             return Err(Error::new(ErrorCode::Invalid, "instance has no servers"));
         }
+        if chunk_size == 0 {
+            return Err(Error::new(ErrorCode::Invalid, "chunk size must not be 0"));
+        }
         let mut session = [0u8; 8];
         getrandom::getrandom(&mut session).map_err(|e| Error::new(ErrorCode::Io, e.to_string()))?;
-        let layout = Layout::new(desc.chunk_size, addrs.len());
+        let layout = Layout::new(chunk_size, addrs.len());
         let servers = addrs.into_iter().map(|addr| ServerSlot { addr, conn: AsyncMutex::new(None) }).collect();
         let (uid, gid) = (opts.uid, opts.gid);
         Ok(Client { inner: Arc::new(Inner { servers, layout, secret, session: u64::from_le_bytes(session), opts }), uid, gid })
+    }
+
+    /// The servers' addresses, in index order.
+    pub fn server_addrs(&self) -> Vec<SocketAddr> {
+        self.inner.servers.iter().map(|s| s.addr).collect()
+    }
+
+    /// Owner stamped on what this handle creates.
+    pub fn identity(&self) -> (u32, u32) {
+        (self.uid, self.gid)
     }
 
     /// Loads `$SURGE_HOME/instances/NAME.json` and connects.
@@ -154,7 +174,7 @@ impl Client {
         (2 * self.chunk_size() * self.server_count() as u64).max(2 << 20)
     }
 
-    pub(crate) fn layout(&self) -> &Layout {
+    pub fn layout(&self) -> &Layout {
         &self.inner.layout
     }
 
@@ -196,6 +216,27 @@ impl Client {
                 }
                 other => return other.map(|(reply, _)| reply),
             }
+        }
+    }
+
+    /// Sends one request to server `server` and waits for its reply (an error reply becomes
+    /// `Err`). For requests the typed API does not cover, such as staging.
+    pub async fn request(&self, server: usize, request: Request) -> Result<Reply> {
+        self.call(server, request).await
+    }
+
+    /// Sends several requests to one server in one frame; each gets its own outcome, in order.
+    pub async fn batch(&self, server: usize, requests: Vec<Request>) -> Result<Vec<Result<Reply>>> {
+        let count = requests.len();
+        match self.call(server, Request::Batch(requests)).await? {
+            Reply::Batch(replies) if replies.len() == count => Ok(replies
+                .into_iter()
+                .map(|reply| match reply {
+                    Reply::Error { code, detail } => Err(Error::new(code, detail)),
+                    other => Ok(other),
+                })
+                .collect()),
+            other => Err(unexpected("batch", other)),
         }
     }
 
@@ -342,7 +383,7 @@ impl Client {
 
     /// Finishes off an inode that lost a name: drops the link at its home when that is another
     /// server, and purges its chunks everywhere once nothing refers to it.
-    async fn finish_unlinked(&self, unlinked: &Unlinked) -> Result<()> {
+    pub async fn finish_unlinked(&self, unlinked: &Unlinked) -> Result<()> {
         let (mut purge, mut size) = (unlinked.purge, unlinked.size);
         if unlinked.remote {
             if unlinked.kind == FileKind::Dir {
@@ -362,7 +403,7 @@ impl Client {
     /// Deletes a gone file's chunks on the servers that can hold some: those of the chunks
     /// below its final size (none for an empty file, which makes unlinking small and empty
     /// files one round trip).
-    pub(crate) async fn purge_data(&self, ino: Ino, size: u64) -> Result<()> {
+    async fn purge_data(&self, ino: Ino, size: u64) -> Result<()> {
         let chunks = size.div_ceil(self.chunk_size()).min(self.server_count() as u64);
         let servers = (0..chunks).map(|chunk| self.inner.layout.chunk_server(ino, chunk));
         self.send_to(servers, Request::PurgeData { ino }).await

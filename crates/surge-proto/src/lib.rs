@@ -9,7 +9,8 @@
 //! * [`ino`]: inode numbers, which carry the index of their *home* server in their top bits so any
 //!   node can route a metadata request without asking a central service;
 //! * [`auth`]: the challenge/response that proves a client holds the instance's secret without
-//!   sending the secret over the wire.
+//!   sending the secret over the wire;
+//! * [`stage`]: what staging between the PFS and an instance asks of the servers and reports.
 //!
 //! A frame is `header (20 bytes) | message (postcard, <= MAX_MESSAGE_LEN) | payload (raw bytes,
 //! <= MAX_PAYLOAD_LEN)`. Bulk file data travels only in the payload, never inside the encoded
@@ -21,6 +22,7 @@ pub mod frame;
 pub mod frame_io;
 pub mod ino;
 pub mod msg;
+pub mod stage;
 
 pub use frame::{FrameError, FrameHeader, FrameKind, FRAME_HEADER_LEN, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
 pub use ino::{Ino, ROOT_INO};

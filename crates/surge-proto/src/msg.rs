@@ -7,6 +7,7 @@
 //! single-server steps below; each step is atomic on its server.
 
 use crate::ino::Ino;
+use crate::stage::{CopyOrder, CopyOutcome, StageFile, StageSpec, StageSummary};
 use serde::{Deserialize, Serialize};
 
 /// Longest file name component, as on Linux (NAME_MAX).
@@ -156,9 +157,27 @@ pub enum Request {
     /// Makes this server's data of `ino` durable on its device.
     SyncData { ino: Ino },
 
+    // ---- staging (see [`crate::stage`]), sent to the stage's coordinator ----
+    StageSubmit { spec: StageSpec },
+    /// Stages whose bb path is `bb_path` (all stages when `None`), oldest first.
+    StageList { bb_path: Option<String> },
+    /// Files of stage `id`, `limit` of them from position `offset`.
+    StageFiles { id: u64, offset: u32, limit: u32 },
+    /// Stops a stage: nothing more is copied and nothing unfinished is published.
+    StageCancel { id: u64 },
+    /// Drops the deferred (job-end) stages of `bb_path`.
+    StageRevoke { bb_path: String },
+    /// The job is ending: start every deferred stage.
+    StageJobEnd,
+    /// Sent by a coordinator to a server that owns chunks: copy them.
+    StageCopy(CopyOrder),
+
     // ---- administration ----
     StatFs,
     Shutdown,
+    /// Several requests for this server, answered in order by one `Reply::Batch`; each
+    /// succeeds or fails on its own. Requests that carry a payload cannot be batched.
+    Batch(Vec<Request>),
 }
 
 impl Request {
@@ -193,13 +212,21 @@ impl Request {
             Request::TruncateData { .. } => "truncate-data",
             Request::PurgeData { .. } => "purge-data",
             Request::SyncData { .. } => "sync-data",
+            Request::StageSubmit { .. } => "stage-submit",
+            Request::StageList { .. } => "stage-list",
+            Request::StageFiles { .. } => "stage-files",
+            Request::StageCancel { .. } => "stage-cancel",
+            Request::StageRevoke { .. } => "stage-revoke",
+            Request::StageJobEnd => "stage-job-end",
+            Request::StageCopy(_) => "stage-copy",
             Request::StatFs => "statfs",
             Request::Shutdown => "shutdown",
+            Request::Batch(_) => "batch",
         }
     }
 }
 
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub enum Reply {
     /// First frame the server sends on a connection (request id 0).
     Challenge { challenge: [u8; 32], server_index: u32, server_count: u32 },
@@ -220,6 +247,11 @@ pub enum Reply {
     Data,
     Stats(ServerStats),
     Error { code: ErrorCode, detail: String },
+    StageId { id: u64 },
+    Stages(Vec<StageSummary>),
+    StageFiles { files: Vec<StageFile>, total: u64 },
+    Copied(Vec<CopyOutcome>),
+    Batch(Vec<Reply>),
 }
 
 /// Failure reasons. Each maps onto one errno so the FUSE layer and the C API can pass them on.

@@ -3,6 +3,9 @@
 //! Requests are handled inline on the connection's task (metadata steps take microseconds;
 //! chunk I/O goes to node-local SSD or RAM), and replies are buffered and flushed only when no
 //! further request is already waiting, so a client that pipelines gets batched replies.
+//! The two slow requests, a stage copy order (PFS I/O) and a stage submission (planning),
+//! run in tasks of their own and answer when done, out of order; clients match replies to
+//! requests by id.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -14,7 +17,9 @@ use surge_proto::frame::decode_message;
 use surge_proto::frame_io::{read_frame, write_frame, ReadError};
 use surge_proto::{auth, ErrorCode, FrameKind, Ino, Reply, Request, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
+use tokio::sync::Mutex as AsyncMutex;
 
 use crate::meta::MetaResult;
 use crate::Shared;
@@ -65,8 +70,9 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) -> 
         }
     }
 
-    let mut session = Session { shared: &shared, opens: HashMap::new() };
-    let result = session.serve_requests(&mut reader, &mut writer).await;
+    let writer = Arc::new(AsyncMutex::new(writer));
+    let mut session = Session { shared: shared.clone(), opens: HashMap::new() };
+    let result = session.serve_requests(&mut reader, &writer).await;
     session.release_all();
     result
 }
@@ -78,17 +84,27 @@ async fn refuse<W: tokio::io::AsyncWrite + Unpin>(writer: &mut W, request_id: u6
     }
 }
 
-struct Session<'a> {
-    shared: &'a Shared,
+/// The connection's writing half: the request loop and out-of-order answers share it.
+type SharedWriter = Arc<AsyncMutex<BufWriter<OwnedWriteHalf>>>;
+
+/// Sends one reply now (an out-of-order answer: nothing else is batched behind it).
+async fn answer(writer: &SharedWriter, request_id: u64, reply: &Reply) {
+    let mut w = writer.lock().await;
+    if write_frame(&mut *w, FrameKind::Reply, request_id, reply, &[]).await.is_ok() {
+        let _ = w.flush().await;
+    }
+}
+
+struct Session {
+    shared: Arc<Shared>,
     /// Open handles this connection registered, released if it goes away without closing them.
     opens: HashMap<Ino, u32>,
 }
 
-impl Session<'_> {
-    async fn serve_requests<R, W>(&mut self, reader: &mut BufReader<R>, writer: &mut W) -> anyhow::Result<()>
+impl Session {
+    async fn serve_requests<R>(&mut self, reader: &mut BufReader<R>, writer: &SharedWriter) -> anyhow::Result<()>
     where
         R: tokio::io::AsyncRead + Unpin,
-        W: tokio::io::AsyncWrite + Unpin,
     {
         loop {
             let frame = match read_frame(reader, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN).await {
@@ -97,24 +113,47 @@ impl Session<'_> {
                 Err(ReadError::Io(e)) => return Err(e.into()),
                 Err(e) => {
                     // The stream can no longer be trusted to be in step: say why, then close.
-                    refuse(writer, 0, ErrorCode::Protocol, &e.to_string()).await;
+                    refuse(&mut *writer.lock().await, 0, ErrorCode::Protocol, &e.to_string()).await;
                     bail!("protocol error: {e}");
                 }
             };
             let request_id = frame.header.request_id;
             let (reply, data) = match decode_message::<Request>(&frame.message) {
                 Ok(Request::Shutdown) => {
-                    write_frame(writer, FrameKind::Reply, request_id, &Reply::Ok, &[]).await?;
-                    writer.flush().await?;
+                    answer(writer, request_id, &Reply::Ok).await;
                     self.shared.shutdown.notify_one();
                     return Ok(());
+                }
+                Ok(Request::StageCopy(order)) => {
+                    let (shared, writer) = (self.shared.clone(), writer.clone());
+                    tokio::spawn(async move {
+                        let work = tokio::task::spawn_blocking(move || crate::stage::copy::execute(&shared.data, shared.index, shared.count, &order));
+                        let reply = match work.await {
+                            Ok(outcomes) => Reply::Copied(outcomes),
+                            Err(e) => Reply::Error { code: ErrorCode::Io, detail: format!("copy order failed: {e}") },
+                        };
+                        answer(&writer, request_id, &reply).await;
+                    });
+                    continue;
+                }
+                Ok(Request::StageSubmit { spec }) => {
+                    let (stages, writer) = (self.shared.stages.clone(), writer.clone());
+                    tokio::spawn(async move {
+                        let reply = match stages.submit(spec).await {
+                            Ok(id) => Reply::StageId { id },
+                            Err((code, detail)) => Reply::Error { code, detail },
+                        };
+                        answer(&writer, request_id, &reply).await;
+                    });
+                    continue;
                 }
                 Ok(request) => self.handle(request, frame.payload),
                 Err(e) => (Reply::Error { code: ErrorCode::Protocol, detail: e.to_string() }, Vec::new()),
             };
-            write_frame(writer, FrameKind::Reply, request_id, &reply, &data).await?;
+            let mut w = writer.lock().await;
+            write_frame(&mut *w, FrameKind::Reply, request_id, &reply, &data).await?;
             if reader.buffer().is_empty() {
-                writer.flush().await?;
+                w.flush().await?;
             }
         }
     }
@@ -138,7 +177,7 @@ impl Session<'_> {
     }
 
     fn dispatch(&mut self, request: Request, payload: &[u8]) -> MetaResult<Reply> {
-        let shared = self.shared;
+        let shared = self.shared.clone();
         let data = &shared.data;
         let meta = || shared.meta.lock().unwrap();
         Ok(match request {
@@ -239,8 +278,40 @@ impl Session<'_> {
                     dirs,
                 })
             }
-            Request::Shutdown => unreachable!("handled by the request loop"),
+            Request::StageList { bb_path } => Reply::Stages(shared.stages.list(bb_path.as_deref())),
+            Request::StageFiles { id, offset, limit } => {
+                let (files, total) = shared.stages.files(id, offset, limit)?;
+                Reply::StageFiles { files, total }
+            }
+            Request::StageCancel { id } => {
+                shared.stages.cancel(id)?;
+                Reply::Ok
+            }
+            Request::StageRevoke { bb_path } => {
+                shared.stages.revoke(&bb_path)?;
+                Reply::Ok
+            }
+            Request::StageJobEnd => {
+                shared.stages.job_end();
+                Reply::Ok
+            }
+            Request::Batch(requests) => Reply::Batch(requests.into_iter().map(|r| self.dispatch_batched(r)).collect()),
+            Request::Shutdown | Request::StageCopy(_) | Request::StageSubmit { .. } => unreachable!("handled by the request loop"),
         })
+    }
+
+    /// One request of a batch: anything but payloads, nesting and the loop-level requests.
+    fn dispatch_batched(&mut self, request: Request) -> Reply {
+        match request {
+            Request::Hello { .. }
+            | Request::Read { .. }
+            | Request::Write { .. }
+            | Request::Batch(_)
+            | Request::Shutdown
+            | Request::StageCopy(_)
+            | Request::StageSubmit { .. } => Reply::Error { code: ErrorCode::Invalid, detail: format!("{} cannot be batched", request.name()) },
+            other => self.dispatch(other, &[]).unwrap_or_else(|(code, detail)| Reply::Error { code, detail }),
+        }
     }
 
     fn forget_open(&mut self, ino: Ino) {

@@ -4,14 +4,16 @@
 //! * the metadata of the inodes homed on it ([`meta`]), in memory: an instance lives for a job;
 //! * the chunks of file data it owns ([`data`]), as sparse local files, up to its capacity share.
 //!
-//! There is no central metadata server and servers never talk to each other: clients route
-//! each request by inode number (metadata) or chunk index (data), and sequence the few
-//! operations that touch two servers. [`conn`] runs one client connection: challenge/response
-//! authentication first, then pipelined request frames answered in order.
+//! There is no central metadata server: clients route each request by inode number (metadata)
+//! or chunk index (data), and sequence the few operations that touch two servers. [`conn`]
+//! runs one client connection: challenge/response authentication first, then pipelined
+//! request frames. Servers talk to each other only for staging ([`stage`]): the server a
+//! stage is submitted to coordinates it and asks the others to copy the chunks they own.
 
 pub mod conn;
 pub mod data;
 pub mod meta;
+pub mod stage;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -40,6 +42,7 @@ pub struct Shared {
     pub secret: Secret,
     pub meta: Mutex<meta::MetaStore>,
     pub data: data::DataStore,
+    pub stages: Arc<stage::Stages>,
     pub shutdown: Notify,
 }
 
@@ -50,12 +53,16 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     std::fs::create_dir_all(&config.root).with_context(|| format!("create {}", config.root.display()))?;
     let data = data::DataStore::open(&config.root.join("data"), config.capacity)
         .with_context(|| format!("open data directory under {}", config.root.display()))?;
+    let stages = stage::Stages::open(&config.root.join("stages"), config.listen.ip(), config.secret)
+        .with_context(|| format!("open the stage journal under {}", config.root.display()))?;
+    stages.start_journal();
     let shared = Arc::new(Shared {
         index: config.index,
         count: config.count,
         secret: config.secret,
         meta: Mutex::new(meta::MetaStore::new(config.index, config.owner_uid, config.owner_gid)),
         data,
+        stages,
         shutdown: Notify::new(),
     });
     let listener = TcpListener::bind(config.listen).await.with_context(|| format!("bind {}", config.listen))?;

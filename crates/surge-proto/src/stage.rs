@@ -1,0 +1,150 @@
+//! Staging messages: moving files between the parallel file system (PFS) and an instance.
+//!
+//! A client submits a [`StageSpec`] to one server, the stage's *coordinator* (server 0 of a
+//! striped instance, the node's own server in private mode). The coordinator plans the copy
+//! and drives it, but moves no file data itself: it sends [`CopyItem`]s to the servers that
+//! own the chunks, and each of them copies its chunks directly between the PFS path (mounted
+//! on every node) and its node-local store. Progress and per-file state live on the
+//! coordinator, which journals them to its node-local directory.
+
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+
+use crate::ino::Ino;
+use crate::msg::Timestamp;
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StageDirection {
+    /// PFS -> burst buffer.
+    In,
+    /// Burst buffer -> PFS.
+    Out,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StageKind {
+    File,
+    Directory,
+    /// The source is a text file of `SOURCE DESTINATION` lines (read on the client's side for
+    /// stage-out, on the coordinator's for stage-in: it is a PFS file either way).
+    List,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StageWhen {
+    Immediate,
+    /// Deferred until the job ends (`StageJobEnd`); a revoke drops it before then.
+    JobEnd,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct StageSpec {
+    pub direction: StageDirection,
+    pub kind: StageKind,
+    pub when: StageWhen,
+    /// Path inside the instance (`/a/b`).
+    pub bb_path: String,
+    /// Absolute path on the PFS.
+    pub pfs_path: String,
+    /// Compare size and per-chunk checksums of what was written with what was read.
+    pub verify: bool,
+    /// Owner of what a stage-in creates.
+    pub uid: u32,
+    pub gid: u32,
+    /// The instance as the submitting client sees it: the coordinator reaches the other
+    /// servers through these addresses with the same chunk size.
+    pub servers: Vec<SocketAddr>,
+    pub chunk_size: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StageState {
+    /// At job end, unless revoked.
+    Deferred,
+    Queued,
+    Running,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+impl StageState {
+    pub fn is_final(self) -> bool {
+        matches!(self, StageState::Done | StageState::Failed | StageState::Cancelled)
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            StageState::Deferred => "deferred",
+            StageState::Queued => "queued",
+            StageState::Running => "running",
+            StageState::Done => "done",
+            StageState::Failed => "failed",
+            StageState::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// One stage as `surge stage status` shows it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct StageSummary {
+    pub id: u64,
+    pub direction: StageDirection,
+    pub kind: StageKind,
+    pub when: StageWhen,
+    pub bb_path: String,
+    pub pfs_path: String,
+    pub state: StageState,
+    pub files_total: u64,
+    pub files_done: u64,
+    pub files_failed: u64,
+    pub bytes_total: u64,
+    pub bytes_done: u64,
+    pub submitted: Timestamp,
+    /// Seconds spent running so far (or in all, once final).
+    pub elapsed: f64,
+    /// Why it failed (the first file failure, or what stopped it).
+    pub error: Option<String>,
+}
+
+/// One file of a stage.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct StageFile {
+    pub bb_path: String,
+    pub pfs_path: String,
+    pub state: StageState,
+    pub bytes_total: u64,
+    pub bytes_done: u64,
+    /// Seconds from the file's start to its end (or to now while it runs).
+    pub elapsed: f64,
+    pub error: Option<String>,
+}
+
+/// Work for one server: copy the chunks it owns of one file, within `[first_chunk, end_chunk)`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct CopyItem {
+    pub ino: Ino,
+    /// The PFS file to read from (stage-in) or write into (stage-out: it exists already,
+    /// unless `publish` is set).
+    pub pfs_path: String,
+    pub file_size: u64,
+    pub first_chunk: u64,
+    pub end_chunk: u64,
+    /// Stage-out of a file this server holds whole: create `pfs_path` itself, write it, then
+    /// rename it to this final name (one server, no coordination needed).
+    pub publish: Option<String>,
+    /// File mode for `publish`.
+    pub mode: u32,
+}
+
+/// What one server was asked to do with a batch of [`CopyItem`]s.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct CopyOrder {
+    pub direction: StageDirection,
+    pub chunk_size: u64,
+    pub verify: bool,
+    pub items: Vec<CopyItem>,
+}
+
+/// Per item: bytes copied, or why it failed (the error code and a message naming the path).
+pub type CopyOutcome = Result<u64, (crate::msg::ErrorCode, String)>;

@@ -1,0 +1,137 @@
+//! The worker side of staging: copy the chunks this server owns between a PFS file and the
+//! local store. Runs on a blocking thread (PFS calls may take a long time); one order is a
+//! bounded amount of work (a window of a large file, or a batch of small files), so the
+//! coordinator sees progress and a dead PFS or server is noticed within one order.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+
+use surge_client::layout::Layout;
+use surge_proto::stage::{CopyItem, CopyOrder, CopyOutcome, StageDirection};
+use surge_proto::ErrorCode;
+
+use crate::data::DataStore;
+
+type CopyError = (ErrorCode, String);
+
+/// Names the PFS-side failure the way a user reads it, and keeps the errno's meaning.
+fn pfs_error(path: &str, err: io::Error) -> CopyError {
+    let code = match err.raw_os_error() {
+        Some(libc::ENOENT) => ErrorCode::NotFound,
+        Some(libc::EACCES) => ErrorCode::AccessDenied,
+        Some(libc::EPERM) => ErrorCode::NotPermitted,
+        Some(libc::ENOSPC) | Some(libc::EDQUOT) => ErrorCode::NoSpace,
+        Some(libc::EISDIR) => ErrorCode::IsDir,
+        Some(libc::ENOTDIR) => ErrorCode::NotDir,
+        _ => ErrorCode::Io,
+    };
+    let what = if code == ErrorCode::NoSpace { "PFS full" } else { "PFS" };
+    (code, format!("{what}: {path}: {err}"))
+}
+
+/// Carries out one order; one outcome per item, in order.
+pub fn execute(data: &DataStore, me: usize, servers: usize, order: &CopyOrder) -> Vec<CopyOutcome> {
+    let layout = Layout::new(order.chunk_size, servers);
+    let mut buf = Vec::new();
+    order
+        .items
+        .iter()
+        .map(|item| {
+            let chunks: Vec<(u64, usize)> = (item.first_chunk..item.end_chunk)
+                .filter(|&c| layout.chunk_server(item.ino, c) == me)
+                .map(|c| c * order.chunk_size)
+                .take_while(|&offset| offset < item.file_size)
+                .map(|offset| (offset, (item.file_size - offset).min(order.chunk_size) as usize))
+                .collect();
+            match order.direction {
+                StageDirection::In => copy_in(data, item, &chunks, order.verify, &mut buf),
+                StageDirection::Out => copy_out(data, item, &chunks, order.verify, &mut buf),
+            }
+        })
+        .collect()
+}
+
+/// PFS -> local store.
+fn copy_in(data: &DataStore, item: &CopyItem, chunks: &[(u64, usize)], verify: bool, buf: &mut Vec<u8>) -> CopyOutcome {
+    let source = File::open(&item.pfs_path).map_err(|e| pfs_error(&item.pfs_path, e))?;
+    let mut copied = 0;
+    for &(offset, len) in chunks {
+        buf.resize(len, 0);
+        read_exact_at(&source, buf, offset).map_err(|e| pfs_error(&item.pfs_path, e))?;
+        data.write(item.ino, offset, buf)?;
+        if verify {
+            let back = data.read(item.ino, offset, len as u32)?;
+            check_same(buf, &back, &item.pfs_path, offset)?;
+        }
+        copied += len as u64;
+    }
+    Ok(copied)
+}
+
+/// Local store -> PFS. With `publish`, this server holds the whole file: it creates the
+/// temporary file, fills it, and renames it to its final name itself.
+fn copy_out(data: &DataStore, item: &CopyItem, chunks: &[(u64, usize)], verify: bool, buf: &mut Vec<u8>) -> CopyOutcome {
+    let path = item.pfs_path.as_str();
+    let target = match &item.publish {
+        Some(_) => OpenOptions::new().write(true).read(true).create(true).truncate(true).mode(item.mode).open(path),
+        None => OpenOptions::new().write(true).read(true).open(path),
+    }
+    .map_err(|e| pfs_error(path, e))?;
+    let result = (|| {
+        let mut copied = 0;
+        for &(offset, len) in chunks {
+            let mut bytes = data.read(item.ino, offset, len as u32)?;
+            // A hole in the burst-buffer file reads short: it is zeros up to the chunk's end.
+            bytes.resize(len, 0);
+            target.write_all_at(&bytes, offset).map_err(|e| pfs_error(path, e))?;
+            if verify {
+                buf.resize(len, 0);
+                read_exact_at(&target, buf, offset).map_err(|e| pfs_error(path, e))?;
+                check_same(&bytes, buf, path, offset)?;
+            }
+            copied += len as u64;
+        }
+        if let Some(final_path) = &item.publish {
+            // Trailing holes: the file must have its full size before it gets its name.
+            target.set_len(item.file_size).map_err(|e| pfs_error(path, e))?;
+            drop(target);
+            std::fs::rename(path, final_path).map_err(|e| pfs_error(final_path, e))?;
+        }
+        Ok(copied)
+    })();
+    if result.is_err() && item.publish.is_some() {
+        // Nothing half-written stays behind under any name this server made.
+        let _ = std::fs::remove_file(path);
+    }
+    result
+}
+
+fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    file.read_exact_at(buf, offset).map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while being staged")
+        } else {
+            e
+        }
+    })
+}
+
+/// `--verify`: what was written must read back with the checksum of what was read.
+fn check_same(expected: &[u8], written: &[u8], path: &str, offset: u64) -> Result<(), CopyError> {
+    if blake3::hash(expected) == blake3::hash(written) {
+        Ok(())
+    } else {
+        Err((ErrorCode::Io, format!("verify: checksum mismatch in {path} at offset {offset} ({} bytes)", expected.len())))
+    }
+}
+
+/// Removes a temporary file of a stage that did not finish (missing is fine).
+pub fn remove_temporary(path: &Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => tracing::info!(path = %path.display(), "removed the temporary file of an unfinished stage"),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(path = %path.display(), "could not remove a temporary stage file: {e}"),
+    }
+}

@@ -1,0 +1,358 @@
+//! Staging between the PFS and the instance, on the server side.
+//!
+//! Every server is a *worker*: it copies the chunks it owns between a PFS file and its local
+//! store when a coordinator asks ([`copy`]). The server a client submits a stage to is that
+//! stage's *coordinator*: it plans the stage (which files, which sizes: [`plan`]), drives the
+//! copy in batches and windows ([`run`]), and keeps the stage's state and per-file progress.
+//!
+//! That state is journaled in `<root>/stages/<id>.json` (written under a temporary name, then
+//! renamed) at every change of state and about once a second while bytes move, so it survives
+//! a restart of the coordinator. A stage that was queued or running when the coordinator
+//! stopped is reported failed after the restart, and the temporary files of its unfinished
+//! files are removed: a stage is never reported done unless every file was published.
+
+pub mod copy;
+mod plan;
+mod run;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use surge_proto::auth::Secret;
+use surge_proto::stage::{StageDirection, StageFile, StageSpec, StageState, StageSummary, StageWhen};
+use surge_proto::{ErrorCode, Timestamp};
+
+use crate::meta::MetaResult;
+
+/// How often progress of running stages is journaled.
+const JOURNAL_EVERY: Duration = Duration::from_secs(1);
+
+/// What a restart tells about a stage it interrupted.
+const INTERRUPTED: &str = "interrupted: the coordinating server stopped before the stage finished; unfinished files were not published";
+
+pub(crate) fn now_secs() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or_default()
+}
+
+/// One file of a stage, as journaled.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub(crate) struct FileRecord {
+    pub bb_path: String,
+    pub pfs_path: String,
+    pub size: u64,
+    pub done: u64,
+    pub state: StageState,
+    pub started: Option<f64>,
+    pub finished: Option<f64>,
+    pub error: Option<String>,
+    /// The temporary PFS name a stage-out writes this file under before renaming it: removed
+    /// if the stage dies half-way.
+    pub pfs_temporary: Option<String>,
+}
+
+impl FileRecord {
+    fn report(&self) -> StageFile {
+        StageFile {
+            bb_path: self.bb_path.clone(),
+            pfs_path: self.pfs_path.clone(),
+            state: self.state,
+            bytes_total: self.size,
+            bytes_done: self.done,
+            elapsed: elapsed(self.started, self.finished),
+            error: self.error.clone(),
+        }
+    }
+}
+
+fn elapsed(started: Option<f64>, finished: Option<f64>) -> f64 {
+    match started {
+        Some(start) => (finished.unwrap_or_else(now_secs) - start).max(0.0),
+        None => 0.0,
+    }
+}
+
+/// One stage, as journaled.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub(crate) struct StageRecord {
+    pub id: u64,
+    pub spec: StageSpec,
+    pub state: StageState,
+    pub submitted: Timestamp,
+    pub started: Option<f64>,
+    pub finished: Option<f64>,
+    pub error: Option<String>,
+    pub files: Vec<FileRecord>,
+}
+
+impl StageRecord {
+    fn summary(&self) -> StageSummary {
+        let count = |state| self.files.iter().filter(|f| f.state == state).count() as u64;
+        StageSummary {
+            id: self.id,
+            direction: self.spec.direction,
+            kind: self.spec.kind,
+            when: self.spec.when,
+            bb_path: self.spec.bb_path.clone(),
+            pfs_path: self.spec.pfs_path.clone(),
+            state: self.state,
+            files_total: self.files.len() as u64,
+            files_done: count(StageState::Done),
+            files_failed: count(StageState::Failed),
+            bytes_total: self.files.iter().map(|f| f.size).sum(),
+            bytes_done: self.files.iter().map(|f| f.done).sum(),
+            submitted: self.submitted,
+            elapsed: elapsed(self.started, self.finished),
+            error: self.error.clone(),
+        }
+    }
+
+    /// Ends every unfinished file (and the stage) in `state`, removing stage-out temporaries.
+    fn finish_unfinished(&mut self, state: StageState, why: &str) {
+        let now = now_secs();
+        for file in self.files.iter_mut().filter(|f| !f.state.is_final()) {
+            file.state = state;
+            file.error.get_or_insert_with(|| why.to_string());
+            file.finished = Some(now);
+            if let Some(temp) = &file.pfs_temporary {
+                copy::remove_temporary(Path::new(temp));
+            }
+        }
+        self.state = state;
+        self.error.get_or_insert_with(|| why.to_string());
+        self.finished = Some(now);
+    }
+}
+
+/// A stage in this coordinator's table.
+pub(crate) struct Stage {
+    pub record: Mutex<StageRecord>,
+    pub cancel: AtomicBool,
+    /// Progress not yet journaled.
+    pub dirty: AtomicBool,
+}
+
+impl Stage {
+    pub fn id(&self) -> u64 {
+        self.record.lock().unwrap().id
+    }
+
+    pub fn spec(&self) -> StageSpec {
+        self.record.lock().unwrap().spec.clone()
+    }
+
+    pub fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+
+    /// Changes one file's record and marks the stage for journaling.
+    pub fn update_file(&self, index: usize, change: impl FnOnce(&mut FileRecord)) {
+        change(&mut self.record.lock().unwrap().files[index]);
+        self.dirty.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The stages this server coordinates.
+pub struct Stages {
+    dir: PathBuf,
+    /// Where connections to the other servers start from (this node's address).
+    node: IpAddr,
+    secret: Secret,
+    next_id: AtomicU64,
+    table: Mutex<BTreeMap<u64, Arc<Stage>>>,
+}
+
+impl Stages {
+    /// Loads the journal; stages interrupted by a stop of this server are failed now.
+    pub fn open(dir: &Path, node: IpAddr, secret: Secret) -> std::io::Result<Arc<Stages>> {
+        std::fs::create_dir_all(dir)?;
+        let mut table = BTreeMap::new();
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            if path.extension().is_none_or(|e| e != "json") {
+                continue;
+            }
+            let record: StageRecord = match std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())) {
+                Ok(record) => record,
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), "unreadable stage journal, ignored: {e}");
+                    continue;
+                }
+            };
+            let stage = Arc::new(Stage { record: Mutex::new(record), cancel: AtomicBool::new(false), dirty: AtomicBool::new(false) });
+            table.insert(stage.id(), stage);
+        }
+        let stages = Arc::new(Stages {
+            dir: dir.to_path_buf(),
+            node,
+            secret,
+            next_id: AtomicU64::new(table.keys().max().map_or(1, |m| m + 1)),
+            table: Mutex::new(table),
+        });
+        for stage in stages.all() {
+            let interrupted = {
+                let mut record = stage.record.lock().unwrap();
+                let interrupted = matches!(record.state, StageState::Queued | StageState::Running);
+                if interrupted {
+                    tracing::warn!(id = record.id, "stage interrupted by a restart: marked failed");
+                    record.finish_unfinished(StageState::Failed, INTERRUPTED);
+                }
+                interrupted
+            };
+            if interrupted {
+                stages.save(&stage);
+            }
+        }
+        Ok(stages)
+    }
+
+    /// Journals running stages' progress periodically. Runs until the process ends.
+    pub fn start_journal(self: &Arc<Self>) {
+        let stages = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(JOURNAL_EVERY).await;
+                for stage in stages.all() {
+                    if stage.dirty.swap(false, Ordering::Relaxed) {
+                        let stages = stages.clone();
+                        let _ = tokio::task::spawn_blocking(move || stages.save(&stage)).await;
+                    }
+                }
+            }
+        });
+    }
+
+    fn all(&self) -> Vec<Arc<Stage>> {
+        self.table.lock().unwrap().values().cloned().collect()
+    }
+
+    fn get(&self, id: u64) -> MetaResult<Arc<Stage>> {
+        self.table.lock().unwrap().get(&id).cloned().ok_or((ErrorCode::NotFound, format!("no stage {id}")))
+    }
+
+    /// Writes a stage's journal file (temporary name, then rename: never half a record).
+    pub(crate) fn save(&self, stage: &Stage) {
+        let (id, bytes) = {
+            let record = stage.record.lock().unwrap();
+            (record.id, serde_json::to_vec(&*record).expect("a stage record serializes"))
+        };
+        let path = self.dir.join(format!("{id}.json"));
+        let tmp = self.dir.join(format!("{id}.json.tmp"));
+        if let Err(e) = std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, &path)) {
+            tracing::error!(id, "could not journal stage: {e}");
+        }
+    }
+
+    /// Records a new stage. Immediate stages are planned before this returns (so a missing
+    /// source or a bad path fails the stage at once, and the caller can say so), then copied
+    /// in the background; job-end stages wait for [`Stages::job_end`].
+    pub async fn submit(self: &Arc<Self>, spec: StageSpec) -> MetaResult<u64> {
+        if spec.servers.is_empty() || spec.chunk_size == 0 {
+            return Err((ErrorCode::Invalid, "stage names no servers or a zero chunk size".into()));
+        }
+        for (what, path) in [("burst-buffer", &spec.bb_path), ("PFS", &spec.pfs_path)] {
+            if !path.starts_with('/') {
+                return Err((ErrorCode::Invalid, format!("{what} path '{path}' must be absolute")));
+            }
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let state = match spec.when {
+            StageWhen::Immediate => StageState::Queued,
+            StageWhen::JobEnd => StageState::Deferred,
+        };
+        let record = StageRecord { id, spec, state, submitted: Timestamp::now(), started: None, finished: None, error: None, files: Vec::new() };
+        let stage = Arc::new(Stage { record: Mutex::new(record), cancel: AtomicBool::new(false), dirty: AtomicBool::new(false) });
+        self.table.lock().unwrap().insert(id, stage.clone());
+        self.save(&stage);
+        if state == StageState::Queued {
+            let planned = run::start(self.clone(), stage);
+            // The run reports once its file list is known (or the stage failed planning).
+            let _ = planned.await;
+        }
+        Ok(id)
+    }
+
+    pub fn list(&self, bb_path: Option<&str>) -> Vec<StageSummary> {
+        self.all()
+            .iter()
+            .map(|s| s.record.lock().unwrap().summary())
+            .filter(|s| bb_path.is_none_or(|p| s.bb_path == p))
+            .collect()
+    }
+
+    pub fn files(&self, id: u64, offset: u32, limit: u32) -> MetaResult<(Vec<StageFile>, u64)> {
+        let stage = self.get(id)?;
+        let record = stage.record.lock().unwrap();
+        let files = record.files.iter().skip(offset as usize).take(limit as usize).map(FileRecord::report).collect();
+        Ok((files, record.files.len() as u64))
+    }
+
+    /// A stage that has not started ends at once; a running one stops after the copies in
+    /// flight, removing what it had not published.
+    pub fn cancel(&self, id: u64) -> MetaResult<()> {
+        let stage = self.get(id)?;
+        {
+            let mut record = stage.record.lock().unwrap();
+            match record.state {
+                StageState::Deferred | StageState::Queued => record.finish_unfinished(StageState::Cancelled, "cancelled before it started"),
+                StageState::Running => stage.cancel.store(true, Ordering::Relaxed),
+                _ => return Ok(()),
+            }
+        }
+        self.save(&stage);
+        Ok(())
+    }
+
+    /// Drops the deferred stages of `bb_path`.
+    pub fn revoke(&self, bb_path: &str) -> MetaResult<()> {
+        let mut found = false;
+        for stage in self.all() {
+            let revoked = {
+                let mut record = stage.record.lock().unwrap();
+                let matches = record.state == StageState::Deferred && record.spec.bb_path == bb_path;
+                if matches {
+                    record.finish_unfinished(StageState::Cancelled, "revoked before job end");
+                }
+                matches
+            };
+            if revoked {
+                found = true;
+                self.save(&stage);
+            }
+        }
+        if found {
+            Ok(())
+        } else {
+            Err((ErrorCode::NotFound, format!("no job-end stage of {bb_path} to revoke")))
+        }
+    }
+
+    /// The job ends: every deferred stage starts now.
+    pub fn job_end(self: &Arc<Self>) {
+        for stage in self.all() {
+            let start = {
+                let mut record = stage.record.lock().unwrap();
+                let deferred = record.state == StageState::Deferred;
+                if deferred {
+                    record.state = StageState::Queued;
+                }
+                deferred
+            };
+            if start {
+                self.save(&stage);
+                drop(run::start(self.clone(), stage));
+            }
+        }
+    }
+
+    pub(crate) fn direction_label(direction: StageDirection) -> &'static str {
+        match direction {
+            StageDirection::In => "stage-in",
+            StageDirection::Out => "stage-out",
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! Turns a stage's spec into the list of files to copy: walks the source tree (on the PFS
+//! for a stage-in, in the instance for a stage-out) or reads a list file.
+
+use std::os::unix::fs::PermissionsExt;
+
+use surge_client::Client;
+use surge_proto::stage::{StageDirection, StageKind, StageSpec};
+use surge_proto::{FileKind, Ino};
+
+/// A file to copy.
+pub(crate) struct PlannedFile {
+    pub bb_path: String,
+    pub pfs_path: String,
+    pub size: u64,
+    pub mode: u32,
+    /// Stage-out: the file's inode in the instance.
+    pub ino: Option<Ino>,
+}
+
+pub(crate) struct Plan {
+    /// Directories the destination side needs, parents before children.
+    pub dirs: Vec<String>,
+    pub files: Vec<PlannedFile>,
+    /// What the walk left out (sockets, devices, symlinks in a stage-out), for the log.
+    pub skipped: Vec<String>,
+}
+
+pub(crate) type PlanResult<T> = Result<T, String>;
+
+/// Splits `/a/b/c` into (`/a/b`, `c`); the root's children have parent `/`.
+pub(crate) fn split_path(path: &str) -> (String, &str) {
+    let trimmed = path.trim_end_matches('/');
+    match trimmed.rsplit_once('/') {
+        Some(("", name)) => ("/".to_string(), name),
+        Some((parent, name)) => (parent.to_string(), name),
+        None => ("/".to_string(), trimmed),
+    }
+}
+
+fn join(dir: &str, rel: &str) -> String {
+    if rel.is_empty() {
+        dir.to_string()
+    } else {
+        format!("{}/{rel}", dir.trim_end_matches('/'))
+    }
+}
+
+pub(crate) async fn make(client: &Client, spec: &StageSpec) -> PlanResult<Plan> {
+    match spec.direction {
+        StageDirection::In => {
+            let spec = spec.clone();
+            tokio::task::spawn_blocking(move || plan_in(&spec)).await.map_err(|e| format!("planning stopped: {e}"))?
+        }
+        StageDirection::Out => plan_out(client, spec).await,
+    }
+}
+
+fn pfs_error(path: &str, err: std::io::Error) -> String {
+    format!("{path}: {err}")
+}
+
+/// PFS side of a stage-in: one file, a tree, or a list of `PFS_SOURCE BB_DESTINATION` lines.
+fn plan_in(spec: &StageSpec) -> PlanResult<Plan> {
+    let mut plan = Plan { dirs: Vec::new(), files: Vec::new(), skipped: Vec::new() };
+    match spec.kind {
+        StageKind::File => {
+            let file = pfs_file(&spec.pfs_path, &spec.bb_path)?;
+            plan.dirs.push(split_path(&spec.bb_path).0);
+            plan.files.push(file);
+        }
+        StageKind::Directory => {
+            let meta = std::fs::metadata(&spec.pfs_path).map_err(|e| pfs_error(&spec.pfs_path, e))?;
+            if !meta.is_dir() {
+                return Err(format!("{}: not a directory (stage it with type file)", spec.pfs_path));
+            }
+            plan.dirs.push(spec.bb_path.clone());
+            // Depth-first with an explicit stack: trees can be deeper than a thread's stack likes.
+            let mut stack = vec![String::new()];
+            while let Some(rel) = stack.pop() {
+                let dir = join(&spec.pfs_path, &rel);
+                let mut entries: Vec<_> = std::fs::read_dir(&dir)
+                    .map_err(|e| pfs_error(&dir, e))?
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| pfs_error(&dir, e))?;
+                entries.sort_by_key(|e| e.file_name());
+                for entry in entries {
+                    let name = entry.file_name().to_string_lossy().to_string();
+                    let child_rel = join(&rel, &name).trim_start_matches('/').to_string();
+                    let pfs = join(&spec.pfs_path, &child_rel);
+                    // Follows symlinks, as `cp -rL` would: the buffer gets the data.
+                    match std::fs::metadata(&pfs) {
+                        Ok(m) if m.is_dir() => {
+                            plan.dirs.push(join(&spec.bb_path, &child_rel));
+                            stack.push(child_rel);
+                        }
+                        Ok(m) if m.is_file() => plan.files.push(PlannedFile {
+                            bb_path: join(&spec.bb_path, &child_rel),
+                            pfs_path: pfs,
+                            size: m.len(),
+                            mode: m.permissions().mode() & 0o7777,
+                            ino: None,
+                        }),
+                        Ok(_) => plan.skipped.push(pfs),
+                        Err(e) => return Err(pfs_error(&pfs, e)),
+                    }
+                }
+            }
+        }
+        StageKind::List => {
+            for (source, destination) in read_list(&spec.pfs_path)? {
+                let bb = if destination.starts_with('/') { destination } else { join(&spec.bb_path, &destination) };
+                if !source.starts_with('/') {
+                    return Err(format!("{}: PFS source '{source}' must be absolute", spec.pfs_path));
+                }
+                let file = pfs_file(&source, &bb)?;
+                plan.dirs.push(split_path(&bb).0);
+                plan.files.push(file);
+            }
+        }
+    }
+    plan.dirs.dedup();
+    Ok(plan)
+}
+
+fn pfs_file(pfs: &str, bb: &str) -> PlanResult<PlannedFile> {
+    let meta = std::fs::metadata(pfs).map_err(|e| pfs_error(pfs, e))?;
+    if meta.is_dir() {
+        return Err(format!("{pfs}: is a directory (stage it with type directory)"));
+    }
+    Ok(PlannedFile { bb_path: bb.to_string(), pfs_path: pfs.to_string(), size: meta.len(), mode: meta.permissions().mode() & 0o7777, ino: None })
+}
+
+/// A list file: one `SOURCE DESTINATION` pair per line; blank lines and `#` comments ignored.
+fn read_list(path: &str) -> PlanResult<Vec<(String, String)>> {
+    let text = std::fs::read_to_string(path).map_err(|e| pfs_error(path, e))?;
+    let mut pairs = Vec::new();
+    for (number, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [source, destination] = fields[..] else {
+            return Err(format!("{path}:{}: expected 'SOURCE DESTINATION', found '{line}'", number + 1));
+        };
+        pairs.push((source.to_string(), destination.to_string()));
+    }
+    Ok(pairs)
+}
+
+/// Burst-buffer side of a stage-out: one file, a tree, or a list of `BB_SOURCE PFS_DESTINATION`.
+async fn plan_out(client: &Client, spec: &StageSpec) -> PlanResult<Plan> {
+    let bb_error = |path: &str, e: surge_client::Error| format!("{path} (burst buffer): {e}");
+    let mut plan = Plan { dirs: Vec::new(), files: Vec::new(), skipped: Vec::new() };
+    match spec.kind {
+        StageKind::File => {
+            plan.files.push(bb_file(client, &spec.bb_path, &spec.pfs_path).await?);
+            plan.dirs.push(split_path(&spec.pfs_path).0);
+        }
+        StageKind::Directory => {
+            let root = client.stat(&spec.bb_path).await.map_err(|e| bb_error(&spec.bb_path, e))?;
+            if root.kind != FileKind::Dir {
+                return Err(format!("{} (burst buffer): not a directory (stage it with type file)", spec.bb_path));
+            }
+            plan.dirs.push(spec.pfs_path.clone());
+            let mut stack = vec![(String::new(), root.ino)];
+            while let Some((rel, ino)) = stack.pop() {
+                let dir = join(&spec.bb_path, &rel);
+                let entries = client.readdir_ino(ino).await.map_err(|e| bb_error(&dir, e))?;
+                for entry in entries {
+                    let child_rel = join(&rel, &entry.name).trim_start_matches('/').to_string();
+                    match entry.kind {
+                        FileKind::Dir => {
+                            plan.dirs.push(join(&spec.pfs_path, &child_rel));
+                            stack.push((child_rel, entry.ino));
+                        }
+                        FileKind::File => {
+                            let attr = match entry.attr {
+                                Some(attr) => attr,
+                                None => client.getattr(entry.ino).await.map_err(|e| bb_error(&join(&dir, &entry.name), e))?,
+                            };
+                            plan.files.push(PlannedFile {
+                                bb_path: join(&spec.bb_path, &child_rel),
+                                pfs_path: join(&spec.pfs_path, &child_rel),
+                                size: attr.size,
+                                mode: attr.mode,
+                                ino: Some(attr.ino),
+                            });
+                        }
+                        FileKind::Symlink => plan.skipped.push(join(&spec.bb_path, &child_rel)),
+                    }
+                }
+            }
+        }
+        StageKind::List => {
+            let list = spec.pfs_path.clone();
+            let pairs = tokio::task::spawn_blocking(move || read_list(&list)).await.map_err(|e| e.to_string())??;
+            for (source, destination) in pairs {
+                let bb = if source.starts_with('/') { source } else { join(&spec.bb_path, &source) };
+                if !destination.starts_with('/') {
+                    return Err(format!("{}: PFS destination '{destination}' must be absolute", spec.pfs_path));
+                }
+                plan.files.push(bb_file(client, &bb, &destination).await?);
+                plan.dirs.push(split_path(&destination).0);
+            }
+        }
+    }
+    plan.dirs.dedup();
+    Ok(plan)
+}
+
+async fn bb_file(client: &Client, bb: &str, pfs: &str) -> PlanResult<PlannedFile> {
+    let attr = client.stat(bb).await.map_err(|e| format!("{bb} (burst buffer): {e}"))?;
+    if attr.kind != FileKind::File {
+        return Err(format!("{bb} (burst buffer): not a regular file"));
+    }
+    Ok(PlannedFile { bb_path: bb.to_string(), pfs_path: pfs.to_string(), size: attr.size, mode: attr.mode, ino: Some(attr.ino) })
+}
+
+/// For the log: what a plan holds.
+pub(crate) fn describe(plan: &Plan) -> String {
+    let bytes: u64 = plan.files.iter().map(|f| f.size).sum();
+    let mut text = format!("{} files, {} bytes, {} directories", plan.files.len(), bytes, plan.dirs.len());
+    if !plan.skipped.is_empty() {
+        text.push_str(&format!("; skipped {} entries that are not files or directories (first: {})", plan.skipped.len(), plan.skipped[0]));
+    }
+    text
+}

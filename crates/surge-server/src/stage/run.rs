@@ -1,0 +1,670 @@
+//! The coordinator's driver: runs one stage from plan to published files.
+//!
+//! Small files (one chunk or less) go in batches: one `Batch` of creates (or opens) to the
+//! directory's home server, one `StageCopy` per server that holds first chunks, one batch of
+//! commits and one of renames: a few round trips per few hundred files, and the files of a
+//! tree spread over all servers because their first chunks do. Large files go window by
+//! window: every server copies its chunks of the window at once, two windows in flight.
+//!
+//! Nothing unfinished ever carries its final name: a stage-in writes under a hidden
+//! temporary name in the instance and renames when the data is complete; a stage-out writes
+//! a hidden temporary file on the PFS and renames it when complete.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use surge_client::{Client, ClientOptions};
+use surge_proto::ino::{self, Ino};
+use surge_proto::stage::{CopyItem, CopyOrder, CopyOutcome, StageDirection, StageSpec, StageState};
+use surge_proto::{ErrorCode, FileKind, Reply, Request};
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
+
+use super::plan::{self, split_path, Plan, PlannedFile};
+use super::{copy, now_secs, FileRecord, Stage, Stages};
+
+/// Small files per batch request.
+const BATCH_FILES: usize = 256;
+/// Small-file batches in flight at once.
+const BATCHES_IN_FLIGHT: usize = 8;
+/// Large files copied at once.
+const LARGE_FILES_IN_FLIGHT: usize = 2;
+/// Chunks each server copies per window of a large file.
+const WINDOW_CHUNKS_PER_SERVER: u64 = 16;
+/// Windows of one large file in flight.
+const WINDOWS_IN_FLIGHT: usize = 2;
+
+type RunResult<T> = Result<T, String>;
+
+/// What every task of one stage shares.
+struct Ctx {
+    stage: Arc<Stage>,
+    client: Client,
+    spec: StageSpec,
+    id: u64,
+}
+
+/// Starts a stage in the background. The receiver fires once the file list is known (or the
+/// stage failed before that).
+pub(crate) fn start(stages: Arc<Stages>, stage: Arc<Stage>) -> oneshot::Receiver<()> {
+    let (planned_tx, planned_rx) = oneshot::channel();
+    tokio::spawn(run(stages, stage, planned_tx));
+    planned_rx
+}
+
+async fn run(stages: Arc<Stages>, stage: Arc<Stage>, planned: oneshot::Sender<()>) {
+    {
+        let mut record = stage.record.lock().unwrap();
+        record.state = StageState::Running;
+        record.started = Some(now_secs());
+    }
+    stages.save(&stage);
+    let spec = stage.spec();
+    let id = stage.id();
+    let opts = ClientOptions { node: Some(stages.node), uid: spec.uid, gid: spec.gid, ..ClientOptions::default() };
+    let result = match Client::from_parts(spec.servers.clone(), spec.chunk_size, stages.secret, opts) {
+        Ok(client) => {
+            let ctx = Arc::new(Ctx { stage: stage.clone(), client, spec: spec.clone(), id });
+            drive(ctx, &stages, planned).await
+        }
+        Err(e) => Err(format!("cannot reach the instance's servers: {e}")),
+    };
+    {
+        let mut record = stage.record.lock().unwrap();
+        if let Err(e) = &result {
+            record.error.get_or_insert_with(|| e.clone());
+        }
+        if stage.cancelled() {
+            record.finish_unfinished(StageState::Cancelled, "cancelled");
+        } else if result.is_err() || record.files.iter().any(|f| f.state == StageState::Failed) {
+            let first_failure = record.files.iter().find(|f| f.state == StageState::Failed).map(|f| {
+                let path = if spec.direction == StageDirection::In { &f.pfs_path } else { &f.bb_path };
+                format!("{path}: {}", f.error.as_deref().unwrap_or("failed"))
+            });
+            let why = record.error.clone().or(first_failure).unwrap_or_else(|| "failed".into());
+            record.finish_unfinished(StageState::Failed, &why);
+        } else {
+            record.state = StageState::Done;
+            record.finished = Some(now_secs());
+        }
+        let summary = record.summary();
+        tracing::info!(id, state = summary.state.label(), files = summary.files_total, failed = summary.files_failed, bytes = summary.bytes_done,
+            seconds = format!("{:.3}", summary.elapsed), error = summary.error.as_deref().unwrap_or(""), "{} finished", Stages::direction_label(spec.direction));
+    }
+    stages.save(&stage);
+}
+
+async fn drive(ctx: Arc<Ctx>, stages: &Stages, planned: oneshot::Sender<()>) -> RunResult<()> {
+    let plan = plan::make(&ctx.client, &ctx.spec).await?;
+    tracing::info!(id = ctx.id, "{} planned: {}", Stages::direction_label(ctx.spec.direction), plan::describe(&plan));
+    ctx.stage.record.lock().unwrap().files = plan
+        .files
+        .iter()
+        .map(|f| FileRecord {
+            bb_path: f.bb_path.clone(),
+            pfs_path: f.pfs_path.clone(),
+            size: f.size,
+            done: 0,
+            state: StageState::Queued,
+            started: None,
+            finished: None,
+            error: None,
+            pfs_temporary: None,
+        })
+        .collect();
+    stages.save(&ctx.stage);
+    let _ = planned.send(());
+    match ctx.spec.direction {
+        StageDirection::In => stage_in(ctx, plan).await,
+        StageDirection::Out => stage_out(ctx, plan).await,
+    }
+}
+
+/// Hidden name a file is written under before it gets its own (unique per stage and file,
+/// and short enough for any file name limit).
+fn temporary_name(id: u64, index: usize) -> String {
+    format!(".surge-stage-{id}-{index}.tmp")
+}
+
+fn started(ctx: &Ctx, index: usize) {
+    ctx.stage.update_file(index, |f| {
+        f.state = StageState::Running;
+        f.started = Some(now_secs());
+    });
+}
+
+fn progressed(ctx: &Ctx, index: usize, bytes: u64) {
+    ctx.stage.update_file(index, |f| f.done += bytes);
+}
+
+fn finished(ctx: &Ctx, index: usize, outcome: Result<(), String>) {
+    ctx.stage.update_file(index, |f| {
+        f.finished = Some(now_secs());
+        f.pfs_temporary = None;
+        match outcome {
+            Ok(()) => {
+                f.state = StageState::Done;
+                f.done = f.size;
+            }
+            Err(e) => {
+                f.state = StageState::Failed;
+                f.error = Some(e);
+            }
+        }
+    });
+}
+
+/// Files grouped for batching: small ones by `key`, in batches; large ones alone.
+fn partition(plan: &Plan, chunk_size: u64, key: impl Fn(&PlannedFile) -> String) -> (Vec<(String, Vec<usize>)>, Vec<usize>) {
+    let mut small: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    let mut large = Vec::new();
+    for (index, file) in plan.files.iter().enumerate() {
+        if file.size <= chunk_size {
+            small.entry(key(file)).or_default().push(index);
+        } else {
+            large.push(index);
+        }
+    }
+    let batches = small.into_iter().flat_map(|(k, indices)| indices.chunks(BATCH_FILES).map(|c| (k.clone(), c.to_vec())).collect::<Vec<_>>()).collect();
+    (batches, large)
+}
+
+/// Runs `work` over `items` with at most `limit` at once; stops starting new work once the
+/// stage is cancelled.
+async fn for_each_limited<T, F, Fut>(ctx: &Arc<Ctx>, items: Vec<T>, limit: usize, work: F)
+where
+    T: Send + 'static,
+    F: Fn(Arc<Ctx>, T) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let mut running = JoinSet::new();
+    for item in items {
+        if ctx.stage.cancelled() {
+            break;
+        }
+        if running.len() >= limit {
+            running.join_next().await;
+        }
+        running.spawn(work(ctx.clone(), item));
+    }
+    while running.join_next().await.is_some() {}
+}
+
+/// Sends copy orders (one per server) at once and gathers the outcomes in order.
+async fn send_orders(client: &Client, orders: Vec<(usize, CopyOrder)>) -> Vec<(usize, RunResult<Vec<CopyOutcome>>)> {
+    let mut pending = JoinSet::new();
+    for (position, (server, order)) in orders.into_iter().enumerate() {
+        let client = client.clone();
+        let count = order.items.len();
+        pending.spawn(async move {
+            let outcome = match client.request(server, Request::StageCopy(order)).await {
+                Ok(Reply::Copied(outcomes)) if outcomes.len() == count => Ok(outcomes),
+                Ok(other) => Err(format!("server {server}: unexpected answer to a copy order: {other:?}")),
+                Err(e) => Err(format!("server {server}: {e}")),
+            };
+            (position, server, outcome)
+        });
+    }
+    let mut results: Vec<(usize, usize, RunResult<Vec<CopyOutcome>>)> = Vec::new();
+    while let Some(joined) = pending.join_next().await {
+        results.push(joined.unwrap_or_else(|e| (usize::MAX, 0, Err(format!("copy task failed: {e}")))));
+    }
+    results.sort_by_key(|r| r.0);
+    results.into_iter().map(|(_, server, outcome)| (server, outcome)).collect()
+}
+
+fn describe_error(code: ErrorCode, detail: &str) -> String {
+    if detail.is_empty() {
+        code.describe().to_string()
+    } else {
+        detail.to_string()
+    }
+}
+
+// ------------------------------------------------------------------ stage-in
+
+async fn stage_in(ctx: Arc<Ctx>, plan: Plan) -> RunResult<()> {
+    let mut dirs = DirCache::default();
+    for dir in &plan.dirs {
+        dirs.ensure(&ctx.client, dir).await?;
+    }
+    let (batches, large) = partition(&plan, ctx.spec.chunk_size, |f| split_path(&f.bb_path).0);
+    let plan = Arc::new(plan);
+    let parent_of = |dirs: &DirCache, index: usize| dirs.get(&split_path(&plan.files[index].bb_path).0);
+    let batches: Vec<(Ino, Vec<usize>)> = batches.into_iter().map(|(parent, files)| (dirs.get(&parent), files)).collect();
+    let large: Vec<(Ino, usize)> = large.into_iter().map(|i| (parent_of(&dirs, i), i)).collect();
+    let p = plan.clone();
+    for_each_limited(&ctx, batches, BATCHES_IN_FLIGHT, move |ctx, (parent, files)| stage_in_batch(ctx, p.clone(), parent, files)).await;
+    let p = plan.clone();
+    for_each_limited(&ctx, large, LARGE_FILES_IN_FLIGHT, move |ctx, (parent, index)| stage_in_large(ctx, p.clone(), parent, index)).await;
+    Ok(())
+}
+
+/// Directories of the instance by path, created on first need (`mkdir -p`).
+#[derive(Default)]
+struct DirCache {
+    known: HashMap<String, Ino>,
+}
+
+impl DirCache {
+    fn get(&self, path: &str) -> Ino {
+        *self.known.get(path).expect("every parent directory is created before its files")
+    }
+
+    async fn ensure(&mut self, client: &Client, path: &str) -> RunResult<Ino> {
+        let mut at = String::new();
+        let mut ino = surge_proto::ROOT_INO;
+        self.known.insert("/".into(), ino);
+        for name in path.split('/').filter(|n| !n.is_empty()) {
+            at = format!("{at}/{name}");
+            if let Some(&known) = self.known.get(&at) {
+                ino = known;
+                continue;
+            }
+            let attr = match client.lookup(ino, name).await {
+                Ok(attr) => attr,
+                Err(e) if e.code == ErrorCode::NotFound => match client.mkdir_at(ino, name, 0o755).await {
+                    Ok(attr) => attr,
+                    Err(e) if e.code == ErrorCode::Exists => client.lookup(ino, name).await.map_err(|e| format!("{at} (burst buffer): {e}"))?,
+                    Err(e) => return Err(format!("{at} (burst buffer): {e}")),
+                },
+                Err(e) => return Err(format!("{at} (burst buffer): {e}")),
+            };
+            if attr.kind != FileKind::Dir {
+                return Err(format!("{at} (burst buffer): not a directory"));
+            }
+            ino = attr.ino;
+            self.known.insert(at.clone(), ino);
+        }
+        Ok(ino)
+    }
+}
+
+/// A batch of small files of one directory.
+async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<usize>) {
+    let client = &ctx.client;
+    let home = ino::home(parent);
+    let (uid, gid) = (ctx.spec.uid, ctx.spec.gid);
+    for &i in &files {
+        started(&ctx, i);
+    }
+    let creates = files
+        .iter()
+        .map(|&i| Request::Create { parent, name: temporary_name(ctx.id, i), mode: plan.files[i].mode, uid, gid, exclusive: true, open: true })
+        .collect();
+    let created: Vec<Result<Ino, String>> = match client.batch(home, creates).await {
+        Ok(replies) => replies
+            .into_iter()
+            .map(|r| match r {
+                Ok(Reply::Entry(entry)) => Ok(entry.ino),
+                Ok(other) => Err(format!("unexpected answer to create: {other:?}")),
+                Err(e) => Err(format!("burst buffer: {e}")),
+            })
+            .collect(),
+        Err(e) => files.iter().map(|_| Err(format!("burst buffer: {e}"))).collect(),
+    };
+    // Copy: one order per server holding first chunks.
+    let mut orders: BTreeMap<usize, Vec<(usize, CopyItem)>> = BTreeMap::new();
+    for (k, &i) in files.iter().enumerate() {
+        let (Ok(ino), file) = (&created[k], &plan.files[i]) else { continue };
+        if file.size > 0 {
+            let item = CopyItem { ino: *ino, pfs_path: file.pfs_path.clone(), file_size: file.size, first_chunk: 0, end_chunk: 1, publish: None, mode: file.mode };
+            orders.entry(client.layout().chunk_server(*ino, 0)).or_default().push((k, item));
+        }
+    }
+    let mut outcome: Vec<Result<(), String>> = created.iter().map(|c| c.as_ref().map(|_| ()).map_err(Clone::clone)).collect();
+    apply_copy_outcomes(&ctx, &files, orders, StageDirection::In, &mut outcome).await;
+
+    // Publish: commit every created file's size (releasing the open), then rename the
+    // complete ones into place and remove the others.
+    let commits = files
+        .iter()
+        .enumerate()
+        .filter_map(|(k, &i)| created[k].as_ref().ok().map(|&ino| Request::Commit { ino, size: Some(plan.files[i].size), mtime: None, release: true }))
+        .collect::<Vec<_>>();
+    if !commits.is_empty() {
+        if let Err(e) = client.batch(home, commits).await {
+            for o in outcome.iter_mut().filter(|o| o.is_ok()) {
+                *o = Err(format!("burst buffer: commit: {e}"));
+            }
+        }
+    }
+    let mut renames = Vec::new();
+    let mut rename_of = Vec::new();
+    for (k, &i) in files.iter().enumerate() {
+        if outcome[k].is_ok() && !ctx.stage.cancelled() {
+            let (_, name) = split_path(&plan.files[i].bb_path);
+            renames.push(Request::Rename { src_parent: parent, src_name: temporary_name(ctx.id, i), dst_parent: parent, dst_name: name.to_string(), noreplace: false, retired_target: None });
+            rename_of.push(k);
+        } else if outcome[k].is_ok() {
+            outcome[k] = Err("cancelled".into());
+        }
+    }
+    if !renames.is_empty() {
+        match client.batch(home, renames).await {
+            Ok(replies) => {
+                for (reply, &k) in replies.into_iter().zip(&rename_of) {
+                    match reply {
+                        Ok(Reply::Renamed { replaced: Some(old), .. }) => {
+                            if let Err(e) = client.finish_unlinked(&old).await {
+                                tracing::warn!("stage-in replaced a file whose old data could not be purged: {e}");
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(e) => outcome[k] = Err(format!("burst buffer: rename into place: {e}")),
+                    }
+                }
+            }
+            Err(e) => {
+                for &k in &rename_of {
+                    outcome[k] = Err(format!("burst buffer: rename into place: {e}"));
+                }
+            }
+        }
+    }
+    let unlinks: Vec<Request> =
+        files.iter().enumerate().filter(|(k, _)| created[*k].is_ok() && outcome[*k].is_err()).map(|(_, &i)| Request::Unlink { parent, name: temporary_name(ctx.id, i) }).collect();
+    remove_bb_temporaries(client, home, unlinks).await;
+    for (k, &i) in files.iter().enumerate() {
+        finished(&ctx, i, std::mem::replace(&mut outcome[k], Ok(())));
+    }
+}
+
+/// Removes temporary files of a stage-in that will not be published, with their data.
+async fn remove_bb_temporaries(client: &Client, home: usize, unlinks: Vec<Request>) {
+    if unlinks.is_empty() {
+        return;
+    }
+    if let Ok(replies) = client.batch(home, unlinks).await {
+        for reply in replies {
+            if let Ok(Reply::Unlinked(u)) = reply {
+                let _ = client.finish_unlinked(&u).await;
+            }
+        }
+    }
+}
+
+/// Sends per-server orders of a batch and records each file's outcome and bytes.
+async fn apply_copy_outcomes(ctx: &Ctx, files: &[usize], orders: BTreeMap<usize, Vec<(usize, CopyItem)>>, direction: StageDirection, outcome: &mut [Result<(), String>]) {
+    let mut positions = Vec::new();
+    let mut requests = Vec::new();
+    for (server, items) in orders {
+        positions.push(items.iter().map(|(k, _)| *k).collect::<Vec<_>>());
+        let order = CopyOrder { direction, chunk_size: ctx.spec.chunk_size, verify: ctx.spec.verify, items: items.into_iter().map(|(_, item)| item).collect() };
+        requests.push((server, order));
+    }
+    for ((_, result), ks) in send_orders(&ctx.client, requests).await.into_iter().zip(positions) {
+        match result {
+            Ok(outcomes) => {
+                for (copied, k) in outcomes.into_iter().zip(ks) {
+                    match copied {
+                        Ok(bytes) => progressed(ctx, files[k], bytes),
+                        Err((code, detail)) => outcome[k] = Err(describe_error(code, &detail)),
+                    }
+                }
+            }
+            Err(e) => {
+                for k in ks {
+                    outcome[k] = Err(e.clone());
+                }
+            }
+        }
+    }
+}
+
+/// A file larger than a chunk: created under a temporary name, copied window by window by
+/// all servers at once, committed, renamed.
+async fn stage_in_large(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, index: usize) {
+    let file = &plan.files[index];
+    let client = &ctx.client;
+    started(&ctx, index);
+    let temp = temporary_name(ctx.id, index);
+    let create = Request::Create { parent, name: temp.clone(), mode: file.mode, uid: ctx.spec.uid, gid: ctx.spec.gid, exclusive: true, open: true };
+    let ino = match client.request(ino::home(parent), create).await {
+        Ok(Reply::Entry(entry)) => entry.ino,
+        Ok(other) => return finished(&ctx, index, Err(format!("unexpected answer to create: {other:?}"))),
+        Err(e) => return finished(&ctx, index, Err(format!("burst buffer: {e}"))),
+    };
+    let mut outcome = copy_windows(&ctx, index, ino, file, StageDirection::In, None).await;
+    let commit = Request::Commit { ino, size: Some(file.size), mtime: None, release: true };
+    if let Err(e) = client.request(ino::home(ino), commit).await {
+        outcome = outcome.and(Err(format!("burst buffer: commit: {e}")));
+    }
+    if outcome.is_ok() && ctx.stage.cancelled() {
+        outcome = Err("cancelled".into());
+    }
+    if outcome.is_ok() {
+        let (_, name) = split_path(&file.bb_path);
+        if let Err(e) = client.rename_at(parent, &temp, parent, name, false).await {
+            outcome = Err(format!("burst buffer: rename into place: {e}"));
+        }
+    }
+    if outcome.is_err() {
+        remove_bb_temporaries(client, ino::home(parent), vec![Request::Unlink { parent, name: temp }]).await;
+    }
+    finished(&ctx, index, outcome);
+}
+
+/// Copies a large file window by window; every server copies its chunks of a window at once.
+async fn copy_windows(ctx: &Arc<Ctx>, index: usize, ino: Ino, file: &PlannedFile, direction: StageDirection, pfs_path: Option<&str>) -> RunResult<()> {
+    let servers = ctx.client.server_count() as u64;
+    let chunks = file.size.div_ceil(ctx.spec.chunk_size);
+    let window = WINDOW_CHUNKS_PER_SERVER * servers;
+    let mut in_flight: JoinSet<RunResult<u64>> = JoinSet::new();
+    let mut first = 0;
+    let mut result = Ok(());
+    while first < chunks && result.is_ok() {
+        if ctx.stage.cancelled() {
+            result = Err("cancelled".into());
+            break;
+        }
+        let end = (first + window).min(chunks);
+        let item = CopyItem {
+            ino,
+            pfs_path: pfs_path.unwrap_or(&file.pfs_path).to_string(),
+            file_size: file.size,
+            first_chunk: first,
+            end_chunk: end,
+            publish: None,
+            mode: file.mode,
+        };
+        let owners: std::collections::BTreeSet<usize> = (first..end).map(|c| ctx.client.layout().chunk_server(ino, c)).collect();
+        let orders = owners
+            .into_iter()
+            .map(|server| (server, CopyOrder { direction, chunk_size: ctx.spec.chunk_size, verify: ctx.spec.verify, items: vec![item.clone()] }))
+            .collect::<Vec<_>>();
+        let client = ctx.client.clone();
+        in_flight.spawn(async move {
+            let mut bytes = 0;
+            for (server, outcome) in send_orders(&client, orders).await {
+                match outcome?.pop() {
+                    Some(Ok(n)) => bytes += n,
+                    Some(Err((code, detail))) => return Err(describe_error(code, &detail)),
+                    None => return Err(format!("server {server}: empty answer to a copy order")),
+                }
+            }
+            Ok(bytes)
+        });
+        first = end;
+        while in_flight.len() >= WINDOWS_IN_FLIGHT {
+            result = collect_window(ctx, index, in_flight.join_next().await);
+            if result.is_err() {
+                break;
+            }
+        }
+    }
+    while let Some(done) = in_flight.join_next().await {
+        let r = collect_window(ctx, index, Some(done));
+        result = result.and(r);
+    }
+    result
+}
+
+fn collect_window(ctx: &Ctx, index: usize, joined: Option<Result<RunResult<u64>, tokio::task::JoinError>>) -> RunResult<()> {
+    match joined {
+        Some(Ok(Ok(bytes))) => {
+            progressed(ctx, index, bytes);
+            Ok(())
+        }
+        Some(Ok(Err(e))) => Err(e),
+        Some(Err(e)) => Err(format!("copy task failed: {e}")),
+        None => Ok(()),
+    }
+}
+
+// ------------------------------------------------------------------ stage-out
+
+async fn stage_out(ctx: Arc<Ctx>, plan: Plan) -> RunResult<()> {
+    let dirs = plan.dirs.clone();
+    tokio::task::spawn_blocking(move || {
+        for dir in &dirs {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{dir}: {e}"))?;
+        }
+        Ok::<_, String>(())
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    // Small files batch by the home server of their inode (for open and commit).
+    let (batches, large) = partition(&plan, ctx.spec.chunk_size, |f| ino::home(f.ino.expect("stage-out files have inodes")).to_string());
+    let plan = Arc::new(plan);
+    let batches: Vec<Vec<usize>> = batches.into_iter().map(|(_, files)| files).collect();
+    let p = plan.clone();
+    for_each_limited(&ctx, batches, BATCHES_IN_FLIGHT, move |ctx, files| stage_out_batch(ctx, p.clone(), files)).await;
+    let p = plan.clone();
+    for_each_limited(&ctx, large, LARGE_FILES_IN_FLIGHT, move |ctx, index| stage_out_large(ctx, p.clone(), index)).await;
+    Ok(())
+}
+
+/// The hidden PFS name a file is written under before it is renamed to `final_path`.
+fn pfs_temporary(final_path: &str, id: u64, index: usize) -> String {
+    let (dir, _) = split_path(final_path);
+    format!("{}/{}", dir.trim_end_matches('/'), temporary_name(id, index))
+}
+
+/// Small files held whole by their first-chunk server: each server writes, then renames, its
+/// files on the PFS itself. The files stay open in the instance meanwhile, so an unlink
+/// cannot take their data away mid-copy.
+async fn stage_out_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, files: Vec<usize>) {
+    let client = &ctx.client;
+    let home = ino::home(plan.files[files[0]].ino.expect("inode"));
+    for &i in &files {
+        started(&ctx, i);
+    }
+    let opens = files.iter().map(|&i| Request::Open { ino: plan.files[i].ino.expect("inode") }).collect();
+    let opened: Vec<Result<u64, String>> = match client.batch(home, opens).await {
+        Ok(replies) => replies
+            .into_iter()
+            .map(|r| match r {
+                Ok(Reply::Attr(attr)) => Ok(attr.size),
+                Ok(other) => Err(format!("unexpected answer to open: {other:?}")),
+                Err(e) => Err(format!("burst buffer: {e}")),
+            })
+            .collect(),
+        Err(e) => files.iter().map(|_| Err(format!("burst buffer: {e}"))).collect(),
+    };
+    let mut outcome: Vec<Result<(), String>> = opened.iter().map(|o| o.as_ref().map(|_| ()).map_err(Clone::clone)).collect();
+    let mut orders: BTreeMap<usize, Vec<(usize, CopyItem)>> = BTreeMap::new();
+    let mut grown = Vec::new();
+    for (k, &i) in files.iter().enumerate() {
+        let Ok(size) = opened[k] else { continue };
+        let file = &plan.files[i];
+        let ino = file.ino.expect("inode");
+        if size > ctx.spec.chunk_size {
+            // It grew past one chunk since the plan: copy it the large-file way below.
+            grown.push(k);
+            continue;
+        }
+        let temp = pfs_temporary(&file.pfs_path, ctx.id, i);
+        ctx.stage.update_file(i, |f| {
+            f.size = size;
+            f.pfs_temporary = Some(temp.clone());
+        });
+        let item = CopyItem { ino, pfs_path: temp, file_size: size, first_chunk: 0, end_chunk: 1, publish: Some(file.pfs_path.clone()), mode: file.mode };
+        orders.entry(client.layout().chunk_server(ino, 0)).or_default().push((k, item));
+    }
+    apply_copy_outcomes(&ctx, &files, orders, StageDirection::Out, &mut outcome).await;
+    for k in grown {
+        let i = files[k];
+        let file = &plan.files[i];
+        let sized = PlannedFile { size: opened[k].clone().unwrap_or_default(), ..clone_planned(file) };
+        outcome[k] = copy_out_large(&ctx, i, &sized).await;
+    }
+    let releases = files
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| opened[*k].is_ok())
+        .map(|(_, &i)| Request::Commit { ino: plan.files[i].ino.expect("inode"), size: None, mtime: None, release: true })
+        .collect::<Vec<_>>();
+    if !releases.is_empty() {
+        if let Err(e) = client.batch(home, releases).await {
+            tracing::warn!(id = ctx.id, "stage-out could not release its opens: {e}");
+        }
+    }
+    for (k, &i) in files.iter().enumerate() {
+        finished(&ctx, i, std::mem::replace(&mut outcome[k], Ok(())));
+    }
+}
+
+fn clone_planned(file: &PlannedFile) -> PlannedFile {
+    PlannedFile { bb_path: file.bb_path.clone(), pfs_path: file.pfs_path.clone(), size: file.size, mode: file.mode, ino: file.ino }
+}
+
+async fn stage_out_large(ctx: Arc<Ctx>, plan: Arc<Plan>, index: usize) {
+    let file = &plan.files[index];
+    let ino = file.ino.expect("inode");
+    started(&ctx, index);
+    let outcome = match ctx.client.request(ino::home(ino), Request::Open { ino }).await {
+        Ok(Reply::Attr(attr)) => {
+            let sized = PlannedFile { size: attr.size, ..clone_planned(file) };
+            let outcome = copy_out_large(&ctx, index, &sized).await;
+            let release = Request::Commit { ino, size: None, mtime: None, release: true };
+            if let Err(e) = ctx.client.request(ino::home(ino), release).await {
+                tracing::warn!(id = ctx.id, "stage-out could not release its open: {e}");
+            }
+            outcome
+        }
+        Ok(other) => Err(format!("unexpected answer to open: {other:?}")),
+        Err(e) => Err(format!("burst buffer: {e}")),
+    };
+    finished(&ctx, index, outcome);
+}
+
+/// Writes a (held open) file to a temporary PFS file sized in advance, all servers at once,
+/// then checks its size and renames it into place.
+async fn copy_out_large(ctx: &Arc<Ctx>, index: usize, file: &PlannedFile) -> RunResult<()> {
+    let temp = pfs_temporary(&file.pfs_path, ctx.id, index);
+    ctx.stage.update_file(index, |f| {
+        f.size = file.size;
+        f.pfs_temporary = Some(temp.clone());
+    });
+    let (path, size, mode) = (temp.clone(), file.size, file.mode);
+    blocking(move || {
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&path).map_err(|e| format!("PFS: {path}: {e}"))?;
+        f.set_len(size).map_err(|e| format!("PFS: {path}: {e}"))
+    })
+    .await?;
+    let copied = copy_windows(ctx, index, file.ino.expect("inode"), file, StageDirection::Out, Some(&temp)).await;
+    let (path, final_path, cancelled) = (temp.clone(), file.pfs_path.clone(), ctx.stage.cancelled());
+    let published = blocking(move || {
+        copied?;
+        if cancelled {
+            return Err("cancelled".to_string());
+        }
+        let written = std::fs::metadata(&path).map_err(|e| format!("PFS: {path}: {e}"))?.len();
+        if written != size {
+            return Err(format!("verify: {path} holds {written} bytes, expected {size}"));
+        }
+        std::fs::rename(&path, &final_path).map_err(|e| format!("PFS: {final_path}: {e}"))
+    })
+    .await;
+    if published.is_err() {
+        let path = std::path::PathBuf::from(&temp);
+        let _ = tokio::task::spawn_blocking(move || copy::remove_temporary(&path)).await;
+    }
+    published
+}
+
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> RunResult<T> + Send + 'static) -> RunResult<T> {
+    tokio::task::spawn_blocking(work).await.map_err(|e| format!("PFS task failed: {e}"))?
+}
