@@ -5,15 +5,10 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use surge_tests::{pattern, text, write_local, Instance};
-
-fn scratch(test: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("surge-test-scratch-{test}-{}", std::process::id()))
-}
+use surge_tests::{pattern, scratch, text, write_local, Instance};
 
 fn four_servers(name: &str, base: u8, capacity: &str) -> Instance {
-    let hosts: Vec<String> = (0..4).map(|i| format!("127.0.0.{}", base + i)).collect();
-    Instance::up(name, &["--servers", "4", "--capacity", capacity, "--hosts", &hosts.join(","), "--chunk-size", "1M"])
+    Instance::up_on(name, "127.0.0", base, 4, &["--capacity", capacity, "--chunk-size", "1M"])
 }
 
 #[test]

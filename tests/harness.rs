@@ -14,6 +14,11 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// A scratch directory for one test (in the temp dir; the caller removes it).
+pub fn scratch(test: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("surge-test-scratch-{test}-{}", std::process::id()))
+}
+
 pub struct Instance {
     pub name: String,
     pub home: PathBuf,
@@ -34,6 +39,51 @@ impl Instance {
         let out = instance.surge(&cmd_args);
         assert!(out.status.success(), "surge up failed: {}", text(&out));
         instance
+    }
+
+    /// `count` servers on consecutive loopback addresses `prefix.base`, `prefix.base + 1`, ...
+    pub fn up_on(name: &str, prefix: &str, base: u8, count: usize, args: &[&str]) -> Instance {
+        let hosts: Vec<String> = (0..count).map(|i| format!("{prefix}.{}", base as usize + i)).collect();
+        let count = count.to_string();
+        let hosts = hosts.join(",");
+        let mut all = vec!["--servers", count.as_str(), "--hosts", hosts.as_str()];
+        all.extend_from_slice(args);
+        Instance::up(name, &all)
+    }
+
+    /// SIGKILLs server `index` (a crash: no clean shutdown).
+    pub fn kill_server(&self, index: usize) {
+        let pid = self.descriptor()["servers"][index]["pid"].as_u64().expect("server pid") as i32;
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        // Gone (or a zombie, which holds no sockets any more) before the caller goes on.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z ")) {
+            assert!(std::time::Instant::now() < deadline, "server {index} (pid {pid}) survived SIGKILL");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// Starts server `index` again with its old address, directory and share, as a restart
+    /// after a crash would; returns once it listens. The caller waits for the child.
+    pub fn restart_server(&self, index: usize) -> std::process::Child {
+        let desc = self.descriptor();
+        let server = &desc["servers"][index];
+        let count = desc["servers"].as_array().unwrap().len();
+        let root = PathBuf::from(server["root"].as_str().unwrap());
+        let share = desc["capacity"].as_u64().unwrap() / count as u64;
+        let _ = std::fs::remove_file(root.join("ready"));
+        let child = Command::new(binary("surge-server"))
+            .args(["--listen", server["addr"].as_str().unwrap(), "--root", root.to_str().unwrap()])
+            .args(["--capacity", &share.to_string(), "--index", &index.to_string(), "--count", &count.to_string()])
+            .args(["--token-file", desc["token_path"].as_str().unwrap()])
+            .spawn()
+            .expect("start surge-server");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !root.join("ready").exists() {
+            assert!(std::time::Instant::now() < deadline, "restarted server {index} not ready");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        child
     }
 
     pub fn surge(&self, args: &[&str]) -> Output {

@@ -31,6 +31,11 @@ fn pfs_error(path: &str, err: io::Error) -> CopyError {
     (code, format!("{what}: {path}: {err}"))
 }
 
+/// Burst-buffer-side failures say so (the code's description), next to the server's detail.
+fn bb_error((code, detail): CopyError) -> CopyError {
+    (code, format!("{}: {detail}", code.describe()))
+}
+
 /// Carries out one order; one outcome per item, in order.
 pub fn execute(data: &DataStore, me: usize, servers: usize, order: &CopyOrder) -> Vec<CopyOutcome> {
     let layout = Layout::new(order.chunk_size, servers);
@@ -60,9 +65,9 @@ fn copy_in(data: &DataStore, item: &CopyItem, chunks: &[(u64, usize)], verify: b
     for &(offset, len) in chunks {
         buf.resize(len, 0);
         read_exact_at(&source, buf, offset).map_err(|e| pfs_error(&item.pfs_path, e))?;
-        data.write(item.ino, offset, buf)?;
+        data.write(item.ino, offset, buf).map_err(bb_error)?;
         if verify {
-            let back = data.read(item.ino, offset, len as u32)?;
+            let back = data.read(item.ino, offset, len as u32).map_err(bb_error)?;
             check_same(buf, &back, &item.pfs_path, offset)?;
         }
         copied += len as u64;
@@ -82,7 +87,7 @@ fn copy_out(data: &DataStore, item: &CopyItem, chunks: &[(u64, usize)], verify: 
     let result = (|| {
         let mut copied = 0;
         for &(offset, len) in chunks {
-            let mut bytes = data.read(item.ino, offset, len as u32)?;
+            let mut bytes = data.read(item.ino, offset, len as u32).map_err(bb_error)?;
             // A hole in the burst-buffer file reads short: it is zeros up to the chunk's end.
             bytes.resize(len, 0);
             target.write_all_at(&bytes, offset).map_err(|e| pfs_error(path, e))?;

@@ -35,6 +35,19 @@ const JOURNAL_EVERY: Duration = Duration::from_secs(1);
 /// What a restart tells about a stage it interrupted.
 const INTERRUPTED: &str = "interrupted: the coordinating server stopped before the stage finished; unfinished files were not published";
 
+/// Hidden name a file is written under before it gets its own: unique per stage and file,
+/// and short enough for any file-name limit.
+pub(crate) fn temporary_name(id: u64, index: usize) -> String {
+    format!(".surge-stage-{id}-{index}.tmp")
+}
+
+/// The temporary PFS path of file `index` of stage-out `id`: beside its final name, so the
+/// rename that publishes it stays within one directory.
+pub(crate) fn pfs_temporary(final_path: &str, id: u64, index: usize) -> String {
+    let (dir, _) = plan::split_path(final_path);
+    format!("{}/{}", dir.trim_end_matches('/'), temporary_name(id, index))
+}
+
 pub(crate) fn now_secs() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or_default()
 }
@@ -50,9 +63,6 @@ pub(crate) struct FileRecord {
     pub started: Option<f64>,
     pub finished: Option<f64>,
     pub error: Option<String>,
-    /// The temporary PFS name a stage-out writes this file under before renaming it: removed
-    /// if the stage dies half-way.
-    pub pfs_temporary: Option<String>,
 }
 
 impl FileRecord {
@@ -111,15 +121,17 @@ impl StageRecord {
         }
     }
 
-    /// Ends every unfinished file (and the stage) in `state`, removing stage-out temporaries.
+    /// Ends every unfinished file (and the stage) in `state`, removing stage-out temporaries
+    /// (their names follow from the record, so none is missed after a crash).
     fn finish_unfinished(&mut self, state: StageState, why: &str) {
         let now = now_secs();
-        for file in self.files.iter_mut().filter(|f| !f.state.is_final()) {
+        let (id, direction) = (self.id, self.spec.direction);
+        for (index, file) in self.files.iter_mut().enumerate().filter(|(_, f)| !f.state.is_final()) {
             file.state = state;
             file.error.get_or_insert_with(|| why.to_string());
             file.finished = Some(now);
-            if let Some(temp) = &file.pfs_temporary {
-                copy::remove_temporary(Path::new(temp));
+            if direction == StageDirection::Out {
+                copy::remove_temporary(Path::new(&pfs_temporary(&file.pfs_path, id, index)));
             }
         }
         self.state = state;

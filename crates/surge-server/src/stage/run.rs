@@ -21,7 +21,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use super::plan::{self, split_path, Plan, PlannedFile};
-use super::{copy, now_secs, FileRecord, Stage, Stages};
+use super::{copy, now_secs, pfs_temporary, temporary_name, FileRecord, Stage, Stages};
 
 /// Small files per batch request.
 const BATCH_FILES: usize = 256;
@@ -109,7 +109,6 @@ async fn drive(ctx: Arc<Ctx>, stages: &Stages, planned: oneshot::Sender<()>) -> 
             started: None,
             finished: None,
             error: None,
-            pfs_temporary: None,
         })
         .collect();
     stages.save(&ctx.stage);
@@ -118,12 +117,6 @@ async fn drive(ctx: Arc<Ctx>, stages: &Stages, planned: oneshot::Sender<()>) -> 
         StageDirection::In => stage_in(ctx, plan).await,
         StageDirection::Out => stage_out(ctx, plan).await,
     }
-}
-
-/// Hidden name a file is written under before it gets its own (unique per stage and file,
-/// and short enough for any file name limit).
-fn temporary_name(id: u64, index: usize) -> String {
-    format!(".surge-stage-{id}-{index}.tmp")
 }
 
 fn started(ctx: &Ctx, index: usize) {
@@ -140,7 +133,6 @@ fn progressed(ctx: &Ctx, index: usize, bytes: u64) {
 fn finished(ctx: &Ctx, index: usize, outcome: Result<(), String>) {
     ctx.stage.update_file(index, |f| {
         f.finished = Some(now_secs());
-        f.pfs_temporary = None;
         match outcome {
             Ok(()) => {
                 f.state = StageState::Done;
@@ -535,12 +527,6 @@ async fn stage_out(ctx: Arc<Ctx>, plan: Plan) -> RunResult<()> {
     Ok(())
 }
 
-/// The hidden PFS name a file is written under before it is renamed to `final_path`.
-fn pfs_temporary(final_path: &str, id: u64, index: usize) -> String {
-    let (dir, _) = split_path(final_path);
-    format!("{}/{}", dir.trim_end_matches('/'), temporary_name(id, index))
-}
-
 /// Small files held whole by their first-chunk server: each server writes, then renames, its
 /// files on the PFS itself. The files stay open in the instance meanwhile, so an unlink
 /// cannot take their data away mid-copy.
@@ -575,10 +561,7 @@ async fn stage_out_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, files: Vec<usize>) {
             continue;
         }
         let temp = pfs_temporary(&file.pfs_path, ctx.id, i);
-        ctx.stage.update_file(i, |f| {
-            f.size = size;
-            f.pfs_temporary = Some(temp.clone());
-        });
+        ctx.stage.update_file(i, |f| f.size = size);
         let item = CopyItem { ino, pfs_path: temp, file_size: size, first_chunk: 0, end_chunk: 1, publish: Some(file.pfs_path.clone()), mode: file.mode };
         orders.entry(client.layout().chunk_server(ino, 0)).or_default().push((k, item));
     }
@@ -633,10 +616,7 @@ async fn stage_out_large(ctx: Arc<Ctx>, plan: Arc<Plan>, index: usize) {
 /// then checks its size and renames it into place.
 async fn copy_out_large(ctx: &Arc<Ctx>, index: usize, file: &PlannedFile) -> RunResult<()> {
     let temp = pfs_temporary(&file.pfs_path, ctx.id, index);
-    ctx.stage.update_file(index, |f| {
-        f.size = file.size;
-        f.pfs_temporary = Some(temp.clone());
-    });
+    ctx.stage.update_file(index, |f| f.size = file.size);
     let (path, size, mode) = (temp.clone(), file.size, file.mode);
     blocking(move || {
         use std::os::unix::fs::OpenOptionsExt;
