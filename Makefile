@@ -5,7 +5,7 @@ CARGO ?= cargo
 .PHONY: demo test build venv test-rust test-python bench
 
 build:
-	$(CARGO) build --release --workspace --bins
+	$(CARGO) build --release --workspace
 
 venv:
 	./scripts/venv.sh

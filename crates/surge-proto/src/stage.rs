@@ -105,6 +105,8 @@ pub struct StageSummary {
     pub elapsed: f64,
     /// Why it failed (the first file failure, or what stopped it).
     pub error: Option<String>,
+    /// The code of a failure before any copy (a missing source: NotFound).
+    pub error_code: Option<crate::msg::ErrorCode>,
 }
 
 /// One file of a stage.

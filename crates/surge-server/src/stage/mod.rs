@@ -96,6 +96,9 @@ pub(crate) struct StageRecord {
     pub started: Option<f64>,
     pub finished: Option<f64>,
     pub error: Option<String>,
+    /// The error's code when the stage failed before copying (missing source...).
+    #[serde(default)]
+    pub error_code: Option<ErrorCode>,
     pub files: Vec<FileRecord>,
 }
 
@@ -118,6 +121,7 @@ impl StageRecord {
             submitted: self.submitted,
             elapsed: elapsed(self.started, self.finished),
             error: self.error.clone(),
+            error_code: self.error_code,
         }
     }
 
@@ -276,7 +280,7 @@ impl Stages {
             StageWhen::Immediate => StageState::Queued,
             StageWhen::JobEnd => StageState::Deferred,
         };
-        let record = StageRecord { id, spec, state, submitted: Timestamp::now(), started: None, finished: None, error: None, files: Vec::new() };
+        let record = StageRecord { id, spec, state, submitted: Timestamp::now(), started: None, finished: None, error: None, error_code: None, files: Vec::new() };
         let stage = Arc::new(Stage { record: Mutex::new(record), cancel: AtomicBool::new(false), dirty: AtomicBool::new(false) });
         self.table.lock().unwrap().insert(id, stage.clone());
         self.save(&stage);

@@ -95,7 +95,10 @@ async fn run(stages: Arc<Stages>, stage: Arc<Stage>, planned: oneshot::Sender<()
 }
 
 async fn drive(ctx: Arc<Ctx>, stages: &Stages, planned: oneshot::Sender<()>) -> RunResult<()> {
-    let plan = plan::make(&ctx.client, &ctx.spec).await?;
+    let plan = plan::make(&ctx.client, &ctx.spec).await.map_err(|e| {
+        ctx.stage.record.lock().unwrap().error_code = Some(e.code);
+        e.message
+    })?;
     tracing::info!(id = ctx.id, "{} planned: {}", Stages::direction_label(ctx.spec.direction), plan::describe(&plan));
     ctx.stage.record.lock().unwrap().files = plan
         .files
