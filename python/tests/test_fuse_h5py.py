@@ -2,38 +2,16 @@
 and a file published with tempfile + os.replace is seen complete under its final name."""
 
 import os
-import subprocess
 import tempfile
-from pathlib import Path
 
 import h5py
 import numpy as np
-import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-SURGE = REPO / "target" / "release" / "surge"
-
-
-@pytest.fixture
-def mounted(tmp_path):
-    assert SURGE.exists(), f"{SURGE} not built: run `make build` first"
-    env = dict(os.environ, SURGE_HOME=str(tmp_path / "home"))
-    name = f"h5py{os.getpid()}"
-    mnt = tmp_path / "mnt"
-    hosts = ",".join(f"127.0.0.{i}" for i in range(191, 195))
-    subprocess.run([SURGE, "up", "--name", name, "--capacity", "2G", "--root", f"/dev/shm/surge-pytest-{name}",
-                    "--hosts", hosts, "--mount", str(mnt)], env=env, check=True, capture_output=True)
-    try:
-        yield mnt
-    finally:
-        subprocess.run([SURGE, "down", name, "--force"], env=env, check=True, capture_output=True)
-
-
-def test_h5py_datasets_round_trip(mounted):
+def test_h5py_datasets_round_trip(surge_mount):
     rng = np.random.default_rng(7)
     field = rng.random((64, 64, 64))
     ids = np.arange(100_000, dtype=np.int64)
-    path = mounted / "plot_0001.h5"
+    path = surge_mount / "plot_0001.h5"
     with h5py.File(path, "w") as f:
         f.create_dataset("density", data=field, chunks=(16, 16, 16), compression="gzip")
         f.create_dataset("ids", data=ids)
@@ -47,14 +25,14 @@ def test_h5py_datasets_round_trip(mounted):
         assert f["meta/time"][0] == 0.5
 
 
-def test_tempfile_and_os_replace_publish(mounted):
-    final = mounted / "latest.h5"
+def test_tempfile_and_os_replace_publish(surge_mount):
+    final = surge_mount / "latest.h5"
     for step in range(5):
-        fd, tmp = tempfile.mkstemp(dir=mounted, suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=surge_mount, suffix=".tmp")
         os.close(fd)
         with h5py.File(tmp, "w") as f:
             f.create_dataset("step", data=np.full(50_000, step))
         os.replace(tmp, final)
         with h5py.File(final, "r") as f:
             assert (f["step"][...] == step).all()
-    assert sorted(p.name for p in mounted.iterdir()) == ["latest.h5"]
+    assert sorted(p.name for p in surge_mount.iterdir()) == ["latest.h5"]

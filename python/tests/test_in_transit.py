@@ -1,0 +1,86 @@
+"""The in-transit reference workflow (examples/in-transit) end to end, in its quick mode.
+
+Runs `run.py --quick`: the seed paper's simulation + visualization + encoder workflow once on a
+throttled PFS and once on a Surge instance with staging, then checks its own results. This test
+asserts that both runs produced the Table III figures, that every check passed, and that the
+frames and movies exist. It needs root (loop device, mount, blkio throttle): without it the
+test fails with a message saying so, as an unthrottled stand-in would make the comparison
+meaningless.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RUN = REPO / "examples" / "in-transit" / "run.py"
+SURGE = REPO / "target" / "release" / "surge"
+
+TABLE_KEYS = [
+    "grid", "steps", "plot_file_mib", "checkpoint_mib", "compute_s_per_step", "checkpoint_write_s",
+    "plot_write_s", "io_share_measured", "io_share_a", "io_share_b", "io_share_c", "workflow_s", "job_s",
+]
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.fail("the in-transit workflow needs root (loop device, mount, blkio throttle for the PFS stand-in); "
+                    "run the test suite as root")
+    assert SURGE.exists(), f"{SURGE} not built: run `make build` first"
+    out = tmp_path_factory.mktemp("in-transit")
+    p = subprocess.run([sys.executable, str(RUN), "--quick", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, f"run.py --quick failed ({p.returncode}):\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
+    return out, p.stdout, json.loads((out / "results.json").read_text())
+
+
+def test_table_has_both_runs(quick_run):
+    _, stdout, results = quick_run
+    assert set(results["runs"]) == {"PFS", "Surge"}
+    for name, run in results["runs"].items():
+        for key in TABLE_KEYS:
+            assert isinstance(run[key], (int, float)) and math.isfinite(run[key]) and run[key] > 0, (name, key, run.get(key))
+        assert run["plot_files"] == run["steps"] == 20
+        assert run["frames"] == run["movie_frames"] == run["plot_files"]
+    assert results["runs"]["Surge"]["stage_in_s"] > 0
+    for row in ("plot file write time", "checkpoint write time", "I/O time, pattern (a)", "frames / movie frames"):
+        assert row in stdout
+
+
+def test_pfs_was_throttled(quick_run):
+    _, _, results = quick_run
+    pfs = results["pfs"]
+    assert 0 < pfs["measured_write_mib_s"] <= 1.25 * pfs["limit_mib_s"]
+    assert 0 < pfs["measured_read_mib_s"] <= 1.25 * pfs["limit_mib_s"]
+
+
+def test_all_checks_passed(quick_run):
+    _, _, results = quick_run
+    failed = [c for c in results["checks"] if not c["ok"]]
+    assert not failed and results["checks_passed"], failed
+    names = " ".join(c["name"] for c in results["checks"])
+    for what in ("bitwise identical", "staged-out checkpoints", "movie staged out", "ffprobe"):
+        assert what in names
+
+
+def test_outputs_written(quick_run):
+    out, _, _ = quick_run
+    assert (out / "table.txt").stat().st_size > 0
+    assert (out / "comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for run in ("pfs", "bb"):
+        timings = json.loads((out / f"{run}-simulation.json").read_text())
+        assert len(timings["steps"]) == 20
+    # run.py keeps each run's movie and last frame (its PFS and burst buffer are gone after it).
+    for run in ("pfs", "surge"):
+        assert (out / f"{run}-last-frame.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        movie = out / f"{run}-movie.mp4"
+        frames = subprocess.run(["ffprobe", "-v", "error", "-count_frames", "-select_streams", "v:0", "-show_entries",
+                                 "stream=nb_read_frames", "-of", "csv=p=0", str(movie)],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        assert int(frames) == 20, movie
