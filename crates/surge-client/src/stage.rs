@@ -17,8 +17,10 @@ use crate::{unexpected, Client, Error, Result};
 const COORDINATOR: usize = 0;
 /// Files per `StageFiles` page: a page stays far below the message size limit.
 const FILES_PAGE: u32 = 2000;
-/// How often waiting re-asks the coordinator.
-const POLL: Duration = Duration::from_millis(100);
+/// How often waiting re-asks the coordinator: quickly at first (a short stage should not
+/// wait a whole period for its answer), then backing off to the longest period.
+const POLL_FIRST: Duration = Duration::from_millis(2);
+const POLL_LONGEST: Duration = Duration::from_millis(100);
 
 /// How many stages of a path are in which state (libdatawarp's query counters).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -138,13 +140,15 @@ impl Client {
     where
         F: FnMut(&[StageSummary]),
     {
+        let mut period = POLL_FIRST;
         loop {
             let stages: Vec<StageSummary> = self.stage_list(bb_path).await?.into_iter().filter(|s| select(s)).collect();
             progress(&stages);
             if stages.iter().all(|s| !matches!(s.state, StageState::Queued | StageState::Running)) {
                 return Ok(stages);
             }
-            tokio::time::sleep(POLL).await;
+            tokio::time::sleep(period).await;
+            period = (period * 2).min(POLL_LONGEST);
         }
     }
 }
