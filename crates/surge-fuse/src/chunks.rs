@@ -81,11 +81,12 @@ impl ChunkCache {
         self.state.lock().unwrap().cells.clear();
     }
 
-    /// Reads up to `len` bytes at `offset` through `file`, stopping at its size.
-    pub async fn read(&self, file: &Arc<File>, offset: u64, len: u64) -> surge_client::Result<Vec<u8>> {
+    /// Reads up to `len` bytes at `offset` through `file`, stopping at its size. A request
+    /// within one chunk is a slice of it, not a copy.
+    pub async fn read(&self, file: &Arc<File>, offset: u64, len: u64) -> surge_client::Result<Bytes> {
         let size = file.size();
         if offset >= size || len == 0 {
-            return Ok(Vec::new());
+            return Ok(Bytes::new());
         }
         let len = len.min(size - offset);
         let (first, last) = (offset / self.chunk, (offset + len - 1) / self.chunk);
@@ -119,9 +120,9 @@ impl ChunkCache {
             }
         };
         let Some(cells) = cells else {
-            return file.pread(offset, len as usize).await;
+            return file.pread(offset, len as usize).await.map(Bytes::from);
         };
-        let mut out = Vec::with_capacity(len as usize);
+        let mut out = Vec::new();
         for (c, cell) in (first..=last).zip(cells) {
             let chunk = match cell.get_or_init(|| fetch(file.clone(), self.budget.clone(), c * self.chunk, self.chunk)).await {
                 Ok(chunk) => chunk.clone(),
@@ -133,13 +134,16 @@ impl ChunkCache {
             };
             let start = (offset + out.len() as u64 - c * self.chunk) as usize;
             let want = (len as usize - out.len()).min(chunk.data.len().saturating_sub(start));
+            if first == last {
+                return Ok(chunk.data.slice(start..start + want));
+            }
             if want == 0 {
                 // The chunk ends early: the file is shorter than the handle believed.
                 break;
             }
             out.extend_from_slice(&chunk.data[start..start + want]);
         }
-        Ok(out)
+        Ok(Bytes::from(out))
     }
 }
 
