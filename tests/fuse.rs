@@ -135,7 +135,7 @@ fn rename_on_one_node_publishes_to_a_mount_on_another() {
                 seen.insert(data[8]);
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::thread::sleep(Duration::from_millis(1)),
-            Err(e) => panic!("read failed: {e}"),
+            Err(e) => panic!("read failed: {e:?}"),
         }
     }
     writer.join().unwrap();
@@ -175,4 +175,47 @@ fn a_reader_sees_writes_made_through_another_descriptor_on_the_same_node() {
     writer.write_all_at(&vec![2u8; 64 << 10], 128 << 10).unwrap();
     reader.read_exact_at(&mut buf, 128 << 10).unwrap();
     assert!(buf.iter().all(|&b| b == 2), "read returned data fetched before the write");
+}
+
+/// The kernel caches names and attributes for a moment (docs/consistency.md); an open must
+/// still see what another node published, even through a name or size the kernel cached.
+#[test]
+fn an_open_on_another_node_sees_a_replaced_name_and_a_grown_file_at_once() {
+    let inst = instance("cached", 101);
+    let a = inst.mount("a", "127.0.0.105");
+    let b = inst.mount("b", "127.0.0.106");
+    let mut held = Vec::new();
+    for v in 1..=20u8 {
+        let body = vec![v; 1000 + 997 * v as usize];
+        std::fs::write(a.path("data.tmp"), &body).unwrap();
+        if v > 1 {
+            // Node b has the previous version's name and attributes cached...
+            assert_eq!(std::fs::metadata(b.path("data")).unwrap().len(), 1000 + 997 * (v as u64 - 1));
+            if v % 2 == 0 {
+                // ...and sometimes keeps it open, so it is unlinked but not gone.
+                held.push(std::fs::File::open(b.path("data")).unwrap());
+            }
+        }
+        std::fs::rename(a.path("data.tmp"), a.path("data")).unwrap();
+        assert_eq!(std::fs::read(b.path("data")).unwrap(), body, "version {v}: old file or size opened on node b");
+        assert_eq!(std::fs::metadata(b.path("data")).unwrap().len(), body.len() as u64, "stat after open");
+    }
+    // A file rewritten in place grows: an open sees the new size although the old one is cached.
+    std::fs::write(a.path("log"), vec![1u8; 100]).unwrap();
+    assert_eq!(std::fs::read(b.path("log")).unwrap().len(), 100);
+    std::fs::write(a.path("log"), vec![2u8; 300_000]).unwrap();
+    assert_eq!(std::fs::read(b.path("log")).unwrap(), vec![2u8; 300_000]);
+    // Names are not cached as missing: a file made elsewhere is found at once, and one
+    // removed elsewhere cannot be opened.
+    assert!(!b.path("late").exists());
+    std::fs::write(a.path("late"), b"here").unwrap();
+    assert_eq!(std::fs::read(b.path("late")).unwrap(), b"here");
+    std::fs::remove_file(a.path("late")).unwrap();
+    assert_eq!(std::fs::File::open(b.path("late")).unwrap_err().kind(), std::io::ErrorKind::NotFound);
+    // A descriptor of a file deleted on its own node can still be reopened through /proc.
+    let f = std::fs::File::create(b.path("gone")).unwrap();
+    std::fs::remove_file(b.path("gone")).unwrap();
+    use std::os::fd::AsRawFd;
+    std::fs::File::open(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap();
+    drop(held);
 }

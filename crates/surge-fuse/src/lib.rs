@@ -7,61 +7,187 @@
 //! * **Concurrency**: the FUSE session thread only decodes requests; each one is answered by a
 //!   task on a tokio runtime, so many requests are in flight at once (FUSE replies may be sent
 //!   from any thread, in any order).
-//! * **Large I/O**: 1 MiB writes (`max_write`, the kernel's ceiling), async reads, write-behind
-//!   and read-ahead on every open handle.
-//! * **Close-to-open across nodes**: attributes and entries are not cached by the kernel
-//!   (TTL 0) and page caches are dropped at every open, so an open on this node after a close
-//!   or rename on another sees the new name and all the new data; a file that appears
-//!   elsewhere is found at once (no negative-entry cache). `flush` (every `close(2)`) waits
-//!   for the handle's writes and publishes size and mtime.
+//! * **Large I/O**: 1 MiB writes (`max_write`, the kernel's ceiling) with write-behind; async
+//!   reads served from a per-handle cache of whole chunks for streaming readers ([`chunks`]),
+//!   and a raised kernel read-ahead (set by `main`).
+//! * **Kernel caching, close-to-open across nodes**: the kernel may use attributes and names
+//!   for a short TTL (so `stat`, path walks and permission checks do not each cost a round
+//!   trip); names are never cached as missing, so a file made on another node is found at once.
+//!   An open always asks the file's home server: an inode that is gone or unlinked (its name
+//!   was replaced or removed on another node while the kernel cached it) is refused with
+//!   ESTALE, which makes the kernel look the name up again; attributes that differ from what
+//!   the kernel was told are invalidated (`inval_inode`), and the page cache is dropped. So an
+//!   open after a close or rename on another node sees the new name, size and data; only
+//!   `stat` without an open may be up to a TTL old. `flush` (every `close(2)`) waits for the
+//!   handle's writes and publishes size and mtime.
 //! * **Extended attributes** are not supported and say so with ENOSYS, which the kernel
 //!   remembers: without that it asks `getxattr(security.capability)` before every write.
 
-use std::collections::HashMap;
+mod chunks;
+
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    FileAttr, FileType, Filesystem, KernelConfig, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    FileAttr, FileType, Filesystem, KernelConfig, Notifier, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
 };
-use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, FileKind, Timestamp};
+use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, FileKind, Timestamp};
 use surge_client::{Client, File};
 use tokio::runtime::Handle;
 
-/// No kernel caching of attributes or entries: see the module documentation.
-const TTL: Duration = Duration::ZERO;
+use chunks::{Budget, ChunkCache};
+
 /// The kernel's largest write request.
 const MAX_WRITE: u32 = 1 << 20;
+/// How long after ESTALE the kernel's retry may take on a loaded node (see
+/// `KernelCache::stale`). An open's retry is known to be over when the open succeeds or a
+/// name is missing; a `stat`'s retry is not (its steps look like any other), so this is
+/// also how long one thread's next stale name right after a `stat` retry gets ENOENT.
+const STALE_RETRY: Duration = Duration::from_millis(500);
+/// What all read caches of the mount may hold together.
+const READ_CACHE_BUDGET: u64 = 512 << 20;
+
+/// An open file and the chunks fetched for its readers.
+struct OpenFile {
+    file: Arc<File>,
+    chunks: ChunkCache,
+}
+
+type Files = Arc<Mutex<HashMap<u64, Arc<OpenFile>>>>;
+
+/// What the kernel may have cached (attributes and entries, for `ttl`), and how to take it
+/// back when an open finds it out of date.
+struct KernelCache {
+    ttl: Duration,
+    blksize: u32,
+    /// Set once the session exists (the session owns the file system).
+    notifier: Arc<OnceLock<Notifier>>,
+    /// The (size, mtime, ctime) last reported to the kernel for each inode it knows.
+    reported: Mutex<HashMap<u64, (u64, Timestamp, Timestamp)>>,
+    /// Unlinked inodes whose open was refused once as stale (see `open`).
+    refused: Mutex<HashSet<u64>>,
+    /// Callers recently told ESTALE, by pid (see `stale`).
+    told_stale: Mutex<HashMap<u32, Instant>>,
+}
+
+impl KernelCache {
+    /// `a` as the kernel gets it, remembered so that `revalidate` knows what it holds.
+    fn attr(&self, a: &Attr) -> FileAttr {
+        self.reported.lock().unwrap().insert(a.ino, (a.size, a.mtime, a.ctime));
+        fuse_attr(a, self.blksize)
+    }
+
+    /// Called at open with the attributes fresh from the file's home server: if they are not
+    /// what the kernel was last told, drop its cached attributes, so that `stat` and reads
+    /// (which stop at the size the kernel knows) see another node's published writes.
+    fn revalidate(&self, fresh: &Attr) {
+        let known = self.reported.lock().unwrap().get(&fresh.ino).copied();
+        if known == Some((fresh.size, fresh.mtime, fresh.ctime)) {
+            return;
+        }
+        if let Some(notifier) = self.notifier.get() {
+            // Offset -1: attributes only; the page cache is dropped at open anyway. Fails
+            // harmlessly when the kernel has already forgotten the inode.
+            let _ = notifier.inval_inode(fresh.ino, -1, 0);
+        }
+    }
+
+    /// An unlinked inode reached by open: through a name the kernel cached while a rename or
+    /// unlink on another node removed it (refuse with ESTALE, so the kernel looks the name
+    /// up again and retries), or by reopening a descriptor of a deleted file (/proc/PID/fd),
+    /// where the retry reaches the same inode without a lookup and is let through.
+    fn refuse_once(&self, ino: u64) -> bool {
+        let mut refused = self.refused.lock().unwrap();
+        if refused.remove(&ino) {
+            return false;
+        }
+        refused.insert(ino);
+        true
+    }
+
+    /// The error for an inode that is gone or unlinked, reached through a name the kernel
+    /// cached. ESTALE makes the kernel repeat the whole path walk once, looking every name up
+    /// afresh. If that retry also meets a stale inode (the name was replaced again meanwhile),
+    /// a second ESTALE would reach the program: it gets ENOENT, what an open racing a rename
+    /// between its lookup and its open gets without any kernel cache.
+    fn stale(&self, pid: u32) -> surge_client::Error {
+        let mut told = self.told_stale.lock().unwrap();
+        let now = Instant::now();
+        told.retain(|_, at| now.duration_since(*at) < STALE_RETRY);
+        if told.remove(&pid).is_some() {
+            return ErrorCode::NotFound.into();
+        }
+        told.insert(pid, now);
+        ErrorCode::Stale.into()
+    }
+
+    /// `pid`'s path walk is over: the next stale inode it meets is a new case.
+    fn settled(&self, pid: u32) {
+        self.told_stale.lock().unwrap().remove(&pid);
+    }
+}
 
 pub struct SurgeFs {
     client: Client,
     runtime: Handle,
-    files: Arc<Mutex<HashMap<u64, Arc<File>>>>,
+    kernel: Arc<KernelCache>,
+    budget: Arc<Budget>,
+    files: Files,
     dirs: Arc<Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>>,
     next_handle: AtomicU64,
 }
 
 impl SurgeFs {
-    pub fn new(client: Client, runtime: Handle) -> Self {
+    /// `ttl`: how long the kernel may use attributes and names without asking (see the module
+    /// documentation for what stays exact regardless).
+    pub fn new(client: Client, runtime: Handle, ttl: Duration) -> Self {
+        let kernel = KernelCache {
+            ttl,
+            blksize: client.chunk_size() as u32,
+            notifier: Default::default(),
+            reported: Default::default(),
+            refused: Default::default(),
+            told_stale: Default::default(),
+        };
         SurgeFs {
             client,
             runtime,
+            kernel: Arc::new(kernel),
+            budget: Budget::new(READ_CACHE_BUDGET),
             files: Default::default(),
             dirs: Default::default(),
             next_handle: AtomicU64::new(1),
         }
     }
 
+    /// Where to put the session's notifier once the session exists.
+    pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
+        self.kernel.notifier.clone()
+    }
+
     fn handle(&self) -> u64 {
         self.next_handle.fetch_add(1, Ordering::Relaxed)
     }
 
-    fn file(&self, fh: u64) -> Option<Arc<File>> {
+    fn file(&self, fh: u64) -> Option<Arc<OpenFile>> {
         self.files.lock().unwrap().get(&fh).cloned()
+    }
+
+    /// A handle number for a file being opened, and what registers the file under it.
+    fn insert_later(&self) -> (u64, impl FnOnce(File) + Send + 'static) {
+        let fh = self.handle();
+        let (files, budget) = (self.files.clone(), self.budget.clone());
+        let (chunk, window) = (self.client.chunk_size(), self.client.stream_window());
+        let insert = move |f: File| {
+            let open = OpenFile { file: Arc::new(f), chunks: ChunkCache::new(chunk, window, budget) };
+            files.lock().unwrap().insert(fh, Arc::new(open));
+        };
+        (fh, insert)
     }
 
     /// The largest size any open handle on this node knows for `ino`: writes not yet
@@ -72,8 +198,8 @@ impl SurgeFs {
 
     /// The other open handles of the same file: what one handle writes, a read through
     /// another on this node must see.
-    fn siblings(&self, fh: u64, ino: u64) -> Vec<Arc<File>> {
-        self.files.lock().unwrap().iter().filter(|(h, f)| **h != fh && f.ino() == ino).map(|(_, f)| f.clone()).collect()
+    fn siblings(&self, fh: u64, ino: u64) -> Vec<Arc<OpenFile>> {
+        siblings(&self.files, fh, ino)
     }
 
     /// Runs `work` on the runtime; the session thread moves on to the next request.
@@ -139,8 +265,22 @@ fn name_of(name: &OsStr) -> Result<String, i32> {
 }
 
 /// See [`SurgeFs::local_size`]; callable from tasks that hold only the handle table.
-fn local_size(files: &Mutex<HashMap<u64, Arc<File>>>, ino: u64) -> u64 {
-    files.lock().unwrap().values().filter(|f| f.ino() == ino).map(|f| f.size()).max().unwrap_or(0)
+fn local_size(files: &Files, ino: u64) -> u64 {
+    files.lock().unwrap().values().filter(|f| f.file.ino() == ino).map(|f| f.file.size()).max().unwrap_or(0)
+}
+
+/// See [`SurgeFs::siblings`] (`fh` 0: every handle of `ino`).
+fn siblings(files: &Files, fh: u64, ino: u64) -> Vec<Arc<OpenFile>> {
+    files.lock().unwrap().iter().filter(|(h, f)| **h != fh && f.file.ino() == ino).map(|(_, f)| f.clone()).collect()
+}
+
+/// `result` for an inode the kernel names, where NotFound means the servers no longer have
+/// it: the kernel reached it through a cached name (see [`KernelCache::stale`]).
+fn check_stale<T>(result: surge_client::Result<T>, kernel: &KernelCache, pid: u32) -> surge_client::Result<T> {
+    match result {
+        Err(e) if e.code == ErrorCode::NotFound => Err(kernel.stale(pid)),
+        other => other,
+    }
 }
 
 /// Answers a request that returns nothing but success or an errno.
@@ -151,10 +291,19 @@ fn answer_empty(reply: ReplyEmpty, result: surge_client::Result<()>) {
     }
 }
 
-/// Answers a request that returns a new or found directory entry.
-fn answer_entry(reply: ReplyEntry, result: surge_client::Result<Attr>, blksize: u32) {
+/// Answers a request that returns a new or found directory entry. Only positive entries
+/// are cached by the kernel: an error leaves no negative entry behind.
+fn answer_entry(reply: ReplyEntry, result: surge_client::Result<Attr>, kernel: &KernelCache) {
     match result {
-        Ok(attr) => reply.entry(&TTL, &fuse_attr(&attr, blksize), 0),
+        Ok(attr) => reply.entry(&kernel.ttl, &kernel.attr(&attr), 0),
+        Err(e) => reply.error(e.errno()),
+    }
+}
+
+/// Answers a request that returns attributes.
+fn answer_attr(reply: ReplyAttr, result: surge_client::Result<Attr>, kernel: &KernelCache) {
+    match result {
+        Ok(attr) => reply.attr(&kernel.ttl, &kernel.attr(&attr)),
         Err(e) => reply.error(e.errno()),
     }
 }
@@ -182,32 +331,37 @@ impl Filesystem for SurgeFs {
         Ok(())
     }
 
-    fn lookup(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
+    /// The kernel evicted the inode: it holds nothing of it any more.
+    fn forget(&mut self, _req: &Request<'_>, ino: u64, _nlookup: u64) {
+        self.kernel.reported.lock().unwrap().remove(&ino);
+        self.kernel.refused.lock().unwrap().remove(&ino);
+    }
+
+    fn lookup(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
-        let (client, blksize) = (self.client.clone(), self.client.chunk_size() as u32);
-        let files = self.files.clone();
+        let (client, kernel, files, pid) = (self.client.clone(), self.kernel.clone(), self.files.clone(), req.pid());
         self.spawn(async move {
-            match client.lookup(parent, &name).await {
-                Ok(mut attr) => {
-                    attr.size = attr.size.max(local_size(&files, attr.ino));
-                    reply.entry(&TTL, &fuse_attr(&attr, blksize), 0)
-                }
-                Err(e) => reply.error(e.errno()),
+            let result = client.lookup(parent, &name).await.map(|mut attr| {
+                attr.size = attr.size.max(local_size(&files, attr.ino));
+                attr
+            });
+            if matches!(&result, Err(e) if e.code == ErrorCode::NotFound) {
+                // A path walk ends here: a retry after ESTALE is over.
+                kernel.settled(pid);
             }
+            answer_entry(reply, result, &kernel)
         });
     }
 
-    fn getattr(&mut self, _req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
-        let (client, blksize) = (self.client.clone(), self.client.chunk_size() as u32);
+    fn getattr(&mut self, req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
+        let (client, kernel, pid) = (self.client.clone(), self.kernel.clone(), req.pid());
         let local = self.local_size(ino);
         self.spawn(async move {
-            match client.getattr(ino).await {
-                Ok(mut attr) => {
-                    attr.size = attr.size.max(local);
-                    reply.attr(&TTL, &fuse_attr(&attr, blksize))
-                }
-                Err(e) => reply.error(e.errno()),
-            }
+            let result = check_stale(client.getattr(ino).await, &kernel, pid).map(|mut attr| {
+                attr.size = attr.size.max(local);
+                attr
+            });
+            answer_attr(reply, result, &kernel)
         });
     }
 
@@ -229,13 +383,19 @@ impl Filesystem for SurgeFs {
         _flags: Option<u32>,
         reply: ReplyAttr,
     ) {
-        let (client, blksize) = (self.client.clone(), self.client.chunk_size() as u32);
+        let (client, kernel) = (self.client.clone(), self.kernel.clone());
         let open = fh.and_then(|fh| self.file(fh));
+        if size.is_some() {
+            // New contents for every reader on this node.
+            for other in siblings(&self.files, 0, ino) {
+                other.chunks.clear();
+            }
+        }
         self.spawn(async move {
             let result = async {
                 if let (Some(size), Some(f)) = (size, &open) {
                     // Through the handle, so its pending writes land first.
-                    f.set_len(size).await?;
+                    f.file.set_len(size).await?;
                 }
                 let changes = AttrChanges {
                     mode: mode.map(|m| m & 0o7777),
@@ -248,10 +408,7 @@ impl Filesystem for SurgeFs {
                 client.setattr(ino, changes).await
             }
             .await;
-            match result {
-                Ok(attr) => reply.attr(&TTL, &fuse_attr(&attr, blksize)),
-                Err(e) => reply.error(e.errno()),
-            }
+            answer_attr(reply, result, &kernel)
         });
     }
 
@@ -271,7 +428,7 @@ impl Filesystem for SurgeFs {
             return reply.error(libc::EPERM);
         }
         let name = name_or_reply!(name, reply);
-        let (client, blksize) = (self.client.as_user(req.uid(), req.gid()), self.client.chunk_size() as u32);
+        let (client, kernel) = (self.client.as_user(req.uid(), req.gid()), self.kernel.clone());
         self.spawn(async move {
             let result = async {
                 let f = client.create_at(parent, &name, mode & !umask & 0o7777, true).await?;
@@ -280,15 +437,15 @@ impl Filesystem for SurgeFs {
                 client.getattr(ino).await
             }
             .await;
-            answer_entry(reply, result, blksize)
+            answer_entry(reply, result, &kernel)
         });
     }
 
     fn mkdir(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
-        let (client, blksize) = (self.client.as_user(req.uid(), req.gid()), self.client.chunk_size() as u32);
+        let (client, kernel) = (self.client.as_user(req.uid(), req.gid()), self.kernel.clone());
         self.spawn(async move {
-            answer_entry(reply, client.mkdir_at(parent, &name, mode & !umask & 0o7777).await, blksize)
+            answer_entry(reply, client.mkdir_at(parent, &name, mode & !umask & 0o7777).await, &kernel)
         });
     }
 
@@ -311,9 +468,9 @@ impl Filesystem for SurgeFs {
     fn symlink(&mut self, req: &Request<'_>, parent: u64, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
         let name = name_or_reply!(link_name, reply);
         let target = name_or_reply!(target.as_os_str(), reply);
-        let (client, blksize) = (self.client.as_user(req.uid(), req.gid()), self.client.chunk_size() as u32);
+        let (client, kernel) = (self.client.as_user(req.uid(), req.gid()), self.kernel.clone());
         self.spawn(async move {
-            answer_entry(reply, client.symlink_at(parent, &name, &target).await, blksize)
+            answer_entry(reply, client.symlink_at(parent, &name, &target).await, &kernel)
         });
     }
 
@@ -330,24 +487,34 @@ impl Filesystem for SurgeFs {
         });
     }
 
-    fn open(&mut self, _req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
-        let client = self.client.clone();
-        let (files, fh, window) = (self.files.clone(), self.handle(), self.client.stream_window());
+    /// Close-to-open: the attributes come fresh from the file's home server; what the kernel
+    /// cached is dropped if it differs, and so is the page cache (no FOPEN_KEEP_CACHE).
+    fn open(&mut self, req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
+        let (client, kernel, window) = (self.client.clone(), self.kernel.clone(), self.client.stream_window());
+        let ((fh, open), pid) = (self.insert_later(), req.pid());
         self.spawn(async move {
             let result = async {
-                let f = client.open_ino(ino).await?;
+                let f = match client.open_ino(ino).await {
+                    Ok(f) if f.attr_at_open().nlink == 0 && kernel.refuse_once(ino) => {
+                        let _ = f.close().await;
+                        Err(ErrorCode::NotFound.into())
+                    }
+                    other => other,
+                };
+                let f = check_stale(f, &kernel, pid)?;
+                // The open (and any retry of its path walk) is over.
+                kernel.settled(pid);
+                kernel.revalidate(f.attr_at_open());
                 if flags & libc::O_TRUNC != 0 {
                     f.set_len(0).await?;
                 }
                 f.set_write_behind(window).await?;
-                f.set_read_ahead(window).await;
                 Ok::<_, surge_client::Error>(f)
             }
             .await;
             match result {
                 Ok(f) => {
-                    files.lock().unwrap().insert(fh, Arc::new(f));
-                    // No FOPEN_KEEP_CACHE: the page cache is dropped at open (close-to-open).
+                    open(f);
                     reply.opened(fh, 0)
                 }
                 Err(e) => reply.error(e.errno()),
@@ -361,10 +528,10 @@ impl Filesystem for SurgeFs {
         self.spawn(async move {
             for other in &siblings {
                 // Their failures belong to their own writers, who will hear of them.
-                let _ = other.wait_writes().await;
-                f.note_size(other.size());
+                let _ = other.file.wait_writes().await;
+                f.file.note_size(other.file.size());
             }
-            match f.pread(offset as u64, size as usize).await {
+            match f.chunks.read(&f.file, offset as u64, size as u64).await {
                 Ok(data) => reply.data(&data),
                 Err(e) => reply.error(e.errno()),
             }
@@ -375,11 +542,13 @@ impl Filesystem for SurgeFs {
         let Some(f) = self.file(fh) else { return reply.error(libc::EBADF) };
         let siblings = self.siblings(fh, ino);
         let data = bytes::Bytes::copy_from_slice(data);
+        // Cached chunks may hold what this write replaces, for this and every other reader here.
+        f.chunks.clear();
+        for other in &siblings {
+            other.chunks.clear();
+        }
         self.spawn(async move {
-            for other in &siblings {
-                other.forget_read_ahead().await;
-            }
-            match f.pwrite_bytes(offset as u64, data).await {
+            match f.file.pwrite_bytes(offset as u64, data).await {
                 Ok(n) => reply.written(n as u32),
                 Err(e) => reply.error(e.errno()),
             }
@@ -391,21 +560,21 @@ impl Filesystem for SurgeFs {
     fn flush(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _lock_owner: u64, reply: ReplyEmpty) {
         let Some(f) = self.file(fh) else { return reply.error(libc::EBADF) };
         self.spawn(async move {
-            answer_empty(reply, f.flush().await)
+            answer_empty(reply, f.file.flush().await)
         });
     }
 
     fn release(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _flags: i32, _lock: Option<u64>, _flush: bool, reply: ReplyEmpty) {
         let Some(f) = self.files.lock().unwrap().remove(&fh) else { return reply.error(libc::EBADF) };
         self.spawn(async move {
-            answer_empty(reply, f.release().await)
+            answer_empty(reply, f.file.release().await)
         });
     }
 
     fn fsync(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _datasync: bool, reply: ReplyEmpty) {
         let Some(f) = self.file(fh) else { return reply.error(libc::EBADF) };
         self.spawn(async move {
-            answer_empty(reply, f.fsync().await)
+            answer_empty(reply, f.file.fsync().await)
         });
     }
 
@@ -472,8 +641,9 @@ impl Filesystem for SurgeFs {
 
     fn create(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
         let name = name_or_reply!(name, reply);
-        let (client, blksize) = (self.client.as_user(req.uid(), req.gid()), self.client.chunk_size() as u32);
-        let (files, fh, window) = (self.files.clone(), self.handle(), self.client.stream_window());
+        let (client, kernel) = (self.client.as_user(req.uid(), req.gid()), self.kernel.clone());
+        let window = self.client.stream_window();
+        let (fh, open) = self.insert_later();
         self.spawn(async move {
             let result = async {
                 let f = client.create_at(parent, &name, mode & !umask & 0o7777, flags & libc::O_EXCL != 0).await?;
@@ -481,7 +651,6 @@ impl Filesystem for SurgeFs {
                     f.set_len(0).await?;
                 }
                 f.set_write_behind(window).await?;
-                f.set_read_ahead(window).await;
                 let mut attr = f.attr_at_open().clone();
                 attr.size = f.size();
                 Ok::<_, surge_client::Error>((f, attr))
@@ -489,8 +658,8 @@ impl Filesystem for SurgeFs {
             .await;
             match result {
                 Ok((f, attr)) => {
-                    files.lock().unwrap().insert(fh, Arc::new(f));
-                    reply.created(&TTL, &fuse_attr(&attr, blksize), 0, fh, 0)
+                    open(f);
+                    reply.created(&kernel.ttl, &kernel.attr(&attr), 0, fh, 0)
                 }
                 Err(e) => reply.error(e.errno()),
             }
