@@ -73,13 +73,40 @@ struct KernelCache {
     refused: Mutex<HashSet<u64>>,
     /// Callers recently told ESTALE, by pid (see `stale`).
     told_stale: Mutex<HashMap<u32, Instant>>,
+    /// Directory attributes answered within the TTL, for `getattr` (see `directory`).
+    directories: Mutex<HashMap<u64, (Attr, Instant)>>,
 }
 
 impl KernelCache {
     /// `a` as the kernel gets it, remembered so that `revalidate` knows what it holds.
     fn attr(&self, a: &Attr) -> FileAttr {
         self.reported.lock().unwrap().insert(a.ino, (a.size, a.mtime, a.ctime));
+        if a.kind == FileKind::Dir && !self.ttl.is_zero() {
+            self.directories.lock().unwrap().insert(a.ino, (a.clone(), Instant::now()));
+        }
         fuse_attr(a, self.blksize)
+    }
+
+    /// A directory's attributes told to the kernel less than a TTL ago. With permission checks
+    /// in the kernel (`default_permissions`), it drops a directory's attributes after every
+    /// create or unlink in it and asks again before the next one: answering that from here
+    /// saves a round trip per create and per unlink, and is no staler than the kernel's own
+    /// cache may be (a directory's mode and owner change only through `setattr`, which forgets
+    /// the entry; its mtime may lag by up to the TTL, as for `stat`).
+    fn directory(&self, ino: u64) -> Option<Attr> {
+        let mut directories = self.directories.lock().unwrap();
+        match directories.get(&ino) {
+            Some((attr, at)) if at.elapsed() < self.ttl => Some(attr.clone()),
+            Some(_) => {
+                directories.remove(&ino);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn forget_directory(&self, ino: u64) {
+        self.directories.lock().unwrap().remove(&ino);
     }
 
     /// Called at open with the attributes fresh from the file's home server: if they are not
@@ -153,6 +180,7 @@ impl SurgeFs {
             reported: Default::default(),
             refused: Default::default(),
             told_stale: Default::default(),
+            directories: Default::default(),
         };
         SurgeFs {
             client,
@@ -335,6 +363,7 @@ impl Filesystem for SurgeFs {
     fn forget(&mut self, _req: &Request<'_>, ino: u64, _nlookup: u64) {
         self.kernel.reported.lock().unwrap().remove(&ino);
         self.kernel.refused.lock().unwrap().remove(&ino);
+        self.kernel.forget_directory(ino);
     }
 
     fn lookup(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
@@ -354,6 +383,9 @@ impl Filesystem for SurgeFs {
     }
 
     fn getattr(&mut self, req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
+        if let Some(dir) = self.kernel.directory(ino) {
+            return reply.attr(&self.kernel.ttl, &fuse_attr(&dir, self.kernel.blksize));
+        }
         let (client, kernel, pid) = (self.client.clone(), self.kernel.clone(), req.pid());
         let local = self.local_size(ino);
         self.spawn(async move {
@@ -384,6 +416,7 @@ impl Filesystem for SurgeFs {
         reply: ReplyAttr,
     ) {
         let (client, kernel) = (self.client.clone(), self.kernel.clone());
+        kernel.forget_directory(ino);
         let open = fh.and_then(|fh| self.file(fh));
         if size.is_some() {
             // New contents for every reader on this node.

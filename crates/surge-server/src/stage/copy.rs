@@ -39,39 +39,56 @@ fn bb_error((code, detail): CopyError) -> CopyError {
 /// Carries out one order; one outcome per item, in order.
 pub fn execute(data: &DataStore, me: usize, servers: usize, order: &CopyOrder) -> Vec<CopyOutcome> {
     let layout = Layout::new(order.chunk_size, servers);
-    let mut buf = Vec::new();
-    order
+    let plans: Vec<Vec<(u64, usize)>> = order
         .items
         .iter()
         .map(|item| {
-            let chunks: Vec<(u64, usize)> = (item.first_chunk..item.end_chunk)
+            (item.first_chunk..item.end_chunk)
                 .filter(|&c| layout.chunk_server(item.ino, c) == me)
                 .map(|c| c * order.chunk_size)
                 .take_while(|&offset| offset < item.file_size)
                 .map(|offset| (offset, (item.file_size - offset).min(order.chunk_size) as usize))
-                .collect();
-            match order.direction {
-                StageDirection::In => copy_in(data, item, &chunks, order.verify, &mut buf),
-                StageDirection::Out => copy_out(data, item, &chunks, order.verify, &mut buf),
-            }
+                .collect()
         })
-        .collect()
+        .collect();
+    let mut buf = Vec::new();
+    match order.direction {
+        StageDirection::In => {
+            // Open every source and ask for all of its chunks first, then copy: the PFS gets
+            // the whole order as one deep queue instead of one read at a time (a batch of
+            // small files would otherwise pay a full PFS latency per file).
+            let sources: Vec<io::Result<File>> = order.items.iter().zip(&plans).map(|(item, chunks)| open_prefetched(&item.pfs_path, chunks)).collect();
+            order
+                .items
+                .iter()
+                .zip(&plans)
+                .zip(sources)
+                .map(|((item, chunks), source)| {
+                    let source = source.map_err(|e| pfs_error(&item.pfs_path, e))?;
+                    copy_in(data, item, &source, chunks, order.verify, &mut buf)
+                })
+                .collect()
+        }
+        StageDirection::Out => order.items.iter().zip(&plans).map(|(item, chunks)| copy_out(data, item, chunks, order.verify, &mut buf)).collect(),
+    }
+}
+
+/// Opens a PFS file and starts reading the given chunks in the background.
+fn open_prefetched(path: &str, chunks: &[(u64, usize)]) -> io::Result<File> {
+    let file = File::open(path)?;
+    for &(offset, len) in chunks {
+        // SAFETY: plain advice on a descriptor we own; a failure only loses the hint.
+        unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&file), offset as libc::off_t, len as libc::off_t, libc::POSIX_FADV_WILLNEED) };
+    }
+    Ok(file)
 }
 
 /// PFS -> local store.
-fn copy_in(data: &DataStore, item: &CopyItem, chunks: &[(u64, usize)], verify: bool, buf: &mut Vec<u8>) -> CopyOutcome {
-    let source = File::open(&item.pfs_path).map_err(|e| pfs_error(&item.pfs_path, e))?;
-    // This server's chunks are strided through the file (the others read the chunks between),
-    // which defeats the kernel's sequential read-ahead: ask for all of them up front, so the
-    // PFS sees a deep queue instead of one chunk-sized read at a time.
-    for &(offset, len) in chunks {
-        // SAFETY: plain advice on a descriptor we own; a failure only loses the hint.
-        unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&source), offset as libc::off_t, len as libc::off_t, libc::POSIX_FADV_WILLNEED) };
-    }
+fn copy_in(data: &DataStore, item: &CopyItem, source: &File, chunks: &[(u64, usize)], verify: bool, buf: &mut Vec<u8>) -> CopyOutcome {
     let mut copied = 0;
     for &(offset, len) in chunks {
         buf.resize(len, 0);
-        read_exact_at(&source, buf, offset).map_err(|e| pfs_error(&item.pfs_path, e))?;
+        read_exact_at(source, buf, offset).map_err(|e| pfs_error(&item.pfs_path, e))?;
         data.write(item.ino, offset, buf).map_err(bb_error)?;
         if verify {
             let back = data.read(item.ino, offset, len as u32).map_err(bb_error)?;

@@ -4,7 +4,7 @@
 //! directory's home server, one `StageCopy` per server that holds first chunks, one batch of
 //! commits and one of renames: a few round trips per few hundred files, and the files of a
 //! tree spread over all servers because their first chunks do. Large files go window by
-//! window: every server copies its chunks of the window at once, two windows in flight.
+//! window: every server copies its chunks of the window at once, three windows in flight.
 //!
 //! Nothing unfinished ever carries its final name: a stage-in writes under a hidden
 //! temporary name in the instance and renames when the data is complete; a stage-out writes
@@ -26,13 +26,13 @@ use super::{copy, now_secs, pfs_temporary, temporary_name, FileRecord, Stage, St
 /// Small files per batch request.
 const BATCH_FILES: usize = 256;
 /// Small-file batches in flight at once.
-const BATCHES_IN_FLIGHT: usize = 8;
+const BATCHES_IN_FLIGHT: usize = 16;
 /// Large files copied at once.
 const LARGE_FILES_IN_FLIGHT: usize = 2;
 /// Chunks each server copies per window of a large file.
 const WINDOW_CHUNKS_PER_SERVER: u64 = 16;
 /// Windows of one large file in flight.
-const WINDOWS_IN_FLIGHT: usize = 2;
+const WINDOWS_IN_FLIGHT: usize = 3;
 
 type RunResult<T> = Result<T, String>;
 
