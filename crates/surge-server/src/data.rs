@@ -108,26 +108,54 @@ impl DataStore {
         }
     }
 
-    pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> MetaResult<u32> {
-        let local = self.local_file(ino, true)?.expect("created");
-        let end = offset + data.len() as u64;
+    /// Fails with NoSpace, before anything is written, if `len` bytes at `offset` could take
+    /// this server past its share.
+    fn reserve(&self, local: &LocalFile, offset: u64, len: u64) -> MetaResult<()> {
+        let end = offset + len;
         // Bytes this write can newly allocate: all of it past the local end, none of it below
         // (rewrites of holes below the end are rare: chunks are written whole or appended).
-        let growth = if offset >= local.len.load(Ordering::Relaxed) {
-            data.len() as u64
-        } else {
-            end.saturating_sub(local.len.load(Ordering::Relaxed))
-        };
+        let growth = if offset >= local.len.load(Ordering::Relaxed) { len } else { end.saturating_sub(local.len.load(Ordering::Relaxed)) };
         if self.used() + growth > self.capacity {
-            return Err((
-                ErrorCode::NoSpace,
-                format!("server share full: {} of {} bytes used, write needs {growth}", self.used(), self.capacity),
-            ));
+            return Err((ErrorCode::NoSpace, format!("server share full: {} of {} bytes used, write needs {growth}", self.used(), self.capacity)));
         }
+        Ok(())
+    }
+
+    pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> MetaResult<u32> {
+        let local = self.local_file(ino, true)?.expect("created");
+        self.reserve(&local, offset, data.len() as u64)?;
         local.file.write_all_at(data, offset).map_err(|e| io_error("write chunk", e))?;
-        local.len.fetch_max(end, Ordering::Relaxed);
+        local.len.fetch_max(offset + data.len() as u64, Ordering::Relaxed);
         self.reaccount(&local);
         Ok(data.len() as u32)
+    }
+
+    /// Stage-in: copies `len` bytes at `offset` of `source` (a PFS file) into `ino` at the same
+    /// offset inside the kernel, without passing them through this process. `Ok(false)`: the
+    /// kernel cannot copy between these two file systems; the caller reads and writes instead.
+    pub fn copy_from(&self, ino: Ino, offset: u64, len: u64, source: &File) -> MetaResult<bool> {
+        let local = self.local_file(ino, true)?.expect("created");
+        self.reserve(&local, offset, len)?;
+        let copied = kernel_copy(source, &local.file, offset, len).map_err(|e| io_error("copy from the PFS", e))?;
+        let Some(copied) = copied else { return Ok(false) };
+        local.len.fetch_max(offset + copied, Ordering::Relaxed);
+        self.reaccount(&local);
+        if copied < len {
+            return Err((ErrorCode::Io, format!("the PFS file ended {} bytes early (did it shrink while being staged?)", len - copied)));
+        }
+        Ok(true)
+    }
+
+    /// Stage-out: copies what this server holds of `ino` in `[offset, offset + len)` into
+    /// `target` at the same offset, inside the kernel (what is not held is a hole: zeros
+    /// once the target has its size). `Ok(false)`: not possible between these file systems.
+    pub fn copy_to(&self, ino: Ino, offset: u64, len: u64, target: &File) -> MetaResult<bool> {
+        let Some(local) = self.local_file(ino, false)? else { return Ok(true) };
+        let held = local.len.load(Ordering::Relaxed).saturating_sub(offset).min(len);
+        if held == 0 {
+            return Ok(true);
+        }
+        Ok(kernel_copy(&local.file, target, offset, held).map_err(|e| io_error("copy to the PFS", e))?.is_some())
     }
 
     /// Reads up to `len` bytes; a short result means this server holds nothing further there
@@ -203,6 +231,32 @@ impl DataStore {
             None => Ok(()),
         }
     }
+}
+
+/// `copy_file_range` of `[offset, offset + len)` between two files at the same offsets.
+/// `Ok(None)`: unsupported between these file systems (nothing was copied); otherwise the bytes
+/// copied, short only where `from` ends.
+fn kernel_copy(from: &File, to: &File, offset: u64, len: u64) -> io::Result<Option<u64>> {
+    use std::os::fd::AsRawFd;
+    let (mut off_in, mut off_out) = (offset as libc::loff_t, offset as libc::loff_t);
+    let mut copied = 0u64;
+    while copied < len {
+        // SAFETY: both descriptors are open; the offsets are ours and updated by the kernel.
+        let n = unsafe { libc::copy_file_range(from.as_raw_fd(), &mut off_in, to.as_raw_fd(), &mut off_out, (len - copied) as usize, 0) };
+        match n {
+            0 => break,
+            n if n > 0 => copied += n as u64,
+            _ => {
+                let err = io::Error::last_os_error();
+                match err.raw_os_error() {
+                    Some(libc::EINTR) => continue,
+                    Some(libc::EXDEV | libc::ENOSYS | libc::EOPNOTSUPP | libc::EINVAL) if copied == 0 => return Ok(None),
+                    _ => return Err(err),
+                }
+            }
+        }
+    }
+    Ok(Some(copied))
 }
 
 #[cfg(test)]

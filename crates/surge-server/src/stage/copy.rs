@@ -27,8 +27,12 @@ fn pfs_error(path: &str, err: io::Error) -> CopyError {
         Some(libc::ENOTDIR) => ErrorCode::NotDir,
         _ => ErrorCode::Io,
     };
+    pfs_message(code, path, &err.to_string())
+}
+
+fn pfs_message(code: ErrorCode, path: &str, detail: &str) -> CopyError {
     let what = if code == ErrorCode::NoSpace { "PFS full" } else { "PFS" };
-    (code, format!("{what}: {path}: {err}"))
+    (code, format!("{what}: {path}: {detail}"))
 }
 
 /// Burst-buffer-side failures say so (the code's description), next to the server's detail.
@@ -83,13 +87,18 @@ fn open_prefetched(path: &str, chunks: &[(u64, usize)]) -> io::Result<File> {
     Ok(file)
 }
 
-/// PFS -> local store.
+/// PFS -> local store: inside the kernel where it can, else through a buffer.
 fn copy_in(data: &DataStore, item: &CopyItem, source: &File, chunks: &[(u64, usize)], verify: bool, buf: &mut Vec<u8>) -> CopyOutcome {
     let mut copied = 0;
     for &(offset, len) in chunks {
-        buf.resize(len, 0);
-        read_exact_at(source, buf, offset).map_err(|e| pfs_error(&item.pfs_path, e))?;
-        data.write(item.ino, offset, buf).map_err(bb_error)?;
+        let in_kernel = data.copy_from(item.ino, offset, len as u64, source).map_err(|e| bb_or_pfs_error(e, &item.pfs_path))?;
+        if !in_kernel || verify {
+            buf.resize(len, 0);
+            read_exact_at(source, buf, offset).map_err(|e| pfs_error(&item.pfs_path, e))?;
+        }
+        if !in_kernel {
+            data.write(item.ino, offset, buf).map_err(bb_error)?;
+        }
         if verify {
             let back = data.read(item.ino, offset, len as u32).map_err(bb_error)?;
             check_same(buf, &back, &item.pfs_path, offset)?;
@@ -97,6 +106,15 @@ fn copy_in(data: &DataStore, item: &CopyItem, source: &File, chunks: &[(u64, usi
         copied += len as u64;
     }
     Ok(copied)
+}
+
+/// A failed in-kernel copy: a full share is the buffer's fault; anything else names the PFS file.
+fn bb_or_pfs_error((code, detail): CopyError, pfs_path: &str) -> CopyError {
+    if code == ErrorCode::NoSpace && detail.starts_with("server share full") {
+        bb_error((code, detail))
+    } else {
+        pfs_message(code, pfs_path, &detail)
+    }
 }
 
 /// Local store -> PFS. With `publish`, this server holds the whole file: it creates the
@@ -111,10 +129,17 @@ fn copy_out(data: &DataStore, item: &CopyItem, chunks: &[(u64, usize)], verify: 
     let result = (|| {
         let mut copied = 0;
         for &(offset, len) in chunks {
+            let in_kernel = data.copy_to(item.ino, offset, len as u64, &target).map_err(|e| bb_or_pfs_error(e, path))?;
+            if in_kernel && !verify {
+                copied += len as u64;
+                continue;
+            }
             let mut bytes = data.read(item.ino, offset, len as u32).map_err(bb_error)?;
             // A hole in the burst-buffer file reads short: it is zeros up to the chunk's end.
             bytes.resize(len, 0);
-            target.write_all_at(&bytes, offset).map_err(|e| pfs_error(path, e))?;
+            if !in_kernel {
+                target.write_all_at(&bytes, offset).map_err(|e| pfs_error(path, e))?;
+            }
             if verify {
                 buf.resize(len, 0);
                 read_exact_at(&target, buf, offset).map_err(|e| pfs_error(path, e))?;

@@ -287,17 +287,11 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
         .iter()
         .map(|&i| Request::Create { parent, name: temporary_name(ctx.id, i), mode: plan.files[i].mode, uid, gid, exclusive: true, open: true })
         .collect();
-    let created: Vec<Result<Ino, String>> = match client.batch(home, creates).await {
-        Ok(replies) => replies
-            .into_iter()
-            .map(|r| match r {
-                Ok(Reply::Entry(entry)) => Ok(entry.ino),
-                Ok(other) => Err(format!("unexpected answer to create: {other:?}")),
-                Err(e) => Err(format!("burst buffer: {e}")),
-            })
-            .collect(),
-        Err(e) => files.iter().map(|_| Err(format!("burst buffer: {e}"))).collect(),
-    };
+    let created = batch_each(client, home, creates, "create", |reply| match reply {
+        Reply::Entry(entry) => Ok(entry.ino),
+        other => Err(other),
+    })
+    .await;
     // Copy: one order per server holding first chunks.
     let mut orders: BTreeMap<usize, Vec<(usize, CopyItem)>> = BTreeMap::new();
     for (k, &i) in files.iter().enumerate() {
@@ -362,6 +356,22 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
     remove_bb_temporaries(client, home, unlinks).await;
     for (k, &i) in files.iter().enumerate() {
         finished(&ctx, i, std::mem::replace(&mut outcome[k], Ok(())));
+    }
+}
+
+/// Sends a batch and takes what `pick` wants from each reply: one outcome per request (all
+/// failed alike when the batch itself could not be sent).
+async fn batch_each<T>(client: &Client, server: usize, requests: Vec<Request>, what: &str, pick: impl Fn(Reply) -> Result<T, Reply>) -> Vec<Result<T, String>> {
+    let count = requests.len();
+    match client.batch(server, requests).await {
+        Ok(replies) => replies
+            .into_iter()
+            .map(|reply| match reply {
+                Ok(reply) => pick(reply).map_err(|other| format!("unexpected answer to {what}: {other:?}")),
+                Err(e) => Err(format!("burst buffer: {e}")),
+            })
+            .collect(),
+        Err(e) => (0..count).map(|_| Err(format!("burst buffer: {e}"))).collect(),
     }
 }
 
@@ -540,17 +550,11 @@ async fn stage_out_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, files: Vec<usize>) {
         started(&ctx, i);
     }
     let opens = files.iter().map(|&i| Request::Open { ino: plan.files[i].ino.expect("inode") }).collect();
-    let opened: Vec<Result<u64, String>> = match client.batch(home, opens).await {
-        Ok(replies) => replies
-            .into_iter()
-            .map(|r| match r {
-                Ok(Reply::Attr(attr)) => Ok(attr.size),
-                Ok(other) => Err(format!("unexpected answer to open: {other:?}")),
-                Err(e) => Err(format!("burst buffer: {e}")),
-            })
-            .collect(),
-        Err(e) => files.iter().map(|_| Err(format!("burst buffer: {e}"))).collect(),
-    };
+    let opened = batch_each(client, home, opens, "open", |reply| match reply {
+        Reply::Attr(attr) => Ok(attr.size),
+        other => Err(other),
+    })
+    .await;
     let mut outcome: Vec<Result<(), String>> = opened.iter().map(|o| o.as_ref().map(|_| ()).map_err(Clone::clone)).collect();
     let mut orders: BTreeMap<usize, Vec<(usize, CopyItem)>> = BTreeMap::new();
     let mut grown = Vec::new();
