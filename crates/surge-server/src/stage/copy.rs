@@ -16,6 +16,10 @@ use crate::data::DataStore;
 
 type CopyError = (ErrorCode, String);
 
+/// Chunks at least this large are copied inside the kernel (`copy_file_range`); smaller ones
+/// through a buffer, which costs fewer system calls for the small files of a tree.
+const KERNEL_COPY_MIN: usize = 256 << 10;
+
 /// Names the PFS-side failure the way a user reads it, and keeps the errno's meaning.
 fn pfs_error(path: &str, err: io::Error) -> CopyError {
     let code = match err.raw_os_error() {
@@ -91,7 +95,7 @@ fn open_prefetched(path: &str, chunks: &[(u64, usize)]) -> io::Result<File> {
 fn copy_in(data: &DataStore, item: &CopyItem, source: &File, chunks: &[(u64, usize)], verify: bool, buf: &mut Vec<u8>) -> CopyOutcome {
     let mut copied = 0;
     for &(offset, len) in chunks {
-        let in_kernel = data.copy_from(item.ino, offset, len as u64, source).map_err(|e| bb_or_pfs_error(e, &item.pfs_path))?;
+        let in_kernel = len >= KERNEL_COPY_MIN && data.copy_from(item.ino, offset, len as u64, source).map_err(|e| bb_or_pfs_error(e, &item.pfs_path))?;
         if !in_kernel || verify {
             buf.resize(len, 0);
             read_exact_at(source, buf, offset).map_err(|e| pfs_error(&item.pfs_path, e))?;
@@ -129,7 +133,7 @@ fn copy_out(data: &DataStore, item: &CopyItem, chunks: &[(u64, usize)], verify: 
     let result = (|| {
         let mut copied = 0;
         for &(offset, len) in chunks {
-            let in_kernel = data.copy_to(item.ino, offset, len as u64, &target).map_err(|e| bb_or_pfs_error(e, path))?;
+            let in_kernel = len >= KERNEL_COPY_MIN && data.copy_to(item.ino, offset, len as u64, &target).map_err(|e| bb_or_pfs_error(e, path))?;
             if in_kernel && !verify {
                 copied += len as u64;
                 continue;
