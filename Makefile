@@ -10,8 +10,12 @@ build:
 venv:
 	./scripts/venv.sh
 
-demo: build
-	./target/release/surge demo
+# The reference workflow (examples/in-transit): simulation + in-transit visualization + movie
+# encoder, once on a throttled PFS and once through a local 4-server Surge instance with
+# staging; prints seed 000's Table III for both. Needs root (the PFS stand-in is a throttled
+# loop device).
+demo: build venv
+	.venv/bin/python examples/in-transit/run.py --out in-transit-results
 
 test-rust: build
 	$(CARGO) test --release --workspace
