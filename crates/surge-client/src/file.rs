@@ -156,6 +156,14 @@ impl File {
         Ok(len)
     }
 
+    /// True when [`File::flush`] would have nothing to do: no write in flight or unpublished,
+    /// no failure to report. Lets a caller on a latency-critical path skip it.
+    pub fn is_clean(&self) -> bool {
+        !self.dirty.load(Ordering::Relaxed)
+            && self.deferred_error.lock().unwrap().is_none()
+            && self.behind.try_lock().is_ok_and(|behind| behind.queue.is_empty())
+    }
+
     /// Reads up to `len` bytes at `offset`, stopping at the file's size; holes read as zeros.
     pub async fn pread(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
         let size = self.size();
