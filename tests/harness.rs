@@ -55,9 +55,18 @@ impl Instance {
     pub fn kill_server(&self, index: usize) {
         let pid = self.descriptor()["servers"][index]["pid"].as_u64().expect("server pid") as i32;
         unsafe { libc::kill(pid, libc::SIGKILL) };
-        // Gone (or a zombie, which holds no sockets any more) before the caller goes on.
+        // Gone, or a zombie whose every thread has exited (only then are its sockets closed),
+        // before the caller goes on.
+        let alive = || {
+            let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|stat| stat.contains(") Z "));
+            let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count()).unwrap_or(0);
+            match zombie {
+                Err(_) => false,
+                Ok(zombie) => !zombie || threads > 1,
+            }
+        };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z ")) {
+        while alive() {
             assert!(std::time::Instant::now() < deadline, "server {index} (pid {pid}) survived SIGKILL");
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
@@ -72,18 +81,28 @@ impl Instance {
         let root = PathBuf::from(server["root"].as_str().unwrap());
         let share = desc["capacity"].as_u64().unwrap() / count as u64;
         let _ = std::fs::remove_file(root.join("ready"));
-        let child = Command::new(binary("surge-server"))
-            .args(["--listen", server["addr"].as_str().unwrap(), "--root", root.to_str().unwrap()])
-            .args(["--capacity", &share.to_string(), "--index", &index.to_string(), "--count", &count.to_string()])
-            .args(["--token-file", desc["token_path"].as_str().unwrap()])
-            .spawn()
-            .expect("start surge-server");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while !root.join("ready").exists() {
-            assert!(std::time::Instant::now() < deadline, "restarted server {index} not ready");
-            std::thread::sleep(std::time::Duration::from_millis(10));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let mut child = Command::new(binary("surge-server"))
+                .args(["--listen", server["addr"].as_str().unwrap(), "--root", root.to_str().unwrap()])
+                .args(["--capacity", &share.to_string(), "--index", &index.to_string(), "--count", &count.to_string()])
+                .args(["--token-file", desc["token_path"].as_str().unwrap()])
+                .spawn()
+                .expect("start surge-server");
+            while !root.join("ready").exists() {
+                assert!(std::time::Instant::now() < deadline, "restarted server {index} not ready");
+                if child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            if root.join("ready").exists() {
+                return child;
+            }
+            // It exited: its address was still held by the dying process's last threads (the
+            // thread-group leader shows as a zombie before they have closed its sockets). Retry.
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        child
     }
 
     pub fn surge(&self, args: &[&str]) -> Output {
