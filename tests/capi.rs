@@ -30,7 +30,6 @@ fn c_program_stages_through_libsurge() {
     let out = Command::new(&program).arg(&mount.dir).arg(dir.join("pfs")).env("SURGE_HOME", &inst.home).env_remove("SURGE_INSTANCE").output().unwrap();
     drop(mount);
     drop(inst);
-    std::fs::remove_dir_all(&dir).unwrap();
     assert!(out.status.success(), "C test failed: {}", text(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("all libsurge checks passed"), "{}", text(&out));
 }

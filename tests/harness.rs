@@ -14,9 +14,36 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
-/// A scratch directory for one test (in the temp dir; the caller removes it).
-pub fn scratch(test: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("surge-test-scratch-{test}-{}", std::process::id()))
+/// A test's scratch directory, removed when dropped, also when the test fails half-way.
+pub struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A scratch directory for one test in the temp dir (on disk).
+pub fn scratch(test: &str) -> Scratch {
+    Scratch(std::env::temp_dir().join(format!("surge-test-scratch-{test}-{}", std::process::id())))
+}
+
+/// A scratch directory for one test in /dev/shm (in memory: for large files).
+pub fn shm_scratch(test: &str) -> Scratch {
+    Scratch(PathBuf::from(format!("/dev/shm/surge-test-scratch-{test}-{}", std::process::id())))
 }
 
 pub struct Instance {

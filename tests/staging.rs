@@ -2,12 +2,12 @@
 //! addresses, a "PFS" that is a local directory (or a small tmpfs, to fill it), servers that
 //! die or restart mid-stage, and an instance run by an unprivileged user.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use surge_tests::{pattern, scratch, sh, text, write_local, Instance};
+use surge_tests::{pattern, scratch, sh, shm_scratch, text, write_local, Instance};
 
 fn instance(name: &str, base: u8, capacity: &str) -> Instance {
     Instance::up_on(name, "127.0.2", base, 4, &["--capacity", capacity, "--chunk-size", "1M"])
@@ -88,7 +88,6 @@ fn tree_round_trip_in_and_out_with_verify() {
     sh(&format!("diff -r {} {}", src.display(), out_dir.display()));
     assert_eq!(temporaries(&dir), "", "temporaries left on the PFS");
     assert!(!ok(inst.surge(&["ls", "/run/input"])).contains(".surge-stage"), "temporaries left in the instance");
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
@@ -111,7 +110,6 @@ fn list_stage_in_and_single_file_out_through_a_mount_path() {
     let out = inst.surge(&["stage", "in", bad.to_str().unwrap(), "/x", "--type", "list"]);
     assert!(!out.status.success() && text(&out).contains("bad.txt:1"), "{}", text(&out));
     drop(mount);
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
@@ -145,7 +143,6 @@ fn missing_source_and_full_buffer_and_full_pfs_fail_without_partial_files() {
     sh(&format!("umount {}", small_pfs.display()));
     assert!(!out.status.success() && failed.contains("PFS full"), "{failed}");
     assert_eq!(leftovers, "", "partial or temporary files left on the full PFS");
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
@@ -177,7 +174,6 @@ fn permission_denied_on_the_pfs_is_reported_for_an_unprivileged_instance() {
     let denied_out = surge(&["stage", "out", "/mine.dat", dir.join("root-owned/mine.dat").to_str().unwrap(), "--wait"]);
     ok(surge(&["down", "sperm", "--force"]));
     let _ = std::fs::remove_dir_all(&root);
-    std::fs::remove_dir_all(&dir).unwrap();
     assert!(!denied_in.status.success() && text(&denied_in).contains("Permission denied"), "{}", text(&denied_in));
     assert!(!denied_out.status.success() && text(&denied_out).contains("Permission denied"), "{}", text(&denied_out));
 }
@@ -185,7 +181,7 @@ fn permission_denied_on_the_pfs_is_reported_for_an_unprivileged_instance() {
 #[test]
 fn a_server_dying_mid_stage_fails_the_stage_with_its_reason() {
     let inst = instance("sdie", 51, "4G");
-    let dir = PathBuf::from(format!("/dev/shm/surge-test-sdie-pfs-{}", std::process::id()));
+    let dir = shm_scratch("sdie");
     let big = write_local(&dir, "big.bin", &pattern(5, 1 << 30));
     let id = stage_id(&ok(inst.surge(&["stage", "in", big.to_str().unwrap(), "/big.bin"])));
     inst.kill_server(2);
@@ -194,13 +190,12 @@ fn a_server_dying_mid_stage_fails_the_stage_with_its_reason() {
     let error = s["stage"]["error"].as_str().unwrap();
     assert!(error.contains("server 2"), "the reason does not name the dead server: {error}");
     assert!(!inst.surge(&["stat", "/big.bin"]).status.success(), "a partial file sits under its final name");
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
 fn stage_state_survives_a_restart_of_the_coordinator() {
     let inst = instance("srestart", 61, "4G");
-    let dir = PathBuf::from(format!("/dev/shm/surge-test-srestart-pfs-{}", std::process::id()));
+    let dir = shm_scratch("srestart");
     let small = write_local(&dir, "small.dat", b"small and done");
     let done = stage_id(&ok(inst.surge(&["stage", "in", small.to_str().unwrap(), "/small.dat", "--wait"])));
     let local = write_local(&dir, "big.bin", &pattern(6, 1 << 30));
@@ -219,7 +214,6 @@ fn stage_state_survives_a_restart_of_the_coordinator() {
     assert_eq!(temporaries(&out_dir), "", "temporaries left after the restart");
     drop(inst);
     restarted.wait().unwrap();
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
@@ -240,13 +234,12 @@ fn job_end_stages_run_at_down_and_revoked_ones_do_not() {
         assert!(std::fs::read(&kept).unwrap() == pattern(7, 2 << 20), "job-end stage-out missing after down");
         assert!(!revoked.exists(), "a revoked stage ran");
     }
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
 fn cancel_stops_a_stage_without_publishing() {
     let inst = instance("scancel", 81, "4G");
-    let dir = PathBuf::from(format!("/dev/shm/surge-test-scancel-pfs-{}", std::process::id()));
+    let dir = shm_scratch("scancel");
     let big = write_local(&dir, "big.bin", &pattern(8, 1 << 30));
     let id = stage_id(&ok(inst.surge(&["stage", "in", big.to_str().unwrap(), "/big.bin"])));
     ok(inst.surge(&["stage", "cancel", &id.to_string()]));
@@ -256,7 +249,6 @@ fn cancel_stops_a_stage_without_publishing() {
     assert!(!ok(inst.surge(&["ls", "/"])).contains(".surge-stage"), "temporary left after cancel");
     let out = inst.surge(&["stage", "wait", &id.to_string()]);
     assert!(!out.status.success() && text(&out).contains("cancelled"), "{}", text(&out));
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]
@@ -270,5 +262,4 @@ fn private_mode_stages_into_the_nodes_own_namespace() {
     let back = dir.join("out.dat");
     ok(inst.surge_on("127.0.2.92", &["stage", "out", "/in.dat", back.to_str().unwrap(), "--wait", "--verify"]));
     assert!(std::fs::read(&back).unwrap() == pattern(9, 3 << 20));
-    std::fs::remove_dir_all(dir).unwrap();
 }
