@@ -61,3 +61,12 @@ def test_failures_raise_with_errno_and_are_listed(surge_mount, tmp_path):
     with pytest.raises(staging.StageError) as outside:
         staging.query_file_stage("/not/a/surge/path")
     assert outside.value.errno == errno.EINVAL
+
+
+def test_the_calls_are_reachable_from_the_package():
+    import surge
+
+    assert surge.stage_file_out is staging.stage_file_out
+    assert surge.AT_JOB_END == staging.AT_JOB_END
+    with pytest.raises(AttributeError):
+        surge.no_such_call  # noqa: B018
