@@ -117,7 +117,11 @@ impl Instance {
                 .spawn()
                 .expect("start surge-server");
             while !root.join("ready").exists() {
-                assert!(std::time::Instant::now() < deadline, "restarted server {index} not ready");
+                if std::time::Instant::now() >= deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("restarted server {index} not ready");
+                }
                 if child.try_wait().unwrap().is_some() {
                     break;
                 }

@@ -178,12 +178,19 @@ fn permission_denied_on_the_pfs_is_reported_for_an_unprivileged_instance() {
     assert!(!denied_out.status.success() && text(&denied_out).contains("Permission denied"), "{}", text(&denied_out));
 }
 
+/// Starts staging a 1 GiB file in as /big.bin, long enough to interrupt; returns the scratch
+/// directory holding the source (keep it alive) and the stage's id.
+fn start_big_stage_in(inst: &Instance, test: &str, seed: u64) -> (surge_tests::Scratch, u64) {
+    let dir = shm_scratch(test);
+    let big = write_local(&dir, "big.bin", &pattern(seed, 1 << 30));
+    let id = stage_id(&ok(inst.surge(&["stage", "in", big.to_str().unwrap(), "/big.bin"])));
+    (dir, id)
+}
+
 #[test]
 fn a_server_dying_mid_stage_fails_the_stage_with_its_reason() {
     let inst = instance("sdie", 51, "4G");
-    let dir = shm_scratch("sdie");
-    let big = write_local(&dir, "big.bin", &pattern(5, 1 << 30));
-    let id = stage_id(&ok(inst.surge(&["stage", "in", big.to_str().unwrap(), "/big.bin"])));
+    let (_source, id) = start_big_stage_in(&inst, "sdie", 5);
     inst.kill_server(2);
     let s = wait_final(&inst, id, Duration::from_secs(60));
     assert_eq!(s["stage"]["state"], "Failed", "{s}");
@@ -239,9 +246,7 @@ fn job_end_stages_run_at_down_and_revoked_ones_do_not() {
 #[test]
 fn cancel_stops_a_stage_without_publishing() {
     let inst = instance("scancel", 81, "4G");
-    let dir = shm_scratch("scancel");
-    let big = write_local(&dir, "big.bin", &pattern(8, 1 << 30));
-    let id = stage_id(&ok(inst.surge(&["stage", "in", big.to_str().unwrap(), "/big.bin"])));
+    let (_source, id) = start_big_stage_in(&inst, "scancel", 8);
     ok(inst.surge(&["stage", "cancel", &id.to_string()]));
     let s = wait_final(&inst, id, Duration::from_secs(60));
     assert_eq!(s["stage"]["state"], "Cancelled", "{s}");

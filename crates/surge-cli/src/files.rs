@@ -172,16 +172,12 @@ pub async fn stat(client: &Client, path: &str) -> Result<()> {
 }
 
 pub fn list_instances() -> Result<()> {
-    let dir = surge_client::descriptor::instances_dir();
     let mut table = Table::new(&["name", "mode", "servers", "capacity", "chunk", "descriptor"]);
-    if let Ok(entries) = std::fs::read_dir(&dir) {
-        let mut paths: Vec<_> = entries.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
-        paths.sort();
-        for p in paths {
-            match surge_client::InstanceDescriptor::load_from(&p) {
-                Ok(d) => table.row(vec![d.name, d.mode.to_string(), d.servers.len().to_string(), human_bytes(d.capacity), human_bytes(d.chunk_size), p.display().to_string()]),
-                Err(e) => table.row(vec!["?".into(), "-".into(), "-".into(), "-".into(), "-".into(), format!("{} ({e})", p.display())]),
-            }
+    for name in surge_client::descriptor::known_instances() {
+        let p = surge_client::descriptor::descriptor_path(&name);
+        match surge_client::InstanceDescriptor::load_from(&p) {
+            Ok(d) => table.row(vec![d.name, d.mode.to_string(), d.servers.len().to_string(), human_bytes(d.capacity), human_bytes(d.chunk_size), p.display().to_string()]),
+            Err(e) => table.row(vec!["?".into(), "-".into(), "-".into(), "-".into(), "-".into(), format!("{} ({e})", p.display())]),
         }
     }
     print!("{}", table.render());

@@ -132,14 +132,7 @@ impl InstanceArg {
 
 /// Without --instance: the one instance this machine knows, if there is exactly one.
 fn only_instance() -> Result<String> {
-    let names: Vec<String> = std::fs::read_dir(descriptor::instances_dir())
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".json")).map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
+    let names = descriptor::known_instances();
     match &names[..] {
         [one] => Ok(one.clone()),
         [] => bail!("no Surge instance found (start one with `surge up`)"),
@@ -228,16 +221,9 @@ async fn copy(direction: StageDirection, args: CopyArgs) -> Result<()> {
         wait(&client, id).await?;
     } else {
         let files = if stage.state == StageState::Deferred { "at job end".to_string() } else { format!("{} files, {}", stage.files_total, human_bytes(stage.bytes_total)) };
-        println!("stage {id} submitted: {} {} -> {} ({files}); `surge stage status {id}` shows progress", label(direction), source(&stage), destination(&stage));
+        println!("stage {id} submitted: {} {} -> {} ({files}); `surge stage status {id}` shows progress", direction.label(), source(&stage), destination(&stage));
     }
     Ok(())
-}
-
-fn label(direction: StageDirection) -> &'static str {
-    match direction {
-        StageDirection::In => "stage-in",
-        StageDirection::Out => "stage-out",
-    }
 }
 
 fn source(s: &StageSummary) -> &str {
@@ -374,7 +360,7 @@ fn stages_table(stages: &[StageSummary]) -> String {
     for s in stages {
         table.row(vec![
             s.id.to_string(),
-            label(s.direction).into(),
+            s.direction.label().into(),
             match s.when {
                 StageWhen::Immediate => "now".into(),
                 StageWhen::JobEnd => "job end".into(),

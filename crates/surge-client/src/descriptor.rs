@@ -88,6 +88,14 @@ pub fn descriptor_path(name: &str) -> PathBuf {
     instances_dir().join(format!("{name}.json"))
 }
 
+/// Names of the instances whose descriptors are on this machine, sorted.
+pub fn known_instances() -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(instances_dir()) else { return Vec::new() };
+    let mut names: Vec<String> = entries.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".json")).map(str::to_string)).collect();
+    names.sort();
+    names
+}
+
 /// Instance names become file names: keep them tame.
 pub fn check_instance_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()

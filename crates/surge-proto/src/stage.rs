@@ -21,6 +21,15 @@ pub enum StageDirection {
     Out,
 }
 
+impl StageDirection {
+    pub fn label(self) -> &'static str {
+        match self {
+            StageDirection::In => "stage-in",
+            StageDirection::Out => "stage-out",
+        }
+    }
+}
+
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StageKind {
     File,

@@ -293,10 +293,13 @@ impl Stages {
     }
 
     pub fn list(&self, bb_path: Option<&str>) -> Vec<StageSummary> {
+        // Filter before summarizing: a summary walks every file of its stage.
         self.all()
             .iter()
-            .map(|s| s.record.lock().unwrap().summary())
-            .filter(|s| bb_path.is_none_or(|p| s.bb_path == p))
+            .filter_map(|s| {
+                let record = s.record.lock().unwrap();
+                bb_path.is_none_or(|p| record.spec.bb_path == p).then(|| record.summary())
+            })
             .collect()
     }
 
@@ -362,13 +365,6 @@ impl Stages {
                 self.save(&stage);
                 drop(run::start(self.clone(), stage));
             }
-        }
-    }
-
-    pub(crate) fn direction_label(direction: StageDirection) -> &'static str {
-        match direction {
-            StageDirection::In => "stage-in",
-            StageDirection::Out => "stage-out",
         }
     }
 }

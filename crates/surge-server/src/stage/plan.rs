@@ -8,6 +8,7 @@ use surge_proto::stage::{StageDirection, StageKind, StageSpec};
 use surge_proto::{ErrorCode, FileKind, Ino};
 
 /// A file to copy.
+#[derive(Clone)]
 pub(crate) struct PlannedFile {
     pub bb_path: String,
     pub pfs_path: String,

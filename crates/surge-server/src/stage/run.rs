@@ -89,7 +89,7 @@ async fn run(stages: Arc<Stages>, stage: Arc<Stage>, planned: oneshot::Sender<()
         }
         let summary = record.summary();
         tracing::info!(id, state = summary.state.label(), files = summary.files_total, failed = summary.files_failed, bytes = summary.bytes_done,
-            seconds = format!("{:.3}", summary.elapsed), error = summary.error.as_deref().unwrap_or(""), "{} finished", Stages::direction_label(spec.direction));
+            seconds = format!("{:.3}", summary.elapsed), error = summary.error.as_deref().unwrap_or(""), "{} finished", spec.direction.label());
     }
     stages.save(&stage);
 }
@@ -99,7 +99,7 @@ async fn drive(ctx: Arc<Ctx>, stages: &Stages, planned: oneshot::Sender<()>) -> 
         ctx.stage.record.lock().unwrap().error_code = Some(e.code);
         e.message
     })?;
-    tracing::info!(id = ctx.id, "{} planned: {}", Stages::direction_label(ctx.spec.direction), plan::describe(&plan));
+    tracing::info!(id = ctx.id, "{} planned: {}", ctx.spec.direction.label(), plan::describe(&plan));
     ctx.stage.record.lock().unwrap().files = plan
         .files
         .iter()
@@ -288,8 +288,8 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
         .map(|&i| Request::Create { parent, name: temporary_name(ctx.id, i), mode: plan.files[i].mode, uid, gid, exclusive: true, open: true })
         .collect();
     let created = batch_each(client, home, creates, "create", |reply| match reply {
-        Reply::Entry(entry) => Ok(entry.ino),
-        other => Err(other),
+        Reply::Entry(entry) => Some(entry.ino),
+        _ => None,
     })
     .await;
     // Copy: one order per server holding first chunks.
@@ -354,20 +354,20 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
     let unlinks: Vec<Request> =
         files.iter().enumerate().filter(|(k, _)| created[*k].is_ok() && outcome[*k].is_err()).map(|(_, &i)| Request::Unlink { parent, name: temporary_name(ctx.id, i) }).collect();
     remove_bb_temporaries(client, home, unlinks).await;
-    for (k, &i) in files.iter().enumerate() {
-        finished(&ctx, i, std::mem::replace(&mut outcome[k], Ok(())));
+    for (&i, outcome) in files.iter().zip(outcome) {
+        finished(&ctx, i, outcome);
     }
 }
 
 /// Sends a batch and takes what `pick` wants from each reply: one outcome per request (all
 /// failed alike when the batch itself could not be sent).
-async fn batch_each<T>(client: &Client, server: usize, requests: Vec<Request>, what: &str, pick: impl Fn(Reply) -> Result<T, Reply>) -> Vec<Result<T, String>> {
+async fn batch_each<T>(client: &Client, server: usize, requests: Vec<Request>, what: &str, pick: impl Fn(&Reply) -> Option<T>) -> Vec<Result<T, String>> {
     let count = requests.len();
     match client.batch(server, requests).await {
         Ok(replies) => replies
             .into_iter()
             .map(|reply| match reply {
-                Ok(reply) => pick(reply).map_err(|other| format!("unexpected answer to {what}: {other:?}")),
+                Ok(reply) => pick(&reply).ok_or_else(|| format!("unexpected answer to {what}: {reply:?}")),
                 Err(e) => Err(format!("burst buffer: {e}")),
             })
             .collect(),
@@ -551,8 +551,8 @@ async fn stage_out_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, files: Vec<usize>) {
     }
     let opens = files.iter().map(|&i| Request::Open { ino: plan.files[i].ino.expect("inode") }).collect();
     let opened = batch_each(client, home, opens, "open", |reply| match reply {
-        Reply::Attr(attr) => Ok(attr.size),
-        other => Err(other),
+        Reply::Attr(attr) => Some(attr.size),
+        _ => None,
     })
     .await;
     let mut outcome: Vec<Result<(), String>> = opened.iter().map(|o| o.as_ref().map(|_| ()).map_err(Clone::clone)).collect();
@@ -576,7 +576,7 @@ async fn stage_out_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, files: Vec<usize>) {
     for k in grown {
         let i = files[k];
         let file = &plan.files[i];
-        let sized = PlannedFile { size: opened[k].clone().unwrap_or_default(), ..clone_planned(file) };
+        let sized = PlannedFile { size: opened[k].clone().unwrap_or_default(), ..file.clone() };
         outcome[k] = copy_out_large(&ctx, i, &sized).await;
     }
     let releases = files
@@ -590,13 +590,9 @@ async fn stage_out_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, files: Vec<usize>) {
             tracing::warn!(id = ctx.id, "stage-out could not release its opens: {e}");
         }
     }
-    for (k, &i) in files.iter().enumerate() {
-        finished(&ctx, i, std::mem::replace(&mut outcome[k], Ok(())));
+    for (&i, outcome) in files.iter().zip(outcome) {
+        finished(&ctx, i, outcome);
     }
-}
-
-fn clone_planned(file: &PlannedFile) -> PlannedFile {
-    PlannedFile { bb_path: file.bb_path.clone(), pfs_path: file.pfs_path.clone(), size: file.size, mode: file.mode, ino: file.ino }
 }
 
 async fn stage_out_large(ctx: Arc<Ctx>, plan: Arc<Plan>, index: usize) {
@@ -605,7 +601,7 @@ async fn stage_out_large(ctx: Arc<Ctx>, plan: Arc<Plan>, index: usize) {
     started(&ctx, index);
     let outcome = match ctx.client.request(ino::home(ino), Request::Open { ino }).await {
         Ok(Reply::Attr(attr)) => {
-            let sized = PlannedFile { size: attr.size, ..clone_planned(file) };
+            let sized = PlannedFile { size: attr.size, ..file.clone() };
             let outcome = copy_out_large(&ctx, index, &sized).await;
             let release = Request::Commit { ino, size: None, mtime: None, release: true };
             if let Err(e) = ctx.client.request(ino::home(ino), release).await {
