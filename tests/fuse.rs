@@ -219,3 +219,50 @@ fn an_open_on_another_node_sees_a_replaced_name_and_a_grown_file_at_once() {
     std::fs::File::open(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap();
     drop(held);
 }
+
+/// The kernel keeps names and attributes for minutes; what another node changes reaches it as
+/// a server notice. `stat` on node b must see a's changes within moments, not the cache time.
+#[test]
+fn stat_on_another_node_sees_changes_at_once() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let inst = instance("notices", 111);
+    let a = inst.mount("a", "127.0.0.115");
+    let b = inst.mount("b", "127.0.0.116");
+    // Waits (briefly) until node b's view satisfies `seen`.
+    let soon = |what: &str, seen: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while !seen() {
+            assert!(std::time::Instant::now() < deadline, "node b did not see {what} within 2 s");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    };
+    std::fs::write(a.path("grows"), b"x").unwrap();
+    std::fs::create_dir(a.path("dir")).unwrap();
+    std::fs::write(a.path("replaced"), b"old").unwrap();
+    std::fs::write(a.path("removed"), b"gone soon").unwrap();
+    // Node b looks at everything once: its kernel now caches names and attributes.
+    assert_eq!(std::fs::metadata(b.path("grows")).unwrap().len(), 1);
+    let dir_mode = std::fs::metadata(b.path("dir")).unwrap().mode() & 0o777;
+    let old_ino = std::fs::metadata(b.path("replaced")).unwrap().ino();
+    assert!(b.path("removed").exists());
+
+    std::fs::write(a.path("grows"), vec![7u8; 12345]).unwrap();
+    soon("a file grow", &|| std::fs::metadata(b.path("grows")).unwrap().len() == 12345);
+    std::fs::set_permissions(a.path("dir"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_ne!(dir_mode, 0o700);
+    soon("a chmod", &|| std::fs::metadata(b.path("dir")).unwrap().mode() & 0o777 == 0o700);
+    std::fs::write(a.path("replacement"), b"new!").unwrap();
+    std::fs::rename(a.path("replacement"), a.path("replaced")).unwrap();
+    soon("a rename over a name", &|| std::fs::metadata(b.path("replaced")).is_ok_and(|m| m.ino() != old_ino && m.len() == 4));
+    std::fs::remove_file(a.path("removed")).unwrap();
+    soon("an unlink", &|| !b.path("removed").exists());
+    // And the other way round, through a directory node a has cached.
+    std::fs::write(b.path("dir/from-b"), b"b").unwrap();
+    assert_eq!(std::fs::metadata(a.path("dir/from-b")).unwrap().len(), 1);
+    std::fs::write(b.path("dir/from-b"), b"bbb").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while std::fs::metadata(a.path("dir/from-b")).unwrap().len() != 3 {
+        assert!(std::time::Instant::now() < deadline, "node a did not see b's write within 2 s");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}

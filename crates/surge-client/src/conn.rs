@@ -13,7 +13,7 @@ use bytes::Bytes;
 use surge_proto::auth::{self, Secret};
 use surge_proto::frame::{decode_message, encode_frame};
 use surge_proto::frame_io::{read_frame, write_frame};
-use surge_proto::{ErrorCode, FrameKind, Reply, Request, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
+use surge_proto::{ErrorCode, FrameKind, Notice, Reply, Request, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::{mpsc, oneshot};
@@ -24,6 +24,17 @@ const IO_BUFFER: usize = 256 * 1024;
 
 pub type Response = Result<(Reply, Vec<u8>)>;
 type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<Response>>>>;
+
+/// Receives a watching client's change notices (see [`crate::Client::watch`]). Called on the
+/// connection's reader task: do little, never block.
+pub trait Watcher: Send + Sync {
+    fn notice(&self, notice: Notice);
+    /// The connection to server `server` broke: notices from it may have been missed.
+    fn lost(&self, server: usize);
+}
+
+/// A watcher and the index of the server a connection goes to.
+pub type WatchedBy = (Arc<dyn Watcher>, usize);
 
 struct Outgoing {
     head: Vec<u8>,
@@ -77,7 +88,9 @@ fn fail_all(waiters: &Waiters, server: &str, why: &str) {
 impl Connection {
     /// Connects (from `source` when given, so a test "node" has its own address), answers the
     /// server's challenge and starts the reader and writer tasks.
-    pub async fn open(addr: SocketAddr, source: Option<IpAddr>, secret: &Secret, session: u64, timeout: Duration) -> Result<Arc<Connection>> {
+    /// With `watcher`, the connection asks the server for change notices (before it returns,
+    /// so nothing it is told later can change unnoticed) and hands them to the watcher.
+    pub async fn open(addr: SocketAddr, source: Option<IpAddr>, secret: &Secret, session: u64, timeout: Duration, watcher: Option<WatchedBy>) -> Result<Arc<Connection>> {
         let server = addr.to_string();
         let down = |what: &str, e: &dyn std::fmt::Display| Error::new(ErrorCode::ServerDown, format!("{what} {server}: {e}"));
         let connect = async {
@@ -107,10 +120,20 @@ impl Connection {
             writer.flush().await.map_err(|e| down("handshake with", &e))?;
             let frame = read_frame(&mut reader, MAX_MESSAGE_LEN, 0).await.map_err(|e| down("handshake with", &e))?;
             match frame.map(|f| decode_message::<Reply>(&f.message)) {
-                Some(Ok(Reply::Welcome)) => Ok(()),
-                Some(Ok(Reply::Error { code, detail })) => Err(Error::new(code, format!("{server} refused this client: {detail}"))),
-                _ => Err(Error::new(ErrorCode::Unauthenticated, format!("{server} closed the connection during authentication"))),
+                Some(Ok(Reply::Welcome)) => {}
+                Some(Ok(Reply::Error { code, detail })) => return Err(Error::new(code, format!("{server} refused this client: {detail}"))),
+                _ => return Err(Error::new(ErrorCode::Unauthenticated, format!("{server} closed the connection during authentication"))),
             }
+            if watcher.is_some() {
+                write_frame(&mut writer, FrameKind::Request, 1, &Request::Watch, &[]).await.map_err(|e| down("watch", &e))?;
+                writer.flush().await.map_err(|e| down("watch", &e))?;
+                let frame = read_frame(&mut reader, MAX_MESSAGE_LEN, 0).await.map_err(|e| down("watch", &e))?;
+                match frame.map(|f| decode_message::<Reply>(&f.message)) {
+                    Some(Ok(Reply::Ok)) => {}
+                    _ => return Err(Error::new(ErrorCode::Protocol, format!("{server} refused to send change notices"))),
+                }
+            }
+            Ok(())
         };
         tokio::time::timeout(timeout, handshake)
             .await
@@ -120,7 +143,7 @@ impl Connection {
         let broken = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(write_loop(writer, rx, waiters.clone(), broken.clone(), server.clone()));
-        tokio::spawn(read_loop(reader, waiters.clone(), broken.clone(), server.clone()));
+        tokio::spawn(read_loop(reader, waiters.clone(), broken.clone(), server.clone(), watcher));
         Ok(Arc::new(Connection { server, tx, waiters, next_id: AtomicU64::new(2), broken }))
     }
 
@@ -169,9 +192,14 @@ async fn write_loop(mut writer: BufWriter<tokio::net::tcp::OwnedWriteHalf>, mut 
     }
 }
 
-async fn read_loop(mut reader: BufReader<tokio::net::tcp::OwnedReadHalf>, waiters: Waiters, broken: Arc<AtomicBool>, server: String) {
+async fn read_loop(mut reader: BufReader<tokio::net::tcp::OwnedReadHalf>, waiters: Waiters, broken: Arc<AtomicBool>, server: String, watcher: Option<WatchedBy>) {
     let why = loop {
         match read_frame(&mut reader, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN).await {
+            Ok(Some(frame)) if frame.header.kind == FrameKind::Notice => match (&watcher, decode_message::<Notice>(&frame.message)) {
+                (Some((watcher, _)), Ok(notice)) => watcher.notice(notice),
+                (None, _) => break "a change notice on a connection that did not ask for them".to_string(),
+                (_, Err(e)) => break format!("undecodable notice: {e}"),
+            },
             Ok(Some(frame)) => {
                 let response = match decode_message::<Reply>(&frame.message) {
                     Ok(Reply::Error { code, detail }) => Err(Error::new(code, format!("server {server}: {detail}"))),
@@ -194,5 +222,8 @@ async fn read_loop(mut reader: BufReader<tokio::net::tcp::OwnedReadHalf>, waiter
         }
     };
     broken.store(true, Ordering::Relaxed);
+    if let Some((watcher, index)) = &watcher {
+        watcher.lost(*index);
+    }
     fail_all(&waiters, &server, &why);
 }

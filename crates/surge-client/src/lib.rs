@@ -41,6 +41,7 @@ pub use error::{Error, Result};
 pub use surge_proto;
 
 use conn::{Connection, Pending};
+pub use conn::Watcher;
 pub use file::File;
 use layout::Layout;
 
@@ -79,6 +80,8 @@ struct ServerSlot {
 
 struct Inner {
     servers: Vec<ServerSlot>,
+    /// Set by [`Client::watch`]; connections opened afterwards ask for change notices.
+    watcher: std::sync::OnceLock<Arc<dyn Watcher>>,
     layout: Layout,
     secret: Secret,
     session: u64,
@@ -132,7 +135,14 @@ impl Client {
         let layout = Layout::new(chunk_size, addrs.len());
         let servers = addrs.into_iter().map(|addr| ServerSlot { addr, conn: AsyncMutex::new(None) }).collect();
         let (uid, gid) = (opts.uid, opts.gid);
-        Ok(Client { inner: Arc::new(Inner { servers, layout, secret, session: u64::from_le_bytes(session), opts }), uid, gid })
+        Ok(Client { inner: Arc::new(Inner { servers, watcher: Default::default(), layout, secret, session: u64::from_le_bytes(session), opts }), uid, gid })
+    }
+
+    /// Asks every server for notices of changes made by others to what this client was told
+    /// (for a client that caches metadata, such as the FUSE mount). Call before the first
+    /// request: connections already open do not watch. Returns false if a watcher was set.
+    pub fn watch(&self, watcher: Arc<dyn Watcher>) -> bool {
+        self.inner.watcher.set(watcher).is_ok()
     }
 
     /// The servers' addresses, in index order.
@@ -193,7 +203,8 @@ impl Client {
             }
         }
         let opts = &self.inner.opts;
-        let conn = Connection::open(slot.addr, opts.node, &self.inner.secret, self.inner.session, opts.timeout).await?;
+        let watcher = self.inner.watcher.get().map(|w| (w.clone(), server));
+        let conn = Connection::open(slot.addr, opts.node, &self.inner.secret, self.inner.session, opts.timeout, watcher).await?;
         *guard = Some(conn.clone());
         Ok(conn)
     }

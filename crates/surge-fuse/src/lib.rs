@@ -10,16 +10,18 @@
 //! * **Large I/O**: 1 MiB writes (`max_write`, the kernel's ceiling) with write-behind; async
 //!   reads served from a per-handle cache of whole chunks for streaming readers ([`chunks`]),
 //!   and a raised kernel read-ahead (set by `main`).
-//! * **Kernel caching, close-to-open across nodes**: the kernel may use attributes and names
-//!   for a short TTL (so `stat`, path walks and permission checks do not each cost a round
-//!   trip); names are never cached as missing, so a file made on another node is found at once.
-//!   An open always asks the file's home server: an inode that is gone or unlinked (its name
-//!   was replaced or removed on another node while the kernel cached it) is refused with
-//!   ESTALE, which makes the kernel look the name up again; attributes that differ from what
-//!   the kernel was told are invalidated (`inval_inode`), and the page cache is dropped. So an
-//!   open after a close or rename on another node sees the new name, size and data; only
-//!   `stat` without an open may be up to a TTL old. `flush` (every `close(2)`) waits for the
-//!   handle's writes and publishes size and mtime.
+//! * **Kernel caching kept exact by the servers' notices**: the kernel keeps attributes and
+//!   names for a long time (`--cache-secs`), so `stat`, path walks and permission checks cost
+//!   no round trip, and the mount watches every server ([`surge_client::Client::watch`]): a
+//!   change made through another client (another node) to anything this kernel was told about
+//!   comes back as a notice, and the entry or attributes are invalidated in the kernel at once
+//!   ([`Invalidations`]). Names are never cached as missing, so a file made on another node is
+//!   found at once. Opens stay exact even without notices (a lost connection): an open always
+//!   asks the file's home server; an inode that is gone or unlinked (its name was replaced or
+//!   removed on another node while the kernel cached it) is refused with ESTALE, which makes
+//!   the kernel look the name up again; attributes that differ from what the kernel was told
+//!   are invalidated (`inval_inode`), and the page cache is dropped. `flush` (every `close(2)`)
+//!   waits for the handle's writes and publishes size and mtime.
 //! * **Extended attributes** are not supported and say so with ENOSYS, which the kernel
 //!   remembers: without that it asks `getxattr(security.capability)` before every write.
 
@@ -36,7 +38,7 @@ use fuser::{
     FileAttr, FileType, Filesystem, KernelConfig, Notifier, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
     ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
 };
-use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, FileKind, Timestamp};
+use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, FileKind, Notice, Timestamp};
 use surge_client::{Client, File};
 use tokio::runtime::Handle;
 
@@ -51,6 +53,10 @@ const MAX_WRITE: u32 = 1 << 20;
 const STALE_RETRY: Duration = Duration::from_millis(500);
 /// What all read caches of the mount may hold together.
 const READ_CACHE_BUDGET: u64 = 512 << 20;
+/// How long the mount answers a directory's GETATTR from what it last heard (see
+/// `KernelCache::directory`): changes made on other nodes drop it at once (notices), but this
+/// node's own creates and unlinks move the directory's mtime without a notice.
+const DIRECTORY_ATTR_WINDOW: Duration = Duration::from_secs(1);
 
 /// An open file and the chunks fetched for its readers.
 struct OpenFile {
@@ -73,8 +79,10 @@ struct KernelCache {
     refused: Mutex<HashSet<u64>>,
     /// Callers recently told ESTALE, by pid (see `stale`).
     told_stale: Mutex<HashMap<u32, Instant>>,
-    /// Directory attributes answered within the TTL, for `getattr` (see `directory`).
+    /// Directory attributes answered for a short window, for `getattr` (see `directory`).
     directories: Mutex<HashMap<u64, (Attr, Instant)>>,
+    /// Kernel invalidations to send, for the thread that sends them (see [`Invalidations`]).
+    invalidations: Mutex<Option<std::sync::mpsc::Sender<Invalidation>>>,
 }
 
 impl KernelCache {
@@ -87,16 +95,17 @@ impl KernelCache {
         fuse_attr(a, self.blksize)
     }
 
-    /// A directory's attributes told to the kernel less than a TTL ago. With permission checks
-    /// in the kernel (`default_permissions`), it drops a directory's attributes after every
-    /// create or unlink in it and asks again before the next one: answering that from here
-    /// saves a round trip per create and per unlink, and is no staler than the kernel's own
-    /// cache may be (a directory's mode and owner change only through `setattr`, which forgets
-    /// the entry; its mtime may lag by up to the TTL, as for `stat`).
+    /// A directory's attributes told to the kernel less than `DIRECTORY_ATTR_WINDOW` ago. With
+    /// permission checks in the kernel (`default_permissions`), it drops a directory's
+    /// attributes after every create or unlink in it and asks again before the next one:
+    /// answering that from here saves a round trip per create and per unlink. A directory's
+    /// mode and owner change only through `setattr` (which forgets the entry here) or on
+    /// another node (a notice forgets it); only its mtime may lag this node's own changes,
+    /// by up to the window.
     fn directory(&self, ino: u64) -> Option<Attr> {
         let mut directories = self.directories.lock().unwrap();
         match directories.get(&ino) {
-            Some((attr, at)) if at.elapsed() < self.ttl => Some(attr.clone()),
+            Some((attr, at)) if at.elapsed() < self.ttl.min(DIRECTORY_ATTR_WINDOW) => Some(attr.clone()),
             Some(_) => {
                 directories.remove(&ino);
                 None
@@ -157,6 +166,78 @@ impl KernelCache {
     fn settled(&self, pid: u32) {
         self.told_stale.lock().unwrap().remove(&pid);
     }
+
+    fn invalidate(&self, what: Invalidation) {
+        if let Some(tx) = self.invalidations.lock().unwrap().as_ref() {
+            let _ = tx.send(what);
+        }
+    }
+
+    /// The attributes of `ino` changed elsewhere: nothing here may answer with the old ones.
+    fn attr_changed(&self, ino: u64) {
+        self.reported.lock().unwrap().remove(&ino);
+        self.forget_directory(ino);
+        self.invalidate(Invalidation::Attr(ino));
+    }
+}
+
+/// What the kernel must drop.
+enum Invalidation {
+    Attr(u64),
+    Entry(u64, String),
+}
+
+/// Turns the servers' change notices into kernel invalidations.
+///
+/// The daemon's own records are dropped on the connection's task, at once; the kernel is told
+/// from a thread of its own, because invalidating an entry takes the directory's lock in the
+/// kernel, which a request in that directory may hold while it waits for the very tasks that
+/// would be blocked.
+pub struct Invalidations {
+    kernel: Arc<KernelCache>,
+}
+
+impl Invalidations {
+    /// Starts the thread that sends invalidations through the session's notifier.
+    fn start(kernel: Arc<KernelCache>) -> Invalidations {
+        let (tx, rx) = std::sync::mpsc::channel::<Invalidation>();
+        *kernel.invalidations.lock().unwrap() = Some(tx);
+        let notifier = kernel.notifier.clone();
+        std::thread::Builder::new()
+            .name("invalidate".into())
+            .spawn(move || {
+                for what in rx {
+                    let Some(notifier) = notifier.get() else { continue };
+                    // Errors say the kernel no longer holds the inode or name: nothing to drop.
+                    let _ = match what {
+                        // Offset -1: attributes only; the page cache is dropped at every open.
+                        Invalidation::Attr(ino) => notifier.inval_inode(ino, -1, 0),
+                        Invalidation::Entry(parent, name) => notifier.inval_entry(parent, OsStr::new(&name)),
+                    };
+                }
+            })
+            .expect("start the invalidation thread");
+        Invalidations { kernel }
+    }
+}
+
+impl surge_client::Watcher for Invalidations {
+    fn notice(&self, notice: Notice) {
+        match notice {
+            Notice::Attr { ino } => self.kernel.attr_changed(ino),
+            Notice::Entry { parent, name } => self.kernel.invalidate(Invalidation::Entry(parent, name)),
+        }
+    }
+
+    /// Notices from `server` may have been missed: drop every attribute homed there. Names
+    /// the kernel holds in its directories stay until their time runs out; an open through one
+    /// that went stale is still caught (see `open`).
+    fn lost(&self, server: usize) {
+        let inos: Vec<u64> = self.kernel.reported.lock().unwrap().keys().copied().filter(|&ino| surge_client::surge_proto::ino::home(ino) == server).collect();
+        for ino in inos {
+            self.kernel.attr_changed(ino);
+        }
+    }
 }
 
 pub struct SurgeFs {
@@ -171,7 +252,8 @@ pub struct SurgeFs {
 
 impl SurgeFs {
     /// `ttl`: how long the kernel may use attributes and names without asking (see the module
-    /// documentation for what stays exact regardless).
+    /// documentation for how they are kept exact). Call before `client` sends anything: only
+    /// connections opened afterwards bring change notices.
     pub fn new(client: Client, runtime: Handle, ttl: Duration) -> Self {
         let kernel = KernelCache {
             ttl,
@@ -181,11 +263,14 @@ impl SurgeFs {
             refused: Default::default(),
             told_stale: Default::default(),
             directories: Default::default(),
+            invalidations: Default::default(),
         };
+        let kernel = Arc::new(kernel);
+        client.watch(Arc::new(Invalidations::start(kernel.clone())));
         SurgeFs {
             client,
             runtime,
-            kernel: Arc::new(kernel),
+            kernel,
             budget: Budget::new(READ_CACHE_BUDGET),
             files: Default::default(),
             dirs: Default::default(),

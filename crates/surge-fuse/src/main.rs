@@ -20,8 +20,10 @@ struct Args {
     /// and their replies then meet on one thread instead of waking each other's.
     #[arg(long, env = "SURGE_FUSE_THREADS", default_value_t = 1)]
     threads: usize,
-    /// Seconds the kernel may use attributes and names without asking (opens always ask).
-    #[arg(long, env = "SURGE_FUSE_CACHE_SECS", default_value_t = 1.0)]
+    /// Seconds the kernel may keep attributes and names without asking. Changes made through
+    /// other clients are pushed to it by the servers at once whatever this is; opens always ask.
+    /// 0: no kernel caching.
+    #[arg(long, env = "SURGE_FUSE_CACHE_SECS", default_value_t = 600.0)]
     cache_secs: f64,
     /// Kernel read-ahead for the mount, KiB (set when running as root; 0: kernel default).
     #[arg(long, default_value_t = 4096)]
@@ -38,9 +40,9 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(args.threads).enable_all().build()?;
     let client = Client::for_instance(&args.instance, ClientOptions { node: args.node, ..Default::default() })
         .with_context(|| format!("instance '{}'", args.instance))?;
+    let fs = surge_fuse::SurgeFs::new(client.clone(), runtime.handle().clone(), std::time::Duration::from_secs_f64(args.cache_secs));
     // Fail before mounting when the instance does not answer.
     runtime.block_on(client.getattr(surge_client::surge_proto::ROOT_INO)).context("instance root not reachable")?;
-    let fs = surge_fuse::SurgeFs::new(client, runtime.handle().clone(), std::time::Duration::from_secs_f64(args.cache_secs));
     let notifier = fs.notifier_slot();
     let options = [
         MountOption::FSName(format!("surge:{}", args.instance)),

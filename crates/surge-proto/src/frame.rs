@@ -24,6 +24,8 @@ const MAGIC: [u8; 2] = *b"SG";
 pub enum FrameKind {
     Request = 1,
     Reply = 2,
+    /// Server to client, unasked: a [`crate::Notice`] for a watching connection.
+    Notice = 3,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,6 +77,7 @@ impl FrameHeader {
         let kind = match bytes[3] {
             1 => FrameKind::Request,
             2 => FrameKind::Reply,
+            3 => FrameKind::Notice,
             other => return Err(FrameError::BadKind(other)),
         };
         let message_len = u32::from_le_bytes(bytes[4..8].try_into().unwrap());

@@ -30,4 +30,4 @@ pub use msg::*;
 
 /// Version of the protocol spoken by this build. A peer announcing another version is refused
 /// at the first frame, with an error that names both versions.
-pub const PROTOCOL_VERSION: u8 = 1;
+pub const PROTOCOL_VERSION: u8 = 2;

@@ -178,6 +178,20 @@ pub enum Request {
     /// Several requests for this server, answered in order by one `Reply::Batch`; each
     /// succeeds or fails on its own. Requests that carry a payload cannot be batched.
     Batch(Vec<Request>),
+    /// From now on, tell this connection (with [`Notice`] frames) when something it was told
+    /// about changes through another connection: what a client that caches metadata (the
+    /// FUSE mount) needs to drop stale entries at once instead of after a timeout.
+    Watch,
+}
+
+/// A change made through another connection to something this (watching) connection was told
+/// about, sent by the server before it answers the change. Frame kind `Notice`, request id 0.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// The inode's attributes (size, times, mode, owner, links) changed.
+    Attr { ino: Ino },
+    /// `parent/name` now names something else, or nothing, or something new.
+    Entry { parent: Ino, name: String },
 }
 
 impl Request {
@@ -222,6 +236,7 @@ impl Request {
             Request::StatFs => "statfs",
             Request::Shutdown => "shutdown",
             Request::Batch(_) => "batch",
+            Request::Watch => "watch",
         }
     }
 }

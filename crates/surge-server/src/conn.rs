@@ -15,13 +15,14 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use surge_proto::frame::decode_message;
 use surge_proto::frame_io::{read_frame, write_frame, ReadError};
-use surge_proto::{auth, ErrorCode, FrameKind, Ino, Reply, Request, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
+use surge_proto::{auth, ErrorCode, FrameKind, Ino, Notice, Reply, Request, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::meta::MetaResult;
+use crate::watch::{Effects, WatcherId};
 use crate::Shared;
 
 /// A peer that connects and says nothing is dropped after this long.
@@ -71,9 +72,12 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) -> 
     }
 
     let writer = Arc::new(AsyncMutex::new(writer));
-    let mut session = Session { shared: shared.clone(), opens: HashMap::new() };
+    let mut session = Session { shared: shared.clone(), opens: HashMap::new(), watcher: None };
     let result = session.serve_requests(&mut reader, &writer).await;
     session.release_all();
+    if let Some(id) = session.watcher {
+        shared.watchers.unregister(id);
+    }
     result
 }
 
@@ -95,10 +99,30 @@ async fn answer(writer: &SharedWriter, request_id: u64, reply: &Reply) {
     }
 }
 
+/// Writes a watching connection's notices as they come, several per flush when they queue up.
+/// Ends when the connection is unregistered (its sender dropped) or the socket fails.
+async fn send_notices(mut notices: tokio::sync::mpsc::UnboundedReceiver<Notice>, writer: SharedWriter) {
+    while let Some(first) = notices.recv().await {
+        let mut w = writer.lock().await;
+        let mut next = Some(first);
+        while let Some(notice) = next {
+            if write_frame(&mut *w, FrameKind::Notice, 0, &notice, &[]).await.is_err() {
+                return;
+            }
+            next = notices.try_recv().ok();
+        }
+        if w.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
 struct Session {
     shared: Arc<Shared>,
     /// Open handles this connection registered, released if it goes away without closing them.
     opens: HashMap<Ino, u32>,
+    /// Set once the connection asked to be told of changes (`Watch`).
+    watcher: Option<WatcherId>,
 }
 
 impl Session {
@@ -136,6 +160,14 @@ impl Session {
                     });
                     continue;
                 }
+                Ok(Request::Watch) => {
+                    if self.watcher.is_none() {
+                        let (id, notices) = self.shared.watchers.register();
+                        self.watcher = Some(id);
+                        tokio::spawn(send_notices(notices, writer.clone()));
+                    }
+                    (Reply::Ok, Vec::new())
+                }
                 Ok(Request::StageSubmit { spec }) => {
                     let (stages, writer) = (self.shared.stages.clone(), writer.clone());
                     tokio::spawn(async move {
@@ -165,7 +197,7 @@ impl Session {
                 Ok(bytes) => return (Reply::Data, bytes),
                 Err(e) => Err(e),
             },
-            other => self.dispatch(other, &payload),
+            other => self.dispatch(&other, &payload),
         };
         match result {
             Ok(reply) => (reply, Vec::new()),
@@ -176,95 +208,95 @@ impl Session {
         }
     }
 
-    fn dispatch(&mut self, request: Request, payload: &[u8]) -> MetaResult<Reply> {
+    fn dispatch(&mut self, request: &Request, payload: &[u8]) -> MetaResult<Reply> {
         let shared = self.shared.clone();
         let data = &shared.data;
         let meta = || shared.meta.lock().unwrap();
-        Ok(match request {
+        let reply = match request {
             Request::Hello { .. } => return Err((ErrorCode::Protocol, "already authenticated".into())),
-            Request::Lookup { parent, name } => Reply::Entry(meta().lookup(parent, &name)?),
-            Request::GetAttr { ino } => Reply::Attr(meta().getattr(ino)?),
-            Request::SetAttr { ino, changes } => Reply::Attr(meta().setattr(ino, &changes)?),
+            Request::Lookup { parent, name } => Reply::Entry(meta().lookup(*parent, name)?),
+            Request::GetAttr { ino } => Reply::Attr(meta().getattr(*ino)?),
+            Request::SetAttr { ino, changes } => Reply::Attr(meta().setattr(*ino, changes)?),
             Request::Create { parent, name, mode, uid, gid, exclusive, open } => {
-                let entry = meta().create(parent, &name, mode, uid, gid, exclusive, open)?;
-                if open && entry.attr.is_some() {
+                let entry = meta().create(*parent, name, *mode, *uid, *gid, *exclusive, *open)?;
+                if *open && entry.attr.is_some() {
                     *self.opens.entry(entry.ino).or_default() += 1;
                 }
                 Reply::Entry(entry)
             }
-            Request::Symlink { parent, name, target, uid, gid } => Reply::Attr(meta().symlink(parent, &name, &target, uid, gid)?),
-            Request::Readlink { ino } => Reply::Link(meta().readlink(ino)?),
-            Request::MakeDirInode { parent, mode, uid, gid } => Reply::Attr(meta().make_dir_inode(parent, mode, uid, gid)),
+            Request::Symlink { parent, name, target, uid, gid } => Reply::Attr(meta().symlink(*parent, name, target, *uid, *gid)?),
+            Request::Readlink { ino } => Reply::Link(meta().readlink(*ino)?),
+            Request::MakeDirInode { parent, mode, uid, gid } => Reply::Attr(meta().make_dir_inode(*parent, *mode, *uid, *gid)),
             Request::DropInode { ino } => {
-                meta().drop_inode(ino)?;
+                meta().drop_inode(*ino)?;
                 Reply::Ok
             }
             Request::InsertEntry { parent, name, ino, kind, replace, retired_target } => {
-                let (replaced, reparent) = meta().insert_entry(parent, &name, ino, kind, replace, retired_target)?;
+                let (replaced, reparent) = meta().insert_entry(*parent, name, *ino, *kind, *replace, *retired_target)?;
                 Reply::Renamed { replaced, reparent }
             }
-            Request::Unlink { parent, name } => Reply::Unlinked(meta().unlink(parent, &name)?),
+            Request::Unlink { parent, name } => Reply::Unlinked(meta().unlink(*parent, name)?),
             Request::Rmdir { parent, name } => {
-                meta().rmdir(parent, &name)?;
+                meta().rmdir(*parent, name)?;
                 Reply::Ok
             }
             Request::RetireDir { ino } => {
-                meta().set_retired(ino, true)?;
+                meta().set_retired(*ino, true)?;
                 Reply::Ok
             }
             Request::UnretireDir { ino } => {
-                meta().set_retired(ino, false)?;
+                meta().set_retired(*ino, false)?;
                 Reply::Ok
             }
             Request::RemoveEntry { parent, name, ino } => {
-                meta().remove_entry(parent, &name, ino)?;
+                meta().remove_entry(*parent, name, *ino)?;
                 Reply::Ok
             }
             Request::DropLink { ino } => {
-                let (purge, size) = meta().drop_link(ino)?;
+                let (purge, size) = meta().drop_link(*ino)?;
                 Reply::Dropped { purge, size }
             }
             Request::SetParent { ino, parent } => {
-                meta().set_parent(ino, parent)?;
+                meta().set_parent(*ino, *parent)?;
                 Reply::Ok
             }
             Request::Rename { src_parent, src_name, dst_parent, dst_name, noreplace, retired_target } => {
-                let (replaced, reparent) = meta().rename(src_parent, &src_name, dst_parent, &dst_name, noreplace, retired_target)?;
+                let (replaced, reparent) = meta().rename(*src_parent, src_name, *dst_parent, dst_name, *noreplace, *retired_target)?;
                 Reply::Renamed { replaced, reparent }
             }
-            Request::RenamePrepare { parent, name } => Reply::Entry(meta().rename_prepare(parent, &name)?),
+            Request::RenamePrepare { parent, name } => Reply::Entry(meta().rename_prepare(*parent, name)?),
             Request::RenameFinish { parent, name, ino, commit } => {
-                meta().rename_finish(parent, &name, ino, commit)?;
+                meta().rename_finish(*parent, name, *ino, *commit)?;
                 Reply::Ok
             }
             Request::Readdir { ino, after, limit } => {
-                let (entries, more) = meta().readdir(ino, after.as_deref(), limit)?;
+                let (entries, more) = meta().readdir(*ino, after.as_deref(), *limit)?;
                 Reply::Entries { entries, more }
             }
             Request::Open { ino } => {
-                let attr = meta().open(ino)?;
-                *self.opens.entry(ino).or_default() += 1;
+                let attr = meta().open(*ino)?;
+                *self.opens.entry(*ino).or_default() += 1;
                 Reply::Attr(attr)
             }
             Request::Commit { ino, size, mtime, release } => {
-                if release {
-                    self.forget_open(ino);
+                if *release {
+                    self.forget_open(*ino);
                 }
-                let (purge, size) = meta().commit(ino, size, mtime, release)?;
+                let (purge, size) = meta().commit(*ino, *size, *mtime, *release)?;
                 Reply::Dropped { purge, size }
             }
-            Request::Write { ino, offset } => Reply::Written { len: data.write(ino, offset, payload)? },
+            Request::Write { ino, offset } => Reply::Written { len: data.write(*ino, *offset, payload)? },
             Request::Read { .. } => unreachable!("reads are answered with a payload in handle()"),
             Request::TruncateData { ino, size } => {
-                data.truncate(ino, size)?;
+                data.truncate(*ino, *size)?;
                 Reply::Ok
             }
             Request::PurgeData { ino } => {
-                data.purge(ino)?;
+                data.purge(*ino)?;
                 Reply::Ok
             }
             Request::SyncData { ino } => {
-                data.sync(ino)?;
+                data.sync(*ino)?;
                 Reply::Ok
             }
             Request::StatFs => {
@@ -280,28 +312,32 @@ impl Session {
             }
             Request::StageList { bb_path } => Reply::Stages(shared.stages.list(bb_path.as_deref())),
             Request::StageFiles { id, offset, limit } => {
-                let (files, total) = shared.stages.files(id, offset, limit)?;
+                let (files, total) = shared.stages.files(*id, *offset, *limit)?;
                 Reply::StageFiles { files, total }
             }
             Request::StageCancel { id } => {
-                shared.stages.cancel(id)?;
+                shared.stages.cancel(*id)?;
                 Reply::Ok
             }
             Request::StageRevoke { bb_path } => {
-                shared.stages.revoke(&bb_path)?;
+                shared.stages.revoke(bb_path)?;
                 Reply::Ok
             }
             Request::StageJobEnd => {
                 shared.stages.job_end();
                 Reply::Ok
             }
-            Request::Batch(requests) => Reply::Batch(requests.into_iter().map(|r| self.dispatch_batched(r)).collect()),
-            Request::Shutdown | Request::StageCopy(_) | Request::StageSubmit { .. } => unreachable!("handled by the request loop"),
-        })
+            Request::Batch(requests) => Reply::Batch(requests.iter().map(|r| self.dispatch_batched(r)).collect()),
+            Request::Shutdown | Request::StageCopy(_) | Request::StageSubmit { .. } | Request::Watch => unreachable!("handled by the request loop"),
+        };
+        if self.watcher.is_some() || shared.watchers.any() {
+            shared.watchers.apply(self.watcher, Effects::of(request, &reply));
+        }
+        Ok(reply)
     }
 
     /// One request of a batch: anything but payloads, nesting and the loop-level requests.
-    fn dispatch_batched(&mut self, request: Request) -> Reply {
+    fn dispatch_batched(&mut self, request: &Request) -> Reply {
         match request {
             Request::Hello { .. }
             | Request::Read { .. }
@@ -309,7 +345,8 @@ impl Session {
             | Request::Batch(_)
             | Request::Shutdown
             | Request::StageCopy(_)
-            | Request::StageSubmit { .. } => Reply::Error { code: ErrorCode::Invalid, detail: format!("{} cannot be batched", request.name()) },
+            | Request::StageSubmit { .. }
+            | Request::Watch => Reply::Error { code: ErrorCode::Invalid, detail: format!("{} cannot be batched", request.name()) },
             other => self.dispatch(other, &[]).unwrap_or_else(|(code, detail)| Reply::Error { code, detail }),
         }
     }

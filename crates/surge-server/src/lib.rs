@@ -7,13 +7,14 @@
 //! There is no central metadata server: clients route each request by inode number (metadata)
 //! or chunk index (data), and sequence the few operations that touch two servers. [`conn`]
 //! runs one client connection: challenge/response authentication first, then pipelined
-//! request frames. Servers talk to each other only for staging ([`stage`]): the server a
+//! request frames; connections that cache metadata are told of changes ([`watch`]). Servers talk to each other only for staging ([`stage`]): the server a
 //! stage is submitted to coordinates it and asks the others to copy the chunks they own.
 
 pub mod conn;
 pub mod data;
 pub mod meta;
 pub mod stage;
+pub mod watch;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -43,6 +44,8 @@ pub struct Shared {
     pub meta: Mutex<meta::MetaStore>,
     pub data: data::DataStore,
     pub stages: Arc<stage::Stages>,
+    /// Connections that cache metadata, told of changes (see [`watch`]).
+    pub watchers: watch::Watchers,
     pub shutdown: Notify,
 }
 
@@ -63,6 +66,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
         meta: Mutex::new(meta::MetaStore::new(config.index, config.owner_uid, config.owner_gid)),
         data,
         stages,
+        watchers: Default::default(),
         shutdown: Notify::new(),
     });
     let listener = TcpListener::bind(config.listen).await.with_context(|| format!("bind {}", config.listen))?;

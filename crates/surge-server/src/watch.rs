@@ -1,0 +1,257 @@
+//! Who may be caching what, and telling them when it changes.
+//!
+//! A client that caches metadata (the FUSE mount, whose kernel keeps names and attributes)
+//! sends `Watch` once per connection. From then on this server notes, for every reply that
+//! hands such a connection an inode's attributes or a name in one of its directories, that the
+//! connection may be holding them. When another connection changes one of them, the watcher
+//! gets a [`Notice`] before the change is answered, so its cache can be kept for long without
+//! going stale: the scheme of NFSv4 delegations or CephFS capabilities, without the recall
+//! handshake (a notice is sent, not acknowledged; a watcher's view lags a change by the time
+//! the notice takes to arrive).
+//!
+//! Bookkeeping is per server and only for what this server homes. A notified connection is
+//! forgotten for that inode's attributes until it asks for them again (its cache dropped
+//! them); a directory stays watched for as long as the connection lives.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use surge_proto::{Ino, Notice, Reply, Request, Unlinked};
+use tokio::sync::mpsc;
+
+/// A watching connection, as known to this server.
+pub type WatcherId = u64;
+
+#[derive(Default)]
+pub struct Watchers {
+    next_id: AtomicU64,
+    /// Watching connections; nothing is recorded while there are none.
+    count: AtomicUsize,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    outboxes: HashMap<WatcherId, mpsc::UnboundedSender<Notice>>,
+    /// Connections that may hold an inode's attributes.
+    attrs: HashMap<Ino, Vec<WatcherId>>,
+    /// Connections that may hold names in a directory.
+    dirs: HashMap<Ino, Vec<WatcherId>>,
+}
+
+/// What one successful request told its connection and what it changed.
+#[derive(Default, Debug, PartialEq, Eq)]
+pub struct Effects {
+    pub told_attrs: Vec<Ino>,
+    pub told_dirs: Vec<Ino>,
+    pub changed_attrs: Vec<Ino>,
+    pub changed_entries: Vec<(Ino, String)>,
+    /// Inodes that no longer exist: nothing to watch any more.
+    pub gone: Vec<Ino>,
+}
+
+impl Effects {
+    /// What `request`, answered with `reply` (not an error), told and changed.
+    pub fn of(request: &Request, reply: &Reply) -> Effects {
+        let mut fx = Effects::default();
+        match (request, reply) {
+            (Request::Lookup { parent, .. }, Reply::Entry(entry)) => {
+                fx.told_dirs.push(*parent);
+                if entry.attr.is_some() {
+                    fx.told_attrs.push(entry.ino);
+                }
+            }
+            (Request::GetAttr { ino } | Request::Open { ino }, _) => fx.told_attrs.push(*ino),
+            (Request::MakeDirInode { .. }, Reply::Attr(attr)) => fx.told_attrs.push(attr.ino),
+            (Request::SetAttr { ino, .. }, _) => {
+                fx.changed_attrs.push(*ino);
+                fx.told_attrs.push(*ino);
+            }
+            (Request::Create { parent, name, .. }, Reply::Entry(entry)) => {
+                fx.new_name(*parent, name, Some(entry.ino));
+            }
+            (Request::Symlink { parent, name, .. }, Reply::Attr(attr)) => fx.new_name(*parent, name, Some(attr.ino)),
+            (Request::InsertEntry { parent, name, .. }, Reply::Renamed { replaced, .. }) => {
+                fx.new_name(*parent, name, None);
+                fx.lost_link(replaced.as_ref());
+            }
+            (Request::Unlink { parent, name }, Reply::Unlinked(unlinked)) => {
+                fx.removed_name(*parent, name);
+                fx.lost_link(Some(unlinked));
+            }
+            (Request::Rmdir { parent, name } | Request::RemoveEntry { parent, name, .. }, _) => fx.removed_name(*parent, name),
+            (Request::RenameFinish { parent, name, commit: true, .. }, _) => fx.removed_name(*parent, name),
+            (Request::Rename { src_parent, src_name, dst_parent, dst_name, .. }, Reply::Renamed { replaced, .. }) => {
+                fx.removed_name(*src_parent, src_name);
+                fx.new_name(*dst_parent, dst_name, None);
+                fx.lost_link(replaced.as_ref());
+            }
+            (Request::DropLink { ino }, Reply::Dropped { purge, .. }) => {
+                fx.changed_attrs.push(*ino);
+                if *purge {
+                    fx.gone.push(*ino);
+                }
+            }
+            (Request::SetParent { ino, .. }, _) => fx.changed_attrs.push(*ino),
+            (Request::Commit { ino, size, mtime, .. }, Reply::Dropped { purge, .. }) => {
+                if size.is_some() || mtime.is_some() {
+                    fx.changed_attrs.push(*ino);
+                }
+                if *purge {
+                    fx.gone.push(*ino);
+                }
+            }
+            (Request::Readdir { ino, .. }, _) => fx.told_dirs.push(*ino),
+            _ => {}
+        }
+        fx
+    }
+
+    /// `parent/name` was created or replaced (by `ino` when it is homed here): the requester's
+    /// kernel will cache the name.
+    fn new_name(&mut self, parent: Ino, name: &str, ino: Option<Ino>) {
+        self.changed_entries.push((parent, name.to_string()));
+        self.changed_attrs.push(parent);
+        self.told_dirs.push(parent);
+        self.told_attrs.extend(ino);
+    }
+
+    fn removed_name(&mut self, parent: Ino, name: &str) {
+        self.changed_entries.push((parent, name.to_string()));
+        self.changed_attrs.push(parent);
+    }
+
+    /// An inode lost a name; when it is homed here, its link count changed or it is gone.
+    fn lost_link(&mut self, unlinked: Option<&Unlinked>) {
+        if let Some(u) = unlinked.filter(|u| !u.remote) {
+            self.changed_attrs.push(u.ino);
+            if u.purge {
+                self.gone.push(u.ino);
+            }
+        }
+    }
+}
+
+fn add(set: &mut Vec<WatcherId>, id: WatcherId) {
+    if !set.contains(&id) {
+        set.push(id);
+    }
+}
+
+impl Watchers {
+    /// A new watching connection and the notices for it.
+    pub fn register(&self) -> (WatcherId, mpsc::UnboundedReceiver<Notice>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.state.lock().unwrap().outboxes.insert(id, tx);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        (id, rx)
+    }
+
+    /// The connection is gone.
+    pub fn unregister(&self, id: WatcherId) {
+        let mut st = self.state.lock().unwrap();
+        let State { outboxes, attrs, dirs } = &mut *st;
+        if outboxes.remove(&id).is_some() {
+            self.count.fetch_sub(1, Ordering::Relaxed);
+        }
+        for sets in [attrs, dirs] {
+            sets.retain(|_, set| {
+                set.retain(|&w| w != id);
+                !set.is_empty()
+            });
+        }
+    }
+
+    /// Whether anything needs recording at all (no watcher: plain clients pay nothing).
+    pub fn any(&self) -> bool {
+        self.count.load(Ordering::Relaxed) > 0
+    }
+
+    /// Records what `by` (None: a connection that does not watch) was told and notifies the
+    /// other watchers of what it changed.
+    pub fn apply(&self, by: Option<WatcherId>, effects: Effects) {
+        let mut st = self.state.lock().unwrap();
+        let State { outboxes, attrs, dirs } = &mut *st;
+        let send = |to: WatcherId, notice: Notice| {
+            if let Some(outbox) = outboxes.get(&to) {
+                let _ = outbox.send(notice);
+            }
+        };
+        for ino in effects.changed_attrs {
+            if let Some(set) = attrs.get_mut(&ino) {
+                for &w in set.iter().filter(|&&w| Some(w) != by) {
+                    send(w, Notice::Attr { ino });
+                }
+                // The notified dropped what they had; they register again when they ask.
+                set.retain(|&w| Some(w) == by);
+                if set.is_empty() {
+                    attrs.remove(&ino);
+                }
+            }
+        }
+        for (parent, name) in effects.changed_entries {
+            if let Some(set) = dirs.get(&parent) {
+                for &w in set.iter().filter(|&&w| Some(w) != by) {
+                    send(w, Notice::Entry { parent, name: name.clone() });
+                }
+            }
+        }
+        for ino in effects.gone {
+            attrs.remove(&ino);
+            dirs.remove(&ino);
+        }
+        if let Some(id) = by {
+            for ino in effects.told_attrs {
+                add(attrs.entry(ino).or_default(), id);
+            }
+            for ino in effects.told_dirs {
+                add(dirs.entry(ino).or_default(), id);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn told(attrs: &[Ino], dirs: &[Ino]) -> Effects {
+        Effects { told_attrs: attrs.to_vec(), told_dirs: dirs.to_vec(), ..Default::default() }
+    }
+
+    #[test]
+    fn changes_reach_other_watchers_once_and_not_the_changer() {
+        let w = Watchers::default();
+        let (a, mut rx_a) = w.register();
+        let (b, mut rx_b) = w.register();
+        w.apply(Some(a), told(&[10], &[1]));
+        w.apply(Some(b), told(&[10], &[1]));
+        let change = || Effects { changed_attrs: vec![10], changed_entries: vec![(1, "x".into())], ..Default::default() };
+        w.apply(Some(a), change());
+        assert_eq!(rx_b.try_recv().unwrap(), Notice::Attr { ino: 10 });
+        assert_eq!(rx_b.try_recv().unwrap(), Notice::Entry { parent: 1, name: "x".into() });
+        assert!(rx_a.try_recv().is_err(), "the changer is not told of its own change");
+        // b dropped the attributes: a second change tells it nothing until it asks again;
+        // the directory stays watched.
+        w.apply(None, change());
+        assert_eq!(rx_a.try_recv().unwrap(), Notice::Attr { ino: 10 });
+        assert_eq!(rx_a.try_recv().unwrap(), Notice::Entry { parent: 1, name: "x".into() });
+        assert_eq!(rx_b.try_recv().unwrap(), Notice::Entry { parent: 1, name: "x".into() });
+        assert!(rx_b.try_recv().is_err());
+    }
+
+    #[test]
+    fn a_gone_connection_or_inode_is_forgotten() {
+        let w = Watchers::default();
+        let (a, mut rx_a) = w.register();
+        w.apply(Some(a), told(&[10, 11], &[1]));
+        w.apply(None, Effects { gone: vec![10], ..Default::default() });
+        w.apply(None, Effects { changed_attrs: vec![10], ..Default::default() });
+        assert!(rx_a.try_recv().is_err());
+        w.unregister(a);
+        assert!(!w.any());
+        assert!(w.state.lock().unwrap().attrs.is_empty() && w.state.lock().unwrap().dirs.is_empty());
+    }
+}
