@@ -266,3 +266,27 @@ fn stat_on_another_node_sees_changes_at_once() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
+
+/// A mount answers "no such name" itself in a directory it made (it knows all its names);
+/// a name made there by another node must still be found the moment its creation returns.
+#[test]
+fn names_made_elsewhere_in_a_directory_made_here_are_found_at_once() {
+    let inst = instance("listing", 121);
+    let a = inst.mount("a", "127.0.0.125");
+    let b = inst.mount("b", "127.0.0.126");
+    std::fs::create_dir(a.path("out")).unwrap();
+    for i in 0..200 {
+        // Node a looks the name up first (missing: answered from its listing)...
+        assert!(!a.path(&format!("out/f{i}")).exists());
+        std::fs::write(b.path(&format!("out/f{i}")), format!("{i}")).unwrap();
+        // ...and must find it once b's create and close returned.
+        assert_eq!(std::fs::read_to_string(a.path(&format!("out/f{i}"))).unwrap(), format!("{i}"), "round {i}");
+        std::fs::write(a.path(&format!("out/mine{i}")), b"a").unwrap();
+    }
+    let mut names: Vec<String> = std::fs::read_dir(a.path("out")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    assert_eq!(names.len(), 400);
+    // Removed elsewhere: gone here too.
+    std::fs::remove_file(b.path("out/mine7")).unwrap();
+    assert!(!a.path("out/mine7").exists());
+}

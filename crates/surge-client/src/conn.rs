@@ -28,6 +28,8 @@ type Waiters = Arc<Mutex<HashMap<u64, oneshot::Sender<Response>>>>;
 /// Receives a watching client's change notices (see [`crate::Client::watch`]). Called on the
 /// connection's reader task: do little, never block.
 pub trait Watcher: Send + Sync {
+    /// Once this returns, the notice is acknowledged if the server asked (a name changed) and
+    /// the change may be answered: act on it before returning.
     fn notice(&self, notice: Notice);
     /// The connection to server `server` broke: notices from it may have been missed.
     fn lost(&self, server: usize);
@@ -143,7 +145,7 @@ impl Connection {
         let broken = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(write_loop(writer, rx, waiters.clone(), broken.clone(), server.clone()));
-        tokio::spawn(read_loop(reader, waiters.clone(), broken.clone(), server.clone(), watcher));
+        tokio::spawn(read_loop(reader, waiters.clone(), broken.clone(), server.clone(), watcher.map(|w| (w, tx.clone()))));
         Ok(Arc::new(Connection { server, tx, waiters, next_id: AtomicU64::new(2), broken }))
     }
 
@@ -192,11 +194,26 @@ async fn write_loop(mut writer: BufWriter<tokio::net::tcp::OwnedWriteHalf>, mut 
     }
 }
 
-async fn read_loop(mut reader: BufReader<tokio::net::tcp::OwnedReadHalf>, waiters: Waiters, broken: Arc<AtomicBool>, server: String, watcher: Option<WatchedBy>) {
+/// `watcher`: who gets the notices, and the way out for their acknowledgements.
+async fn read_loop(
+    mut reader: BufReader<tokio::net::tcp::OwnedReadHalf>,
+    waiters: Waiters,
+    broken: Arc<AtomicBool>,
+    server: String,
+    watcher: Option<(WatchedBy, mpsc::UnboundedSender<Outgoing>)>,
+) {
     let why = loop {
         match read_frame(&mut reader, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN).await {
             Ok(Some(frame)) if frame.header.kind == FrameKind::Notice => match (&watcher, decode_message::<Notice>(&frame.message)) {
-                (Some((watcher, _)), Ok(notice)) => watcher.notice(notice),
+                (Some(((watcher, _), outgoing)), Ok(notice)) => {
+                    watcher.notice(notice);
+                    let ack = frame.header.request_id;
+                    if ack != 0 {
+                        // Acted on: the change it reports may now be answered.
+                        let head = encode_frame(FrameKind::Request, 0, &Request::NoticeSeen { ack }, 0);
+                        let _ = outgoing.send(Outgoing { head, payload: Bytes::new() });
+                    }
+                }
                 (None, _) => break "a change notice on a connection that did not ask for them".to_string(),
                 (_, Err(e)) => break format!("undecodable notice: {e}"),
             },
@@ -222,7 +239,7 @@ async fn read_loop(mut reader: BufReader<tokio::net::tcp::OwnedReadHalf>, waiter
         }
     };
     broken.store(true, Ordering::Relaxed);
-    if let Some((watcher, index)) = &watcher {
+    if let Some(((watcher, index), _)) = &watcher {
         watcher.lost(*index);
     }
     fail_all(&waiters, &server, &why);

@@ -83,6 +83,8 @@ struct KernelCache {
     directories: Mutex<HashMap<u64, (Attr, Instant)>>,
     /// Kernel invalidations to send, for the thread that sends them (see [`Invalidations`]).
     invalidations: Mutex<Option<std::sync::mpsc::Sender<Invalidation>>>,
+    /// Directories whose every name this mount knows (see `known_missing`).
+    listings: Mutex<HashMap<u64, HashSet<String>>>,
 }
 
 impl KernelCache {
@@ -167,6 +169,42 @@ impl KernelCache {
         self.told_stale.lock().unwrap().remove(&pid);
     }
 
+    /// Whether `parent` is known to have no entry `name`, so a lookup needs no round trip.
+    ///
+    /// A directory this mount made is known in full from birth: the server watches it for
+    /// this mount from the moment it exists, this mount records its own changes to it, and any
+    /// change made through another client (a notice) or a lost connection drops the listing.
+    /// This halves the round trips of a create (the kernel looks every new name up first).
+    fn known_missing(&self, parent: u64, name: &str) -> bool {
+        self.listings.lock().unwrap().get(&parent).is_some_and(|names| !names.contains(name))
+    }
+
+    fn listed_empty(&self, dir: u64) {
+        self.listings.lock().unwrap().insert(dir, HashSet::new());
+    }
+
+    /// Records this mount's own change to `parent/name` in a known listing: `Some(true)` the
+    /// name exists now, `Some(false)` it is gone, `None` the outcome is unknown (a failure).
+    fn named(&self, parent: u64, name: &str, exists: Option<bool>) {
+        let mut listings = self.listings.lock().unwrap();
+        match (listings.get_mut(&parent), exists) {
+            (None, _) => {}
+            (Some(names), Some(true)) => {
+                names.insert(name.to_string());
+            }
+            (Some(names), Some(false)) => {
+                names.remove(name);
+            }
+            (Some(_), None) => {
+                listings.remove(&parent);
+            }
+        }
+    }
+
+    fn unlisted(&self, dir: u64) {
+        self.listings.lock().unwrap().remove(&dir);
+    }
+
     fn invalidate(&self, what: Invalidation) {
         if let Some(tx) = self.invalidations.lock().unwrap().as_ref() {
             let _ = tx.send(what);
@@ -225,7 +263,10 @@ impl surge_client::Watcher for Invalidations {
     fn notice(&self, notice: Notice) {
         match notice {
             Notice::Attr { ino } => self.kernel.attr_changed(ino),
-            Notice::Entry { parent, name } => self.kernel.invalidate(Invalidation::Entry(parent, name)),
+            Notice::Entry { parent, name } => {
+                self.kernel.unlisted(parent);
+                self.kernel.invalidate(Invalidation::Entry(parent, name));
+            }
         }
     }
 
@@ -233,7 +274,9 @@ impl surge_client::Watcher for Invalidations {
     /// the kernel holds in its directories stay until their time runs out; an open through one
     /// that went stale is still caught (see `open`).
     fn lost(&self, server: usize) {
-        let inos: Vec<u64> = self.kernel.reported.lock().unwrap().keys().copied().filter(|&ino| surge_client::surge_proto::ino::home(ino) == server).collect();
+        let homed_there = |ino: &u64| surge_client::surge_proto::ino::home(*ino) == server;
+        self.kernel.listings.lock().unwrap().retain(|dir, _| !homed_there(dir));
+        let inos: Vec<u64> = self.kernel.reported.lock().unwrap().keys().copied().filter(homed_there).collect();
         for ino in inos {
             self.kernel.attr_changed(ino);
         }
@@ -264,6 +307,7 @@ impl SurgeFs {
             told_stale: Default::default(),
             directories: Default::default(),
             invalidations: Default::default(),
+            listings: Default::default(),
         };
         let kernel = Arc::new(kernel);
         client.watch(Arc::new(Invalidations::start(kernel.clone())));
@@ -396,6 +440,12 @@ fn check_stale<T>(result: surge_client::Result<T>, kernel: &KernelCache, pid: u3
     }
 }
 
+/// What a namespace change did to its name, for `KernelCache::named`: `exists` once it
+/// succeeded, unknown after a failure.
+fn outcome<T>(result: &surge_client::Result<T>, exists: bool) -> Option<bool> {
+    result.is_ok().then_some(exists)
+}
+
 /// Answers a request that returns nothing but success or an errno.
 fn answer_empty(reply: ReplyEmpty, result: surge_client::Result<()>) {
     match result {
@@ -449,10 +499,15 @@ impl Filesystem for SurgeFs {
         self.kernel.reported.lock().unwrap().remove(&ino);
         self.kernel.refused.lock().unwrap().remove(&ino);
         self.kernel.forget_directory(ino);
+        self.kernel.unlisted(ino);
     }
 
     fn lookup(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
+        if self.kernel.known_missing(parent, &name) {
+            self.kernel.settled(req.pid());
+            return reply.error(libc::ENOENT);
+        }
         let (client, kernel, files, pid) = (self.client.clone(), self.kernel.clone(), self.files.clone(), req.pid());
         self.spawn(async move {
             let result = client.lookup(parent, &name).await.map(|mut attr| {
@@ -555,6 +610,7 @@ impl Filesystem for SurgeFs {
                 client.getattr(ino).await
             }
             .await;
+            kernel.named(parent, &name, outcome(&result, true));
             answer_entry(reply, result, &kernel)
         });
     }
@@ -563,23 +619,32 @@ impl Filesystem for SurgeFs {
         let name = name_or_reply!(name, reply);
         let (client, kernel) = (self.client.as_user(req.uid(), req.gid()), self.kernel.clone());
         self.spawn(async move {
-            answer_entry(reply, client.mkdir_at(parent, &name, mode & !umask & 0o7777).await, &kernel)
+            let result = client.mkdir_at(parent, &name, mode & !umask & 0o7777).await;
+            if let Ok(attr) = &result {
+                kernel.listed_empty(attr.ino);
+            }
+            kernel.named(parent, &name, outcome(&result, true));
+            answer_entry(reply, result, &kernel)
         });
     }
 
     fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
-        let client = self.client.clone();
+        let (client, kernel) = (self.client.clone(), self.kernel.clone());
         self.spawn(async move {
-            answer_empty(reply, client.unlink_at(parent, &name).await)
+            let result = client.unlink_at(parent, &name).await;
+            kernel.named(parent, &name, outcome(&result, false));
+            answer_empty(reply, result)
         });
     }
 
     fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
-        let client = self.client.clone();
+        let (client, kernel) = (self.client.clone(), self.kernel.clone());
         self.spawn(async move {
-            answer_empty(reply, client.rmdir_at(parent, &name).await)
+            let result = client.rmdir_at(parent, &name).await;
+            kernel.named(parent, &name, outcome(&result, false));
+            answer_empty(reply, result)
         });
     }
 
@@ -588,7 +653,9 @@ impl Filesystem for SurgeFs {
         let target = name_or_reply!(target.as_os_str(), reply);
         let (client, kernel) = (self.client.as_user(req.uid(), req.gid()), self.kernel.clone());
         self.spawn(async move {
-            answer_entry(reply, client.symlink_at(parent, &name, &target).await, &kernel)
+            let result = client.symlink_at(parent, &name, &target).await;
+            kernel.named(parent, &name, outcome(&result, true));
+            answer_entry(reply, result, &kernel)
         });
     }
 
@@ -599,9 +666,12 @@ impl Filesystem for SurgeFs {
         }
         let name = name_or_reply!(name, reply);
         let newname = name_or_reply!(newname, reply);
-        let client = self.client.clone();
+        let (client, kernel) = (self.client.clone(), self.kernel.clone());
         self.spawn(async move {
-            answer_empty(reply, client.rename_at(parent, &name, newparent, &newname, flags & libc::RENAME_NOREPLACE != 0).await)
+            let result = client.rename_at(parent, &name, newparent, &newname, flags & libc::RENAME_NOREPLACE != 0).await;
+            kernel.named(parent, &name, outcome(&result, false));
+            kernel.named(newparent, &newname, outcome(&result, true));
+            answer_empty(reply, result)
         });
     }
 
@@ -779,6 +849,7 @@ impl Filesystem for SurgeFs {
                 Ok::<_, surge_client::Error>((f, attr))
             }
             .await;
+            kernel.named(parent, &name, outcome(&result, true));
             match result {
                 Ok((f, attr)) => {
                     open(f);

@@ -182,10 +182,14 @@ pub enum Request {
     /// about changes through another connection: what a client that caches metadata (the
     /// FUSE mount) needs to drop stale entries at once instead of after a timeout.
     Watch,
+    /// A watcher has acted on the notice whose frame carried request id `ack`. One-way: the
+    /// server sends no reply.
+    NoticeSeen { ack: u64 },
 }
 
 /// A change made through another connection to something this (watching) connection was told
-/// about, sent by the server before it answers the change. Frame kind `Notice`, request id 0.
+/// about, sent by the server before it answers the change. Frame kind `Notice`; a non-zero
+/// request id asks for a `NoticeSeen` quoting it once the notice has been acted on.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum Notice {
     /// The inode's attributes (size, times, mode, owner, links) changed.
@@ -237,6 +241,7 @@ impl Request {
             Request::Shutdown => "shutdown",
             Request::Batch(_) => "batch",
             Request::Watch => "watch",
+            Request::NoticeSeen { .. } => "notice-seen",
         }
     }
 }

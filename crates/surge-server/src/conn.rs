@@ -15,7 +15,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use surge_proto::frame::decode_message;
 use surge_proto::frame_io::{read_frame, write_frame, ReadError};
-use surge_proto::{auth, ErrorCode, FrameKind, Ino, Notice, Reply, Request, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
+use surge_proto::{auth, ErrorCode, FrameKind, Ino, Reply, Request, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
@@ -72,13 +72,20 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) -> 
     }
 
     let writer = Arc::new(AsyncMutex::new(writer));
-    let mut session = Session { shared: shared.clone(), opens: HashMap::new(), watcher: None };
+    let mut session = Session { shared: shared.clone(), opens: HashMap::new(), watcher: None, awaited: Vec::new() };
     let result = session.serve_requests(&mut reader, &writer).await;
     session.release_all();
     if let Some(id) = session.watcher {
         shared.watchers.unregister(id);
     }
     result
+}
+
+/// Waits for every receiver (a sender dropped counts as done).
+async fn all_done(receivers: Vec<tokio::sync::oneshot::Receiver<()>>) {
+    for receiver in receivers {
+        let _ = receiver.await;
+    }
 }
 
 async fn refuse<W: tokio::io::AsyncWrite + Unpin>(writer: &mut W, request_id: u64, code: ErrorCode, detail: &str) {
@@ -101,12 +108,12 @@ async fn answer(writer: &SharedWriter, request_id: u64, reply: &Reply) {
 
 /// Writes a watching connection's notices as they come, several per flush when they queue up.
 /// Ends when the connection is unregistered (its sender dropped) or the socket fails.
-async fn send_notices(mut notices: tokio::sync::mpsc::UnboundedReceiver<Notice>, writer: SharedWriter) {
+async fn send_notices(mut notices: tokio::sync::mpsc::UnboundedReceiver<crate::watch::Outgoing>, writer: SharedWriter) {
     while let Some(first) = notices.recv().await {
         let mut w = writer.lock().await;
         let mut next = Some(first);
-        while let Some(notice) = next {
-            if write_frame(&mut *w, FrameKind::Notice, 0, &notice, &[]).await.is_err() {
+        while let Some((ack, notice)) = next {
+            if write_frame(&mut *w, FrameKind::Notice, ack, &notice, &[]).await.is_err() {
                 return;
             }
             next = notices.try_recv().ok();
@@ -123,6 +130,8 @@ struct Session {
     opens: HashMap<Ino, u32>,
     /// Set once the connection asked to be told of changes (`Watch`).
     watcher: Option<WatcherId>,
+    /// Acknowledgements of the notices the current request caused, awaited before its reply.
+    awaited: Vec<tokio::sync::oneshot::Receiver<()>>,
 }
 
 impl Session {
@@ -179,9 +188,17 @@ impl Session {
                     });
                     continue;
                 }
+                Ok(Request::NoticeSeen { ack }) => {
+                    // One-way: no reply.
+                    self.shared.watchers.seen(ack);
+                    continue;
+                }
                 Ok(request) => self.handle(request, frame.payload),
                 Err(e) => (Reply::Error { code: ErrorCode::Protocol, detail: e.to_string() }, Vec::new()),
             };
+            if !self.awaited.is_empty() {
+                self.await_acknowledgements().await;
+            }
             let mut w = writer.lock().await;
             write_frame(&mut *w, FrameKind::Reply, request_id, &reply, &data).await?;
             if reader.buffer().is_empty() {
@@ -212,6 +229,10 @@ impl Session {
         let shared = self.shared.clone();
         let data = &shared.data;
         let meta = || shared.meta.lock().unwrap();
+        // Changes and registrations are ordered with the step itself (see `Watchers::lock`).
+        // (A batch takes it per request inside.)
+        let watching = self.watcher.is_some() || shared.watchers.any();
+        let mut ledger = (watching && Effects::possible(request)).then(|| shared.watchers.lock());
         let reply = match request {
             Request::Hello { .. } => return Err((ErrorCode::Protocol, "already authenticated".into())),
             Request::Lookup { parent, name } => Reply::Entry(meta().lookup(*parent, name)?),
@@ -328,10 +349,11 @@ impl Session {
                 Reply::Ok
             }
             Request::Batch(requests) => Reply::Batch(requests.iter().map(|r| self.dispatch_batched(r)).collect()),
-            Request::Shutdown | Request::StageCopy(_) | Request::StageSubmit { .. } | Request::Watch => unreachable!("handled by the request loop"),
+            Request::Shutdown | Request::StageCopy(_) | Request::StageSubmit { .. } | Request::Watch | Request::NoticeSeen { .. } => unreachable!("handled by the request loop"),
         };
-        if self.watcher.is_some() || shared.watchers.any() {
-            shared.watchers.apply(self.watcher, Effects::of(request, &reply));
+        if let Some(ledger) = ledger.as_mut() {
+            let awaited = ledger.apply(self.watcher, Effects::of(request, &reply));
+            self.awaited.extend(awaited);
         }
         Ok(reply)
     }
@@ -346,8 +368,18 @@ impl Session {
             | Request::Shutdown
             | Request::StageCopy(_)
             | Request::StageSubmit { .. }
-            | Request::Watch => Reply::Error { code: ErrorCode::Invalid, detail: format!("{} cannot be batched", request.name()) },
+            | Request::Watch
+            | Request::NoticeSeen { .. } => Reply::Error { code: ErrorCode::Invalid, detail: format!("{} cannot be batched", request.name()) },
             other => self.dispatch(other, &[]).unwrap_or_else(|(code, detail)| Reply::Error { code, detail }),
+        }
+    }
+
+    /// Waits until every watcher told of this request's name changes has acknowledged them
+    /// (see `watch`), for at most `ACK_TIMEOUT`; a watcher that went away counts as done.
+    async fn await_acknowledgements(&mut self) {
+        let all = all_done(std::mem::take(&mut self.awaited));
+        if tokio::time::timeout(crate::watch::ACK_TIMEOUT, all).await.is_err() {
+            tracing::warn!("a watching client did not acknowledge a change notice within {:?}", crate::watch::ACK_TIMEOUT);
         }
     }
 

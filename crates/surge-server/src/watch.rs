@@ -5,9 +5,11 @@
 //! hands such a connection an inode's attributes or a name in one of its directories, that the
 //! connection may be holding them. When another connection changes one of them, the watcher
 //! gets a [`Notice`] before the change is answered, so its cache can be kept for long without
-//! going stale: the scheme of NFSv4 delegations or CephFS capabilities, without the recall
-//! handshake (a notice is sent, not acknowledged; a watcher's view lags a change by the time
-//! the notice takes to arrive).
+//! going stale: the scheme of NFSv4 delegations or CephFS capabilities. A notice that a name
+//! changed is acknowledged, and the change is answered only once every watcher acknowledged it
+//! (or after `ACK_TIMEOUT`): a watcher that answers "no such name" from what it knows of a
+//! directory can never miss a name that another client was already told exists. Attribute
+//! notices are not waited for: a watcher's `stat` lags such a change by the notice's flight.
 //!
 //! Bookkeeping is per server and only for what this server homes. A notified connection is
 //! forgotten for that inode's attributes until it asks for them again (its cache dropped
@@ -18,7 +20,14 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use surge_proto::{Ino, Notice, Reply, Request, Unlinked};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
+
+/// How long a change waits for watchers to acknowledge its notices before it is answered
+/// anyway (a watcher that hangs must not hang everybody).
+pub const ACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A notice and the number its acknowledgement must quote (0: none wanted).
+pub type Outgoing = (u64, Notice);
 
 /// A watching connection, as known to this server.
 pub type WatcherId = u64;
@@ -28,12 +37,17 @@ pub struct Watchers {
     next_id: AtomicU64,
     /// Watching connections; nothing is recorded while there are none.
     count: AtomicUsize,
-    state: Mutex<State>,
+    state: Mutex<Ledger>,
 }
 
+/// Who may hold what; locked around a metadata step and its bookkeeping together (see
+/// [`Watchers::lock`]).
 #[derive(Default)]
-struct State {
-    outboxes: HashMap<WatcherId, mpsc::UnboundedSender<Notice>>,
+pub struct Ledger {
+    outboxes: HashMap<WatcherId, mpsc::UnboundedSender<Outgoing>>,
+    /// Acknowledgements awaited, by number: whose, and whom to wake.
+    acks: HashMap<u64, (WatcherId, oneshot::Sender<()>)>,
+    next_ack: u64,
     /// Connections that may hold an inode's attributes.
     attrs: HashMap<Ino, Vec<WatcherId>>,
     /// Connections that may hold names in a directory.
@@ -52,6 +66,30 @@ pub struct Effects {
 }
 
 impl Effects {
+    /// Whether `request` can tell or change anything watched (data and staging cannot).
+    pub fn possible(request: &Request) -> bool {
+        matches!(
+            request,
+            Request::Lookup { .. }
+                | Request::GetAttr { .. }
+                | Request::Open { .. }
+                | Request::MakeDirInode { .. }
+                | Request::SetAttr { .. }
+                | Request::Create { .. }
+                | Request::Symlink { .. }
+                | Request::InsertEntry { .. }
+                | Request::Unlink { .. }
+                | Request::Rmdir { .. }
+                | Request::RemoveEntry { .. }
+                | Request::RenameFinish { .. }
+                | Request::Rename { .. }
+                | Request::DropLink { .. }
+                | Request::SetParent { .. }
+                | Request::Commit { .. }
+                | Request::Readdir { .. }
+        )
+    }
+
     /// What `request`, answered with `reply` (not an error), told and changed.
     pub fn of(request: &Request, reply: &Reply) -> Effects {
         let mut fx = Effects::default();
@@ -63,7 +101,11 @@ impl Effects {
                 }
             }
             (Request::GetAttr { ino } | Request::Open { ino }, _) => fx.told_attrs.push(*ino),
-            (Request::MakeDirInode { .. }, Reply::Attr(attr)) => fx.told_attrs.push(attr.ino),
+            (Request::MakeDirInode { .. }, Reply::Attr(attr)) => {
+                // Watched from birth: a client that made a directory may know all its names.
+                fx.told_attrs.push(attr.ino);
+                fx.told_dirs.push(attr.ino);
+            }
             (Request::SetAttr { ino, .. }, _) => {
                 fx.changed_attrs.push(*ino);
                 fx.told_attrs.push(*ino);
@@ -141,7 +183,7 @@ fn add(set: &mut Vec<WatcherId>, id: WatcherId) {
 
 impl Watchers {
     /// A new watching connection and the notices for it.
-    pub fn register(&self) -> (WatcherId, mpsc::UnboundedReceiver<Notice>) {
+    pub fn register(&self) -> (WatcherId, mpsc::UnboundedReceiver<Outgoing>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
         self.state.lock().unwrap().outboxes.insert(id, tx);
@@ -152,10 +194,12 @@ impl Watchers {
     /// The connection is gone.
     pub fn unregister(&self, id: WatcherId) {
         let mut st = self.state.lock().unwrap();
-        let State { outboxes, attrs, dirs } = &mut *st;
+        let Ledger { outboxes, attrs, dirs, acks, .. } = &mut *st;
         if outboxes.remove(&id).is_some() {
             self.count.fetch_sub(1, Ordering::Relaxed);
         }
+        // Whoever waits for this connection's acknowledgements stops waiting.
+        acks.retain(|_, (w, _)| *w != id);
         for sets in [attrs, dirs] {
             sets.retain(|_, set| {
                 set.retain(|&w| w != id);
@@ -164,20 +208,45 @@ impl Watchers {
         }
     }
 
+    /// A watcher acknowledged notice `ack`.
+    pub fn seen(&self, ack: u64) {
+        if let Some((_, wake)) = self.state.lock().unwrap().acks.remove(&ack) {
+            let _ = wake.send(());
+        }
+    }
+
     /// Whether anything needs recording at all (no watcher: plain clients pay nothing).
     pub fn any(&self) -> bool {
         self.count.load(Ordering::Relaxed) > 0
     }
 
+    /// The ledger, to hold while a metadata step runs and until its effects are applied: then
+    /// no change can slip between what a watcher is told and its registration (it would never
+    /// hear of that change).
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        self.state.lock().unwrap()
+    }
+}
+
+impl Ledger {
     /// Records what `by` (None: a connection that does not watch) was told and notifies the
-    /// other watchers of what it changed.
-    pub fn apply(&self, by: Option<WatcherId>, effects: Effects) {
-        let mut st = self.state.lock().unwrap();
-        let State { outboxes, attrs, dirs } = &mut *st;
-        let send = |to: WatcherId, notice: Notice| {
-            if let Some(outbox) = outboxes.get(&to) {
-                let _ = outbox.send(notice);
-            }
+    /// other watchers of what it changed. Returns the acknowledgements to wait for before the
+    /// change is answered.
+    pub fn apply(&mut self, by: Option<WatcherId>, effects: Effects) -> Vec<oneshot::Receiver<()>> {
+        let Ledger { outboxes, attrs, dirs, acks, next_ack } = self;
+        let mut awaited = Vec::new();
+        let mut send = |to: WatcherId, notice: Notice| {
+            let Some(outbox) = outboxes.get(&to) else { return };
+            let ack = if matches!(notice, Notice::Entry { .. }) {
+                *next_ack += 1;
+                let (wake, woken) = oneshot::channel();
+                acks.insert(*next_ack, (to, wake));
+                awaited.push(woken);
+                *next_ack
+            } else {
+                0
+            };
+            let _ = outbox.send((ack, notice));
         };
         for ino in effects.changed_attrs {
             if let Some(set) = attrs.get_mut(&ino) {
@@ -210,6 +279,7 @@ impl Watchers {
                 add(dirs.entry(ino).or_default(), id);
             }
         }
+        awaited
     }
 }
 
@@ -226,29 +296,47 @@ mod tests {
         let w = Watchers::default();
         let (a, mut rx_a) = w.register();
         let (b, mut rx_b) = w.register();
-        w.apply(Some(a), told(&[10], &[1]));
-        w.apply(Some(b), told(&[10], &[1]));
+        w.lock().apply(Some(a), told(&[10], &[1]));
+        w.lock().apply(Some(b), told(&[10], &[1]));
         let change = || Effects { changed_attrs: vec![10], changed_entries: vec![(1, "x".into())], ..Default::default() };
-        w.apply(Some(a), change());
-        assert_eq!(rx_b.try_recv().unwrap(), Notice::Attr { ino: 10 });
-        assert_eq!(rx_b.try_recv().unwrap(), Notice::Entry { parent: 1, name: "x".into() });
+        w.lock().apply(Some(a), change());
+        assert_eq!(rx_b.try_recv().unwrap(), (0, Notice::Attr { ino: 10 }));
+        assert_eq!(rx_b.try_recv().unwrap().1, Notice::Entry { parent: 1, name: "x".into() });
         assert!(rx_a.try_recv().is_err(), "the changer is not told of its own change");
         // b dropped the attributes: a second change tells it nothing until it asks again;
         // the directory stays watched.
-        w.apply(None, change());
-        assert_eq!(rx_a.try_recv().unwrap(), Notice::Attr { ino: 10 });
-        assert_eq!(rx_a.try_recv().unwrap(), Notice::Entry { parent: 1, name: "x".into() });
-        assert_eq!(rx_b.try_recv().unwrap(), Notice::Entry { parent: 1, name: "x".into() });
+        w.lock().apply(None, change());
+        assert_eq!(rx_a.try_recv().unwrap(), (0, Notice::Attr { ino: 10 }));
+        assert_eq!(rx_a.try_recv().unwrap().1, Notice::Entry { parent: 1, name: "x".into() });
+        assert_eq!(rx_b.try_recv().unwrap().1, Notice::Entry { parent: 1, name: "x".into() });
         assert!(rx_b.try_recv().is_err());
+    }
+
+    #[test]
+    fn a_name_change_waits_for_acknowledgements_until_seen_or_the_watcher_leaves() {
+        let w = Watchers::default();
+        let (a, mut rx_a) = w.register();
+        let (b, _rx_b) = w.register();
+        w.lock().apply(Some(a), told(&[], &[1]));
+        w.lock().apply(Some(b), told(&[], &[1]));
+        let name = || Effects { changed_entries: vec![(1, "x".into())], ..Default::default() };
+        let mut awaited = w.lock().apply(None, name());
+        assert_eq!(awaited.len(), 2);
+        let (ack, _) = rx_a.try_recv().unwrap();
+        assert!(awaited[0].try_recv().is_err(), "not acknowledged yet");
+        w.seen(ack);
+        assert_eq!(awaited[0].try_recv(), Ok(()));
+        w.unregister(b);
+        assert!(matches!(awaited[1].try_recv(), Err(oneshot::error::TryRecvError::Closed)));
     }
 
     #[test]
     fn a_gone_connection_or_inode_is_forgotten() {
         let w = Watchers::default();
         let (a, mut rx_a) = w.register();
-        w.apply(Some(a), told(&[10, 11], &[1]));
-        w.apply(None, Effects { gone: vec![10], ..Default::default() });
-        w.apply(None, Effects { changed_attrs: vec![10], ..Default::default() });
+        w.lock().apply(Some(a), told(&[10, 11], &[1]));
+        w.lock().apply(None, Effects { gone: vec![10], ..Default::default() });
+        w.lock().apply(None, Effects { changed_attrs: vec![10], ..Default::default() });
         assert!(rx_a.try_recv().is_err());
         w.unregister(a);
         assert!(!w.any());
