@@ -3,10 +3,11 @@
 //! The kernel splits a sequential read into readahead requests of up to `max_pages` that are
 //! sent concurrently and reach the daemon in any order, so "the next read starts where the last
 //! one ended" does not hold even for `cat`. Instead, once a handle is seen streaming (a read at
-//! offset 0, at the end of a recent read, or inside a chunk already cached), whole chunks are
-//! fetched and shared by every request that falls into them, and the chunks after the newest
-//! request are fetched before they are asked for. Other reads (random 4 KiB) go straight to the
-//! servers for just the bytes asked: fetching a whole chunk for them would multiply traffic.
+//! offset 0 or at the end of a recent read), whole chunks are fetched and shared by every
+//! request that falls into them, and the chunks after the newest request are fetched before
+//! they are asked for. Other reads use chunks already cached, else (random 4 KiB) go straight
+//! to the servers for just the bytes asked: fetching whole chunks for them would multiply
+//! traffic (a tenfold slowdown of random reads when a hit counted as streaming).
 //!
 //! Memory is bounded per handle (the chunks around the newest request) and for the whole mount
 //! (`Budget`): over budget, nothing more is fetched ahead. A write through any handle of the
@@ -92,12 +93,15 @@ impl ChunkCache {
         let (first, last) = (offset / self.chunk, (offset + len - 1) / self.chunk);
         let cells = {
             let mut st = self.state.lock().unwrap();
-            let streaming = offset == 0 || st.ends.contains(&offset) || st.cells.contains_key(&first);
+            let streaming = offset == 0 || st.ends.contains(&offset);
             let slot = st.next_end;
             st.ends[slot] = offset + len;
             st.next_end = (slot + 1) % RECENT;
             if !streaming {
-                None
+                // Served from chunks already there (a readahead request that overtook the one
+                // before it), but fetches nothing more: a random reader that happens to land
+                // in a cached chunk must not set off a stream of whole chunks.
+                (first..=last).map(|c| st.cells.get(&c).cloned()).collect::<Option<Vec<Cell>>>()
             } else {
                 // Keep the chunk before the request (an earlier request may still want it)
                 // up to the horizon; forget the rest.
