@@ -227,3 +227,42 @@ fn eight_servers_start_and_stop() {
         assert!(unsafe { libc::kill(pid as i32, 0) } != 0, "server {pid} still running after down");
     }
 }
+
+/// A server that stops answering (SIGSTOP: connected, silent) must not hang a reader: both the
+/// awaited read and the callback read (the FUSE mount's path for small reads) fail with
+/// TimedOut after the client's timeout, and work again once the server continues.
+#[test]
+fn a_silent_server_times_reads_out_on_both_paths() {
+    let inst = four_servers("silent", 71, "1G");
+    let desc = surge_client::InstanceDescriptor::load_from(&inst.home.join("instances").join("silent.json")).unwrap();
+    let opts = surge_client::ClientOptions { node: Some("127.0.0.81".parse().unwrap()), timeout: Duration::from_secs(1), ..Default::default() };
+    let c = surge_client::Client::new(&desc, opts).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let f = rt.block_on(async {
+        let f = c.create("/f", 0o644).await.unwrap();
+        f.pwrite(0, &pattern(3, 4 << 20)).await.unwrap();
+        f.flush().await.unwrap();
+        f
+    });
+    // Chunk 0 lives on some server; stop that one.
+    let server = c.layout().pieces(f.ino(), 0, 1).next().unwrap().server;
+    let pid = inst.descriptor()["servers"][server]["pid"].as_u64().unwrap() as i32;
+    let read_back = |f: &surge_client::File| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sent = f.read_then(0, 4096, move |r| tx.send(r.map(|d| d.len())).unwrap());
+        assert!(sent.is_ok(), "the connection is open: the read goes out from this thread");
+        rx
+    };
+    // The callback path works while the server answers (the awaited path has a test of its own).
+    assert_eq!(read_back(&f).recv_timeout(Duration::from_secs(5)).unwrap().unwrap(), 4096);
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let started = Instant::now();
+    let err = read_back(&f).recv_timeout(Duration::from_secs(5)).expect("the callback ran").unwrap_err();
+    assert_eq!(err.code, surge_client::surge_proto::ErrorCode::TimedOut, "{err}");
+    let err = rt.block_on(f.pread(0, 4096)).unwrap_err();
+    assert_eq!(err.code, surge_client::surge_proto::ErrorCode::TimedOut, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5), "timed out late: {:?}", started.elapsed());
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert_eq!(rt.block_on(f.pread(0, 4096)).unwrap(), pattern(3, 4 << 20)[..4096]);
+    rt.block_on(f.close()).unwrap();
+}

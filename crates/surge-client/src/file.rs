@@ -164,6 +164,45 @@ impl File {
             && self.behind.try_lock().is_ok_and(|behind| behind.queue.is_empty())
     }
 
+    /// Reads up to `len` bytes at `offset` like [`File::pread`], handing the outcome to `then`
+    /// on the connection's reader task — when that can be done without waiting: the range
+    /// lies in one chunk, no write of this handle is in flight, no read-ahead is set, and the
+    /// connection to the chunk's server is open. Otherwise `then` comes back unused (call
+    /// `pread`). For a caller on a thread of its own (the FUSE session thread), this costs the
+    /// runtime no task and no wake-up until the reply arrives.
+    pub fn read_then<F>(&self, offset: u64, len: usize, then: F) -> std::result::Result<(), F>
+    where
+        F: FnOnce(Result<Vec<u8>>) + Send + 'static,
+    {
+        let size = self.size();
+        if offset >= size || len == 0 {
+            then(Ok(Vec::new()));
+            return Ok(());
+        }
+        let len = (len as u64).min(size - offset);
+        let writes_settled = self.deferred_error.lock().unwrap().is_none() && self.behind.try_lock().is_ok_and(|b| b.queue.is_empty());
+        let no_read_ahead = self.ahead.try_lock().is_ok_and(|a| a.window == 0);
+        let mut pieces = self.client.layout().pieces(self.ino, offset, len);
+        let (Some(piece), None) = (pieces.next(), pieces.next()) else { return Err(then) };
+        if !(writes_settled && no_read_ahead) {
+            return Err(then);
+        }
+        let Some(conn) = self.client.connection_now(piece.server) else { return Err(then) };
+        let request = Request::Read { ino: self.ino, offset, len: len as u32 };
+        conn.send_then(
+            &request,
+            self.client.timeout(),
+            Box::new(move |response| {
+                then(response.map(|(_, mut bytes)| {
+                    // A hole's tail reads as zeros, as in `read_now`.
+                    bytes.resize(len as usize, 0);
+                    bytes
+                }))
+            }),
+        );
+        Ok(())
+    }
+
     /// Reads up to `len` bytes at `offset`, stopping at the file's size; holes read as zeros.
     pub async fn pread(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
         let size = self.size();

@@ -209,6 +209,13 @@ impl Client {
         Ok(conn)
     }
 
+    /// The live connection to `server`, if there is one and nobody is opening it right now:
+    /// for senders that cannot wait (see [`File::read_then`]).
+    pub(crate) fn connection_now(&self, server: usize) -> Option<Arc<Connection>> {
+        let guard = self.inner.servers.get(server)?.conn.try_lock().ok()?;
+        guard.as_ref().filter(|conn| !conn.is_broken()).cloned()
+    }
+
     pub(crate) async fn send(&self, server: usize, request: &Request, payload: Bytes) -> Result<Pending> {
         self.connection(server).await?.send(request, payload)
     }

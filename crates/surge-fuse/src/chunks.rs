@@ -39,7 +39,7 @@ impl Budget {
 }
 
 /// A fetched chunk; gives its bytes back to the budget when the last request using it is done.
-struct Chunk {
+pub struct Chunk {
     data: Bytes,
     budget: Arc<Budget>,
 }
@@ -52,6 +52,16 @@ impl Drop for Chunk {
 
 /// A chunk being fetched or fetched: concurrent requests for it wait for one fetch.
 type Cell = Arc<OnceCell<surge_client::Result<Arc<Chunk>>>>;
+
+/// How a read request is served.
+pub enum Route {
+    /// At or past the end of the file.
+    Empty,
+    /// Straight from the servers: just the `len` bytes asked (clamped to the file's size).
+    Servers { len: u64 },
+    /// From whole chunks, fetched or being fetched.
+    Chunks { cells: Vec<Cell>, len: u64 },
+}
 
 /// How many recent request ends are remembered to recognise a stream.
 const RECENT: usize = 8;
@@ -85,9 +95,16 @@ impl ChunkCache {
     /// Reads up to `len` bytes at `offset` through `file`, stopping at its size. A request
     /// within one chunk is a slice of it, not a copy.
     pub async fn read(&self, file: &Arc<File>, offset: u64, len: u64) -> surge_client::Result<Bytes> {
+        let route = self.route(file, offset, len);
+        self.read_routed(file, route, offset).await
+    }
+
+    /// Decides how a request is served (and records it: call once per request), starting the
+    /// fetches a stream needs.
+    pub fn route(&self, file: &Arc<File>, offset: u64, len: u64) -> Route {
         let size = file.size();
         if offset >= size || len == 0 {
-            return Ok(Bytes::new());
+            return Route::Empty;
         }
         let len = len.min(size - offset);
         let (first, last) = (offset / self.chunk, (offset + len - 1) / self.chunk);
@@ -123,9 +140,20 @@ impl ChunkCache {
                 Some(wanted)
             }
         };
-        let Some(cells) = cells else {
-            return file.pread(offset, len as usize).await.map(Bytes::from);
+        match cells {
+            Some(cells) => Route::Chunks { cells, len },
+            None => Route::Servers { len },
+        }
+    }
+
+    /// Serves a request as `route` (from [`ChunkCache::route`]) says.
+    pub async fn read_routed(&self, file: &Arc<File>, route: Route, offset: u64) -> surge_client::Result<Bytes> {
+        let (cells, len) = match route {
+            Route::Empty => return Ok(Bytes::new()),
+            Route::Servers { len } => return file.pread(offset, len as usize).await.map(Bytes::from),
+            Route::Chunks { cells, len } => (cells, len),
         };
+        let (first, last) = (offset / self.chunk, (offset + len - 1) / self.chunk);
         let mut out = Vec::new();
         for (c, cell) in (first..=last).zip(cells) {
             let chunk = match cell.get_or_init(|| fetch(file.clone(), self.budget.clone(), c * self.chunk, self.chunk)).await {

@@ -61,6 +61,8 @@ fn main() -> anyhow::Result<()> {
             }
         });
     }
+    // Requests are routed on the session thread, and a stream's chunk fetches start there.
+    let _in_runtime = runtime.enter();
     session.run().with_context(|| format!("serve {}", args.mountpoint.display()))?;
     Ok(())
 }
