@@ -156,6 +156,55 @@ impl File {
         Ok(len)
     }
 
+    /// [`File::pwrite_bytes`] for a write-behind handle, when it can be done without waiting:
+    /// the range lies in one chunk, the window has room once the writes already acknowledged
+    /// are let go, nothing failed yet, and the connection to the chunk's server is open. The
+    /// write is then sent from the calling thread and counted as written (its acknowledgement
+    /// is collected later, like any write-behind). Otherwise `data` comes back (call
+    /// `pwrite_bytes`).
+    pub fn write_behind_now(&self, offset: u64, data: Bytes) -> std::result::Result<usize, Bytes> {
+        let len = data.len();
+        let no_read_ahead = self.ahead.try_lock().is_ok_and(|a| a.window == 0);
+        let Ok(mut behind) = self.behind.try_lock() else { return Err(data) };
+        if len == 0 || behind.window == 0 || !no_read_ahead || self.deferred_error.lock().unwrap().is_some() {
+            return Err(data);
+        }
+        // Let go of the writes already acknowledged; a failure among them is reported by the
+        // next write on the ordinary path.
+        while let Some((piece_len, pending)) = behind.queue.front_mut() {
+            let piece_len = *piece_len;
+            match pending.try_take() {
+                None => break,
+                Some(outcome) => {
+                    behind.queue.pop_front();
+                    behind.queued_bytes -= piece_len;
+                    if let Err(e) = outcome {
+                        self.deferred_error.lock().unwrap().get_or_insert(e);
+                        return Err(data);
+                    }
+                }
+            }
+        }
+        if behind.queued_bytes + len as u64 > behind.window {
+            return Err(data);
+        }
+        let mut pieces = self.client.layout().pieces(self.ino, offset, len as u64);
+        let (Some(piece), None) = (pieces.next(), pieces.next()) else { return Err(data) };
+        let Some(conn) = self.client.connection_now(piece.server) else { return Err(data) };
+        match conn.send(&Request::Write { ino: self.ino, offset }, data.clone()) {
+            Ok(pending) => {
+                behind.queue.push_back((len as u64, pending));
+                behind.queued_bytes += len as u64;
+            }
+            Err(_) => return Err(data),
+        }
+        let end = offset + len as u64;
+        self.written_end.fetch_max(end, Ordering::Relaxed);
+        self.size.fetch_max(end, Ordering::Relaxed);
+        self.dirty.store(true, Ordering::Relaxed);
+        Ok(len)
+    }
+
     /// True when [`File::flush`] would have nothing to do: no write in flight or unpublished,
     /// no failure to report. Lets a caller on a latency-critical path skip it.
     pub fn is_clean(&self) -> bool {

@@ -762,6 +762,12 @@ impl Filesystem for SurgeFs {
         for other in &siblings {
             other.chunks.clear();
         }
+        // A write that fits the write-behind window goes out from this thread and is answered
+        // at once (no task, no runtime wake-up); others wait for room on the runtime.
+        let data = match f.file.write_behind_now(offset as u64, data) {
+            Ok(n) => return reply.written(n as u32),
+            Err(data) => data,
+        };
         self.spawn(async move {
             match f.file.pwrite_bytes(offset as u64, data).await {
                 Ok(n) => reply.written(n as u32),
