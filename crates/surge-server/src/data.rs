@@ -31,6 +31,19 @@ struct LocalFile {
     len: AtomicU64,
 }
 
+/// The bytes a read will send, still in a local file (see [`DataStore::read_source`]).
+pub struct ReadSource {
+    local: Arc<LocalFile>,
+    pub offset: u64,
+    pub len: usize,
+}
+
+impl ReadSource {
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.local.file)
+    }
+}
+
 pub struct DataStore {
     dir: PathBuf,
     capacity: u64,
@@ -160,6 +173,14 @@ impl DataStore {
 
     /// Reads up to `len` bytes; a short result means this server holds nothing further there
     /// (the client fills holes below the file's size with zeros).
+    /// Where the bytes of a read are, for sending them to the socket straight from the page
+    /// cache (`sendfile`): the local file and how many bytes it has at `offset` (up to `len`).
+    pub fn read_source(&self, ino: Ino, offset: u64, len: u32) -> MetaResult<Option<ReadSource>> {
+        let Some(local) = self.local_file(ino, false)? else { return Ok(None) };
+        let available = local.len.load(Ordering::Relaxed).saturating_sub(offset).min(len as u64) as usize;
+        Ok(Some(ReadSource { local, offset, len: available }))
+    }
+
     pub fn read(&self, ino: Ino, offset: u64, len: u32) -> MetaResult<Vec<u8>> {
         let Some(local) = self.local_file(ino, false)? else {
             return Ok(Vec::new());
