@@ -211,7 +211,7 @@ fn fail_all(waiters: &Waiters, server: &str, why: &str) {
 
 impl Connection {
     /// Connects (from `source` when given, so a test "node" has its own address), answers the
-    /// server's challenge and starts the reader and writer tasks.
+    /// server's challenge and starts the reader, flusher and sweeper tasks.
     /// With `watcher`, the connection asks the server for change notices (before it returns,
     /// so nothing it is told later can change unnoticed) and hands them to the watcher.
     pub async fn open(addr: SocketAddr, source: Option<IpAddr>, secret: &Secret, session: u64, timeout: Duration, watcher: Option<WatchedBy>) -> Result<Arc<Connection>> {
