@@ -4,7 +4,8 @@
 //! chunk I/O goes to node-local SSD or RAM), and replies are buffered and flushed only when no
 //! further request is already waiting, so a client that pipelines gets batched replies.
 //! The two slow requests, a stage copy order (PFS I/O) and a stage submission (planning),
-//! run in tasks of their own and answer when done, out of order; clients match replies to
+//! run in tasks of their own and answer when done, out of order; so does a change whose
+//! notices watchers must acknowledge first (see [`crate::watch`]). Clients match replies to
 //! requests by id.
 
 use std::collections::HashMap;
@@ -122,10 +123,16 @@ async fn send_from_file(w: &mut BufWriter<OwnedWriteHalf>, request_id: u64, sour
     Ok(())
 }
 
-/// Waits for every receiver (a sender dropped counts as done).
-async fn all_done(receivers: Vec<tokio::sync::oneshot::Receiver<()>>) {
-    for receiver in receivers {
-        let _ = receiver.await;
+/// Waits until every watcher told of a request's name changes has acknowledged them (see
+/// `watch`), for at most `ACK_TIMEOUT`; a watcher that went away counts as done.
+async fn await_acknowledgements(awaited: Vec<tokio::sync::oneshot::Receiver<()>>) {
+    let all = async {
+        for receiver in awaited {
+            let _ = receiver.await;
+        }
+    };
+    if tokio::time::timeout(crate::watch::ACK_TIMEOUT, all).await.is_err() {
+        tracing::warn!("a watching client did not acknowledge a change notice within {:?}", crate::watch::ACK_TIMEOUT);
     }
 }
 
@@ -248,7 +255,16 @@ impl Session {
                 Err(e) => (Reply::Error { code: ErrorCode::Protocol, detail: e.to_string() }, Vec::new()),
             };
             if !self.awaited.is_empty() {
-                self.await_acknowledgements().await;
+                // Answered once the watchers acknowledged, by a task of its own: this loop
+                // must go on reading, since the acknowledgement this connection owes another
+                // change may be next in line (two nodes creating in one directory would
+                // otherwise each wait for the other until the timeout).
+                let (awaited, writer) = (std::mem::take(&mut self.awaited), writer.clone());
+                tokio::spawn(async move {
+                    await_acknowledgements(awaited).await;
+                    answer(&writer, request_id, &reply).await;
+                });
+                continue;
             }
             let mut w = writer.lock().await;
             write_frame(&mut *w, FrameKind::Reply, request_id, &reply, &data).await?;
@@ -422,15 +438,6 @@ impl Session {
             | Request::Watch
             | Request::NoticeSeen { .. } => Reply::Error { code: ErrorCode::Invalid, detail: format!("{} cannot be batched", request.name()) },
             other => self.dispatch(other, &[]).unwrap_or_else(|(code, detail)| Reply::Error { code, detail }),
-        }
-    }
-
-    /// Waits until every watcher told of this request's name changes has acknowledged them
-    /// (see `watch`), for at most `ACK_TIMEOUT`; a watcher that went away counts as done.
-    async fn await_acknowledgements(&mut self) {
-        let all = all_done(std::mem::take(&mut self.awaited));
-        if tokio::time::timeout(crate::watch::ACK_TIMEOUT, all).await.is_err() {
-            tracing::warn!("a watching client did not acknowledge a change notice within {:?}", crate::watch::ACK_TIMEOUT);
         }
     }
 
