@@ -8,7 +8,9 @@
 //!   tokio runtime, so many requests are in flight at once (FUSE replies may be sent from any
 //!   thread, in any order). A plain read (random 4 KiB, nothing cached) is sent to its server
 //!   by the session thread itself and answered by the connection's reader
-//!   ([`surge_client::File::read_then`]): no task and one thread wake-up fewer per request.
+//!   ([`surge_client::File::read_then`]), and a write that fits the write-behind window is
+//!   sent from there and answered at once ([`surge_client::File::write_behind_now`]): no task
+//!   and one thread wake-up fewer per request.
 //! * **Large I/O**: 1 MiB writes (`max_write`, the kernel's ceiling) with write-behind; async
 //!   reads served from a per-handle cache of whole chunks for streaming readers ([`chunks`]),
 //!   and a raised kernel read-ahead (set by `main`).
