@@ -68,7 +68,39 @@ struct OpenFile {
     chunks: ChunkCache,
 }
 
-type Files = Arc<Mutex<HashMap<u64, Arc<OpenFile>>>>;
+/// The open handles, by handle and by inode: every read and write asks for the other handles
+/// of its file, which must not cost a walk over thousands of open files.
+#[derive(Default)]
+struct OpenFiles {
+    by_handle: HashMap<u64, Arc<OpenFile>>,
+    by_ino: HashMap<u64, Vec<u64>>,
+}
+
+impl OpenFiles {
+    fn insert(&mut self, fh: u64, open: Arc<OpenFile>) {
+        self.by_ino.entry(open.file.ino()).or_default().push(fh);
+        self.by_handle.insert(fh, open);
+    }
+
+    fn remove(&mut self, fh: u64) -> Option<Arc<OpenFile>> {
+        let open = self.by_handle.remove(&fh)?;
+        let ino = open.file.ino();
+        if let Some(handles) = self.by_ino.get_mut(&ino) {
+            handles.retain(|&h| h != fh);
+            if handles.is_empty() {
+                self.by_ino.remove(&ino);
+            }
+        }
+        Some(open)
+    }
+
+    /// Every handle of `ino` but `fh` (0: all of them).
+    fn of_ino(&self, ino: u64, fh: u64) -> impl Iterator<Item = &Arc<OpenFile>> {
+        self.by_ino.get(&ino).into_iter().flatten().filter(move |&&h| h != fh).filter_map(|h| self.by_handle.get(h))
+    }
+}
+
+type Files = Arc<Mutex<OpenFiles>>;
 
 /// What the kernel may have cached (attributes and entries, for `ttl`), and how to take it
 /// back when an open finds it out of date.
@@ -336,7 +368,7 @@ impl SurgeFs {
     }
 
     fn file(&self, fh: u64) -> Option<Arc<OpenFile>> {
-        self.files.lock().unwrap().get(&fh).cloned()
+        self.files.lock().unwrap().by_handle.get(&fh).cloned()
     }
 
     /// A handle number for a file being opened, and what registers the file under it.
@@ -427,12 +459,12 @@ fn name_of(name: &OsStr) -> Result<String, i32> {
 
 /// See [`SurgeFs::local_size`]; callable from tasks that hold only the handle table.
 fn local_size(files: &Files, ino: u64) -> u64 {
-    files.lock().unwrap().values().filter(|f| f.file.ino() == ino).map(|f| f.file.size()).max().unwrap_or(0)
+    files.lock().unwrap().of_ino(ino, 0).map(|f| f.file.size()).max().unwrap_or(0)
 }
 
 /// See [`SurgeFs::siblings`] (`fh` 0: every handle of `ino`).
 fn siblings(files: &Files, fh: u64, ino: u64) -> Vec<Arc<OpenFile>> {
-    files.lock().unwrap().iter().filter(|(h, f)| **h != fh && f.file.ino() == ino).map(|(_, f)| f.clone()).collect()
+    files.lock().unwrap().of_ino(ino, fh).cloned().collect()
 }
 
 /// `result` for an inode the kernel names, where NotFound means the servers no longer have
@@ -793,7 +825,7 @@ impl Filesystem for SurgeFs {
     }
 
     fn release(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _flags: i32, _lock: Option<u64>, _flush: bool, reply: ReplyEmpty) {
-        let Some(f) = self.files.lock().unwrap().remove(&fh) else { return reply.error(libc::EBADF) };
+        let Some(f) = self.files.lock().unwrap().remove(fh) else { return reply.error(libc::EBADF) };
         self.spawn(async move {
             answer_empty(reply, f.file.release().await)
         });
