@@ -317,3 +317,26 @@ fn two_nodes_creating_in_one_directory_do_not_wait_on_each_other() {
     // until the acknowledgement timeout costs 2 s.
     assert!(elapsed < std::time::Duration::from_secs(6), "600 creates took {elapsed:?}");
 }
+
+/// A directory this mount did not make gets its listing fetched once names keep turning out
+/// missing there; names made elsewhere afterwards must still be found at once, and names this
+/// mount made while the listing was on its way must not be lost.
+#[test]
+fn a_fetched_listing_still_finds_names_made_elsewhere() {
+    let inst = instance("fetched", 141);
+    let a = inst.mount("a", "127.0.0.145");
+    let b = inst.mount("b", "127.0.0.146");
+    std::fs::create_dir(b.path("theirs")).unwrap();
+    for i in 0..300 {
+        // Node a creates here (each create is first a lookup that finds nothing)...
+        std::fs::write(a.path(&format!("theirs/a{i}")), b"a").unwrap();
+        assert!(a.path(&format!("theirs/a{i}")).exists(), "round {i}: own file lost");
+        if i % 10 == 0 {
+            // ...and every so often node b adds a name, which a must find at once.
+            std::fs::write(b.path(&format!("theirs/b{i}")), b"b").unwrap();
+            assert_eq!(std::fs::read(a.path(&format!("theirs/b{i}"))).unwrap(), b"b", "round {i}");
+        }
+        assert!(!a.path(&format!("theirs/none{i}")).exists());
+    }
+    assert_eq!(std::fs::read_dir(a.path("theirs")).unwrap().count(), 330);
+}

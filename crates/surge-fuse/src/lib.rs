@@ -30,6 +30,7 @@
 //!   remembers: without that it asks `getxattr(security.capability)` before every write.
 
 mod chunks;
+mod listings;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
@@ -47,6 +48,7 @@ use surge_client::{Client, File};
 use tokio::runtime::Handle;
 
 use chunks::{Budget, ChunkCache, Route};
+use listings::Listings;
 
 /// The kernel's largest write request.
 const MAX_WRITE: u32 = 1 << 20;
@@ -119,8 +121,8 @@ struct KernelCache {
     directories: Mutex<HashMap<u64, (Attr, Instant)>>,
     /// Kernel invalidations to send, for the thread that sends them (see [`Invalidations`]).
     invalidations: Mutex<Option<std::sync::mpsc::Sender<Invalidation>>>,
-    /// Directories whose every name this mount knows (see `known_missing`).
-    listings: Mutex<HashMap<u64, HashSet<String>>>,
+    /// Directories whose every name this mount knows ([`listings`]).
+    listings: Listings,
 }
 
 impl KernelCache {
@@ -205,42 +207,6 @@ impl KernelCache {
         self.told_stale.lock().unwrap().remove(&pid);
     }
 
-    /// Whether `parent` is known to have no entry `name`, so a lookup needs no round trip.
-    ///
-    /// A directory this mount made is known in full from birth: the server watches it for
-    /// this mount from the moment it exists, this mount records its own changes to it, and any
-    /// change made through another client (a notice) or a lost connection drops the listing.
-    /// This halves the round trips of a create (the kernel looks every new name up first).
-    fn known_missing(&self, parent: u64, name: &str) -> bool {
-        self.listings.lock().unwrap().get(&parent).is_some_and(|names| !names.contains(name))
-    }
-
-    fn listed_empty(&self, dir: u64) {
-        self.listings.lock().unwrap().insert(dir, HashSet::new());
-    }
-
-    /// Records this mount's own change to `parent/name` in a known listing: `Some(true)` the
-    /// name exists now, `Some(false)` it is gone, `None` the outcome is unknown (a failure).
-    fn named(&self, parent: u64, name: &str, exists: Option<bool>) {
-        let mut listings = self.listings.lock().unwrap();
-        match (listings.get_mut(&parent), exists) {
-            (None, _) => {}
-            (Some(names), Some(true)) => {
-                names.insert(name.to_string());
-            }
-            (Some(names), Some(false)) => {
-                names.remove(name);
-            }
-            (Some(_), None) => {
-                listings.remove(&parent);
-            }
-        }
-    }
-
-    fn unlisted(&self, dir: u64) {
-        self.listings.lock().unwrap().remove(&dir);
-    }
-
     fn invalidate(&self, what: Invalidation) {
         if let Some(tx) = self.invalidations.lock().unwrap().as_ref() {
             let _ = tx.send(what);
@@ -300,7 +266,7 @@ impl surge_client::Watcher for Invalidations {
         match notice {
             Notice::Attr { ino } => self.kernel.attr_changed(ino),
             Notice::Entry { parent, name } => {
-                self.kernel.unlisted(parent);
+                self.kernel.listings.changed_elsewhere(parent);
                 self.kernel.invalidate(Invalidation::Entry(parent, name));
             }
         }
@@ -311,7 +277,7 @@ impl surge_client::Watcher for Invalidations {
     /// that went stale is still caught (see `open`).
     fn lost(&self, server: usize) {
         let homed_there = |ino: &u64| surge_client::surge_proto::ino::home(*ino) == server;
-        self.kernel.listings.lock().unwrap().retain(|dir, _| !homed_there(dir));
+        self.kernel.listings.forget_where(|dir| homed_there(&dir));
         let inos: Vec<u64> = self.kernel.reported.lock().unwrap().keys().copied().filter(homed_there).collect();
         for ino in inos {
             self.kernel.attr_changed(ino);
@@ -535,12 +501,12 @@ impl Filesystem for SurgeFs {
         self.kernel.reported.lock().unwrap().remove(&ino);
         self.kernel.refused.lock().unwrap().remove(&ino);
         self.kernel.forget_directory(ino);
-        self.kernel.unlisted(ino);
+        self.kernel.listings.forget(ino);
     }
 
     fn lookup(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
-        if self.kernel.known_missing(parent, &name) {
+        if self.kernel.listings.known_missing(parent, &name) {
             self.kernel.settled(req.pid());
             return reply.error(libc::ENOENT);
         }
@@ -553,6 +519,13 @@ impl Filesystem for SurgeFs {
             if matches!(&result, Err(e) if e.code == ErrorCode::NotFound) {
                 // A path walk ends here: a retry after ESTALE is over.
                 kernel.settled(pid);
+                if kernel.listings.missed(parent) {
+                    let (client, kernel) = (client.clone(), kernel.clone());
+                    tokio::spawn(async move {
+                        let names = client.readdir_ino(parent).await.ok().map(|entries| entries.into_iter().map(|e| e.name).collect());
+                        kernel.listings.fetched(parent, names);
+                    });
+                }
             }
             answer_entry(reply, result, &kernel)
         });
@@ -646,7 +619,7 @@ impl Filesystem for SurgeFs {
                 client.getattr(ino).await
             }
             .await;
-            kernel.named(parent, &name, outcome(&result, true));
+            kernel.listings.named(parent, &name, outcome(&result, true));
             answer_entry(reply, result, &kernel)
         });
     }
@@ -657,9 +630,9 @@ impl Filesystem for SurgeFs {
         self.spawn(async move {
             let result = client.mkdir_at(parent, &name, mode & !umask & 0o7777).await;
             if let Ok(attr) = &result {
-                kernel.listed_empty(attr.ino);
+                kernel.listings.made(attr.ino);
             }
-            kernel.named(parent, &name, outcome(&result, true));
+            kernel.listings.named(parent, &name, outcome(&result, true));
             answer_entry(reply, result, &kernel)
         });
     }
@@ -669,7 +642,7 @@ impl Filesystem for SurgeFs {
         let (client, kernel) = (self.client.clone(), self.kernel.clone());
         self.spawn(async move {
             let result = client.unlink_at(parent, &name).await;
-            kernel.named(parent, &name, outcome(&result, false));
+            kernel.listings.named(parent, &name, outcome(&result, false));
             answer_empty(reply, result)
         });
     }
@@ -679,7 +652,7 @@ impl Filesystem for SurgeFs {
         let (client, kernel) = (self.client.clone(), self.kernel.clone());
         self.spawn(async move {
             let result = client.rmdir_at(parent, &name).await;
-            kernel.named(parent, &name, outcome(&result, false));
+            kernel.listings.named(parent, &name, outcome(&result, false));
             answer_empty(reply, result)
         });
     }
@@ -690,7 +663,7 @@ impl Filesystem for SurgeFs {
         let (client, kernel) = (self.client.as_user(req.uid(), req.gid()), self.kernel.clone());
         self.spawn(async move {
             let result = client.symlink_at(parent, &name, &target).await;
-            kernel.named(parent, &name, outcome(&result, true));
+            kernel.listings.named(parent, &name, outcome(&result, true));
             answer_entry(reply, result, &kernel)
         });
     }
@@ -705,8 +678,8 @@ impl Filesystem for SurgeFs {
         let (client, kernel) = (self.client.clone(), self.kernel.clone());
         self.spawn(async move {
             let result = client.rename_at(parent, &name, newparent, &newname, flags & libc::RENAME_NOREPLACE != 0).await;
-            kernel.named(parent, &name, outcome(&result, false));
-            kernel.named(newparent, &newname, outcome(&result, true));
+            kernel.listings.named(parent, &name, outcome(&result, false));
+            kernel.listings.named(newparent, &newname, outcome(&result, true));
             answer_empty(reply, result)
         });
     }
@@ -916,7 +889,7 @@ impl Filesystem for SurgeFs {
                 Ok::<_, surge_client::Error>((f, attr))
             }
             .await;
-            kernel.named(parent, &name, outcome(&result, true));
+            kernel.listings.named(parent, &name, outcome(&result, true));
             match result {
                 Ok((f, attr)) => {
                     open(f);
