@@ -256,6 +256,17 @@ fn a_silent_server_times_reads_out_on_both_paths() {
     // The callback path works while the server answers (the awaited path has a test of its own).
     assert_eq!(read_back(&f).recv_timeout(Duration::from_secs(5)).unwrap().unwrap(), 4096);
     unsafe { libc::kill(pid, libc::SIGSTOP) };
+    // SIGSTOP is delivered asynchronously: wait until every thread shows as stopped.
+    let stopped = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .all(|t| std::fs::read_to_string(t.unwrap().path().join("stat")).is_ok_and(|stat| stat.contains(") T ") || stat.contains(") t ")))
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !stopped() {
+        assert!(Instant::now() < deadline, "server {pid} did not stop");
+        std::thread::sleep(Duration::from_millis(2));
+    }
     let started = Instant::now();
     let err = read_back(&f).recv_timeout(Duration::from_secs(5)).expect("the callback ran").unwrap_err();
     assert_eq!(err.code, surge_client::surge_proto::ErrorCode::TimedOut, "{err}");
