@@ -234,9 +234,7 @@ fn eight_servers_start_and_stop() {
 #[test]
 fn a_silent_server_times_reads_out_on_both_paths() {
     let inst = four_servers("silent", 71, "1G");
-    let desc = surge_client::InstanceDescriptor::load_from(&inst.home.join("instances").join("silent.json")).unwrap();
-    let opts = surge_client::ClientOptions { node: Some("127.0.0.81".parse().unwrap()), timeout: Duration::from_secs(1), ..Default::default() };
-    let c = surge_client::Client::new(&desc, opts).unwrap();
+    let c = inst.client_with(surge_client::ClientOptions { node: Some("127.0.0.81".parse().unwrap()), timeout: Duration::from_secs(1), ..Default::default() });
     let rt = tokio::runtime::Runtime::new().unwrap();
     let f = rt.block_on(async {
         let f = c.create("/f", 0o644).await.unwrap();

@@ -159,8 +159,12 @@ impl Instance {
 
     /// Client library handle from this test process, as node `node`.
     pub fn client(&self, node: &str) -> surge_client::Client {
+        self.client_with(surge_client::ClientOptions { node: Some(node.parse().unwrap()), ..Default::default() })
+    }
+
+    /// Client library handle from this test process, with these options.
+    pub fn client_with(&self, opts: surge_client::ClientOptions) -> surge_client::Client {
         let desc = surge_client::InstanceDescriptor::load_from(&self.home.join("instances").join(format!("{}.json", self.name))).expect("descriptor");
-        let opts = surge_client::ClientOptions { node: Some(node.parse().unwrap()), ..Default::default() };
         surge_client::Client::new(&desc, opts).expect("client")
     }
 }

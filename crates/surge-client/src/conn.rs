@@ -19,7 +19,7 @@ use surge_proto::frame::{decode_message, encode_frame};
 use surge_proto::frame_io::{read_frame, write_frame};
 use surge_proto::{ErrorCode, FrameKind, Notice, Reply, Request, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::oneshot;
 
@@ -88,6 +88,8 @@ impl Outgoing {
 /// The sending half of a connection, shared by every sender and the flusher task.
 struct WriteSide {
     half: OwnedWriteHalf,
+    /// The connection's broken flag (set here when a write fails, by the reader when reading does).
+    broken: Arc<AtomicBool>,
     state: Mutex<WriteState>,
     /// Wakes the flusher: frames were queued, or the connection is being dropped.
     wake: tokio::sync::Notify,
@@ -98,7 +100,6 @@ struct WriteState {
     queue: VecDeque<Outgoing>,
     /// The flusher owns the socket until the queue is empty again.
     flushing: bool,
-    failed: bool,
     closed: bool,
 }
 
@@ -108,7 +109,7 @@ impl WriteSide {
     /// order: a sender writes directly only while no flush is under way.
     fn push(&self, mut out: Outgoing) -> std::io::Result<()> {
         let mut st = self.state.lock().unwrap();
-        if st.failed || st.closed {
+        if st.closed || self.broken.load(Ordering::Relaxed) {
             return Err(std::io::ErrorKind::BrokenPipe.into());
         }
         // Bulk payloads always go through the flusher: the copy into the socket then runs
@@ -119,7 +120,7 @@ impl WriteSide {
                 Ok(true) => return Ok(()),
                 Ok(false) => {}
                 Err(e) => {
-                    st.failed = true;
+                    self.broken.store(true, Ordering::Relaxed);
                     return Err(e);
                 }
             }
@@ -186,20 +187,34 @@ impl Pending {
         match self.rx.try_recv() {
             Ok(response) => Some(response),
             Err(oneshot::error::TryRecvError::Empty) => None,
-            Err(oneshot::error::TryRecvError::Closed) => Some(Err(Error::new(ErrorCode::ServerDown, format!("{}: connection to {} lost", self.op, self.server)))),
+            Err(oneshot::error::TryRecvError::Closed) => Some(Err(connection_lost(self.op, &self.server))),
         }
     }
 
     pub async fn wait(self, timeout: Duration) -> Response {
         match tokio::time::timeout(timeout, self.rx).await {
             Ok(Ok(response)) => response,
-            Ok(Err(_)) => Err(Error::new(ErrorCode::ServerDown, format!("{}: connection to {} lost", self.op, self.server))),
+            Ok(Err(_)) => Err(connection_lost(self.op, &self.server)),
             Err(_) => {
                 self.waiters.lock().unwrap().remove(&self.id);
                 Err(Error::new(ErrorCode::TimedOut, format!("{}: no answer from {} within {:?}", self.op, self.server, timeout)))
             }
         }
     }
+}
+
+/// One request of the handshake and its reply (None: closed, or not a reply), before the
+/// reader and flusher tasks run.
+async fn exchange(reader: &mut BufReader<OwnedReadHalf>, writer: &mut BufWriter<OwnedWriteHalf>, request: &Request) -> std::result::Result<Option<Reply>, String> {
+    write_frame(writer, FrameKind::Request, 1, request, &[]).await.map_err(|e| e.to_string())?;
+    writer.flush().await.map_err(|e| e.to_string())?;
+    let frame = read_frame(reader, MAX_MESSAGE_LEN, 0).await.map_err(|e| e.to_string())?;
+    Ok(frame.and_then(|f| decode_message::<Reply>(&f.message).ok()))
+}
+
+/// The error of a request whose connection broke before its reply came.
+fn connection_lost(op: &str, server: &str) -> Error {
+    Error::new(ErrorCode::ServerDown, format!("{op}: connection to {server} lost"))
 }
 
 fn fail_all(waiters: &Waiters, server: &str, why: &str) {
@@ -240,20 +255,14 @@ impl Connection {
                 _ => return Err(Error::new(ErrorCode::Protocol, format!("{server} did not send a challenge"))),
             };
             let hello = Request::Hello { session, proof: auth::answer(secret, &challenge) };
-            write_frame(&mut writer, FrameKind::Request, 1, &hello, &[]).await.map_err(|e| down("handshake with", &e))?;
-            writer.flush().await.map_err(|e| down("handshake with", &e))?;
-            let frame = read_frame(&mut reader, MAX_MESSAGE_LEN, 0).await.map_err(|e| down("handshake with", &e))?;
-            match frame.map(|f| decode_message::<Reply>(&f.message)) {
-                Some(Ok(Reply::Welcome)) => {}
-                Some(Ok(Reply::Error { code, detail })) => return Err(Error::new(code, format!("{server} refused this client: {detail}"))),
+            match exchange(&mut reader, &mut writer, &hello).await.map_err(|e| down("handshake with", &e))? {
+                Some(Reply::Welcome) => {}
+                Some(Reply::Error { code, detail }) => return Err(Error::new(code, format!("{server} refused this client: {detail}"))),
                 _ => return Err(Error::new(ErrorCode::Unauthenticated, format!("{server} closed the connection during authentication"))),
             }
             if watcher.is_some() {
-                write_frame(&mut writer, FrameKind::Request, 1, &Request::Watch, &[]).await.map_err(|e| down("watch", &e))?;
-                writer.flush().await.map_err(|e| down("watch", &e))?;
-                let frame = read_frame(&mut reader, MAX_MESSAGE_LEN, 0).await.map_err(|e| down("watch", &e))?;
-                match frame.map(|f| decode_message::<Reply>(&f.message)) {
-                    Some(Ok(Reply::Ok)) => {}
+                match exchange(&mut reader, &mut writer, &Request::Watch).await.map_err(|e| down("watch", &e))? {
+                    Some(Reply::Ok) => {}
                     _ => return Err(Error::new(ErrorCode::Protocol, format!("{server} refused to send change notices"))),
                 }
             }
@@ -266,8 +275,8 @@ impl Connection {
         let waiters: Waiters = Arc::new(Mutex::new(HashMap::new()));
         let broken = Arc::new(AtomicBool::new(false));
         // The handshake's frames were flushed: nothing is left in the buffer.
-        let out = Arc::new(WriteSide { half: writer.into_inner(), state: Default::default(), wake: Default::default() });
-        tokio::spawn(flush_loop(out.clone(), waiters.clone(), broken.clone(), server.clone()));
+        let out = Arc::new(WriteSide { half: writer.into_inner(), broken: broken.clone(), state: Default::default(), wake: Default::default() });
+        tokio::spawn(flush_loop(out.clone(), waiters.clone(), server.clone()));
         tokio::spawn(read_loop(reader, waiters.clone(), broken.clone(), server.clone(), watcher.map(|w| (w, out.clone()))));
         tokio::spawn(sweep_loop(waiters.clone(), broken.clone(), server.clone()));
         Ok(Arc::new(Connection { server, out, waiters, next_id: AtomicU64::new(2), broken }))
@@ -303,7 +312,7 @@ impl Connection {
     /// (unless the reader already failed it).
     fn send_for(&self, request: &Request, payload: Bytes, waiter: Waiter) -> std::result::Result<u64, (Error, Option<Waiter>)> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let lost = || Error::new(ErrorCode::ServerDown, format!("{}: connection to {} lost", request.name(), self.server));
+        let lost = || connection_lost(request.name(), &self.server);
         if self.is_broken() {
             return Err((lost(), Some(waiter)));
         }
@@ -317,7 +326,7 @@ impl Connection {
 }
 
 /// Writes out queued frames, in order, until the connection fails or is dropped.
-async fn flush_loop(out: Arc<WriteSide>, waiters: Waiters, broken: Arc<AtomicBool>, server: String) {
+async fn flush_loop(out: Arc<WriteSide>, waiters: Waiters, server: String) {
     let result: std::io::Result<()> = async {
         loop {
             out.wake.notified().await;
@@ -348,8 +357,7 @@ async fn flush_loop(out: Arc<WriteSide>, waiters: Waiters, broken: Arc<AtomicBoo
     }
     .await;
     if let Err(e) = result {
-        out.state.lock().unwrap().failed = true;
-        broken.store(true, Ordering::Relaxed);
+        out.broken.store(true, Ordering::Relaxed);
         fail_all(&waiters, &server, &format!("send failed: {e}"));
     }
 }
@@ -373,7 +381,7 @@ async fn sweep_loop(waiters: Waiters, broken: Arc<AtomicBool>, server: String) {
 
 /// `watcher`: who gets the notices, and the way out for their acknowledgements.
 async fn read_loop(
-    mut reader: BufReader<tokio::net::tcp::OwnedReadHalf>,
+    mut reader: BufReader<OwnedReadHalf>,
     waiters: Waiters,
     broken: Arc<AtomicBool>,
     server: String,

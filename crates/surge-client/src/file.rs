@@ -164,7 +164,7 @@ impl File {
     /// `pwrite_bytes`).
     pub fn write_behind_now(&self, offset: u64, data: Bytes) -> std::result::Result<usize, Bytes> {
         let len = data.len();
-        let no_read_ahead = self.ahead.try_lock().is_ok_and(|a| a.window == 0);
+        let no_read_ahead = self.no_read_ahead();
         let Ok(mut behind) = self.behind.try_lock() else { return Err(data) };
         if len == 0 || behind.window == 0 || !no_read_ahead || self.deferred_error.lock().unwrap().is_some() {
             return Err(data);
@@ -188,9 +188,7 @@ impl File {
         if behind.queued_bytes + len as u64 > behind.window {
             return Err(data);
         }
-        let mut pieces = self.client.layout().pieces(self.ino, offset, len as u64);
-        let (Some(piece), None) = (pieces.next(), pieces.next()) else { return Err(data) };
-        let Some(conn) = self.client.connection_now(piece.server) else { return Err(data) };
+        let Some(conn) = self.lone_chunk_connection(offset, len as u64) else { return Err(data) };
         match conn.send(&Request::Write { ino: self.ino, offset }, data.clone()) {
             Ok(pending) => {
                 behind.queue.push_back((len as u64, pending));
@@ -208,9 +206,25 @@ impl File {
     /// True when [`File::flush`] would have nothing to do: no write in flight or unpublished,
     /// no failure to report. Lets a caller on a latency-critical path skip it.
     pub fn is_clean(&self) -> bool {
-        !self.dirty.load(Ordering::Relaxed)
-            && self.deferred_error.lock().unwrap().is_none()
-            && self.behind.try_lock().is_ok_and(|behind| behind.queue.is_empty())
+        !self.dirty.load(Ordering::Relaxed) && self.writes_settled()
+    }
+
+    /// No write of this handle in flight (as far as can be told without waiting), no failure
+    /// to report.
+    fn writes_settled(&self) -> bool {
+        self.deferred_error.lock().unwrap().is_none() && self.behind.try_lock().is_ok_and(|behind| behind.queue.is_empty())
+    }
+
+    fn no_read_ahead(&self) -> bool {
+        self.ahead.try_lock().is_ok_and(|ahead| ahead.window == 0)
+    }
+
+    /// The open connection to the server of the one chunk `[offset, offset + len)` lies in;
+    /// None when the range spans chunks or the connection is not ready without waiting.
+    fn lone_chunk_connection(&self, offset: u64, len: u64) -> Option<std::sync::Arc<crate::conn::Connection>> {
+        let mut pieces = self.client.layout().pieces(self.ino, offset, len);
+        let (Some(piece), None) = (pieces.next(), pieces.next()) else { return None };
+        self.client.connection_now(piece.server)
     }
 
     /// Reads up to `len` bytes at `offset` like [`File::pread`], handing the outcome to `then`
@@ -229,14 +243,10 @@ impl File {
             return Ok(());
         }
         let len = (len as u64).min(size - offset);
-        let writes_settled = self.deferred_error.lock().unwrap().is_none() && self.behind.try_lock().is_ok_and(|b| b.queue.is_empty());
-        let no_read_ahead = self.ahead.try_lock().is_ok_and(|a| a.window == 0);
-        let mut pieces = self.client.layout().pieces(self.ino, offset, len);
-        let (Some(piece), None) = (pieces.next(), pieces.next()) else { return Err(then) };
-        if !(writes_settled && no_read_ahead) {
+        if !(self.writes_settled() && self.no_read_ahead()) {
             return Err(then);
         }
-        let Some(conn) = self.client.connection_now(piece.server) else { return Err(then) };
+        let Some(conn) = self.lone_chunk_connection(offset, len) else { return Err(then) };
         let request = Request::Read { ino: self.ino, offset, len: len as u32 };
         conn.send_then(
             &request,

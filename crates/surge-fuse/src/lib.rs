@@ -120,7 +120,7 @@ struct KernelCache {
     /// Directory attributes answered for a short window, for `getattr` (see `directory`).
     directories: Mutex<HashMap<u64, (Attr, Instant)>>,
     /// Kernel invalidations to send, for the thread that sends them (see [`Invalidations`]).
-    invalidations: Mutex<Option<std::sync::mpsc::Sender<Invalidation>>>,
+    invalidations: OnceLock<std::sync::mpsc::Sender<Invalidation>>,
     /// Directories whose every name this mount knows ([`listings`]).
     listings: Listings,
 }
@@ -208,7 +208,7 @@ impl KernelCache {
     }
 
     fn invalidate(&self, what: Invalidation) {
-        if let Some(tx) = self.invalidations.lock().unwrap().as_ref() {
+        if let Some(tx) = self.invalidations.get() {
             let _ = tx.send(what);
         }
     }
@@ -241,7 +241,7 @@ impl Invalidations {
     /// Starts the thread that sends invalidations through the session's notifier.
     fn start(kernel: Arc<KernelCache>) -> Invalidations {
         let (tx, rx) = std::sync::mpsc::channel::<Invalidation>();
-        *kernel.invalidations.lock().unwrap() = Some(tx);
+        let _ = kernel.invalidations.set(tx);
         let notifier = kernel.notifier.clone();
         std::thread::Builder::new()
             .name("invalidate".into())
@@ -456,6 +456,14 @@ fn answer_empty(reply: ReplyEmpty, result: surge_client::Result<()>) {
     }
 }
 
+/// Answers a request that returns bytes (a read, a symlink's target).
+fn answer_data<B: AsRef<[u8]>>(reply: ReplyData, result: surge_client::Result<B>) {
+    match result {
+        Ok(bytes) => reply.data(bytes.as_ref()),
+        Err(e) => reply.error(e.errno()),
+    }
+}
+
 /// Answers a request that returns a new or found directory entry. Only positive entries
 /// are cached by the kernel: an error leaves no negative entry behind.
 fn answer_entry(reply: ReplyEntry, result: surge_client::Result<Attr>, kernel: &KernelCache) {
@@ -597,10 +605,7 @@ impl Filesystem for SurgeFs {
     fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
         let client = self.client.clone();
         self.spawn(async move {
-            match client.readlink_ino(ino).await {
-                Ok(target) => reply.data(target.as_bytes()),
-                Err(e) => reply.error(e.errno()),
-            }
+            answer_data(reply, client.readlink_ino(ino).await)
         });
     }
 
@@ -729,10 +734,7 @@ impl Filesystem for SurgeFs {
             let (offset, route) = (offset as u64, f.chunks.route(&f.file, offset as u64, size as u64));
             let route = match route {
                 Route::Servers { len } => {
-                    let answer = move |data: surge_client::Result<Vec<u8>>| match data {
-                        Ok(data) => reply.data(&data),
-                        Err(e) => reply.error(e.errno()),
-                    };
+                    let answer = move |data: surge_client::Result<Vec<u8>>| answer_data(reply, data);
                     match f.file.read_then(offset, len as usize, answer) {
                         Ok(()) => return,
                         Err(answer) => return self.spawn(async move { answer(f.file.pread(offset, len as usize).await) }),
@@ -740,12 +742,7 @@ impl Filesystem for SurgeFs {
                 }
                 other => other,
             };
-            return self.spawn(async move {
-                match f.chunks.read_routed(&f.file, route, offset).await {
-                    Ok(data) => reply.data(&data),
-                    Err(e) => reply.error(e.errno()),
-                }
-            });
+            return self.spawn(async move { answer_data(reply, f.chunks.read_routed(&f.file, route, offset).await) });
         }
         self.spawn(async move {
             for other in &siblings {
@@ -753,10 +750,7 @@ impl Filesystem for SurgeFs {
                 let _ = other.file.wait_writes().await;
                 f.file.note_size(other.file.size());
             }
-            match f.chunks.read(&f.file, offset as u64, size as u64).await {
-                Ok(data) => reply.data(&data),
-                Err(e) => reply.error(e.errno()),
-            }
+            answer_data(reply, f.chunks.read(&f.file, offset as u64, size as u64).await)
         });
     }
 

@@ -182,10 +182,9 @@ impl DataStore {
     }
 
     pub fn read(&self, ino: Ino, offset: u64, len: u32) -> MetaResult<Vec<u8>> {
-        let Some(local) = self.local_file(ino, false)? else {
+        let Some(ReadSource { local, len: available, .. }) = self.read_source(ino, offset, len)? else {
             return Ok(Vec::new());
         };
-        let available = local.len.load(Ordering::Relaxed).saturating_sub(offset).min(len as u64) as usize;
         let mut buf: Vec<u8> = Vec::with_capacity(available);
         while buf.len() < available {
             let filled = buf.len();
