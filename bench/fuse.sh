@@ -2,6 +2,9 @@
 # FUSE benchmark: the same fio jobs and metadata run on (1) a Surge mount of a 4-server
 # instance (tmpfs-backed, loopback), (2) a local tmpfs directory, (3) a bindfs FUSE
 # passthrough of tmpfs — all in one run — and a table of Surge's ratios to both.
+# The servers run on this node, so the mount reads their chunks from their data directories
+# (local reads); the "network reads" column reads the same files through a second mount with
+# local reads off (SURGE_LOCAL_READS=0), as a node without a server of the instance would.
 #
 #   bench/fuse.sh [SEQ_SIZE_PER_JOB] [META_FILES]      defaults: 1G 20000
 set -euo pipefail
@@ -12,9 +15,10 @@ SURGE=$PWD/target/release/surge
 export SURGE_HOME=$(mktemp -d /tmp/surge-bench-home.XXXX)
 WORK=/dev/shm/surge-fuse-bench-$$
 NAME=fusebench$$
-mkdir -p "$WORK/tmpfs" "$WORK/bind-src" "$WORK/bind" "$WORK/surge"
+mkdir -p "$WORK/tmpfs" "$WORK/bind-src" "$WORK/bind" "$WORK/surge" "$WORK/surge-net"
 cleanup() {
     fusermount3 -u "$WORK/bind" 2>/dev/null || true
+    $SURGE umount "$WORK/surge-net" >/dev/null 2>&1 || true
     for d in "$SURGE_HOME"/instances/*.json; do
         [ -e "$d" ] && $SURGE down "$(basename "$d" .json)" >/dev/null 2>&1
     done
@@ -23,6 +27,7 @@ cleanup() {
 trap cleanup EXIT
 
 $SURGE up --name "$NAME" --capacity 16G --root "$WORK/servers" --servers 4 --mount "$WORK/surge" >/dev/null
+SURGE_LOCAL_READS=0 $SURGE mount "$NAME" "$WORK/surge-net" >/dev/null
 bindfs -o big_writes --multithreaded "$WORK/bind-src" "$WORK/bind" 2>/dev/null || bindfs --multithreaded "$WORK/bind-src" "$WORK/bind"
 
 # fio_bw DIR RW BS SIZE JOBS -> MiB/s or IOPS (random), from fio's JSON
@@ -36,27 +41,31 @@ side = "write" if "write" in sys.argv[1] else "read"
 print(round(j[side]["iops"]) if sys.argv[1].startswith("rand") else round(j[side]["bw"] / 1024))' "$rw"
 }
 
-printf '| benchmark | Surge mount | tmpfs | bindfs | Surge/tmpfs | Surge/bindfs |\n|---|---|---|---|---|---|\n'
-row() { printf '| %s | %s | %s | %s | %s | %s |\n' "$1" "$2" "$3" "$4" \
+printf '| benchmark | Surge mount | Surge, network reads | tmpfs | bindfs | Surge/tmpfs | Surge/bindfs |\n|---|---|---|---|---|---|---|\n'
+# row NAME SURGE TMPFS BINDFS [SURGE_NETWORK_READS]
+row() { printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$1" "$2" "${5:--}" "$3" "$4" \
     "$(python3 -c "print(f'{$2/$3:.2f}')")" "$(python3 -c "print(f'{$2/$4:.2f}')")"; }
 for jobs in 1 2; do
     declare -A w r
     for t in surge tmpfs bind; do
         w[$t]=$(fio_run "$WORK/$t" write 1M "$SIZE" $jobs --end_fsync=1)
         r[$t]=$(fio_run "$WORK/$t" read 1M "$SIZE" $jobs)
+        # The same files, read by the mount that reads over the network.
+        [ $t = surge ] && r[net]=$(fio_run "$WORK/surge-net" read 1M "$SIZE" $jobs)
         rm -f "$WORK/$t"/b.*
     done
     row "fio seq write 1 MiB, $jobs job(s), MiB/s" "${w[surge]}" "${w[tmpfs]}" "${w[bind]}"
-    row "fio seq read 1 MiB, $jobs job(s), MiB/s" "${r[surge]}" "${r[tmpfs]}" "${r[bind]}"
+    row "fio seq read 1 MiB, $jobs job(s), MiB/s" "${r[surge]}" "${r[tmpfs]}" "${r[bind]}" "${r[net]}"
 done
 declare -A rw rr
 for t in surge tmpfs bind; do
     rw[$t]=$(fio_run "$WORK/$t" randwrite 4k 256M 1 "--time_based --runtime=10")
     rr[$t]=$(fio_run "$WORK/$t" randread 4k 256M 1 "--time_based --runtime=10")
+    [ $t = surge ] && rr[net]=$(fio_run "$WORK/surge-net" randread 4k 256M 1 "--time_based --runtime=10")
     rm -f "$WORK/$t"/b.*
 done
 row "fio rand write 4 KiB, IOPS" "${rw[surge]}" "${rw[tmpfs]}" "${rw[bind]}"
-row "fio rand read 4 KiB, IOPS" "${rr[surge]}" "${rr[tmpfs]}" "${rr[bind]}"
+row "fio rand read 4 KiB, IOPS" "${rr[surge]}" "${rr[tmpfs]}" "${rr[bind]}" "${rr[net]}"
 declare -A mc ms mu
 for t in surge tmpfs bind; do
     out=$($SURGE bench meta --dir "$WORK/$t" --files "$FILES" --json)

@@ -230,11 +230,13 @@ fn eight_servers_start_and_stop() {
 
 /// A server that stops answering (SIGSTOP: connected, silent) must not hang a reader: both the
 /// awaited read and the callback read (the FUSE mount's path for small reads) fail with
-/// TimedOut after the client's timeout, and work again once the server continues.
+/// TimedOut after the client's timeout, and work again once the server continues. (The
+/// client is made a remote one: a local read would find the stopped server's data intact.)
 #[test]
 fn a_silent_server_times_reads_out_on_both_paths() {
     let inst = four_servers("silent", 71, "1G");
-    let c = inst.client_with(surge_client::ClientOptions { node: Some("127.0.0.81".parse().unwrap()), timeout: Duration::from_secs(1), ..Default::default() });
+    let opts = surge_client::ClientOptions { node: Some("127.0.0.81".parse().unwrap()), timeout: Duration::from_secs(1), local_reads: false, ..Default::default() };
+    let c = inst.client_with(opts);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let f = rt.block_on(async {
         let f = c.create("/f", 0o644).await.unwrap();
@@ -274,4 +276,89 @@ fn a_silent_server_times_reads_out_on_both_paths() {
     unsafe { libc::kill(pid, libc::SIGCONT) };
     assert_eq!(rt.block_on(f.pread(0, 4096)).unwrap(), pattern(3, 4 << 20)[..4096]);
     rt.block_on(f.close()).unwrap();
+}
+
+/// A client on a servers' node reads their chunks from their data directories. It must read
+/// exactly what a client elsewhere reads over the network (holes, a partial last chunk, reads
+/// across chunk boundaries, a file truncated and regrown, a file unlinked while open) while no
+/// read request reaches a server; and a server that died is not read behind its back.
+#[test]
+fn local_reads_match_network_reads_and_ask_no_server() {
+    let inst = four_servers("local", 141, "1G");
+    let (writer, local, remote) = (inst.client("127.0.0.151"), inst.client("127.0.0.141"), inst.client("127.0.0.152"));
+    assert!(local.options().local_reads && !remote.options().local_reads);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let served = |c: &surge_client::Client| rt.block_on(c.statfs()).into_iter().map(|s| s.unwrap().read_bytes).sum::<u64>();
+    let mib = 1u64 << 20;
+    // (offset, length) pairs: whole file and past its end, a chunk boundary, the hole, the tail.
+    let reads = [(0, 5 * mib), (mib - 100, 200), (2 * mib + 4096, 4096), (3 * mib + mib / 2, 4096), (0, 4096)];
+    let read_both = |path: &str| -> Vec<Vec<u8>> {
+        rt.block_on(async {
+            let (l, r) = (local.open(path, false).await.unwrap(), remote.open(path, false).await.unwrap());
+            let mut out = Vec::new();
+            for (offset, len) in reads {
+                let (a, b) = (l.pread(offset, len as usize).await.unwrap(), r.pread(offset, len as usize).await.unwrap());
+                assert!(a == b, "{path}: local and network reads of {len} at {offset} differ");
+                out.push(a);
+            }
+            l.close().await.unwrap();
+            r.close().await.unwrap();
+            out
+        })
+    };
+    let first = pattern(1, 2 << 20);
+    let tail = pattern(2, (1 << 19) + 7);
+    rt.block_on(async {
+        let f = writer.create("/f", 0o644).await.unwrap();
+        f.pwrite(0, &first).await.unwrap();
+        f.pwrite(3 * mib, &tail).await.unwrap(); // chunk 2 stays a hole
+        f.close().await.unwrap();
+    });
+    served(&local); // the local client's connections to every server are up from here on
+    let before = served(&writer);
+    let got = read_both("/f");
+    let network = served(&writer) - before;
+    assert_eq!(got[0].len() as u64, 3 * mib + tail.len() as u64);
+    assert!(got[0][..first.len()] == first[..] && got[0][2 * mib as usize..3 * mib as usize].iter().all(|&b| b == 0) && got[0][3 * mib as usize..] == tail[..]);
+    // Only the network client's bytes were served: every one of them, and none for the local one.
+    let expected: u64 = reads.iter().map(|&(o, l)| (o + l).min(got[0].len() as u64) - o).sum();
+    assert!(network <= expected, "servers sent {network} bytes, the network client alone reads {expected}");
+    assert!(network >= expected - 2 * mib, "servers sent {network} bytes; the network client's reads were not served?");
+
+    // Truncated into chunk 1, then regrown past its old end: the local reader sees the zeros.
+    rt.block_on(async {
+        writer.truncate("/f", mib + 5).await.unwrap();
+        let f = writer.open("/f", false).await.unwrap();
+        f.pwrite(4 * mib, b"end").await.unwrap();
+        f.close().await.unwrap();
+    });
+    let got = read_both("/f");
+    assert_eq!(got[0].len() as u64, 4 * mib + 3);
+    assert!(got[0][mib as usize + 5..4 * mib as usize].iter().all(|&b| b == 0), "truncated bytes came back");
+
+    // Unlinked elsewhere while open here: the open handle still reads the whole file.
+    let held = rt.block_on(local.open("/f", false)).unwrap();
+    rt.block_on(writer.unlink("/f")).unwrap();
+    assert_eq!(rt.block_on(held.pread(0, 5 << 20)).unwrap(), got[0]);
+    rt.block_on(held.close()).unwrap();
+
+    // A server killed: once its connection is known lost, its chunks are not read locally.
+    let f = rt.block_on(async {
+        let f = writer.create("/g", 0o644).await.unwrap();
+        f.pwrite(0, &pattern(3, 4 << 20)).await.unwrap();
+        f.close().await.unwrap();
+        local.open("/g", false).await.unwrap()
+    });
+    let victim = local.layout().pieces(f.ino(), mib, 1).next().unwrap().server;
+    assert_eq!(rt.block_on(f.pread(mib, 4096)).unwrap(), pattern(3, 4 << 20)[mib as usize..][..4096]);
+    inst.kill_server(victim);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let err = loop {
+        match rt.block_on(f.pread(mib, 4096)) {
+            Err(e) => break e,
+            Ok(_) => assert!(Instant::now() < deadline, "chunks of a dead server still read after 5 s"),
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(err.code, surge_client::surge_proto::ErrorCode::ServerDown, "{err}");
 }

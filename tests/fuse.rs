@@ -1,6 +1,8 @@
 //! Real programs on a FUSE mount of a real instance (4 servers on loopback aliases): fio with
 //! verification, tar + diff, rsync, git, ffmpeg, bonnie++, dbench, postmark; errno values;
-//! permission bits for an unprivileged user; two mounts on two "nodes".
+//! permission bits for an unprivileged user; two mounts on two "nodes". A mount on a server's
+//! address reads chunks from the servers' data directories (local reads); one on an address of
+//! its own reads over the network (see the harness notes).
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
@@ -15,22 +17,26 @@ fn instance(name: &str, base: u8) -> Instance {
 #[test]
 fn fio_verifies_sequential_and_random_io() {
     let inst = instance("fio", 11);
-    let m = inst.mount("a", "127.0.0.15");
-    let dir = m.dir.display();
-    // Each job writes, then reads everything back and checks it (sequentially for `write`,
-    // in the order written for the random ones).
-    for (rw, bs) in [("write", "1M"), ("randwrite", "4k"), ("randrw", "16k")] {
-        sh(&format!(
-            "fio --name=v-{rw} --directory={dir} --rw={rw} --bs={bs} --size=32M --ioengine=psync --verify=crc32c --do_verify=1 \
-             --verify_fatal=1 --verify_state_save=0 --end_fsync=1 --output-format=terse >/dev/null"
-        ));
+    // On a server's node (reads from the data directories) and on a node of its own (reads
+    // over the network).
+    for node in ["127.0.0.11", "127.0.0.15"] {
+        let m = inst.mount(node, node);
+        let dir = m.dir.display();
+        // Each job writes, then reads everything back and checks it (sequentially for
+        // `write`, in the order written for the random ones).
+        for (rw, bs) in [("write", "1M"), ("randwrite", "4k"), ("randrw", "16k")] {
+            sh(&format!(
+                "fio --name=v-{rw} --directory={dir} --rw={rw} --bs={bs} --size=32M --ioengine=psync --verify=crc32c --do_verify=1 \
+                 --verify_fatal=1 --verify_state_save=0 --end_fsync=1 --output-format=terse >/dev/null"
+            ));
+        }
     }
 }
 
 #[test]
 fn tar_rsync_and_diff_reproduce_a_source_tree() {
     let inst = instance("tar", 21);
-    let m = inst.mount("a", "127.0.0.25");
+    let m = inst.mount("a", "127.0.0.21");
     let dir = m.dir.display();
     let src = "/usr/include/linux";
     sh(&format!("tar cf - -C /usr/include linux | tar xf - -C {dir} && diff -r {src} {dir}/linux"));
@@ -44,7 +50,7 @@ fn tar_rsync_and_diff_reproduce_a_source_tree() {
 #[test]
 fn git_init_commit_clone_and_fsck() {
     let inst = instance("git", 31);
-    let m = inst.mount("a", "127.0.0.35");
+    let m = inst.mount("a", "127.0.0.31");
     let dir = m.dir.display();
     sh(&format!(
         "set -e; export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@x GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@x; \
@@ -57,7 +63,7 @@ fn git_init_commit_clone_and_fsck() {
 #[test]
 fn ffmpeg_encodes_png_frames_into_an_mp4() {
     let inst = instance("ffmpeg", 41);
-    let m = inst.mount("a", "127.0.0.45");
+    let m = inst.mount("a", "127.0.0.41");
     let dir = m.dir.display();
     sh(&format!(
         "set -e; cd {dir}; ffmpeg -loglevel error -f lavfi -i testsrc=size=320x240:rate=10 -frames:v 20 frame_%03d.png && \
@@ -69,7 +75,7 @@ fn ffmpeg_encodes_png_frames_into_an_mp4() {
 #[test]
 fn bonnie_dbench_and_postmark_finish_cleanly() {
     let inst = instance("bench", 51);
-    let m = inst.mount("a", "127.0.0.55");
+    let m = inst.mount("a", "127.0.0.51");
     let dir = m.dir.display();
     sh(&format!("bonnie++ -q -d {dir} -s 64M -r 32M -n 1 -u root -f >/dev/null"));
     sh(&format!("dbench -D {dir} -t 5 2 >/dev/null"));
@@ -108,7 +114,7 @@ fn errors_carry_the_right_errno_and_permissions_hold_for_other_users() {
 #[test]
 fn rename_on_one_node_publishes_to_a_mount_on_another() {
     let inst = instance("twonode", 71);
-    let a = inst.mount("a", "127.0.0.75");
+    let a = inst.mount("a", "127.0.0.71");
     let b = inst.mount("b", "127.0.0.76");
     std::fs::write(a.path("hello"), b"from node a").unwrap();
     assert_eq!(std::fs::read(b.path("hello")).unwrap(), b"from node a");
@@ -162,7 +168,7 @@ fn umount_and_down_work_after_a_server_died() {
 fn a_reader_sees_writes_made_through_another_descriptor_on_the_same_node() {
     use std::os::unix::fs::FileExt;
     let inst = instance("handles", 91);
-    let m = inst.mount("a", "127.0.0.95");
+    let m = inst.mount("a", "127.0.0.91");
     let path = m.path("shared");
     let writer = std::fs::OpenOptions::new().create(true).read(true).write(true).open(&path).unwrap();
     writer.write_all_at(&vec![1u8; 4 << 20], 0).unwrap();
@@ -183,7 +189,7 @@ fn a_reader_sees_writes_made_through_another_descriptor_on_the_same_node() {
 fn an_open_on_another_node_sees_a_replaced_name_and_a_grown_file_at_once() {
     let inst = instance("cached", 101);
     let a = inst.mount("a", "127.0.0.105");
-    let b = inst.mount("b", "127.0.0.106");
+    let b = inst.mount("b", "127.0.0.101");
     let mut held = Vec::new();
     for v in 1..=20u8 {
         let body = vec![v; 1000 + 997 * v as usize];

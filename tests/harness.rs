@@ -1,6 +1,11 @@
 //! Test harness for Surge's cross-component tests: starts real `surge-server` processes on
 //! several loopback addresses through the `surge` command (each test with its own
 //! `SURGE_HOME`), runs client processes as different "nodes", and tears everything down.
+//!
+//! Every process here sees every server's data directory, as if all were on one node. A client
+//! "node" whose address is not a server's is treated as a node of its own that holds no server:
+//! its reads cross the network (local reads off, `SURGE_LOCAL_READS=0`). A client on a server's
+//! address reads what the servers of this machine hold from their data directories.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -142,14 +147,25 @@ impl Instance {
 
     /// Runs `surge` as a client on node `node` (its own source address).
     pub fn surge_on(&self, node: &str, args: &[&str]) -> Output {
-        Command::new(binary("surge")).args(args).env("SURGE_HOME", &self.home).env("SURGE_INSTANCE", &self.name).env("SURGE_NODE", node).output().expect("run surge")
+        self.on_node(Command::new(binary("surge")), node).args(args).output().expect("run surge")
     }
 
     /// A `surge-test-client` command on node `node`.
     pub fn test_client(&self, node: &str) -> Command {
-        let mut cmd = Command::new(binary("surge-test-client"));
+        self.on_node(Command::new(binary("surge-test-client")), node)
+    }
+
+    /// `cmd` as a client on node `node` (see the module notes on local reads).
+    fn on_node(&self, mut cmd: Command, node: &str) -> Command {
         cmd.env("SURGE_HOME", &self.home).env("SURGE_INSTANCE", &self.name).env("SURGE_NODE", node);
+        cmd.env("SURGE_LOCAL_READS", if self.hosts_a_server(node) { "1" } else { "0" });
         cmd
+    }
+
+    /// True when a server of this instance listens on address `node`.
+    pub fn hosts_a_server(&self, node: &str) -> bool {
+        let desc = self.descriptor();
+        desc["servers"].as_array().expect("servers").iter().any(|s| s["addr"].as_str().is_some_and(|a| a.rsplit_once(':').is_some_and(|(ip, _)| ip == node)))
     }
 
     pub fn descriptor(&self) -> serde_json::Value {
@@ -159,7 +175,7 @@ impl Instance {
 
     /// Client library handle from this test process, as node `node`.
     pub fn client(&self, node: &str) -> surge_client::Client {
-        self.client_with(surge_client::ClientOptions { node: Some(node.parse().unwrap()), ..Default::default() })
+        self.client_with(surge_client::ClientOptions { node: Some(node.parse().unwrap()), local_reads: self.hosts_a_server(node), ..Default::default() })
     }
 
     /// Client library handle from this test process, with these options.
@@ -176,10 +192,10 @@ pub struct Mount<'a> {
 }
 
 impl Instance {
-    /// `surge mount` on a fresh directory, as node `node`.
+    /// `surge mount` on a fresh directory, as node `node` (a server's address: with local reads).
     pub fn mount(&self, label: &str, node: &str) -> Mount<'_> {
         let dir = std::env::temp_dir().join(format!("surge-test-mnt-{}-{label}-{}", self.name, std::process::id()));
-        let out = self.surge(&["mount", &self.name, dir.to_str().unwrap(), "--node", node]);
+        let out = self.on_node(Command::new(binary("surge")), node).args(["mount", &self.name, dir.to_str().unwrap(), "--node", node]).output().expect("run surge mount");
         assert!(out.status.success(), "surge mount failed: {}", text(&out));
         Mount { instance: self, dir }
     }

@@ -9,6 +9,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,7 +18,7 @@ use bytes::Bytes;
 use surge_proto::auth::{self, Secret};
 use surge_proto::frame::{decode_message, encode_frame};
 use surge_proto::frame_io::{read_frame, write_frame};
-use surge_proto::{ErrorCode, FrameKind, Notice, Reply, Request, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
+use surge_proto::{ErrorCode, FrameKind, LocalData, Notice, Reply, Request, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpSocket, TcpStream};
@@ -154,6 +155,8 @@ pub struct Connection {
     waiters: Waiters,
     next_id: AtomicU64,
     broken: Arc<AtomicBool>,
+    /// The server's data directory, when it is on this node (see [`LocalData`]).
+    local_dir: Option<PathBuf>,
 }
 
 impl Drop for Connection {
@@ -255,20 +258,20 @@ impl Connection {
                 _ => return Err(Error::new(ErrorCode::Protocol, format!("{server} did not send a challenge"))),
             };
             let hello = Request::Hello { session, proof: auth::answer(secret, &challenge) };
-            match exchange(&mut reader, &mut writer, &hello).await.map_err(|e| down("handshake with", &e))? {
-                Some(Reply::Welcome) => {}
+            let local = match exchange(&mut reader, &mut writer, &hello).await.map_err(|e| down("handshake with", &e))? {
+                Some(Reply::Welcome { local }) => local,
                 Some(Reply::Error { code, detail }) => return Err(Error::new(code, format!("{server} refused this client: {detail}"))),
                 _ => return Err(Error::new(ErrorCode::Unauthenticated, format!("{server} closed the connection during authentication"))),
-            }
+            };
             if watcher.is_some() {
                 match exchange(&mut reader, &mut writer, &Request::Watch).await.map_err(|e| down("watch", &e))? {
                     Some(Reply::Ok) => {}
                     _ => return Err(Error::new(ErrorCode::Protocol, format!("{server} refused to send change notices"))),
                 }
             }
-            Ok(())
+            Ok(local.filter(LocalData::is_here).map(|local| PathBuf::from(local.dir)))
         };
-        tokio::time::timeout(timeout, handshake)
+        let local_dir = tokio::time::timeout(timeout, handshake)
             .await
             .map_err(|_| Error::new(ErrorCode::TimedOut, format!("handshake with {server}: no answer within {timeout:?}")))??;
 
@@ -279,7 +282,12 @@ impl Connection {
         tokio::spawn(flush_loop(out.clone(), waiters.clone(), server.clone()));
         tokio::spawn(read_loop(reader, waiters.clone(), broken.clone(), server.clone(), watcher.map(|w| (w, out.clone()))));
         tokio::spawn(sweep_loop(waiters.clone(), broken.clone(), server.clone()));
-        Ok(Arc::new(Connection { server, out, waiters, next_id: AtomicU64::new(2), broken }))
+        Ok(Arc::new(Connection { server, out, waiters, next_id: AtomicU64::new(2), broken, local_dir }))
+    }
+
+    /// The server's data directory when it is on this node: its files can be read directly.
+    pub fn local_dir(&self) -> Option<&Path> {
+        self.local_dir.as_deref()
     }
 
     pub fn is_broken(&self) -> bool {

@@ -7,16 +7,24 @@
 //!   plain `pwrite` reports its own errors.
 //! * **read-ahead** ([`File::set_read_ahead`]): when reads are sequential, the chunks after the
 //!   current request are requested before they are asked for.
+//!
+//! And one that skips the network: **local reads** ([`File::read_local`]). A chunk held by a
+//! server on this node is read from that server's data file directly, the way HDFS's
+//! short-circuit reads do: one `pread` from the page cache instead of a request, two thread
+//! wake-ups and a copy through a socket. It is exact because a server changes its data files
+//! only in place, and removes one only once no client holds the inode open; a local read is
+//! used only while the connection to the server is up (a server that died is not read behind
+//! its back) and only once this handle's own writes are acknowledged.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use bytes::Bytes;
-use surge_proto::{Attr, AttrChanges, Ino, Reply, Request, Timestamp};
+use surge_proto::{Attr, AttrChanges, ErrorCode, Ino, Reply, Request, Timestamp};
 
 use crate::conn::Pending;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::{unexpected, Client};
 
 /// Writes sent but not yet acknowledged (write-behind).
@@ -55,6 +63,25 @@ pub struct File {
     deferred_error: Mutex<Option<crate::Error>>,
     /// Attributes when the handle was opened.
     opened: Attr,
+    /// Data files of servers on this node, by server index, opened on first local read.
+    local: Mutex<Vec<LocalFile>>,
+}
+
+/// A server's data file for this inode, as far as local reads go.
+#[derive(Clone, Default)]
+enum LocalFile {
+    #[default]
+    NotOpened,
+    Open(std::sync::Arc<std::fs::File>),
+    /// The server is on another node, or its file cannot be opened here: use requests.
+    Unavailable,
+}
+
+impl Drop for File {
+    fn drop(&mut self) {
+        let held = self.local.get_mut().map(|local| local.iter().filter(|f| matches!(f, LocalFile::Open(_))).count()).unwrap_or(0);
+        self.client.return_local_files(held);
+    }
 }
 
 impl File {
@@ -69,6 +96,7 @@ impl File {
             ahead: Default::default(),
             deferred_error: Mutex::new(None),
             opened: attr.clone(),
+            local: Mutex::new(Vec::new()),
         }
     }
 
@@ -262,6 +290,77 @@ impl File {
         Ok(())
     }
 
+    /// Reads up to `len` bytes at `offset` like [`File::pread`], on the calling thread, when
+    /// every chunk of the range is held by a server on this node (a local read, see the module
+    /// notes); None when a chunk is not, or this handle has writes in flight (call `pread`).
+    pub fn read_local(&self, offset: u64, len: usize) -> Option<Result<Vec<u8>>> {
+        if !self.client.options().local_reads {
+            return None;
+        }
+        let size = self.size();
+        if offset >= size || len == 0 {
+            return Some(Ok(Vec::new()));
+        }
+        let len = (len as u64).min(size - offset);
+        if !self.writes_settled() {
+            return None;
+        }
+        // Every piece must be local before any is read: a mixed request goes out whole.
+        let mut files = Vec::with_capacity(2);
+        for piece in self.client.layout().pieces(self.ino, offset, len) {
+            files.push((self.local_file(piece.server)?, piece));
+        }
+        // Zeroed: what a data file does not hold (a hole, or past its end) reads as zeros.
+        let mut out = vec![0u8; len as usize];
+        for (file, piece) in files {
+            let Some(file) = file else { continue };
+            let into = &mut out[piece.buf_offset..piece.buf_offset + piece.len as usize];
+            if let Err(e) = read_at_most(&file, into, piece.file_offset) {
+                return Some(Err(Error::new(ErrorCode::Io, format!("local read of inode {:#x} at {}: {e}", self.ino, piece.file_offset))));
+            }
+        }
+        Some(Ok(out))
+    }
+
+    /// `server`'s data file for this inode when the server is on this node and its
+    /// connection is up: `Some(None)` when the server holds nothing of the file yet, `None`
+    /// when the chunk must be read with a request.
+    fn local_file(&self, server: usize) -> Option<Option<std::sync::Arc<std::fs::File>>> {
+        let conn = self.client.connection_now(server)?;
+        let mut local = self.local.lock().unwrap();
+        if local.is_empty() {
+            local.resize(self.client.server_count(), LocalFile::NotOpened);
+        }
+        match &local[server] {
+            LocalFile::Open(file) => return Some(Some(file.clone())),
+            LocalFile::Unavailable => return None,
+            LocalFile::NotOpened => {}
+        }
+        let Some(dir) = conn.local_dir() else {
+            local[server] = LocalFile::Unavailable;
+            return None;
+        };
+        if !self.client.take_local_file() {
+            return None;
+        }
+        match std::fs::File::open(dir.join(surge_proto::data_file_name(self.ino))) {
+            Ok(file) => {
+                let file = std::sync::Arc::new(file);
+                local[server] = LocalFile::Open(file.clone());
+                Some(Some(file))
+            }
+            Err(e) => {
+                self.client.return_local_files(1);
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    // Nothing written there yet; tried again on the next read.
+                    return Some(None);
+                }
+                local[server] = LocalFile::Unavailable;
+                None
+            }
+        }
+    }
+
     /// Reads up to `len` bytes at `offset`, stopping at the file's size; holes read as zeros.
     pub async fn pread(&self, offset: u64, len: usize) -> Result<Vec<u8>> {
         let size = self.size();
@@ -271,6 +370,9 @@ impl File {
         let len = (len as u64).min(size - offset);
         // Read what this handle wrote, even if it is still in flight.
         self.wait_writes().await?;
+        if let Some(read) = self.read_local(offset, len as usize) {
+            return read;
+        }
         let mut ahead = self.ahead.lock().await;
         if ahead.window == 0 || offset != ahead.expected {
             // Not (or no longer) sequential: read just what was asked, fetch nothing ahead.
@@ -423,4 +525,19 @@ impl File {
         self.size.fetch_max(attr.size, Ordering::Relaxed);
         Ok(self.size())
     }
+}
+
+/// Fills `buf` from `file` at `offset` until the file ends (the rest of `buf` is left alone).
+fn read_at_most(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }

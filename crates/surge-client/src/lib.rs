@@ -59,6 +59,10 @@ pub struct ClientOptions {
     /// Identity stamped on created files.
     pub uid: u32,
     pub gid: u32,
+    /// Read chunks held by a server on this node straight from its data directory (one
+    /// `pread`, no round trip), while the connection to that server is up. On by default;
+    /// `SURGE_LOCAL_READS=0` turns it off (every read then crosses the network).
+    pub local_reads: bool,
 }
 
 impl Default for ClientOptions {
@@ -69,7 +73,8 @@ impl Default for ClientOptions {
             .and_then(|s| s.parse().ok())
             .map(Duration::from_secs_f64)
             .unwrap_or(DEFAULT_TIMEOUT);
-        ClientOptions { node, timeout, uid: unsafe { libc::geteuid() }, gid: unsafe { libc::getegid() } }
+        let local_reads = !matches!(std::env::var("SURGE_LOCAL_READS").as_deref(), Ok("0" | "off" | "false" | "no"));
+        ClientOptions { node, timeout, uid: unsafe { libc::geteuid() }, gid: unsafe { libc::getegid() }, local_reads }
     }
 }
 
@@ -86,7 +91,13 @@ struct Inner {
     secret: Secret,
     session: u64,
     opts: ClientOptions,
+    /// Data files of servers on this node held open for local reads, by every open file.
+    local_files: std::sync::atomic::AtomicUsize,
 }
+
+/// Most server data files held open for local reads at once. This machine class allows 20,000
+/// descriptors per process; a file opened past this is read over the network instead.
+const MAX_LOCAL_FILES: usize = 4096;
 
 /// A connection to one instance. Cheap to clone; all clones share connections.
 #[derive(Clone)]
@@ -135,7 +146,15 @@ impl Client {
         let layout = Layout::new(chunk_size, addrs.len());
         let servers = addrs.into_iter().map(|addr| ServerSlot { addr, conn: AsyncMutex::new(None) }).collect();
         let (uid, gid) = (opts.uid, opts.gid);
-        Ok(Client { inner: Arc::new(Inner { servers, watcher: Default::default(), layout, secret, session: u64::from_le_bytes(session), opts }), uid, gid })
+        Ok(Client { inner: Arc::new(Inner {
+            servers,
+            watcher: Default::default(),
+            layout,
+            secret,
+            session: u64::from_le_bytes(session),
+            opts,
+            local_files: Default::default(),
+        }), uid, gid })
     }
 
     /// Asks every server for notices of changes made by others to what this client was told
@@ -214,6 +233,16 @@ impl Client {
     pub(crate) fn connection_now(&self, server: usize) -> Option<Arc<Connection>> {
         let guard = self.inner.servers.get(server)?.conn.try_lock().ok()?;
         guard.as_ref().filter(|conn| !conn.is_broken()).cloned()
+    }
+
+    /// Takes one of the [`MAX_LOCAL_FILES`] descriptors for a local read (false: none left).
+    pub(crate) fn take_local_file(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.inner.local_files.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < MAX_LOCAL_FILES).then_some(n + 1)).is_ok()
+    }
+
+    pub(crate) fn return_local_files(&self, count: usize) {
+        self.inner.local_files.fetch_sub(count, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub(crate) async fn send(&self, server: usize, request: &Request, payload: Bytes) -> Result<Pending> {

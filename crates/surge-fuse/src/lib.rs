@@ -728,7 +728,13 @@ impl Filesystem for SurgeFs {
         let Some(f) = self.file(fh) else { return reply.error(libc::EBADF) };
         let siblings = self.siblings(fh, ino);
         if siblings.is_empty() {
-            // Nobody else here writes to the file: route the request on this thread. A plain
+            // Nobody else here writes to the file. Chunks held by servers on this node are
+            // read from their data files right here (page cache to reply: what a passthrough
+            // file system does); the chunk cache's streaming is for data across the network.
+            if let Some(data) = f.file.read_local(offset as u64, size as usize) {
+                return answer_data(reply, data);
+            }
+            // Route the request on this thread. A plain
             // read (random 4 KiB) goes out from here and is answered by the connection's
             // reader: no task, no runtime wake-up on the way out.
             let (offset, route) = (offset as u64, f.chunks.route(&f.file, offset as u64, size as u64));
@@ -750,7 +756,11 @@ impl Filesystem for SurgeFs {
                 let _ = other.file.wait_writes().await;
                 f.file.note_size(other.file.size());
             }
-            answer_data(reply, f.chunks.read(&f.file, offset as u64, size as u64).await)
+            let data = match f.file.read_local(offset as u64, size as usize) {
+                Some(data) => data.map(bytes::Bytes::from),
+                None => f.chunks.read(&f.file, offset as u64, size as u64).await,
+            };
+            answer_data(reply, data)
         });
     }
 

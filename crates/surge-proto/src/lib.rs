@@ -1,6 +1,7 @@
 //! # surge-proto — the Surge wire protocol
 //!
-//! Everything a Surge client and a Surge server must agree on, and nothing that does I/O:
+//! Everything a Surge client and a Surge server must agree on, and nothing that does I/O (but
+//! for recognising a server's data directory as local, [`LocalData::is_here`]):
 //!
 //! * [`frame`]: the fixed 20-byte frame header (magic, version, kind, lengths, request id) and
 //!   the limits that keep a malformed or hostile peer from making anyone allocate without bound;
@@ -30,4 +31,4 @@ pub use msg::*;
 
 /// Version of the protocol spoken by this build. A peer announcing another version is refused
 /// at the first frame, with an error that names both versions.
-pub const PROTOCOL_VERSION: u8 = 2;
+pub const PROTOCOL_VERSION: u8 = 3;

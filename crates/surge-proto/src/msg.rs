@@ -95,6 +95,44 @@ pub struct ServerStats {
     pub inodes: u64,
     pub files: u64,
     pub dirs: u64,
+    /// File data sent to clients in answer to reads, and received from them in writes, since
+    /// the server started (reads a client on this node made from the data directory itself
+    /// are not among them).
+    pub read_bytes: u64,
+    pub written_bytes: u64,
+}
+
+/// A server's data directory, told to every client so that one on the same node can read chunk
+/// files itself (a *local read*: no request, no copy through a socket). The directory is
+/// identified by more than its path: a client uses it only if, on its side, `dir` is the
+/// directory with this device and inode number under a kernel with this boot id, i.e. the very
+/// same directory and not a namesake on another node.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct LocalData {
+    pub dir: String,
+    pub boot_id: String,
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl LocalData {
+    /// The running kernel's boot id: differs between nodes, and between boots of one node.
+    pub fn boot_id() -> std::io::Result<String> {
+        Ok(std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?.trim().to_string())
+    }
+
+    /// True when, seen from this process, `dir` is the directory described: same kernel, same
+    /// device and inode. Then its files are the server's own.
+    pub fn is_here(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let same_kernel = LocalData::boot_id().is_ok_and(|id| id == self.boot_id);
+        same_kernel && std::fs::metadata(&self.dir).is_ok_and(|m| m.is_dir() && m.dev() == self.dev && m.ino() == self.ino)
+    }
+}
+
+/// Name of the file in a server's data directory that holds its chunks of inode `ino`.
+pub fn data_file_name(ino: Ino) -> String {
+    format!("{ino:016x}")
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -250,7 +288,9 @@ impl Request {
 pub enum Reply {
     /// First frame the server sends on a connection (request id 0).
     Challenge { challenge: [u8; 32], server_index: u32, server_count: u32 },
-    Welcome,
+    /// Authentication passed. `local`: where this server keeps its file data, for clients on
+    /// the same node to read it without a round trip (see [`LocalData`]).
+    Welcome { local: Option<LocalData> },
     Ok,
     Attr(Attr),
     Entry(DirEntry),

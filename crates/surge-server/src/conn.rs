@@ -58,7 +58,7 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) -> 
     let request_id = frame.header.request_id;
     match decode_message::<Request>(&frame.message) {
         Ok(Request::Hello { proof, .. }) if auth::verify(&shared.secret, &challenge, &proof) => {
-            write_frame(&mut writer, FrameKind::Reply, request_id, &Reply::Welcome, &[]).await?;
+            write_frame(&mut writer, FrameKind::Reply, request_id, &Reply::Welcome { local: shared.local.clone() }, &[]).await?;
             writer.flush().await?;
         }
         Ok(Request::Hello { .. }) => {
@@ -396,6 +396,8 @@ impl Session {
                     inodes,
                     files,
                     dirs,
+                    read_bytes: data.read_bytes(),
+                    written_bytes: data.written_bytes(),
                 })
             }
             Request::StageList { bb_path } => Reply::Stages(shared.stages.list(bb_path.as_deref())),

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use surge_proto::{ErrorCode, Ino};
+use surge_proto::{data_file_name, ErrorCode, Ino, LocalData};
 
 use crate::meta::MetaResult;
 
@@ -49,6 +49,9 @@ pub struct DataStore {
     capacity: u64,
     used: AtomicU64,
     open: Mutex<HashMap<Ino, Arc<LocalFile>>>,
+    /// Bytes sent in answer to reads and received in writes (statistics).
+    read_bytes: AtomicU64,
+    written_bytes: AtomicU64,
 }
 
 fn io_error(context: &str, err: io::Error) -> (ErrorCode, String) {
@@ -67,7 +70,36 @@ impl DataStore {
         for entry in std::fs::read_dir(dir)? {
             used += entry?.metadata()?.blocks() * 512;
         }
-        Ok(DataStore { dir: dir.to_path_buf(), capacity, used: AtomicU64::new(used), open: Mutex::new(HashMap::new()) })
+        Ok(DataStore {
+            dir: dir.to_path_buf(),
+            capacity,
+            used: AtomicU64::new(used),
+            open: Mutex::new(HashMap::new()),
+            read_bytes: AtomicU64::new(0),
+            written_bytes: AtomicU64::new(0),
+        })
+    }
+
+    /// This store's directory as clients on this node can recognise it (see [`LocalData`]).
+    /// Its files are only ever changed in place (written, truncated) or removed once no
+    /// client has the inode open, so a reader holding one open sees what a read request would.
+    pub fn local_data(&self) -> io::Result<LocalData> {
+        let dir = std::fs::canonicalize(&self.dir)?;
+        let meta = std::fs::metadata(&dir)?;
+        Ok(LocalData {
+            dir: dir.to_str().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "data directory path is not UTF-8"))?.to_string(),
+            boot_id: LocalData::boot_id()?,
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+
+    pub fn read_bytes(&self) -> u64 {
+        self.read_bytes.load(Ordering::Relaxed)
+    }
+
+    pub fn written_bytes(&self) -> u64 {
+        self.written_bytes.load(Ordering::Relaxed)
     }
 
     pub fn capacity(&self) -> u64 {
@@ -79,7 +111,7 @@ impl DataStore {
     }
 
     fn path(&self, ino: Ino) -> PathBuf {
-        self.dir.join(format!("{ino:016x}"))
+        self.dir.join(data_file_name(ino))
     }
 
     fn local_file(&self, ino: Ino, create: bool) -> MetaResult<Option<Arc<LocalFile>>> {
@@ -140,6 +172,7 @@ impl DataStore {
         local.file.write_all_at(data, offset).map_err(|e| io_error("write chunk", e))?;
         local.len.fetch_max(offset + data.len() as u64, Ordering::Relaxed);
         self.reaccount(&local);
+        self.written_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
         Ok(data.len() as u32)
     }
 
@@ -178,6 +211,7 @@ impl DataStore {
     pub fn read_source(&self, ino: Ino, offset: u64, len: u32) -> MetaResult<Option<ReadSource>> {
         let Some(local) = self.local_file(ino, false)? else { return Ok(None) };
         let available = local.len.load(Ordering::Relaxed).saturating_sub(offset).min(len as u64) as usize;
+        self.read_bytes.fetch_add(available as u64, Ordering::Relaxed);
         Ok(Some(ReadSource { local, offset, len: available }))
     }
 

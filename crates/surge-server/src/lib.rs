@@ -43,6 +43,8 @@ pub struct Shared {
     pub secret: Secret,
     pub meta: Mutex<meta::MetaStore>,
     pub data: data::DataStore,
+    /// Where `data` keeps its files, for clients on this node (None: not identifiable).
+    pub local: Option<surge_proto::LocalData>,
     pub stages: Arc<stage::Stages>,
     /// Connections that cache metadata, told of changes (see [`watch`]).
     pub watchers: watch::Watchers,
@@ -59,12 +61,20 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let stages = stage::Stages::open(&config.root.join("stages"), config.listen.ip(), config.secret)
         .with_context(|| format!("open the stage journal under {}", config.root.display()))?;
     stages.start_journal();
+    let local = match data.local_data() {
+        Ok(local) => Some(local),
+        Err(e) => {
+            tracing::warn!("clients on this node will not read the data directory themselves: {e}");
+            None
+        }
+    };
     let shared = Arc::new(Shared {
         index: config.index,
         count: config.count,
         secret: config.secret,
         meta: Mutex::new(meta::MetaStore::new(config.index, config.owner_uid, config.owner_gid)),
         data,
+        local,
         stages,
         watchers: Default::default(),
         shutdown: Notify::new(),
