@@ -284,8 +284,8 @@ fn a_silent_server_times_reads_out_on_both_paths() {
 /// read request reaches a server; and a server that died is not read behind its back.
 #[test]
 fn local_reads_match_network_reads_and_ask_no_server() {
-    let inst = four_servers("local", 141, "1G");
-    let (writer, local, remote) = (inst.client("127.0.0.151"), inst.client("127.0.0.141"), inst.client("127.0.0.152"));
+    let inst = four_servers("local", 191, "1G");
+    let (writer, local, remote) = (inst.client("127.0.0.201"), inst.client("127.0.0.191"), inst.client("127.0.0.202"));
     assert!(local.options().local_reads && !remote.options().local_reads);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let served = |c: &surge_client::Client| rt.block_on(c.statfs()).into_iter().map(|s| s.unwrap().read_bytes).sum::<u64>();
@@ -361,4 +361,36 @@ fn local_reads_match_network_reads_and_ask_no_server() {
         std::thread::sleep(Duration::from_millis(10));
     };
     assert_eq!(err.code, surge_client::surge_proto::ErrorCode::ServerDown, "{err}");
+}
+
+/// Replies to a burst of requests go out together, flushed when the server has nothing more
+/// to read. A one-way request ending a burst (a watcher's acknowledgement) must not leave
+/// the replies before it in the server's buffer: the client would wait for them until its
+/// timeout (a FUSE read once failed with ETIMEDOUT that way).
+#[test]
+fn a_reply_followed_by_a_one_way_request_is_not_held_back() {
+    use surge_client::surge_proto::frame::{decode_message, encode_frame, FrameHeader};
+    use surge_client::surge_proto::{auth, FrameKind, Reply, Request, FRAME_HEADER_LEN, ROOT_INO};
+    let inst = four_servers("oneway", 211, "1G");
+    let desc = surge_client::InstanceDescriptor::load_from(&inst.home.join("instances/oneway.json")).unwrap();
+    let mut s = TcpStream::connect(desc.servers[0].addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut read_reply = |s: &mut TcpStream| -> (u64, Reply) {
+        let mut head = [0u8; FRAME_HEADER_LEN];
+        s.read_exact(&mut head).expect("a reply within 5 s");
+        let header = FrameHeader::decode(&head).unwrap();
+        let mut body = vec![0u8; header.message_len as usize + header.payload_len as usize];
+        s.read_exact(&mut body).unwrap();
+        (header.request_id, decode_message::<Reply>(&body[..header.message_len as usize]).unwrap())
+    };
+    let Reply::Challenge { challenge, .. } = read_reply(&mut s).1 else { panic!("no challenge") };
+    let hello = Request::Hello { session: 1, proof: auth::answer(&desc.read_secret().unwrap(), &challenge) };
+    s.write_all(&encode_frame(FrameKind::Request, 1, &hello, 0)).unwrap();
+    assert!(matches!(read_reply(&mut s).1, Reply::Welcome { .. }));
+    // A request and a one-way acknowledgement in one write: the server reads both at once.
+    let burst = [encode_frame(FrameKind::Request, 2, &Request::GetAttr { ino: ROOT_INO }, 0), encode_frame(FrameKind::Request, 3, &Request::NoticeSeen { ack: 0 }, 0)].concat();
+    s.write_all(&burst).unwrap();
+    let (id, reply) = read_reply(&mut s);
+    assert_eq!(id, 2);
+    assert!(matches!(reply, Reply::Attr(_)), "{reply:?}");
 }

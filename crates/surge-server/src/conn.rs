@@ -188,6 +188,16 @@ impl Session {
         R: tokio::io::AsyncRead + Unpin,
     {
         loop {
+            // Replies to a burst of requests are written together and sent once nothing more
+            // is waiting to be read. That check sits here, before the wait for the next frame,
+            // because not every request writes a reply: a one-way acknowledgement, or one
+            // answered later by a task, ending a burst must not hold back the replies before it.
+            if reader.buffer().is_empty() {
+                let mut w = writer.lock().await;
+                if !w.buffer().is_empty() {
+                    w.flush().await?;
+                }
+            }
             let frame = match read_frame(reader, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN).await {
                 Ok(Some(frame)) => frame,
                 Ok(None) => return Ok(()),
@@ -266,11 +276,7 @@ impl Session {
                 });
                 continue;
             }
-            let mut w = writer.lock().await;
-            write_frame(&mut *w, FrameKind::Reply, request_id, &reply, &data).await?;
-            if reader.buffer().is_empty() {
-                w.flush().await?;
-            }
+            write_frame(&mut *writer.lock().await, FrameKind::Reply, request_id, &reply, &data).await?;
         }
     }
 
