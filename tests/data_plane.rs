@@ -235,7 +235,7 @@ fn eight_servers_start_and_stop() {
 #[test]
 fn a_silent_server_times_reads_out_on_both_paths() {
     let inst = four_servers("silent", 71, "1G");
-    let opts = surge_client::ClientOptions { node: Some("127.0.0.81".parse().unwrap()), timeout: Duration::from_secs(1), local_reads: false, ..Default::default() };
+    let opts = surge_client::ClientOptions { node: Some("127.0.0.81".parse().unwrap()), timeout: Duration::from_secs(1), local_io: false, ..Default::default() };
     let c = inst.client_with(opts);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let f = rt.block_on(async {
@@ -286,7 +286,7 @@ fn a_silent_server_times_reads_out_on_both_paths() {
 fn local_reads_match_network_reads_and_ask_no_server() {
     let inst = four_servers("local", 191, "1G");
     let (writer, local, remote) = (inst.client("127.0.0.201"), inst.client("127.0.0.191"), inst.client("127.0.0.202"));
-    assert!(local.options().local_reads && !remote.options().local_reads);
+    assert!(local.options().local_io && !remote.options().local_io);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let served = |c: &surge_client::Client| rt.block_on(c.statfs()).into_iter().map(|s| s.unwrap().read_bytes).sum::<u64>();
     let mib = 1u64 << 20;
@@ -393,4 +393,58 @@ fn a_reply_followed_by_a_one_way_request_is_not_held_back() {
     let (id, reply) = read_reply(&mut s);
     assert_eq!(id, 2);
     assert!(matches!(reply, Reply::Attr(_)), "{reply:?}");
+}
+
+/// A client on the servers' node writes their chunks into their data files itself once a
+/// handle has written its first MiB: almost no write request carries data, yet a client
+/// elsewhere reads every byte after the close. The capacity limit holds for local writes as
+/// for any (ENOSPC, nothing written earlier lost), and room set aside comes back at close.
+#[test]
+fn local_writes_publish_at_close_and_respect_capacity() {
+    let inst = four_servers("localw", 221, "64M");
+    let (local, remote) = (inst.client("127.0.0.221"), inst.client("127.0.0.231"));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let stats = |c: &surge_client::Client| rt.block_on(c.statfs()).into_iter().map(|s| s.unwrap()).collect::<Vec<_>>();
+    let received = |c: &surge_client::Client| stats(c).iter().map(|s| s.written_bytes).sum::<u64>();
+    let mib = 1usize << 20;
+    // Written in 1 MiB steps, as a streaming writer does; returns the first failure.
+    let write_steps = |path: &str, data: &[u8]| -> (surge_client::File, Option<surge_client::Error>) {
+        rt.block_on(async {
+            let f = local.create(path, 0o644).await.unwrap();
+            for (i, step) in data.chunks(mib).enumerate() {
+                if let Err(e) = f.pwrite((i * mib) as u64, step).await {
+                    return (f, Some(e));
+                }
+            }
+            (f, None)
+        })
+    };
+    let data = pattern(7, 24 * mib + 4321);
+    let before = received(&remote);
+    let (f, failed) = write_steps("/big", &data);
+    assert!(failed.is_none(), "{failed:?}");
+    rt.block_on(f.close()).unwrap();
+    let over_network = received(&remote) - before;
+    assert!(over_network <= 2 * mib as u64, "{over_network} bytes of 24 MiB crossed the network");
+    let read_back = |path: &str| rt.block_on(async { remote.open(path, false).await.unwrap().pread(0, 64 * mib).await.unwrap() });
+    assert!(read_back("/big") == data, "a node elsewhere reads other bytes after the close");
+    let used: u64 = stats(&remote).iter().map(|s| s.used).sum();
+    assert!(used >= data.len() as u64 && used < data.len() as u64 + 2 * mib as u64, "accounted {used} bytes for {}", data.len());
+
+    // 48 MiB more do not fit in the 40 left: the write fails with ENOSPC before any server's
+    // share is exceeded, and the first file is intact.
+    let (g, failed) = write_steps("/over", &pattern(8, 48 * mib));
+    let err = failed.expect("a write past the capacity succeeded");
+    assert_eq!(err.code, surge_client::surge_proto::ErrorCode::NoSpace, "{err}");
+    let _ = rt.block_on(g.close());
+    for s in stats(&remote) {
+        assert!(s.used <= s.capacity, "server {} holds {} of {}", s.server_index, s.used, s.capacity);
+    }
+    assert!(read_back("/big") == data);
+    // Once that file is gone, its room and every reservation made for it are back.
+    rt.block_on(local.unlink("/over")).unwrap();
+    let (h, failed) = write_steps("/again", &pattern(9, 30 * mib));
+    assert!(failed.is_none(), "room was not given back: {failed:?}");
+    rt.block_on(h.close()).unwrap();
+    assert!(read_back("/again") == pattern(9, 30 * mib));
 }

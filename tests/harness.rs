@@ -4,7 +4,7 @@
 //!
 //! Every process here sees every server's data directory, as if all were on one node. A client
 //! "node" whose address is not a server's is treated as a node of its own that holds no server:
-//! its reads cross the network (local reads off, `SURGE_LOCAL_READS=0`). A client on a server's
+//! its reads cross the network (local reads off, `SURGE_LOCAL_IO=0`). A client on a server's
 //! address reads what the servers of this machine hold from their data directories.
 
 use std::path::{Path, PathBuf};
@@ -158,7 +158,7 @@ impl Instance {
     /// `cmd` as a client on node `node` (see the module notes on local reads).
     fn on_node(&self, mut cmd: Command, node: &str) -> Command {
         cmd.env("SURGE_HOME", &self.home).env("SURGE_INSTANCE", &self.name).env("SURGE_NODE", node);
-        cmd.env("SURGE_LOCAL_READS", if self.hosts_a_server(node) { "1" } else { "0" });
+        cmd.env("SURGE_LOCAL_IO", if self.hosts_a_server(node) { "1" } else { "0" });
         cmd
     }
 
@@ -175,7 +175,7 @@ impl Instance {
 
     /// Client library handle from this test process, as node `node`.
     pub fn client(&self, node: &str) -> surge_client::Client {
-        self.client_with(surge_client::ClientOptions { node: Some(node.parse().unwrap()), local_reads: self.hosts_a_server(node), ..Default::default() })
+        self.client_with(surge_client::ClientOptions { node: Some(node.parse().unwrap()), local_io: self.hosts_a_server(node), ..Default::default() })
     }
 
     /// Client library handle from this test process, with these options.

@@ -185,6 +185,11 @@ impl Pending {
         Pending { rx, id: 0, waiters: Arc::new(Mutex::new(HashMap::new())), server: String::new(), op: "read" }
     }
 
+    /// The outcome of a local write (see [`crate::local::LocalWriter`]).
+    pub(crate) fn local(rx: oneshot::Receiver<Response>) -> Pending {
+        Pending { rx, id: 0, waiters: Arc::new(Mutex::new(HashMap::new())), server: "this node".into(), op: "local write" }
+    }
+
     /// The reply, if it has arrived (a connection lost counts as arrived).
     pub fn try_take(&mut self) -> Option<Response> {
         match self.rx.try_recv() {

@@ -8,23 +8,19 @@
 //! * **read-ahead** ([`File::set_read_ahead`]): when reads are sequential, the chunks after the
 //!   current request are requested before they are asked for.
 //!
-//! And one that skips the network: **local reads** ([`File::read_local`]). A chunk held by a
-//! server on this node is read from that server's data file directly, the way HDFS's
-//! short-circuit reads do: one `pread` from the page cache instead of a request, two thread
-//! wake-ups and a copy through a socket. It is exact because a server changes its data files
-//! only in place, and removes one only once no client holds the inode open; a local read is
-//! used only while the connection to the server is up (a server that died is not read behind
-//! its back) and only once this handle's own writes are acknowledged.
+//! And one that skips the network: **local I/O** ([`crate::local`]). Chunks held by a server on
+//! this node are read and written in that server's data file directly.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use bytes::Bytes;
-use surge_proto::{Attr, AttrChanges, ErrorCode, Ino, Reply, Request, Timestamp};
+use surge_proto::{Attr, AttrChanges, Ino, Reply, Request, Timestamp};
 
 use crate::conn::Pending;
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::local::LocalFiles;
 use crate::{unexpected, Client};
 
 /// Writes sent but not yet acknowledged (write-behind).
@@ -32,7 +28,36 @@ use crate::{unexpected, Client};
 struct WriteBehind {
     window: u64,
     queued_bytes: u64,
-    queue: VecDeque<(u64, Pending)>,
+    queue: VecDeque<InFlight>,
+    /// How many of `queue` are local writes.
+    local: usize,
+}
+
+/// A write sent to a server, or handed to the local writer.
+struct InFlight {
+    len: u64,
+    pending: Pending,
+    local: bool,
+}
+
+impl WriteBehind {
+    fn push(&mut self, len: u64, pending: Pending, local: bool) {
+        self.queue.push_back(InFlight { len, pending, local });
+        self.queued_bytes += len;
+        self.local += local as usize;
+    }
+
+    fn pop(&mut self) -> Option<InFlight> {
+        let done = self.queue.pop_front()?;
+        self.queued_bytes -= done.len;
+        self.local -= done.local as usize;
+        Some(done)
+    }
+
+    /// Writes in flight over the network: a local write now could land before them.
+    fn sent(&self) -> bool {
+        self.queue.len() > self.local
+    }
 }
 
 /// Chunk reads requested ahead of a sequential reader.
@@ -63,31 +88,18 @@ pub struct File {
     deferred_error: Mutex<Option<crate::Error>>,
     /// Attributes when the handle was opened.
     opened: Attr,
-    /// Data files of servers on this node, by server index, opened on first local read.
-    local: Mutex<Vec<LocalFile>>,
+    /// Data files of servers on this node, for local I/O.
+    local: LocalFiles,
 }
 
-/// A server's data file for this inode, as far as local reads go.
-#[derive(Clone, Default)]
-enum LocalFile {
-    #[default]
-    NotOpened,
-    Open(std::sync::Arc<std::fs::File>),
-    /// The server is on another node, or its file cannot be opened here: use requests.
-    Unavailable,
-}
-
-impl Drop for File {
-    fn drop(&mut self) {
-        let held = self.local.get_mut().map(|local| local.iter().filter(|f| matches!(f, LocalFile::Open(_))).count()).unwrap_or(0);
-        self.client.return_local_files(held);
-    }
-}
+/// Local writes start once a handle has written this much: a small file stays one request per
+/// write (a reservation and its report would cost two).
+const LOCAL_WRITES_AFTER: u64 = 1 << 20;
 
 impl File {
     pub(crate) fn new(client: Client, attr: &Attr) -> File {
         File {
-            client,
+            client: client.clone(),
             ino: attr.ino,
             size: AtomicU64::new(attr.size),
             written_end: AtomicU64::new(0),
@@ -96,7 +108,7 @@ impl File {
             ahead: Default::default(),
             deferred_error: Mutex::new(None),
             opened: attr.clone(),
-            local: Mutex::new(Vec::new()),
+            local: LocalFiles::new(client.clone(), attr.ino),
         }
     }
 
@@ -141,8 +153,7 @@ impl File {
         let timeout = self.client.timeout();
         let mut behind = self.behind.lock().await;
         while behind.queued_bytes > keep {
-            let Some((len, pending)) = behind.queue.pop_front() else { break };
-            behind.queued_bytes -= len;
+            let Some(InFlight { pending, .. }) = behind.pop() else { break };
             if let Err(e) = pending.wait(timeout).await {
                 self.deferred_error.lock().unwrap().get_or_insert(e);
             }
@@ -165,31 +176,58 @@ impl File {
         self.take_deferred()?;
         // Chunks fetched ahead may hold what this write replaces.
         self.forget_read_ahead().await;
-        let client = &self.client;
+        let local = self.prepare_local_write(offset, len as u64).await?;
         let window = {
             let mut behind = self.behind.lock().await;
-            for piece in client.layout().pieces(self.ino, offset, len as u64) {
-                let payload = data.slice(piece.buf_offset..piece.buf_offset + piece.len as usize);
-                let pending = client.send(piece.server, &Request::Write { ino: self.ino, offset: piece.file_offset }, payload).await?;
-                behind.queue.push_back((piece.len, pending));
-                behind.queued_bytes += piece.len;
+            if !(local && self.write_locally(&mut behind, offset, &data)) {
+                if behind.local > 0 {
+                    // Local writes of this handle still going: this one must not overtake them.
+                    drop(behind);
+                    self.drain_writes(0).await?;
+                    behind = self.behind.lock().await;
+                }
+                for piece in self.client.layout().pieces(self.ino, offset, len as u64) {
+                    let payload = data.slice(piece.buf_offset..piece.buf_offset + piece.len as usize);
+                    let pending = self.client.send(piece.server, &Request::Write { ino: self.ino, offset: piece.file_offset }, payload).await?;
+                    behind.push(piece.len, pending, false);
+                }
             }
             behind.window
         };
-        let end = offset + len as u64;
-        self.written_end.fetch_max(end, Ordering::Relaxed);
-        self.size.fetch_max(end, Ordering::Relaxed);
-        self.dirty.store(true, Ordering::Relaxed);
+        self.wrote(offset + len as u64);
         self.drain_writes(window).await?;
         Ok(len)
     }
 
+    /// Hands the write to the local writer if every chunk of it can be written locally now
+    /// (see [`crate::local`]); false: it was not.
+    fn write_locally(&self, behind: &mut WriteBehind, offset: u64, data: &Bytes) -> bool {
+        if behind.sent() || !self.no_read_ahead() {
+            return false;
+        }
+        let Some(claimed) = self.local.claim(offset, data.len() as u64) else { return false };
+        let writer = self.client.local_writer();
+        for (file, piece) in claimed {
+            let payload = data.slice(piece.buf_offset..piece.buf_offset + piece.len as usize);
+            behind.push(piece.len, writer.submit(file, self.ino, piece.file_offset, payload), true);
+        }
+        true
+    }
+
+    /// Records a write up to `end` (size, publication at the next flush).
+    fn wrote(&self, end: u64) {
+        self.written_end.fetch_max(end, Ordering::Relaxed);
+        self.size.fetch_max(end, Ordering::Relaxed);
+        self.dirty.store(true, Ordering::Relaxed);
+    }
+
     /// [`File::pwrite_bytes`] for a write-behind handle, when it can be done without waiting:
-    /// the range lies in one chunk, the window has room once the writes already acknowledged
-    /// are let go, nothing failed yet, and the connection to the chunk's server is open. The
-    /// write is then sent from the calling thread and counted as written (its acknowledgement
-    /// is collected later, like any write-behind). Otherwise `data` comes back (call
-    /// `pwrite_bytes`).
+    /// the window has room once the writes already acknowledged are let go, nothing failed
+    /// yet, and either every chunk of the range can be written locally with room already set
+    /// aside, or the range lies in one chunk whose server's connection is open. The write is
+    /// then handed to the local writer or sent from the calling thread, and counted as written
+    /// (its outcome is collected later, like any write-behind). Otherwise `data` comes back
+    /// (call `pwrite_bytes`).
     pub fn write_behind_now(&self, offset: u64, data: Bytes) -> std::result::Result<usize, Bytes> {
         let len = data.len();
         let no_read_ahead = self.no_read_ahead();
@@ -197,15 +235,13 @@ impl File {
         if len == 0 || behind.window == 0 || !no_read_ahead || self.deferred_error.lock().unwrap().is_some() {
             return Err(data);
         }
-        // Let go of the writes already acknowledged; a failure among them is reported by the
-        // next write on the ordinary path.
-        while let Some((piece_len, pending)) = behind.queue.front_mut() {
-            let piece_len = *piece_len;
-            match pending.try_take() {
+        // Let go of the writes already done; a failure among them is reported by the next
+        // write on the ordinary path.
+        while let Some(first) = behind.queue.front_mut() {
+            match first.pending.try_take() {
                 None => break,
                 Some(outcome) => {
-                    behind.queue.pop_front();
-                    behind.queued_bytes -= piece_len;
+                    behind.pop();
                     if let Err(e) = outcome {
                         self.deferred_error.lock().unwrap().get_or_insert(e);
                         return Err(data);
@@ -216,18 +252,21 @@ impl File {
         if behind.queued_bytes + len as u64 > behind.window {
             return Err(data);
         }
+        if self.write_locally(&mut behind, offset, &data) {
+            self.wrote(offset + len as u64);
+            return Ok(len);
+        }
+        if behind.local > 0 || self.local_write_possible(offset, len as u64) {
+            // Must wait for local writes in flight, or can be a local write once room is set
+            // aside: either takes `pwrite_bytes`.
+            return Err(data);
+        }
         let Some(conn) = self.lone_chunk_connection(offset, len as u64) else { return Err(data) };
         match conn.send(&Request::Write { ino: self.ino, offset }, data.clone()) {
-            Ok(pending) => {
-                behind.queue.push_back((len as u64, pending));
-                behind.queued_bytes += len as u64;
-            }
+            Ok(pending) => behind.push(len as u64, pending, false),
             Err(_) => return Err(data),
         }
-        let end = offset + len as u64;
-        self.written_end.fetch_max(end, Ordering::Relaxed);
-        self.size.fetch_max(end, Ordering::Relaxed);
-        self.dirty.store(true, Ordering::Relaxed);
+        self.wrote(offset + len as u64);
         Ok(len)
     }
 
@@ -271,7 +310,7 @@ impl File {
             return Ok(());
         }
         let len = (len as u64).min(size - offset);
-        if !(self.writes_settled() && self.no_read_ahead()) {
+        if !(self.writes_settled() && self.no_read_ahead()) || self.local.unreported() {
             return Err(then);
         }
         let Some(conn) = self.lone_chunk_connection(offset, len) else { return Err(then) };
@@ -291,74 +330,73 @@ impl File {
     }
 
     /// Reads up to `len` bytes at `offset` like [`File::pread`], on the calling thread, when
-    /// every chunk of the range is held by a server on this node (a local read, see the module
-    /// notes); None when a chunk is not, or this handle has writes in flight (call `pread`).
+    /// every chunk of the range is held by a server on this node (a local read); None when a
+    /// chunk is not, or this handle has writes in flight (call `pread`).
     pub fn read_local(&self, offset: u64, len: usize) -> Option<Result<Vec<u8>>> {
-        if !self.client.options().local_reads {
+        if !self.local.enabled() {
             return None;
         }
         let size = self.size();
         if offset >= size || len == 0 {
             return Some(Ok(Vec::new()));
         }
-        let len = (len as u64).min(size - offset);
         if !self.writes_settled() {
             return None;
         }
-        // Every piece must be local before any is read: a mixed request goes out whole.
-        let mut files = Vec::with_capacity(2);
-        for piece in self.client.layout().pieces(self.ino, offset, len) {
-            files.push((self.local_file(piece.server)?, piece));
-        }
-        // Zeroed: what a data file does not hold (a hole, or past its end) reads as zeros.
-        let mut out = vec![0u8; len as usize];
-        for (file, piece) in files {
-            let Some(file) = file else { continue };
-            let into = &mut out[piece.buf_offset..piece.buf_offset + piece.len as usize];
-            if let Err(e) = read_at_most(&file, into, piece.file_offset) {
-                return Some(Err(Error::new(ErrorCode::Io, format!("local read of inode {:#x} at {}: {e}", self.ino, piece.file_offset))));
-            }
-        }
-        Some(Ok(out))
+        self.local.read(offset, (len as u64).min(size - offset))
     }
 
-    /// `server`'s data file for this inode when the server is on this node and its
-    /// connection is up: `Some(None)` when the server holds nothing of the file yet, `None`
-    /// when the chunk must be read with a request.
-    fn local_file(&self, server: usize) -> Option<Option<std::sync::Arc<std::fs::File>>> {
-        let conn = self.client.connection_now(server)?;
-        let mut local = self.local.lock().unwrap();
-        if local.is_empty() {
-            local.resize(self.client.server_count(), LocalFile::NotOpened);
+    /// The write of `len` bytes at `offset` can be a local one, given room set aside.
+    fn local_write_possible(&self, offset: u64, len: u64) -> bool {
+        self.local.enabled() && self.written_end.load(Ordering::Relaxed) >= LOCAL_WRITES_AFTER && self.local.shortfall(offset, len).is_some()
+    }
+
+    /// Makes the write of `len` bytes at `offset` a local one if it can be: waits for the
+    /// handle's writes in flight and has the servers set room aside. False: send it instead.
+    async fn prepare_local_write(&self, offset: u64, len: u64) -> Result<bool> {
+        if !self.local.enabled() || self.written_end.load(Ordering::Relaxed) < LOCAL_WRITES_AFTER {
+            return Ok(false);
         }
-        match &local[server] {
-            LocalFile::Open(file) => return Some(Some(file.clone())),
-            LocalFile::Unavailable => return None,
-            LocalFile::NotOpened => {}
+        // Local I/O needs the servers' connections up (they say where the data directories
+        // are); a handle's first writes may be the first to need them.
+        for piece in self.client.layout().pieces(self.ino, offset, len) {
+            self.client.connection(piece.server).await?;
         }
-        let Some(dir) = conn.local_dir() else {
-            local[server] = LocalFile::Unavailable;
-            return None;
-        };
-        if !self.client.take_local_file() {
-            return None;
+        let Some(short) = self.local.shortfall(offset, len) else { return Ok(false) };
+        let sent = self.behind.lock().await.sent();
+        if sent {
+            // Writes of this handle in flight over the network: a local write could overtake.
+            self.drain_writes(0).await?;
         }
-        match std::fs::File::open(dir.join(surge_proto::data_file_name(self.ino))) {
-            Ok(file) => {
-                let file = std::sync::Arc::new(file);
-                local[server] = LocalFile::Open(file.clone());
-                Some(Some(file))
-            }
-            Err(e) => {
-                self.client.return_local_files(1);
-                if e.kind() == std::io::ErrorKind::NotFound {
-                    // Nothing written there yet; tried again on the next read.
-                    return Some(None);
+        'servers: for (server, need) in short {
+            // A step ahead, or at least what this write needs when that is all there is room for.
+            for bytes in [need.max(crate::local::RESERVATION), need] {
+                if bytes == 0 {
+                    continue;
                 }
-                local[server] = LocalFile::Unavailable;
-                None
+                if self.client.request(server, Request::ReserveLocal { ino: self.ino, bytes }).await.is_ok() {
+                    self.local.reserved(server, bytes);
+                    continue 'servers;
+                }
+            }
+            // No room even for this write (the server says so, with how much there is, when
+            // the write is sent), or the server is gone: the write goes over the network.
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    /// Tells every server this handle wrote to locally that it is done for now (the server
+    /// then serves those bytes to other nodes, and gets its set-aside room back).
+    async fn report_local_writes(&self) -> Result<()> {
+        let done = self.local.take_unreported();
+        let mut first_error = None;
+        for (server, reserved) in done {
+            if let Err(e) = self.client.request(server, Request::LocalWritten { ino: self.ino, reserved }).await {
+                first_error.get_or_insert(e);
             }
         }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Reads up to `len` bytes at `offset`, stopping at the file's size; holes read as zeros.
@@ -369,10 +407,12 @@ impl File {
         }
         let len = (len as u64).min(size - offset);
         // Read what this handle wrote, even if it is still in flight.
-        self.wait_writes().await?;
+        self.drain_writes(0).await?;
         if let Some(read) = self.read_local(offset, len as usize) {
             return read;
         }
+        // A server reads back over the network only what it was told was written here.
+        self.report_local_writes().await?;
         let mut ahead = self.ahead.lock().await;
         if ahead.window == 0 || offset != ahead.expected {
             // Not (or no longer) sequential: read just what was asked, fetch nothing ahead.
@@ -420,7 +460,8 @@ impl File {
     /// Waits until every write sent through this handle is acknowledged (another handle's
     /// reader on this node must see them); reports a failure among them.
     pub async fn wait_writes(&self) -> Result<()> {
-        self.drain_writes(0).await
+        self.drain_writes(0).await?;
+        self.report_local_writes().await
     }
 
     /// Drops chunks fetched ahead: another handle on this node wrote to the file.
@@ -470,7 +511,7 @@ impl File {
     /// Waits for every write, makes the data durable on the servers' devices and publishes
     /// size and mtime.
     pub async fn fsync(&self) -> Result<()> {
-        self.drain_writes(0).await?;
+        self.wait_writes().await?;
         self.client.broadcast(Request::SyncData { ino: self.ino }).await?;
         self.publish(false).await.map(|_| ())
     }
@@ -478,7 +519,7 @@ impl File {
     /// Waits for every write and publishes size and mtime, keeping the handle open (what a
     /// FUSE flush, i.e. every close(2) of a descriptor, needs).
     pub async fn flush(&self) -> Result<()> {
-        self.drain_writes(0).await?;
+        self.wait_writes().await?;
         if !self.dirty.load(Ordering::Relaxed) {
             // Nothing written since the last publication: nothing to tell the home server.
             return Ok(());
@@ -495,7 +536,7 @@ impl File {
 
     /// [`File::close`] for a handle shared behind a reference; do not use it afterwards.
     pub async fn release(&self) -> Result<()> {
-        let drained = self.drain_writes(0).await;
+        let drained = self.wait_writes().await;
         if let (true, size) = self.publish(true).await? {
             // The file was unlinked while open and this was the last handle.
             self.client.purge_data(self.ino, size).await?;
@@ -527,17 +568,3 @@ impl File {
     }
 }
 
-/// Fills `buf` from `file` at `offset` until the file ends (the rest of `buf` is left alone).
-fn read_at_most(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    let mut done = 0;
-    while done < buf.len() {
-        match file.read_at(&mut buf[done..], offset + done as u64) {
-            Ok(0) => break,
-            Ok(n) => done += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}

@@ -24,6 +24,7 @@ pub mod descriptor;
 pub mod error;
 pub mod file;
 pub mod layout;
+mod local;
 pub mod stage;
 
 use std::net::{IpAddr, SocketAddr};
@@ -59,10 +60,11 @@ pub struct ClientOptions {
     /// Identity stamped on created files.
     pub uid: u32,
     pub gid: u32,
-    /// Read chunks held by a server on this node straight from its data directory (one
-    /// `pread`, no round trip), while the connection to that server is up. On by default;
-    /// `SURGE_LOCAL_READS=0` turns it off (every read then crosses the network).
-    pub local_reads: bool,
+    /// Read and write chunks held by a server on this node in its data directory directly
+    /// (one `pread` / `pwrite`, no round trip; see [`local`]), while the connection to that
+    /// server is up. On by default; `SURGE_LOCAL_IO=0` turns it off (all data then crosses
+    /// the network).
+    pub local_io: bool,
 }
 
 impl Default for ClientOptions {
@@ -73,8 +75,8 @@ impl Default for ClientOptions {
             .and_then(|s| s.parse().ok())
             .map(Duration::from_secs_f64)
             .unwrap_or(DEFAULT_TIMEOUT);
-        let local_reads = !matches!(std::env::var("SURGE_LOCAL_READS").as_deref(), Ok("0" | "off" | "false" | "no"));
-        ClientOptions { node, timeout, uid: unsafe { libc::geteuid() }, gid: unsafe { libc::getegid() }, local_reads }
+        let local_io = !matches!(std::env::var("SURGE_LOCAL_IO").as_deref(), Ok("0" | "off" | "false" | "no"));
+        ClientOptions { node, timeout, uid: unsafe { libc::geteuid() }, gid: unsafe { libc::getegid() }, local_io }
     }
 }
 
@@ -91,11 +93,13 @@ struct Inner {
     secret: Secret,
     session: u64,
     opts: ClientOptions,
-    /// Data files of servers on this node held open for local reads, by every open file.
+    /// Data files of servers on this node held open for local I/O, by every open file.
     local_files: std::sync::atomic::AtomicUsize,
+    /// Started on the first local write.
+    local_writer: std::sync::OnceLock<local::LocalWriter>,
 }
 
-/// Most server data files held open for local reads at once. This machine class allows 20,000
+/// Most server data files held open for local I/O at once. This machine class allows 20,000
 /// descriptors per process; a file opened past this is read over the network instead.
 const MAX_LOCAL_FILES: usize = 4096;
 
@@ -154,6 +158,7 @@ impl Client {
             session: u64::from_le_bytes(session),
             opts,
             local_files: Default::default(),
+            local_writer: Default::default(),
         }), uid, gid })
     }
 
@@ -235,10 +240,14 @@ impl Client {
         guard.as_ref().filter(|conn| !conn.is_broken()).cloned()
     }
 
-    /// Takes one of the [`MAX_LOCAL_FILES`] descriptors for a local read (false: none left).
+    /// Takes one of the [`MAX_LOCAL_FILES`] descriptors for local I/O (false: none left).
     pub(crate) fn take_local_file(&self) -> bool {
         use std::sync::atomic::Ordering;
         self.inner.local_files.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < MAX_LOCAL_FILES).then_some(n + 1)).is_ok()
+    }
+
+    pub(crate) fn local_writer(&self) -> &local::LocalWriter {
+        self.inner.local_writer.get_or_init(local::LocalWriter::start)
     }
 
     pub(crate) fn return_local_files(&self, count: usize) {

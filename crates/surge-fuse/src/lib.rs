@@ -767,14 +767,15 @@ impl Filesystem for SurgeFs {
     fn write(&mut self, _req: &Request<'_>, ino: u64, fh: u64, offset: i64, data: &[u8], _wflags: u32, _flags: i32, _lock: Option<u64>, reply: ReplyWrite) {
         let Some(f) = self.file(fh) else { return reply.error(libc::EBADF) };
         let siblings = self.siblings(fh, ino);
-        let data = bytes::Bytes::copy_from_slice(data);
         // Cached chunks may hold what this write replaces, for this and every other reader here.
         f.chunks.clear();
         for other in &siblings {
             other.chunks.clear();
         }
-        // A write that fits the write-behind window goes out from this thread and is answered
-        // at once (no task, no runtime wake-up); others wait for room on the runtime.
+        let data = bytes::Bytes::copy_from_slice(data);
+        // A write that fits the write-behind window goes out from this thread (to the chunk's
+        // server, or to the local writer when the chunks' servers are on this node) and is
+        // answered at once (no task, no runtime wake-up); others wait for room on the runtime.
         let data = match f.file.write_behind_now(offset as u64, data) {
             Ok(n) => return reply.written(n as u32),
             Err(data) => data,

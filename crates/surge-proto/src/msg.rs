@@ -194,6 +194,15 @@ pub enum Request {
     PurgeData { ino: Ino },
     /// Makes this server's data of `ino` durable on its device.
     SyncData { ino: Ino },
+    /// From a client on this server's node that will write `ino`'s data file itself (a local
+    /// write, see [`LocalData`]): sets `bytes` of the server's share aside for it (NoSpace if
+    /// they do not fit), and makes sure the file exists. Given back by `LocalWritten`, or when
+    /// the connection closes.
+    ReserveLocal { ino: Ino, bytes: u64 },
+    /// The client stopped writing `ino`'s data file itself for now (a flush or close): the
+    /// server takes the file's new length and allocation into account and gives back
+    /// `reserved` bytes set aside by `ReserveLocal`.
+    LocalWritten { ino: Ino, reserved: u64 },
 
     // ---- staging (see [`crate::stage`]), sent to the stage's coordinator ----
     StageSubmit { spec: StageSpec },
@@ -268,6 +277,8 @@ impl Request {
             Request::TruncateData { .. } => "truncate-data",
             Request::PurgeData { .. } => "purge-data",
             Request::SyncData { .. } => "sync-data",
+            Request::ReserveLocal { .. } => "reserve-local",
+            Request::LocalWritten { .. } => "local-written",
             Request::StageSubmit { .. } => "stage-submit",
             Request::StageList { .. } => "stage-list",
             Request::StageFiles { .. } => "stage-files",

@@ -73,7 +73,7 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) -> 
     }
 
     let writer = Arc::new(AsyncMutex::new(writer));
-    let mut session = Session { shared: shared.clone(), opens: HashMap::new(), watcher: None, awaited: Vec::new() };
+    let mut session = Session { shared: shared.clone(), opens: HashMap::new(), watcher: None, awaited: Vec::new(), reserved: HashMap::new() };
     let result = session.serve_requests(&mut reader, &writer).await;
     session.release_all();
     if let Some(id) = session.watcher {
@@ -180,6 +180,8 @@ struct Session {
     watcher: Option<WatcherId>,
     /// Acknowledgements of the notices the current request caused, awaited before its reply.
     awaited: Vec<tokio::sync::oneshot::Receiver<()>>,
+    /// Capacity set aside for this client's local writes, by inode (given back if it goes).
+    reserved: HashMap<Ino, u64>,
 }
 
 impl Session {
@@ -393,6 +395,22 @@ impl Session {
                 data.sync(*ino)?;
                 Reply::Ok
             }
+            Request::ReserveLocal { ino, bytes } => {
+                data.reserve_local(*ino, *bytes)?;
+                *self.reserved.entry(*ino).or_default() += bytes;
+                Reply::Ok
+            }
+            Request::LocalWritten { ino, reserved } => {
+                let held = self.reserved.get(ino).copied().unwrap_or(0);
+                let released = (*reserved).min(held);
+                if held == released {
+                    self.reserved.remove(ino);
+                } else {
+                    self.reserved.insert(*ino, held - released);
+                }
+                data.local_written(*ino, released)?;
+                Reply::Ok
+            }
             Request::StatFs => {
                 let (inodes, files, dirs) = meta().counts();
                 Reply::Stats(surge_proto::ServerStats {
@@ -462,6 +480,10 @@ impl Session {
     /// meanwhile loses its data here; chunks on other servers stay until the instance ends
     /// (servers never talk to each other), which is logged.
     fn release_all(&mut self) {
+        for (ino, reserved) in std::mem::take(&mut self.reserved) {
+            // What the client wrote itself before it went is kept and accounted.
+            let _ = self.shared.data.local_written(ino, reserved);
+        }
         for (ino, count) in std::mem::take(&mut self.opens) {
             for _ in 0..count {
                 if let Ok((true, _)) = self.shared.meta.lock().unwrap().commit(ino, None, None, true) {

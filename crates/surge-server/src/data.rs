@@ -48,6 +48,8 @@ pub struct DataStore {
     dir: PathBuf,
     capacity: u64,
     used: AtomicU64,
+    /// Set aside for clients on this node writing data files themselves (`reserve_local`).
+    reserved: AtomicU64,
     open: Mutex<HashMap<Ino, Arc<LocalFile>>>,
     /// Bytes sent in answer to reads and received in writes (statistics).
     read_bytes: AtomicU64,
@@ -74,6 +76,7 @@ impl DataStore {
             dir: dir.to_path_buf(),
             capacity,
             used: AtomicU64::new(used),
+            reserved: AtomicU64::new(0),
             open: Mutex::new(HashMap::new()),
             read_bytes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(0),
@@ -160,10 +163,42 @@ impl DataStore {
         // Bytes this write can newly allocate: all of it past the local end, none of it below
         // (rewrites of holes below the end are rare: chunks are written whole or appended).
         let growth = if offset >= local.len.load(Ordering::Relaxed) { len } else { end.saturating_sub(local.len.load(Ordering::Relaxed)) };
-        if self.used() + growth > self.capacity {
-            return Err((ErrorCode::NoSpace, format!("server share full: {} of {} bytes used, write needs {growth}", self.used(), self.capacity)));
+        self.fits(growth)
+    }
+
+    /// Fails with NoSpace if `growth` more bytes would take this server past its share.
+    fn fits(&self, growth: u64) -> MetaResult<()> {
+        let (used, reserved) = (self.used(), self.reserved.load(Ordering::Relaxed));
+        if used + reserved + growth > self.capacity {
+            return Err((ErrorCode::NoSpace, format!("server share full: {used} of {} bytes used, {reserved} set aside for local writes, write needs {growth}", self.capacity)));
         }
         Ok(())
+    }
+
+    /// Sets `bytes` aside for a client on this node that writes `ino`'s file itself, and
+    /// creates the file if need be.
+    pub fn reserve_local(&self, ino: Ino, bytes: u64) -> MetaResult<()> {
+        self.local_file(ino, true)?;
+        self.fits(bytes)?;
+        self.reserved.fetch_add(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// A client on this node wrote `ino`'s file itself: takes its length and allocation as
+    /// they now are, and gives back `reserved` bytes set aside for it.
+    pub fn local_written(&self, ino: Ino, reserved: u64) -> MetaResult<()> {
+        let _ = self.reserved.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| Some(r.saturating_sub(reserved)));
+        let Some(local) = self.local_file(ino, false)? else { return Ok(()) };
+        self.refresh_len(&local)?;
+        self.reaccount(&local);
+        Ok(())
+    }
+
+    /// Re-reads a local file's length (clients on this node may have written past it).
+    fn refresh_len(&self, local: &LocalFile) -> MetaResult<u64> {
+        let len = local.file.metadata().map_err(|e| io_error("stat chunk file", e))?.len();
+        local.len.store(len, Ordering::Relaxed);
+        Ok(len)
     }
 
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> MetaResult<u32> {
@@ -252,7 +287,8 @@ impl DataStore {
         let Some(local) = self.local_file(ino, false)? else {
             return Ok(());
         };
-        if local.len.load(Ordering::Relaxed) > size {
+        // The file's own length, not the one last accounted: a local writer may be past it.
+        if self.refresh_len(&local)? > size {
             local.file.set_len(size).map_err(|e| io_error("truncate chunk file", e))?;
             local.len.store(size, Ordering::Relaxed);
             self.reaccount(&local);

@@ -1,0 +1,330 @@
+//! Local I/O: a client on a server's node reads and writes that server's data files itself,
+//! the way HDFS's short-circuit reads do, instead of sending requests over TCP.
+//!
+//! Each server tells its clients where its data directory is ([`surge_proto::LocalData`]); a
+//! connection whose server turns out to be on this node knows the directory
+//! ([`crate::conn::Connection::local_dir`]). One open file keeps, per such server, the server's
+//! data file of its inode open, opened on first use.
+//!
+//! * **Reads** are one `pread` from the page cache. Exact because a server changes its data
+//!   files only in place and removes one only once no client has the inode open.
+//! * **Writes** are one `pwrite`, within capacity the server set aside for this handle
+//!   beforehand (`ReserveLocal`, asked in steps of [`RESERVATION`]), so the instance's capacity
+//!   limit holds as for any write. Once the handle flushes or closes, each server it wrote to is
+//!   told (`LocalWritten`): it takes the file's new length and allocation into account, and only
+//!   from then on does it serve those bytes to clients on other nodes, which is all that
+//!   close-to-open promises them.
+//!
+//! Both are used only while the connection to the server is up (a server that died is not
+//! read or written behind its back). Writes go local only when none of the handle's writes are
+//! in flight over the network, so the two never overtake each other.
+
+use std::fs::File as StdFile;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use surge_proto::{data_file_name, ErrorCode, Ino, Reply};
+
+use crate::conn::{Pending, Response};
+use crate::error::{Error, Result};
+use crate::layout::Piece;
+use crate::Client;
+
+/// Capacity asked of a server at a time for one handle's local writes.
+pub const RESERVATION: u64 = 16 << 20;
+
+#[derive(Clone, Default)]
+enum DataFile {
+    #[default]
+    NotOpened,
+    Open { file: Arc<StdFile>, writable: bool },
+    /// The server is on another node, or its file cannot be opened here: use requests.
+    Unavailable,
+}
+
+/// One server's data file of this inode and what this handle may still write to it.
+#[derive(Clone, Default)]
+struct Slot {
+    file: DataFile,
+    /// Bytes of growth this handle may still cause (reserved and not yet used).
+    allowance: u64,
+    /// Bytes reserved since the server was last told of this handle's writes.
+    reserved: u64,
+    /// Written locally since the server was last told.
+    written: bool,
+    /// The data file's length as far as this handle knows (to tell a write's growth).
+    end: u64,
+}
+
+/// The data files of one open file on this node's servers.
+pub(crate) struct LocalFiles {
+    client: Client,
+    ino: Ino,
+    slots: Mutex<Vec<Slot>>,
+    /// Some server has not been told of writes made here yet.
+    unreported: AtomicBool,
+}
+
+impl Drop for LocalFiles {
+    fn drop(&mut self) {
+        let held = self.slots.get_mut().map(|slots| slots.iter().filter(|s| matches!(s.file, DataFile::Open { .. })).count()).unwrap_or(0);
+        self.client.return_local_files(held);
+    }
+}
+
+/// What a write of `len` bytes at `offset` adds to a file that ends at `end`.
+fn growth(end: u64, offset: u64, len: u64) -> u64 {
+    (offset + len).saturating_sub(end.max(offset)).min(len)
+}
+
+impl LocalFiles {
+    pub fn new(client: Client, ino: Ino) -> LocalFiles {
+        LocalFiles { client, ino, slots: Mutex::new(Vec::new()), unreported: AtomicBool::new(false) }
+    }
+
+    /// Local I/O is on for this client.
+    pub fn enabled(&self) -> bool {
+        self.client.options().local_io
+    }
+
+    /// Some server has not been told of writes made here yet: a read over the network would
+    /// not see them (call [`LocalFiles::report`] first).
+    pub fn unreported(&self) -> bool {
+        self.unreported.load(Ordering::Relaxed)
+    }
+
+    /// Opens `server`'s data file into `slot` if it can be: the server is on this node and its
+    /// connection up. Returns whether the slot may be used (`Some`), and if so whether the file
+    /// exists yet (`Some(false)`: nothing written there so far; tried again next time).
+    fn prepare(&self, server: usize, slot: &mut Slot) -> Option<bool> {
+        let conn = self.client.connection_now(server)?;
+        match slot.file {
+            DataFile::Open { .. } => return Some(true),
+            DataFile::Unavailable => return None,
+            DataFile::NotOpened => {}
+        }
+        let Some(dir) = conn.local_dir() else {
+            slot.file = DataFile::Unavailable;
+            return None;
+        };
+        if !self.client.take_local_file() {
+            return None;
+        }
+        let path = dir.join(data_file_name(self.ino));
+        let opened = match StdFile::options().read(true).write(true).open(&path) {
+            Ok(file) => Ok((file, true)),
+            // Readable but not writable by this user: local reads only.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => StdFile::open(&path).map(|file| (file, false)),
+            Err(e) => Err(e),
+        };
+        match opened {
+            Ok((file, writable)) => {
+                slot.end = file.metadata().map(|m| m.len()).unwrap_or(0);
+                slot.file = DataFile::Open { file: Arc::new(file), writable };
+                Some(true)
+            }
+            Err(e) => {
+                self.client.return_local_files(1);
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    return Some(false);
+                }
+                slot.file = DataFile::Unavailable;
+                None
+            }
+        }
+    }
+
+    fn slots(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
+        let mut slots = self.slots.lock().unwrap();
+        if slots.is_empty() {
+            slots.resize(self.client.server_count(), Slot::default());
+        }
+        slots
+    }
+
+    /// Reads `len` bytes at `offset` (within the file's size) when every piece is held by a
+    /// server on this node; None otherwise (a mixed request goes out whole, over the network).
+    pub fn read(&self, offset: u64, len: u64) -> Option<Result<Vec<u8>>> {
+        let mut files: Vec<(Option<Arc<StdFile>>, Piece)> = Vec::with_capacity(2);
+        {
+            let mut slots = self.slots();
+            for piece in self.client.layout().pieces(self.ino, offset, len) {
+                let slot = &mut slots[piece.server];
+                let file = match (self.prepare(piece.server, slot)?, &slot.file) {
+                    (true, DataFile::Open { file, .. }) => Some(file.clone()),
+                    _ => None,
+                };
+                files.push((file, piece));
+            }
+        }
+        // Zeroed: what a data file does not hold (a hole, or past its end) reads as zeros.
+        let mut out = vec![0u8; len as usize];
+        for (file, piece) in files {
+            let Some(file) = file else { continue };
+            let into = &mut out[piece.buf_offset..piece.buf_offset + piece.len as usize];
+            if let Err(e) = read_at_most(&file, into, piece.file_offset) {
+                return Some(Err(self.io_error("read", piece.file_offset, e)));
+            }
+        }
+        Some(Ok(out))
+    }
+
+    /// Claims a local write of `len` bytes at `offset`: when every piece goes to a server on
+    /// this node whose data file this handle may write and has room set aside for, the room is
+    /// taken and the files to write come back, with the pieces; None otherwise.
+    pub fn claim(&self, offset: u64, len: u64) -> Option<Vec<(Arc<StdFile>, Piece)>> {
+        let mut slots = self.slots();
+        let pieces: Vec<Piece> = self.client.layout().pieces(self.ino, offset, len).collect();
+        for piece in &pieces {
+            let slot = &mut slots[piece.server];
+            let ready = self.prepare(piece.server, slot)?;
+            let writable = matches!(slot.file, DataFile::Open { writable: true, .. });
+            if !ready || !writable || growth(slot.end, piece.file_offset, piece.len) > slot.allowance {
+                return None;
+            }
+        }
+        self.unreported.store(true, Ordering::Relaxed);
+        let mut claimed = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            let slot = &mut slots[piece.server];
+            let DataFile::Open { file, .. } = &slot.file else { unreachable!("checked above") };
+            slot.allowance -= growth(slot.end, piece.file_offset, piece.len);
+            slot.end = slot.end.max(piece.file_offset + piece.len);
+            slot.written = true;
+            claimed.push((file.clone(), piece));
+        }
+        Some(claimed)
+    }
+
+    /// For a local write of `len` bytes at `offset`: None when it cannot be one (a server is
+    /// not on this node, or its file is not writable here); otherwise the servers that must
+    /// set more capacity aside first, and how much each.
+    pub fn shortfall(&self, offset: u64, len: u64) -> Option<Vec<(usize, u64)>> {
+        let mut slots = self.slots();
+        let mut short: Vec<(usize, u64)> = Vec::new();
+        for piece in self.client.layout().pieces(self.ino, offset, len) {
+            let slot = &mut slots[piece.server];
+            if self.prepare(piece.server, slot)? && !matches!(slot.file, DataFile::Open { writable: true, .. }) {
+                return None;
+            }
+            let need = growth(slot.end, piece.file_offset, piece.len).saturating_sub(slot.allowance);
+            if need > 0 || !matches!(slot.file, DataFile::Open { .. }) {
+                // (A file that does not exist yet is created by the reservation.)
+                match short.iter_mut().find(|(s, _)| *s == piece.server) {
+                    Some((_, n)) => *n += need,
+                    None => short.push((piece.server, need)),
+                }
+            }
+        }
+        Some(short)
+    }
+
+    /// `server` set `bytes` aside for this handle.
+    pub fn reserved(&self, server: usize, bytes: u64) {
+        let mut slots = self.slots();
+        slots[server].allowance += bytes;
+        slots[server].reserved += bytes;
+        self.unreported.store(true, Ordering::Relaxed);
+    }
+
+    /// The servers to tell that this handle's local writes are done for now, with the
+    /// capacity each set aside; forgets both (the next write reserves afresh).
+    pub fn take_unreported(&self) -> Vec<(usize, u64)> {
+        if !self.unreported.swap(false, Ordering::Relaxed) {
+            return Vec::new();
+        }
+        let mut slots = self.slots();
+        let mut done = Vec::new();
+        for (server, slot) in slots.iter_mut().enumerate() {
+            if slot.written || slot.reserved > 0 {
+                done.push((server, slot.reserved));
+                (slot.written, slot.reserved, slot.allowance) = (false, 0, 0);
+            }
+        }
+        done
+    }
+
+    fn io_error(&self, op: &str, offset: u64, e: std::io::Error) -> Error {
+        io_error(op, self.ino, offset, e)
+    }
+}
+
+fn io_error(op: &str, ino: Ino, offset: u64, e: std::io::Error) -> Error {
+    let code = if e.raw_os_error() == Some(libc::ENOSPC) { ErrorCode::NoSpace } else { ErrorCode::Io };
+    Error::new(code, format!("local {op} of inode {ino:#x} at {offset}: {e}"))
+}
+
+/// A local write handed to the [`LocalWriter`].
+struct Job {
+    file: Arc<StdFile>,
+    ino: Ino,
+    offset: u64,
+    data: Bytes,
+    done: tokio::sync::oneshot::Sender<Response>,
+}
+
+/// A thread that does a client's local writes in the order they come, so that a writer that
+/// keeps writes behind (the FUSE mount) is answered at once and goes on with its next
+/// write while the data is copied into the file on the other core — as with writes sent to a
+/// server, one copy fewer than them and no socket in between.
+pub(crate) struct LocalWriter {
+    jobs: std::sync::mpsc::Sender<Job>,
+}
+
+impl LocalWriter {
+    pub fn start() -> LocalWriter {
+        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("surge-local-writer".into())
+            .spawn(move || {
+                // Ends when the client, holding the sender, goes.
+                for job in queue {
+                    let outcome = match job.file.write_all_at(&job.data, job.offset) {
+                        Ok(()) => Ok((Reply::Written { len: job.data.len() as u32 }, Vec::new())),
+                        Err(e) => Err(io_error("write", job.ino, job.offset, e)),
+                    };
+                    let _ = job.done.send(outcome);
+                }
+            })
+            .expect("start the local writer thread");
+        LocalWriter { jobs }
+    }
+
+    /// Queues `data` to be written at `offset` of `file`; the outcome comes through the
+    /// returned [`Pending`], like a server's answer.
+    pub fn submit(&self, file: Arc<StdFile>, ino: Ino, offset: u64, data: Bytes) -> Pending {
+        let (done, outcome) = tokio::sync::oneshot::channel();
+        // A send fails only if the thread is gone; the dropped sender then reads as a failure.
+        let _ = self.jobs.send(Job { file, ino, offset, data, done });
+        Pending::local(outcome)
+    }
+}
+
+/// Fills `buf` from `file` at `offset` until the file ends (the rest of `buf` is left alone).
+fn read_at_most(file: &StdFile, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::growth;
+
+    #[test]
+    fn growth_counts_only_bytes_past_the_end() {
+        assert_eq!(growth(0, 0, 10), 10);
+        assert_eq!(growth(100, 0, 10), 0, "a rewrite below the end grows nothing");
+        assert_eq!(growth(100, 95, 10), 5);
+        assert_eq!(growth(100, 200, 10), 10, "a write past a hole grows by its length (the hole costs nothing)");
+    }
+}
