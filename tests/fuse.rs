@@ -123,7 +123,7 @@ fn rename_on_one_node_publishes_to_a_mount_on_another() {
     let (adir, bdir) = (a.dir.clone(), b.dir.clone());
     let writer = std::thread::spawn(move || {
         for v in 1..=60u32 {
-            let body: Vec<u8> = std::iter::repeat(v as u8).take(100_000 + (v as usize * 37_117) % 2_000_000).collect();
+            let body: Vec<u8> = std::iter::repeat_n(v as u8, 100_000 + (v as usize * 37_117) % 2_000_000).collect();
             let mut content = (body.len() as u64).to_le_bytes().to_vec();
             content.extend(body);
             std::fs::write(adir.join("plot.tmp"), &content).unwrap();
