@@ -29,34 +29,50 @@ struct WriteBehind {
     window: u64,
     queued_bytes: u64,
     queue: VecDeque<InFlight>,
-    /// How many of `queue` are local writes.
-    local: usize,
+    /// Writes in `queue` by server index, sent over the network and handed to the local writer.
+    /// A server's bytes must never be written both ways at once: one could overtake the other.
+    sent: Vec<u32>,
+    local: Vec<u32>,
 }
 
 /// A write sent to a server, or handed to the local writer.
 struct InFlight {
     len: u64,
     pending: Pending,
+    server: usize,
     local: bool,
 }
 
 impl WriteBehind {
-    fn push(&mut self, len: u64, pending: Pending, local: bool) {
-        self.queue.push_back(InFlight { len, pending, local });
+    fn counts(&mut self, local: bool) -> &mut Vec<u32> {
+        if local {
+            &mut self.local
+        } else {
+            &mut self.sent
+        }
+    }
+
+    fn push(&mut self, server: usize, len: u64, pending: Pending, local: bool) {
+        let counts = self.counts(local);
+        if counts.len() <= server {
+            counts.resize(server + 1, 0);
+        }
+        counts[server] += 1;
+        self.queue.push_back(InFlight { len, pending, server, local });
         self.queued_bytes += len;
-        self.local += local as usize;
     }
 
     fn pop(&mut self) -> Option<InFlight> {
         let done = self.queue.pop_front()?;
         self.queued_bytes -= done.len;
-        self.local -= done.local as usize;
+        self.counts(done.local)[done.server] -= 1;
         Some(done)
     }
 
-    /// Writes in flight over the network: a local write now could land before them.
-    fn sent(&self) -> bool {
-        self.queue.len() > self.local
+    /// Some write to one of `servers` is in flight the other way than `local`.
+    fn crossing(&self, servers: impl IntoIterator<Item = usize>, local: bool) -> bool {
+        let other = if local { &self.sent } else { &self.local };
+        servers.into_iter().any(|s| other.get(s).is_some_and(|&n| n > 0))
     }
 }
 
@@ -180,8 +196,8 @@ impl File {
         let window = {
             let mut behind = self.behind.lock().await;
             if !(local && self.write_locally(&mut behind, offset, &data)) {
-                if behind.local > 0 {
-                    // Local writes of this handle still going: this one must not overtake them.
+                if behind.crossing(self.servers_of(offset, len as u64), false) {
+                    // Local writes to these servers still going: this one must not overtake them.
                     drop(behind);
                     self.drain_writes(0).await?;
                     behind = self.behind.lock().await;
@@ -189,7 +205,7 @@ impl File {
                 for piece in self.client.layout().pieces(self.ino, offset, len as u64) {
                     let payload = data.slice(piece.buf_offset..piece.buf_offset + piece.len as usize);
                     let pending = self.client.send(piece.server, &Request::Write { ino: self.ino, offset: piece.file_offset }, payload).await?;
-                    behind.push(piece.len, pending, false);
+                    behind.push(piece.server, piece.len, pending, false);
                 }
             }
             behind.window
@@ -202,16 +218,21 @@ impl File {
     /// Hands the write to the local writer if every chunk of it can be written locally now
     /// (see [`crate::local`]); false: it was not.
     fn write_locally(&self, behind: &mut WriteBehind, offset: u64, data: &Bytes) -> bool {
-        if behind.sent() || !self.no_read_ahead() {
+        if behind.crossing(self.servers_of(offset, data.len() as u64), true) || !self.no_read_ahead() {
             return false;
         }
         let Some(claimed) = self.local.claim(offset, data.len() as u64) else { return false };
         let writer = self.client.local_writer();
         for (file, piece) in claimed {
             let payload = data.slice(piece.buf_offset..piece.buf_offset + piece.len as usize);
-            behind.push(piece.len, writer.submit(file, self.ino, piece.file_offset, payload), true);
+            behind.push(piece.server, piece.len, writer.submit(file, self.ino, piece.file_offset, payload), true);
         }
         true
+    }
+
+    /// The servers holding `[offset, offset + len)`.
+    fn servers_of(&self, offset: u64, len: u64) -> impl Iterator<Item = usize> + '_ {
+        self.client.layout().pieces(self.ino, offset, len).map(|piece| piece.server)
     }
 
     /// Records a write up to `end` (size, publication at the next flush).
@@ -256,14 +277,14 @@ impl File {
             self.wrote(offset + len as u64);
             return Ok(len);
         }
-        if behind.local > 0 || self.local_write_possible(offset, len as u64) {
-            // Must wait for local writes in flight, or can be a local write once room is set
-            // aside: either takes `pwrite_bytes`.
+        if behind.crossing(self.servers_of(offset, len as u64), false) || self.local_write_possible(offset, len as u64) {
+            // Must wait for local writes in flight to the same server, or can be a local write
+            // once room is set aside: either takes `pwrite_bytes`.
             return Err(data);
         }
-        let Some(conn) = self.lone_chunk_connection(offset, len as u64) else { return Err(data) };
+        let Some((server, conn)) = self.lone_chunk_connection(offset, len as u64) else { return Err(data) };
         match conn.send(&Request::Write { ino: self.ino, offset }, data.clone()) {
-            Ok(pending) => behind.push(len as u64, pending, false),
+            Ok(pending) => behind.push(server, len as u64, pending, false),
             Err(_) => return Err(data),
         }
         self.wrote(offset + len as u64);
@@ -286,12 +307,12 @@ impl File {
         self.ahead.try_lock().is_ok_and(|ahead| ahead.window == 0)
     }
 
-    /// The open connection to the server of the one chunk `[offset, offset + len)` lies in;
+    /// The server of the one chunk `[offset, offset + len)` lies in, and its open connection;
     /// None when the range spans chunks or the connection is not ready without waiting.
-    fn lone_chunk_connection(&self, offset: u64, len: u64) -> Option<std::sync::Arc<crate::conn::Connection>> {
+    fn lone_chunk_connection(&self, offset: u64, len: u64) -> Option<(usize, std::sync::Arc<crate::conn::Connection>)> {
         let mut pieces = self.client.layout().pieces(self.ino, offset, len);
         let (Some(piece), None) = (pieces.next(), pieces.next()) else { return None };
-        self.client.connection_now(piece.server)
+        Some((piece.server, self.client.connection_now(piece.server)?))
     }
 
     /// Reads up to `len` bytes at `offset` like [`File::pread`], handing the outcome to `then`
@@ -313,7 +334,7 @@ impl File {
         if !(self.writes_settled() && self.no_read_ahead()) || self.local.unreported() {
             return Err(then);
         }
-        let Some(conn) = self.lone_chunk_connection(offset, len) else { return Err(then) };
+        let Some((_, conn)) = self.lone_chunk_connection(offset, len) else { return Err(then) };
         let request = Request::Read { ino: self.ino, offset, len: len as u32 };
         conn.send_then(
             &request,
@@ -363,9 +384,9 @@ impl File {
             self.client.connection(piece.server).await?;
         }
         let Some(short) = self.local.shortfall(offset, len) else { return Ok(false) };
-        let sent = self.behind.lock().await.sent();
-        if sent {
-            // Writes of this handle in flight over the network: a local write could overtake.
+        let crossing = self.behind.lock().await.crossing(self.servers_of(offset, len), true);
+        if crossing {
+            // Writes to these servers in flight over the network: a local write could overtake.
             self.drain_writes(0).await?;
         }
         'servers: for (server, need) in short {
@@ -568,3 +589,25 @@ impl File {
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// In a file striped over servers on this node and elsewhere, local and network writes
+    /// go on side by side; only the same server's bytes may not be in flight both ways.
+    #[test]
+    fn writes_in_flight_cross_only_on_the_same_server() {
+        let mut behind = WriteBehind::default();
+        behind.push(2, 4096, Pending::ready(Vec::new()), false);
+        behind.push(0, 4096, Pending::ready(Vec::new()), true);
+        assert!(!behind.crossing([1, 3], true) && !behind.crossing([1, 3], false), "idle servers");
+        assert!(behind.crossing([2], true), "a local write to server 2 would race the one sent there");
+        assert!(!behind.crossing([2], false), "another sent write to server 2 is ordered behind it");
+        assert!(behind.crossing([0], false) && !behind.crossing([0], true));
+        behind.pop();
+        assert!(!behind.crossing([2], true), "the sent write is done");
+        behind.pop();
+        assert!(!behind.crossing([0], false) && behind.queued_bytes == 0);
+    }
+}
