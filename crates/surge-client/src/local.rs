@@ -16,8 +16,9 @@
 //!   close-to-open promises them.
 //!
 //! Both are used only while the connection to the server is up (a server that died is not
-//! read or written behind its back). Writes go local only when none of the handle's writes are
-//! in flight over the network, so the two never overtake each other.
+//! read or written behind its back). A write goes local only when none of the handle's writes
+//! to the same server are in flight over the network, and the other way round, so the two
+//! never overtake each other (see `WriteBehind::crossing` in the file module).
 
 use std::fs::File as StdFile;
 use std::os::unix::fs::FileExt;
