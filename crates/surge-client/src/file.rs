@@ -389,35 +389,33 @@ impl File {
             // Writes to these servers in flight over the network: a local write could overtake.
             self.drain_writes(0).await?;
         }
-        'servers: for (server, need) in short {
-            // A step ahead, or at least what this write needs when that is all there is room for.
-            for bytes in [need.max(crate::local::RESERVATION), need] {
-                if bytes == 0 {
-                    continue;
-                }
-                if self.client.request(server, Request::ReserveLocal { ino: self.ino, bytes }).await.is_ok() {
-                    self.local.reserved(server, bytes);
-                    continue 'servers;
-                }
+        // A step ahead from every server at once; from one that has no room for that, just what
+        // this write needs.
+        let ahead = |need: u64| need.max(crate::local::RESERVATION);
+        let requests: Vec<(usize, Request)> = short.iter().map(|&(server, need)| (server, Request::ReserveLocal { ino: self.ino, bytes: ahead(need) })).collect();
+        let outcomes = self.client.send_all(requests).await;
+        let mut all_reserved = true;
+        for (&(server, need), outcome) in short.iter().zip(outcomes) {
+            if outcome.is_ok() {
+                self.local.reserved(server, ahead(need));
+            } else if need > 0 && self.client.request(server, Request::ReserveLocal { ino: self.ino, bytes: need }).await.is_ok() {
+                self.local.reserved(server, need);
+            } else {
+                // No room even for this write (the server says so, with how much there is,
+                // when the write is sent), or the server is gone: it goes over the network.
+                all_reserved = false;
             }
-            // No room even for this write (the server says so, with how much there is, when
-            // the write is sent), or the server is gone: the write goes over the network.
-            return Ok(false);
         }
-        Ok(true)
+        Ok(all_reserved)
     }
 
     /// Tells every server this handle wrote to locally that it is done for now (the server
     /// then serves those bytes to other nodes, and gets its set-aside room back).
     async fn report_local_writes(&self) -> Result<()> {
         let done = self.local.take_unreported();
-        let mut first_error = None;
-        for (server, reserved) in done {
-            if let Err(e) = self.client.request(server, Request::LocalWritten { ino: self.ino, reserved }).await {
-                first_error.get_or_insert(e);
-            }
-        }
-        first_error.map_or(Ok(()), Err)
+        let requests: Vec<(usize, Request)> = done.into_iter().map(|(server, reserved)| (server, Request::LocalWritten { ino: self.ino, reserved })).collect();
+        let outcomes = self.client.send_all(requests).await;
+        outcomes.into_iter().find_map(|outcome| outcome.err()).map_or(Ok(()), Err)
     }
 
     /// Reads up to `len` bytes at `offset`, stopping at the file's size; holes read as zeros.

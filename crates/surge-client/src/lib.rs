@@ -308,21 +308,25 @@ impl Client {
     /// Sends the same request to each of `servers` at once and waits for all answers;
     /// returns the first failure.
     async fn send_to(&self, servers: impl Iterator<Item = usize>, request: Request) -> Result<()> {
+        let outcomes = self.send_all(servers.map(|server| (server, request.clone()))).await;
+        outcomes.into_iter().find_map(|outcome| outcome.err()).map_or(Ok(()), Err)
+    }
+
+    /// Sends each request to its server, all before waiting for any reply; the outcomes, in
+    /// order (an error reply is an error).
+    pub(crate) async fn send_all(&self, requests: impl IntoIterator<Item = (usize, Request)>) -> Vec<Result<()>> {
         let mut pending = Vec::new();
-        for server in servers {
+        for (server, request) in requests {
             pending.push(self.send(server, &request, Bytes::new()).await);
         }
-        let mut first_error = None;
+        let mut outcomes = Vec::with_capacity(pending.len());
         for p in pending {
-            let result = match p {
+            outcomes.push(match p {
                 Ok(p) => p.wait(self.inner.opts.timeout).await.map(|_| ()),
                 Err(e) => Err(e),
-            };
-            if let Err(e) = result {
-                first_error.get_or_insert(e);
-            }
+            });
         }
-        first_error.map_or(Ok(()), Err)
+        outcomes
     }
 
     // ------------------------------------------------------------ inode-level namespace API
