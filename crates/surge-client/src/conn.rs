@@ -290,7 +290,8 @@ impl Connection {
         Ok(Arc::new(Connection { server, out, waiters, next_id: AtomicU64::new(2), broken, local_dir }))
     }
 
-    /// The server's data directory when it is on this node: its files can be read directly.
+    /// The server's data directory when it is on this node: its files can be read and written
+    /// directly (see [`crate::local`]).
     pub fn local_dir(&self) -> Option<&Path> {
         self.local_dir.as_deref()
     }

@@ -115,7 +115,8 @@ const LOCAL_WRITES_AFTER: u64 = 1 << 20;
 impl File {
     pub(crate) fn new(client: Client, attr: &Attr) -> File {
         File {
-            client: client.clone(),
+            local: LocalFiles::new(client.clone(), attr.ino),
+            client,
             ino: attr.ino,
             size: AtomicU64::new(attr.size),
             written_end: AtomicU64::new(0),
@@ -124,7 +125,6 @@ impl File {
             ahead: Default::default(),
             deferred_error: Mutex::new(None),
             opened: attr.clone(),
-            local: LocalFiles::new(client.clone(), attr.ino),
         }
     }
 
@@ -367,15 +367,20 @@ impl File {
         self.local.read(offset, (len as u64).min(size - offset))
     }
 
+    /// Local I/O is on and this handle has written enough for its writes to go local.
+    fn local_writes_due(&self) -> bool {
+        self.local.enabled() && self.written_end.load(Ordering::Relaxed) >= LOCAL_WRITES_AFTER
+    }
+
     /// The write of `len` bytes at `offset` can be a local one, given room set aside.
     fn local_write_possible(&self, offset: u64, len: u64) -> bool {
-        self.local.enabled() && self.written_end.load(Ordering::Relaxed) >= LOCAL_WRITES_AFTER && self.local.shortfall(offset, len).is_some()
+        self.local_writes_due() && self.local.shortfall(offset, len).is_some()
     }
 
     /// Makes the write of `len` bytes at `offset` a local one if it can be: waits for the
     /// handle's writes in flight and has the servers set room aside. False: send it instead.
     async fn prepare_local_write(&self, offset: u64, len: u64) -> Result<bool> {
-        if !self.local.enabled() || self.written_end.load(Ordering::Relaxed) < LOCAL_WRITES_AFTER {
+        if !self.local_writes_due() {
             return Ok(false);
         }
         // Local I/O needs the servers' connections up (they say where the data directories
@@ -414,8 +419,7 @@ impl File {
     async fn report_local_writes(&self) -> Result<()> {
         let done = self.local.take_unreported();
         let requests: Vec<(usize, Request)> = done.into_iter().map(|(server, reserved)| (server, Request::LocalWritten { ino: self.ino, reserved })).collect();
-        let outcomes = self.client.send_all(requests).await;
-        outcomes.into_iter().find_map(|outcome| outcome.err()).map_or(Ok(()), Err)
+        crate::first_failure(self.client.send_all(requests).await)
     }
 
     /// Reads up to `len` bytes at `offset`, stopping at the file's size; holes read as zeros.
@@ -586,7 +590,6 @@ impl File {
         Ok(self.size())
     }
 }
-
 
 #[cfg(test)]
 mod tests {

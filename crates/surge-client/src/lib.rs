@@ -112,6 +112,11 @@ pub struct Client {
     gid: u32,
 }
 
+/// The first failure among `outcomes`, if any.
+pub(crate) fn first_failure(outcomes: Vec<Result<()>>) -> Result<()> {
+    outcomes.into_iter().find_map(|outcome| outcome.err()).map_or(Ok(()), Err)
+}
+
 pub(crate) fn unexpected(op: &str, reply: Reply) -> Error {
     Error::new(ErrorCode::Protocol, format!("{op}: unexpected reply {reply:?}"))
 }
@@ -308,8 +313,7 @@ impl Client {
     /// Sends the same request to each of `servers` at once and waits for all answers;
     /// returns the first failure.
     async fn send_to(&self, servers: impl Iterator<Item = usize>, request: Request) -> Result<()> {
-        let outcomes = self.send_all(servers.map(|server| (server, request.clone()))).await;
-        outcomes.into_iter().find_map(|outcome| outcome.err()).map_or(Ok(()), Err)
+        first_failure(self.send_all(servers.map(|server| (server, request.clone()))).await)
     }
 
     /// Sends each request to its server, all before waiting for any reply; the outcomes, in

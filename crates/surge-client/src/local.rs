@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use surge_proto::{data_file_name, ErrorCode, Ino, Reply};
+use surge_proto::{data_file_name, write_growth as growth, ErrorCode, Ino, Reply};
 
 use crate::conn::{Pending, Response};
 use crate::error::{Error, Result};
@@ -75,11 +75,6 @@ impl Drop for LocalFiles {
     }
 }
 
-/// What a write of `len` bytes at `offset` adds to a file that ends at `end`.
-fn growth(end: u64, offset: u64, len: u64) -> u64 {
-    (offset + len).saturating_sub(end.max(offset)).min(len)
-}
-
 impl LocalFiles {
     pub fn new(client: Client, ino: Ino) -> LocalFiles {
         LocalFiles { client, ino, slots: Mutex::new(Vec::new()), unreported: AtomicBool::new(false) }
@@ -91,7 +86,7 @@ impl LocalFiles {
     }
 
     /// Some server has not been told of writes made here yet: a read over the network would
-    /// not see them (call [`LocalFiles::report`] first).
+    /// not see them (report them first, see [`LocalFiles::take_unreported`]).
     pub fn unreported(&self) -> bool {
         self.unreported.load(Ordering::Relaxed)
     }
@@ -315,17 +310,4 @@ fn read_at_most(file: &StdFile, buf: &mut [u8], offset: u64) -> std::io::Result<
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::growth;
-
-    #[test]
-    fn growth_counts_only_bytes_past_the_end() {
-        assert_eq!(growth(0, 0, 10), 10);
-        assert_eq!(growth(100, 0, 10), 0, "a rewrite below the end grows nothing");
-        assert_eq!(growth(100, 95, 10), 5);
-        assert_eq!(growth(100, 200, 10), 10, "a write past a hole grows by its length (the hole costs nothing)");
-    }
 }

@@ -130,6 +130,14 @@ impl LocalData {
     }
 }
 
+/// Bytes a write of `len` at `offset` newly allocates in a data file that ends at `end`: all of
+/// it past the end, none below (rewrites of holes below the end are rare: chunks are written
+/// whole or appended). What a server counts against its share for a write, and so what a
+/// client writing a data file itself must have set aside (`ReserveLocal`).
+pub fn write_growth(end: u64, offset: u64, len: u64) -> u64 {
+    (offset + len).saturating_sub(end.max(offset))
+}
+
 /// Name of the file in a server's data directory that holds its chunks of inode `ino`.
 pub fn data_file_name(ino: Ino) -> String {
     format!("{ino:016x}")
@@ -413,4 +421,17 @@ pub fn check_name(name: &str) -> Result<(), ErrorCode> {
         return Err(ErrorCode::NameTooLong);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::write_growth;
+
+    #[test]
+    fn write_growth_counts_only_bytes_past_the_end() {
+        assert_eq!(write_growth(0, 0, 10), 10);
+        assert_eq!(write_growth(100, 0, 10), 0, "a rewrite below the end grows nothing");
+        assert_eq!(write_growth(100, 95, 10), 5);
+        assert_eq!(write_growth(100, 200, 10), 10, "a write past a hole grows by its length (the hole costs nothing)");
+    }
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use surge_proto::{data_file_name, ErrorCode, Ino, LocalData};
+use surge_proto::{data_file_name, write_growth, ErrorCode, Ino, LocalData};
 
 use crate::meta::MetaResult;
 
@@ -159,11 +159,7 @@ impl DataStore {
     /// Fails with NoSpace, before anything is written, if `len` bytes at `offset` could take
     /// this server past its share.
     fn reserve(&self, local: &LocalFile, offset: u64, len: u64) -> MetaResult<()> {
-        let end = offset + len;
-        // Bytes this write can newly allocate: all of it past the local end, none of it below
-        // (rewrites of holes below the end are rare: chunks are written whole or appended).
-        let growth = if offset >= local.len.load(Ordering::Relaxed) { len } else { end.saturating_sub(local.len.load(Ordering::Relaxed)) };
-        self.fits(growth)
+        self.fits(write_growth(local.len.load(Ordering::Relaxed), offset, len))
     }
 
     /// Fails with NoSpace if `growth` more bytes would take this server past its share.
@@ -239,8 +235,6 @@ impl DataStore {
         Ok(kernel_copy(&local.file, target, offset, held).map_err(|e| io_error("copy to the PFS", e))?.is_some())
     }
 
-    /// Reads up to `len` bytes; a short result means this server holds nothing further there
-    /// (the client fills holes below the file's size with zeros).
     /// Where the bytes of a read are, for sending them to the socket straight from the page
     /// cache (`sendfile`): the local file and how many bytes it has at `offset` (up to `len`).
     pub fn read_source(&self, ino: Ino, offset: u64, len: u32) -> MetaResult<Option<ReadSource>> {
@@ -250,6 +244,8 @@ impl DataStore {
         Ok(Some(ReadSource { local, offset, len: available }))
     }
 
+    /// Reads up to `len` bytes; a short result means this server holds nothing further there
+    /// (the client fills holes below the file's size with zeros).
     pub fn read(&self, ino: Ino, offset: u64, len: u32) -> MetaResult<Vec<u8>> {
         let Some(ReadSource { local, len: available, .. }) = self.read_source(ino, offset, len)? else {
             return Ok(Vec::new());

@@ -64,7 +64,7 @@ pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
     let local = match data.local_data() {
         Ok(local) => Some(local),
         Err(e) => {
-            tracing::warn!("clients on this node will not read the data directory themselves: {e}");
+            tracing::warn!("clients on this node will not read or write the data directory themselves: {e}");
             None
         }
     };
