@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates (or refreshes) the project's Python virtual environment in .venv and installs the
-# `surge` Python package into it in editable mode. Idempotent: a second run only re-checks.
+# `surge` Python package into it in editable mode, with every extra: `make test` and `make demo`
+# both run in it. Idempotent: a second run only re-checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -10,6 +11,6 @@ fi
 stamp=.venv/.surge-installed
 if [ ! -f "$stamp" ] || [ python/pyproject.toml -nt "$stamp" ]; then
     .venv/bin/pip install --quiet --upgrade pip
-    .venv/bin/pip install --quiet -e 'python[test]'
+    .venv/bin/pip install --quiet -e 'python[all,test]'
     touch "$stamp"
 fi

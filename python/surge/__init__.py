@@ -3,7 +3,10 @@ the C library libsurge), Darshan import for the provisioning simulator, the wall
 node-allocation predictor, and plotting helpers. The data plane itself is in Rust (crates/).
 
 The staging calls are also reachable as `surge.stage_file_out(...)` and so on; the C library is
-loaded on first use, so the other tools work where it is not built."""
+loaded on first use, so the other tools work where it is not built. The base package needs only
+the standard library; the other tools' dependencies are extras: `surge[predict]` (surge.predict,
+surge-predict), `surge[sim]` (surge.darshan_trace, surge.sim_plots), `surge[demo]` (the
+in-transit example)."""
 
 _STAGING_NAMES = {
     "stage_file_in", "stage_dir_in", "stage_list_in",

@@ -61,8 +61,8 @@ def _open(path: str):
         raise DarshanTraceError(f"Darshan log not found: {path}")
     try:
         import darshan  # pydarshan
-    except ImportError as e:  # pragma: no cover - dependency of the package
-        raise DarshanTraceError("pydarshan (the 'darshan' package) is required") from e
+    except ImportError as e:  # pragma: no cover - installed with the 'sim' extra
+        raise DarshanTraceError("pydarshan (the 'darshan' package) is required: pip install 'surge[sim]'") from e
     try:
         report = darshan.DarshanReport(path, read_all=True)
         nprocs = int(report.metadata["job"]["nprocs"])

@@ -17,11 +17,17 @@ import json
 import os
 import sys
 
-import matplotlib
+try:
+    import matplotlib
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+except ModuleNotFoundError as error:
+    # The 'sim' extra: as a command, name it instead of a traceback.
+    if __name__ != "__main__":
+        raise
+    sys.exit(f"python -m surge.sim_plots: error: {error.name} is not installed (pip install 'surge[sim]')")
 
 PLACEMENTS = ["node_local", "grouped", "global"]
 COLOURS = {"node_local": "#4c72b0", "grouped": "#55a868", "global": "#c44e52"}
