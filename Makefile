@@ -25,5 +25,7 @@ test-python: venv build
 
 test: test-rust test-python
 
+# The data-plane, FUSE and staging benchmarks, one after another (bench/RESULTS.md records
+# their results). Needs root, fio and bindfs; bench/run-all.sh checks before it starts.
 bench: build
 	./bench/run-all.sh
