@@ -27,7 +27,13 @@ fn c_program_stages_through_libsurge() {
 
     let inst = Instance::up_on("capi", "127.0.2", 101, 4, &["--capacity", "1G"]);
     let mount = inst.mount("capi", "127.0.2.109");
-    let out = Command::new(&program).arg(&mount.dir).arg(dir.join("pfs")).env("SURGE_HOME", &inst.home).env_remove("SURGE_INSTANCE").output().unwrap();
+    let out = Command::new(&program)
+        .arg(&mount.dir)
+        .arg(dir.join("pfs"))
+        .env("SURGE_HOME", &inst.home)
+        .env_remove("SURGE_INSTANCE")
+        .output()
+        .unwrap();
     drop(mount);
     drop(inst);
     assert!(out.status.success(), "C test failed: {}", text(&out));

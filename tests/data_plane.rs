@@ -117,7 +117,10 @@ fn killed_server_fails_fast_and_others_stay_readable() {
         small.push((i, String::from_utf8_lossy(&out.stdout).trim().parse::<u64>().unwrap()));
     }
     let victim = 2u64; // not server 0, which homes the root directory
-    assert!(small.iter().any(|(_, s)| *s == victim) && small.iter().any(|(_, s)| *s != victim), "placement too uneven for the test: {small:?}");
+    assert!(
+        small.iter().any(|(_, s)| *s == victim) && small.iter().any(|(_, s)| *s != victim),
+        "placement too uneven for the test: {small:?}"
+    );
     let pid = inst.descriptor()["servers"][victim as usize]["pid"].as_u64().unwrap();
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     std::thread::sleep(Duration::from_millis(100));
@@ -235,7 +238,12 @@ fn eight_servers_start_and_stop() {
 #[test]
 fn a_silent_server_times_reads_out_on_both_paths() {
     let inst = four_servers("silent", 71, "1G");
-    let opts = surge_client::ClientOptions { node: Some("127.0.0.81".parse().unwrap()), timeout: Duration::from_secs(1), local_io: false, ..Default::default() };
+    let opts = surge_client::ClientOptions {
+        node: Some("127.0.0.81".parse().unwrap()),
+        timeout: Duration::from_secs(1),
+        local_io: false,
+        ..Default::default()
+    };
     let c = inst.client_with(opts);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let f = rt.block_on(async {
@@ -258,9 +266,9 @@ fn a_silent_server_times_reads_out_on_both_paths() {
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     // SIGSTOP is delivered asynchronously: wait until every thread shows as stopped.
     let stopped = || {
-        std::fs::read_dir(format!("/proc/{pid}/task"))
-            .unwrap()
-            .all(|t| std::fs::read_to_string(t.unwrap().path().join("stat")).is_ok_and(|stat| stat.contains(") T ") || stat.contains(") t ")))
+        std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().all(|t| {
+            std::fs::read_to_string(t.unwrap().path().join("stat")).is_ok_and(|stat| stat.contains(") T ") || stat.contains(") t "))
+        })
     };
     let deadline = Instant::now() + Duration::from_secs(5);
     while !stopped() {
@@ -319,7 +327,11 @@ fn local_reads_match_network_reads_and_ask_no_server() {
     let got = read_both("/f");
     let network = served(&writer) - before;
     assert_eq!(got[0].len() as u64, 3 * mib + tail.len() as u64);
-    assert!(got[0][..first.len()] == first[..] && got[0][2 * mib as usize..3 * mib as usize].iter().all(|&b| b == 0) && got[0][3 * mib as usize..] == tail[..]);
+    assert!(
+        got[0][..first.len()] == first[..]
+            && got[0][2 * mib as usize..3 * mib as usize].iter().all(|&b| b == 0)
+            && got[0][3 * mib as usize..] == tail[..]
+    );
     // Only the network client's bytes were served: every one of them, and none for the local one.
     let expected: u64 = reads.iter().map(|&(o, l)| (o + l).min(got[0].len() as u64) - o).sum();
     assert!(network <= expected, "servers sent {network} bytes, the network client alone reads {expected}");
@@ -388,7 +400,11 @@ fn a_reply_followed_by_a_one_way_request_is_not_held_back() {
     s.write_all(&encode_frame(FrameKind::Request, 1, &hello, 0)).unwrap();
     assert!(matches!(read_reply(&mut s).1, Reply::Welcome { .. }));
     // A request and a one-way acknowledgement in one write: the server reads both at once.
-    let burst = [encode_frame(FrameKind::Request, 2, &Request::GetAttr { ino: ROOT_INO }, 0), encode_frame(FrameKind::Request, 3, &Request::NoticeSeen { ack: 0 }, 0)].concat();
+    let burst = [
+        encode_frame(FrameKind::Request, 2, &Request::GetAttr { ino: ROOT_INO }, 0),
+        encode_frame(FrameKind::Request, 3, &Request::NoticeSeen { ack: 0 }, 0),
+    ]
+    .concat();
     s.write_all(&burst).unwrap();
     let (id, reply) = read_reply(&mut s);
     assert_eq!(id, 2);

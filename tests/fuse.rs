@@ -101,7 +101,12 @@ fn errors_carry_the_right_errno_and_permissions_hold_for_other_users() {
     std::fs::set_permissions(d("dir"), std::fs::Permissions::from_mode(0o777)).unwrap();
     std::fs::write(d("dir/private"), b"secret").unwrap();
     std::fs::set_permissions(d("dir/private"), std::fs::Permissions::from_mode(0o600)).unwrap();
-    let nobody = |cmd: &str| std::process::Command::new("setpriv").args(["--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-c", cmd]).output().unwrap();
+    let nobody = |cmd: &str| {
+        std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-c", cmd])
+            .output()
+            .unwrap()
+    };
     let out = nobody(&format!("cat {}", d("dir/private").display()));
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("Permission denied"), "{out:?}");
     let out = nobody(&format!("echo hi > {}/x", m.dir.display()));

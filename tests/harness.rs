@@ -142,7 +142,12 @@ impl Instance {
     }
 
     pub fn surge(&self, args: &[&str]) -> Output {
-        Command::new(binary("surge")).args(args).env("SURGE_HOME", &self.home).env("SURGE_INSTANCE", &self.name).output().expect("run surge")
+        Command::new(binary("surge"))
+            .args(args)
+            .env("SURGE_HOME", &self.home)
+            .env("SURGE_INSTANCE", &self.name)
+            .output()
+            .expect("run surge")
     }
 
     /// Runs `surge` as a client on node `node` (its own source address).
@@ -165,7 +170,11 @@ impl Instance {
     /// True when a server of this instance listens on address `node`.
     pub fn hosts_a_server(&self, node: &str) -> bool {
         let desc = self.descriptor();
-        desc["servers"].as_array().expect("servers").iter().any(|s| s["addr"].as_str().is_some_and(|a| a.rsplit_once(':').is_some_and(|(ip, _)| ip == node)))
+        desc["servers"]
+            .as_array()
+            .expect("servers")
+            .iter()
+            .any(|s| s["addr"].as_str().is_some_and(|a| a.rsplit_once(':').is_some_and(|(ip, _)| ip == node)))
     }
 
     pub fn descriptor(&self) -> serde_json::Value {
@@ -175,12 +184,17 @@ impl Instance {
 
     /// Client library handle from this test process, as node `node`.
     pub fn client(&self, node: &str) -> surge_client::Client {
-        self.client_with(surge_client::ClientOptions { node: Some(node.parse().unwrap()), local_io: self.hosts_a_server(node), ..Default::default() })
+        self.client_with(surge_client::ClientOptions {
+            node: Some(node.parse().unwrap()),
+            local_io: self.hosts_a_server(node),
+            ..Default::default()
+        })
     }
 
     /// Client library handle from this test process, with these options.
     pub fn client_with(&self, opts: surge_client::ClientOptions) -> surge_client::Client {
-        let desc = surge_client::InstanceDescriptor::load_from(&self.home.join("instances").join(format!("{}.json", self.name))).expect("descriptor");
+        let desc = surge_client::InstanceDescriptor::load_from(&self.home.join("instances").join(format!("{}.json", self.name)))
+            .expect("descriptor");
         surge_client::Client::new(&desc, opts).expect("client")
     }
 }
@@ -195,7 +209,11 @@ impl Instance {
     /// `surge mount` on a fresh directory, as node `node` (a server's address: with local reads).
     pub fn mount(&self, label: &str, node: &str) -> Mount<'_> {
         let dir = std::env::temp_dir().join(format!("surge-test-mnt-{}-{label}-{}", self.name, std::process::id()));
-        let out = self.on_node(Command::new(binary("surge")), node).args(["mount", &self.name, dir.to_str().unwrap(), "--node", node]).output().expect("run surge mount");
+        let out = self
+            .on_node(Command::new(binary("surge")), node)
+            .args(["mount", &self.name, dir.to_str().unwrap(), "--node", node])
+            .output()
+            .expect("run surge mount");
         assert!(out.status.success(), "surge mount failed: {}", text(&out));
         Mount { instance: self, dir }
     }

@@ -85,7 +85,10 @@ async fn posix_namespace_rules_hold_across_servers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_behind_and_read_ahead_keep_bytes_and_report_errors() {
-    let inst = Instance::up("stream", &["--servers", "3", "--capacity", "24M", "--chunk-size", "64K", "--hosts", "127.0.0.181,127.0.0.182,127.0.0.183"]);
+    let inst = Instance::up(
+        "stream",
+        &["--servers", "3", "--capacity", "24M", "--chunk-size", "64K", "--hosts", "127.0.0.181,127.0.0.182,127.0.0.183"],
+    );
     let c = inst.client("127.0.0.184");
     let data = surge_tests::pattern(77, 3_000_001);
     let f = c.create("/stream", 0o644).await.unwrap();

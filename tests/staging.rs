@@ -96,7 +96,11 @@ fn list_stage_in_and_single_file_out_through_a_mount_path() {
     let dir = scratch("slist");
     let a = write_local(&dir.join("pfs"), "a.dat", &pattern(1, 3 << 20));
     let b = write_local(&dir.join("pfs"), "b.dat", &pattern(2, 1000));
-    let list = write_local(&dir.join("pfs"), "list.txt", format!("# source destination\n{} /in/a.dat\n\n{} sub/b.dat\n", a.display(), b.display()).as_bytes());
+    let list = write_local(
+        &dir.join("pfs"),
+        "list.txt",
+        format!("# source destination\n{} /in/a.dat\n\n{} sub/b.dat\n", a.display(), b.display()).as_bytes(),
+    );
     let out = ok(inst.surge(&["stage", "in", list.to_str().unwrap(), "/base", "--type", "list", "--wait"]));
     assert!(out.contains("done: 2 files"), "{out}");
     assert!(ok(inst.surge(&["stat", "/base/sub/b.dat"])).contains("1000"));

@@ -73,7 +73,8 @@ fn client(instance: &str) -> CallResult<Client> {
 /// Runs one API call: records the failure message and turns it into `-errno`; a panic
 /// becomes -EIO instead of unwinding into C.
 fn call(work: impl FnOnce() -> CallResult<()>) -> c_int {
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|_| Err(Failure::new(libc::EIO, "internal error in libsurge")));
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
+        .unwrap_or_else(|_| Err(Failure::new(libc::EIO, "internal error in libsurge")));
     let (code, message) = match outcome {
         Ok(()) => (0, String::new()),
         Err(f) => (-f.errno.abs().max(1), f.message),
@@ -98,7 +99,10 @@ fn resolve(bb_path: &str) -> CallResult<(Client, String)> {
     }
     match std::env::var("SURGE_INSTANCE") {
         Ok(name) if bb_path.starts_with('/') => Ok((client(&name)?, bb_path.to_string())),
-        _ => Err(Failure::new(libc::EINVAL, format!("{bb_path} is not on a Surge mount, and SURGE_INSTANCE does not name an instance it could be in"))),
+        _ => Err(Failure::new(
+            libc::EINVAL,
+            format!("{bb_path} is not on a Surge mount, and SURGE_INSTANCE does not name an instance it could be in"),
+        )),
     }
 }
 
@@ -106,7 +110,8 @@ fn absolute(pfs_path: &str) -> CallResult<String> {
     if pfs_path.starts_with('/') {
         return Ok(pfs_path.to_string());
     }
-    let cwd = std::env::current_dir().map_err(|e| Failure::new(libc::EINVAL, format!("relative PFS path and no working directory: {e}")))?;
+    let cwd =
+        std::env::current_dir().map_err(|e| Failure::new(libc::EINVAL, format!("relative PFS path and no working directory: {e}")))?;
     Ok(cwd.join(pfs_path).to_string_lossy().to_string())
 }
 
@@ -249,7 +254,8 @@ pub unsafe extern "C" fn surge_open_failed_stage(bb_dir: *const c_char) -> *mut 
                 if stage.state != StageState::Failed || !(stage.bb_path == inner || stage.bb_path.starts_with(&prefix)) {
                     continue;
                 }
-                let files: Vec<String> = client.stage_files(stage.id).await?.into_iter().filter(|f| f.state == StageState::Failed).map(|f| f.bb_path).collect();
+                let files: Vec<String> =
+                    client.stage_files(stage.id).await?.into_iter().filter(|f| f.state == StageState::Failed).map(|f| f.bb_path).collect();
                 if files.is_empty() {
                     found.push(stage.bb_path.clone());
                 }

@@ -18,7 +18,11 @@ const DATA_BYTES: usize = 256 << 20;
 pub async fn run(root: Option<PathBuf>) -> Result<()> {
     let root = root.unwrap_or_else(|| {
         let shm = PathBuf::from("/dev/shm");
-        if shm.is_dir() { shm } else { std::env::temp_dir() }
+        if shm.is_dir() {
+            shm
+        } else {
+            std::env::temp_dir()
+        }
     });
     let name = format!("demo-{}", std::process::id());
     let params = instance::UpParams {
@@ -64,7 +68,13 @@ async fn steps(desc: &surge_client::InstanceDescriptor, startup: std::time::Dura
     }
     f.close().await?;
     let secs = t.elapsed().as_secs_f64();
-    summary.row(vec!["write (node .21)".into(), human_bytes(DATA_BYTES as u64), format!("{secs:.3}"), format!("{:.0}", DATA_BYTES as f64 / secs / 1048576.0), "closed".into()]);
+    summary.row(vec![
+        "write (node .21)".into(),
+        human_bytes(DATA_BYTES as u64),
+        format!("{secs:.3}"),
+        format!("{:.0}", DATA_BYTES as f64 / secs / 1048576.0),
+        "closed".into(),
+    ]);
 
     let t = Instant::now();
     let f = reader.open("/run/field.bin", false).await?;
@@ -78,7 +88,13 @@ async fn steps(desc: &surge_client::InstanceDescriptor, startup: std::time::Dura
     let secs = t.elapsed().as_secs_f64();
     let same = blake3::hash(&back) == digest;
     ensure!(same, "data read back on node .22 differs from what node .21 wrote");
-    summary.row(vec!["read (node .22)".into(), human_bytes(DATA_BYTES as u64), format!("{secs:.3}"), format!("{:.0}", DATA_BYTES as f64 / secs / 1048576.0), "identical (BLAKE3)".into()]);
+    summary.row(vec![
+        "read (node .22)".into(),
+        human_bytes(DATA_BYTES as u64),
+        format!("{secs:.3}"),
+        format!("{:.0}", DATA_BYTES as f64 / secs / 1048576.0),
+        "identical (BLAKE3)".into(),
+    ]);
 
     // Publish: write a new version under a temporary name, rename over the old one.
     let t = Instant::now();
@@ -92,7 +108,13 @@ async fn steps(desc: &surge_client::InstanceDescriptor, startup: std::time::Dura
     let seen = f.pread(0, 3 << 20).await?;
     f.close().await?;
     ensure!(seen.len() == 3 << 20 && seen.iter().all(|&b| b == 1), "published file is not the complete second version");
-    summary.row(vec!["publish by rename".into(), human_bytes(6 << 20), format!("{:.3}", t.elapsed().as_secs_f64()), "-".into(), "reader sees complete v2".into()]);
+    summary.row(vec![
+        "publish by rename".into(),
+        human_bytes(6 << 20),
+        format!("{:.3}", t.elapsed().as_secs_f64()),
+        "-".into(),
+        "reader sees complete v2".into(),
+    ]);
 
     let names: Vec<String> = reader.readdir("/run").await?.into_iter().map(|e| e.name).collect();
     ensure!(names == ["field.bin", "plot.h5"], "unexpected listing {names:?}");

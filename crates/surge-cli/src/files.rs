@@ -176,7 +176,14 @@ pub fn list_instances() -> Result<()> {
     for name in surge_client::descriptor::known_instances() {
         let p = surge_client::descriptor::descriptor_path(&name);
         match surge_client::InstanceDescriptor::load_from(&p) {
-            Ok(d) => table.row(vec![d.name, d.mode.to_string(), d.servers.len().to_string(), human_bytes(d.capacity), human_bytes(d.chunk_size), p.display().to_string()]),
+            Ok(d) => table.row(vec![
+                d.name,
+                d.mode.to_string(),
+                d.servers.len().to_string(),
+                human_bytes(d.capacity),
+                human_bytes(d.chunk_size),
+                p.display().to_string(),
+            ]),
             Err(e) => table.row(vec!["?".into(), "-".into(), "-".into(), "-".into(), "-".into(), format!("{} ({e})", p.display())]),
         }
     }

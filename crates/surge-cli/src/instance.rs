@@ -110,7 +110,11 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
                     cmd.stdout(Stdio::null()).stderr(Stdio::null());
                     let addr = format!("{host}:{REMOTE_PORT}");
                     fixed_addr = Some(
-                        tokio::net::lookup_host(&addr).await.with_context(|| format!("resolve {addr}"))?.next().with_context(|| format!("resolve {addr}"))?,
+                        tokio::net::lookup_host(&addr)
+                            .await
+                            .with_context(|| format!("resolve {addr}"))?
+                            .next()
+                            .with_context(|| format!("resolve {addr}"))?,
                     );
                 }
             }
@@ -185,7 +189,12 @@ async fn wait_ready(l: &mut Launched) -> Result<SocketAddr> {
         if let Some(status) = l.child.try_wait()? {
             let log = std::fs::read_to_string(l.root.join("server.log")).unwrap_or_default();
             let tail: Vec<&str> = log.lines().rev().take(5).collect();
-            bail!("server {} on {} exited with {status} before it was ready: {}", l.index, l.host, tail.into_iter().rev().collect::<Vec<_>>().join(" | "));
+            bail!(
+                "server {} on {} exited with {status} before it was ready: {}",
+                l.index,
+                l.host,
+                tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            );
         }
         match l.fixed_addr {
             Some(addr) => {

@@ -236,14 +236,22 @@ async fn run(command: Command) -> Result<()> {
                     .map(|(s, st)| match st {
                         Ok(st) => serde_json::json!({"index": s.index, "host": s.host, "addr": s.addr, "up": true,
                             "used": st.used, "capacity": st.capacity, "files": st.files, "dirs": st.dirs}),
-                        Err(e) => serde_json::json!({"index": s.index, "host": s.host, "addr": s.addr, "up": false, "error": e.to_string()}),
+                        Err(e) => {
+                            serde_json::json!({"index": s.index, "host": s.host, "addr": s.addr, "up": false, "error": e.to_string()})
+                        }
                     })
                     .collect();
                 let doc = serde_json::json!({"name": desc.name, "mode": desc.mode, "chunk_size": desc.chunk_size,
                     "capacity": desc.capacity, "servers": servers});
                 println!("{}", serde_json::to_string_pretty(&doc)?);
             } else {
-                println!("instance '{}': {} mode, {} chunks, {} servers", desc.name, desc.mode, table::human_bytes(desc.chunk_size), desc.servers.len());
+                println!(
+                    "instance '{}': {} mode, {} chunks, {} servers",
+                    desc.name,
+                    desc.mode,
+                    table::human_bytes(desc.chunk_size),
+                    desc.servers.len()
+                );
                 print!("{}", instance::servers_table(&desc, &stats));
                 if stats.iter().any(|s| s.is_err()) {
                     anyhow::bail!("some servers of '{}' are down", desc.name);

@@ -220,18 +220,35 @@ async fn copy(direction: StageDirection, args: CopyArgs) -> Result<()> {
     if args.wait && when == StageWhen::Immediate {
         wait(&client, id).await?;
     } else {
-        let files = if stage.state == StageState::Deferred { "at job end".to_string() } else { format!("{} files, {}", stage.files_total, human_bytes(stage.bytes_total)) };
-        println!("stage {id} submitted: {} {} -> {} ({files}); `surge stage status {id}` shows progress", direction.label(), source(&stage), destination(&stage));
+        let files = if stage.state == StageState::Deferred {
+            "at job end".to_string()
+        } else {
+            format!("{} files, {}", stage.files_total, human_bytes(stage.bytes_total))
+        };
+        println!(
+            "stage {id} submitted: {} {} -> {} ({files}); `surge stage status {id}` shows progress",
+            direction.label(),
+            source(&stage),
+            destination(&stage)
+        );
     }
     Ok(())
 }
 
 fn source(s: &StageSummary) -> &str {
-    if s.direction == StageDirection::In { &s.pfs_path } else { &s.bb_path }
+    if s.direction == StageDirection::In {
+        &s.pfs_path
+    } else {
+        &s.bb_path
+    }
 }
 
 fn destination(s: &StageSummary) -> &str {
-    if s.direction == StageDirection::In { &s.bb_path } else { &s.pfs_path }
+    if s.direction == StageDirection::In {
+        &s.bb_path
+    } else {
+        &s.pfs_path
+    }
 }
 
 fn rate(bytes: u64, seconds: f64) -> String {
@@ -246,7 +263,8 @@ fn bar(total: u64, what: &str) -> ProgressBar {
     // indicatif draws on stderr and hides itself when that is not a terminal.
     let bar = ProgressBar::new(total);
     bar.set_style(
-        ProgressStyle::with_template(&format!("{what} {{bar:30}} {{bytes}}/{{total_bytes}} {{bytes_per_sec}} ETA {{eta}} {{msg}}")).expect("valid template"),
+        ProgressStyle::with_template(&format!("{what} {{bar:30}} {{bytes}}/{{total_bytes}} {{bytes_per_sec}} ETA {{eta}} {{msg}}"))
+            .expect("valid template"),
     );
     bar
 }
@@ -255,14 +273,18 @@ fn bar(total: u64, what: &str) -> ProgressBar {
 async fn wait(client: &Client, id: u64) -> Result<StageSummary> {
     let mut progress: Option<ProgressBar> = None;
     let stages = client
-        .wait_stages(None, |s| s.id == id, |stages| {
-            if let Some(s) = stages.first() {
-                let bar = progress.get_or_insert_with(|| bar(s.bytes_total, &format!("stage {id}")));
-                bar.set_length(s.bytes_total);
-                bar.set_position(s.bytes_done);
-                bar.set_message(format!("{}/{} files", s.files_done, s.files_total));
-            }
-        })
+        .wait_stages(
+            None,
+            |s| s.id == id,
+            |stages| {
+                if let Some(s) = stages.first() {
+                    let bar = progress.get_or_insert_with(|| bar(s.bytes_total, &format!("stage {id}")));
+                    bar.set_length(s.bytes_total);
+                    bar.set_position(s.bytes_done);
+                    bar.set_message(format!("{}/{} files", s.files_done, s.files_total));
+                }
+            },
+        )
         .await?;
     if let Some(bar) = progress {
         bar.finish_and_clear();
@@ -285,35 +307,53 @@ async fn wait(client: &Client, id: u64) -> Result<StageSummary> {
             println!("stage {id} is deferred to job end");
             Ok(stage)
         }
-        state => bail!("stage {id} {}: {} ({} of {} files failed)", state.label(), stage.error.unwrap_or_default(), stage.files_failed, stage.files_total),
+        state => bail!(
+            "stage {id} {}: {} ({} of {} files failed)",
+            state.label(),
+            stage.error.unwrap_or_default(),
+            stage.files_failed,
+            stage.files_total
+        ),
     }
 }
 
 /// Starts the job-end stages and waits for them and for every stage still running, with
 /// one bar; fails if any of those fails (stages that failed earlier were reported then).
 pub async fn job_end(client: &Client) -> Result<()> {
-    let open: std::collections::HashSet<u64> = client.stage_list(None).await?.into_iter().filter(|s| !s.state.is_final()).map(|s| s.id).collect();
+    let open: std::collections::HashSet<u64> =
+        client.stage_list(None).await?.into_iter().filter(|s| !s.state.is_final()).map(|s| s.id).collect();
     client.stage_job_end().await?;
     let mut progress: Option<ProgressBar> = None;
     let stages = client
-        .wait_stages(None, |s| open.contains(&s.id), |stages| {
-            let active: Vec<&StageSummary> = stages.iter().filter(|s| !s.state.is_final()).collect();
-            if active.is_empty() {
-                return;
-            }
-            let total = active.iter().map(|s| s.bytes_total).sum();
-            let bar = progress.get_or_insert_with(|| bar(total, "staging"));
-            bar.set_length(total);
-            bar.set_position(active.iter().map(|s| s.bytes_done).sum());
-            bar.set_message(format!("{} stages", active.len()));
-        })
+        .wait_stages(
+            None,
+            |s| open.contains(&s.id),
+            |stages| {
+                let active: Vec<&StageSummary> = stages.iter().filter(|s| !s.state.is_final()).collect();
+                if active.is_empty() {
+                    return;
+                }
+                let total = active.iter().map(|s| s.bytes_total).sum();
+                let bar = progress.get_or_insert_with(|| bar(total, "staging"));
+                bar.set_length(total);
+                bar.set_position(active.iter().map(|s| s.bytes_done).sum());
+                bar.set_message(format!("{} stages", active.len()));
+            },
+        )
         .await?;
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
     let failed: Vec<&StageSummary> = stages.iter().filter(|s| s.state == StageState::Failed).collect();
     if let Some(first) = failed.first() {
-        bail!("{} stage(s) failed, e.g. stage {} ({} -> {}): {}", failed.len(), first.id, source(first), destination(first), first.error.as_deref().unwrap_or(""));
+        bail!(
+            "{} stage(s) failed, e.g. stage {} ({} -> {}): {}",
+            failed.len(),
+            first.id,
+            source(first),
+            destination(first),
+            first.error.as_deref().unwrap_or("")
+        );
     }
     Ok(())
 }
@@ -356,7 +396,8 @@ async fn status(client: &Client, id: Option<u64>, json: bool) -> Result<()> {
 }
 
 fn stages_table(stages: &[StageSummary]) -> String {
-    let mut table = Table::new(&["ID", "DIRECTION", "WHEN", "STATE", "FILES", "FAILED", "BYTES", "RATE", "SECONDS", "SOURCE", "DESTINATION", "ERROR"]);
+    let mut table =
+        Table::new(&["ID", "DIRECTION", "WHEN", "STATE", "FILES", "FAILED", "BYTES", "RATE", "SECONDS", "SOURCE", "DESTINATION", "ERROR"]);
     for s in stages {
         table.row(vec![
             s.id.to_string(),

@@ -213,7 +213,11 @@ impl Pending {
 
 /// One request of the handshake and its reply (None: closed, or not a reply), before the
 /// reader and flusher tasks run.
-async fn exchange(reader: &mut BufReader<OwnedReadHalf>, writer: &mut BufWriter<OwnedWriteHalf>, request: &Request) -> std::result::Result<Option<Reply>, String> {
+async fn exchange(
+    reader: &mut BufReader<OwnedReadHalf>,
+    writer: &mut BufWriter<OwnedWriteHalf>,
+    request: &Request,
+) -> std::result::Result<Option<Reply>, String> {
     write_frame(writer, FrameKind::Request, 1, request, &[]).await.map_err(|e| e.to_string())?;
     writer.flush().await.map_err(|e| e.to_string())?;
     let frame = read_frame(reader, MAX_MESSAGE_LEN, 0).await.map_err(|e| e.to_string())?;
@@ -237,7 +241,14 @@ impl Connection {
     /// server's challenge and starts the reader, flusher and sweeper tasks.
     /// With `watcher`, the connection asks the server for change notices (before it returns,
     /// so nothing it is told later can change unnoticed) and hands them to the watcher.
-    pub async fn open(addr: SocketAddr, source: Option<IpAddr>, secret: &Secret, session: u64, timeout: Duration, watcher: Option<WatchedBy>) -> Result<Arc<Connection>> {
+    pub async fn open(
+        addr: SocketAddr,
+        source: Option<IpAddr>,
+        secret: &Secret,
+        session: u64,
+        timeout: Duration,
+        watcher: Option<WatchedBy>,
+    ) -> Result<Arc<Connection>> {
         let server = addr.to_string();
         let down = |what: &str, e: &dyn std::fmt::Display| Error::new(ErrorCode::ServerDown, format!("{what} {server}: {e}"));
         let connect = async {
@@ -283,7 +294,8 @@ impl Connection {
         let waiters: Waiters = Arc::new(Mutex::new(HashMap::new()));
         let broken = Arc::new(AtomicBool::new(false));
         // The handshake's frames were flushed: nothing is left in the buffer.
-        let out = Arc::new(WriteSide { half: writer.into_inner(), broken: broken.clone(), state: Default::default(), wake: Default::default() });
+        let out =
+            Arc::new(WriteSide { half: writer.into_inner(), broken: broken.clone(), state: Default::default(), wake: Default::default() });
         tokio::spawn(flush_loop(out.clone(), waiters.clone(), server.clone()));
         tokio::spawn(read_loop(reader, waiters.clone(), broken.clone(), server.clone(), watcher.map(|w| (w, out.clone()))));
         tokio::spawn(sweep_loop(waiters.clone(), broken.clone(), server.clone()));
@@ -384,7 +396,8 @@ async fn sweep_loop(waiters: Waiters, broken: Arc<AtomicBool>, server: String) {
         let now = std::time::Instant::now();
         let expired: Vec<Waiter> = {
             let mut waiters = waiters.lock().unwrap();
-            let ids: Vec<u64> = waiters.iter().filter(|(_, w)| matches!(w, Waiter::Call(_, deadline) if *deadline < now)).map(|(id, _)| *id).collect();
+            let ids: Vec<u64> =
+                waiters.iter().filter(|(_, w)| matches!(w, Waiter::Call(_, deadline) if *deadline < now)).map(|(id, _)| *id).collect();
             ids.iter().filter_map(|id| waiters.remove(id)).collect()
         };
         for waiter in expired {

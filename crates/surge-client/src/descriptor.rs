@@ -91,7 +91,8 @@ pub fn descriptor_path(name: &str) -> PathBuf {
 /// Names of the instances whose descriptors are on this machine, sorted.
 pub fn known_instances() -> Vec<String> {
     let Ok(entries) = std::fs::read_dir(instances_dir()) else { return Vec::new() };
-    let mut names: Vec<String> = entries.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".json")).map(str::to_string)).collect();
+    let mut names: Vec<String> =
+        entries.flatten().filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".json")).map(str::to_string)).collect();
     names.sort();
     names
 }

@@ -204,7 +204,8 @@ impl File {
                 }
                 for piece in self.client.layout().pieces(self.ino, offset, len as u64) {
                     let payload = data.slice(piece.buf_offset..piece.buf_offset + piece.len as usize);
-                    let pending = self.client.send(piece.server, &Request::Write { ino: self.ino, offset: piece.file_offset }, payload).await?;
+                    let pending =
+                        self.client.send(piece.server, &Request::Write { ino: self.ino, offset: piece.file_offset }, payload).await?;
                     behind.push(piece.server, piece.len, pending, false);
                 }
             }
@@ -397,7 +398,8 @@ impl File {
         // A step ahead from every server at once; from one that has no room for that, just what
         // this write needs.
         let ahead = |need: u64| need.max(crate::local::RESERVATION);
-        let requests: Vec<(usize, Request)> = short.iter().map(|&(server, need)| (server, Request::ReserveLocal { ino: self.ino, bytes: ahead(need) })).collect();
+        let requests: Vec<(usize, Request)> =
+            short.iter().map(|&(server, need)| (server, Request::ReserveLocal { ino: self.ino, bytes: ahead(need) })).collect();
         let outcomes = self.client.send_all(requests).await;
         let mut all_reserved = true;
         for (&(server, need), outcome) in short.iter().zip(outcomes) {
@@ -418,7 +420,8 @@ impl File {
     /// then serves those bytes to other nodes, and gets its set-aside room back).
     async fn report_local_writes(&self) -> Result<()> {
         let done = self.local.take_unreported();
-        let requests: Vec<(usize, Request)> = done.into_iter().map(|(server, reserved)| (server, Request::LocalWritten { ino: self.ino, reserved })).collect();
+        let requests: Vec<(usize, Request)> =
+            done.into_iter().map(|(server, reserved)| (server, Request::LocalWritten { ino: self.ino, reserved })).collect();
         crate::first_failure(self.client.send_all(requests).await)
     }
 
@@ -519,12 +522,8 @@ impl File {
     async fn publish(&self, release: bool) -> Result<(bool, u64)> {
         let dirty = self.dirty.swap(false, Ordering::Relaxed);
         let written = self.written_end.load(Ordering::Relaxed);
-        let request = Request::Commit {
-            ino: self.ino,
-            size: (dirty && written > 0).then_some(written),
-            mtime: dirty.then(Timestamp::now),
-            release,
-        };
+        let request =
+            Request::Commit { ino: self.ino, size: (dirty && written > 0).then_some(written), mtime: dirty.then(Timestamp::now), release };
         match self.client.call_home(self.ino, request).await? {
             Reply::Dropped { purge, size } => Ok((purge, size)),
             other => Err(unexpected("commit", other)),

@@ -44,7 +44,8 @@ impl Layout {
             }
             let chunk = at / self.chunk_size;
             let chunk_end = ((chunk + 1) * self.chunk_size).min(end);
-            let piece = Piece { server: self.chunk_server(ino, chunk), file_offset: at, buf_offset: (at - offset) as usize, len: chunk_end - at };
+            let piece =
+                Piece { server: self.chunk_server(ino, chunk), file_offset: at, buf_offset: (at - offset) as usize, len: chunk_end - at };
             at = chunk_end;
             Some(piece)
         })

@@ -34,15 +34,17 @@ use std::time::Duration;
 use bytes::Bytes;
 use surge_proto::auth::Secret;
 use surge_proto::ino::{self, Ino};
-use surge_proto::{check_name, Attr, AttrChanges, DirEntry, ErrorCode, FileKind, Reply, Request, ServerStats, Timestamp, Unlinked, ROOT_INO};
+use surge_proto::{
+    check_name, Attr, AttrChanges, DirEntry, ErrorCode, FileKind, Reply, Request, ServerStats, Timestamp, Unlinked, ROOT_INO,
+};
 use tokio::sync::Mutex as AsyncMutex;
 
 pub use descriptor::{InstanceDescriptor, Mode};
 pub use error::{Error, Result};
 pub use surge_proto;
 
-use conn::{Connection, Pending};
 pub use conn::Watcher;
+use conn::{Connection, Pending};
 pub use file::File;
 use layout::Layout;
 
@@ -70,11 +72,8 @@ pub struct ClientOptions {
 impl Default for ClientOptions {
     fn default() -> Self {
         let node = std::env::var("SURGE_NODE").ok().and_then(|s| s.parse().ok());
-        let timeout = std::env::var("SURGE_TIMEOUT_SECS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .map(Duration::from_secs_f64)
-            .unwrap_or(DEFAULT_TIMEOUT);
+        let timeout =
+            std::env::var("SURGE_TIMEOUT_SECS").ok().and_then(|s| s.parse().ok()).map(Duration::from_secs_f64).unwrap_or(DEFAULT_TIMEOUT);
         let local_io = !matches!(std::env::var("SURGE_LOCAL_IO").as_deref(), Ok("0" | "off" | "false" | "no"));
         ClientOptions { node, timeout, uid: unsafe { libc::geteuid() }, gid: unsafe { libc::getegid() }, local_io }
     }
@@ -131,7 +130,10 @@ impl Client {
                 // client sees only its node's server.
                 let local = match opts.node {
                     Some(ip) => desc.servers.iter().find(|s| s.addr.ip() == ip).ok_or_else(|| {
-                        Error::new(ErrorCode::Invalid, format!("private mode: no server of instance '{}' runs on this node ({ip})", desc.name))
+                        Error::new(
+                            ErrorCode::Invalid,
+                            format!("private mode: no server of instance '{}' runs on this node ({ip})", desc.name),
+                        )
                     })?,
                     None => desc.servers.first().ok_or_else(|| Error::new(ErrorCode::Invalid, "instance has no servers"))?,
                 };
@@ -155,16 +157,20 @@ impl Client {
         let layout = Layout::new(chunk_size, addrs.len());
         let servers = addrs.into_iter().map(|addr| ServerSlot { addr, conn: AsyncMutex::new(None) }).collect();
         let (uid, gid) = (opts.uid, opts.gid);
-        Ok(Client { inner: Arc::new(Inner {
-            servers,
-            watcher: Default::default(),
-            layout,
-            secret,
-            session: u64::from_le_bytes(session),
-            opts,
-            local_files: Default::default(),
-            local_writer: Default::default(),
-        }), uid, gid })
+        Ok(Client {
+            inner: Arc::new(Inner {
+                servers,
+                watcher: Default::default(),
+                layout,
+                secret,
+                session: u64::from_le_bytes(session),
+                opts,
+                local_files: Default::default(),
+                local_writer: Default::default(),
+            }),
+            uid,
+            gid,
+        })
     }
 
     /// Asks every server for notices of changes made by others to what this client was told
@@ -224,7 +230,8 @@ impl Client {
     // ------------------------------------------------------------ transport
 
     async fn connection(&self, server: usize) -> Result<Arc<Connection>> {
-        let slot = self.inner.servers.get(server).ok_or_else(|| Error::new(ErrorCode::Stale, format!("no server {server} in this instance")))?;
+        let slot =
+            self.inner.servers.get(server).ok_or_else(|| Error::new(ErrorCode::Stale, format!("no server {server} in this instance")))?;
         let mut guard = slot.conn.lock().await;
         if let Some(conn) = guard.as_ref() {
             if !conn.is_broken() {
@@ -376,15 +383,7 @@ impl Client {
     /// Creates (or with `exclusive == false` opens an existing) regular file and registers an
     /// open handle on it.
     pub async fn create_at(&self, parent: Ino, name: &str, mode: u32, exclusive: bool) -> Result<File> {
-        let request = Request::Create {
-            parent,
-            name: name.to_string(),
-            mode,
-            uid: self.uid,
-            gid: self.gid,
-            exclusive,
-            open: true,
-        };
+        let request = Request::Create { parent, name: name.to_string(), mode, uid: self.uid, gid: self.gid, exclusive, open: true };
         let entry = match self.call_home(parent, request).await? {
             Reply::Entry(entry) => entry,
             other => return Err(unexpected("create", other)),
@@ -422,7 +421,14 @@ impl Client {
             Reply::Attr(attr) => attr,
             other => return Err(unexpected("mkdir", other)),
         };
-        let insert = Request::InsertEntry { parent, name: name.to_string(), ino: attr.ino, kind: FileKind::Dir, replace: false, retired_target: None };
+        let insert = Request::InsertEntry {
+            parent,
+            name: name.to_string(),
+            ino: attr.ino,
+            kind: FileKind::Dir,
+            replace: false,
+            retired_target: None,
+        };
         if let Err(e) = self.call_home(parent, insert).await {
             let _ = self.call(target, Request::DropInode { ino: attr.ino }).await;
             return Err(e);
@@ -551,7 +557,15 @@ impl Client {
     /// Rename between directories homed on different servers: lock the source entry, link the
     /// target, then remove the source. The target never names anything half-made; for a
     /// moment both names refer to the same complete inode.
-    async fn rename_across(&self, src_parent: Ino, src_name: &str, dst_parent: Ino, dst_name: &str, noreplace: bool, retired: Option<Ino>) -> Result<Reply> {
+    async fn rename_across(
+        &self,
+        src_parent: Ino,
+        src_name: &str,
+        dst_parent: Ino,
+        dst_name: &str,
+        noreplace: bool,
+        retired: Option<Ino>,
+    ) -> Result<Reply> {
         let entry = match self.call_home(src_parent, Request::RenamePrepare { parent: src_parent, name: src_name.to_string() }).await? {
             Reply::Entry(entry) => entry,
             other => return Err(unexpected("rename", other)),
@@ -561,7 +575,14 @@ impl Client {
             if entry.kind == FileKind::Dir {
                 self.check_not_ancestor(entry.ino, dst_parent).await?;
             }
-            let insert = Request::InsertEntry { parent: dst_parent, name: dst_name.to_string(), ino: entry.ino, kind: entry.kind, replace: !noreplace, retired_target: retired };
+            let insert = Request::InsertEntry {
+                parent: dst_parent,
+                name: dst_name.to_string(),
+                ino: entry.ino,
+                kind: entry.kind,
+                replace: !noreplace,
+                retired_target: retired,
+            };
             self.call_home(dst_parent, insert).await
         }
         .await;
@@ -791,4 +812,3 @@ fn with_path(mut e: Error, path: &str) -> Error {
     e.detail = if e.detail.is_empty() { path.to_string() } else { format!("{path}: {}", e.detail) };
     e
 }
-

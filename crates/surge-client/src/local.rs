@@ -40,7 +40,10 @@ pub const RESERVATION: u64 = 16 << 20;
 enum DataFile {
     #[default]
     NotOpened,
-    Open { file: Arc<StdFile>, writable: bool },
+    Open {
+        file: Arc<StdFile>,
+        writable: bool,
+    },
     /// The server is on another node, or its file cannot be opened here: use requests.
     Unavailable,
 }

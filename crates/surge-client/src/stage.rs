@@ -50,7 +50,15 @@ impl StageCounts {
 impl Client {
     /// A stage of `bb_path` (inside the instance) and `pfs_path` (absolute), for this
     /// instance and this client's identity.
-    pub fn stage_spec(&self, direction: StageDirection, kind: StageKind, when: StageWhen, bb_path: &str, pfs_path: &str, verify: bool) -> StageSpec {
+    pub fn stage_spec(
+        &self,
+        direction: StageDirection,
+        kind: StageKind,
+        when: StageWhen,
+        bb_path: &str,
+        pfs_path: &str,
+        verify: bool,
+    ) -> StageSpec {
         let (uid, gid) = self.identity();
         StageSpec {
             direction,
@@ -69,7 +77,10 @@ impl Client {
     /// Submits a stage; returns its id at once (the copy runs in the background).
     pub async fn stage_submit(&self, spec: StageSpec) -> Result<u64> {
         if !spec.bb_path.starts_with('/') {
-            return Err(Error::new(ErrorCode::Invalid, format!("burst-buffer path '{}' must be absolute within the instance", spec.bb_path)));
+            return Err(Error::new(
+                ErrorCode::Invalid,
+                format!("burst-buffer path '{}' must be absolute within the instance", spec.bb_path),
+            ));
         }
         if !spec.pfs_path.starts_with('/') {
             return Err(Error::new(ErrorCode::Invalid, format!("PFS path '{}' must be absolute", spec.pfs_path)));
@@ -136,7 +147,12 @@ impl Client {
     /// Waits until none of the stages `select` picks from the list is queued or running,
     /// calling `progress` with them after every poll; returns them in their final states.
     /// Deferred stages do not hold the wait up: they start only at job end.
-    pub async fn wait_stages<F>(&self, bb_path: Option<&str>, select: impl Fn(&StageSummary) -> bool, mut progress: F) -> Result<Vec<StageSummary>>
+    pub async fn wait_stages<F>(
+        &self,
+        bb_path: Option<&str>,
+        select: impl Fn(&StageSummary) -> bool,
+        mut progress: F,
+    ) -> Result<Vec<StageSummary>>
     where
         F: FnMut(&[StageSummary]),
     {

@@ -385,7 +385,10 @@ fn to_timestamp(t: TimeOrNow) -> Timestamp {
             Ok(d) => Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() },
             Err(e) => {
                 let d = e.duration();
-                Timestamp { secs: -(d.as_secs() as i64) - i64::from(d.subsec_nanos() > 0), nanos: (1_000_000_000 - d.subsec_nanos()) % 1_000_000_000 }
+                Timestamp {
+                    secs: -(d.as_secs() as i64) - i64::from(d.subsec_nanos() > 0),
+                    nanos: (1_000_000_000 - d.subsec_nanos()) % 1_000_000_000,
+                }
             }
         },
     }
@@ -604,9 +607,7 @@ impl Filesystem for SurgeFs {
 
     fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
         let client = self.client.clone();
-        self.spawn(async move {
-            answer_data(reply, client.readlink_ino(ino).await)
-        });
+        self.spawn(async move { answer_data(reply, client.readlink_ino(ino).await) });
     }
 
     fn mknod(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, _rdev: u32, reply: ReplyEntry) {
@@ -764,7 +765,18 @@ impl Filesystem for SurgeFs {
         });
     }
 
-    fn write(&mut self, _req: &Request<'_>, ino: u64, fh: u64, offset: i64, data: &[u8], _wflags: u32, _flags: i32, _lock: Option<u64>, reply: ReplyWrite) {
+    fn write(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        fh: u64,
+        offset: i64,
+        data: &[u8],
+        _wflags: u32,
+        _flags: i32,
+        _lock: Option<u64>,
+        reply: ReplyWrite,
+    ) {
         let Some(f) = self.file(fh) else { return reply.error(libc::EBADF) };
         let siblings = self.siblings(fh, ino);
         // Cached chunks may hold what this write replaces, for this and every other reader here.
@@ -797,23 +809,17 @@ impl Filesystem for SurgeFs {
             // on the spot, without a hop to the runtime.
             return reply.ok();
         }
-        self.spawn(async move {
-            answer_empty(reply, f.file.flush().await)
-        });
+        self.spawn(async move { answer_empty(reply, f.file.flush().await) });
     }
 
     fn release(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _flags: i32, _lock: Option<u64>, _flush: bool, reply: ReplyEmpty) {
         let Some(f) = self.files.lock().unwrap().remove(fh) else { return reply.error(libc::EBADF) };
-        self.spawn(async move {
-            answer_empty(reply, f.file.release().await)
-        });
+        self.spawn(async move { answer_empty(reply, f.file.release().await) });
     }
 
     fn fsync(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _datasync: bool, reply: ReplyEmpty) {
         let Some(f) = self.file(fh) else { return reply.error(libc::EBADF) };
-        self.spawn(async move {
-            answer_empty(reply, f.file.fsync().await)
-        });
+        self.spawn(async move { answer_empty(reply, f.file.fsync().await) });
     }
 
     /// Takes a snapshot of the directory; readdir pages through it by index.

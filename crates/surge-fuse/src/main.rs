@@ -51,7 +51,8 @@ fn main() -> anyhow::Result<()> {
         MountOption::DefaultPermissions,
         MountOption::RW,
     ];
-    let mut session = fuser::Session::new(fs, &args.mountpoint, &options).with_context(|| format!("mount {}", args.mountpoint.display()))?;
+    let mut session =
+        fuser::Session::new(fs, &args.mountpoint, &options).with_context(|| format!("mount {}", args.mountpoint.display()))?;
     let _ = notifier.set(session.notifier());
     if args.read_ahead_kb > 0 {
         let (mountpoint, kib) = (args.mountpoint.clone(), args.read_ahead_kb);

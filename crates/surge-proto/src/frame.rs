@@ -95,23 +95,13 @@ impl FrameHeader {
 
 /// Encodes `message` and returns header + message bytes, ready to be followed by `payload_len`
 /// payload bytes on the wire.
-pub fn encode_frame<M: serde::Serialize>(
-    kind: FrameKind,
-    request_id: u64,
-    message: &M,
-    payload_len: usize,
-) -> Vec<u8> {
+pub fn encode_frame<M: serde::Serialize>(kind: FrameKind, request_id: u64, message: &M, payload_len: usize) -> Vec<u8> {
     let mut buf = vec![0u8; FRAME_HEADER_LEN];
     let mut buf = postcard::to_extend(message, std::mem::take(&mut buf)).expect("Vec writes never fail");
     let message_len = buf.len() - FRAME_HEADER_LEN;
     assert!(message_len <= MAX_MESSAGE_LEN, "message too large for the protocol: {message_len} bytes");
     assert!(payload_len <= MAX_PAYLOAD_LEN, "payload too large for the protocol: {payload_len} bytes");
-    let header = FrameHeader {
-        kind,
-        message_len: message_len as u32,
-        payload_len: payload_len as u32,
-        request_id,
-    };
+    let header = FrameHeader { kind, message_len: message_len as u32, payload_len: payload_len as u32, request_id };
     buf[..FRAME_HEADER_LEN].copy_from_slice(&header.encode());
     buf
 }

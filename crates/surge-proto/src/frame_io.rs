@@ -55,7 +55,13 @@ async fn read_exactly<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> std::io::R
 }
 
 /// Writes one frame (not flushed: callers batch pipelined frames and flush when idle).
-pub async fn write_frame<W: AsyncWrite + Unpin, M: serde::Serialize>(w: &mut W, kind: FrameKind, request_id: u64, message: &M, payload: &[u8]) -> std::io::Result<()> {
+pub async fn write_frame<W: AsyncWrite + Unpin, M: serde::Serialize>(
+    w: &mut W,
+    kind: FrameKind,
+    request_id: u64,
+    message: &M,
+    payload: &[u8],
+) -> std::io::Result<()> {
     let head = encode_frame(kind, request_id, message, payload.len());
     w.write_all(&head).await?;
     if !payload.is_empty() {

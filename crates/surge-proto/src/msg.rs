@@ -31,9 +31,7 @@ pub struct Timestamp {
 
 impl Timestamp {
     pub fn now() -> Self {
-        let d = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
+        let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() }
     }
 }
@@ -146,82 +144,200 @@ pub fn data_file_name(ino: Ino) -> String {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     /// First frame of every connection: answer to the server's challenge.
-    Hello { session: u64, proof: [u8; 32] },
+    Hello {
+        session: u64,
+        proof: [u8; 32],
+    },
 
     // ---- namespace, sent to the home server of `parent` / `ino` ----
-    Lookup { parent: Ino, name: String },
-    GetAttr { ino: Ino },
-    SetAttr { ino: Ino, changes: AttrChanges },
+    Lookup {
+        parent: Ino,
+        name: String,
+    },
+    GetAttr {
+        ino: Ino,
+    },
+    SetAttr {
+        ino: Ino,
+        changes: AttrChanges,
+    },
     /// Creates a regular file whose inode is homed on the same server as `parent`.
     /// Not exclusive and the name exists as a file: returns the existing file.
     /// `open` registers an open handle (see `Commit`).
-    Create { parent: Ino, name: String, mode: u32, uid: u32, gid: u32, exclusive: bool, open: bool },
-    Symlink { parent: Ino, name: String, target: String, uid: u32, gid: u32 },
-    Readlink { ino: Ino },
+    Create {
+        parent: Ino,
+        name: String,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        exclusive: bool,
+        open: bool,
+    },
+    Symlink {
+        parent: Ino,
+        name: String,
+        target: String,
+        uid: u32,
+        gid: u32,
+    },
+    Readlink {
+        ino: Ino,
+    },
     /// Allocates a directory inode on this server, not yet linked anywhere (mkdir step 1).
-    MakeDirInode { parent: Ino, mode: u32, uid: u32, gid: u32 },
+    MakeDirInode {
+        parent: Ino,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    },
     /// Removes an inode that never got linked (mkdir step 2 failed).
-    DropInode { ino: Ino },
+    DropInode {
+        ino: Ino,
+    },
     /// Links `ino` under `parent/name` (mkdir step 2, cross-server rename step 2).
     /// `replace`: an existing target may be replaced under rename's rules.
-    InsertEntry { parent: Ino, name: String, ino: Ino, kind: FileKind, replace: bool, retired_target: Option<Ino> },
-    Unlink { parent: Ino, name: String },
+    InsertEntry {
+        parent: Ino,
+        name: String,
+        ino: Ino,
+        kind: FileKind,
+        replace: bool,
+        retired_target: Option<Ino>,
+    },
+    Unlink {
+        parent: Ino,
+        name: String,
+    },
     /// Removes an empty directory homed on this same server, with its entry.
-    Rmdir { parent: Ino, name: String },
+    Rmdir {
+        parent: Ino,
+        name: String,
+    },
     /// Marks an empty directory dead so nothing can be created in it (rmdir of a directory
     /// homed elsewhere, or a rename that replaces one). Fails with NotEmpty.
-    RetireDir { ino: Ino },
+    RetireDir {
+        ino: Ino,
+    },
     /// Undoes `RetireDir` when the step after it failed.
-    UnretireDir { ino: Ino },
+    UnretireDir {
+        ino: Ino,
+    },
     /// Removes the entry `parent/name` if it still names `ino` (rmdir of a remote directory).
-    RemoveEntry { parent: Ino, name: String, ino: Ino },
+    RemoveEntry {
+        parent: Ino,
+        name: String,
+        ino: Ino,
+    },
     /// Drops one link of an inode homed here whose name lived on another server.
-    DropLink { ino: Ino },
+    DropLink {
+        ino: Ino,
+    },
     /// Sets the `..` of a directory homed here after it moved to another parent.
-    SetParent { ino: Ino, parent: Ino },
+    SetParent {
+        ino: Ino,
+        parent: Ino,
+    },
     /// Rename when both parents are homed on this server: atomic here.
-    Rename { src_parent: Ino, src_name: String, dst_parent: Ino, dst_name: String, noreplace: bool, retired_target: Option<Ino> },
+    Rename {
+        src_parent: Ino,
+        src_name: String,
+        dst_parent: Ino,
+        dst_name: String,
+        noreplace: bool,
+        retired_target: Option<Ino>,
+    },
     /// Cross-server rename step 1: lock `parent/name` against other changes and return it.
-    RenamePrepare { parent: Ino, name: String },
+    RenamePrepare {
+        parent: Ino,
+        name: String,
+    },
     /// Cross-server rename step 3: remove the locked entry (`commit`) or unlock it.
-    RenameFinish { parent: Ino, name: String, ino: Ino, commit: bool },
-    Readdir { ino: Ino, after: Option<String>, limit: u32 },
+    RenameFinish {
+        parent: Ino,
+        name: String,
+        ino: Ino,
+        commit: bool,
+    },
+    Readdir {
+        ino: Ino,
+        after: Option<String>,
+        limit: u32,
+    },
     /// Registers an open handle of a file homed here and returns its current attributes.
-    Open { ino: Ino },
+    Open {
+        ino: Ino,
+    },
     /// Publishes what a writer did (size grows to at least `size`, mtime) and, with `release`,
     /// ends an open handle. Close-to-open consistency hangs on this message.
-    Commit { ino: Ino, size: Option<u64>, mtime: Option<Timestamp>, release: bool },
+    Commit {
+        ino: Ino,
+        size: Option<u64>,
+        mtime: Option<Timestamp>,
+        release: bool,
+    },
 
     // ---- data, sent to the server owning the chunk ----
     /// Payload = the bytes to write at `offset` of the file.
-    Write { ino: Ino, offset: u64 },
-    Read { ino: Ino, offset: u64, len: u32 },
+    Write {
+        ino: Ino,
+        offset: u64,
+    },
+    Read {
+        ino: Ino,
+        offset: u64,
+        len: u32,
+    },
     /// Drops this server's data of `ino` beyond `size`.
-    TruncateData { ino: Ino, size: u64 },
+    TruncateData {
+        ino: Ino,
+        size: u64,
+    },
     /// Deletes this server's data of `ino`.
-    PurgeData { ino: Ino },
+    PurgeData {
+        ino: Ino,
+    },
     /// Makes this server's data of `ino` durable on its device.
-    SyncData { ino: Ino },
+    SyncData {
+        ino: Ino,
+    },
     /// From a client on this server's node that will write `ino`'s data file itself (a local
     /// write, see [`LocalData`]): sets `bytes` of the server's share aside for it (NoSpace if
     /// they do not fit), and makes sure the file exists. Given back by `LocalWritten`, or when
     /// the connection closes.
-    ReserveLocal { ino: Ino, bytes: u64 },
+    ReserveLocal {
+        ino: Ino,
+        bytes: u64,
+    },
     /// The client stopped writing `ino`'s data file itself for now (a flush or close): the
     /// server takes the file's new length and allocation into account and gives back
     /// `reserved` bytes set aside by `ReserveLocal`.
-    LocalWritten { ino: Ino, reserved: u64 },
+    LocalWritten {
+        ino: Ino,
+        reserved: u64,
+    },
 
     // ---- staging (see [`crate::stage`]), sent to the stage's coordinator ----
-    StageSubmit { spec: StageSpec },
+    StageSubmit {
+        spec: StageSpec,
+    },
     /// Stages whose bb path is `bb_path` (all stages when `None`), oldest first.
-    StageList { bb_path: Option<String> },
+    StageList {
+        bb_path: Option<String>,
+    },
     /// Files of stage `id`, `limit` of them from position `offset`.
-    StageFiles { id: u64, offset: u32, limit: u32 },
+    StageFiles {
+        id: u64,
+        offset: u32,
+        limit: u32,
+    },
     /// Stops a stage: nothing more is copied and nothing unfinished is published.
-    StageCancel { id: u64 },
+    StageCancel {
+        id: u64,
+    },
     /// Drops the deferred (job-end) stages of `bb_path`.
-    StageRevoke { bb_path: String },
+    StageRevoke {
+        bb_path: String,
+    },
     /// The job is ending: start every deferred stage.
     StageJobEnd,
     /// Sent by a coordinator to a server that owns chunks: copy them.
@@ -239,7 +355,9 @@ pub enum Request {
     Watch,
     /// A watcher has acted on the notice whose frame carried request id `ack`. One-way: the
     /// server sends no reply.
-    NoticeSeen { ack: u64 },
+    NoticeSeen {
+        ack: u64,
+    },
 }
 
 /// A change made through another connection to something this (watching) connection was told
@@ -306,29 +424,54 @@ impl Request {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub enum Reply {
     /// First frame the server sends on a connection (request id 0).
-    Challenge { challenge: [u8; 32], server_index: u32, server_count: u32 },
+    Challenge {
+        challenge: [u8; 32],
+        server_index: u32,
+        server_count: u32,
+    },
     /// Authentication passed. `local`: where this server keeps its file data, for clients on
     /// the same node to read it without a round trip (see [`LocalData`]).
-    Welcome { local: Option<LocalData> },
+    Welcome {
+        local: Option<LocalData>,
+    },
     Ok,
     Attr(Attr),
     Entry(DirEntry),
-    Entries { entries: Vec<DirEntry>, more: bool },
+    Entries {
+        entries: Vec<DirEntry>,
+        more: bool,
+    },
     Link(String),
     Unlinked(Unlinked),
     /// `replaced`: the inode the rename's target used to name; `reparent`: a moved directory
     /// homed on another server whose `..` the client must update with `SetParent`.
-    Renamed { replaced: Option<Unlinked>, reparent: Option<Ino> },
+    Renamed {
+        replaced: Option<Unlinked>,
+        reparent: Option<Ino>,
+    },
     /// A `DropLink` answer: the inode is gone and its data must be purged everywhere.
-    Dropped { purge: bool, size: u64 },
-    Written { len: u32 },
+    Dropped {
+        purge: bool,
+        size: u64,
+    },
+    Written {
+        len: u32,
+    },
     /// Payload = the bytes read (shorter than asked at this server's end of data).
     Data,
     Stats(ServerStats),
-    Error { code: ErrorCode, detail: String },
-    StageId { id: u64 },
+    Error {
+        code: ErrorCode,
+        detail: String,
+    },
+    StageId {
+        id: u64,
+    },
     Stages(Vec<StageSummary>),
-    StageFiles { files: Vec<StageFile>, total: u64 },
+    StageFiles {
+        files: Vec<StageFile>,
+        total: u64,
+    },
     Copied(Vec<CopyOutcome>),
     Batch(Vec<Reply>),
 }

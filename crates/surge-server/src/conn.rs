@@ -73,7 +73,8 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) -> 
     }
 
     let writer = Arc::new(AsyncMutex::new(writer));
-    let mut session = Session { shared: shared.clone(), opens: HashMap::new(), watcher: None, awaited: Vec::new(), reserved: HashMap::new() };
+    let mut session =
+        Session { shared: shared.clone(), opens: HashMap::new(), watcher: None, awaited: Vec::new(), reserved: HashMap::new() };
     let result = session.serve_requests(&mut reader, &writer).await;
     session.release_all();
     if let Some(id) = session.watcher {
@@ -220,7 +221,9 @@ impl Session {
                 Ok(Request::StageCopy(order)) => {
                     let (shared, writer) = (self.shared.clone(), writer.clone());
                     tokio::spawn(async move {
-                        let work = tokio::task::spawn_blocking(move || crate::stage::copy::execute(&shared.data, shared.index, shared.count, &order));
+                        let work = tokio::task::spawn_blocking(move || {
+                            crate::stage::copy::execute(&shared.data, shared.index, shared.count, &order)
+                        });
                         let reply = match work.await {
                             Ok(outcomes) => Reply::Copied(outcomes),
                             Err(e) => Reply::Error { code: ErrorCode::Io, detail: format!("copy order failed: {e}") },
@@ -442,7 +445,9 @@ impl Session {
                 Reply::Ok
             }
             Request::Batch(requests) => Reply::Batch(requests.iter().map(|r| self.dispatch_batched(r)).collect()),
-            Request::Shutdown | Request::StageCopy(_) | Request::StageSubmit { .. } | Request::Watch | Request::NoticeSeen { .. } => unreachable!("handled by the request loop"),
+            Request::Shutdown | Request::StageCopy(_) | Request::StageSubmit { .. } | Request::Watch | Request::NoticeSeen { .. } => {
+                unreachable!("handled by the request loop")
+            }
         };
         if let Some(ledger) = ledger.as_mut() {
             let awaited = ledger.apply(self.watcher, Effects::of(request, &reply));
@@ -462,7 +467,9 @@ impl Session {
             | Request::StageCopy(_)
             | Request::StageSubmit { .. }
             | Request::Watch
-            | Request::NoticeSeen { .. } => Reply::Error { code: ErrorCode::Invalid, detail: format!("{} cannot be batched", request.name()) },
+            | Request::NoticeSeen { .. } => {
+                Reply::Error { code: ErrorCode::Invalid, detail: format!("{} cannot be batched", request.name()) }
+            }
             other => self.dispatch(other, &[]).unwrap_or_else(|(code, detail)| Reply::Error { code, detail }),
         }
     }
@@ -487,7 +494,10 @@ impl Session {
         for (ino, count) in std::mem::take(&mut self.opens) {
             for _ in 0..count {
                 if let Ok((true, _)) = self.shared.meta.lock().unwrap().commit(ino, None, None, true) {
-                    tracing::info!(ino = format!("{ino:#x}"), "released an unlinked file of a vanished client; its chunks on other servers remain until teardown");
+                    tracing::info!(
+                        ino = format!("{ino:#x}"),
+                        "released an unlinked file of a vanished client; its chunks on other servers remain until teardown"
+                    );
                     let _ = self.shared.data.purge(ino);
                 }
             }

@@ -127,11 +127,7 @@ impl DataStore {
             Err(e) => return Err(io_error("open chunk file", e)),
         };
         let meta = file.metadata().map_err(|e| io_error("stat chunk file", e))?;
-        let local = Arc::new(LocalFile {
-            file,
-            allocated: AtomicU64::new(meta.blocks() * 512),
-            len: AtomicU64::new(meta.len()),
-        });
+        let local = Arc::new(LocalFile { file, allocated: AtomicU64::new(meta.blocks() * 512), len: AtomicU64::new(meta.len()) });
         let mut open = self.open.lock().unwrap();
         if open.len() >= MAX_OPEN_FILES {
             // Forget an arbitrary half; in-flight users keep their Arc alive.
@@ -166,7 +162,13 @@ impl DataStore {
     fn fits(&self, growth: u64) -> MetaResult<()> {
         let (used, reserved) = (self.used(), self.reserved.load(Ordering::Relaxed));
         if used + reserved + growth > self.capacity {
-            return Err((ErrorCode::NoSpace, format!("server share full: {used} of {} bytes used, {reserved} set aside for local writes, write needs {growth}", self.capacity)));
+            return Err((
+                ErrorCode::NoSpace,
+                format!(
+                    "server share full: {used} of {} bytes used, {reserved} set aside for local writes, write needs {growth}",
+                    self.capacity
+                ),
+            ));
         }
         Ok(())
     }

@@ -235,7 +235,13 @@ impl MetaStore {
 
     /// Applies rename's rules for replacing `existing` by an entry of kind `src_kind`, and
     /// removes what it replaces. Returns the inode that lost its name.
-    fn replace_existing(&mut self, parent: Ino, name: &str, src_kind: FileKind, retired_target: Option<Ino>) -> MetaResult<Option<Unlinked>> {
+    fn replace_existing(
+        &mut self,
+        parent: Ino,
+        name: &str,
+        src_kind: FileKind,
+        retired_target: Option<Ino>,
+    ) -> MetaResult<Option<Unlinked>> {
         let Some(existing) = self.dir(parent)?.entries.get(name) else {
             return Ok(None);
         };
@@ -294,7 +300,10 @@ impl MetaStore {
     pub fn setattr(&mut self, ino: Ino, changes: &AttrChanges) -> MetaResult<Attr> {
         let inode = self.inode_mut(ino)?;
         if changes.size.is_some() && inode.attr.kind != FileKind::File {
-            return fail(if inode.attr.kind == FileKind::Dir { ErrorCode::IsDir } else { ErrorCode::Invalid }, "size can only be set on a file");
+            return fail(
+                if inode.attr.kind == FileKind::Dir { ErrorCode::IsDir } else { ErrorCode::Invalid },
+                "size can only be set on a file",
+            );
         }
         let attr = &mut inode.attr;
         if let Some(mode) = changes.mode {
@@ -382,7 +391,15 @@ impl MetaStore {
         Ok(())
     }
 
-    pub fn insert_entry(&mut self, parent: Ino, name: &str, ino: Ino, kind: FileKind, replace: bool, retired_target: Option<Ino>) -> MetaResult<(Option<Unlinked>, Option<Ino>)> {
+    pub fn insert_entry(
+        &mut self,
+        parent: Ino,
+        name: &str,
+        ino: Ino,
+        kind: FileKind,
+        replace: bool,
+        retired_target: Option<Ino>,
+    ) -> MetaResult<(Option<Unlinked>, Option<Ino>)> {
         check_name(name).map_err(|c| (c, format!("bad name '{name}'")))?;
         if let Some(existing) = self.dir(parent)?.entries.get(name) {
             if existing.ino == ino {
@@ -483,7 +500,15 @@ impl MetaStore {
     /// Rename when both parents are homed here: one atomic step, which is what makes
     /// write-to-temporary + rename a safe way to publish a file.
     #[allow(clippy::too_many_arguments)]
-    pub fn rename(&mut self, src_parent: Ino, src_name: &str, dst_parent: Ino, dst_name: &str, noreplace: bool, retired_target: Option<Ino>) -> MetaResult<(Option<Unlinked>, Option<Ino>)> {
+    pub fn rename(
+        &mut self,
+        src_parent: Ino,
+        src_name: &str,
+        dst_parent: Ino,
+        dst_name: &str,
+        noreplace: bool,
+        retired_target: Option<Ino>,
+    ) -> MetaResult<(Option<Unlinked>, Option<Ino>)> {
         check_name(dst_name).map_err(|c| (c, format!("bad name '{dst_name}'")))?;
         let (ino, kind, locked) = self.entry_of(src_parent, src_name)?;
         Self::check_not_locked(locked, src_name)?;

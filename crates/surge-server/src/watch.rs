@@ -333,7 +333,18 @@ mod tests {
     #[test]
     fn every_request_with_effects_takes_the_ledger() {
         use surge_proto::{Attr, AttrChanges, DirEntry, FileKind, Timestamp};
-        let attr = Attr { ino: 7, kind: FileKind::File, mode: 0o644, uid: 0, gid: 0, size: 0, nlink: 1, atime: Timestamp::default(), mtime: Timestamp::default(), ctime: Timestamp::default() };
+        let attr = Attr {
+            ino: 7,
+            kind: FileKind::File,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            nlink: 1,
+            atime: Timestamp::default(),
+            mtime: Timestamp::default(),
+            ctime: Timestamp::default(),
+        };
         let entry = DirEntry { name: "x".into(), ino: 7, kind: FileKind::File, attr: Some(attr.clone()) };
         let unlinked = Unlinked { ino: 7, kind: FileKind::File, remote: false, purge: true, size: 0 };
         let name = || "x".to_string();
@@ -342,15 +353,31 @@ mod tests {
             (Request::GetAttr { ino: 7 }, Reply::Attr(attr.clone())),
             (Request::Open { ino: 7 }, Reply::Attr(attr.clone())),
             (Request::SetAttr { ino: 7, changes: AttrChanges::default() }, Reply::Attr(attr.clone())),
-            (Request::Create { parent: 1, name: name(), mode: 0o644, uid: 0, gid: 0, exclusive: true, open: true }, Reply::Entry(entry.clone())),
+            (
+                Request::Create { parent: 1, name: name(), mode: 0o644, uid: 0, gid: 0, exclusive: true, open: true },
+                Reply::Entry(entry.clone()),
+            ),
             (Request::Symlink { parent: 1, name: name(), target: "t".into(), uid: 0, gid: 0 }, Reply::Attr(attr.clone())),
             (Request::MakeDirInode { parent: 1, mode: 0o755, uid: 0, gid: 0 }, Reply::Attr(attr.clone())),
-            (Request::InsertEntry { parent: 1, name: name(), ino: 7, kind: FileKind::File, replace: true, retired_target: None }, Reply::Renamed { replaced: Some(unlinked.clone()), reparent: None }),
+            (
+                Request::InsertEntry { parent: 1, name: name(), ino: 7, kind: FileKind::File, replace: true, retired_target: None },
+                Reply::Renamed { replaced: Some(unlinked.clone()), reparent: None },
+            ),
             (Request::Unlink { parent: 1, name: name() }, Reply::Unlinked(unlinked.clone())),
             (Request::Rmdir { parent: 1, name: name() }, Reply::Ok),
             (Request::RemoveEntry { parent: 1, name: name(), ino: 7 }, Reply::Ok),
             (Request::RenameFinish { parent: 1, name: name(), ino: 7, commit: true }, Reply::Ok),
-            (Request::Rename { src_parent: 1, src_name: name(), dst_parent: 2, dst_name: name(), noreplace: false, retired_target: None }, Reply::Renamed { replaced: None, reparent: None }),
+            (
+                Request::Rename {
+                    src_parent: 1,
+                    src_name: name(),
+                    dst_parent: 2,
+                    dst_name: name(),
+                    noreplace: false,
+                    retired_target: None,
+                },
+                Reply::Renamed { replaced: None, reparent: None },
+            ),
             (Request::DropLink { ino: 7 }, Reply::Dropped { purge: true, size: 0 }),
             (Request::SetParent { ino: 7, parent: 2 }, Reply::Ok),
             (Request::Commit { ino: 7, size: Some(1), mtime: None, release: false }, Reply::Dropped { purge: false, size: 1 }),

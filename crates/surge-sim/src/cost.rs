@@ -89,12 +89,20 @@ impl Inventory {
                     sys.network.torus.as_ref().map_or(0, |t| t.dims.iter().product())
                 };
                 let servers = c.map_or(0, |c| switches.div_ceil(c.every)) as u64;
-                Inventory { bb_servers: servers, server_devices: servers * c.map_or(0, |c| c.devices_per_server) as u64, ..Default::default() }
+                Inventory {
+                    bb_servers: servers,
+                    server_devices: servers * c.map_or(0, |c| c.devices_per_server) as u64,
+                    ..Default::default()
+                }
             }
             Placement::Global => {
                 let c = bb.global.as_ref();
                 let servers = c.map_or(0, |c| c.servers) as u64;
-                Inventory { bb_servers: servers, server_devices: servers * c.map_or(0, |c| c.devices_per_server) as u64, ..Default::default() }
+                Inventory {
+                    bb_servers: servers,
+                    server_devices: servers * c.map_or(0, |c| c.devices_per_server) as u64,
+                    ..Default::default()
+                }
             }
         }
     }

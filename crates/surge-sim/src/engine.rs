@@ -12,7 +12,7 @@
 //! together, which turns thousands of near-simultaneous completions into one recomputation.
 
 use crate::system::{Placement, SimParams};
-use crate::topology::{Network, Route, Rng, StorageTier};
+use crate::topology::{Network, Rng, Route, StorageTier};
 use crate::workload::{Job, Op, OpKind, Target};
 use anyhow::{bail, Result};
 use std::cmp::{Ordering, Reverse};
@@ -269,7 +269,8 @@ impl<'a> Engine<'a> {
     fn estimate_fresh_rates(&mut self) {
         for f in std::mem::take(&mut self.fresh) {
             let Some(flow) = self.flows[f as usize].as_mut() else { continue };
-            let rate = flow.uses.iter().map(|&(r, w)| (self.cap[r as usize] - self.alloc[r as usize]).max(0.0) / w).fold(f64::INFINITY, f64::min);
+            let rate =
+                flow.uses.iter().map(|&(r, w)| (self.cap[r as usize] - self.alloc[r as usize]).max(0.0) / w).fold(f64::INFINITY, f64::min);
             if rate <= 0.0 || !rate.is_finite() {
                 continue;
             }
@@ -378,7 +379,8 @@ impl<'a> Engine<'a> {
         }
         self.stats.flows += 1;
         self.fresh.push(id);
-        self.flows[id as usize] = Some(Flow { rank, remaining: p.bytes, rate: 0.0, last: self.now, start: self.now, version: 0, uses: p.uses, pos });
+        self.flows[id as usize] =
+            Some(Flow { rank, remaining: p.bytes, rate: 0.0, last: self.now, start: self.now, version: 0, uses: p.uses, pos });
     }
 
     /// Moves a rank forward: barriers, waiting for the next op's trace time, or issuing ops.

@@ -124,7 +124,13 @@ pub fn summarize(o: &Outcome) -> Result<Summary> {
     }
     let utilisation = kinds
         .into_iter()
-        .map(|(k, (n, used, sum, max))| KindUtilisation { kind: k.name().into(), resources: n, used, mean: if used > 0 { sum / used as f64 } else { 0.0 }, max })
+        .map(|(k, (n, used, sum, max))| KindUtilisation {
+            kind: k.name().into(),
+            resources: n,
+            used,
+            mean: if used > 0 { sum / used as f64 } else { 0.0 },
+            max,
+        })
         .collect();
     let inventory = Inventory::of(&o.system, o.network.placement);
     let cost = match &o.system.prices {
@@ -209,7 +215,15 @@ pub fn render(s: &Summary) -> String {
         .utilisation
         .iter()
         .filter(|u| u.used > 0)
-        .map(|u| vec![u.kind.clone(), u.resources.to_string(), u.used.to_string(), format!("{:.1}%", 100.0 * u.mean), format!("{:.1}%", 100.0 * u.max)])
+        .map(|u| {
+            vec![
+                u.kind.clone(),
+                u.resources.to_string(),
+                u.used.to_string(),
+                format!("{:.1}%", 100.0 * u.mean),
+                format!("{:.1}%", 100.0 * u.max),
+            ]
+        })
         .collect();
     out += &table(&["resource kind", "count", "used", "mean util", "max util"], &rows);
     if let Some(c) = &s.cost {
@@ -223,7 +237,15 @@ pub fn render_cost(c: &CostTable) -> String {
     let mut rows: Vec<Vec<String>> = c
         .lines
         .iter()
-        .map(|l| vec![l.item.clone(), l.count.to_string(), format!("${:.0}", l.unit_price), format!("{:.0} W", l.watts), format!("${:.0}", l.count as f64 * l.unit_price)])
+        .map(|l| {
+            vec![
+                l.item.clone(),
+                l.count.to_string(),
+                format!("${:.0}", l.unit_price),
+                format!("{:.0} W", l.watts),
+                format!("${:.0}", l.count as f64 * l.unit_price),
+            ]
+        })
         .collect();
     rows.push(vec!["CAPEX".into(), String::new(), String::new(), format!("{:.1} kW", c.power_kw), format!("${:.0}", c.capex)]);
     rows.push(vec![format!("OPEX ({} yr energy)", c.years), String::new(), String::new(), String::new(), format!("${:.0}", c.opex)]);
@@ -233,12 +255,25 @@ pub fn render_cost(c: &CostTable) -> String {
 /// Writes ranks.csv, jobs.csv, resources.csv, utilisation.csv, summary.json (and cost.csv).
 pub fn write_outputs(o: &Outcome, s: &Summary, dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let write = |name: &str, text: String| std::fs::write(dir.join(name), text).with_context(|| format!("cannot write {}", dir.join(name).display()));
+    let write = |name: &str, text: String| {
+        std::fs::write(dir.join(name), text).with_context(|| format!("cannot write {}", dir.join(name).display()))
+    };
     let mut csv = String::from("job,rank,node,phase,start,end,duration,bytes\n");
     let mut phases: Vec<_> = o.result.phases.iter().collect();
     phases.sort_by_key(|p| (p.job, p.rank, p.phase));
     for p in phases {
-        let _ = writeln!(csv, "{},{},{},{},{:.9},{:.9},{:.9},{}", o.jobs[p.job as usize].name, p.rank, p.node, p.phase, p.start, p.end, p.end - p.start, p.bytes);
+        let _ = writeln!(
+            csv,
+            "{},{},{},{},{:.9},{:.9},{:.9},{}",
+            o.jobs[p.job as usize].name,
+            p.rank,
+            p.node,
+            p.phase,
+            p.start,
+            p.end,
+            p.end - p.start,
+            p.bytes
+        );
     }
     write("ranks.csv", csv)?;
     let mut csv = String::from("job,phase,ranks,start,end,length,mean_rank_time,max_rank_time,bytes,avg_hops,nonminimal_fraction\n");
@@ -247,7 +282,17 @@ pub fn write_outputs(o: &Outcome, s: &Summary, dir: &Path) -> Result<()> {
             let _ = writeln!(
                 csv,
                 "{},{},{},{:.9},{:.9},{:.9},{:.9},{:.9},{},{:.4},{:.4}",
-                j.job, p.phase, p.ranks, p.start, p.end, p.length, p.mean_rank_time, p.max_rank_time, p.bytes, j.avg_hops, j.nonminimal_fraction
+                j.job,
+                p.phase,
+                p.ranks,
+                p.start,
+                p.end,
+                p.length,
+                p.mean_rank_time,
+                p.max_rank_time,
+                p.bytes,
+                j.avg_hops,
+                j.nonminimal_fraction
             );
         }
     }
@@ -255,7 +300,15 @@ pub fn write_outputs(o: &Outcome, s: &Summary, dir: &Path) -> Result<()> {
     let mut csv = String::from("resource,kind,capacity,carried,utilisation\n");
     for (res, &carried) in o.network.resources.iter().zip(&o.result.carried) {
         if carried > 0.0 {
-            let _ = writeln!(csv, "{},{},{},{},{:.6}", res.label(), res.kind.name(), res.capacity, carried, utilisation(carried, res.capacity, o.result.makespan));
+            let _ = writeln!(
+                csv,
+                "{},{},{},{},{:.6}",
+                res.label(),
+                res.kind.name(),
+                res.capacity,
+                carried,
+                utilisation(carried, res.capacity, o.result.makespan)
+            );
         }
     }
     write("resources.csv", csv)?;

@@ -287,7 +287,8 @@ impl SystemConfig {
         if let Some(cal) = sys.calibration.clone() {
             let file = dir.join(&cal.from);
             let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read calibration file {}", file.display()))?;
-            let measured: Calibration = serde_json::from_str(&text).with_context(|| format!("invalid calibration file {}", file.display()))?;
+            let measured: Calibration =
+                serde_json::from_str(&text).with_context(|| format!("invalid calibration file {}", file.display()))?;
             sys.apply_calibration(&measured, cal.placement);
         }
         Ok(sys)

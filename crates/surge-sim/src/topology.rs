@@ -461,7 +461,8 @@ impl Network {
         let m2 = rng.below(channels as usize) as u32;
         let mut hops_nm = segment(g1, r1, gi, endpoint(gi, g1, m1), m1, &mut alt);
         hops_nm += segment(gi, endpoint(gi, g1, m1), g2, r2, m2, &mut alt);
-        let congestion = |links: &[u32]| links.iter().map(|&r| (load[r as usize] + 1.0) / self.resources[r as usize].capacity).fold(0.0, f64::max);
+        let congestion =
+            |links: &[u32]| links.iter().map(|&r| (load[r as usize] + 1.0) / self.resources[r as usize].capacity).fold(0.0, f64::max);
         let cost_min = congestion(&route.links[start..]) * hops_min as f64;
         let cost_nm = congestion(&alt) * hops_nm as f64;
         if cost_nm < cost_min {

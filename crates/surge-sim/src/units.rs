@@ -38,15 +38,10 @@ fn time_multiplier(unit: &str) -> Option<f64> {
 
 fn split_number(text: &str) -> Result<(f64, &str), String> {
     let text = text.trim();
-    let end = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == 'E' || c == '-' || c == '+'))
-        .unwrap_or(text.len());
+    let end = text.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == 'E' || c == '-' || c == '+')).unwrap_or(text.len());
     // "1e3" is a number but "1 EB" is not a unit we know; a trailing 'e'/'E' would be caught below.
     let (num, unit) = text.split_at(end);
-    let value: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{text}' does not start with a number"))?;
+    let value: f64 = num.trim().parse().map_err(|_| format!("'{text}' does not start with a number"))?;
     if !value.is_finite() || value < 0.0 {
         return Err(format!("'{text}' must be a finite, non-negative quantity"));
     }
@@ -56,7 +51,8 @@ fn split_number(text: &str) -> Result<(f64, &str), String> {
 /// Parses a size such as "1 GiB" into bytes.
 pub fn parse_size(text: &str) -> Result<f64, String> {
     let (value, unit) = split_number(text)?;
-    let mult = size_multiplier(unit).ok_or_else(|| format!("unknown size unit '{unit}' in '{text}' (use B, kB, MB, GB, KiB, MiB, GiB ...)"))?;
+    let mult =
+        size_multiplier(unit).ok_or_else(|| format!("unknown size unit '{unit}' in '{text}' (use B, kB, MB, GB, KiB, MiB, GiB ...)"))?;
     Ok(value * mult)
 }
 
@@ -90,7 +86,11 @@ macro_rules! quantity {
                         write!(f, "a {} (a number or a string with a unit)", $what)
                     }
                     fn visit_f64<E: de::Error>(self, v: f64) -> Result<$name, E> {
-                        if v.is_finite() && v >= 0.0 { Ok($name(v)) } else { Err(E::custom(format!("{} must be non-negative", $what))) }
+                        if v.is_finite() && v >= 0.0 {
+                            Ok($name(v))
+                        } else {
+                            Err(E::custom(format!("{} must be non-negative", $what)))
+                        }
                     }
                     fn visit_i64<E: de::Error>(self, v: i64) -> Result<$name, E> {
                         self.visit_f64(v as f64)

@@ -158,7 +158,13 @@ pub fn run(only: &[String]) -> Result<Vec<CaseResult>> {
     let distributed = prices.cost(Inventory { bb_servers: 302, server_devices: 4832, ..Default::default() });
     let table5 = [
         ("table5-capex-node-local", "seed Table V: 4,608 node-local x8 NVMe at $1,000", node_local.capex, 4_608_000.0, 0.0),
-        ("table5-capex-distributed", "seed Table V: 4,832 x4 NVMe at $800 + 302 EPYC servers at $25,000", distributed.capex, 11_415_600.0, 0.0),
+        (
+            "table5-capex-distributed",
+            "seed Table V: 4,832 x4 NVMe at $800 + 302 EPYC servers at $25,000",
+            distributed.capex,
+            11_415_600.0,
+            0.0,
+        ),
         ("table5-opex-node-local", "seed Table V: 115 kW for 5 years (sets the energy price)", node_local.opex, 1_000_000.0, 0.01),
         ("table5-opex-distributed", "seed Table V: 302 kW for 5 years", distributed.opex, 2_600_000.0, 0.02),
     ];

@@ -14,7 +14,9 @@ pub enum OpKind {
     Write,
     Read,
     /// Wait until every rank of the communicator (ranks `r / group` share one; 0 = whole job) arrives.
-    Barrier { group: u32 },
+    Barrier {
+        group: u32,
+    },
 }
 
 /// One I/O operation of one rank. `start` is relative to the job start: the operation is issued
@@ -84,13 +86,21 @@ pub enum PlacementSpec {
     Contiguous,
     Named(String),
     /// Random runs of `chunks` contiguous nodes, like a fragmented batch system.
-    Chunks { chunks: usize },
+    Chunks {
+        chunks: usize,
+    },
     /// Contiguous starting at a node.
-    From { first_node: usize },
+    From {
+        first_node: usize,
+    },
     /// Explicit node list.
-    Nodes { nodes: Vec<usize> },
+    Nodes {
+        nodes: Vec<usize>,
+    },
     /// Allocation file: node ids or ranges ("0-15,32,40-47"), separated by commas or lines.
-    File { allocation: PathBuf },
+    File {
+        allocation: PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
@@ -260,9 +270,8 @@ impl PlacementSpec {
         if needed > available {
             bail!("needs {needed} nodes but only {available} of {} are free", free.len());
         }
-        let take_from = |start: usize, free: &[bool]| -> Vec<usize> {
-            (start..free.len()).chain(0..start).filter(|&n| free[n]).take(needed).collect()
-        };
+        let take_from =
+            |start: usize, free: &[bool]| -> Vec<usize> { (start..free.len()).chain(0..start).filter(|&n| free[n]).take(needed).collect() };
         let nodes: Vec<usize> = match self {
             PlacementSpec::Contiguous => take_from(0, free),
             PlacementSpec::From { first_node } => take_from(*first_node % free.len(), free),

@@ -163,7 +163,11 @@ fn malformed_inputs_give_clear_errors() {
 fn calibration_file_replaces_device_and_network_figures() {
     let dir = std::env::temp_dir().join(format!("surge-sim-cal-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("measured.json"), r#"{"source": "surge bench", "device_write_bw": "500 MB/s", "op_overhead": "20 us", "link_latency": "2 us"}"#).unwrap();
+    std::fs::write(
+        dir.join("measured.json"),
+        r#"{"source": "surge bench", "device_write_bw": "500 MB/s", "op_overhead": "20 us", "link_latency": "2 us"}"#,
+    )
+    .unwrap();
     let system = format!("{TWO_SERVERS}\n[calibration]\nfrom = \"measured.json\"\nplacement = \"node_local\"\n");
     std::fs::write(dir.join("system.toml"), system).unwrap();
     let sys = SystemConfig::load(&dir.join("system.toml")).unwrap();

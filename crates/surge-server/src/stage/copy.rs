@@ -65,7 +65,8 @@ pub fn execute(data: &DataStore, me: usize, servers: usize, order: &CopyOrder) -
             // Open every source and ask for all of its chunks first, then copy: the PFS gets
             // the whole order as one deep queue instead of one read at a time (a batch of
             // small files would otherwise pay a full PFS latency per file).
-            let sources: Vec<io::Result<File>> = order.items.iter().zip(&plans).map(|(item, chunks)| open_prefetched(&item.pfs_path, chunks)).collect();
+            let sources: Vec<io::Result<File>> =
+                order.items.iter().zip(&plans).map(|(item, chunks)| open_prefetched(&item.pfs_path, chunks)).collect();
             order
                 .items
                 .iter()
@@ -77,7 +78,9 @@ pub fn execute(data: &DataStore, me: usize, servers: usize, order: &CopyOrder) -
                 })
                 .collect()
         }
-        StageDirection::Out => order.items.iter().zip(&plans).map(|(item, chunks)| copy_out(data, item, chunks, order.verify, &mut buf)).collect(),
+        StageDirection::Out => {
+            order.items.iter().zip(&plans).map(|(item, chunks)| copy_out(data, item, chunks, order.verify, &mut buf)).collect()
+        }
     }
 }
 
@@ -86,7 +89,14 @@ fn open_prefetched(path: &str, chunks: &[(u64, usize)]) -> io::Result<File> {
     let file = File::open(path)?;
     for &(offset, len) in chunks {
         // SAFETY: plain advice on a descriptor we own; a failure only loses the hint.
-        unsafe { libc::posix_fadvise(std::os::fd::AsRawFd::as_raw_fd(&file), offset as libc::off_t, len as libc::off_t, libc::POSIX_FADV_WILLNEED) };
+        unsafe {
+            libc::posix_fadvise(
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                offset as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_WILLNEED,
+            )
+        };
     }
     Ok(file)
 }
@@ -95,7 +105,8 @@ fn open_prefetched(path: &str, chunks: &[(u64, usize)]) -> io::Result<File> {
 fn copy_in(data: &DataStore, item: &CopyItem, source: &File, chunks: &[(u64, usize)], verify: bool, buf: &mut Vec<u8>) -> CopyOutcome {
     let mut copied = 0;
     for &(offset, len) in chunks {
-        let in_kernel = len >= KERNEL_COPY_MIN && data.copy_from(item.ino, offset, len as u64, source).map_err(|e| bb_or_pfs_error(e, &item.pfs_path))?;
+        let in_kernel = len >= KERNEL_COPY_MIN
+            && data.copy_from(item.ino, offset, len as u64, source).map_err(|e| bb_or_pfs_error(e, &item.pfs_path))?;
         if !in_kernel || verify {
             buf.resize(len, 0);
             read_exact_at(source, buf, offset).map_err(|e| pfs_error(&item.pfs_path, e))?;
@@ -133,7 +144,8 @@ fn copy_out(data: &DataStore, item: &CopyItem, chunks: &[(u64, usize)], verify: 
     let result = (|| {
         let mut copied = 0;
         for &(offset, len) in chunks {
-            let in_kernel = len >= KERNEL_COPY_MIN && data.copy_to(item.ino, offset, len as u64, &target).map_err(|e| bb_or_pfs_error(e, path))?;
+            let in_kernel =
+                len >= KERNEL_COPY_MIN && data.copy_to(item.ino, offset, len as u64, &target).map_err(|e| bb_or_pfs_error(e, path))?;
             if in_kernel && !verify {
                 copied += len as u64;
                 continue;

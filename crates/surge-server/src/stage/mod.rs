@@ -192,13 +192,14 @@ impl Stages {
             if path.extension().is_none_or(|e| e != "json") {
                 continue;
             }
-            let record: StageRecord = match std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())) {
-                Ok(record) => record,
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), "unreadable stage journal, ignored: {e}");
-                    continue;
-                }
-            };
+            let record: StageRecord =
+                match std::fs::read(&path).map_err(|e| e.to_string()).and_then(|b| serde_json::from_slice(&b).map_err(|e| e.to_string())) {
+                    Ok(record) => record,
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), "unreadable stage journal, ignored: {e}");
+                        continue;
+                    }
+                };
             let stage = Arc::new(Stage { record: Mutex::new(record), cancel: AtomicBool::new(false), dirty: AtomicBool::new(false) });
             table.insert(stage.id(), stage);
         }
@@ -280,7 +281,17 @@ impl Stages {
             StageWhen::Immediate => StageState::Queued,
             StageWhen::JobEnd => StageState::Deferred,
         };
-        let record = StageRecord { id, spec, state, submitted: Timestamp::now(), started: None, finished: None, error: None, error_code: None, files: Vec::new() };
+        let record = StageRecord {
+            id,
+            spec,
+            state,
+            submitted: Timestamp::now(),
+            started: None,
+            finished: None,
+            error: None,
+            error_code: None,
+            files: Vec::new(),
+        };
         let stage = Arc::new(Stage { record: Mutex::new(record), cancel: AtomicBool::new(false), dirty: AtomicBool::new(false) });
         self.table.lock().unwrap().insert(id, stage.clone());
         self.save(&stage);

@@ -100,10 +100,8 @@ fn plan_in(spec: &StageSpec) -> PlanResult<Plan> {
             let mut stack = vec![String::new()];
             while let Some(rel) = stack.pop() {
                 let dir = join(&spec.pfs_path, &rel);
-                let mut entries: Vec<_> = std::fs::read_dir(&dir)
-                    .map_err(|e| pfs_error(&dir, e))?
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| pfs_error(&dir, e))?;
+                let mut entries: Vec<_> =
+                    std::fs::read_dir(&dir).map_err(|e| pfs_error(&dir, e))?.collect::<Result<_, _>>().map_err(|e| pfs_error(&dir, e))?;
                 entries.sort_by_key(|e| e.file_name());
                 for entry in entries {
                     let name = entry.file_name().to_string_lossy().to_string();
@@ -149,7 +147,13 @@ fn pfs_file(pfs: &str, bb: &str) -> PlanResult<PlannedFile> {
     if meta.is_dir() {
         return Err(format!("{pfs}: is a directory (stage it with type directory)").into());
     }
-    Ok(PlannedFile { bb_path: bb.to_string(), pfs_path: pfs.to_string(), size: meta.len(), mode: meta.permissions().mode() & 0o7777, ino: None })
+    Ok(PlannedFile {
+        bb_path: bb.to_string(),
+        pfs_path: pfs.to_string(),
+        size: meta.len(),
+        mode: meta.permissions().mode() & 0o7777,
+        ino: None,
+    })
 }
 
 /// A list file: one `SOURCE DESTINATION` pair per line; blank lines and `#` comments ignored.

@@ -88,8 +88,17 @@ async fn run(stages: Arc<Stages>, stage: Arc<Stage>, planned: oneshot::Sender<()
             record.finished = Some(now_secs());
         }
         let summary = record.summary();
-        tracing::info!(id, state = summary.state.label(), files = summary.files_total, failed = summary.files_failed, bytes = summary.bytes_done,
-            seconds = format!("{:.3}", summary.elapsed), error = summary.error.as_deref().unwrap_or(""), "{} finished", spec.direction.label());
+        tracing::info!(
+            id,
+            state = summary.state.label(),
+            files = summary.files_total,
+            failed = summary.files_failed,
+            bytes = summary.bytes_done,
+            seconds = format!("{:.3}", summary.elapsed),
+            error = summary.error.as_deref().unwrap_or(""),
+            "{} finished",
+            spec.direction.label()
+        );
     }
     stages.save(&stage);
 }
@@ -160,7 +169,10 @@ fn partition(plan: &Plan, chunk_size: u64, key: impl Fn(&PlannedFile) -> String)
             large.push(index);
         }
     }
-    let batches = small.into_iter().flat_map(|(k, indices)| indices.chunks(BATCH_FILES).map(|c| (k.clone(), c.to_vec())).collect::<Vec<_>>()).collect();
+    let batches = small
+        .into_iter()
+        .flat_map(|(k, indices)| indices.chunks(BATCH_FILES).map(|c| (k.clone(), c.to_vec())).collect::<Vec<_>>())
+        .collect();
     (batches, large)
 }
 
@@ -260,7 +272,9 @@ impl DirCache {
                 Ok(attr) => attr,
                 Err(e) if e.code == ErrorCode::NotFound => match client.mkdir_at(ino, name, 0o755).await {
                     Ok(attr) => attr,
-                    Err(e) if e.code == ErrorCode::Exists => client.lookup(ino, name).await.map_err(|e| format!("{at} (burst buffer): {e}"))?,
+                    Err(e) if e.code == ErrorCode::Exists => {
+                        client.lookup(ino, name).await.map_err(|e| format!("{at} (burst buffer): {e}"))?
+                    }
                     Err(e) => return Err(format!("{at} (burst buffer): {e}")),
                 },
                 Err(e) => return Err(format!("{at} (burst buffer): {e}")),
@@ -285,7 +299,15 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
     }
     let creates = files
         .iter()
-        .map(|&i| Request::Create { parent, name: temporary_name(ctx.id, i), mode: plan.files[i].mode, uid, gid, exclusive: true, open: true })
+        .map(|&i| Request::Create {
+            parent,
+            name: temporary_name(ctx.id, i),
+            mode: plan.files[i].mode,
+            uid,
+            gid,
+            exclusive: true,
+            open: true,
+        })
         .collect();
     let created = batch_each(client, home, creates, "create", |reply| match reply {
         Reply::Entry(entry) => Some(entry.ino),
@@ -297,7 +319,15 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
     for (k, &i) in files.iter().enumerate() {
         let (Ok(ino), file) = (&created[k], &plan.files[i]) else { continue };
         if file.size > 0 {
-            let item = CopyItem { ino: *ino, pfs_path: file.pfs_path.clone(), file_size: file.size, first_chunk: 0, end_chunk: 1, publish: None, mode: file.mode };
+            let item = CopyItem {
+                ino: *ino,
+                pfs_path: file.pfs_path.clone(),
+                file_size: file.size,
+                first_chunk: 0,
+                end_chunk: 1,
+                publish: None,
+                mode: file.mode,
+            };
             orders.entry(client.layout().chunk_server(*ino, 0)).or_default().push((k, item));
         }
     }
@@ -309,7 +339,9 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
     let commits = files
         .iter()
         .enumerate()
-        .filter_map(|(k, &i)| created[k].as_ref().ok().map(|&ino| Request::Commit { ino, size: Some(plan.files[i].size), mtime: None, release: true }))
+        .filter_map(|(k, &i)| {
+            created[k].as_ref().ok().map(|&ino| Request::Commit { ino, size: Some(plan.files[i].size), mtime: None, release: true })
+        })
         .collect::<Vec<_>>();
     if !commits.is_empty() {
         if let Err(e) = client.batch(home, commits).await {
@@ -323,7 +355,14 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
     for (k, &i) in files.iter().enumerate() {
         if outcome[k].is_ok() && !ctx.stage.cancelled() {
             let (_, name) = split_path(&plan.files[i].bb_path);
-            renames.push(Request::Rename { src_parent: parent, src_name: temporary_name(ctx.id, i), dst_parent: parent, dst_name: name.to_string(), noreplace: false, retired_target: None });
+            renames.push(Request::Rename {
+                src_parent: parent,
+                src_name: temporary_name(ctx.id, i),
+                dst_parent: parent,
+                dst_name: name.to_string(),
+                noreplace: false,
+                retired_target: None,
+            });
             rename_of.push(k);
         } else if outcome[k].is_ok() {
             outcome[k] = Err("cancelled".into());
@@ -351,8 +390,12 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
             }
         }
     }
-    let unlinks: Vec<Request> =
-        files.iter().enumerate().filter(|(k, _)| created[*k].is_ok() && outcome[*k].is_err()).map(|(_, &i)| Request::Unlink { parent, name: temporary_name(ctx.id, i) }).collect();
+    let unlinks: Vec<Request> = files
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| created[*k].is_ok() && outcome[*k].is_err())
+        .map(|(_, &i)| Request::Unlink { parent, name: temporary_name(ctx.id, i) })
+        .collect();
     remove_bb_temporaries(client, home, unlinks).await;
     for (&i, outcome) in files.iter().zip(outcome) {
         finished(&ctx, i, outcome);
@@ -361,7 +404,13 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
 
 /// Sends a batch and takes what `pick` wants from each reply: one outcome per request (all
 /// failed alike when the batch itself could not be sent).
-async fn batch_each<T>(client: &Client, server: usize, requests: Vec<Request>, what: &str, pick: impl Fn(&Reply) -> Option<T>) -> Vec<Result<T, String>> {
+async fn batch_each<T>(
+    client: &Client,
+    server: usize,
+    requests: Vec<Request>,
+    what: &str,
+    pick: impl Fn(&Reply) -> Option<T>,
+) -> Vec<Result<T, String>> {
     let count = requests.len();
     match client.batch(server, requests).await {
         Ok(replies) => replies
@@ -390,12 +439,23 @@ async fn remove_bb_temporaries(client: &Client, home: usize, unlinks: Vec<Reques
 }
 
 /// Sends per-server orders of a batch and records each file's outcome and bytes.
-async fn apply_copy_outcomes(ctx: &Ctx, files: &[usize], orders: BTreeMap<usize, Vec<(usize, CopyItem)>>, direction: StageDirection, outcome: &mut [Result<(), String>]) {
+async fn apply_copy_outcomes(
+    ctx: &Ctx,
+    files: &[usize],
+    orders: BTreeMap<usize, Vec<(usize, CopyItem)>>,
+    direction: StageDirection,
+    outcome: &mut [Result<(), String>],
+) {
     let mut positions = Vec::new();
     let mut requests = Vec::new();
     for (server, items) in orders {
         positions.push(items.iter().map(|(k, _)| *k).collect::<Vec<_>>());
-        let order = CopyOrder { direction, chunk_size: ctx.spec.chunk_size, verify: ctx.spec.verify, items: items.into_iter().map(|(_, item)| item).collect() };
+        let order = CopyOrder {
+            direction,
+            chunk_size: ctx.spec.chunk_size,
+            verify: ctx.spec.verify,
+            items: items.into_iter().map(|(_, item)| item).collect(),
+        };
         requests.push((server, order));
     }
     for ((_, result), ks) in send_orders(&ctx.client, requests).await.into_iter().zip(positions) {
@@ -424,7 +484,8 @@ async fn stage_in_large(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, index: usiz
     let client = &ctx.client;
     started(&ctx, index);
     let temp = temporary_name(ctx.id, index);
-    let create = Request::Create { parent, name: temp.clone(), mode: file.mode, uid: ctx.spec.uid, gid: ctx.spec.gid, exclusive: true, open: true };
+    let create =
+        Request::Create { parent, name: temp.clone(), mode: file.mode, uid: ctx.spec.uid, gid: ctx.spec.gid, exclusive: true, open: true };
     let ino = match client.request(ino::home(parent), create).await {
         Ok(Reply::Entry(entry)) => entry.ino,
         Ok(other) => return finished(&ctx, index, Err(format!("unexpected answer to create: {other:?}"))),
@@ -451,7 +512,14 @@ async fn stage_in_large(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, index: usiz
 }
 
 /// Copies a large file window by window; every server copies its chunks of a window at once.
-async fn copy_windows(ctx: &Arc<Ctx>, index: usize, ino: Ino, file: &PlannedFile, direction: StageDirection, pfs_path: Option<&str>) -> RunResult<()> {
+async fn copy_windows(
+    ctx: &Arc<Ctx>,
+    index: usize,
+    ino: Ino,
+    file: &PlannedFile,
+    direction: StageDirection,
+    pfs_path: Option<&str>,
+) -> RunResult<()> {
     let servers = ctx.client.server_count() as u64;
     let chunks = file.size.div_ceil(ctx.spec.chunk_size);
     let window = WINDOW_CHUNKS_PER_SERVER * servers;
@@ -476,7 +544,9 @@ async fn copy_windows(ctx: &Arc<Ctx>, index: usize, ino: Ino, file: &PlannedFile
         let owners: std::collections::BTreeSet<usize> = (first..end).map(|c| ctx.client.layout().chunk_server(ino, c)).collect();
         let orders = owners
             .into_iter()
-            .map(|server| (server, CopyOrder { direction, chunk_size: ctx.spec.chunk_size, verify: ctx.spec.verify, items: vec![item.clone()] }))
+            .map(|server| {
+                (server, CopyOrder { direction, chunk_size: ctx.spec.chunk_size, verify: ctx.spec.verify, items: vec![item.clone()] })
+            })
             .collect::<Vec<_>>();
         let client = ctx.client.clone();
         in_flight.spawn(async move {
@@ -569,7 +639,15 @@ async fn stage_out_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, files: Vec<usize>) {
         }
         let temp = pfs_temporary(&file.pfs_path, ctx.id, i);
         ctx.stage.update_file(i, |f| f.size = size);
-        let item = CopyItem { ino, pfs_path: temp, file_size: size, first_chunk: 0, end_chunk: 1, publish: Some(file.pfs_path.clone()), mode: file.mode };
+        let item = CopyItem {
+            ino,
+            pfs_path: temp,
+            file_size: size,
+            first_chunk: 0,
+            end_chunk: 1,
+            publish: Some(file.pfs_path.clone()),
+            mode: file.mode,
+        };
         orders.entry(client.layout().chunk_server(ino, 0)).or_default().push((k, item));
     }
     apply_copy_outcomes(&ctx, &files, orders, StageDirection::Out, &mut outcome).await;
@@ -623,7 +701,13 @@ async fn copy_out_large(ctx: &Arc<Ctx>, index: usize, file: &PlannedFile) -> Run
     let (path, size, mode) = (temp.clone(), file.size, file.mode);
     blocking(move || {
         use std::os::unix::fs::OpenOptionsExt;
-        let f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(&path).map_err(|e| format!("PFS: {path}: {e}"))?;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(&path)
+            .map_err(|e| format!("PFS: {path}: {e}"))?;
         f.set_len(size).map_err(|e| format!("PFS: {path}: {e}"))
     })
     .await?;
