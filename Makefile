@@ -2,7 +2,7 @@
 # (both are what README.md and .ci/run call).
 CARGO ?= cargo
 
-.PHONY: demo test build venv test-rust test-python bench
+.PHONY: demo test build venv test-rust test-python bench lint
 
 build:
 	$(CARGO) build --release --workspace
@@ -24,6 +24,12 @@ test-python: venv build
 	.venv/bin/python -m pytest -q python/tests
 
 test: test-rust test-python
+
+# Formatting, clippy with every warning an error (unsafe blocks need a SAFETY comment), and the
+# crate layering of docs/architecture.md. CI runs it before the tests.
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
 
 # The data-plane, FUSE and staging benchmarks, one after another (bench/RESULTS.md records
 # their results). Needs root, fio and bindfs; bench/run-all.sh checks before it starts.

@@ -122,6 +122,7 @@ fn killed_server_fails_fast_and_others_stay_readable() {
         "placement too uneven for the test: {small:?}"
     );
     let pid = inst.descriptor()["servers"][victim as usize]["pid"].as_u64().unwrap();
+    // SAFETY: kill(2) takes plain integers; a stale pid only makes it fail.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     std::thread::sleep(Duration::from_millis(100));
 
@@ -227,6 +228,7 @@ fn eight_servers_start_and_stop() {
     let pids: Vec<u64> = inst.descriptor()["servers"].as_array().unwrap().iter().map(|s| s["pid"].as_u64().unwrap()).collect();
     drop(inst);
     for pid in pids {
+        // SAFETY: kill(2) takes plain integers; a stale pid only makes it fail.
         assert!(unsafe { libc::kill(pid as i32, 0) } != 0, "server {pid} still running after down");
     }
 }
@@ -263,6 +265,7 @@ fn a_silent_server_times_reads_out_on_both_paths() {
     };
     // The callback path works while the server answers (the awaited path has a test of its own).
     assert_eq!(read_back(&f).recv_timeout(Duration::from_secs(5)).unwrap().unwrap(), 4096);
+    // SAFETY: kill(2) takes plain integers; a stale pid only makes it fail.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     // SIGSTOP is delivered asynchronously: wait until every thread shows as stopped.
     let stopped = || {
@@ -281,6 +284,7 @@ fn a_silent_server_times_reads_out_on_both_paths() {
     let err = rt.block_on(f.pread(0, 4096)).unwrap_err();
     assert_eq!(err.code, surge_client::surge_proto::ErrorCode::TimedOut, "{err}");
     assert!(started.elapsed() < Duration::from_secs(5), "timed out late: {:?}", started.elapsed());
+    // SAFETY: kill(2) takes plain integers; a stale pid only makes it fail.
     unsafe { libc::kill(pid, libc::SIGCONT) };
     assert_eq!(rt.block_on(f.pread(0, 4096)).unwrap(), pattern(3, 4 << 20)[..4096]);
     rt.block_on(f.close()).unwrap();
@@ -387,7 +391,7 @@ fn a_reply_followed_by_a_one_way_request_is_not_held_back() {
     let desc = surge_client::InstanceDescriptor::load_from(&inst.home.join("instances/oneway.json")).unwrap();
     let mut s = TcpStream::connect(desc.servers[0].addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut read_reply = |s: &mut TcpStream| -> (u64, Reply) {
+    let read_reply = |s: &mut TcpStream| -> (u64, Reply) {
         let mut head = [0u8; FRAME_HEADER_LEN];
         s.read_exact(&mut head).expect("a reply within 5 s");
         let header = FrameHeader::decode(&head).unwrap();

@@ -160,6 +160,7 @@ fn umount_and_down_work_after_a_server_died() {
     let m = inst.mount("a", "127.0.0.85");
     std::fs::write(m.path("f"), vec![7u8; 8 << 20]).unwrap();
     let pid = inst.descriptor()["servers"][1]["pid"].as_u64().unwrap();
+    // SAFETY: kill(2) takes plain integers; a stale pid only makes it fail.
     unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     let start = std::time::Instant::now();
     assert!(std::fs::read(m.path("f")).is_err(), "a file striped over a dead server was read");
@@ -175,7 +176,7 @@ fn a_reader_sees_writes_made_through_another_descriptor_on_the_same_node() {
     let inst = instance("handles", 91);
     let m = inst.mount("a", "127.0.0.91");
     let path = m.path("shared");
-    let writer = std::fs::OpenOptions::new().create(true).read(true).write(true).open(&path).unwrap();
+    let writer = std::fs::OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path).unwrap();
     writer.write_all_at(&vec![1u8; 4 << 20], 0).unwrap();
     let reader = std::fs::File::open(&path).unwrap();
     let mut buf = vec![0u8; 64 << 10];

@@ -86,6 +86,7 @@ impl Instance {
     /// SIGKILLs server `index` (a crash: no clean shutdown).
     pub fn kill_server(&self, index: usize) {
         let pid = self.descriptor()["servers"][index]["pid"].as_u64().expect("server pid") as i32;
+        // SAFETY: kill(2) takes plain integers; a stale pid only makes it fail.
         unsafe { libc::kill(pid, libc::SIGKILL) };
         // Gone, or a zombie whose every thread has exited (only then are its sockets closed),
         // before the caller goes on.
@@ -135,6 +136,7 @@ impl Instance {
             if root.join("ready").exists() {
                 return child;
             }
+            let _ = child.wait();
             // It exited: its address was still held by the dying process's last threads (the
             // thread-group leader shows as a zombie before they have closed its sockets). Retry.
             std::thread::sleep(std::time::Duration::from_millis(100));

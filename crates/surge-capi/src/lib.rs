@@ -89,6 +89,7 @@ unsafe fn text(p: *const c_char, what: &str) -> CallResult<String> {
     if p.is_null() {
         return Err(Failure::new(libc::EINVAL, format!("{what} is NULL")));
     }
+    // SAFETY: not NULL (checked above) and NUL-terminated (the caller's promise).
     unsafe { CStr::from_ptr(p) }.to_str().map(str::to_string).map_err(|_| Failure::new(libc::EINVAL, format!("{what} is not UTF-8")))
 }
 
@@ -117,6 +118,7 @@ fn absolute(pfs_path: &str) -> CallResult<String> {
 
 fn submit(direction: StageDirection, kind: StageKind, bb: *const c_char, pfs: *const c_char, stage_type: c_int) -> c_int {
     call(|| {
+        // SAFETY: the C caller passes NUL-terminated strings (surge.h).
         let (bb, pfs) = unsafe { (text(bb, "burst-buffer path")?, text(pfs, "PFS path")?) };
         let (client, inner) = resolve(&bb)?;
         let when = match stage_type {
@@ -141,6 +143,7 @@ fn submit(direction: StageDirection, kind: StageKind, bb: *const c_char, pfs: *c
 
 /// The stages submitted for `bb` (a C string).
 fn stages_of(bb: *const c_char) -> CallResult<(Client, String, Vec<StageSummary>)> {
+    // SAFETY: the C caller passes a NUL-terminated string (surge.h).
     let bb = unsafe { text(bb, "burst-buffer path")? };
     let (client, inner) = resolve(&bb)?;
     let stages = runtime().block_on(client.stage_list(Some(&inner)))?;
@@ -163,7 +166,8 @@ fn query(bb: *const c_char, complete: *mut c_int, pending: *mut c_int, deferred:
 
 fn wait(bb: *const c_char) -> c_int {
     call(|| {
-        let bb = unsafe { text(bb, "burst-buffer path")? };
+        // SAFETY: the C caller passes a NUL-terminated string (surge.h).
+    let bb = unsafe { text(bb, "burst-buffer path")? };
         let (client, inner) = resolve(&bb)?;
         let stages = runtime().block_on(client.wait_stages(Some(&inner), |_| true, |_| {}))?;
         // The latest stage that is not waiting for job end decides.
@@ -246,6 +250,7 @@ pub struct FailedStages {
 pub unsafe extern "C" fn surge_open_failed_stage(bb_dir: *const c_char) -> *mut FailedStages {
     let mut found = Vec::new();
     let code = call(|| {
+        // SAFETY: the C caller passes a NUL-terminated string (surge.h).
         let dir = unsafe { text(bb_dir, "burst-buffer directory")? };
         let (client, inner) = resolve(&dir)?;
         let prefix = format!("{}/", inner.trim_end_matches('/'));
@@ -285,6 +290,7 @@ pub unsafe extern "C" fn surge_next_failed_stage(failed: *mut FailedStages, path
     if failed.is_null() || path.is_null() {
         return -libc::EINVAL;
     }
+    // SAFETY: not NULL (checked above), from surge_open_failed_stage and not yet closed.
     let iter = unsafe { &mut *failed };
     let Some(next) = iter.paths.next() else { return 0 };
     let bytes = next.as_bytes_with_nul();
@@ -301,6 +307,7 @@ pub unsafe extern "C" fn surge_next_failed_stage(failed: *mut FailedStages, path
 #[no_mangle]
 pub unsafe extern "C" fn surge_close_failed_stage(failed: *mut FailedStages) {
     if !failed.is_null() {
+        // SAFETY: made by Box::into_raw in surge_open_failed_stage; the caller gives it up here.
         drop(unsafe { Box::from_raw(failed) });
     }
 }

@@ -331,13 +331,13 @@ async fn meta(on: &BenchTarget, files: usize, concurrency: usize) -> Result<Meta
             let d = dir.clone();
             let create = in_parallel(files, concurrency, move |i| {
                 let p = d.join(name(i));
-                async move { Ok(drop(std::fs::OpenOptions::new().write(true).create_new(true).open(p)?)) }
+                async move { std::fs::OpenOptions::new().write(true).create_new(true).open(p).map(drop).map_err(Into::into) }
             })
             .await?;
             let d = dir.clone();
             let stat = in_parallel(files, concurrency, move |i| {
                 let p = d.join(name(i));
-                async move { Ok(drop(std::fs::metadata(p)?)) }
+                async move { std::fs::metadata(p).map(drop).map_err(Into::into) }
             })
             .await?;
             let d = dir.clone();

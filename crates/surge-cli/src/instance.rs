@@ -153,6 +153,7 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
         mode: p.mode,
         chunk_size: p.chunk_size,
         capacity: p.capacity,
+        // SAFETY: geteuid/getegid take no arguments and cannot fail.
         owner_uid: unsafe { libc::geteuid() },
         token_path,
         root: instance_root,
@@ -237,6 +238,7 @@ pub async fn probe(desc: &InstanceDescriptor) -> Vec<surge_client::Result<surge_
 }
 
 fn pid_alive(pid: u32) -> bool {
+    // SAFETY: kill(2) takes plain integers; a stale pid only makes it fail.
     unsafe { libc::kill(pid as i32, 0) == 0 }
 }
 
@@ -258,6 +260,7 @@ pub async fn down(desc: &InstanceDescriptor) -> Result<()> {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         if pid_alive(pid) {
+            // SAFETY: kill(2) takes plain integers; a stale pid only makes it fail.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
             reap(pid);
         }
@@ -277,6 +280,7 @@ pub async fn down(desc: &InstanceDescriptor) -> Result<()> {
 
 /// Collects a server we started ourselves in this process (so it does not linger as a zombie).
 fn reap(pid: u32) {
+    // SAFETY: WNOHANG waitpid on our own child, with no status pointer to write.
     unsafe {
         libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG);
     }

@@ -145,6 +145,7 @@ impl InstanceDescriptor {
 pub fn read_token(path: &Path) -> Result<Secret> {
     let denied = |why: String| Error::new(ErrorCode::Unauthenticated, format!("token file {}: {why}", path.display()));
     let meta = std::fs::metadata(path).map_err(|e| denied(e.to_string()))?;
+    // SAFETY: geteuid/getegid take no arguments and cannot fail.
     let euid = unsafe { libc::geteuid() };
     if meta.uid() != euid {
         return Err(denied(format!("owned by uid {}, not by you (uid {euid})", meta.uid())));

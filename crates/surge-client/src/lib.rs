@@ -75,6 +75,7 @@ impl Default for ClientOptions {
         let timeout =
             std::env::var("SURGE_TIMEOUT_SECS").ok().and_then(|s| s.parse().ok()).map(Duration::from_secs_f64).unwrap_or(DEFAULT_TIMEOUT);
         let local_io = !matches!(std::env::var("SURGE_LOCAL_IO").as_deref(), Ok("0" | "off" | "false" | "no"));
+        // SAFETY: geteuid/getegid take no arguments and cannot fail.
         ClientOptions { node, timeout, uid: unsafe { libc::geteuid() }, gid: unsafe { libc::getegid() }, local_io }
     }
 }

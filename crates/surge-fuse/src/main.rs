@@ -86,6 +86,7 @@ fn set_read_ahead(mountpoint: &std::path::Path, kib: u32) -> anyhow::Result<()> 
 /// sequential read); keeping them on the heap lets freed buffers be reused as they are.
 fn keep_buffers_mapped() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only tunes glibc's allocator; called before any other thread runs.
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);

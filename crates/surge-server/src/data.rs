@@ -269,6 +269,7 @@ impl DataStore {
             };
             match n {
                 0 => break,
+                // SAFETY: the kernel initialised these `n` bytes of the spare capacity.
                 n if n > 0 => unsafe { buf.set_len(filled + n as usize) },
                 _ => {
                     let err = io::Error::last_os_error();

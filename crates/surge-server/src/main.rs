@@ -30,8 +30,10 @@ struct Args {
     #[arg(long)]
     token_file: PathBuf,
     /// Owner of the root directory.
+    // SAFETY: geteuid/getegid take no arguments and cannot fail.
     #[arg(long, default_value_t = unsafe { libc::geteuid() })]
     owner_uid: u32,
+    // SAFETY: geteuid/getegid take no arguments and cannot fail.
     #[arg(long, default_value_t = unsafe { libc::getegid() })]
     owner_gid: u32,
     /// Worker threads (default: number of cores).

@@ -399,7 +399,10 @@ impl<'a> Engine<'a> {
             let op = ops[next];
             if let OpKind::Barrier { group } = op.kind {
                 let n = job.trace.ranks.len() as u32;
-                let (comm, size) = if group == 0 { (0, n) } else { (local / group, group.min(n - local / group * group)) };
+                let (comm, size) = match local.checked_div(group) {
+                    None => (0, n),
+                    Some(comm) => (comm, group.min(n - comm * group)),
+                };
                 let key = (job_idx, comm);
                 let b = self.barriers.entry(key).or_insert(Barrier { arrived: 0, waiting: Vec::new() });
                 b.arrived += 1;

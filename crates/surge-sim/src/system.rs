@@ -322,7 +322,7 @@ impl SystemConfig {
             }
         }
         if let Some(t) = &n.torus {
-            if t.dims.iter().any(|&d| d == 0) || t.nodes_per_router == 0 {
+            if t.dims.contains(&0) || t.nodes_per_router == 0 {
                 bail!("torus: dims and nodes_per_router must be positive");
             }
         }

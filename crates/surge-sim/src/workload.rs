@@ -363,7 +363,7 @@ impl Synthetic {
         let mut out = Trace { ranks: Vec::with_capacity(ranks) };
         for r in 0..ranks {
             let mut ops = Vec::new();
-            let wave_delay = if self.wave_size > 0 { (r / self.wave_size) as f64 * self.wave_gap.0 } else { 0.0 };
+            let wave_delay = r.checked_div(self.wave_size).map_or(0.0, |wave| wave as f64 * self.wave_gap.0);
             for phase in 0..self.phases {
                 let jitter = self.jitter_min.0 + rng.unit() * (self.jitter_max.0 - self.jitter_min.0);
                 let t = phase as f64 * self.interval.0 + wave_delay + jitter;
