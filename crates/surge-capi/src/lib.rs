@@ -167,7 +167,7 @@ fn query(bb: *const c_char, complete: *mut c_int, pending: *mut c_int, deferred:
 fn wait(bb: *const c_char) -> c_int {
     call(|| {
         // SAFETY: the C caller passes a NUL-terminated string (surge.h).
-    let bb = unsafe { text(bb, "burst-buffer path")? };
+        let bb = unsafe { text(bb, "burst-buffer path")? };
         let (client, inner) = resolve(&bb)?;
         let stages = runtime().block_on(client.wait_stages(Some(&inner), |_| true, |_| {}))?;
         // The latest stage that is not waiting for job end decides.
