@@ -81,7 +81,7 @@ async fn run(args: &[String]) -> Result<String, String> {
         }
         Some("chunk-server") => {
             let attr = c.stat(&args[1]).await.map_err(e)?;
-            let layout = surge_client::layout::Layout::new(c.chunk_size(), c.server_count());
+            let layout = surge_client::Layout::new(c.chunk_size(), c.server_count());
             Ok(layout.chunk_server(attr.ino, 0).to_string())
         }
         _ => Err("usage: surge-test-client write-blocks|publish|watch|chunk-server ...".into()),

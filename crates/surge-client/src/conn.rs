@@ -18,7 +18,7 @@ use bytes::Bytes;
 use surge_proto::auth::{self, Secret};
 use surge_proto::frame::{decode_message, encode_frame};
 use surge_proto::frame_io::{read_frame, write_frame};
-use surge_proto::{ErrorCode, FrameKind, LocalData, Notice, Reply, Request, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
+use surge_proto::{ErrorCode, FrameKind, Notice, Reply, Request, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpSocket, TcpStream};
@@ -155,7 +155,7 @@ pub struct Connection {
     waiters: Waiters,
     next_id: AtomicU64,
     broken: Arc<AtomicBool>,
-    /// The server's data directory, when it is on this node (see [`LocalData`]).
+    /// The server's data directory, when it is on this node (see [`surge_proto::LocalData`]).
     local_dir: Option<PathBuf>,
 }
 
@@ -285,7 +285,7 @@ impl Connection {
                     _ => return Err(Error::new(ErrorCode::Protocol, format!("{server} refused to send change notices"))),
                 }
             }
-            Ok(local.filter(LocalData::is_here).map(|local| PathBuf::from(local.dir)))
+            Ok(local.filter(crate::local::is_on_this_node).map(|local| PathBuf::from(local.dir)))
         };
         let local_dir = tokio::time::timeout(timeout, handshake)
             .await

@@ -5,7 +5,7 @@
 //!   inode number's top bits ([`surge_proto::ino`]). New files are homed with their directory,
 //!   so a create is one round trip; new directories are spread over the servers.
 //! * File data is cut into chunks (default 1 MiB); chunk `c` of a file lives on server
-//!   `(spread(ino) + c) mod N` ([`layout`]). A large request becomes concurrent requests to
+//!   `(spread(ino) + c) mod N` ([`surge_proto::placement`]). A large request becomes concurrent requests to
 //!   several servers.
 //! * Operations spanning two servers (mkdir, rename between directories homed on different
 //!   servers, removing a directory homed elsewhere) are sequenced here from atomic steps.
@@ -23,7 +23,6 @@ pub mod conn;
 pub mod descriptor;
 pub mod error;
 pub mod file;
-pub mod layout;
 mod local;
 pub mod stage;
 
@@ -46,7 +45,7 @@ pub use surge_proto;
 pub use conn::Watcher;
 use conn::{Connection, Pending};
 pub use file::File;
-use layout::Layout;
+pub use surge_proto::placement::Layout;
 
 /// How long a request may wait for its reply before it fails with TimedOut.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(20);

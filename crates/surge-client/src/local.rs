@@ -26,12 +26,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use surge_proto::{data_file_name, write_growth as growth, ErrorCode, Ino, Reply};
+use surge_proto::{data_file_name, write_growth as growth, ErrorCode, Ino, LocalData, Reply};
 
 use crate::conn::{Pending, Response};
 use crate::error::{Error, Result};
-use crate::layout::Piece;
 use crate::Client;
+use surge_proto::placement::Piece;
+
+/// True when, seen from this process, `local.dir` is the directory the server described: same
+/// kernel boot, same device and inode. Then its files are the server's own.
+pub(crate) fn is_on_this_node(local: &LocalData) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let same_kernel = surge_proto::host::boot_id().is_ok_and(|id| id == local.boot_id);
+    same_kernel && std::fs::metadata(&local.dir).is_ok_and(|m| m.is_dir() && m.dev() == local.dev && m.ino() == local.ino)
+}
 
 /// Capacity asked of a server at a time for one handle's local writes.
 pub const RESERVATION: u64 = 16 << 20;

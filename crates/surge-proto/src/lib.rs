@@ -1,7 +1,9 @@
 //! # surge-proto — the Surge wire protocol
 //!
 //! Everything a Surge client and a Surge server must agree on, and nothing that does I/O (but
-//! for recognising a server's data directory as local, [`LocalData::is_here`]):
+//! for the two things both do with the operating system, behind the `io` feature: reading and
+//! writing frames on tokio streams, [`frame_io`], and telling which boot of which node a
+//! process runs on, [`host`]):
 //!
 //! * [`frame`]: the fixed 20-byte frame header (magic, version, kind, lengths, request id) and
 //!   the limits that keep a malformed or hostile peer from making anyone allocate without bound;
@@ -9,6 +11,7 @@
 //!   directory entries they carry, and [`ErrorCode`], which maps one-to-one onto POSIX errno values;
 //! * [`ino`]: inode numbers, which carry the index of their *home* server in their top bits so any
 //!   node can route a metadata request without asking a central service;
+//! * [`placement`]: which server holds which chunk of a file, and which homes a new directory;
 //! * [`auth`]: the challenge/response that proves a client holds the instance's secret without
 //!   sending the secret over the wire;
 //! * [`stage`]: what staging between the PFS and an instance asks of the servers and reports.
@@ -21,8 +24,11 @@ pub mod auth;
 pub mod frame;
 #[cfg(feature = "io")]
 pub mod frame_io;
+#[cfg(feature = "io")]
+pub mod host;
 pub mod ino;
 pub mod msg;
+pub mod placement;
 pub mod stage;
 
 pub use frame::{FrameError, FrameHeader, FrameKind, FRAME_HEADER_LEN, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};

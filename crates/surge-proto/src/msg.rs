@@ -113,21 +113,6 @@ pub struct LocalData {
     pub ino: u64,
 }
 
-impl LocalData {
-    /// The running kernel's boot id: differs between nodes, and between boots of one node.
-    pub fn boot_id() -> std::io::Result<String> {
-        Ok(std::fs::read_to_string("/proc/sys/kernel/random/boot_id")?.trim().to_string())
-    }
-
-    /// True when, seen from this process, `dir` is the directory described: same kernel, same
-    /// device and inode. Then its files are the server's own.
-    pub fn is_here(&self) -> bool {
-        use std::os::unix::fs::MetadataExt;
-        let same_kernel = LocalData::boot_id().is_ok_and(|id| id == self.boot_id);
-        same_kernel && std::fs::metadata(&self.dir).is_ok_and(|m| m.is_dir() && m.dev() == self.dev && m.ino() == self.ino)
-    }
-}
-
 /// Bytes a write of `len` at `offset` newly allocates in a data file that ends at `end`: all of
 /// it past the end, none below (rewrites of holes below the end are rare: chunks are written
 /// whole or appended). What a server counts against its share for a write, and so what a

@@ -91,7 +91,7 @@ impl DataStore {
         let meta = std::fs::metadata(&dir)?;
         Ok(LocalData {
             dir: dir.to_str().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "data directory path is not UTF-8"))?.to_string(),
-            boot_id: LocalData::boot_id()?,
+            boot_id: surge_proto::host::boot_id()?,
             dev: meta.dev(),
             ino: meta.ino(),
         })

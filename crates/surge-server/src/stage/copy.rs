@@ -8,7 +8,7 @@ use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
-use surge_client::layout::Layout;
+use surge_proto::placement::Layout;
 use surge_proto::stage::{CopyItem, CopyOrder, CopyOutcome, StageDirection};
 use surge_proto::ErrorCode;
 

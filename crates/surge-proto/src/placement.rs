@@ -1,9 +1,13 @@
-//! Where data lives: a file is cut into fixed-size chunks and chunk `c` of inode `ino` is kept
-//! by server `(spread(ino) + c) mod N`. Consecutive chunks go to consecutive servers, so a
-//! large sequential request keeps every server busy, and the start server differs per file,
-//! so many small files spread evenly. Directories are homed by a hash of (parent, name).
+//! Placement: which server holds what. Clients route by it and servers copy staged chunks by
+//! it, so both sides must compute it alike, which is why it lives in the protocol crate.
+//!
+//! A file is cut into fixed-size chunks and chunk `c` of inode `ino` is kept by server
+//! `(spread(ino) + c) mod N`. Consecutive chunks go to consecutive servers, so a large
+//! sequential request keeps every server busy, and the start server differs per file, so many
+//! small files spread evenly. Directories are homed by a hash of (parent, name); an inode's
+//! home is in its number ([`crate::ino`]).
 
-use surge_proto::ino::{spread, Ino};
+use crate::ino::{spread, Ino};
 
 #[derive(Clone, Debug)]
 pub struct Layout {
