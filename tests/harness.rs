@@ -120,6 +120,9 @@ impl Instance {
                 .args(["--listen", server["addr"].as_str().unwrap(), "--root", root.to_str().unwrap()])
                 .args(["--capacity", &share.to_string(), "--index", &index.to_string(), "--count", &count.to_string()])
                 .args(["--token-file", desc["token_path"].as_str().unwrap()])
+                .args(["--chunk-size", &desc["chunk_size"].to_string()])
+                .arg("--instance-file")
+                .arg(self.home.join("instances").join(format!("{}.json", self.name)))
                 .spawn()
                 .expect("start surge-server");
             while !root.join("ready").exists() {

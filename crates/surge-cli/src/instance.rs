@@ -66,6 +66,7 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
     anyhow::ensure!(p.chunk_size >= 4096 && p.chunk_size <= (64 << 20), "chunk size must be between 4 KiB and 64 MiB");
     anyhow::ensure!(p.capacity >= p.servers as u64 * 4096, "capacity too small for {} servers", p.servers);
     let desc_path = descriptor::descriptor_path(&p.name);
+    let instance_file = std::path::absolute(&desc_path).with_context(|| format!("locate {}", desc_path.display()))?;
     if desc_path.exists() {
         bail!("instance '{}' already exists ({}); run `surge down {}` first", p.name, desc_path.display(), p.name);
     }
@@ -123,6 +124,9 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
             cmd.arg("--index").arg(srv_index.to_string());
             cmd.arg("--count").arg(srv_count.to_string());
             cmd.arg("--token-file").arg(&token_path);
+            // The coordinator beside each server finds the others here once all are up.
+            cmd.arg("--chunk-size").arg(p.chunk_size.to_string());
+            cmd.arg("--instance-file").arg(&instance_file);
             cmd.stdin(Stdio::null());
             detach(&mut cmd);
             let child = cmd.spawn().with_context(|| format!("start {}", server_binary.display()))?;

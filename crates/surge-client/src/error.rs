@@ -1,29 +1,6 @@
-//! The client's error type: a protocol error code (which maps onto an errno) and a message
-//! saying which server and which operation failed.
+//! The client's error type is the protocol's: a code (which maps onto an errno) and a message
+//! saying which server and which operation failed. A server's failure reaches the caller as
+//! the server sent it; failures found here (a lost connection, a timeout, a local write) take
+//! the same shape.
 
-use surge_proto::ErrorCode;
-
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{}: {detail}", code.describe())]
-pub struct Error {
-    pub code: ErrorCode,
-    pub detail: String,
-}
-
-impl Error {
-    pub fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
-        Error { code, detail: detail.into() }
-    }
-
-    pub fn errno(&self) -> i32 {
-        self.code.errno()
-    }
-}
-
-impl From<ErrorCode> for Error {
-    fn from(code: ErrorCode) -> Self {
-        Error { code, detail: String::new() }
-    }
-}
-
-pub type Result<T> = std::result::Result<T, Error>;
+pub use surge_proto::error::{Error, Result};

@@ -360,7 +360,7 @@ impl Client {
 
     async fn lookup_entry(&self, parent: Ino, name: &str) -> Result<DirEntry> {
         if name != ".." {
-            check_name(name).map_err(|c| Error::new(c, format!("bad name '{name}'")))?;
+            check_name(name)?;
         }
         match self.call_home(parent, Request::Lookup { parent, name: name.to_string() }).await? {
             Reply::Entry(entry) => Ok(entry),
@@ -413,7 +413,7 @@ impl Client {
     }
 
     pub async fn mkdir_at(&self, parent: Ino, name: &str, mode: u32) -> Result<Attr> {
-        check_name(name).map_err(|c| Error::new(c, format!("bad name '{name}'")))?;
+        check_name(name)?;
         // Spread directories over servers by (parent, name), so a tree's metadata load spreads.
         let target = self.inner.layout.dir_home(parent, name);
         let (uid, gid) = (self.uid, self.gid);
@@ -506,7 +506,7 @@ impl Client {
 
     /// Atomic rename, also over an existing target and of directories.
     pub async fn rename_at(&self, src_parent: Ino, src_name: &str, dst_parent: Ino, dst_name: &str, noreplace: bool) -> Result<()> {
-        check_name(dst_name).map_err(|c| Error::new(c, format!("bad name '{dst_name}'")))?;
+        check_name(dst_name)?;
         let mut retired: Option<Ino> = None;
         let result = loop {
             let attempt = if ino::home(src_parent) == ino::home(dst_parent) {

@@ -60,18 +60,7 @@ impl Client {
         verify: bool,
     ) -> StageSpec {
         let (uid, gid) = self.identity();
-        StageSpec {
-            direction,
-            kind,
-            when,
-            bb_path: bb_path.to_string(),
-            pfs_path: pfs_path.to_string(),
-            verify,
-            uid,
-            gid,
-            servers: self.server_addrs(),
-            chunk_size: self.chunk_size(),
-        }
+        StageSpec { direction, kind, when, bb_path: bb_path.to_string(), pfs_path: pfs_path.to_string(), verify, uid, gid }
     }
 
     /// Submits a stage; returns its id at once (the copy runs in the background).

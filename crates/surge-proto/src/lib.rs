@@ -21,6 +21,7 @@
 //! message, so neither side copies it through the serializer.
 
 pub mod auth;
+pub mod error;
 pub mod frame;
 #[cfg(feature = "io")]
 pub mod frame_io;
@@ -31,6 +32,7 @@ pub mod msg;
 pub mod placement;
 pub mod stage;
 
+pub use error::{Error, ErrorCode};
 pub use frame::{FrameError, FrameHeader, FrameKind, FRAME_HEADER_LEN, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
 pub use ino::{Ino, ROOT_INO};
 pub use msg::*;

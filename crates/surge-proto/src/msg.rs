@@ -6,6 +6,7 @@
 //! directories homed on different servers) are driven by the client as short sequences of the
 //! single-server steps below; each step is atomic on its server.
 
+use crate::error::{Error, ErrorCode};
 use crate::ino::Ino;
 use crate::stage::{CopyOrder, CopyOutcome, StageFile, StageSpec, StageSummary};
 use serde::{Deserialize, Serialize};
@@ -461,94 +462,16 @@ pub enum Reply {
     Batch(Vec<Reply>),
 }
 
-/// Failure reasons. Each maps onto one errno so the FUSE layer and the C API can pass them on.
-#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ErrorCode {
-    NotFound,
-    Exists,
-    NotEmpty,
-    IsDir,
-    NotDir,
-    NameTooLong,
-    NoSpace,
-    AccessDenied,
-    NotPermitted,
-    Invalid,
-    /// The entry is locked by a rename in progress; retry shortly.
-    Busy,
-    /// A rename would replace a directory homed on another server: retire it first.
-    NeedsRetire,
-    Io,
-    Stale,
-    NotSupported,
-    Protocol,
-    Unauthenticated,
-    ServerDown,
-    TimedOut,
-    TooManyLinks,
-}
-
-impl ErrorCode {
-    pub fn errno(self) -> i32 {
-        match self {
-            ErrorCode::NotFound => libc::ENOENT,
-            ErrorCode::Exists => libc::EEXIST,
-            ErrorCode::NotEmpty => libc::ENOTEMPTY,
-            ErrorCode::IsDir => libc::EISDIR,
-            ErrorCode::NotDir => libc::ENOTDIR,
-            ErrorCode::NameTooLong => libc::ENAMETOOLONG,
-            ErrorCode::NoSpace => libc::ENOSPC,
-            ErrorCode::AccessDenied => libc::EACCES,
-            ErrorCode::NotPermitted => libc::EPERM,
-            ErrorCode::Invalid => libc::EINVAL,
-            ErrorCode::Busy => libc::EBUSY,
-            ErrorCode::NeedsRetire => libc::EXDEV,
-            ErrorCode::Io => libc::EIO,
-            ErrorCode::Stale => libc::ESTALE,
-            ErrorCode::NotSupported => libc::ENOTSUP,
-            ErrorCode::Protocol => libc::EPROTO,
-            ErrorCode::Unauthenticated => libc::EACCES,
-            ErrorCode::ServerDown => libc::EHOSTDOWN,
-            ErrorCode::TimedOut => libc::ETIMEDOUT,
-            ErrorCode::TooManyLinks => libc::EMLINK,
-        }
-    }
-
-    pub fn describe(self) -> &'static str {
-        match self {
-            ErrorCode::NotFound => "no such file or directory",
-            ErrorCode::Exists => "file exists",
-            ErrorCode::NotEmpty => "directory not empty",
-            ErrorCode::IsDir => "is a directory",
-            ErrorCode::NotDir => "not a directory",
-            ErrorCode::NameTooLong => "file name too long",
-            ErrorCode::NoSpace => "no space left on the burst buffer instance",
-            ErrorCode::AccessDenied => "permission denied",
-            ErrorCode::NotPermitted => "operation not permitted",
-            ErrorCode::Invalid => "invalid argument",
-            ErrorCode::Busy => "entry busy (rename in progress)",
-            ErrorCode::NeedsRetire => "target directory lives on another server",
-            ErrorCode::Io => "I/O error",
-            ErrorCode::Stale => "stale file handle",
-            ErrorCode::NotSupported => "operation not supported",
-            ErrorCode::Protocol => "protocol error",
-            ErrorCode::Unauthenticated => "not authenticated for this instance",
-            ErrorCode::ServerDown => "server unreachable",
-            ErrorCode::TimedOut => "server did not answer in time",
-            ErrorCode::TooManyLinks => "too many links",
-        }
-    }
-}
-
 /// Checks a single path component the way Linux does.
-pub fn check_name(name: &str) -> Result<(), ErrorCode> {
-    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
-        return Err(ErrorCode::Invalid);
-    }
-    if name.len() > MAX_NAME_LEN {
-        return Err(ErrorCode::NameTooLong);
-    }
-    Ok(())
+pub fn check_name(name: &str) -> Result<(), Error> {
+    let code = if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
+        ErrorCode::Invalid
+    } else if name.len() > MAX_NAME_LEN {
+        ErrorCode::NameTooLong
+    } else {
+        return Ok(());
+    };
+    Err(Error::new(code, format!("bad name '{name}'")))
 }
 
 #[cfg(test)]

@@ -1,17 +1,17 @@
 //! Staging messages: moving files between the parallel file system (PFS) and an instance.
 //!
-//! A client submits a [`StageSpec`] to one server, the stage's *coordinator* (server 0 of a
-//! striped instance, the node's own server in private mode). The coordinator plans the copy
+//! A client submits a [`StageSpec`] to one server (server 0 of a striped instance, the node's
+//! own server in private mode), which hands it to the stage *coordinator* hosted beside it
+//! ([`StageService`], implemented by the `surge-stage` crate). The coordinator plans the copy
 //! and drives it, but moves no file data itself: it sends [`CopyItem`]s to the servers that
 //! own the chunks, and each of them copies its chunks directly between the PFS path (mounted
 //! on every node) and its node-local store. Progress and per-file state live on the
 //! coordinator, which journals them to its node-local directory.
 
-use serde::{Deserialize, Serialize};
-use std::net::SocketAddr;
-
+use crate::error::{Error, ErrorCode};
 use crate::ino::Ino;
 use crate::msg::Timestamp;
+use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StageDirection {
@@ -60,10 +60,6 @@ pub struct StageSpec {
     /// Owner of what a stage-in creates.
     pub uid: u32,
     pub gid: u32,
-    /// The instance as the submitting client sees it: the coordinator reaches the other
-    /// servers through these addresses with the same chunk size.
-    pub servers: Vec<SocketAddr>,
-    pub chunk_size: u64,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -115,7 +111,7 @@ pub struct StageSummary {
     /// Why it failed (the first file failure, or what stopped it).
     pub error: Option<String>,
     /// The code of a failure before any copy (a missing source: NotFound).
-    pub error_code: Option<crate::msg::ErrorCode>,
+    pub error_code: Option<ErrorCode>,
 }
 
 /// One file of a stage.
@@ -157,5 +153,28 @@ pub struct CopyOrder {
     pub items: Vec<CopyItem>,
 }
 
-/// Per item: bytes copied, or why it failed (the error code and a message naming the path).
-pub type CopyOutcome = Result<u64, (crate::msg::ErrorCode, String)>;
+/// Per item: bytes copied, or why it failed (with a message naming the path).
+pub type CopyOutcome = Result<u64, Error>;
+
+/// A future that answers a staging request, boxed so that [`StageService`] is object safe.
+pub type Answer<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, Error>> + Send + 'static>>;
+
+/// The staging service: what a stage coordinator answers. A data server hands the staging
+/// requests it receives to the coordinator its daemon attached; the coordinator reaches the
+/// instance as any client does.
+pub trait StageService: Send + Sync {
+    /// Records a stage and returns its id. An immediate stage is planned before the answer
+    /// (a missing source fails it at once, with [`StageSummary::error_code`] set), then copied
+    /// in the background; a job-end stage waits for [`StageService::job_end`].
+    fn submit(&self, spec: StageSpec) -> Answer<u64>;
+    /// Stages whose bb path is `bb_path` (all when `None`), oldest first.
+    fn list(&self, bb_path: Option<&str>) -> Vec<StageSummary>;
+    /// Files of stage `id`, `limit` of them from position `offset`, and how many it has.
+    fn files(&self, id: u64, offset: u32, limit: u32) -> Result<(Vec<StageFile>, u64), Error>;
+    /// Stops a stage: nothing more is copied and nothing unfinished is published.
+    fn cancel(&self, id: u64) -> Result<(), Error>;
+    /// Drops the job-end stages of `bb_path` that have not started.
+    fn revoke(&self, bb_path: &str) -> Result<(), Error>;
+    /// The job is ending: every deferred stage starts now.
+    fn job_end(&self);
+}

@@ -22,7 +22,7 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::Mutex as AsyncMutex;
 
-use crate::meta::MetaResult;
+use crate::error::{Result, ServerError};
 use crate::watch::{Effects, WatcherId};
 use crate::Shared;
 
@@ -222,7 +222,7 @@ impl Session {
                     let (shared, writer) = (self.shared.clone(), writer.clone());
                     tokio::spawn(async move {
                         let work = tokio::task::spawn_blocking(move || {
-                            crate::stage::copy::execute(&shared.data, shared.index, shared.count, &order)
+                            crate::stage_copy::execute(&shared.data, shared.index, shared.count, &order)
                         });
                         let reply = match work.await {
                             Ok(outcomes) => Reply::Copied(outcomes),
@@ -241,11 +241,14 @@ impl Session {
                     (Reply::Ok, Vec::new())
                 }
                 Ok(Request::StageSubmit { spec }) => {
-                    let (stages, writer) = (self.shared.stages.clone(), writer.clone());
+                    let (submitted, writer) = (self.shared.coordinator().map(|c| c.submit(spec)), writer.clone());
                     tokio::spawn(async move {
-                        let reply = match stages.submit(spec).await {
-                            Ok(id) => Reply::StageId { id },
-                            Err((code, detail)) => Reply::Error { code, detail },
+                        let reply = match submitted {
+                            Ok(submitted) => match submitted.await {
+                                Ok(id) => Reply::StageId { id },
+                                Err(e) => Reply::Error { code: e.code, detail: e.detail },
+                            },
+                            Err(e) => Reply::Error { code: e.code, detail: e.detail },
                         };
                         answer(&writer, request_id, &reply).await;
                     });
@@ -263,7 +266,7 @@ impl Session {
                             continue;
                         }
                         Ok(None) => (Reply::Data, Vec::new()),
-                        Err((code, detail)) => (Reply::Error { code, detail }, Vec::new()),
+                        Err(e) => (Reply::Error { code: e.code, detail: e.detail }, Vec::new()),
                     }
                 }
                 Ok(request) => self.handle(request, frame.payload),
@@ -296,14 +299,14 @@ impl Session {
         };
         match result {
             Ok(reply) => (reply, Vec::new()),
-            Err((code, detail)) => {
+            Err(ServerError { code, detail, .. }) => {
                 tracing::debug!(op, ?code, detail, "request failed");
                 (Reply::Error { code, detail }, Vec::new())
             }
         }
     }
 
-    fn dispatch(&mut self, request: &Request, payload: &[u8]) -> MetaResult<Reply> {
+    fn dispatch(&mut self, request: &Request, payload: &[u8]) -> Result<Reply> {
         let shared = self.shared.clone();
         let data = &shared.data;
         let meta = || shared.meta.lock().unwrap();
@@ -312,7 +315,7 @@ impl Session {
         let watching = self.watcher.is_some() || shared.watchers.any();
         let mut ledger = (watching && Effects::possible(request)).then(|| shared.watchers.lock());
         let reply = match request {
-            Request::Hello { .. } => return Err((ErrorCode::Protocol, "already authenticated".into())),
+            Request::Hello { .. } => return Err(ServerError::new(ErrorCode::Protocol, "already authenticated")),
             Request::Lookup { parent, name } => Reply::Entry(meta().lookup(*parent, name)?),
             Request::GetAttr { ino } => Reply::Attr(meta().getattr(*ino)?),
             Request::SetAttr { ino, changes } => Reply::Attr(meta().setattr(*ino, changes)?),
@@ -427,21 +430,21 @@ impl Session {
                     written_bytes: data.written_bytes(),
                 })
             }
-            Request::StageList { bb_path } => Reply::Stages(shared.stages.list(bb_path.as_deref())),
+            Request::StageList { bb_path } => Reply::Stages(shared.coordinator()?.list(bb_path.as_deref())),
             Request::StageFiles { id, offset, limit } => {
-                let (files, total) = shared.stages.files(*id, *offset, *limit)?;
+                let (files, total) = shared.coordinator()?.files(*id, *offset, *limit)?;
                 Reply::StageFiles { files, total }
             }
             Request::StageCancel { id } => {
-                shared.stages.cancel(*id)?;
+                shared.coordinator()?.cancel(*id)?;
                 Reply::Ok
             }
             Request::StageRevoke { bb_path } => {
-                shared.stages.revoke(bb_path)?;
+                shared.coordinator()?.revoke(bb_path)?;
                 Reply::Ok
             }
             Request::StageJobEnd => {
-                shared.stages.job_end();
+                shared.coordinator()?.job_end();
                 Reply::Ok
             }
             Request::Batch(requests) => Reply::Batch(requests.iter().map(|r| self.dispatch_batched(r)).collect()),
@@ -470,7 +473,7 @@ impl Session {
             | Request::NoticeSeen { .. } => {
                 Reply::Error { code: ErrorCode::Invalid, detail: format!("{} cannot be batched", request.name()) }
             }
-            other => self.dispatch(other, &[]).unwrap_or_else(|(code, detail)| Reply::Error { code, detail }),
+            other => self.dispatch(other, &[]).unwrap_or_else(|e| Reply::Error { code: e.code, detail: e.detail }),
         }
     }
 

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use surge_proto::{data_file_name, write_growth, ErrorCode, Ino, LocalData};
 
-use crate::meta::MetaResult;
+use crate::error::{Result, ServerError};
 
 /// Open local files kept at once. This machine class allows 20,000 descriptors per process, and
 /// a job can touch far more files than that, so handles are cached, not held.
@@ -54,14 +54,6 @@ pub struct DataStore {
     /// Bytes sent in answer to reads and received in writes (statistics).
     read_bytes: AtomicU64,
     written_bytes: AtomicU64,
-}
-
-fn io_error(context: &str, err: io::Error) -> (ErrorCode, String) {
-    let code = match err.raw_os_error() {
-        Some(libc::ENOSPC) | Some(libc::EDQUOT) => ErrorCode::NoSpace,
-        _ => ErrorCode::Io,
-    };
-    (code, format!("{context}: {err}"))
 }
 
 impl DataStore {
@@ -117,16 +109,16 @@ impl DataStore {
         self.dir.join(data_file_name(ino))
     }
 
-    fn local_file(&self, ino: Ino, create: bool) -> MetaResult<Option<Arc<LocalFile>>> {
+    fn local_file(&self, ino: Ino, create: bool) -> Result<Option<Arc<LocalFile>>> {
         if let Some(f) = self.open.lock().unwrap().get(&ino) {
             return Ok(Some(f.clone()));
         }
         let file = match OpenOptions::new().read(true).write(true).create(create).open(self.path(ino)) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound && !create => return Ok(None),
-            Err(e) => return Err(io_error("open chunk file", e)),
+            Err(e) => return Err(ServerError::store("open chunk file", e)),
         };
-        let meta = file.metadata().map_err(|e| io_error("stat chunk file", e))?;
+        let meta = file.metadata().map_err(|e| ServerError::store("stat chunk file", e))?;
         let local = Arc::new(LocalFile { file, allocated: AtomicU64::new(meta.blocks() * 512), len: AtomicU64::new(meta.len()) });
         let mut open = self.open.lock().unwrap();
         if open.len() >= MAX_OPEN_FILES {
@@ -154,15 +146,15 @@ impl DataStore {
 
     /// Fails with NoSpace, before anything is written, if `len` bytes at `offset` could take
     /// this server past its share.
-    fn reserve(&self, local: &LocalFile, offset: u64, len: u64) -> MetaResult<()> {
+    fn reserve(&self, local: &LocalFile, offset: u64, len: u64) -> Result<()> {
         self.fits(write_growth(local.len.load(Ordering::Relaxed), offset, len))
     }
 
     /// Fails with NoSpace if `growth` more bytes would take this server past its share.
-    fn fits(&self, growth: u64) -> MetaResult<()> {
+    fn fits(&self, growth: u64) -> Result<()> {
         let (used, reserved) = (self.used(), self.reserved.load(Ordering::Relaxed));
         if used + reserved + growth > self.capacity {
-            return Err((
+            return Err(ServerError::new(
                 ErrorCode::NoSpace,
                 format!(
                     "server share full: {used} of {} bytes used, {reserved} set aside for local writes, write needs {growth}",
@@ -175,7 +167,7 @@ impl DataStore {
 
     /// Sets `bytes` aside for a client on this node that writes `ino`'s file itself, and
     /// creates the file if need be.
-    pub fn reserve_local(&self, ino: Ino, bytes: u64) -> MetaResult<()> {
+    pub fn reserve_local(&self, ino: Ino, bytes: u64) -> Result<()> {
         self.local_file(ino, true)?;
         self.fits(bytes)?;
         self.reserved.fetch_add(bytes, Ordering::Relaxed);
@@ -184,7 +176,7 @@ impl DataStore {
 
     /// A client on this node wrote `ino`'s file itself: takes its length and allocation as
     /// they now are, and gives back `reserved` bytes set aside for it.
-    pub fn local_written(&self, ino: Ino, reserved: u64) -> MetaResult<()> {
+    pub fn local_written(&self, ino: Ino, reserved: u64) -> Result<()> {
         let _ = self.reserved.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| Some(r.saturating_sub(reserved)));
         let Some(local) = self.local_file(ino, false)? else { return Ok(()) };
         self.refresh_len(&local)?;
@@ -193,16 +185,16 @@ impl DataStore {
     }
 
     /// Re-reads a local file's length (clients on this node may have written past it).
-    fn refresh_len(&self, local: &LocalFile) -> MetaResult<u64> {
-        let len = local.file.metadata().map_err(|e| io_error("stat chunk file", e))?.len();
+    fn refresh_len(&self, local: &LocalFile) -> Result<u64> {
+        let len = local.file.metadata().map_err(|e| ServerError::store("stat chunk file", e))?.len();
         local.len.store(len, Ordering::Relaxed);
         Ok(len)
     }
 
-    pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> MetaResult<u32> {
+    pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<u32> {
         let local = self.local_file(ino, true)?.expect("created");
         self.reserve(&local, offset, data.len() as u64)?;
-        local.file.write_all_at(data, offset).map_err(|e| io_error("write chunk", e))?;
+        local.file.write_all_at(data, offset).map_err(|e| ServerError::store("write chunk", e))?;
         local.len.fetch_max(offset + data.len() as u64, Ordering::Relaxed);
         self.reaccount(&local);
         self.written_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
@@ -212,15 +204,18 @@ impl DataStore {
     /// Stage-in: copies `len` bytes at `offset` of `source` (a PFS file) into `ino` at the same
     /// offset inside the kernel, without passing them through this process. `Ok(false)`: the
     /// kernel cannot copy between these two file systems; the caller reads and writes instead.
-    pub fn copy_from(&self, ino: Ino, offset: u64, len: u64, source: &File) -> MetaResult<bool> {
+    pub fn copy_from(&self, ino: Ino, offset: u64, len: u64, source: &File) -> Result<bool> {
         let local = self.local_file(ino, true)?.expect("created");
         self.reserve(&local, offset, len)?;
-        let copied = kernel_copy(source, &local.file, offset, len).map_err(|e| io_error("copy from the PFS", e))?;
+        let copied = kernel_copy(source, &local.file, offset, len).map_err(|e| ServerError::store("copy from the PFS", e))?;
         let Some(copied) = copied else { return Ok(false) };
         local.len.fetch_max(offset + copied, Ordering::Relaxed);
         self.reaccount(&local);
         if copied < len {
-            return Err((ErrorCode::Io, format!("the PFS file ended {} bytes early (did it shrink while being staged?)", len - copied)));
+            return Err(ServerError::new(
+                ErrorCode::Io,
+                format!("the PFS file ended {} bytes early (did it shrink while being staged?)", len - copied),
+            ));
         }
         Ok(true)
     }
@@ -228,18 +223,18 @@ impl DataStore {
     /// Stage-out: copies what this server holds of `ino` in `[offset, offset + len)` into
     /// `target` at the same offset, inside the kernel (what is not held is a hole: zeros
     /// once the target has its size). `Ok(false)`: not possible between these file systems.
-    pub fn copy_to(&self, ino: Ino, offset: u64, len: u64, target: &File) -> MetaResult<bool> {
+    pub fn copy_to(&self, ino: Ino, offset: u64, len: u64, target: &File) -> Result<bool> {
         let Some(local) = self.local_file(ino, false)? else { return Ok(true) };
         let held = local.len.load(Ordering::Relaxed).saturating_sub(offset).min(len);
         if held == 0 {
             return Ok(true);
         }
-        Ok(kernel_copy(&local.file, target, offset, held).map_err(|e| io_error("copy to the PFS", e))?.is_some())
+        Ok(kernel_copy(&local.file, target, offset, held).map_err(|e| ServerError::store("copy to the PFS", e))?.is_some())
     }
 
     /// Where the bytes of a read are, for sending them to the socket straight from the page
     /// cache (`sendfile`): the local file and how many bytes it has at `offset` (up to `len`).
-    pub fn read_source(&self, ino: Ino, offset: u64, len: u32) -> MetaResult<Option<ReadSource>> {
+    pub fn read_source(&self, ino: Ino, offset: u64, len: u32) -> Result<Option<ReadSource>> {
         let Some(local) = self.local_file(ino, false)? else { return Ok(None) };
         let available = local.len.load(Ordering::Relaxed).saturating_sub(offset).min(len as u64) as usize;
         self.read_bytes.fetch_add(available as u64, Ordering::Relaxed);
@@ -248,7 +243,7 @@ impl DataStore {
 
     /// Reads up to `len` bytes; a short result means this server holds nothing further there
     /// (the client fills holes below the file's size with zeros).
-    pub fn read(&self, ino: Ino, offset: u64, len: u32) -> MetaResult<Vec<u8>> {
+    pub fn read(&self, ino: Ino, offset: u64, len: u32) -> Result<Vec<u8>> {
         let Some(ReadSource { local, len: available, .. }) = self.read_source(ino, offset, len)? else {
             return Ok(Vec::new());
         };
@@ -274,7 +269,7 @@ impl DataStore {
                 _ => {
                     let err = io::Error::last_os_error();
                     if err.kind() != io::ErrorKind::Interrupted {
-                        return Err(io_error("read chunk", err));
+                        return Err(ServerError::store("read chunk", err));
                     }
                 }
             }
@@ -282,20 +277,20 @@ impl DataStore {
         Ok(buf)
     }
 
-    pub fn truncate(&self, ino: Ino, size: u64) -> MetaResult<()> {
+    pub fn truncate(&self, ino: Ino, size: u64) -> Result<()> {
         let Some(local) = self.local_file(ino, false)? else {
             return Ok(());
         };
         // The file's own length, not the one last accounted: a local writer may be past it.
         if self.refresh_len(&local)? > size {
-            local.file.set_len(size).map_err(|e| io_error("truncate chunk file", e))?;
+            local.file.set_len(size).map_err(|e| ServerError::store("truncate chunk file", e))?;
             local.len.store(size, Ordering::Relaxed);
             self.reaccount(&local);
         }
         Ok(())
     }
 
-    pub fn purge(&self, ino: Ino) -> MetaResult<()> {
+    pub fn purge(&self, ino: Ino) -> Result<()> {
         let cached = self.open.lock().unwrap().remove(&ino);
         let allocated = match cached {
             Some(local) => local.allocated.load(Ordering::Relaxed),
@@ -310,13 +305,13 @@ impl DataStore {
                 Ok(())
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io_error("remove chunk file", e)),
+            Err(e) => Err(ServerError::store("remove chunk file", e)),
         }
     }
 
-    pub fn sync(&self, ino: Ino) -> MetaResult<()> {
+    pub fn sync(&self, ino: Ino) -> Result<()> {
         match self.local_file(ino, false)? {
-            Some(local) => local.file.sync_data().map_err(|e| io_error("sync chunk file", e)),
+            Some(local) => local.file.sync_data().map_err(|e| ServerError::store("sync chunk file", e)),
             None => Ok(()),
         }
     }
@@ -359,7 +354,7 @@ mod tests {
         let block = vec![0xabu8; 128 * 1024];
         store.write(1, 0, &block).unwrap();
         let err = store.write(1, 128 * 1024, &vec![1u8; 192 * 1024]).unwrap_err();
-        assert_eq!(err.0, ErrorCode::NoSpace);
+        assert_eq!(err.code, ErrorCode::NoSpace);
         assert_eq!(store.read(1, 0, 1 << 20).unwrap(), block);
         store.purge(1).unwrap();
         assert_eq!(store.used(), 0);

@@ -7,23 +7,35 @@
 //! There is no central metadata server: clients route each request by inode number (metadata)
 //! or chunk index (data), and sequence the few operations that touch two servers. [`conn`]
 //! runs one client connection: challenge/response authentication first, then pipelined
-//! request frames; connections that cache metadata are told of changes ([`watch`]). Servers talk to each other only for staging ([`stage`]): the server a
-//! stage is submitted to coordinates it and asks the others to copy the chunks they own.
+//! request frames; connections that cache metadata are told of changes ([`watch`]). For
+//! staging, every server copies the chunks it owns between the PFS and its store when asked
+//! ([`stage_copy`]); the other staging requests go to the stage coordinator the daemon attached
+//! beside the server ([`Server::attach_coordinator`]), which is a client of the instance and
+//! lives in a crate of its own. This crate depends on the protocol crate only.
+//!
+//! [`Server::bind`] then [`Server::serve`]: the `surge-server` daemon does so in its own
+//! process, a test can do so on loopback inside its own.
 
 pub mod conn;
 pub mod data;
+pub mod error;
 pub mod meta;
-pub mod stage;
+pub mod stage_copy;
 pub mod watch;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use anyhow::Context;
 use surge_proto::auth::Secret;
+use surge_proto::stage::StageService;
+use surge_proto::ErrorCode;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
+
+pub use error::{Result, ServerError};
 
 pub struct ServerConfig {
     pub listen: SocketAddr,
@@ -45,77 +57,107 @@ pub struct Shared {
     pub data: data::DataStore,
     /// Where `data` keeps its files, for clients on this node (None: not identifiable).
     pub local: Option<surge_proto::LocalData>,
-    pub stages: Arc<stage::Stages>,
+    /// Answers staging requests other than chunk copies (see [`Server::attach_coordinator`]).
+    coordinator: OnceLock<Arc<dyn StageService>>,
     /// Connections that cache metadata, told of changes (see [`watch`]).
     pub watchers: watch::Watchers,
     pub shutdown: Notify,
 }
 
-/// Binds, announces readiness by writing `<root>/ready` (the bound address, written under a
-/// temporary name then renamed, so a launcher never reads half of it), and serves until a
-/// client sends `Shutdown` or the process gets SIGTERM/SIGINT.
-pub async fn run(config: ServerConfig) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&config.root).with_context(|| format!("create {}", config.root.display()))?;
-    let data = data::DataStore::open(&config.root.join("data"), config.capacity)
-        .with_context(|| format!("open data directory under {}", config.root.display()))?;
-    let stages = stage::Stages::open(&config.root.join("stages"), config.listen.ip(), config.secret)
-        .with_context(|| format!("open the stage journal under {}", config.root.display()))?;
-    stages.start_journal();
-    let local = match data.local_data() {
-        Ok(local) => Some(local),
-        Err(e) => {
-            tracing::warn!("clients on this node will not read or write the data directory themselves: {e}");
-            None
-        }
-    };
-    let shared = Arc::new(Shared {
-        index: config.index,
-        count: config.count,
-        secret: config.secret,
-        meta: Mutex::new(meta::MetaStore::new(config.index, config.owner_uid, config.owner_gid)),
-        data,
-        local,
-        stages,
-        watchers: Default::default(),
-        shutdown: Notify::new(),
-    });
-    let listener = TcpListener::bind(config.listen).await.with_context(|| format!("bind {}", config.listen))?;
-    let local = listener.local_addr()?;
-    let ready = config.root.join("ready");
-    let tmp = config.root.join("ready.tmp");
-    std::fs::write(&tmp, local.to_string())?;
-    std::fs::rename(&tmp, &ready)?;
-    tracing::info!(index = config.index, count = config.count, addr = %local, capacity = config.capacity, "server ready");
+impl Shared {
+    /// The stage coordinator beside this server.
+    pub fn coordinator(&self) -> Result<&Arc<dyn StageService>> {
+        self.coordinator.get().ok_or_else(|| ServerError::new(ErrorCode::NotSupported, "no stage coordinator runs beside this server"))
+    }
+}
 
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    let shared = shared.clone();
-                    tokio::spawn(async move {
-                        if let Err(e) = conn::serve(shared, stream, peer).await {
-                            tracing::debug!(%peer, "connection ended: {e:#}");
-                        }
-                    });
-                }
-                Err(e) => {
-                    // Out of descriptors and the like: back off instead of spinning.
-                    tracing::warn!("accept failed: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                }
-            },
-            _ = shared.shutdown.notified() => {
-                tracing::info!("shutdown requested by a client");
-                break;
+/// A server bound to its address, not yet serving.
+pub struct Server {
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    root: PathBuf,
+}
+
+impl Server {
+    /// Opens the data directory under `config.root` (accounting for what an earlier run left
+    /// there) and binds the listening address.
+    pub async fn bind(config: ServerConfig) -> anyhow::Result<Server> {
+        std::fs::create_dir_all(&config.root).with_context(|| format!("create {}", config.root.display()))?;
+        let data = data::DataStore::open(&config.root.join("data"), config.capacity)
+            .with_context(|| format!("open data directory under {}", config.root.display()))?;
+        let local = match data.local_data() {
+            Ok(local) => Some(local),
+            Err(e) => {
+                tracing::warn!("clients on this node will not read or write the data directory themselves: {e}");
+                None
             }
-            _ = sigterm.recv() => {
-                tracing::info!("SIGTERM");
-                break;
-            }
-            _ = tokio::signal::ctrl_c() => break,
+        };
+        let shared = Arc::new(Shared {
+            index: config.index,
+            count: config.count,
+            secret: config.secret,
+            meta: Mutex::new(meta::MetaStore::new(config.index, config.owner_uid, config.owner_gid)),
+            data,
+            local,
+            coordinator: OnceLock::new(),
+            watchers: Default::default(),
+            shutdown: Notify::new(),
+        });
+        let listener = TcpListener::bind(config.listen).await.with_context(|| format!("bind {}", config.listen))?;
+        Ok(Server { shared, listener, root: config.root })
+    }
+
+    /// The address the server listens on (the port chosen, when 0 was asked).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("a bound listener has an address")
+    }
+
+    /// Hands the staging requests this server receives (submissions, status, cancel...) to
+    /// `coordinator`. Without one they are refused with NotSupported; chunk copies, which
+    /// each server does for its own chunks, are answered either way.
+    pub fn attach_coordinator(&self, coordinator: Arc<dyn StageService>) {
+        if self.shared.coordinator.set(coordinator).is_err() {
+            tracing::warn!("a stage coordinator was attached already; the second one is ignored");
         }
     }
-    let _ = std::fs::remove_file(&ready);
-    Ok(())
+
+    /// Announces readiness by writing `<root>/ready` (the bound address, written under a
+    /// temporary name then renamed, so a launcher never reads half of it), then serves until
+    /// a client sends `Shutdown` or `stop` completes.
+    pub async fn serve(self, stop: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let Server { shared, listener, root } = self;
+        let addr = listener.local_addr()?;
+        let ready = root.join("ready");
+        let tmp = root.join("ready.tmp");
+        std::fs::write(&tmp, addr.to_string())?;
+        std::fs::rename(&tmp, &ready)?;
+        tracing::info!(index = shared.index, count = shared.count, %addr, capacity = shared.data.capacity(), "server ready");
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let shared = shared.clone();
+                        tokio::spawn(async move {
+                            if let Err(e) = conn::serve(shared, stream, peer).await {
+                                tracing::debug!(%peer, "connection ended: {e:#}");
+                            }
+                        });
+                    }
+                    Err(e) => {
+                        // Out of descriptors and the like: back off instead of spinning.
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                },
+                _ = shared.shutdown.notified() => {
+                    tracing::info!("shutdown requested by a client");
+                    break;
+                }
+                _ = &mut stop => break,
+            }
+        }
+        let _ = std::fs::remove_file(&ready);
+        Ok(())
+    }
 }

@@ -10,6 +10,8 @@ use std::ops::Bound;
 use std::time::{Duration, Instant};
 
 use surge_proto::ino::{self, Ino};
+
+use crate::error::{Result, ServerError};
 use surge_proto::{check_name, Attr, AttrChanges, DirEntry, ErrorCode, FileKind, Timestamp, Unlinked, MAX_SYMLINK_LEN};
 
 /// How long a cross-server rename may hold its source entry before the lock is ignored
@@ -18,10 +20,8 @@ const RENAME_LOCK_TTL: Duration = Duration::from_secs(30);
 /// Largest readdir page, whatever the client asks for.
 const MAX_READDIR_PAGE: usize = 4096;
 
-pub type MetaResult<T> = Result<T, (ErrorCode, String)>;
-
-fn fail<T>(code: ErrorCode, detail: impl Into<String>) -> MetaResult<T> {
-    Err((code, detail.into()))
+fn fail<T>(code: ErrorCode, detail: impl Into<String>) -> Result<T> {
+    Err(ServerError::new(code, detail))
 }
 
 struct Entry {
@@ -127,14 +127,14 @@ impl MetaStore {
         }
     }
 
-    fn inode(&self, ino: Ino) -> MetaResult<&Inode> {
+    fn inode(&self, ino: Ino) -> Result<&Inode> {
         match self.inodes.get(&ino) {
             Some(inode) => Ok(inode),
             None => fail(ErrorCode::NotFound, format!("inode {ino:#x} not on server {}", self.server_index)),
         }
     }
 
-    fn inode_mut(&mut self, ino: Ino) -> MetaResult<&mut Inode> {
+    fn inode_mut(&mut self, ino: Ino) -> Result<&mut Inode> {
         let server = self.server_index;
         match self.inodes.get_mut(&ino) {
             Some(inode) => Ok(inode),
@@ -142,7 +142,7 @@ impl MetaStore {
         }
     }
 
-    fn dir(&self, ino: Ino) -> MetaResult<&Dir> {
+    fn dir(&self, ino: Ino) -> Result<&Dir> {
         match &self.inode(ino)?.body {
             Body::Dir(dir) if !dir.retired => Ok(dir),
             Body::Dir(_) => fail(ErrorCode::NotFound, "directory was removed"),
@@ -150,7 +150,7 @@ impl MetaStore {
         }
     }
 
-    fn dir_mut(&mut self, ino: Ino) -> MetaResult<&mut Dir> {
+    fn dir_mut(&mut self, ino: Ino) -> Result<&mut Dir> {
         match &mut self.inode_mut(ino)?.body {
             Body::Dir(dir) if !dir.retired => Ok(dir),
             Body::Dir(_) => fail(ErrorCode::NotFound, "directory was removed"),
@@ -171,7 +171,7 @@ impl MetaStore {
         }
     }
 
-    fn entry_of(&self, parent: Ino, name: &str) -> MetaResult<(Ino, FileKind, bool)> {
+    fn entry_of(&self, parent: Ino, name: &str) -> Result<(Ino, FileKind, bool)> {
         match self.dir(parent)?.entries.get(name) {
             Some(e) => Ok((e.ino, e.kind, e.is_locked())),
             None => fail(ErrorCode::NotFound, format!("no entry '{name}'")),
@@ -182,7 +182,7 @@ impl MetaStore {
         DirEntry { name: name.to_string(), ino, kind, attr: self.inodes.get(&ino).map(|i| i.attr.clone()) }
     }
 
-    fn link_entry(&mut self, parent: Ino, name: &str, ino: Ino, kind: FileKind) -> MetaResult<()> {
+    fn link_entry(&mut self, parent: Ino, name: &str, ino: Ino, kind: FileKind) -> Result<()> {
         let dir = self.dir_mut(parent)?;
         dir.entries.insert(name.to_string(), Entry { ino, kind, locked_until: None });
         if kind == FileKind::Dir {
@@ -192,7 +192,7 @@ impl MetaStore {
         Ok(())
     }
 
-    fn unlink_entry(&mut self, parent: Ino, name: &str) -> MetaResult<Entry> {
+    fn unlink_entry(&mut self, parent: Ino, name: &str) -> Result<Entry> {
         let dir = self.dir_mut(parent)?;
         let Some(entry) = dir.entries.remove(name) else {
             return fail(ErrorCode::NotFound, format!("no entry '{name}'"));
@@ -206,7 +206,7 @@ impl MetaStore {
 
     /// Drops one link of a local non-directory inode; it disappears once no name and no open
     /// handle is left. The caller purges its data when `purge` is set.
-    fn drop_link_local(&mut self, ino: Ino) -> MetaResult<Unlinked> {
+    fn drop_link_local(&mut self, ino: Ino) -> Result<Unlinked> {
         let inode = self.inode_mut(ino)?;
         inode.attr.nlink = inode.attr.nlink.saturating_sub(1);
         inode.attr.ctime = Timestamp::now();
@@ -218,7 +218,7 @@ impl MetaStore {
         Ok(Unlinked { ino, kind, remote: false, purge: gone && kind == FileKind::File, size })
     }
 
-    fn unlinked_entry(&mut self, entry: &Entry) -> MetaResult<Unlinked> {
+    fn unlinked_entry(&mut self, entry: &Entry) -> Result<Unlinked> {
         if self.is_local(entry.ino) {
             self.drop_link_local(entry.ino)
         } else {
@@ -226,7 +226,7 @@ impl MetaStore {
         }
     }
 
-    fn local_dir_is_empty(&self, ino: Ino) -> MetaResult<bool> {
+    fn local_dir_is_empty(&self, ino: Ino) -> Result<bool> {
         match &self.inode(ino)?.body {
             Body::Dir(dir) => Ok(dir.entries.is_empty()),
             _ => fail(ErrorCode::NotDir, "not a directory"),
@@ -235,13 +235,7 @@ impl MetaStore {
 
     /// Applies rename's rules for replacing `existing` by an entry of kind `src_kind`, and
     /// removes what it replaces. Returns the inode that lost its name.
-    fn replace_existing(
-        &mut self,
-        parent: Ino,
-        name: &str,
-        src_kind: FileKind,
-        retired_target: Option<Ino>,
-    ) -> MetaResult<Option<Unlinked>> {
+    fn replace_existing(&mut self, parent: Ino, name: &str, src_kind: FileKind, retired_target: Option<Ino>) -> Result<Option<Unlinked>> {
         let Some(existing) = self.dir(parent)?.entries.get(name) else {
             return Ok(None);
         };
@@ -274,7 +268,7 @@ impl MetaStore {
         self.unlinked_entry(&entry).map(Some)
     }
 
-    fn check_not_locked(locked: bool, name: &str) -> MetaResult<()> {
+    fn check_not_locked(locked: bool, name: &str) -> Result<()> {
         if locked {
             return fail(ErrorCode::Busy, format!("'{name}' is being renamed"));
         }
@@ -283,7 +277,7 @@ impl MetaStore {
 
     // ---------------------------------------------------------------- protocol steps
 
-    pub fn lookup(&self, parent: Ino, name: &str) -> MetaResult<DirEntry> {
+    pub fn lookup(&self, parent: Ino, name: &str) -> Result<DirEntry> {
         if name == ".." {
             // Lets a client walk up the tree (rename's cycle check, NFS-style lookups).
             let up = self.dir(parent)?.parent;
@@ -293,11 +287,11 @@ impl MetaStore {
         Ok(self.dir_entry(name, ino, kind))
     }
 
-    pub fn getattr(&self, ino: Ino) -> MetaResult<Attr> {
+    pub fn getattr(&self, ino: Ino) -> Result<Attr> {
         Ok(self.inode(ino)?.attr.clone())
     }
 
-    pub fn setattr(&mut self, ino: Ino, changes: &AttrChanges) -> MetaResult<Attr> {
+    pub fn setattr(&mut self, ino: Ino, changes: &AttrChanges) -> Result<Attr> {
         let inode = self.inode_mut(ino)?;
         if changes.size.is_some() && inode.attr.kind != FileKind::File {
             return fail(
@@ -330,8 +324,8 @@ impl MetaStore {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn create(&mut self, parent: Ino, name: &str, mode: u32, uid: u32, gid: u32, exclusive: bool, open: bool) -> MetaResult<DirEntry> {
-        check_name(name).map_err(|c| (c, format!("bad name '{name}'")))?;
+    pub fn create(&mut self, parent: Ino, name: &str, mode: u32, uid: u32, gid: u32, exclusive: bool, open: bool) -> Result<DirEntry> {
+        check_name(name)?;
         if let Some(existing) = self.dir(parent)?.entries.get(name) {
             let (ino, kind) = (existing.ino, existing.kind);
             if exclusive {
@@ -356,8 +350,8 @@ impl MetaStore {
         Ok(DirEntry { name: name.to_string(), ino, kind: FileKind::File, attr: Some(attr) })
     }
 
-    pub fn symlink(&mut self, parent: Ino, name: &str, target: &str, uid: u32, gid: u32) -> MetaResult<Attr> {
-        check_name(name).map_err(|c| (c, format!("bad name '{name}'")))?;
+    pub fn symlink(&mut self, parent: Ino, name: &str, target: &str, uid: u32, gid: u32) -> Result<Attr> {
+        check_name(name)?;
         if target.is_empty() || target.len() > MAX_SYMLINK_LEN {
             return fail(ErrorCode::NameTooLong, "symlink target empty or too long");
         }
@@ -370,7 +364,7 @@ impl MetaStore {
         Ok(attr)
     }
 
-    pub fn readlink(&self, ino: Ino) -> MetaResult<String> {
+    pub fn readlink(&self, ino: Ino) -> Result<String> {
         match &self.inode(ino)?.body {
             Body::Symlink(target) => Ok(target.clone()),
             _ => fail(ErrorCode::Invalid, "not a symlink"),
@@ -383,7 +377,7 @@ impl MetaStore {
         self.insert_inode(ino, FileKind::Dir, mode, uid, gid, Body::Dir(dir))
     }
 
-    pub fn drop_inode(&mut self, ino: Ino) -> MetaResult<()> {
+    pub fn drop_inode(&mut self, ino: Ino) -> Result<()> {
         if self.inode(ino)?.attr.kind == FileKind::Dir && !self.local_dir_is_empty(ino)? {
             return fail(ErrorCode::NotEmpty, "directory not empty");
         }
@@ -399,8 +393,8 @@ impl MetaStore {
         kind: FileKind,
         replace: bool,
         retired_target: Option<Ino>,
-    ) -> MetaResult<(Option<Unlinked>, Option<Ino>)> {
-        check_name(name).map_err(|c| (c, format!("bad name '{name}'")))?;
+    ) -> Result<(Option<Unlinked>, Option<Ino>)> {
+        check_name(name)?;
         if let Some(existing) = self.dir(parent)?.entries.get(name) {
             if existing.ino == ino {
                 return Ok((None, None));
@@ -433,7 +427,7 @@ impl MetaStore {
         }
     }
 
-    pub fn unlink(&mut self, parent: Ino, name: &str) -> MetaResult<Unlinked> {
+    pub fn unlink(&mut self, parent: Ino, name: &str) -> Result<Unlinked> {
         let (_, kind, locked) = self.entry_of(parent, name)?;
         if kind == FileKind::Dir {
             return fail(ErrorCode::IsDir, format!("'{name}' is a directory"));
@@ -443,7 +437,7 @@ impl MetaStore {
         self.unlinked_entry(&entry)
     }
 
-    pub fn rmdir(&mut self, parent: Ino, name: &str) -> MetaResult<()> {
+    pub fn rmdir(&mut self, parent: Ino, name: &str) -> Result<()> {
         let (ino, kind, locked) = self.entry_of(parent, name)?;
         if kind != FileKind::Dir {
             return fail(ErrorCode::NotDir, format!("'{name}' is not a directory"));
@@ -460,7 +454,7 @@ impl MetaStore {
         Ok(())
     }
 
-    pub fn set_retired(&mut self, ino: Ino, retired: bool) -> MetaResult<()> {
+    pub fn set_retired(&mut self, ino: Ino, retired: bool) -> Result<()> {
         let inode = self.inode_mut(ino)?;
         let Body::Dir(dir) = &mut inode.body else {
             return fail(ErrorCode::NotDir, "not a directory");
@@ -472,7 +466,7 @@ impl MetaStore {
         Ok(())
     }
 
-    pub fn remove_entry(&mut self, parent: Ino, name: &str, ino: Ino) -> MetaResult<()> {
+    pub fn remove_entry(&mut self, parent: Ino, name: &str, ino: Ino) -> Result<()> {
         let (found, _, locked) = self.entry_of(parent, name)?;
         if found != ino {
             return fail(ErrorCode::Stale, format!("'{name}' changed meanwhile"));
@@ -482,12 +476,12 @@ impl MetaStore {
         Ok(())
     }
 
-    pub fn drop_link(&mut self, ino: Ino) -> MetaResult<(bool, u64)> {
+    pub fn drop_link(&mut self, ino: Ino) -> Result<(bool, u64)> {
         let unlinked = self.drop_link_local(ino)?;
         Ok((unlinked.purge, unlinked.size))
     }
 
-    pub fn set_parent(&mut self, ino: Ino, parent: Ino) -> MetaResult<()> {
+    pub fn set_parent(&mut self, ino: Ino, parent: Ino) -> Result<()> {
         match &mut self.inode_mut(ino)?.body {
             Body::Dir(dir) => {
                 dir.parent = parent;
@@ -508,8 +502,8 @@ impl MetaStore {
         dst_name: &str,
         noreplace: bool,
         retired_target: Option<Ino>,
-    ) -> MetaResult<(Option<Unlinked>, Option<Ino>)> {
-        check_name(dst_name).map_err(|c| (c, format!("bad name '{dst_name}'")))?;
+    ) -> Result<(Option<Unlinked>, Option<Ino>)> {
+        check_name(dst_name)?;
         let (ino, kind, locked) = self.entry_of(src_parent, src_name)?;
         Self::check_not_locked(locked, src_name)?;
         self.dir(dst_parent)?;
@@ -552,7 +546,7 @@ impl MetaStore {
         false
     }
 
-    pub fn rename_prepare(&mut self, parent: Ino, name: &str) -> MetaResult<DirEntry> {
+    pub fn rename_prepare(&mut self, parent: Ino, name: &str) -> Result<DirEntry> {
         let (ino, kind, locked) = self.entry_of(parent, name)?;
         Self::check_not_locked(locked, name)?;
         if let Some(entry) = self.dir_mut(parent)?.entries.get_mut(name) {
@@ -561,7 +555,7 @@ impl MetaStore {
         Ok(self.dir_entry(name, ino, kind))
     }
 
-    pub fn rename_finish(&mut self, parent: Ino, name: &str, ino: Ino, commit: bool) -> MetaResult<()> {
+    pub fn rename_finish(&mut self, parent: Ino, name: &str, ino: Ino, commit: bool) -> Result<()> {
         let (found, _, _) = self.entry_of(parent, name)?;
         if found != ino {
             return fail(ErrorCode::Stale, format!("'{name}' changed meanwhile"));
@@ -574,7 +568,7 @@ impl MetaStore {
         Ok(())
     }
 
-    pub fn readdir(&self, ino: Ino, after: Option<&str>, limit: u32) -> MetaResult<(Vec<DirEntry>, bool)> {
+    pub fn readdir(&self, ino: Ino, after: Option<&str>, limit: u32) -> Result<(Vec<DirEntry>, bool)> {
         let dir = self.dir(ino)?;
         let limit = (limit as usize).clamp(1, MAX_READDIR_PAGE);
         let lower = match after {
@@ -587,7 +581,7 @@ impl MetaStore {
         Ok((entries, more))
     }
 
-    pub fn open(&mut self, ino: Ino) -> MetaResult<Attr> {
+    pub fn open(&mut self, ino: Ino) -> Result<Attr> {
         let inode = self.inode_mut(ino)?;
         inode.opens += 1;
         Ok(inode.attr.clone())
@@ -595,7 +589,7 @@ impl MetaStore {
 
     /// Publishes a writer's size and mtime; with `release`, ends one open handle. Returns
     /// whether the file is now gone (unlinked earlier, last handle closed) and must be purged.
-    pub fn commit(&mut self, ino: Ino, size: Option<u64>, mtime: Option<Timestamp>, release: bool) -> MetaResult<(bool, u64)> {
+    pub fn commit(&mut self, ino: Ino, size: Option<u64>, mtime: Option<Timestamp>, release: bool) -> Result<(bool, u64)> {
         let inode = self.inode_mut(ino)?;
         if let Some(size) = size {
             inode.attr.size = inode.attr.size.max(size);
@@ -635,7 +629,7 @@ mod tests {
         assert_eq!(replaced.ino, old);
         assert!(replaced.purge);
         assert_eq!(s.lookup(ROOT_INO, "plot.h5").unwrap().ino, new);
-        assert_eq!(s.lookup(ROOT_INO, "plot.h5.tmp").unwrap_err().0, ErrorCode::NotFound);
+        assert_eq!(s.lookup(ROOT_INO, "plot.h5.tmp").unwrap_err().code, ErrorCode::NotFound);
     }
 
     #[test]
@@ -655,13 +649,13 @@ mod tests {
         let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 0).ino;
         s.insert_entry(ROOT_INO, "a", a, FileKind::Dir, false, None).unwrap();
         file(&mut s, a, "x");
-        assert_eq!(s.rmdir(ROOT_INO, "a").unwrap_err().0, ErrorCode::NotEmpty);
+        assert_eq!(s.rmdir(ROOT_INO, "a").unwrap_err().code, ErrorCode::NotEmpty);
         assert_eq!(s.getattr(ROOT_INO).unwrap().nlink, 3);
         let b = s.make_dir_inode(a, 0o755, 0, 0).ino;
         s.insert_entry(a, "b", b, FileKind::Dir, false, None).unwrap();
-        assert_eq!(s.rename(ROOT_INO, "a", b, "a2", false, None).unwrap_err().0, ErrorCode::Invalid);
-        assert_eq!(s.rename(a, "x", ROOT_INO, "a", false, None).unwrap_err().0, ErrorCode::IsDir);
-        assert_eq!(s.create(ROOT_INO, &"n".repeat(256), 0o644, 0, 0, true, false).unwrap_err().0, ErrorCode::NameTooLong);
+        assert_eq!(s.rename(ROOT_INO, "a", b, "a2", false, None).unwrap_err().code, ErrorCode::Invalid);
+        assert_eq!(s.rename(a, "x", ROOT_INO, "a", false, None).unwrap_err().code, ErrorCode::IsDir);
+        assert_eq!(s.create(ROOT_INO, &"n".repeat(256), 0o644, 0, 0, true, false).unwrap_err().code, ErrorCode::NameTooLong);
     }
 
     #[test]

@@ -1,12 +1,18 @@
 //! `surge-server`: runs one node's share of a Surge instance. Normally started by `surge up`
 //! (locally, or on each node through the scheduler's launcher), not by hand.
+//!
+//! The daemon composes two libraries and adds nothing of its own: the data server
+//! ([`surge_server`]) and, beside it, a stage coordinator ([`surge_stage`]) that answers the
+//! staging requests the server receives. Signals and logging are set up here.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
-use surge_server::ServerConfig;
+use surge_server::{Server, ServerConfig};
+use surge_stage::{Coordinator, CoordinatorConfig, Peers};
 
 #[derive(Parser)]
 #[command(version, about = "Surge burst-buffer data server (one per node of an instance)")]
@@ -36,6 +42,13 @@ struct Args {
     // SAFETY: geteuid/getegid take no arguments and cannot fail.
     #[arg(long, default_value_t = unsafe { libc::getegid() })]
     owner_gid: u32,
+    /// The instance's stripe chunk size in bytes (what its clients use).
+    #[arg(long, default_value_t = 1 << 20)]
+    chunk_size: u64,
+    /// The instance's descriptor, where the coordinator beside this server finds the other
+    /// servers' addresses when a stage starts (needed when --count is above 1).
+    #[arg(long)]
+    instance_file: Option<PathBuf>,
     /// Worker threads (default: number of cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -52,7 +65,7 @@ fn main() -> anyhow::Result<()> {
     let secret = surge_proto::auth::parse_secret(&text).context("token file does not hold 64 hex digits")?;
     let config = ServerConfig {
         listen: args.listen,
-        root: args.root,
+        root: args.root.clone(),
         capacity: args.capacity,
         index: args.index,
         count: args.count,
@@ -64,5 +77,38 @@ fn main() -> anyhow::Result<()> {
     if let Some(threads) = args.threads {
         runtime.worker_threads(threads);
     }
-    runtime.enable_all().build()?.block_on(surge_server::run(config))
+    runtime.enable_all().build()?.block_on(async move {
+        let server = Server::bind(config).await?;
+        let peers = match (args.count, args.instance_file) {
+            // A one-server instance (or a private-mode node): the coordinator's only peer is
+            // the server beside it.
+            (1, _) => Some(Peers::Fixed(vec![server.local_addr()])),
+            (count, Some(path)) => Some(Peers::Descriptor { path, count }),
+            (_, None) => None,
+        };
+        match peers {
+            Some(peers) => {
+                let config = CoordinatorConfig { peers, chunk_size: args.chunk_size, secret, node: args.listen.ip() };
+                let journal = args.root.join("stages");
+                let coordinator =
+                    Coordinator::open(&journal, config).with_context(|| format!("open the stage journal in {}", journal.display()))?;
+                server.attach_coordinator(Arc::new(coordinator));
+            }
+            None => tracing::warn!("started without --instance-file: stages submitted to this server will be refused"),
+        }
+        server.serve(stop_signal()).await
+    })
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn stop_signal() {
+    let Ok(mut sigterm) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) else {
+        tracing::warn!("cannot watch for SIGTERM; stop this server with a client's shutdown or SIGINT");
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = sigterm.recv() => tracing::info!("SIGTERM"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT"),
+    }
 }

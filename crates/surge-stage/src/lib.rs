@@ -1,9 +1,15 @@
-//! Staging between the PFS and the instance, on the server side.
+//! # surge-stage — the stage coordinator
 //!
-//! Every server is a *worker*: it copies the chunks it owns between a PFS file and its local
-//! store when a coordinator asks ([`copy`]). The server a client submits a stage to is that
-//! stage's *coordinator*: it plans the stage (which files, which sizes: [`plan`]), drives the
-//! copy in batches and windows ([`run`]), and keeps the stage's state and per-file progress.
+//! Moves files between the parallel file system (PFS) and a Surge instance. The coordinator
+//! answers the staging service ([`surge_proto::stage::StageService`]): it plans a stage (which
+//! files, which sizes: [`plan`]), drives the copy in batches and windows ([`run`]), and keeps
+//! the stage's state and per-file progress. It moves no file data itself and holds no server
+//! state: it is a client of the instance ([`surge_client`]), reaching the servers whose
+//! addresses its configuration names ([`Peers`]), and each server, a *worker*, copies the
+//! chunks it owns between the PFS and its node-local store when asked (`StageCopy`).
+//!
+//! The daemon (`surge-server`) hosts a coordinator beside each data server and hands it the
+//! staging requests the server receives; a control plane could host it instead.
 //!
 //! That state is journaled in `<root>/stages/<id>.json` (written under a temporary name, then
 //! renamed) at every change of state and about once a second while bytes move, so it survives
@@ -11,12 +17,11 @@
 //! stopped is reported failed after the restart, and the temporary files of its unfinished
 //! files are removed: a stage is never reported done unless every file was published.
 
-pub mod copy;
 mod plan;
 mod run;
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,10 +29,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use surge_proto::auth::Secret;
-use surge_proto::stage::{StageDirection, StageFile, StageSpec, StageState, StageSummary, StageWhen};
-use surge_proto::{ErrorCode, Timestamp};
-
-use crate::meta::MetaResult;
+use surge_proto::stage::{Answer, StageDirection, StageFile, StageService, StageSpec, StageState, StageSummary, StageWhen};
+use surge_proto::{Error, ErrorCode, Timestamp};
 
 /// How often progress of running stages is journaled.
 const JOURNAL_EVERY: Duration = Duration::from_secs(1);
@@ -135,7 +138,7 @@ impl StageRecord {
             file.error.get_or_insert_with(|| why.to_string());
             file.finished = Some(now);
             if direction == StageDirection::Out {
-                copy::remove_temporary(Path::new(&pfs_temporary(&file.pfs_path, id, index)));
+                remove_temporary(Path::new(&pfs_temporary(&file.pfs_path, id, index)));
             }
         }
         self.state = state;
@@ -172,19 +175,106 @@ impl Stage {
     }
 }
 
-/// The stages this server coordinates.
-pub struct Stages {
+/// Removes a temporary file of a stage that did not finish (missing is fine).
+pub(crate) fn remove_temporary(path: &Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => tracing::info!(path = %path.display(), "removed the temporary file of an unfinished stage"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(path = %path.display(), "could not remove a temporary stage file: {e}"),
+    }
+}
+
+/// Where the instance's servers listen, in index order.
+#[derive(Clone, Debug)]
+pub enum Peers {
+    /// Known when the coordinator starts (a one-server instance: the server beside it).
+    Fixed(Vec<SocketAddr>),
+    /// Read from the instance's descriptor when a stage starts: the servers' addresses are
+    /// known only once all of them are up, after the coordinators started.
+    Descriptor { path: PathBuf, count: usize },
+}
+
+impl Peers {
+    fn resolve(&self) -> Result<Vec<SocketAddr>, Error> {
+        match self {
+            Peers::Fixed(addrs) => Ok(addrs.clone()),
+            Peers::Descriptor { path, count } => {
+                let desc = surge_client::InstanceDescriptor::load_from(path)?;
+                let mut servers = desc.servers;
+                servers.sort_by_key(|s| s.index);
+                if servers.len() != *count {
+                    let detail = format!("{} lists {} servers; this instance has {count}", path.display(), servers.len());
+                    return Err(Error::new(ErrorCode::Invalid, detail));
+                }
+                Ok(servers.into_iter().map(|s| s.addr).collect())
+            }
+        }
+    }
+}
+
+/// What a coordinator needs to know of its instance.
+#[derive(Clone, Debug)]
+pub struct CoordinatorConfig {
+    pub peers: Peers,
+    pub chunk_size: u64,
+    pub secret: Secret,
+    /// This node's address: connections to the servers start from it.
+    pub node: IpAddr,
+}
+
+/// The stages one coordinator runs.
+pub struct Coordinator {
+    stages: Arc<Stages>,
+}
+
+impl Coordinator {
+    /// Loads the journal kept in `dir`, failing the stages a stop interrupted, and starts
+    /// journaling progress (call inside a tokio runtime).
+    pub fn open(dir: &Path, config: CoordinatorConfig) -> std::io::Result<Coordinator> {
+        let stages = Stages::open(dir, config)?;
+        stages.start_journal();
+        Ok(Coordinator { stages })
+    }
+}
+
+impl StageService for Coordinator {
+    fn submit(&self, spec: StageSpec) -> Answer<u64> {
+        let stages = self.stages.clone();
+        Box::pin(async move { stages.submit(spec).await })
+    }
+
+    fn list(&self, bb_path: Option<&str>) -> Vec<StageSummary> {
+        self.stages.list(bb_path)
+    }
+
+    fn files(&self, id: u64, offset: u32, limit: u32) -> Result<(Vec<StageFile>, u64), Error> {
+        self.stages.files(id, offset, limit)
+    }
+
+    fn cancel(&self, id: u64) -> Result<(), Error> {
+        self.stages.cancel(id)
+    }
+
+    fn revoke(&self, bb_path: &str) -> Result<(), Error> {
+        self.stages.revoke(bb_path)
+    }
+
+    fn job_end(&self) {
+        self.stages.job_end()
+    }
+}
+
+/// The stages this coordinator runs, and their journal.
+pub(crate) struct Stages {
     dir: PathBuf,
-    /// Where connections to the other servers start from (this node's address).
-    node: IpAddr,
-    secret: Secret,
+    pub(crate) config: CoordinatorConfig,
     next_id: AtomicU64,
     table: Mutex<BTreeMap<u64, Arc<Stage>>>,
 }
 
 impl Stages {
     /// Loads the journal; stages interrupted by a stop of this server are failed now.
-    pub fn open(dir: &Path, node: IpAddr, secret: Secret) -> std::io::Result<Arc<Stages>> {
+    fn open(dir: &Path, config: CoordinatorConfig) -> std::io::Result<Arc<Stages>> {
         std::fs::create_dir_all(dir)?;
         let mut table = BTreeMap::new();
         for entry in std::fs::read_dir(dir)? {
@@ -205,8 +295,7 @@ impl Stages {
         }
         let stages = Arc::new(Stages {
             dir: dir.to_path_buf(),
-            node,
-            secret,
+            config,
             next_id: AtomicU64::new(table.keys().max().map_or(1, |m| m + 1)),
             table: Mutex::new(table),
         });
@@ -228,7 +317,7 @@ impl Stages {
     }
 
     /// Journals running stages' progress periodically. Runs until the process ends.
-    pub fn start_journal(self: &Arc<Self>) {
+    fn start_journal(self: &Arc<Self>) {
         let stages = self.clone();
         tokio::spawn(async move {
             loop {
@@ -247,8 +336,8 @@ impl Stages {
         self.table.lock().unwrap().values().cloned().collect()
     }
 
-    fn get(&self, id: u64) -> MetaResult<Arc<Stage>> {
-        self.table.lock().unwrap().get(&id).cloned().ok_or((ErrorCode::NotFound, format!("no stage {id}")))
+    fn get(&self, id: u64) -> Result<Arc<Stage>, Error> {
+        self.table.lock().unwrap().get(&id).cloned().ok_or_else(|| Error::new(ErrorCode::NotFound, format!("no stage {id}")))
     }
 
     /// Writes a stage's journal file (temporary name, then rename: never half a record).
@@ -267,13 +356,10 @@ impl Stages {
     /// Records a new stage. Immediate stages are planned before this returns (so a missing
     /// source or a bad path fails the stage at once, and the caller can say so), then copied
     /// in the background; job-end stages wait for [`Stages::job_end`].
-    pub async fn submit(self: &Arc<Self>, spec: StageSpec) -> MetaResult<u64> {
-        if spec.servers.is_empty() || spec.chunk_size == 0 {
-            return Err((ErrorCode::Invalid, "stage names no servers or a zero chunk size".into()));
-        }
+    async fn submit(self: &Arc<Self>, spec: StageSpec) -> Result<u64, Error> {
         for (what, path) in [("burst-buffer", &spec.bb_path), ("PFS", &spec.pfs_path)] {
             if !path.starts_with('/') {
-                return Err((ErrorCode::Invalid, format!("{what} path '{path}' must be absolute")));
+                return Err(Error::new(ErrorCode::Invalid, format!("{what} path '{path}' must be absolute")));
             }
         }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -303,7 +389,7 @@ impl Stages {
         Ok(id)
     }
 
-    pub fn list(&self, bb_path: Option<&str>) -> Vec<StageSummary> {
+    fn list(&self, bb_path: Option<&str>) -> Vec<StageSummary> {
         // Filter before summarizing: a summary walks every file of its stage.
         self.all()
             .iter()
@@ -314,7 +400,7 @@ impl Stages {
             .collect()
     }
 
-    pub fn files(&self, id: u64, offset: u32, limit: u32) -> MetaResult<(Vec<StageFile>, u64)> {
+    fn files(&self, id: u64, offset: u32, limit: u32) -> Result<(Vec<StageFile>, u64), Error> {
         let stage = self.get(id)?;
         let record = stage.record.lock().unwrap();
         let files = record.files.iter().skip(offset as usize).take(limit as usize).map(FileRecord::report).collect();
@@ -323,7 +409,7 @@ impl Stages {
 
     /// A stage that has not started ends at once; a running one stops after the copies in
     /// flight, removing what it had not published.
-    pub fn cancel(&self, id: u64) -> MetaResult<()> {
+    fn cancel(&self, id: u64) -> Result<(), Error> {
         let stage = self.get(id)?;
         {
             let mut record = stage.record.lock().unwrap();
@@ -338,7 +424,7 @@ impl Stages {
     }
 
     /// Drops the deferred stages of `bb_path`.
-    pub fn revoke(&self, bb_path: &str) -> MetaResult<()> {
+    fn revoke(&self, bb_path: &str) -> Result<(), Error> {
         let mut found = false;
         for stage in self.all() {
             let revoked = {
@@ -357,12 +443,12 @@ impl Stages {
         if found {
             Ok(())
         } else {
-            Err((ErrorCode::NotFound, format!("no job-end stage of {bb_path} to revoke")))
+            Err(Error::new(ErrorCode::NotFound, format!("no job-end stage of {bb_path} to revoke")))
         }
     }
 
     /// The job ends: every deferred stage starts now.
-    pub fn job_end(self: &Arc<Self>) {
+    fn job_end(self: &Arc<Self>) {
         for stage in self.all() {
             let start = {
                 let mut record = stage.record.lock().unwrap();

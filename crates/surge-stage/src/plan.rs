@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 
 use surge_client::Client;
 use surge_proto::stage::{StageDirection, StageKind, StageSpec};
-use surge_proto::{ErrorCode, FileKind, Ino};
+use surge_proto::{Error, ErrorCode, FileKind, Ino};
 
 /// A file to copy.
 #[derive(Clone)]
@@ -26,19 +26,14 @@ pub(crate) struct Plan {
     pub skipped: Vec<String>,
 }
 
-/// Why a stage could not be planned; the code becomes the C API's errno.
-pub(crate) struct PlanError {
-    pub code: ErrorCode,
-    pub message: String,
-}
+/// Why a stage could not be planned: its code becomes the C API's errno, its detail the
+/// stage's error.
+pub(crate) type PlanResult<T> = Result<T, Error>;
 
-impl From<String> for PlanError {
-    fn from(message: String) -> Self {
-        PlanError { code: ErrorCode::Invalid, message }
-    }
+/// A stage that cannot be planned as asked (a wrong type, a malformed list, a relative path).
+fn invalid(detail: String) -> Error {
+    Error::new(ErrorCode::Invalid, detail)
 }
-
-pub(crate) type PlanResult<T> = Result<T, PlanError>;
 
 /// Splits `/a/b/c` into (`/a/b`, `c`); the root's children have parent `/`.
 pub(crate) fn split_path(path: &str) -> (String, &str) {
@@ -62,23 +57,18 @@ pub(crate) async fn make(client: &Client, spec: &StageSpec) -> PlanResult<Plan> 
     match spec.direction {
         StageDirection::In => {
             let spec = spec.clone();
-            tokio::task::spawn_blocking(move || plan_in(&spec)).await.map_err(|e| PlanError::from(format!("planning stopped: {e}")))?
+            tokio::task::spawn_blocking(move || plan_in(&spec)).await.map_err(|e| invalid(format!("planning stopped: {e}")))?
         }
         StageDirection::Out => plan_out(client, spec).await,
     }
 }
 
-fn pfs_error(path: &str, err: std::io::Error) -> PlanError {
-    let code = match err.kind() {
-        std::io::ErrorKind::NotFound => ErrorCode::NotFound,
-        std::io::ErrorKind::PermissionDenied => ErrorCode::AccessDenied,
-        _ => ErrorCode::Io,
-    };
-    PlanError { code, message: format!("{path}: {err}") }
+fn pfs_error(path: &str, err: std::io::Error) -> Error {
+    Error::new(ErrorCode::of_io(&err), format!("{path}: {err}"))
 }
 
-fn bb_error(path: &str, err: surge_client::Error) -> PlanError {
-    PlanError { code: err.code, message: format!("{path} (burst buffer): {err}") }
+fn bb_error(path: &str, err: Error) -> Error {
+    Error::new(err.code, format!("{path} (burst buffer): {err}"))
 }
 
 /// PFS side of a stage-in: one file, a tree, or a list of `PFS_SOURCE BB_DESTINATION` lines.
@@ -93,7 +83,7 @@ fn plan_in(spec: &StageSpec) -> PlanResult<Plan> {
         StageKind::Directory => {
             let meta = std::fs::metadata(&spec.pfs_path).map_err(|e| pfs_error(&spec.pfs_path, e))?;
             if !meta.is_dir() {
-                return Err(format!("{}: not a directory (stage it with type file)", spec.pfs_path).into());
+                return Err(invalid(format!("{}: not a directory (stage it with type file)", spec.pfs_path)));
             }
             plan.dirs.push(spec.bb_path.clone());
             // Depth-first with an explicit stack: trees can be deeper than a thread's stack likes.
@@ -130,7 +120,7 @@ fn plan_in(spec: &StageSpec) -> PlanResult<Plan> {
             for (source, destination) in read_list(&spec.pfs_path)? {
                 let bb = if destination.starts_with('/') { destination } else { join(&spec.bb_path, &destination) };
                 if !source.starts_with('/') {
-                    return Err(format!("{}: PFS source '{source}' must be absolute", spec.pfs_path).into());
+                    return Err(invalid(format!("{}: PFS source '{source}' must be absolute", spec.pfs_path)));
                 }
                 let file = pfs_file(&source, &bb)?;
                 plan.dirs.push(split_path(&bb).0);
@@ -145,7 +135,7 @@ fn plan_in(spec: &StageSpec) -> PlanResult<Plan> {
 fn pfs_file(pfs: &str, bb: &str) -> PlanResult<PlannedFile> {
     let meta = std::fs::metadata(pfs).map_err(|e| pfs_error(pfs, e))?;
     if meta.is_dir() {
-        return Err(format!("{pfs}: is a directory (stage it with type directory)").into());
+        return Err(invalid(format!("{pfs}: is a directory (stage it with type directory)")));
     }
     Ok(PlannedFile {
         bb_path: bb.to_string(),
@@ -167,7 +157,7 @@ fn read_list(path: &str) -> PlanResult<Vec<(String, String)>> {
         }
         let fields: Vec<&str> = line.split_whitespace().collect();
         let [source, destination] = fields[..] else {
-            return Err(format!("{path}:{}: expected 'SOURCE DESTINATION', found '{line}'", number + 1).into());
+            return Err(invalid(format!("{path}:{}: expected 'SOURCE DESTINATION', found '{line}'", number + 1)));
         };
         pairs.push((source.to_string(), destination.to_string()));
     }
@@ -185,7 +175,7 @@ async fn plan_out(client: &Client, spec: &StageSpec) -> PlanResult<Plan> {
         StageKind::Directory => {
             let root = client.stat(&spec.bb_path).await.map_err(|e| bb_error(&spec.bb_path, e))?;
             if root.kind != FileKind::Dir {
-                return Err(format!("{} (burst buffer): not a directory (stage it with type file)", spec.bb_path).into());
+                return Err(invalid(format!("{} (burst buffer): not a directory (stage it with type file)", spec.bb_path)));
             }
             plan.dirs.push(spec.pfs_path.clone());
             let mut stack = vec![(String::new(), root.ino)];
@@ -219,11 +209,11 @@ async fn plan_out(client: &Client, spec: &StageSpec) -> PlanResult<Plan> {
         }
         StageKind::List => {
             let list = spec.pfs_path.clone();
-            let pairs = tokio::task::spawn_blocking(move || read_list(&list)).await.map_err(|e| PlanError::from(e.to_string()))??;
+            let pairs = tokio::task::spawn_blocking(move || read_list(&list)).await.map_err(|e| invalid(e.to_string()))??;
             for (source, destination) in pairs {
                 let bb = if source.starts_with('/') { source } else { join(&spec.bb_path, &source) };
                 if !destination.starts_with('/') {
-                    return Err(format!("{}: PFS destination '{destination}' must be absolute", spec.pfs_path).into());
+                    return Err(invalid(format!("{}: PFS destination '{destination}' must be absolute", spec.pfs_path)));
                 }
                 plan.files.push(bb_file(client, &bb, &destination).await?);
                 plan.dirs.push(split_path(&destination).0);
@@ -237,7 +227,7 @@ async fn plan_out(client: &Client, spec: &StageSpec) -> PlanResult<Plan> {
 async fn bb_file(client: &Client, bb: &str, pfs: &str) -> PlanResult<PlannedFile> {
     let attr = client.stat(bb).await.map_err(|e| bb_error(bb, e))?;
     if attr.kind != FileKind::File {
-        return Err(format!("{bb} (burst buffer): not a regular file").into());
+        return Err(invalid(format!("{bb} (burst buffer): not a regular file")));
     }
     Ok(PlannedFile { bb_path: bb.to_string(), pfs_path: pfs.to_string(), size: attr.size, mode: attr.mode, ino: Some(attr.ino) })
 }

@@ -6,42 +6,22 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
 
 use surge_proto::placement::Layout;
 use surge_proto::stage::{CopyItem, CopyOrder, CopyOutcome, StageDirection};
 use surge_proto::ErrorCode;
 
 use crate::data::DataStore;
-
-type CopyError = (ErrorCode, String);
+use crate::error::{Result, ServerError};
 
 /// Chunks at least this large are copied inside the kernel (`copy_file_range`); smaller ones
 /// through a buffer, which costs fewer system calls for the small files of a tree.
 const KERNEL_COPY_MIN: usize = 256 << 10;
 
-/// Names the PFS-side failure the way a user reads it, and keeps the errno's meaning.
-fn pfs_error(path: &str, err: io::Error) -> CopyError {
-    let code = match err.raw_os_error() {
-        Some(libc::ENOENT) => ErrorCode::NotFound,
-        Some(libc::EACCES) => ErrorCode::AccessDenied,
-        Some(libc::EPERM) => ErrorCode::NotPermitted,
-        Some(libc::ENOSPC) | Some(libc::EDQUOT) => ErrorCode::NoSpace,
-        Some(libc::EISDIR) => ErrorCode::IsDir,
-        Some(libc::ENOTDIR) => ErrorCode::NotDir,
-        _ => ErrorCode::Io,
-    };
-    pfs_message(code, path, &err.to_string())
-}
-
-fn pfs_message(code: ErrorCode, path: &str, detail: &str) -> CopyError {
-    let what = if code == ErrorCode::NoSpace { "PFS full" } else { "PFS" };
-    (code, format!("{what}: {path}: {detail}"))
-}
-
 /// Burst-buffer-side failures say so (the code's description), next to the server's detail.
-fn bb_error((code, detail): CopyError) -> CopyError {
-    (code, format!("{}: {detail}", code.describe()))
+fn bb_error(e: ServerError) -> ServerError {
+    let what = e.code.describe();
+    e.context(what)
 }
 
 /// Carries out one order; one outcome per item, in order.
@@ -73,13 +53,15 @@ pub fn execute(data: &DataStore, me: usize, servers: usize, order: &CopyOrder) -
                 .zip(&plans)
                 .zip(sources)
                 .map(|((item, chunks), source)| {
-                    let source = source.map_err(|e| pfs_error(&item.pfs_path, e))?;
+                    let source = source.map_err(|e| ServerError::pfs(&item.pfs_path, e))?;
                     copy_in(data, item, &source, chunks, order.verify, &mut buf)
                 })
+                .map(|outcome| outcome.map_err(Into::into))
                 .collect()
         }
         StageDirection::Out => {
-            order.items.iter().zip(&plans).map(|(item, chunks)| copy_out(data, item, chunks, order.verify, &mut buf)).collect()
+            let copy = |(item, chunks): (&CopyItem, &Vec<(u64, usize)>)| copy_out(data, item, chunks, order.verify, &mut buf);
+            order.items.iter().zip(&plans).map(copy).map(|outcome| outcome.map_err(Into::into)).collect()
         }
     }
 }
@@ -102,14 +84,14 @@ fn open_prefetched(path: &str, chunks: &[(u64, usize)]) -> io::Result<File> {
 }
 
 /// PFS -> local store: inside the kernel where it can, else through a buffer.
-fn copy_in(data: &DataStore, item: &CopyItem, source: &File, chunks: &[(u64, usize)], verify: bool, buf: &mut Vec<u8>) -> CopyOutcome {
+fn copy_in(data: &DataStore, item: &CopyItem, source: &File, chunks: &[(u64, usize)], verify: bool, buf: &mut Vec<u8>) -> Result<u64> {
     let mut copied = 0;
     for &(offset, len) in chunks {
         let in_kernel = len >= KERNEL_COPY_MIN
             && data.copy_from(item.ino, offset, len as u64, source).map_err(|e| bb_or_pfs_error(e, &item.pfs_path))?;
         if !in_kernel || verify {
             buf.resize(len, 0);
-            read_exact_at(source, buf, offset).map_err(|e| pfs_error(&item.pfs_path, e))?;
+            read_exact_at(source, buf, offset).map_err(|e| ServerError::pfs(&item.pfs_path, e))?;
         }
         if !in_kernel {
             data.write(item.ino, offset, buf).map_err(bb_error)?;
@@ -124,23 +106,23 @@ fn copy_in(data: &DataStore, item: &CopyItem, source: &File, chunks: &[(u64, usi
 }
 
 /// A failed in-kernel copy: a full share is the buffer's fault; anything else names the PFS file.
-fn bb_or_pfs_error((code, detail): CopyError, pfs_path: &str) -> CopyError {
-    if code == ErrorCode::NoSpace && detail.starts_with("server share full") {
-        bb_error((code, detail))
+fn bb_or_pfs_error(e: ServerError, pfs_path: &str) -> ServerError {
+    if e.code == ErrorCode::NoSpace && e.detail.starts_with("server share full") {
+        bb_error(e)
     } else {
-        pfs_message(code, pfs_path, &detail)
+        e.on_pfs(pfs_path)
     }
 }
 
 /// Local store -> PFS. With `publish`, this server holds the whole file: it creates the
 /// temporary file, fills it, and renames it to its final name itself.
-fn copy_out(data: &DataStore, item: &CopyItem, chunks: &[(u64, usize)], verify: bool, buf: &mut Vec<u8>) -> CopyOutcome {
+fn copy_out(data: &DataStore, item: &CopyItem, chunks: &[(u64, usize)], verify: bool, buf: &mut Vec<u8>) -> Result<u64> {
     let path = item.pfs_path.as_str();
     let target = match &item.publish {
         Some(_) => OpenOptions::new().write(true).read(true).create(true).truncate(true).mode(item.mode).open(path),
         None => OpenOptions::new().write(true).read(true).open(path),
     }
-    .map_err(|e| pfs_error(path, e))?;
+    .map_err(|e| ServerError::pfs(path, e))?;
     let result = (|| {
         let mut copied = 0;
         for &(offset, len) in chunks {
@@ -154,20 +136,20 @@ fn copy_out(data: &DataStore, item: &CopyItem, chunks: &[(u64, usize)], verify: 
             // A hole in the burst-buffer file reads short: it is zeros up to the chunk's end.
             bytes.resize(len, 0);
             if !in_kernel {
-                target.write_all_at(&bytes, offset).map_err(|e| pfs_error(path, e))?;
+                target.write_all_at(&bytes, offset).map_err(|e| ServerError::pfs(path, e))?;
             }
             if verify {
                 buf.resize(len, 0);
-                read_exact_at(&target, buf, offset).map_err(|e| pfs_error(path, e))?;
+                read_exact_at(&target, buf, offset).map_err(|e| ServerError::pfs(path, e))?;
                 check_same(&bytes, buf, path, offset)?;
             }
             copied += len as u64;
         }
         if let Some(final_path) = &item.publish {
             // Trailing holes: the file must have its full size before it gets its name.
-            target.set_len(item.file_size).map_err(|e| pfs_error(path, e))?;
+            target.set_len(item.file_size).map_err(|e| ServerError::pfs(path, e))?;
             drop(target);
-            std::fs::rename(path, final_path).map_err(|e| pfs_error(final_path, e))?;
+            std::fs::rename(path, final_path).map_err(|e| ServerError::pfs(final_path, e))?;
         }
         Ok(copied)
     })();
@@ -189,19 +171,10 @@ fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
 }
 
 /// `--verify`: what was written must read back with the checksum of what was read.
-fn check_same(expected: &[u8], written: &[u8], path: &str, offset: u64) -> Result<(), CopyError> {
+fn check_same(expected: &[u8], written: &[u8], path: &str, offset: u64) -> Result<()> {
     if blake3::hash(expected) == blake3::hash(written) {
         Ok(())
     } else {
-        Err((ErrorCode::Io, format!("verify: checksum mismatch in {path} at offset {offset} ({} bytes)", expected.len())))
-    }
-}
-
-/// Removes a temporary file of a stage that did not finish (missing is fine).
-pub fn remove_temporary(path: &Path) {
-    match std::fs::remove_file(path) {
-        Ok(()) => tracing::info!(path = %path.display(), "removed the temporary file of an unfinished stage"),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => tracing::warn!(path = %path.display(), "could not remove a temporary stage file: {e}"),
+        Err(ServerError::new(ErrorCode::Io, format!("verify: checksum mismatch in {path} at offset {offset} ({} bytes)", expected.len())))
     }
 }

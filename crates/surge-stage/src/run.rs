@@ -16,12 +16,12 @@ use std::sync::Arc;
 use surge_client::{Client, ClientOptions};
 use surge_proto::ino::{self, Ino};
 use surge_proto::stage::{CopyItem, CopyOrder, CopyOutcome, StageDirection, StageSpec, StageState};
-use surge_proto::{ErrorCode, FileKind, Reply, Request};
+use surge_proto::{Error, ErrorCode, FileKind, Reply, Request};
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
-use super::plan::{self, split_path, Plan, PlannedFile};
-use super::{copy, now_secs, pfs_temporary, temporary_name, FileRecord, Stage, Stages};
+use crate::plan::{self, split_path, Plan, PlannedFile};
+use crate::{now_secs, pfs_temporary, remove_temporary, temporary_name, FileRecord, Stage, Stages};
 
 /// Small files per batch request.
 const BATCH_FILES: usize = 256;
@@ -61,8 +61,10 @@ async fn run(stages: Arc<Stages>, stage: Arc<Stage>, planned: oneshot::Sender<()
     stages.save(&stage);
     let spec = stage.spec();
     let id = stage.id();
-    let opts = ClientOptions { node: Some(stages.node), uid: spec.uid, gid: spec.gid, ..ClientOptions::default() };
-    let result = match Client::from_parts(spec.servers.clone(), spec.chunk_size, stages.secret, opts) {
+    let config = &stages.config;
+    let opts = ClientOptions { node: Some(config.node), uid: spec.uid, gid: spec.gid, ..ClientOptions::default() };
+    let client = config.peers.resolve().and_then(|peers| Client::from_parts(peers, config.chunk_size, config.secret, opts));
+    let result = match client {
         Ok(client) => {
             let ctx = Arc::new(Ctx { stage: stage.clone(), client, spec: spec.clone(), id });
             drive(ctx, &stages, planned).await
@@ -106,7 +108,7 @@ async fn run(stages: Arc<Stages>, stage: Arc<Stage>, planned: oneshot::Sender<()
 async fn drive(ctx: Arc<Ctx>, stages: &Stages, planned: oneshot::Sender<()>) -> RunResult<()> {
     let plan = plan::make(&ctx.client, &ctx.spec).await.map_err(|e| {
         ctx.stage.record.lock().unwrap().error_code = Some(e.code);
-        e.message
+        e.detail
     })?;
     tracing::info!(id = ctx.id, "{} planned: {}", ctx.spec.direction.label(), plan::describe(&plan));
     ctx.stage.record.lock().unwrap().files = plan
@@ -220,11 +222,12 @@ async fn send_orders(client: &Client, orders: Vec<(usize, CopyOrder)>) -> Vec<(u
     results.into_iter().map(|(_, server, outcome)| (server, outcome)).collect()
 }
 
-fn describe_error(code: ErrorCode, detail: &str) -> String {
-    if detail.is_empty() {
-        code.describe().to_string()
+/// What a file's record says of a worker's failure: its message, or what its code means.
+fn describe_error(e: &Error) -> String {
+    if e.detail.is_empty() {
+        e.code.describe().to_string()
     } else {
-        detail.to_string()
+        e.detail.clone()
     }
 }
 
@@ -235,7 +238,7 @@ async fn stage_in(ctx: Arc<Ctx>, plan: Plan) -> RunResult<()> {
     for dir in &plan.dirs {
         dirs.ensure(&ctx.client, dir).await?;
     }
-    let (batches, large) = partition(&plan, ctx.spec.chunk_size, |f| split_path(&f.bb_path).0);
+    let (batches, large) = partition(&plan, ctx.client.chunk_size(), |f| split_path(&f.bb_path).0);
     let plan = Arc::new(plan);
     let parent_of = |dirs: &DirCache, index: usize| dirs.get(&split_path(&plan.files[index].bb_path).0);
     let batches: Vec<(Ino, Vec<usize>)> = batches.into_iter().map(|(parent, files)| (dirs.get(&parent), files)).collect();
@@ -452,7 +455,7 @@ async fn apply_copy_outcomes(
         positions.push(items.iter().map(|(k, _)| *k).collect::<Vec<_>>());
         let order = CopyOrder {
             direction,
-            chunk_size: ctx.spec.chunk_size,
+            chunk_size: ctx.client.chunk_size(),
             verify: ctx.spec.verify,
             items: items.into_iter().map(|(_, item)| item).collect(),
         };
@@ -464,7 +467,7 @@ async fn apply_copy_outcomes(
                 for (copied, k) in outcomes.into_iter().zip(ks) {
                     match copied {
                         Ok(bytes) => progressed(ctx, files[k], bytes),
-                        Err((code, detail)) => outcome[k] = Err(describe_error(code, &detail)),
+                        Err(e) => outcome[k] = Err(describe_error(&e)),
                     }
                 }
             }
@@ -521,7 +524,7 @@ async fn copy_windows(
     pfs_path: Option<&str>,
 ) -> RunResult<()> {
     let servers = ctx.client.server_count() as u64;
-    let chunks = file.size.div_ceil(ctx.spec.chunk_size);
+    let chunks = file.size.div_ceil(ctx.client.chunk_size());
     let window = WINDOW_CHUNKS_PER_SERVER * servers;
     let mut in_flight: JoinSet<RunResult<u64>> = JoinSet::new();
     let mut first = 0;
@@ -545,7 +548,7 @@ async fn copy_windows(
         let orders = owners
             .into_iter()
             .map(|server| {
-                (server, CopyOrder { direction, chunk_size: ctx.spec.chunk_size, verify: ctx.spec.verify, items: vec![item.clone()] })
+                (server, CopyOrder { direction, chunk_size: ctx.client.chunk_size(), verify: ctx.spec.verify, items: vec![item.clone()] })
             })
             .collect::<Vec<_>>();
         let client = ctx.client.clone();
@@ -554,7 +557,7 @@ async fn copy_windows(
             for (server, outcome) in send_orders(&client, orders).await {
                 match outcome?.pop() {
                     Some(Ok(n)) => bytes += n,
-                    Some(Err((code, detail))) => return Err(describe_error(code, &detail)),
+                    Some(Err(e)) => return Err(describe_error(&e)),
                     None => return Err(format!("server {server}: empty answer to a copy order")),
                 }
             }
@@ -600,7 +603,8 @@ async fn stage_out(ctx: Arc<Ctx>, plan: Plan) -> RunResult<()> {
     .await
     .map_err(|e| e.to_string())??;
     // Small files batch by the home server of their inode (for open and commit).
-    let (batches, large) = partition(&plan, ctx.spec.chunk_size, |f| ino::home(f.ino.expect("stage-out files have inodes")).to_string());
+    let (batches, large) =
+        partition(&plan, ctx.client.chunk_size(), |f| ino::home(f.ino.expect("stage-out files have inodes")).to_string());
     let plan = Arc::new(plan);
     let batches: Vec<Vec<usize>> = batches.into_iter().map(|(_, files)| files).collect();
     let p = plan.clone();
@@ -632,7 +636,7 @@ async fn stage_out_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, files: Vec<usize>) {
         let Ok(size) = opened[k] else { continue };
         let file = &plan.files[i];
         let ino = file.ino.expect("inode");
-        if size > ctx.spec.chunk_size {
+        if size > ctx.client.chunk_size() {
             // It grew past one chunk since the plan: copy it the large-file way below.
             grown.push(k);
             continue;
@@ -727,7 +731,7 @@ async fn copy_out_large(ctx: &Arc<Ctx>, index: usize, file: &PlannedFile) -> Run
     .await;
     if published.is_err() {
         let path = std::path::PathBuf::from(&temp);
-        let _ = tokio::task::spawn_blocking(move || copy::remove_temporary(&path)).await;
+        let _ = tokio::task::spawn_blocking(move || remove_temporary(&path)).await;
     }
     published
 }
