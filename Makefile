@@ -30,6 +30,7 @@ test: test-rust test-python
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --release --workspace --all-targets -- -D warnings
+	python3 scripts/check-layering.py
 
 # The data-plane, FUSE and staging benchmarks, one after another (bench/RESULTS.md records
 # their results). Needs root, fio and bindfs; bench/run-all.sh checks before it starts.
