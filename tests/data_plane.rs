@@ -385,34 +385,41 @@ fn local_reads_match_network_reads_and_ask_no_server() {
 /// timeout (a FUSE read once failed with ETIMEDOUT that way).
 #[test]
 fn a_reply_followed_by_a_one_way_request_is_not_held_back() {
+    use surge_client::surge_proto::admin::NoticeSeen;
     use surge_client::surge_proto::frame::{decode_message, encode_frame, FrameHeader};
-    use surge_client::surge_proto::{auth, FrameKind, Reply, Request, FRAME_HEADER_LEN, ROOT_INO};
+    use surge_client::surge_proto::handshake::{Challenge, Hello, Welcome};
+    use surge_client::surge_proto::namespace::GetAttr;
+    use surge_client::surge_proto::{auth, Attr, FrameKind, Request, FRAME_HEADER_LEN, ROOT_INO};
     let inst = four_servers("oneway", 211, "1G");
     let desc = surge_client::InstanceDescriptor::load_from(&inst.home.join("instances/oneway.json")).unwrap();
     let mut s = TcpStream::connect(desc.servers[0].addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let read_reply = |s: &mut TcpStream| -> (u64, Reply) {
+    let read_reply = |s: &mut TcpStream| -> (FrameHeader, Vec<u8>) {
         let mut head = [0u8; FRAME_HEADER_LEN];
         s.read_exact(&mut head).expect("a reply within 5 s");
         let header = FrameHeader::decode(&head).unwrap();
         let mut body = vec![0u8; header.message_len as usize + header.payload_len as usize];
         s.read_exact(&mut body).unwrap();
-        (header.request_id, decode_message::<Reply>(&body[..header.message_len as usize]).unwrap())
+        body.truncate(header.message_len as usize);
+        (header, body)
     };
-    let Reply::Challenge { challenge, .. } = read_reply(&mut s).1 else { panic!("no challenge") };
-    let hello = Request::Hello { session: 1, proof: auth::answer(&desc.read_secret().unwrap(), &challenge) };
+    let challenge: Challenge = decode_message(&read_reply(&mut s).1).expect("a challenge");
+    let hello = Hello { session: 1, proof: auth::answer(&desc.read_secret().unwrap(), &challenge.challenge) };
     s.write_all(&encode_frame(FrameKind::Request, 1, &hello, 0)).unwrap();
-    assert!(matches!(read_reply(&mut s).1, Reply::Welcome { .. }));
+    let (header, welcome) = read_reply(&mut s);
+    assert_eq!(header.kind, FrameKind::Reply);
+    decode_message::<Welcome>(&welcome).expect("a welcome");
     // A request and a one-way acknowledgement in one write: the server reads both at once.
     let burst = [
-        encode_frame(FrameKind::Request, 2, &Request::GetAttr { ino: ROOT_INO }, 0),
-        encode_frame(FrameKind::Request, 3, &Request::NoticeSeen { ack: 0 }, 0),
+        encode_frame(FrameKind::Request, 2, &Request::from(GetAttr { ino: ROOT_INO }), 0),
+        encode_frame(FrameKind::Request, 3, &Request::from(NoticeSeen { ack: 0 }), 0),
     ]
     .concat();
     s.write_all(&burst).unwrap();
-    let (id, reply) = read_reply(&mut s);
-    assert_eq!(id, 2);
-    assert!(matches!(reply, Reply::Attr(_)), "{reply:?}");
+    let (header, reply) = read_reply(&mut s);
+    assert_eq!((header.request_id, header.kind), (2, FrameKind::Reply));
+    let attr: Attr = decode_message(&reply).expect("the root's attributes");
+    assert_eq!(attr.ino, ROOT_INO);
 }
 
 /// A client on the servers' node writes their chunks into their data files itself once a

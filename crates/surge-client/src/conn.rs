@@ -15,10 +15,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use surge_proto::admin::{Notice, NoticeSeen, Watch};
 use surge_proto::auth::{self, Secret};
 use surge_proto::frame::{decode_message, encode_frame};
 use surge_proto::frame_io::{read_frame, write_frame};
-use surge_proto::{ErrorCode, FrameKind, Notice, Reply, Request, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
+use surge_proto::handshake::{Challenge, Hello, Welcome};
+use surge_proto::{Call, ErrorCode, FrameKind, Request, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpSocket, TcpStream};
@@ -30,7 +32,28 @@ const IO_BUFFER: usize = 256 * 1024;
 /// Largest payload a sender writes to the socket itself (see [`WriteSide::push`]).
 const DIRECT_PAYLOAD_MAX: usize = 64 * 1024;
 
-pub type Response = Result<(Reply, Vec<u8>)>;
+/// A server's answer to a request that succeeded: the encoded reply (decode it with
+/// [`Answer::reply`], knowing the call) and the payload (the bytes of a read).
+#[derive(Debug, Default)]
+pub struct Answer {
+    pub message: Vec<u8>,
+    pub payload: Vec<u8>,
+}
+
+impl Answer {
+    /// An answer that is nothing but a payload (a read answered without a server).
+    pub fn payload(payload: Vec<u8>) -> Answer {
+        Answer { message: Vec::new(), payload }
+    }
+
+    /// The reply of call `C`, which this answers.
+    pub fn reply<C: Call>(&self) -> Result<C::Reply> {
+        decode_message::<C::Reply>(&self.message)
+            .map_err(|e| Error::new(ErrorCode::Protocol, format!("{}: undecodable reply: {e}", C::NAME)))
+    }
+}
+
+pub type Response = Result<Answer>;
 /// What a reply is handed to when it comes through [`Connection::send_then`].
 pub type Callback = Box<dyn FnOnce(Response) + Send>;
 
@@ -181,7 +204,7 @@ impl Pending {
     /// A request already answered with `data` (read-ahead keeps the unread tail of a chunk so).
     pub fn ready(data: Vec<u8>) -> Pending {
         let (tx, rx) = oneshot::channel();
-        let _ = tx.send(Ok((Reply::Data, data)));
+        let _ = tx.send(Ok(Answer::payload(data)));
         Pending { rx, id: 0, waiters: Arc::new(Mutex::new(HashMap::new())), server: String::new(), op: "read" }
     }
 
@@ -211,17 +234,28 @@ impl Pending {
     }
 }
 
-/// One request of the handshake and its reply (None: closed, or not a reply), before the
-/// reader and flusher tasks run.
-async fn exchange(
+/// What the server answered a frame of the handshake.
+enum Handshake<T> {
+    Answered(T),
+    Refused(surge_proto::Error),
+    /// Closed, or something that is no answer.
+    Closed,
+}
+
+/// One frame of the handshake and its answer, before the reader and flusher tasks run.
+async fn exchange<M: serde::Serialize, T: serde::de::DeserializeOwned>(
     reader: &mut BufReader<OwnedReadHalf>,
     writer: &mut BufWriter<OwnedWriteHalf>,
-    request: &Request,
-) -> std::result::Result<Option<Reply>, String> {
-    write_frame(writer, FrameKind::Request, 1, request, &[]).await.map_err(|e| e.to_string())?;
+    message: &M,
+) -> std::result::Result<Handshake<T>, String> {
+    write_frame(writer, FrameKind::Request, 1, message, &[]).await.map_err(|e| e.to_string())?;
     writer.flush().await.map_err(|e| e.to_string())?;
-    let frame = read_frame(reader, MAX_MESSAGE_LEN, 0).await.map_err(|e| e.to_string())?;
-    Ok(frame.and_then(|f| decode_message::<Reply>(&f.message).ok()))
+    let Some(frame) = read_frame(reader, MAX_MESSAGE_LEN, 0).await.map_err(|e| e.to_string())? else { return Ok(Handshake::Closed) };
+    Ok(match frame.header.kind {
+        FrameKind::Reply => decode_message::<T>(&frame.message).map_or(Handshake::Closed, Handshake::Answered),
+        FrameKind::Failure => decode_message::<surge_proto::Error>(&frame.message).map_or(Handshake::Closed, Handshake::Refused),
+        _ => Handshake::Closed,
+    })
 }
 
 /// The error of a request whose connection broke before its reply came.
@@ -269,19 +303,22 @@ impl Connection {
         let handshake = async {
             let frame = read_frame(&mut reader, MAX_MESSAGE_LEN, 0).await.map_err(|e| down("handshake with", &e))?;
             let frame = frame.ok_or_else(|| down("handshake with", &"closed"))?;
-            let challenge = match decode_message::<Reply>(&frame.message) {
-                Ok(Reply::Challenge { challenge, .. }) => challenge,
+            let challenge = match decode_message::<Challenge>(&frame.message) {
+                Ok(Challenge { challenge, .. }) if frame.header.kind == FrameKind::Reply => challenge,
                 _ => return Err(Error::new(ErrorCode::Protocol, format!("{server} did not send a challenge"))),
             };
-            let hello = Request::Hello { session, proof: auth::answer(secret, &challenge) };
-            let local = match exchange(&mut reader, &mut writer, &hello).await.map_err(|e| down("handshake with", &e))? {
-                Some(Reply::Welcome { local }) => local,
-                Some(Reply::Error { code, detail }) => return Err(Error::new(code, format!("{server} refused this client: {detail}"))),
-                _ => return Err(Error::new(ErrorCode::Unauthenticated, format!("{server} closed the connection during authentication"))),
+            let hello = Hello { session, proof: auth::answer(secret, &challenge) };
+            let local = match exchange::<_, Welcome>(&mut reader, &mut writer, &hello).await.map_err(|e| down("handshake with", &e))? {
+                Handshake::Answered(Welcome { local }) => local,
+                Handshake::Refused(e) => return Err(Error::new(e.code, format!("{server} refused this client: {}", e.detail))),
+                Handshake::Closed => {
+                    return Err(Error::new(ErrorCode::Unauthenticated, format!("{server} closed the connection during authentication")))
+                }
             };
             if watcher.is_some() {
-                match exchange(&mut reader, &mut writer, &Request::Watch).await.map_err(|e| down("watch", &e))? {
-                    Some(Reply::Ok) => {}
+                let watch = Request::from(Watch);
+                match exchange::<_, ()>(&mut reader, &mut writer, &watch).await.map_err(|e| down("watch", &e))? {
+                    Handshake::Answered(()) => {}
                     _ => return Err(Error::new(ErrorCode::Protocol, format!("{server} refused to send change notices"))),
                 }
             }
@@ -422,7 +459,7 @@ async fn read_loop(
                     let ack = frame.header.request_id;
                     if ack != 0 {
                         // Acted on: the change it reports may now be answered.
-                        let head = encode_frame(FrameKind::Request, 0, &Request::NoticeSeen { ack }, 0);
+                        let head = encode_frame(FrameKind::Request, 0, &Request::from(NoticeSeen { ack }), 0);
                         let _ = outgoing.push(Outgoing { head, payload: Bytes::new() });
                     }
                 }
@@ -430,10 +467,14 @@ async fn read_loop(
                 (_, Err(e)) => break format!("undecodable notice: {e}"),
             },
             Ok(Some(frame)) => {
-                let response = match decode_message::<Reply>(&frame.message) {
-                    Ok(Reply::Error { code, detail }) => Err(Error::new(code, format!("server {server}: {detail}"))),
-                    Ok(reply) => Ok((reply, frame.payload)),
-                    Err(e) => Err(Error::new(ErrorCode::Protocol, format!("server {server}: {e}"))),
+                let response = match frame.header.kind {
+                    FrameKind::Failure => match decode_message::<surge_proto::Error>(&frame.message) {
+                        Ok(e) => Err(Error::new(e.code, format!("server {server}: {}", e.detail))),
+                        Err(e) => Err(Error::new(ErrorCode::Protocol, format!("server {server}: undecodable failure: {e}"))),
+                    },
+                    FrameKind::Reply => Ok(Answer { message: frame.message, payload: frame.payload }),
+                    FrameKind::Request => break "the server sent a request".to_string(),
+                    FrameKind::Notice => unreachable!("notices are taken above"),
                 };
                 if frame.header.request_id == 0 {
                     // A connection-level complaint (the server is closing on us).

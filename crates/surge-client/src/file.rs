@@ -16,12 +16,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use bytes::Bytes;
-use surge_proto::{Attr, AttrChanges, Ino, Reply, Request, Timestamp};
+use surge_proto::data::{LocalWritten, Read, ReserveLocal, SyncData, Write};
+use surge_proto::namespace::Commit;
+use surge_proto::{Attr, AttrChanges, Ino, Request, Timestamp};
 
 use crate::conn::Pending;
 use crate::error::Result;
 use crate::local::LocalFiles;
-use crate::{unexpected, Client};
+use crate::Client;
 
 /// Writes sent but not yet acknowledged (write-behind).
 #[derive(Default)]
@@ -205,7 +207,7 @@ impl File {
                 for piece in self.client.layout().pieces(self.ino, offset, len as u64) {
                     let payload = data.slice(piece.buf_offset..piece.buf_offset + piece.len as usize);
                     let pending =
-                        self.client.send(piece.server, &Request::Write { ino: self.ino, offset: piece.file_offset }, payload).await?;
+                        self.client.send(piece.server, &Request::from(Write { ino: self.ino, offset: piece.file_offset }), payload).await?;
                     behind.push(piece.server, piece.len, pending, false);
                 }
             }
@@ -284,7 +286,7 @@ impl File {
             return Err(data);
         }
         let Some((server, conn)) = self.lone_chunk_connection(offset, len as u64) else { return Err(data) };
-        match conn.send(&Request::Write { ino: self.ino, offset }, data.clone()) {
+        match conn.send(&Request::from(Write { ino: self.ino, offset }), data.clone()) {
             Ok(pending) => behind.push(server, len as u64, pending, false),
             Err(_) => return Err(data),
         }
@@ -336,12 +338,13 @@ impl File {
             return Err(then);
         }
         let Some((_, conn)) = self.lone_chunk_connection(offset, len) else { return Err(then) };
-        let request = Request::Read { ino: self.ino, offset, len: len as u32 };
+        let request = Request::from(Read { ino: self.ino, offset, len: len as u32 });
         conn.send_then(
             &request,
             self.client.timeout(),
             Box::new(move |response| {
-                then(response.map(|(_, mut bytes)| {
+                then(response.map(|answer| {
+                    let mut bytes = answer.payload;
                     // A hole's tail reads as zeros, as in `read_now`.
                     bytes.resize(len as usize, 0);
                     bytes
@@ -398,14 +401,14 @@ impl File {
         // A step ahead from every server at once; from one that has no room for that, just what
         // this write needs.
         let ahead = |need: u64| need.max(crate::local::RESERVATION);
-        let requests: Vec<(usize, Request)> =
-            short.iter().map(|&(server, need)| (server, Request::ReserveLocal { ino: self.ino, bytes: ahead(need) })).collect();
+        let requests: Vec<(usize, ReserveLocal)> =
+            short.iter().map(|&(server, need)| (server, ReserveLocal { ino: self.ino, bytes: ahead(need) })).collect();
         let outcomes = self.client.send_all(requests).await;
         let mut all_reserved = true;
         for (&(server, need), outcome) in short.iter().zip(outcomes) {
             if outcome.is_ok() {
                 self.local.reserved(server, ahead(need));
-            } else if need > 0 && self.client.request(server, Request::ReserveLocal { ino: self.ino, bytes: need }).await.is_ok() {
+            } else if need > 0 && self.client.call(server, ReserveLocal { ino: self.ino, bytes: need }).await.is_ok() {
                 self.local.reserved(server, need);
             } else {
                 // No room even for this write (the server says so, with how much there is,
@@ -420,9 +423,9 @@ impl File {
     /// then serves those bytes to other nodes, and gets its set-aside room back).
     async fn report_local_writes(&self) -> Result<()> {
         let done = self.local.take_unreported();
-        let requests: Vec<(usize, Request)> =
-            done.into_iter().map(|(server, reserved)| (server, Request::LocalWritten { ino: self.ino, reserved })).collect();
-        crate::first_failure(self.client.send_all(requests).await)
+        let requests: Vec<(usize, LocalWritten)> =
+            done.into_iter().map(|(server, reserved)| (server, LocalWritten { ino: self.ino, reserved })).collect();
+        crate::client::first_failure(self.client.send_all(requests).await)
     }
 
     /// Reads up to `len` bytes at `offset`, stopping at the file's size; holes read as zeros.
@@ -454,7 +457,7 @@ impl File {
         let from = ahead.requested_to.max(offset);
         if horizon > from {
             for piece in self.client.layout().pieces(self.ino, from, horizon - from) {
-                let request = Request::Read { ino: self.ino, offset: piece.file_offset, len: piece.len as u32 };
+                let request = Request::from(Read { ino: self.ino, offset: piece.file_offset, len: piece.len as u32 });
                 let pending = self.client.send(piece.server, &request, Bytes::new()).await?;
                 ahead.queue.push_back((piece.file_offset, piece.len, pending));
             }
@@ -463,7 +466,7 @@ impl File {
         let mut out = Vec::with_capacity(len as usize);
         while (out.len() as u64) < len {
             let Some((at, piece_len, pending)) = ahead.queue.pop_front() else { break };
-            let (_, mut bytes) = pending.wait(self.client.timeout()).await?;
+            let mut bytes = pending.wait(self.client.timeout()).await?.payload;
             bytes.resize(piece_len as usize, 0);
             if out.is_empty() && at == offset && piece_len == len {
                 // The request is exactly one fetched chunk: hand its buffer over, no copy.
@@ -501,19 +504,19 @@ impl File {
         let client = &self.client;
         let mut pending = Vec::new();
         for piece in client.layout().pieces(self.ino, offset, len) {
-            let request = Request::Read { ino: self.ino, offset: piece.file_offset, len: piece.len as u32 };
+            let request = Request::from(Read { ino: self.ino, offset: piece.file_offset, len: piece.len as u32 });
             pending.push((piece.buf_offset, client.send(piece.server, &request, Bytes::new()).await?));
         }
         if pending.len() == 1 {
             // Within one chunk: hand over the received buffer, zero-filling a hole's tail.
             let (_, p) = pending.pop().expect("one");
-            let (_, mut bytes) = p.wait(client.timeout()).await?;
+            let mut bytes = p.wait(client.timeout()).await?.payload;
             bytes.resize(len as usize, 0);
             return Ok(bytes);
         }
         let mut out = vec![0u8; len as usize];
         for (at, p) in pending {
-            let (_, bytes) = p.wait(client.timeout()).await?;
+            let bytes = p.wait(client.timeout()).await?.payload;
             out[at..at + bytes.len()].copy_from_slice(&bytes);
         }
         Ok(out)
@@ -522,19 +525,16 @@ impl File {
     async fn publish(&self, release: bool) -> Result<(bool, u64)> {
         let dirty = self.dirty.swap(false, Ordering::Relaxed);
         let written = self.written_end.load(Ordering::Relaxed);
-        let request =
-            Request::Commit { ino: self.ino, size: (dirty && written > 0).then_some(written), mtime: dirty.then(Timestamp::now), release };
-        match self.client.call_home(self.ino, request).await? {
-            Reply::Dropped { purge, size } => Ok((purge, size)),
-            other => Err(unexpected("commit", other)),
-        }
+        let commit = Commit { ino: self.ino, size: (dirty && written > 0).then_some(written), mtime: dirty.then(Timestamp::now), release };
+        let fate = self.client.call_home(self.ino, commit).await?;
+        Ok((fate.purge, fate.size))
     }
 
     /// Waits for every write, makes the data durable on the servers' devices and publishes
     /// size and mtime.
     pub async fn fsync(&self) -> Result<()> {
         self.wait_writes().await?;
-        self.client.broadcast(Request::SyncData { ino: self.ino }).await?;
+        self.client.broadcast(SyncData { ino: self.ino }).await?;
         self.publish(false).await.map(|_| ())
     }
 

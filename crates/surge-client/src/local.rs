@@ -26,9 +26,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use surge_proto::{data_file_name, write_growth as growth, ErrorCode, Ino, LocalData, Reply};
+use surge_proto::call::encode_reply;
+use surge_proto::{data_file_name, write_growth as growth, ErrorCode, Ino, LocalData};
 
-use crate::conn::{Pending, Response};
+use crate::conn::{Answer, Pending, Response};
 use crate::error::{Error, Result};
 use crate::Client;
 use surge_proto::placement::Piece;
@@ -259,8 +260,7 @@ impl LocalFiles {
 }
 
 fn io_error(op: &str, ino: Ino, offset: u64, e: std::io::Error) -> Error {
-    let code = if e.raw_os_error() == Some(libc::ENOSPC) { ErrorCode::NoSpace } else { ErrorCode::Io };
-    Error::new(code, format!("local {op} of inode {ino:#x} at {offset}: {e}"))
+    Error::new(ErrorCode::of_store_io(&e), format!("local {op} of inode {ino:#x} at {offset}: {e}"))
 }
 
 /// A local write handed to the [`LocalWriter`].
@@ -289,7 +289,7 @@ impl LocalWriter {
                 // Ends when the client, holding the sender, goes.
                 for job in queue {
                     let outcome = match job.file.write_all_at(&job.data, job.offset) {
-                        Ok(()) => Ok((Reply::Written { len: job.data.len() as u32 }, Vec::new())),
+                        Ok(()) => Ok(Answer { message: encode_reply(&(job.data.len() as u32)), payload: Vec::new() }),
                         Err(e) => Err(io_error("write", job.ino, job.offset, e)),
                     };
                     let _ = job.done.send(outcome);

@@ -8,10 +8,13 @@
 
 use std::time::Duration;
 
-use surge_proto::stage::{StageDirection, StageFile, StageKind, StageSpec, StageState, StageSummary, StageWhen};
-use surge_proto::{ErrorCode, Reply, Request};
+use surge_proto::stage::{
+    StageCancel, StageDirection, StageFile, StageFiles, StageFilesPage, StageJobEnd, StageKind, StageList, StageRevoke, StageSpec,
+    StageState, StageSubmit, StageSummary, StageWhen,
+};
+use surge_proto::ErrorCode;
 
-use crate::{unexpected, Client, Error, Result};
+use crate::{Client, Error, Result};
 
 /// The coordinator of every stage this client submits.
 const COORDINATOR: usize = 0;
@@ -74,18 +77,12 @@ impl Client {
         if !spec.pfs_path.starts_with('/') {
             return Err(Error::new(ErrorCode::Invalid, format!("PFS path '{}' must be absolute", spec.pfs_path)));
         }
-        match self.request(COORDINATOR, Request::StageSubmit { spec }).await? {
-            Reply::StageId { id } => Ok(id),
-            other => Err(unexpected("stage submit", other)),
-        }
+        self.call(COORDINATOR, StageSubmit { spec }).await
     }
 
     /// Every stage (`None`), or the stages submitted for `bb_path`.
     pub async fn stage_list(&self, bb_path: Option<&str>) -> Result<Vec<StageSummary>> {
-        match self.request(COORDINATOR, Request::StageList { bb_path: bb_path.map(str::to_string) }).await? {
-            Reply::Stages(stages) => Ok(stages),
-            other => Err(unexpected("stage list", other)),
-        }
+        self.call(COORDINATOR, StageList { bb_path: bb_path.map(str::to_string) }).await
     }
 
     /// One stage by id.
@@ -101,32 +98,28 @@ impl Client {
     pub async fn stage_files(&self, id: u64) -> Result<Vec<StageFile>> {
         let mut all = Vec::new();
         loop {
-            let request = Request::StageFiles { id, offset: all.len() as u32, limit: FILES_PAGE };
-            match self.request(COORDINATOR, request).await? {
-                Reply::StageFiles { files, total } => {
-                    let last_page = files.is_empty();
-                    all.extend(files);
-                    if last_page || all.len() as u64 >= total {
-                        return Ok(all);
-                    }
-                }
-                other => return Err(unexpected("stage files", other)),
+            let StageFilesPage { files, total } =
+                self.call(COORDINATOR, StageFiles { id, offset: all.len() as u32, limit: FILES_PAGE }).await?;
+            let last_page = files.is_empty();
+            all.extend(files);
+            if last_page || all.len() as u64 >= total {
+                return Ok(all);
             }
         }
     }
 
     pub async fn stage_cancel(&self, id: u64) -> Result<()> {
-        self.request(COORDINATOR, Request::StageCancel { id }).await.map(|_| ())
+        self.call(COORDINATOR, StageCancel { id }).await
     }
 
     /// Drops the job-end stages of `bb_path` that have not started.
     pub async fn stage_revoke(&self, bb_path: &str) -> Result<()> {
-        self.request(COORDINATOR, Request::StageRevoke { bb_path: bb_path.to_string() }).await.map(|_| ())
+        self.call(COORDINATOR, StageRevoke { bb_path: bb_path.to_string() }).await
     }
 
     /// Starts every deferred (job-end) stage.
     pub async fn stage_job_end(&self) -> Result<()> {
-        self.request(COORDINATOR, Request::StageJobEnd).await.map(|_| ())
+        self.call(COORDINATOR, StageJobEnd).await
     }
 
     pub async fn stage_counts(&self, bb_path: &str) -> Result<StageCounts> {

@@ -43,7 +43,8 @@ use fuser::{
     FileAttr, FileType, Filesystem, KernelConfig, Notifier, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
     ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
 };
-use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, FileKind, Notice, Timestamp};
+use surge_client::surge_proto::admin::Notice;
+use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, FileKind, Timestamp};
 use surge_client::{Client, File};
 use tokio::runtime::Handle;
 

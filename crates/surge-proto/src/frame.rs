@@ -13,7 +13,8 @@
 use crate::PROTOCOL_VERSION;
 
 pub const FRAME_HEADER_LEN: usize = 20;
-/// Largest encoded message. Metadata messages are small; a readdir page is the largest.
+/// Largest encoded message. Metadata messages are small; a readdir page or a batch's replies
+/// are the largest.
 pub const MAX_MESSAGE_LEN: usize = 1 << 20;
 /// Largest bulk payload: one chunk of the largest allowed chunk size.
 pub const MAX_PAYLOAD_LEN: usize = 64 << 20;
@@ -24,8 +25,10 @@ const MAGIC: [u8; 2] = *b"SG";
 pub enum FrameKind {
     Request = 1,
     Reply = 2,
-    /// Server to client, unasked: a [`crate::Notice`] for a watching connection.
+    /// Server to client, unasked: a [`crate::admin::Notice`] for a watching connection.
     Notice = 3,
+    /// The answer to a request that failed: an [`crate::Error`] instead of the call's reply.
+    Failure = 4,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +81,7 @@ impl FrameHeader {
             1 => FrameKind::Request,
             2 => FrameKind::Reply,
             3 => FrameKind::Notice,
+            4 => FrameKind::Failure,
             other => return Err(FrameError::BadKind(other)),
         };
         let message_len = u32::from_le_bytes(bytes[4..8].try_into().unwrap());

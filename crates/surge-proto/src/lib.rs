@@ -7,8 +7,12 @@
 //!
 //! * [`frame`]: the fixed 20-byte frame header (magic, version, kind, lengths, request id) and
 //!   the limits that keep a malformed or hostile peer from making anyone allocate without bound;
-//! * [`msg`]: the request and reply messages (encoded with `postcard`), the file attributes and
-//!   directory entries they carry, and [`ErrorCode`], which maps one-to-one onto POSIX errno values;
+//! * [`call`]: every request, grouped by the service that answers it — [`namespace`],
+//!   [`data`], [`stage`] (staging), [`admin`] (statistics, batches, change notices) — each a
+//!   type with its reply type; [`handshake`]: the frames that open a connection;
+//! * [`types`]: the values requests and replies carry (attributes, directory entries ...);
+//! * [`error`]: [`ErrorCode`], which maps one-to-one onto POSIX errno values, and [`Error`],
+//!   what a failed request is answered with;
 //! * [`ino`]: inode numbers, which carry the index of their *home* server in their top bits so any
 //!   node can route a metadata request without asking a central service;
 //! * [`placement`]: which server holds which chunk of a file, and which homes a new directory;
@@ -18,25 +22,33 @@
 //!
 //! A frame is `header (20 bytes) | message (postcard, <= MAX_MESSAGE_LEN) | payload (raw bytes,
 //! <= MAX_PAYLOAD_LEN)`. Bulk file data travels only in the payload, never inside the encoded
-//! message, so neither side copies it through the serializer.
+//! message, so neither side copies it through the serializer. A request frame carries a
+//! [`Request`]; its answer is a reply frame with the call's reply, or a failure frame with an
+//! [`Error`].
 
+pub mod admin;
 pub mod auth;
+pub mod call;
+pub mod data;
 pub mod error;
 pub mod frame;
 #[cfg(feature = "io")]
 pub mod frame_io;
+pub mod handshake;
 #[cfg(feature = "io")]
 pub mod host;
 pub mod ino;
-pub mod msg;
+pub mod namespace;
 pub mod placement;
 pub mod stage;
+pub mod types;
 
+pub use call::{Call, Request};
 pub use error::{Error, ErrorCode};
 pub use frame::{FrameError, FrameHeader, FrameKind, FRAME_HEADER_LEN, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
 pub use ino::{Ino, ROOT_INO};
-pub use msg::*;
+pub use types::*;
 
 /// Version of the protocol spoken by this build. A peer announcing another version is refused
 /// at the first frame, with an error that names both versions.
-pub const PROTOCOL_VERSION: u8 = 3;
+pub const PROTOCOL_VERSION: u8 = 4;

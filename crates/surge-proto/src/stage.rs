@@ -8,9 +8,10 @@
 //! on every node) and its node-local store. Progress and per-file state live on the
 //! coordinator, which journals them to its node-local directory.
 
+use crate::call::service;
 use crate::error::{Error, ErrorCode};
 use crate::ino::Ino;
-use crate::msg::Timestamp;
+use crate::types::Timestamp;
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,7 +145,7 @@ pub struct CopyItem {
     pub mode: u32,
 }
 
-/// What one server was asked to do with a batch of [`CopyItem`]s.
+/// Sent by a coordinator to a server that owns chunks: copy them (one outcome per item).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct CopyOrder {
     pub direction: StageDirection,
@@ -155,6 +156,63 @@ pub struct CopyOrder {
 
 /// Per item: bytes copied, or why it failed (with a message naming the path).
 pub type CopyOutcome = Result<u64, Error>;
+
+/// Submits a stage to the coordinator; answers its id (see [`StageService::submit`]).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct StageSubmit {
+    pub spec: StageSpec,
+}
+
+/// Stages whose bb path is `bb_path` (all stages when `None`), oldest first.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct StageList {
+    pub bb_path: Option<String>,
+}
+
+/// Files of stage `id`, `limit` of them from position `offset`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct StageFiles {
+    pub id: u64,
+    pub offset: u32,
+    pub limit: u32,
+}
+
+/// A page of a stage's files, and how many it has in all.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct StageFilesPage {
+    pub files: Vec<StageFile>,
+    pub total: u64,
+}
+
+/// Stops a stage: nothing more is copied and nothing unfinished is published.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct StageCancel {
+    pub id: u64,
+}
+
+/// Drops the deferred (job-end) stages of `bb_path`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct StageRevoke {
+    pub bb_path: String,
+}
+
+/// The job is ending: start every deferred stage.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct StageJobEnd;
+
+service! {
+    /// A staging request: to the stage coordinator beside the server, or, for a
+    /// [`CopyOrder`], to a server that holds chunks to copy.
+    StagingRequest => Staging {
+        StageSubmit -> u64, "stage-submit";
+        StageList -> Vec<StageSummary>, "stage-list";
+        StageFiles -> StageFilesPage, "stage-files";
+        StageCancel -> (), "stage-cancel";
+        StageRevoke -> (), "stage-revoke";
+        StageJobEnd -> (), "stage-job-end";
+        CopyOrder -> Vec<CopyOutcome>, "stage-copy";
+    }
+}
 
 /// A future that answers a staging request, boxed so that [`StageService`] is object safe.
 pub type Answer<T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T, Error>> + Send + 'static>>;

@@ -2,25 +2,29 @@
 //! never panics, and a header that passes validation never asks for more than the limits.
 
 use proptest::prelude::*;
+use surge_proto::admin::{Batch, StatFs};
+use surge_proto::data::Write;
 use surge_proto::frame::{decode_message, encode_frame};
+use surge_proto::handshake::{Challenge, Hello, Welcome};
+use surge_proto::namespace::{Create, Lookup, Readdir, Rename, SetAttr};
 use surge_proto::*;
 
 fn sample_requests() -> Vec<Request> {
     vec![
-        Request::Hello { session: 7, proof: [3; 32] },
-        Request::Lookup { parent: ROOT_INO, name: "plot_0001.h5".into() },
-        Request::Create { parent: 5, name: "x".into(), mode: 0o644, uid: 1000, gid: 1000, exclusive: true, open: true },
-        Request::Rename {
-            src_parent: 1,
-            src_name: "a.tmp".into(),
-            dst_parent: 1,
-            dst_name: "a".into(),
-            noreplace: false,
-            retired_target: None,
-        },
-        Request::Write { ino: 1 << 48 | 9, offset: 1 << 40 },
-        Request::Readdir { ino: 1, after: Some("m".into()), limit: 1024 },
-        Request::SetAttr { ino: 3, changes: AttrChanges { mode: Some(0o600), size: Some(12), ..Default::default() } },
+        Lookup { parent: ROOT_INO, name: "plot_0001.h5".into() }.into(),
+        Create { parent: 5, name: "x".into(), mode: 0o644, uid: 1000, gid: 1000, exclusive: true, open: true }.into(),
+        Rename { src_parent: 1, src_name: "a.tmp".into(), dst_parent: 1, dst_name: "a".into(), noreplace: false, retired_target: None }
+            .into(),
+        Write { ino: 1 << 48 | 9, offset: 1 << 40 }.into(),
+        Readdir { ino: 1, after: Some("m".into()), limit: 1024 }.into(),
+        SetAttr { ino: 3, changes: AttrChanges { mode: Some(0o600), size: Some(12), ..Default::default() } }.into(),
+        Batch {
+            requests: vec![
+                Lookup { parent: 1, name: "a".into() }.into(),
+                Create { parent: 1, name: "b".into(), mode: 0o600, uid: 0, gid: 0, exclusive: false, open: false }.into(),
+            ],
+        }
+        .into(),
     ]
 }
 
@@ -38,7 +42,12 @@ proptest! {
     #[test]
     fn message_decoder_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
         let _ = decode_message::<Request>(&bytes);
-        let _ = decode_message::<Reply>(&bytes);
+        let _ = decode_message::<Hello>(&bytes);
+        let _ = decode_message::<Challenge>(&bytes);
+        let _ = decode_message::<Welcome>(&bytes);
+        let _ = decode_message::<Error>(&bytes);
+        let _ = decode_message::<DirPage>(&bytes);
+        let _ = decode_message::<Vec<surge_proto::admin::BatchOutcome>>(&bytes);
     }
 
     #[test]
@@ -77,7 +86,7 @@ fn every_sample_round_trips() {
 
 #[test]
 fn oversized_and_foreign_headers_are_refused() {
-    let mut frame = encode_frame(FrameKind::Request, 1, &Request::StatFs, 0);
+    let mut frame = encode_frame(FrameKind::Request, 1, &Request::from(StatFs), 0);
     frame[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
     let header: [u8; FRAME_HEADER_LEN] = frame[..FRAME_HEADER_LEN].try_into().unwrap();
     assert_eq!(FrameHeader::decode(&header), Err(FrameError::PayloadTooLarge(u32::MAX)));
@@ -89,7 +98,7 @@ fn oversized_and_foreign_headers_are_refused() {
 
 #[test]
 fn trailing_bytes_are_an_error() {
-    let frame = encode_frame(FrameKind::Request, 1, &Request::StatFs, 0);
+    let frame = encode_frame(FrameKind::Request, 1, &Request::from(StatFs), 0);
     let mut body = frame[FRAME_HEADER_LEN..].to_vec();
     body.push(0);
     assert!(decode_message::<Request>(&body).is_err());

@@ -7,7 +7,9 @@
 //! There is no central metadata server: clients route each request by inode number (metadata)
 //! or chunk index (data), and sequence the few operations that touch two servers. [`conn`]
 //! runs one client connection: challenge/response authentication first, then pipelined
-//! request frames; connections that cache metadata are told of changes ([`watch`]). For
+//! request frames, each answered by a handler of its service (`handle`) on behalf of the
+//! connection's session (`session`: what the connection holds, given back when it ends);
+//! connections that cache metadata are told of changes ([`watch`]). For
 //! staging, every server copies the chunks it owns between the PFS and its store when asked
 //! ([`stage_copy`]); the other staging requests go to the stage coordinator the daemon attached
 //! beside the server ([`Server::attach_coordinator`]), which is a client of the instance and
@@ -19,7 +21,9 @@
 pub mod conn;
 pub mod data;
 pub mod error;
+mod handle;
 pub mod meta;
+mod session;
 pub mod stage_copy;
 pub mod watch;
 

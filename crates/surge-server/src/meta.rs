@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use surge_proto::ino::{self, Ino};
 
 use crate::error::{Result, ServerError};
-use surge_proto::{check_name, Attr, AttrChanges, DirEntry, ErrorCode, FileKind, Timestamp, Unlinked, MAX_SYMLINK_LEN};
+use surge_proto::{
+    check_name, Attr, AttrChanges, DirEntry, ErrorCode, FileKind, InodeFate, LinkOutcome, Timestamp, Unlinked, MAX_SYMLINK_LEN,
+};
 
 /// How long a cross-server rename may hold its source entry before the lock is ignored
 /// (the client that took it has died).
@@ -393,11 +395,11 @@ impl MetaStore {
         kind: FileKind,
         replace: bool,
         retired_target: Option<Ino>,
-    ) -> Result<(Option<Unlinked>, Option<Ino>)> {
+    ) -> Result<LinkOutcome> {
         check_name(name)?;
         if let Some(existing) = self.dir(parent)?.entries.get(name) {
             if existing.ino == ino {
-                return Ok((None, None));
+                return Ok(LinkOutcome::default());
             }
             if !replace {
                 return fail(ErrorCode::Exists, format!("'{name}' exists"));
@@ -409,7 +411,7 @@ impl MetaStore {
         let replaced = self.replace_existing(parent, name, kind, retired_target)?;
         self.link_entry(parent, name, ino, kind)?;
         let reparent = self.reparent(ino, kind, parent);
-        Ok((replaced, reparent))
+        Ok(LinkOutcome { replaced, reparent })
     }
 
     /// Points a moved directory's `..` at its new parent when it is homed here; otherwise
@@ -476,9 +478,9 @@ impl MetaStore {
         Ok(())
     }
 
-    pub fn drop_link(&mut self, ino: Ino) -> Result<(bool, u64)> {
+    pub fn drop_link(&mut self, ino: Ino) -> Result<InodeFate> {
         let unlinked = self.drop_link_local(ino)?;
-        Ok((unlinked.purge, unlinked.size))
+        Ok(InodeFate { purge: unlinked.purge, size: unlinked.size })
     }
 
     pub fn set_parent(&mut self, ino: Ino, parent: Ino) -> Result<()> {
@@ -502,20 +504,20 @@ impl MetaStore {
         dst_name: &str,
         noreplace: bool,
         retired_target: Option<Ino>,
-    ) -> Result<(Option<Unlinked>, Option<Ino>)> {
+    ) -> Result<LinkOutcome> {
         check_name(dst_name)?;
         let (ino, kind, locked) = self.entry_of(src_parent, src_name)?;
         Self::check_not_locked(locked, src_name)?;
         self.dir(dst_parent)?;
         if src_parent == dst_parent && src_name == dst_name {
-            return Ok((None, None));
+            return Ok(LinkOutcome::default());
         }
         if kind == FileKind::Dir && self.is_ancestor_or_self(ino, dst_parent) {
             return fail(ErrorCode::Invalid, "cannot move a directory into itself");
         }
         if let Some(existing) = self.dir(dst_parent)?.entries.get(dst_name) {
             if existing.ino == ino {
-                return Ok((None, None));
+                return Ok(LinkOutcome::default());
             }
             if noreplace {
                 return fail(ErrorCode::Exists, format!("'{dst_name}' exists"));
@@ -528,7 +530,7 @@ impl MetaStore {
             inode.attr.ctime = Timestamp::now();
         }
         let reparent = if src_parent != dst_parent { self.reparent(ino, kind, dst_parent) } else { None };
-        Ok((replaced, reparent))
+        Ok(LinkOutcome { replaced, reparent })
     }
 
     /// Walks `..` from `dir` as far as this server knows it, looking for `ancestor`. The
@@ -589,7 +591,7 @@ impl MetaStore {
 
     /// Publishes a writer's size and mtime; with `release`, ends one open handle. Returns
     /// whether the file is now gone (unlinked earlier, last handle closed) and must be purged.
-    pub fn commit(&mut self, ino: Ino, size: Option<u64>, mtime: Option<Timestamp>, release: bool) -> Result<(bool, u64)> {
+    pub fn commit(&mut self, ino: Ino, size: Option<u64>, mtime: Option<Timestamp>, release: bool) -> Result<InodeFate> {
         let inode = self.inode_mut(ino)?;
         if let Some(size) = size {
             inode.attr.size = inode.attr.size.max(size);
@@ -606,7 +608,7 @@ impl MetaStore {
         if gone {
             self.remove_inode(ino);
         }
-        Ok((purge, final_size))
+        Ok(InodeFate { purge, size: final_size })
     }
 }
 
@@ -624,7 +626,7 @@ mod tests {
         let mut s = MetaStore::new(0, 0, 0);
         let old = file(&mut s, ROOT_INO, "plot.h5");
         let new = file(&mut s, ROOT_INO, "plot.h5.tmp");
-        let (replaced, _) = s.rename(ROOT_INO, "plot.h5.tmp", ROOT_INO, "plot.h5", false, None).unwrap();
+        let replaced = s.rename(ROOT_INO, "plot.h5.tmp", ROOT_INO, "plot.h5", false, None).unwrap().replaced;
         let replaced = replaced.unwrap();
         assert_eq!(replaced.ino, old);
         assert!(replaced.purge);
@@ -639,7 +641,7 @@ mod tests {
         let u = s.unlink(ROOT_INO, "f").unwrap();
         assert!(!u.purge);
         assert!(s.getattr(ino).is_ok());
-        assert_eq!(s.commit(ino, Some(10), None, true).unwrap(), (true, 10));
+        assert_eq!(s.commit(ino, Some(10), None, true).unwrap(), InodeFate { purge: true, size: 10 });
         assert!(s.getattr(ino).is_err());
     }
 

@@ -19,7 +19,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use surge_proto::{Ino, Notice, Reply, Request, Unlinked};
+use surge_proto::admin::Notice;
+use surge_proto::{Ino, Unlinked};
 use tokio::sync::{mpsc, oneshot};
 
 /// How long a change waits for watchers to acknowledge its notices before it is answered
@@ -66,106 +67,22 @@ pub struct Effects {
 }
 
 impl Effects {
-    /// Whether `request` can tell or change anything watched (data and staging cannot).
-    pub fn possible(request: &Request) -> bool {
-        matches!(
-            request,
-            Request::Lookup { .. }
-                | Request::GetAttr { .. }
-                | Request::Open { .. }
-                | Request::MakeDirInode { .. }
-                | Request::SetAttr { .. }
-                | Request::Create { .. }
-                | Request::Symlink { .. }
-                | Request::InsertEntry { .. }
-                | Request::Unlink { .. }
-                | Request::Rmdir { .. }
-                | Request::RemoveEntry { .. }
-                | Request::RenameFinish { .. }
-                | Request::Rename { .. }
-                | Request::DropLink { .. }
-                | Request::SetParent { .. }
-                | Request::Commit { .. }
-                | Request::Readdir { .. }
-        )
-    }
-
-    /// What `request`, answered with `reply` (not an error), told and changed.
-    pub fn of(request: &Request, reply: &Reply) -> Effects {
-        let mut fx = Effects::default();
-        match (request, reply) {
-            (Request::Lookup { parent, .. }, Reply::Entry(entry)) => {
-                fx.told_dirs.push(*parent);
-                if entry.attr.is_some() {
-                    fx.told_attrs.push(entry.ino);
-                }
-            }
-            (Request::GetAttr { ino } | Request::Open { ino }, _) => fx.told_attrs.push(*ino),
-            (Request::MakeDirInode { .. }, Reply::Attr(attr)) => {
-                // Watched from birth: a client that made a directory may know all its names.
-                fx.told_attrs.push(attr.ino);
-                fx.told_dirs.push(attr.ino);
-            }
-            (Request::SetAttr { ino, .. }, _) => {
-                fx.changed_attrs.push(*ino);
-                fx.told_attrs.push(*ino);
-            }
-            (Request::Create { parent, name, .. }, Reply::Entry(entry)) => {
-                fx.new_name(*parent, name, Some(entry.ino));
-            }
-            (Request::Symlink { parent, name, .. }, Reply::Attr(attr)) => fx.new_name(*parent, name, Some(attr.ino)),
-            (Request::InsertEntry { parent, name, .. }, Reply::Renamed { replaced, .. }) => {
-                fx.new_name(*parent, name, None);
-                fx.lost_link(replaced.as_ref());
-            }
-            (Request::Unlink { parent, name }, Reply::Unlinked(unlinked)) => {
-                fx.removed_name(*parent, name);
-                fx.lost_link(Some(unlinked));
-            }
-            (Request::Rmdir { parent, name } | Request::RemoveEntry { parent, name, .. }, _) => fx.removed_name(*parent, name),
-            (Request::RenameFinish { parent, name, commit: true, .. }, _) => fx.removed_name(*parent, name),
-            (Request::Rename { src_parent, src_name, dst_parent, dst_name, .. }, Reply::Renamed { replaced, .. }) => {
-                fx.removed_name(*src_parent, src_name);
-                fx.new_name(*dst_parent, dst_name, None);
-                fx.lost_link(replaced.as_ref());
-            }
-            (Request::DropLink { ino }, Reply::Dropped { purge, .. }) => {
-                fx.changed_attrs.push(*ino);
-                if *purge {
-                    fx.gone.push(*ino);
-                }
-            }
-            (Request::SetParent { ino, .. }, _) => fx.changed_attrs.push(*ino),
-            (Request::Commit { ino, size, mtime, .. }, Reply::Dropped { purge, .. }) => {
-                if size.is_some() || mtime.is_some() {
-                    fx.changed_attrs.push(*ino);
-                }
-                if *purge {
-                    fx.gone.push(*ino);
-                }
-            }
-            (Request::Readdir { ino, .. }, _) => fx.told_dirs.push(*ino),
-            _ => {}
-        }
-        fx
-    }
-
     /// `parent/name` was created or replaced (by `ino` when it is homed here): the requester's
     /// kernel will cache the name.
-    fn new_name(&mut self, parent: Ino, name: &str, ino: Option<Ino>) {
+    pub(crate) fn new_name(&mut self, parent: Ino, name: &str, ino: Option<Ino>) {
         self.changed_entries.push((parent, name.to_string()));
         self.changed_attrs.push(parent);
         self.told_dirs.push(parent);
         self.told_attrs.extend(ino);
     }
 
-    fn removed_name(&mut self, parent: Ino, name: &str) {
+    pub(crate) fn removed_name(&mut self, parent: Ino, name: &str) {
         self.changed_entries.push((parent, name.to_string()));
         self.changed_attrs.push(parent);
     }
 
     /// An inode lost a name; when it is homed here, its link count changed or it is gone.
-    fn lost_link(&mut self, unlinked: Option<&Unlinked>) {
+    pub(crate) fn lost_link(&mut self, unlinked: Option<&Unlinked>) {
         if let Some(u) = unlinked.filter(|u| !u.remote) {
             self.changed_attrs.push(u.ino);
             if u.purge {
@@ -328,68 +245,6 @@ mod tests {
         assert_eq!(awaited[0].try_recv(), Ok(()));
         w.unregister(b);
         assert!(matches!(awaited[1].try_recv(), Err(oneshot::error::TryRecvError::Closed)));
-    }
-
-    #[test]
-    fn every_request_with_effects_takes_the_ledger() {
-        use surge_proto::{Attr, AttrChanges, DirEntry, FileKind, Timestamp};
-        let attr = Attr {
-            ino: 7,
-            kind: FileKind::File,
-            mode: 0o644,
-            uid: 0,
-            gid: 0,
-            size: 0,
-            nlink: 1,
-            atime: Timestamp::default(),
-            mtime: Timestamp::default(),
-            ctime: Timestamp::default(),
-        };
-        let entry = DirEntry { name: "x".into(), ino: 7, kind: FileKind::File, attr: Some(attr.clone()) };
-        let unlinked = Unlinked { ino: 7, kind: FileKind::File, remote: false, purge: true, size: 0 };
-        let name = || "x".to_string();
-        let cases = [
-            (Request::Lookup { parent: 1, name: name() }, Reply::Entry(entry.clone())),
-            (Request::GetAttr { ino: 7 }, Reply::Attr(attr.clone())),
-            (Request::Open { ino: 7 }, Reply::Attr(attr.clone())),
-            (Request::SetAttr { ino: 7, changes: AttrChanges::default() }, Reply::Attr(attr.clone())),
-            (
-                Request::Create { parent: 1, name: name(), mode: 0o644, uid: 0, gid: 0, exclusive: true, open: true },
-                Reply::Entry(entry.clone()),
-            ),
-            (Request::Symlink { parent: 1, name: name(), target: "t".into(), uid: 0, gid: 0 }, Reply::Attr(attr.clone())),
-            (Request::MakeDirInode { parent: 1, mode: 0o755, uid: 0, gid: 0 }, Reply::Attr(attr.clone())),
-            (
-                Request::InsertEntry { parent: 1, name: name(), ino: 7, kind: FileKind::File, replace: true, retired_target: None },
-                Reply::Renamed { replaced: Some(unlinked.clone()), reparent: None },
-            ),
-            (Request::Unlink { parent: 1, name: name() }, Reply::Unlinked(unlinked.clone())),
-            (Request::Rmdir { parent: 1, name: name() }, Reply::Ok),
-            (Request::RemoveEntry { parent: 1, name: name(), ino: 7 }, Reply::Ok),
-            (Request::RenameFinish { parent: 1, name: name(), ino: 7, commit: true }, Reply::Ok),
-            (
-                Request::Rename {
-                    src_parent: 1,
-                    src_name: name(),
-                    dst_parent: 2,
-                    dst_name: name(),
-                    noreplace: false,
-                    retired_target: None,
-                },
-                Reply::Renamed { replaced: None, reparent: None },
-            ),
-            (Request::DropLink { ino: 7 }, Reply::Dropped { purge: true, size: 0 }),
-            (Request::SetParent { ino: 7, parent: 2 }, Reply::Ok),
-            (Request::Commit { ino: 7, size: Some(1), mtime: None, release: false }, Reply::Dropped { purge: false, size: 1 }),
-            (Request::Readdir { ino: 1, after: None, limit: 10 }, Reply::Entries { entries: vec![], more: false }),
-        ];
-        for (request, reply) in &cases {
-            assert_ne!(Effects::of(request, reply), Effects::default(), "{} has effects", request.name());
-            assert!(Effects::possible(request), "{} must take the ledger", request.name());
-        }
-        // Data requests have none and do not take it.
-        assert!(!Effects::possible(&Request::Read { ino: 7, offset: 0, len: 1 }));
-        assert_eq!(Effects::of(&Request::Read { ino: 7, offset: 0, len: 1 }, &Reply::Data), Effects::default());
     }
 
     #[test]

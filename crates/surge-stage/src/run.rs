@@ -15,8 +15,9 @@ use std::sync::Arc;
 
 use surge_client::{Client, ClientOptions};
 use surge_proto::ino::{self, Ino};
+use surge_proto::namespace::{Commit, Create, NamespaceRequest, Open, Rename, Unlink};
 use surge_proto::stage::{CopyItem, CopyOrder, CopyOutcome, StageDirection, StageSpec, StageState};
-use surge_proto::{Error, ErrorCode, FileKind, Reply, Request};
+use surge_proto::{Call, Error, ErrorCode, FileKind, LinkOutcome};
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
@@ -206,9 +207,9 @@ async fn send_orders(client: &Client, orders: Vec<(usize, CopyOrder)>) -> Vec<(u
         let client = client.clone();
         let count = order.items.len();
         pending.spawn(async move {
-            let outcome = match client.request(server, Request::StageCopy(order)).await {
-                Ok(Reply::Copied(outcomes)) if outcomes.len() == count => Ok(outcomes),
-                Ok(other) => Err(format!("server {server}: unexpected answer to a copy order: {other:?}")),
+            let outcome = match client.call(server, order).await {
+                Ok(outcomes) if outcomes.len() == count => Ok(outcomes),
+                Ok(outcomes) => Err(format!("server {server}: {} outcomes for a copy order of {count} items", outcomes.len())),
                 Err(e) => Err(format!("server {server}: {e}")),
             };
             (position, server, outcome)
@@ -302,21 +303,9 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
     }
     let creates = files
         .iter()
-        .map(|&i| Request::Create {
-            parent,
-            name: temporary_name(ctx.id, i),
-            mode: plan.files[i].mode,
-            uid,
-            gid,
-            exclusive: true,
-            open: true,
-        })
+        .map(|&i| Create { parent, name: temporary_name(ctx.id, i), mode: plan.files[i].mode, uid, gid, exclusive: true, open: true })
         .collect();
-    let created = batch_each(client, home, creates, "create", |reply| match reply {
-        Reply::Entry(entry) => Some(entry.ino),
-        _ => None,
-    })
-    .await;
+    let created = batch_each(client, home, creates, |entry| entry.ino).await;
     // Copy: one order per server holding first chunks.
     let mut orders: BTreeMap<usize, Vec<(usize, CopyItem)>> = BTreeMap::new();
     for (k, &i) in files.iter().enumerate() {
@@ -343,7 +332,7 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
         .iter()
         .enumerate()
         .filter_map(|(k, &i)| {
-            created[k].as_ref().ok().map(|&ino| Request::Commit { ino, size: Some(plan.files[i].size), mtime: None, release: true })
+            created[k].as_ref().ok().map(|&ino| Commit { ino, size: Some(plan.files[i].size), mtime: None, release: true })
         })
         .collect::<Vec<_>>();
     if !commits.is_empty() {
@@ -358,7 +347,7 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
     for (k, &i) in files.iter().enumerate() {
         if outcome[k].is_ok() && !ctx.stage.cancelled() {
             let (_, name) = split_path(&plan.files[i].bb_path);
-            renames.push(Request::Rename {
+            renames.push(Rename {
                 src_parent: parent,
                 src_name: temporary_name(ctx.id, i),
                 dst_parent: parent,
@@ -376,7 +365,7 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
             Ok(replies) => {
                 for (reply, &k) in replies.into_iter().zip(&rename_of) {
                     match reply {
-                        Ok(Reply::Renamed { replaced: Some(old), .. }) => {
+                        Ok(LinkOutcome { replaced: Some(old), .. }) => {
                             if let Err(e) = client.finish_unlinked(&old).await {
                                 tracing::warn!("stage-in replaced a file whose old data could not be purged: {e}");
                             }
@@ -393,11 +382,11 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
             }
         }
     }
-    let unlinks: Vec<Request> = files
+    let unlinks: Vec<Unlink> = files
         .iter()
         .enumerate()
         .filter(|(k, _)| created[*k].is_ok() && outcome[*k].is_err())
-        .map(|(_, &i)| Request::Unlink { parent, name: temporary_name(ctx.id, i) })
+        .map(|(_, &i)| Unlink { parent, name: temporary_name(ctx.id, i) })
         .collect();
     remove_bb_temporaries(client, home, unlinks).await;
     for (&i, outcome) in files.iter().zip(outcome) {
@@ -405,38 +394,29 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
     }
 }
 
-/// Sends a batch and takes what `pick` wants from each reply: one outcome per request (all
-/// failed alike when the batch itself could not be sent).
-async fn batch_each<T>(
+/// Sends a batch and takes what `pick` wants from each reply: one outcome per call (all failed
+/// alike when the batch itself could not be sent).
+async fn batch_each<C: Call + Into<NamespaceRequest>, T>(
     client: &Client,
     server: usize,
-    requests: Vec<Request>,
-    what: &str,
-    pick: impl Fn(&Reply) -> Option<T>,
+    calls: Vec<C>,
+    pick: impl Fn(C::Reply) -> T,
 ) -> Vec<Result<T, String>> {
-    let count = requests.len();
-    match client.batch(server, requests).await {
-        Ok(replies) => replies
-            .into_iter()
-            .map(|reply| match reply {
-                Ok(reply) => pick(&reply).ok_or_else(|| format!("unexpected answer to {what}: {reply:?}")),
-                Err(e) => Err(format!("burst buffer: {e}")),
-            })
-            .collect(),
+    let count = calls.len();
+    match client.batch(server, calls).await {
+        Ok(replies) => replies.into_iter().map(|reply| reply.map(&pick).map_err(|e| format!("burst buffer: {e}"))).collect(),
         Err(e) => (0..count).map(|_| Err(format!("burst buffer: {e}"))).collect(),
     }
 }
 
 /// Removes temporary files of a stage-in that will not be published, with their data.
-async fn remove_bb_temporaries(client: &Client, home: usize, unlinks: Vec<Request>) {
+async fn remove_bb_temporaries(client: &Client, home: usize, unlinks: Vec<Unlink>) {
     if unlinks.is_empty() {
         return;
     }
     if let Ok(replies) = client.batch(home, unlinks).await {
-        for reply in replies {
-            if let Ok(Reply::Unlinked(u)) = reply {
-                let _ = client.finish_unlinked(&u).await;
-            }
+        for unlinked in replies.into_iter().flatten() {
+            let _ = client.finish_unlinked(&unlinked).await;
         }
     }
 }
@@ -487,16 +467,14 @@ async fn stage_in_large(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, index: usiz
     let client = &ctx.client;
     started(&ctx, index);
     let temp = temporary_name(ctx.id, index);
-    let create =
-        Request::Create { parent, name: temp.clone(), mode: file.mode, uid: ctx.spec.uid, gid: ctx.spec.gid, exclusive: true, open: true };
-    let ino = match client.request(ino::home(parent), create).await {
-        Ok(Reply::Entry(entry)) => entry.ino,
-        Ok(other) => return finished(&ctx, index, Err(format!("unexpected answer to create: {other:?}"))),
+    let create = Create { parent, name: temp.clone(), mode: file.mode, uid: ctx.spec.uid, gid: ctx.spec.gid, exclusive: true, open: true };
+    let ino = match client.call(ino::home(parent), create).await {
+        Ok(entry) => entry.ino,
         Err(e) => return finished(&ctx, index, Err(format!("burst buffer: {e}"))),
     };
     let mut outcome = copy_windows(&ctx, index, ino, file, StageDirection::In, None).await;
-    let commit = Request::Commit { ino, size: Some(file.size), mtime: None, release: true };
-    if let Err(e) = client.request(ino::home(ino), commit).await {
+    let commit = Commit { ino, size: Some(file.size), mtime: None, release: true };
+    if let Err(e) = client.call(ino::home(ino), commit).await {
         outcome = outcome.and(Err(format!("burst buffer: commit: {e}")));
     }
     if outcome.is_ok() && ctx.stage.cancelled() {
@@ -509,7 +487,7 @@ async fn stage_in_large(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, index: usiz
         }
     }
     if outcome.is_err() {
-        remove_bb_temporaries(client, ino::home(parent), vec![Request::Unlink { parent, name: temp }]).await;
+        remove_bb_temporaries(client, ino::home(parent), vec![Unlink { parent, name: temp }]).await;
     }
     finished(&ctx, index, outcome);
 }
@@ -623,12 +601,8 @@ async fn stage_out_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, files: Vec<usize>) {
     for &i in &files {
         started(&ctx, i);
     }
-    let opens = files.iter().map(|&i| Request::Open { ino: plan.files[i].ino.expect("inode") }).collect();
-    let opened = batch_each(client, home, opens, "open", |reply| match reply {
-        Reply::Attr(attr) => Some(attr.size),
-        _ => None,
-    })
-    .await;
+    let opens = files.iter().map(|&i| Open { ino: plan.files[i].ino.expect("inode") }).collect();
+    let opened = batch_each(client, home, opens, |attr| attr.size).await;
     let mut outcome: Vec<Result<(), String>> = opened.iter().map(|o| o.as_ref().map(|_| ()).map_err(Clone::clone)).collect();
     let mut orders: BTreeMap<usize, Vec<(usize, CopyItem)>> = BTreeMap::new();
     let mut grown = Vec::new();
@@ -665,7 +639,7 @@ async fn stage_out_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, files: Vec<usize>) {
         .iter()
         .enumerate()
         .filter(|(k, _)| opened[*k].is_ok())
-        .map(|(_, &i)| Request::Commit { ino: plan.files[i].ino.expect("inode"), size: None, mtime: None, release: true })
+        .map(|(_, &i)| Commit { ino: plan.files[i].ino.expect("inode"), size: None, mtime: None, release: true })
         .collect::<Vec<_>>();
     if !releases.is_empty() {
         if let Err(e) = client.batch(home, releases).await {
@@ -681,17 +655,16 @@ async fn stage_out_large(ctx: Arc<Ctx>, plan: Arc<Plan>, index: usize) {
     let file = &plan.files[index];
     let ino = file.ino.expect("inode");
     started(&ctx, index);
-    let outcome = match ctx.client.request(ino::home(ino), Request::Open { ino }).await {
-        Ok(Reply::Attr(attr)) => {
+    let outcome = match ctx.client.call(ino::home(ino), Open { ino }).await {
+        Ok(attr) => {
             let sized = PlannedFile { size: attr.size, ..file.clone() };
             let outcome = copy_out_large(&ctx, index, &sized).await;
-            let release = Request::Commit { ino, size: None, mtime: None, release: true };
-            if let Err(e) = ctx.client.request(ino::home(ino), release).await {
+            let release = Commit { ino, size: None, mtime: None, release: true };
+            if let Err(e) = ctx.client.call(ino::home(ino), release).await {
                 tracing::warn!(id = ctx.id, "stage-out could not release its open: {e}");
             }
             outcome
         }
-        Ok(other) => Err(format!("unexpected answer to open: {other:?}")),
         Err(e) => Err(format!("burst buffer: {e}")),
     };
     finished(&ctx, index, outcome);

@@ -1,0 +1,288 @@
+//! The client: an instance's servers, one connection to each (opened on first use, replaced
+//! when it breaks), and the calls sent over them. Metadata calls go to the home server of the
+//! inode they name; data calls to the server that holds the chunk (see
+//! [`surge_proto::placement`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use surge_proto::admin::{Batch, Shutdown, StatFs};
+use surge_proto::auth::Secret;
+use surge_proto::ino::{self, Ino};
+use surge_proto::namespace::NamespaceRequest;
+use surge_proto::placement::Layout;
+use surge_proto::{Call, ErrorCode, Request, ServerStats};
+use tokio::sync::Mutex as AsyncMutex;
+
+use crate::conn::{Answer, Connection, Pending, Watcher};
+use crate::descriptor::{InstanceDescriptor, Mode};
+use crate::error::{Error, Result};
+use crate::local;
+use crate::options::ClientOptions;
+
+/// How long a step retries while the entry it needs is locked by a rename in progress.
+const BUSY_RETRY_FOR: Duration = Duration::from_secs(5);
+
+struct ServerSlot {
+    addr: std::net::SocketAddr,
+    conn: AsyncMutex<Option<Arc<Connection>>>,
+}
+
+struct Inner {
+    servers: Vec<ServerSlot>,
+    /// Set by [`Client::watch`]; connections opened afterwards ask for change notices.
+    watcher: std::sync::OnceLock<Arc<dyn Watcher>>,
+    layout: Layout,
+    secret: Secret,
+    session: u64,
+    opts: ClientOptions,
+    /// Data files of servers on this node held open for local I/O, by every open file.
+    local_files: std::sync::atomic::AtomicUsize,
+    /// Started on the first local write.
+    local_writer: std::sync::OnceLock<local::LocalWriter>,
+}
+
+/// Most server data files held open for local I/O at once. This machine class allows 20,000
+/// descriptors per process; a file opened past this is read over the network instead.
+const MAX_LOCAL_FILES: usize = 4096;
+
+/// A connection to one instance. Cheap to clone; all clones share connections.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+    /// Owner stamped on what this handle creates (see [`Client::as_user`]).
+    uid: u32,
+    gid: u32,
+}
+
+/// The first failure among `outcomes`, if any.
+pub(crate) fn first_failure(outcomes: Vec<Result<()>>) -> Result<()> {
+    outcomes.into_iter().find_map(|outcome| outcome.err()).map_or(Ok(()), Err)
+}
+
+impl Client {
+    /// Connects to the instance a descriptor describes. Servers are dialled lazily, on first use.
+    pub fn new(desc: &InstanceDescriptor, opts: ClientOptions) -> Result<Client> {
+        let addrs: Vec<SocketAddr> = match desc.mode {
+            Mode::Striped => desc.servers.iter().map(|s| s.addr).collect(),
+            Mode::Private => {
+                // Each server is a namespace of its own (started as server 0 of 1): this
+                // client sees only its node's server.
+                let local = match opts.node {
+                    Some(ip) => desc.servers.iter().find(|s| s.addr.ip() == ip).ok_or_else(|| {
+                        Error::new(
+                            ErrorCode::Invalid,
+                            format!("private mode: no server of instance '{}' runs on this node ({ip})", desc.name),
+                        )
+                    })?,
+                    None => desc.servers.first().ok_or_else(|| Error::new(ErrorCode::Invalid, "instance has no servers"))?,
+                };
+                vec![local.addr]
+            }
+        };
+        Client::from_parts(addrs, desc.chunk_size, desc.read_secret()?, opts)
+    }
+
+    /// Connects to the servers at `addrs` (in server-index order) of an instance with this
+    /// chunk size and secret: what the stage coordinator uses to reach the servers.
+    pub fn from_parts(addrs: Vec<SocketAddr>, chunk_size: u64, secret: Secret, opts: ClientOptions) -> Result<Client> {
+        if addrs.is_empty() {
+            return Err(Error::new(ErrorCode::Invalid, "instance has no servers"));
+        }
+        if chunk_size == 0 {
+            return Err(Error::new(ErrorCode::Invalid, "chunk size must not be 0"));
+        }
+        let mut session = [0u8; 8];
+        getrandom::getrandom(&mut session).map_err(|e| Error::new(ErrorCode::Io, e.to_string()))?;
+        let layout = Layout::new(chunk_size, addrs.len());
+        let servers = addrs.into_iter().map(|addr| ServerSlot { addr, conn: AsyncMutex::new(None) }).collect();
+        let (uid, gid) = (opts.uid, opts.gid);
+        Ok(Client {
+            inner: Arc::new(Inner {
+                servers,
+                watcher: Default::default(),
+                layout,
+                secret,
+                session: u64::from_le_bytes(session),
+                opts,
+                local_files: Default::default(),
+                local_writer: Default::default(),
+            }),
+            uid,
+            gid,
+        })
+    }
+
+    /// Asks every server for notices of changes made by others to what this client was told
+    /// (for a client that caches metadata, such as the FUSE mount). Call before the first
+    /// request: connections already open do not watch. Returns false if a watcher was set.
+    pub fn watch(&self, watcher: Arc<dyn Watcher>) -> bool {
+        self.inner.watcher.set(watcher).is_ok()
+    }
+
+    /// The servers' addresses, in index order.
+    pub fn server_addrs(&self) -> Vec<SocketAddr> {
+        self.inner.servers.iter().map(|s| s.addr).collect()
+    }
+
+    /// Owner stamped on what this handle creates.
+    pub fn identity(&self) -> (u32, u32) {
+        (self.uid, self.gid)
+    }
+
+    /// Loads `$SURGE_HOME/instances/NAME.json` and connects.
+    pub fn for_instance(name: &str, opts: ClientOptions) -> Result<Client> {
+        Client::new(&InstanceDescriptor::load(name)?, opts)
+    }
+
+    /// The same connections, creating files and directories owned by `uid:gid` (a FUSE
+    /// mount creates on behalf of whichever user asked).
+    pub fn as_user(&self, uid: u32, gid: u32) -> Client {
+        Client { inner: self.inner.clone(), uid, gid }
+    }
+
+    pub fn server_count(&self) -> usize {
+        self.inner.servers.len()
+    }
+
+    pub fn chunk_size(&self) -> u64 {
+        self.inner.layout.chunk_size()
+    }
+
+    pub fn options(&self) -> &ClientOptions {
+        &self.inner.opts
+    }
+
+    /// Write-behind / read-ahead window that keeps every server busy from one stream: two
+    /// chunks per server, at least 2 MiB.
+    pub fn stream_window(&self) -> u64 {
+        (2 * self.chunk_size() * self.server_count() as u64).max(2 << 20)
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.inner.layout
+    }
+
+    pub(crate) fn timeout(&self) -> Duration {
+        self.inner.opts.timeout
+    }
+
+    // ------------------------------------------------------------ transport
+
+    pub(crate) async fn connection(&self, server: usize) -> Result<Arc<Connection>> {
+        let slot =
+            self.inner.servers.get(server).ok_or_else(|| Error::new(ErrorCode::Stale, format!("no server {server} in this instance")))?;
+        let mut guard = slot.conn.lock().await;
+        if let Some(conn) = guard.as_ref() {
+            if !conn.is_broken() {
+                return Ok(conn.clone());
+            }
+        }
+        let opts = &self.inner.opts;
+        let watcher = self.inner.watcher.get().map(|w| (w.clone(), server));
+        let conn = Connection::open(slot.addr, opts.node, &self.inner.secret, self.inner.session, opts.timeout, watcher).await?;
+        *guard = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// The live connection to `server`, if there is one and nobody is opening it right now:
+    /// for senders that cannot wait (see [`crate::File::read_then`]).
+    pub(crate) fn connection_now(&self, server: usize) -> Option<Arc<Connection>> {
+        let guard = self.inner.servers.get(server)?.conn.try_lock().ok()?;
+        guard.as_ref().filter(|conn| !conn.is_broken()).cloned()
+    }
+
+    /// Takes one of the [`MAX_LOCAL_FILES`] descriptors for local I/O (false: none left).
+    pub(crate) fn take_local_file(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        self.inner.local_files.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| (n < MAX_LOCAL_FILES).then_some(n + 1)).is_ok()
+    }
+
+    pub(crate) fn local_writer(&self) -> &local::LocalWriter {
+        self.inner.local_writer.get_or_init(local::LocalWriter::start)
+    }
+
+    pub(crate) fn return_local_files(&self, count: usize) {
+        self.inner.local_files.fetch_sub(count, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Sends a request with its payload; its answer comes through the returned [`Pending`].
+    pub(crate) async fn send(&self, server: usize, request: &Request, payload: Bytes) -> Result<Pending> {
+        self.connection(server).await?.send(request, payload)
+    }
+
+    /// Sends `call` to server `server` and waits for its reply (a failure answered is `Err`),
+    /// retrying for a while when a rename in progress holds the entry it needs (`Busy`).
+    pub async fn call<C: Call>(&self, server: usize, call: C) -> Result<C::Reply> {
+        let deadline = tokio::time::Instant::now() + BUSY_RETRY_FOR;
+        loop {
+            let request: Request = call.clone().into();
+            match self.send(server, &request, Bytes::new()).await?.wait(self.inner.opts.timeout).await {
+                Err(e) if e.code == ErrorCode::Busy && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                answer => return answer?.reply::<C>(),
+            }
+        }
+    }
+
+    /// [`Client::call`] to the home server of `ino`.
+    pub(crate) async fn call_home<C: Call>(&self, ino: Ino, call: C) -> Result<C::Reply> {
+        self.call(ino::home(ino), call).await
+    }
+
+    /// Sends several namespace steps of one kind to one server in one frame; each gets its own
+    /// outcome, in order.
+    pub async fn batch<C: Call + Into<NamespaceRequest>>(&self, server: usize, calls: Vec<C>) -> Result<Vec<Result<C::Reply>>> {
+        let count = calls.len();
+        let outcomes = self.call(server, Batch { requests: calls.into_iter().map(Into::into).collect() }).await?;
+        if outcomes.len() != count {
+            return Err(Error::new(ErrorCode::Protocol, format!("batch of {count}: {} answers", outcomes.len())));
+        }
+        Ok(outcomes.into_iter().map(|outcome| Answer { message: outcome?, payload: Vec::new() }.reply::<C>()).collect())
+    }
+
+    /// Sends the same call to every server and waits for all answers.
+    pub(crate) async fn broadcast<C: Call>(&self, call: C) -> Result<()> {
+        self.send_to(0..self.server_count(), call).await
+    }
+
+    /// Sends the same call to each of `servers` at once and waits for all answers; returns the
+    /// first failure.
+    pub(crate) async fn send_to<C: Call>(&self, servers: impl Iterator<Item = usize>, call: C) -> Result<()> {
+        first_failure(self.send_all(servers.map(|server| (server, call.clone()))).await)
+    }
+
+    /// Sends each call to its server, all before waiting for any reply; the outcomes, in
+    /// order (a failure answered is an error).
+    pub(crate) async fn send_all<C: Call>(&self, calls: impl IntoIterator<Item = (usize, C)>) -> Vec<Result<()>> {
+        let mut pending = Vec::new();
+        for (server, call) in calls {
+            pending.push(self.send(server, &call.into(), Bytes::new()).await);
+        }
+        let mut outcomes = Vec::with_capacity(pending.len());
+        for p in pending {
+            outcomes.push(match p {
+                Ok(p) => p.wait(self.inner.opts.timeout).await.map(|_| ()),
+                Err(e) => Err(e),
+            });
+        }
+        outcomes
+    }
+
+    /// Capacity, usage and inode counts of every server (in server order).
+    pub async fn statfs(&self) -> Vec<Result<ServerStats>> {
+        let mut out = Vec::new();
+        for server in 0..self.server_count() {
+            out.push(self.call(server, StatFs).await);
+        }
+        out
+    }
+
+    /// Asks a server to stop (used by `surge down`).
+    pub async fn shutdown_server(&self, server: usize) -> Result<()> {
+        self.call(server, Shutdown).await
+    }
+}

@@ -1,0 +1,271 @@
+//! The namespace by inode: lookups, attributes, creation and removal, rename and listings.
+//! Single-server operations are one call to the home server of the inode they name; the few
+//! that span two servers (mkdir, removing a directory homed elsewhere, rename between
+//! directories homed on different servers) are sequenced here from atomic steps, so that a
+//! failure half-way undoes what was done and no name ever points at something half-made.
+
+use surge_proto::data::{PurgeData, TruncateData};
+use surge_proto::ino::{self, Ino};
+use surge_proto::namespace::{
+    Commit, Create, DropInode, DropLink, GetAttr, InsertEntry, Lookup, MakeDirInode, Open, Readdir, Readlink, RemoveEntry, Rename,
+    RenameFinish, RenamePrepare, RetireDir, Rmdir, SetAttr, SetParent, Symlink, Unlink, UnretireDir,
+};
+use surge_proto::{check_name, Attr, AttrChanges, DirEntry, DirPage, ErrorCode, FileKind, LinkOutcome, Unlinked, ROOT_INO};
+
+use crate::error::{Error, Result};
+use crate::{Client, File};
+
+/// Entries asked for per readdir page.
+const READDIR_PAGE: u32 = 4096;
+
+impl Client {
+    pub async fn getattr(&self, ino: Ino) -> Result<Attr> {
+        self.call_home(ino, GetAttr { ino }).await
+    }
+
+    /// Looks `name` up in directory `parent`; fetches the attributes from the inode's own home
+    /// when it lives elsewhere than the directory.
+    pub async fn lookup(&self, parent: Ino, name: &str) -> Result<Attr> {
+        match self.lookup_entry(parent, name).await? {
+            DirEntry { attr: Some(attr), .. } => Ok(attr),
+            DirEntry { ino, .. } => self.getattr(ino).await,
+        }
+    }
+
+    pub(crate) async fn lookup_entry(&self, parent: Ino, name: &str) -> Result<DirEntry> {
+        if name != ".." {
+            check_name(name)?;
+        }
+        self.call_home(parent, Lookup { parent, name: name.to_string() }).await
+    }
+
+    /// Changes attributes. Shrinking a file drops its data beyond the new size on every server
+    /// first, so no stale bytes reappear if it grows again.
+    pub async fn setattr(&self, ino: Ino, changes: AttrChanges) -> Result<Attr> {
+        if let Some(size) = changes.size {
+            self.broadcast(TruncateData { ino, size }).await?;
+        }
+        self.call_home(ino, SetAttr { ino, changes }).await
+    }
+
+    /// Creates (or with `exclusive == false` opens an existing) regular file and registers an
+    /// open handle on it.
+    pub async fn create_at(&self, parent: Ino, name: &str, mode: u32, exclusive: bool) -> Result<File> {
+        let (uid, gid) = self.identity();
+        let entry = self.call_home(parent, Create { parent, name: name.to_string(), mode, uid, gid, exclusive, open: true }).await?;
+        let attr = match entry.attr {
+            Some(attr) => attr,
+            // An existing file homed elsewhere (renamed in from another directory).
+            None => return self.open_ino(entry.ino).await,
+        };
+        if attr.kind != FileKind::File {
+            return Err(Error::new(ErrorCode::Invalid, format!("'{name}' is not a regular file")));
+        }
+        Ok(File::new(self.clone(), &attr))
+    }
+
+    /// Opens an existing file by inode (registers an open handle; see [`File::close`]).
+    pub async fn open_ino(&self, ino: Ino) -> Result<File> {
+        let attr = self.call_home(ino, Open { ino }).await?;
+        if attr.kind == FileKind::File {
+            return Ok(File::new(self.clone(), &attr));
+        }
+        // Undo the registration before refusing.
+        let _ = self.call_home(ino, Commit { ino, size: None, mtime: None, release: true }).await;
+        Err(Error::new(if attr.kind == FileKind::Dir { ErrorCode::IsDir } else { ErrorCode::Invalid }, "not a regular file"))
+    }
+
+    pub async fn mkdir_at(&self, parent: Ino, name: &str, mode: u32) -> Result<Attr> {
+        check_name(name)?;
+        // Spread directories over servers by (parent, name), so a tree's metadata load spreads.
+        let target = self.layout().dir_home(parent, name);
+        let (uid, gid) = self.identity();
+        let attr = self.call(target, MakeDirInode { parent, mode, uid, gid }).await?;
+        let insert =
+            InsertEntry { parent, name: name.to_string(), ino: attr.ino, kind: FileKind::Dir, replace: false, retired_target: None };
+        if let Err(e) = self.call_home(parent, insert).await {
+            let _ = self.call(target, DropInode { ino: attr.ino }).await;
+            return Err(e);
+        }
+        Ok(attr)
+    }
+
+    pub async fn symlink_at(&self, parent: Ino, name: &str, target: &str) -> Result<Attr> {
+        let (uid, gid) = self.identity();
+        self.call_home(parent, Symlink { parent, name: name.to_string(), target: target.to_string(), uid, gid }).await
+    }
+
+    pub async fn readlink_ino(&self, ino: Ino) -> Result<String> {
+        self.call_home(ino, Readlink { ino }).await
+    }
+
+    /// Finishes off an inode that lost a name: drops the link at its home when that is another
+    /// server, and purges its chunks everywhere once nothing refers to it.
+    pub async fn finish_unlinked(&self, unlinked: &Unlinked) -> Result<()> {
+        let (mut purge, mut size) = (unlinked.purge, unlinked.size);
+        if unlinked.remote {
+            if unlinked.kind == FileKind::Dir {
+                // A retired directory replaced by a rename.
+                return self.call_home(unlinked.ino, DropInode { ino: unlinked.ino }).await;
+            }
+            let fate = self.call_home(unlinked.ino, DropLink { ino: unlinked.ino }).await?;
+            (purge, size) = (fate.purge, fate.size);
+        }
+        if purge {
+            self.purge_data(unlinked.ino, size).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes a gone file's chunks on the servers that can hold some: those of the chunks
+    /// below its final size (none for an empty file, which makes unlinking small and empty
+    /// files one round trip).
+    pub(crate) async fn purge_data(&self, ino: Ino, size: u64) -> Result<()> {
+        let chunks = size.div_ceil(self.chunk_size()).min(self.server_count() as u64);
+        let servers = (0..chunks).map(|chunk| self.layout().chunk_server(ino, chunk));
+        self.send_to(servers, PurgeData { ino }).await
+    }
+
+    pub async fn unlink_at(&self, parent: Ino, name: &str) -> Result<()> {
+        let unlinked = self.call_home(parent, Unlink { parent, name: name.to_string() }).await?;
+        self.finish_unlinked(&unlinked).await
+    }
+
+    pub async fn rmdir_at(&self, parent: Ino, name: &str) -> Result<()> {
+        match self.call_home(parent, Rmdir { parent, name: name.to_string() }).await {
+            Err(e) if e.code == ErrorCode::NeedsRetire => {
+                // The directory is homed elsewhere: retire it there (fails if not empty, and
+                // keeps it empty), unlink its entry here, then delete it.
+                let ino = self.lookup_entry(parent, name).await?.ino;
+                self.call_home(ino, RetireDir { ino }).await?;
+                if let Err(e) = self.call_home(parent, RemoveEntry { parent, name: name.to_string(), ino }).await {
+                    let _ = self.call_home(ino, UnretireDir { ino }).await;
+                    return Err(e);
+                }
+                self.call_home(ino, DropInode { ino }).await
+            }
+            other => other,
+        }
+    }
+
+    /// Atomic rename, also over an existing target and of directories.
+    pub async fn rename_at(&self, src_parent: Ino, src_name: &str, dst_parent: Ino, dst_name: &str, noreplace: bool) -> Result<()> {
+        check_name(dst_name)?;
+        let mut retired: Option<Ino> = None;
+        let result = loop {
+            let attempt = if ino::home(src_parent) == ino::home(dst_parent) {
+                let rename = Rename {
+                    src_parent,
+                    src_name: src_name.to_string(),
+                    dst_parent,
+                    dst_name: dst_name.to_string(),
+                    noreplace,
+                    retired_target: retired,
+                };
+                self.call_home(src_parent, rename).await
+            } else {
+                self.rename_across(src_parent, src_name, dst_parent, dst_name, noreplace, retired).await
+            };
+            match attempt {
+                Err(e) if e.code == ErrorCode::NeedsRetire && retired.is_none() => {
+                    // The target is an (empty) directory homed on a third server: retire it so
+                    // it stays empty, then retry with that proof.
+                    let target = self.lookup_entry(dst_parent, dst_name).await?.ino;
+                    self.call_home(target, RetireDir { ino: target }).await?;
+                    retired = Some(target);
+                }
+                other => break other,
+            }
+        };
+        let LinkOutcome { replaced, reparent } = match result {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                if let Some(target) = retired {
+                    let _ = self.call_home(target, UnretireDir { ino: target }).await;
+                }
+                return Err(e);
+            }
+        };
+        if let Some(ino) = reparent {
+            self.call_home(ino, SetParent { ino, parent: dst_parent }).await?;
+        }
+        if let Some(u) = replaced {
+            self.finish_unlinked(&u).await?;
+        }
+        Ok(())
+    }
+
+    /// Rename between directories homed on different servers: lock the source entry, link the
+    /// target, then remove the source. The target never names anything half-made; for a
+    /// moment both names refer to the same complete inode.
+    async fn rename_across(
+        &self,
+        src_parent: Ino,
+        src_name: &str,
+        dst_parent: Ino,
+        dst_name: &str,
+        noreplace: bool,
+        retired: Option<Ino>,
+    ) -> Result<LinkOutcome> {
+        let entry = self.call_home(src_parent, RenamePrepare { parent: src_parent, name: src_name.to_string() }).await?;
+        let finish = |commit| RenameFinish { parent: src_parent, name: src_name.to_string(), ino: entry.ino, commit };
+        let linked = async {
+            if entry.kind == FileKind::Dir {
+                self.check_not_ancestor(entry.ino, dst_parent).await?;
+            }
+            let insert = InsertEntry {
+                parent: dst_parent,
+                name: dst_name.to_string(),
+                ino: entry.ino,
+                kind: entry.kind,
+                replace: !noreplace,
+                retired_target: retired,
+            };
+            self.call_home(dst_parent, insert).await
+        }
+        .await;
+        match linked {
+            Ok(outcome) => {
+                self.call_home(src_parent, finish(true)).await?;
+                Ok(outcome)
+            }
+            Err(e) => {
+                let _ = self.call_home(src_parent, finish(false)).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Refuses to move directory `dir` below itself: walks `..` from `target` to the root.
+    async fn check_not_ancestor(&self, dir: Ino, mut target: Ino) -> Result<()> {
+        for _ in 0..4096 {
+            if target == dir {
+                return Err(Error::new(ErrorCode::Invalid, "cannot move a directory into itself"));
+            }
+            if target == ROOT_INO {
+                return Ok(());
+            }
+            target = self.lookup_entry(target, "..").await?.ino;
+        }
+        Err(Error::new(ErrorCode::Invalid, "directory tree too deep"))
+    }
+
+    /// One page of a directory, in name order, starting after `after`. Only the directory's
+    /// home server is asked.
+    pub async fn readdir_page(&self, ino: Ino, after: Option<String>, limit: u32) -> Result<DirPage> {
+        self.call_home(ino, Readdir { ino, after, limit }).await
+    }
+
+    pub async fn readdir_ino(&self, ino: Ino) -> Result<Vec<DirEntry>> {
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let DirPage { entries, more } = self.readdir_page(ino, after, READDIR_PAGE).await?;
+            after = entries.last().map(|e| e.name.clone());
+            all.extend(entries);
+            if !more {
+                return Ok(all);
+            }
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! How a client behaves: its node, its timeout, the identity it creates files as, and whether
+//! it reads and writes chunks held on its own node itself. Defaults come from the environment
+//! (`SURGE_NODE`, `SURGE_TIMEOUT_SECS`, `SURGE_LOCAL_IO`).
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// How long a request may wait for its reply before it fails with TimedOut.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(20);
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// This node's address: outgoing connections start from it, and in private mode it picks
+    /// the server whose namespace this client sees. `None`: the OS chooses / first server.
+    pub node: Option<IpAddr>,
+    pub timeout: Duration,
+    /// Identity stamped on created files.
+    pub uid: u32,
+    pub gid: u32,
+    /// Read and write chunks held by a server on this node in its data directory directly
+    /// (one `pread` / `pwrite`, no round trip; see [`local`]), while the connection to that
+    /// server is up. On by default; `SURGE_LOCAL_IO=0` turns it off (all data then crosses
+    /// the network).
+    pub local_io: bool,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        let node = std::env::var("SURGE_NODE").ok().and_then(|s| s.parse().ok());
+        let timeout =
+            std::env::var("SURGE_TIMEOUT_SECS").ok().and_then(|s| s.parse().ok()).map(Duration::from_secs_f64).unwrap_or(DEFAULT_TIMEOUT);
+        let local_io = !matches!(std::env::var("SURGE_LOCAL_IO").as_deref(), Ok("0" | "off" | "false" | "no"));
+        // SAFETY: geteuid/getegid take no arguments and cannot fail.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        ClientOptions { node, timeout, uid, gid, local_io }
+    }
+}

@@ -1,0 +1,74 @@
+//! The data service: chunk I/O, sent to the server that holds the chunk (see
+//! [`crate::placement`]). File data travels in the frame's payload, never in the message.
+
+use serde::{Deserialize, Serialize};
+
+use crate::call::service;
+use crate::ino::Ino;
+
+/// Writes the frame's payload at `offset` of the file. Answers the bytes written.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Write {
+    pub ino: Ino,
+    pub offset: u64,
+}
+
+/// Reads up to `len` bytes at `offset`. The answer's payload holds them (shorter than asked
+/// at this server's end of data).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Read {
+    pub ino: Ino,
+    pub offset: u64,
+    pub len: u32,
+}
+
+/// Drops this server's data of `ino` beyond `size`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct TruncateData {
+    pub ino: Ino,
+    pub size: u64,
+}
+
+/// Deletes this server's data of `ino`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct PurgeData {
+    pub ino: Ino,
+}
+
+/// Makes this server's data of `ino` durable on its device.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct SyncData {
+    pub ino: Ino,
+}
+
+/// From a client on this server's node that will write `ino`'s data file itself (a local
+/// write, see [`crate::LocalData`]): sets `bytes` of the server's share aside for it (NoSpace
+/// if they do not fit), and makes sure the file exists. Given back by `LocalWritten`, or when
+/// the connection closes.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ReserveLocal {
+    pub ino: Ino,
+    pub bytes: u64,
+}
+
+/// The client stopped writing `ino`'s data file itself for now (a flush or close): the server
+/// takes the file's new length and allocation into account and gives back `reserved` bytes
+/// set aside by `ReserveLocal`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct LocalWritten {
+    pub ino: Ino,
+    pub reserved: u64,
+}
+
+service! {
+    /// A data request.
+    DataRequest => Data {
+        Write -> u32, "write";
+        Read -> (), "read";
+        TruncateData -> (), "truncate-data";
+        PurgeData -> (), "purge-data";
+        SyncData -> (), "sync-data";
+        ReserveLocal -> (), "reserve-local";
+        LocalWritten -> (), "local-written";
+    }
+}

@@ -1,0 +1,210 @@
+//! The namespace service: one atomic step on one server, sent to the *home* server of the
+//! inode it names (see [`crate::ino`]). Operations that span two servers (mkdir, rmdir of a
+//! directory homed elsewhere, rename between directories homed on different servers) are
+//! driven by the client as short sequences of these steps.
+
+use serde::{Deserialize, Serialize};
+
+use crate::call::service;
+use crate::ino::Ino;
+use crate::types::{Attr, AttrChanges, DirEntry, DirPage, FileKind, InodeFate, LinkOutcome, Timestamp, Unlinked};
+
+/// Looks `name` up in directory `parent`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Lookup {
+    pub parent: Ino,
+    pub name: String,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct GetAttr {
+    pub ino: Ino,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct SetAttr {
+    pub ino: Ino,
+    pub changes: AttrChanges,
+}
+
+/// Creates a regular file whose inode is homed on the same server as `parent`. Not
+/// `exclusive` and the name exists as a file: answers the existing file. `open` registers an
+/// open handle (ended by `Commit { release: true }`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Create {
+    pub parent: Ino,
+    pub name: String,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub exclusive: bool,
+    pub open: bool,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Symlink {
+    pub parent: Ino,
+    pub name: String,
+    pub target: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Readlink {
+    pub ino: Ino,
+}
+
+/// Allocates a directory inode on this server, not yet linked anywhere (mkdir step 1).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct MakeDirInode {
+    pub parent: Ino,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Removes an inode that never got linked (mkdir step 2 failed), or a retired directory.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct DropInode {
+    pub ino: Ino,
+}
+
+/// Links `ino` under `parent/name` (mkdir step 2, cross-server rename step 2). `replace`: an
+/// existing target may be replaced under rename's rules (`retired_target`: the directory
+/// there, retired on its own home first).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct InsertEntry {
+    pub parent: Ino,
+    pub name: String,
+    pub ino: Ino,
+    pub kind: FileKind,
+    pub replace: bool,
+    pub retired_target: Option<Ino>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Unlink {
+    pub parent: Ino,
+    pub name: String,
+}
+
+/// Removes an empty directory homed on this same server, with its entry.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Rmdir {
+    pub parent: Ino,
+    pub name: String,
+}
+
+/// Marks an empty directory dead so nothing can be created in it (rmdir of a directory homed
+/// elsewhere, or a rename that replaces one). Fails with NotEmpty.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct RetireDir {
+    pub ino: Ino,
+}
+
+/// Undoes `RetireDir` when the step after it failed.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct UnretireDir {
+    pub ino: Ino,
+}
+
+/// Removes the entry `parent/name` if it still names `ino` (rmdir of a remote directory).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct RemoveEntry {
+    pub parent: Ino,
+    pub name: String,
+    pub ino: Ino,
+}
+
+/// Drops one link of an inode homed here whose name lived on another server.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct DropLink {
+    pub ino: Ino,
+}
+
+/// Sets the `..` of a directory homed here after it moved to another parent.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct SetParent {
+    pub ino: Ino,
+    pub parent: Ino,
+}
+
+/// Rename when both parents are homed on this server: atomic here.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Rename {
+    pub src_parent: Ino,
+    pub src_name: String,
+    pub dst_parent: Ino,
+    pub dst_name: String,
+    pub noreplace: bool,
+    pub retired_target: Option<Ino>,
+}
+
+/// Cross-server rename step 1: lock `parent/name` against other changes and answer it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct RenamePrepare {
+    pub parent: Ino,
+    pub name: String,
+}
+
+/// Cross-server rename step 3: remove the locked entry (`commit`) or unlock it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct RenameFinish {
+    pub parent: Ino,
+    pub name: String,
+    pub ino: Ino,
+    pub commit: bool,
+}
+
+/// A page of at most `limit` entries of directory `ino`, in name order, after `after`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Readdir {
+    pub ino: Ino,
+    pub after: Option<String>,
+    pub limit: u32,
+}
+
+/// Registers an open handle of a file homed here and answers its current attributes.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Open {
+    pub ino: Ino,
+}
+
+/// Publishes what a writer did (size grows to at least `size`, mtime) and, with `release`,
+/// ends an open handle. Close-to-open consistency hangs on this step.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Commit {
+    pub ino: Ino,
+    pub size: Option<u64>,
+    pub mtime: Option<Timestamp>,
+    pub release: bool,
+}
+
+service! {
+    /// A namespace step.
+    NamespaceRequest => Namespace {
+        Lookup -> DirEntry, "lookup";
+        GetAttr -> Attr, "getattr";
+        SetAttr -> Attr, "setattr";
+        Create -> DirEntry, "create";
+        Symlink -> Attr, "symlink";
+        Readlink -> String, "readlink";
+        MakeDirInode -> Attr, "mkdir-inode";
+        DropInode -> (), "drop-inode";
+        InsertEntry -> LinkOutcome, "insert-entry";
+        Unlink -> Unlinked, "unlink";
+        Rmdir -> (), "rmdir";
+        RetireDir -> (), "retire-dir";
+        UnretireDir -> (), "unretire-dir";
+        RemoveEntry -> (), "remove-entry";
+        DropLink -> InodeFate, "drop-link";
+        SetParent -> (), "set-parent";
+        Rename -> LinkOutcome, "rename";
+        RenamePrepare -> DirEntry, "rename-prepare";
+        RenameFinish -> (), "rename-finish";
+        Readdir -> DirPage, "readdir";
+        Open -> Attr, "open";
+        Commit -> InodeFate, "commit";
+    }
+}

@@ -1,0 +1,188 @@
+//! The values requests and replies carry: file attributes, directory entries, what became of
+//! an inode that lost a name, server statistics, and the rules both sides apply to them (name
+//! checks, how much a write grows a data file, data file names).
+
+use crate::error::{Error, ErrorCode};
+use crate::ino::Ino;
+use serde::{Deserialize, Serialize};
+
+/// Longest file name component, as on Linux (NAME_MAX).
+pub const MAX_NAME_LEN: usize = 255;
+/// Longest symlink target (PATH_MAX).
+pub const MAX_SYMLINK_LEN: usize = 4096;
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+}
+
+/// Seconds and nanoseconds since the Unix epoch.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct Timestamp {
+    pub secs: i64,
+    pub nanos: u32,
+}
+
+impl Timestamp {
+    pub fn now() -> Self {
+        let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() }
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: Ino,
+    pub kind: FileKind,
+    /// Permission bits only (0o7777); the type is in `kind`.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub nlink: u32,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
+}
+
+/// Attribute changes of a setattr; `None` leaves a field alone.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+pub struct AttrChanges {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<Timestamp>,
+    pub mtime: Option<Timestamp>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub ino: Ino,
+    pub kind: FileKind,
+    /// Present when the entry's inode lives on the same server as the directory (the usual
+    /// case for files), so `ls -l` needs no second round trip.
+    pub attr: Option<Attr>,
+}
+
+/// What happened to an inode that lost a name (unlink, or replaced by a rename).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Unlinked {
+    pub ino: Ino,
+    pub kind: FileKind,
+    /// The inode lives on another server: the client must send it `DropLink`.
+    pub remote: bool,
+    /// The inode is gone and nobody has it open: its data must be purged on every server.
+    pub purge: bool,
+    /// Its size then: only servers holding chunks below it need the purge.
+    pub size: u64,
+}
+
+/// What linking a name did (a rename, or the link step of a cross-server rename).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct LinkOutcome {
+    /// The inode the target name used to name, which lost that link.
+    pub replaced: Option<Unlinked>,
+    /// A moved directory homed on another server whose `..` the client must update with
+    /// `SetParent`.
+    pub reparent: Option<Ino>,
+}
+
+/// Whether an inode that lost a link or an open handle is gone: then its data must be purged
+/// on the servers that can hold chunks below `size`.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InodeFate {
+    pub purge: bool,
+    pub size: u64,
+}
+
+/// One page of a directory's entries, in name order.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct DirPage {
+    pub entries: Vec<DirEntry>,
+    /// More entries follow the last one.
+    pub more: bool,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ServerStats {
+    pub server_index: u32,
+    pub capacity: u64,
+    pub used: u64,
+    pub inodes: u64,
+    pub files: u64,
+    pub dirs: u64,
+    /// File data sent to clients in answer to reads, and received from them in writes, since
+    /// the server started (reads a client on this node made from the data directory itself
+    /// are not among them).
+    pub read_bytes: u64,
+    pub written_bytes: u64,
+}
+
+/// A server's data directory, told to every client so that one on the same node can read chunk
+/// files itself (a *local read*: no request, no copy through a socket). The directory is
+/// identified by more than its path: a client uses it only if, on its side, `dir` is the
+/// directory with this device and inode number under a kernel with this boot id, i.e. the very
+/// same directory and not a namesake on another node.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct LocalData {
+    pub dir: String,
+    pub boot_id: String,
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// Bytes a write of `len` at `offset` newly allocates in a data file that ends at `end`: all of
+/// it past the end, none below (rewrites of holes below the end are rare: chunks are written
+/// whole or appended). What a server counts against its share for a write, and so what a
+/// client writing a data file itself must have set aside (`ReserveLocal`).
+pub fn write_growth(end: u64, offset: u64, len: u64) -> u64 {
+    (offset + len).saturating_sub(end.max(offset))
+}
+
+/// Name of the file in a server's data directory that holds its chunks of inode `ino`.
+pub fn data_file_name(ino: Ino) -> String {
+    format!("{ino:016x}")
+}
+
+/// Checks a single path component the way Linux does.
+pub fn check_name(name: &str) -> Result<(), Error> {
+    let code = if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
+        ErrorCode::Invalid
+    } else if name.len() > MAX_NAME_LEN {
+        ErrorCode::NameTooLong
+    } else {
+        return Ok(());
+    };
+    Err(Error::new(code, format!("bad name '{name}'")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_growth_counts_only_bytes_past_the_end() {
+        assert_eq!(write_growth(0, 0, 10), 10);
+        assert_eq!(write_growth(100, 0, 10), 0, "a rewrite below the end grows nothing");
+        assert_eq!(write_growth(100, 95, 10), 5);
+        assert_eq!(write_growth(100, 200, 10), 10, "a write past a hole grows by its length (the hole costs nothing)");
+    }
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked_as_linux_does() {
+        assert!(check_name("plot_0001.h5").is_ok());
+        assert_eq!(check_name("a/b").unwrap_err().code, ErrorCode::Invalid);
+        assert_eq!(check_name("..").unwrap_err().code, ErrorCode::Invalid);
+        assert_eq!(check_name(&"n".repeat(256)).unwrap_err().code, ErrorCode::NameTooLong);
+        assert!(check_name(&"n".repeat(255)).is_ok());
+    }
+}

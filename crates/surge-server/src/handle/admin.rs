@@ -1,0 +1,42 @@
+//! Administration: statistics, shutdown, batches of namespace steps, and the watch a caching
+//! client asks for (its notices go out through the connection's writer).
+
+use surge_proto::admin::*;
+use surge_proto::ServerStats;
+
+use super::Answer;
+use crate::session::Session;
+
+impl Session {
+    pub(super) fn admin(&mut self, request: AdminRequest) -> Answer {
+        match request {
+            AdminRequest::StatFs(_) => {
+                let (shared, data) = (&self.shared, &self.shared.data);
+                let (inodes, files, dirs) = shared.meta.lock().unwrap().counts();
+                Answer::of::<StatFs>(Ok(ServerStats {
+                    server_index: shared.index as u32,
+                    capacity: data.capacity(),
+                    used: data.used(),
+                    inodes,
+                    files,
+                    dirs,
+                    read_bytes: data.read_bytes(),
+                    written_bytes: data.written_bytes(),
+                }))
+            }
+            AdminRequest::Shutdown(_) => Answer::Stop,
+            AdminRequest::Batch(batch) => {
+                let outcomes = batch.requests.into_iter().map(|request| self.batched(request)).collect();
+                Answer::of::<Batch>(Ok(outcomes))
+            }
+            AdminRequest::Watch(_) => {
+                self.watch();
+                Answer::of::<Watch>(Ok(()))
+            }
+            AdminRequest::NoticeSeen(seen) => {
+                self.shared.watchers.seen(seen.ack);
+                Answer::Nothing
+            }
+        }
+    }
+}

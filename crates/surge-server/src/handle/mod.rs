@@ -1,0 +1,68 @@
+//! Answering requests: one module per service, each a set of handlers on the connection's
+//! [`Session`]. A handler returns an [`Answer`]: an encoded reply (and payload), a failure, a
+//! read to send straight from its data file, or an answer that comes later from a task of its
+//! own. The connection ([`crate::conn`]) writes answers out; it knows no request.
+
+mod admin;
+mod data;
+mod namespace;
+mod staging;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use surge_proto::call::encode_reply;
+use surge_proto::{Call, Request};
+
+use crate::data::ReadSource;
+use crate::error::{Result, ServerError};
+use crate::session::Session;
+
+/// An answer produced by a task of its own, encoded (such answers carry no payload).
+pub(crate) type Later = Pin<Box<dyn Future<Output = Result<Vec<u8>>> + Send>>;
+
+/// What to send for one request.
+pub(crate) enum Answer {
+    /// A reply (encoded) and its payload, sent in request order.
+    Reply {
+        message: Vec<u8>,
+        payload: Vec<u8>,
+    },
+    Failure(ServerError),
+    /// The bytes of a read, sent from the data file to the socket in one copy.
+    File(ReadSource),
+    /// Sent when the task completes, out of order (slow requests, or a change whose notices
+    /// watchers must acknowledge first).
+    Later(Later),
+    /// A one-way request: nothing to send.
+    Nothing,
+    /// Answer (an empty reply), then close the connection and stop the server.
+    Stop,
+}
+
+impl Answer {
+    /// The answer to call `C`.
+    pub(crate) fn of<C: Call>(outcome: Result<C::Reply>) -> Answer {
+        match outcome {
+            Ok(reply) => Answer::Reply { message: encode_reply(&reply), payload: Vec::new() },
+            Err(e) => Answer::Failure(e),
+        }
+    }
+
+    /// The answer to call `C`, computed by `work` in a task of its own.
+    pub(crate) fn later<C: Call>(work: impl Future<Output = Result<C::Reply>> + Send + 'static) -> Answer {
+        Answer::Later(Box::pin(async move { work.await.map(|reply| encode_reply(&reply)) }))
+    }
+}
+
+impl Session {
+    /// Answers one request (its payload: the bytes of a write).
+    pub(crate) fn handle(&mut self, request: Request, payload: Vec<u8>) -> Answer {
+        match request {
+            Request::Namespace(request) => self.namespace(request),
+            Request::Data(request) => self.data(request, payload),
+            Request::Staging(request) => self.staging(request),
+            Request::Admin(request) => self.admin(request),
+        }
+    }
+}

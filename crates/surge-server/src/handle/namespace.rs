@@ -1,0 +1,439 @@
+//! The namespace service: each request is one atomic step on this server's share of the
+//! namespace ([`crate::meta`]), run under the metadata lock and, when some connection watches,
+//! under the watch ledger, which records what the step told this connection and notifies the
+//! others of what it changed ([`crate::watch`]).
+
+use std::collections::HashMap;
+
+use surge_proto::admin::BatchOutcome;
+use surge_proto::namespace::*;
+use surge_proto::{Call, DirEntry, DirPage, Ino, LinkOutcome, Unlinked};
+
+use super::Answer;
+use crate::error::Result;
+use crate::meta::MetaStore;
+use crate::session::Session;
+use crate::watch::Effects;
+
+/// What a step may touch besides the namespace: the connection's open handles.
+pub(crate) struct StepContext<'a> {
+    pub meta: &'a mut MetaStore,
+    pub opens: &'a mut HashMap<Ino, u32>,
+}
+
+/// One namespace request as a step on this server.
+pub(crate) trait Step: Call {
+    /// Whether the step can tell or change anything a watcher holds (then it runs under the
+    /// watch ledger, when anybody watches).
+    const WATCHED: bool = true;
+
+    fn run(&self, cx: &mut StepContext) -> Result<Self::Reply>;
+
+    /// What the step, answered with `reply`, told its connection and changed.
+    fn effects(&self, _reply: &Self::Reply) -> Effects {
+        Effects::default()
+    }
+}
+
+impl Session {
+    pub(super) fn namespace(&mut self, request: NamespaceRequest) -> Answer {
+        match request {
+            NamespaceRequest::Lookup(s) => self.answer_step(s),
+            NamespaceRequest::GetAttr(s) => self.answer_step(s),
+            NamespaceRequest::SetAttr(s) => self.answer_step(s),
+            NamespaceRequest::Create(s) => self.answer_step(s),
+            NamespaceRequest::Symlink(s) => self.answer_step(s),
+            NamespaceRequest::Readlink(s) => self.answer_step(s),
+            NamespaceRequest::MakeDirInode(s) => self.answer_step(s),
+            NamespaceRequest::DropInode(s) => self.answer_step(s),
+            NamespaceRequest::InsertEntry(s) => self.answer_step(s),
+            NamespaceRequest::Unlink(s) => self.answer_step(s),
+            NamespaceRequest::Rmdir(s) => self.answer_step(s),
+            NamespaceRequest::RetireDir(s) => self.answer_step(s),
+            NamespaceRequest::UnretireDir(s) => self.answer_step(s),
+            NamespaceRequest::RemoveEntry(s) => self.answer_step(s),
+            NamespaceRequest::DropLink(s) => self.answer_step(s),
+            NamespaceRequest::SetParent(s) => self.answer_step(s),
+            NamespaceRequest::Rename(s) => self.answer_step(s),
+            NamespaceRequest::RenamePrepare(s) => self.answer_step(s),
+            NamespaceRequest::RenameFinish(s) => self.answer_step(s),
+            NamespaceRequest::Readdir(s) => self.answer_step(s),
+            NamespaceRequest::Open(s) => self.answer_step(s),
+            NamespaceRequest::Commit(s) => self.answer_step(s),
+        }
+    }
+
+    /// One step of a batch: its encoded reply, or why it failed.
+    pub(super) fn batched(&mut self, request: NamespaceRequest) -> BatchOutcome {
+        match self.namespace(request) {
+            Answer::Reply { message, .. } => Ok(message),
+            Answer::Failure(e) => Err(e.into()),
+            _ => unreachable!("a namespace step answers at once"),
+        }
+    }
+
+    fn answer_step<S: Step>(&mut self, step: S) -> Answer {
+        Answer::of::<S>(self.step(step))
+    }
+
+    /// Runs a step under the metadata lock; when anybody watches, under the ledger too, so no
+    /// change can slip between what a watcher is told and its registration.
+    fn step<S: Step>(&mut self, step: S) -> Result<S::Reply> {
+        let shared = self.shared.clone();
+        let watching = S::WATCHED && (self.watcher.is_some() || shared.watchers.any());
+        let mut ledger = watching.then(|| shared.watchers.lock());
+        let reply = {
+            let mut meta = shared.meta.lock().unwrap();
+            step.run(&mut StepContext { meta: &mut meta, opens: &mut self.opens })?
+        };
+        if let Some(ledger) = ledger.as_mut() {
+            let awaited = ledger.apply(self.watcher, step.effects(&reply));
+            self.awaited.extend(awaited);
+        }
+        Ok(reply)
+    }
+}
+
+/// An open handle registered by this connection.
+fn opened(cx: &mut StepContext, ino: Ino) {
+    *cx.opens.entry(ino).or_default() += 1;
+}
+
+impl Step for Lookup {
+    fn run(&self, cx: &mut StepContext) -> Result<DirEntry> {
+        cx.meta.lookup(self.parent, &self.name)
+    }
+
+    fn effects(&self, entry: &DirEntry) -> Effects {
+        let mut fx = Effects { told_dirs: vec![self.parent], ..Default::default() };
+        if entry.attr.is_some() {
+            fx.told_attrs.push(entry.ino);
+        }
+        fx
+    }
+}
+
+impl Step for GetAttr {
+    fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {
+        cx.meta.getattr(self.ino)
+    }
+
+    fn effects(&self, _: &surge_proto::Attr) -> Effects {
+        Effects { told_attrs: vec![self.ino], ..Default::default() }
+    }
+}
+
+impl Step for SetAttr {
+    fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {
+        cx.meta.setattr(self.ino, &self.changes)
+    }
+
+    fn effects(&self, _: &surge_proto::Attr) -> Effects {
+        Effects { changed_attrs: vec![self.ino], told_attrs: vec![self.ino], ..Default::default() }
+    }
+}
+
+impl Step for Create {
+    fn run(&self, cx: &mut StepContext) -> Result<DirEntry> {
+        let entry = cx.meta.create(self.parent, &self.name, self.mode, self.uid, self.gid, self.exclusive, self.open)?;
+        if self.open && entry.attr.is_some() {
+            opened(cx, entry.ino);
+        }
+        Ok(entry)
+    }
+
+    fn effects(&self, entry: &DirEntry) -> Effects {
+        let mut fx = Effects::default();
+        fx.new_name(self.parent, &self.name, Some(entry.ino));
+        fx
+    }
+}
+
+impl Step for Symlink {
+    fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {
+        cx.meta.symlink(self.parent, &self.name, &self.target, self.uid, self.gid)
+    }
+
+    fn effects(&self, attr: &surge_proto::Attr) -> Effects {
+        let mut fx = Effects::default();
+        fx.new_name(self.parent, &self.name, Some(attr.ino));
+        fx
+    }
+}
+
+impl Step for Readlink {
+    const WATCHED: bool = false;
+
+    fn run(&self, cx: &mut StepContext) -> Result<String> {
+        cx.meta.readlink(self.ino)
+    }
+}
+
+impl Step for MakeDirInode {
+    fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {
+        Ok(cx.meta.make_dir_inode(self.parent, self.mode, self.uid, self.gid))
+    }
+
+    /// Watched from birth: a client that made a directory may know all its names.
+    fn effects(&self, attr: &surge_proto::Attr) -> Effects {
+        Effects { told_attrs: vec![attr.ino], told_dirs: vec![attr.ino], ..Default::default() }
+    }
+}
+
+impl Step for DropInode {
+    const WATCHED: bool = false;
+
+    fn run(&self, cx: &mut StepContext) -> Result<()> {
+        cx.meta.drop_inode(self.ino)
+    }
+}
+
+impl Step for InsertEntry {
+    fn run(&self, cx: &mut StepContext) -> Result<LinkOutcome> {
+        cx.meta.insert_entry(self.parent, &self.name, self.ino, self.kind, self.replace, self.retired_target)
+    }
+
+    fn effects(&self, outcome: &LinkOutcome) -> Effects {
+        let mut fx = Effects::default();
+        fx.new_name(self.parent, &self.name, None);
+        fx.lost_link(outcome.replaced.as_ref());
+        fx
+    }
+}
+
+impl Step for Unlink {
+    fn run(&self, cx: &mut StepContext) -> Result<Unlinked> {
+        cx.meta.unlink(self.parent, &self.name)
+    }
+
+    fn effects(&self, unlinked: &Unlinked) -> Effects {
+        let mut fx = Effects::default();
+        fx.removed_name(self.parent, &self.name);
+        fx.lost_link(Some(unlinked));
+        fx
+    }
+}
+
+impl Step for Rmdir {
+    fn run(&self, cx: &mut StepContext) -> Result<()> {
+        cx.meta.rmdir(self.parent, &self.name)
+    }
+
+    fn effects(&self, _: &()) -> Effects {
+        let mut fx = Effects::default();
+        fx.removed_name(self.parent, &self.name);
+        fx
+    }
+}
+
+impl Step for RetireDir {
+    const WATCHED: bool = false;
+
+    fn run(&self, cx: &mut StepContext) -> Result<()> {
+        cx.meta.set_retired(self.ino, true)
+    }
+}
+
+impl Step for UnretireDir {
+    const WATCHED: bool = false;
+
+    fn run(&self, cx: &mut StepContext) -> Result<()> {
+        cx.meta.set_retired(self.ino, false)
+    }
+}
+
+impl Step for RemoveEntry {
+    fn run(&self, cx: &mut StepContext) -> Result<()> {
+        cx.meta.remove_entry(self.parent, &self.name, self.ino)
+    }
+
+    fn effects(&self, _: &()) -> Effects {
+        let mut fx = Effects::default();
+        fx.removed_name(self.parent, &self.name);
+        fx
+    }
+}
+
+impl Step for DropLink {
+    fn run(&self, cx: &mut StepContext) -> Result<surge_proto::InodeFate> {
+        cx.meta.drop_link(self.ino)
+    }
+
+    fn effects(&self, fate: &surge_proto::InodeFate) -> Effects {
+        let mut fx = Effects { changed_attrs: vec![self.ino], ..Default::default() };
+        if fate.purge {
+            fx.gone.push(self.ino);
+        }
+        fx
+    }
+}
+
+impl Step for SetParent {
+    fn run(&self, cx: &mut StepContext) -> Result<()> {
+        cx.meta.set_parent(self.ino, self.parent)
+    }
+
+    fn effects(&self, _: &()) -> Effects {
+        Effects { changed_attrs: vec![self.ino], ..Default::default() }
+    }
+}
+
+impl Step for Rename {
+    fn run(&self, cx: &mut StepContext) -> Result<LinkOutcome> {
+        cx.meta.rename(self.src_parent, &self.src_name, self.dst_parent, &self.dst_name, self.noreplace, self.retired_target)
+    }
+
+    fn effects(&self, outcome: &LinkOutcome) -> Effects {
+        let mut fx = Effects::default();
+        fx.removed_name(self.src_parent, &self.src_name);
+        fx.new_name(self.dst_parent, &self.dst_name, None);
+        fx.lost_link(outcome.replaced.as_ref());
+        fx
+    }
+}
+
+impl Step for RenamePrepare {
+    const WATCHED: bool = false;
+
+    fn run(&self, cx: &mut StepContext) -> Result<DirEntry> {
+        cx.meta.rename_prepare(self.parent, &self.name)
+    }
+}
+
+impl Step for RenameFinish {
+    fn run(&self, cx: &mut StepContext) -> Result<()> {
+        cx.meta.rename_finish(self.parent, &self.name, self.ino, self.commit)
+    }
+
+    fn effects(&self, _: &()) -> Effects {
+        let mut fx = Effects::default();
+        if self.commit {
+            fx.removed_name(self.parent, &self.name);
+        }
+        fx
+    }
+}
+
+impl Step for Readdir {
+    fn run(&self, cx: &mut StepContext) -> Result<DirPage> {
+        let (entries, more) = cx.meta.readdir(self.ino, self.after.as_deref(), self.limit)?;
+        Ok(DirPage { entries, more })
+    }
+
+    fn effects(&self, _: &DirPage) -> Effects {
+        Effects { told_dirs: vec![self.ino], ..Default::default() }
+    }
+}
+
+impl Step for Open {
+    fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {
+        let attr = cx.meta.open(self.ino)?;
+        opened(cx, self.ino);
+        Ok(attr)
+    }
+
+    fn effects(&self, _: &surge_proto::Attr) -> Effects {
+        Effects { told_attrs: vec![self.ino], ..Default::default() }
+    }
+}
+
+impl Step for Commit {
+    fn run(&self, cx: &mut StepContext) -> Result<surge_proto::InodeFate> {
+        if self.release {
+            if let Some(count) = cx.opens.get_mut(&self.ino) {
+                *count -= 1;
+                if *count == 0 {
+                    cx.opens.remove(&self.ino);
+                }
+            }
+        }
+        cx.meta.commit(self.ino, self.size, self.mtime, self.release)
+    }
+
+    fn effects(&self, fate: &surge_proto::InodeFate) -> Effects {
+        let mut fx = Effects::default();
+        if self.size.is_some() || self.mtime.is_some() {
+            fx.changed_attrs.push(self.ino);
+        }
+        if fate.purge {
+            fx.gone.push(self.ino);
+        }
+        fx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use surge_proto::{Attr, AttrChanges, FileKind, InodeFate, Timestamp};
+
+    /// Every step that tells or changes something a watcher holds runs under the ledger; the
+    /// ones that skip it (readlink, the retire and drop steps of cross-server operations, the
+    /// rename lock) have nothing to record.
+    #[test]
+    fn every_step_with_effects_is_watched() {
+        let attr = Attr {
+            ino: 7,
+            kind: FileKind::File,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            size: 0,
+            nlink: 1,
+            atime: Timestamp::default(),
+            mtime: Timestamp::default(),
+            ctime: Timestamp::default(),
+        };
+        let entry = DirEntry { name: "x".into(), ino: 7, kind: FileKind::File, attr: Some(attr.clone()) };
+        let unlinked = Unlinked { ino: 7, kind: FileKind::File, remote: false, purge: true, size: 0 };
+        let replaced = LinkOutcome { replaced: Some(unlinked.clone()), reparent: None };
+        let name = || "x".to_string();
+        fn watched<S: Step>(step: S, reply: S::Reply) -> (bool, bool) {
+            (S::WATCHED, step.effects(&reply) != Effects::default())
+        }
+        let cases = [
+            ("lookup", watched(Lookup { parent: 1, name: name() }, entry.clone())),
+            ("getattr", watched(GetAttr { ino: 7 }, attr.clone())),
+            ("open", watched(Open { ino: 7 }, attr.clone())),
+            ("setattr", watched(SetAttr { ino: 7, changes: AttrChanges::default() }, attr.clone())),
+            (
+                "create",
+                watched(Create { parent: 1, name: name(), mode: 0o644, uid: 0, gid: 0, exclusive: true, open: true }, entry.clone()),
+            ),
+            ("symlink", watched(Symlink { parent: 1, name: name(), target: "t".into(), uid: 0, gid: 0 }, attr.clone())),
+            ("mkdir-inode", watched(MakeDirInode { parent: 1, mode: 0o755, uid: 0, gid: 0 }, attr.clone())),
+            (
+                "insert-entry",
+                watched(
+                    InsertEntry { parent: 1, name: name(), ino: 7, kind: FileKind::File, replace: true, retired_target: None },
+                    replaced.clone(),
+                ),
+            ),
+            ("unlink", watched(Unlink { parent: 1, name: name() }, unlinked.clone())),
+            ("rmdir", watched(Rmdir { parent: 1, name: name() }, ())),
+            ("remove-entry", watched(RemoveEntry { parent: 1, name: name(), ino: 7 }, ())),
+            ("rename-finish", watched(RenameFinish { parent: 1, name: name(), ino: 7, commit: true }, ())),
+            (
+                "rename",
+                watched(
+                    Rename { src_parent: 1, src_name: name(), dst_parent: 2, dst_name: name(), noreplace: false, retired_target: None },
+                    LinkOutcome::default(),
+                ),
+            ),
+            ("drop-link", watched(DropLink { ino: 7 }, InodeFate { purge: true, size: 0 })),
+            ("set-parent", watched(SetParent { ino: 7, parent: 2 }, ())),
+            ("commit", watched(Commit { ino: 7, size: Some(1), mtime: None, release: false }, InodeFate { purge: false, size: 1 })),
+            ("readdir", watched(Readdir { ino: 1, after: None, limit: 10 }, DirPage::default())),
+            ("readlink", watched(Readlink { ino: 7 }, "t".into())),
+            ("retire-dir", watched(RetireDir { ino: 7 }, ())),
+            ("unretire-dir", watched(UnretireDir { ino: 7 }, ())),
+            ("drop-inode", watched(DropInode { ino: 7 }, ())),
+            ("rename-prepare", watched(RenamePrepare { parent: 1, name: name() }, entry.clone())),
+        ];
+        for (name, (is_watched, has_effects)) in cases {
+            assert!(!has_effects || is_watched, "{name} has effects and must take the ledger");
+        }
+        let with_effects = cases.iter().filter(|(_, (_, fx))| *fx).count();
+        assert_eq!(with_effects, 17, "the steps that tell or change what watchers hold");
+    }
+}

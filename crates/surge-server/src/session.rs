@@ -1,0 +1,71 @@
+//! What one connection holds on this server: its open handles, the room set aside for its
+//! local writes, its watch registration, and the acknowledgements the request being answered
+//! waits for. All of it is given back when the connection ends, however it ends.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use surge_proto::Ino;
+
+use crate::conn::SharedWriter;
+use crate::watch::WatcherId;
+use crate::Shared;
+
+pub(crate) struct Session {
+    pub shared: Arc<Shared>,
+    /// Where answers and notices go.
+    pub writer: SharedWriter,
+    /// Open handles this connection registered, released if it goes away without closing them.
+    pub opens: HashMap<Ino, u32>,
+    /// Set once the connection asked to be told of changes (`Watch`).
+    pub watcher: Option<WatcherId>,
+    /// Acknowledgements of the notices the current request caused, awaited before its reply.
+    pub awaited: Vec<tokio::sync::oneshot::Receiver<()>>,
+    /// Capacity set aside for this client's local writes, by inode (given back if it goes).
+    pub reserved: HashMap<Ino, u64>,
+}
+
+impl Session {
+    pub fn new(shared: Arc<Shared>, writer: SharedWriter) -> Session {
+        Session { shared, writer, opens: HashMap::new(), watcher: None, awaited: Vec::new(), reserved: HashMap::new() }
+    }
+
+    /// From now on this connection is told of changes to what it was told about.
+    pub fn watch(&mut self) {
+        if self.watcher.is_none() {
+            let (id, notices) = self.shared.watchers.register();
+            self.watcher = Some(id);
+            tokio::spawn(crate::conn::send_notices(notices, self.writer.clone()));
+        }
+    }
+}
+
+impl Drop for Session {
+    /// The client went away (or the connection failed): what it held is given back. An open
+    /// handle of a file unlinked meanwhile was the last thing keeping its data: the chunks here
+    /// go; chunks on other servers stay until the instance ends (servers never talk to each
+    /// other), which is logged.
+    fn drop(&mut self) {
+        for (ino, reserved) in std::mem::take(&mut self.reserved) {
+            // What the client wrote itself before it went is kept and accounted.
+            let _ = self.shared.data.local_written(ino, reserved);
+        }
+        for (ino, count) in std::mem::take(&mut self.opens) {
+            for _ in 0..count {
+                let released = self.shared.meta.lock().map(|mut meta| meta.commit(ino, None, None, true));
+                if let Ok(Ok(fate)) = released {
+                    if fate.purge {
+                        tracing::info!(
+                            ino = format!("{ino:#x}"),
+                            "released an unlinked file of a vanished client; its chunks on other servers remain until teardown"
+                        );
+                        let _ = self.shared.data.purge(ino);
+                    }
+                }
+            }
+        }
+        if let Some(id) = self.watcher {
+            self.shared.watchers.unregister(id);
+        }
+    }
+}
