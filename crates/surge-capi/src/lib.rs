@@ -14,10 +14,10 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, CStr, CString};
-use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 
-use surge_client::descriptor;
+use surge_client::target::{self, BbPath, Unnamed};
+
 use surge_client::stage::StageCounts;
 use surge_client::surge_proto::stage::{StageDirection, StageKind, StageState, StageSummary, StageWhen};
 use surge_client::{Client, ClientOptions};
@@ -93,27 +93,12 @@ unsafe fn text(p: *const c_char, what: &str) -> CallResult<String> {
     unsafe { CStr::from_ptr(p) }.to_str().map(str::to_string).map_err(|_| Failure::new(libc::EINVAL, format!("{what} is not UTF-8")))
 }
 
-/// The instance a burst-buffer path belongs to and the path inside it.
+/// The instance a burst-buffer path belongs to (the mounted one, or `SURGE_INSTANCE`'s) and
+/// the path inside it.
 fn resolve(bb_path: &str) -> CallResult<(Client, String)> {
-    if let Some((name, inner)) = descriptor::resolve_mount_path(Path::new(bb_path)) {
-        return Ok((client(&name)?, inner));
-    }
-    match std::env::var("SURGE_INSTANCE") {
-        Ok(name) if bb_path.starts_with('/') => Ok((client(&name)?, bb_path.to_string())),
-        _ => Err(Failure::new(
-            libc::EINVAL,
-            format!("{bb_path} is not on a Surge mount, and SURGE_INSTANCE does not name an instance it could be in"),
-        )),
-    }
-}
-
-fn absolute(pfs_path: &str) -> CallResult<String> {
-    if pfs_path.starts_with('/') {
-        return Ok(pfs_path.to_string());
-    }
-    let cwd =
-        std::env::current_dir().map_err(|e| Failure::new(libc::EINVAL, format!("relative PFS path and no working directory: {e}")))?;
-    Ok(cwd.join(pfs_path).to_string_lossy().to_string())
+    let named = std::env::var("SURGE_INSTANCE").ok();
+    let BbPath { instance, inner } = target::resolve_bb_path(bb_path, named.as_deref(), Unnamed::Refuse)?;
+    Ok((client(&instance)?, inner))
 }
 
 fn submit(direction: StageDirection, kind: StageKind, bb: *const c_char, pfs: *const c_char, stage_type: c_int) -> c_int {
@@ -127,17 +112,9 @@ fn submit(direction: StageDirection, kind: StageKind, bb: *const c_char, pfs: *c
             2 => return runtime().block_on(client.stage_revoke(&inner)).map_err(Into::into),
             other => return Err(Failure::new(libc::EINVAL, format!("unknown stage type {other}"))),
         };
-        let spec = client.stage_spec(direction, kind, when, &inner, &absolute(&pfs)?, false);
-        runtime().block_on(async {
-            let id = client.stage_submit(spec).await?;
-            let stage = client.stage(id).await?;
-            if stage.state == StageState::Failed {
-                // Planning failed (a missing source...): say so now, with its errno.
-                let errno = stage.error_code.map_or(libc::EIO, |c| c.errno());
-                return Err(Failure::new(errno, format!("stage {id} of {bb} failed: {}", stage.error.unwrap_or_default())));
-            }
-            Ok(())
-        })
+        let spec = client.stage_spec(direction, kind, when, &inner, &target::absolute_pfs_path(&pfs)?, false);
+        // Planning failed (a missing source...): said now, with its errno.
+        runtime().block_on(client.stage_submit_checked(spec)).map(drop).map_err(|e| Failure::new(e.errno(), format!("{bb}: {}", e.detail)))
     })
 }
 

@@ -4,13 +4,14 @@
 //! instance is then the mounted one) or as paths inside an instance (`/run/out.h5` with
 //! `--instance`). PFS paths are made absolute here: the servers resolve them on their nodes.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use surge_client::descriptor;
+use surge_client::target::{self, BbPath, Unnamed};
+
 use surge_client::surge_proto::stage::{StageDirection, StageKind, StageState, StageSummary, StageWhen};
 use surge_client::surge_proto::ErrorCode;
 use surge_client::{Client, ClientOptions, InstanceDescriptor, Mode};
@@ -106,45 +107,19 @@ pub enum StageCommand {
 impl InstanceArg {
     /// The instance and, for a burst-buffer path, the path inside it.
     fn resolve(&self, bb_path: Option<&str>) -> Result<(String, Option<String>)> {
-        if let Some(path) = bb_path {
-            if let Some((name, inner)) = descriptor::resolve_mount_path(Path::new(path)) {
-                if self.instance.as_ref().is_some_and(|i| *i != name) {
-                    bail!("{path} is on a mount of instance '{name}', not '{}'", self.instance.as_deref().unwrap_or_default());
-                }
-                return Ok((name, Some(inner)));
+        Ok(match bb_path {
+            Some(path) => {
+                let BbPath { instance, inner } = target::resolve_bb_path(path, self.instance.as_deref(), Unnamed::OnlyInstance)?;
+                (instance, Some(inner))
             }
-            if !path.starts_with('/') {
-                bail!("burst-buffer path '{path}' is neither on a Surge mount nor absolute within an instance");
-            }
-        }
-        let name = match &self.instance {
-            Some(name) => name.clone(),
-            None => only_instance()?,
-        };
-        Ok((name, bb_path.map(str::to_string)))
+            None => (target::default_instance(self.instance.as_deref())?, None),
+        })
     }
 
     fn client(&self, name: &str) -> Result<Client> {
         let opts = ClientOptions { node: self.node, ..Default::default() };
         Client::for_instance(name, opts).with_context(|| format!("instance '{name}'"))
     }
-}
-
-/// Without --instance: the one instance this machine knows, if there is exactly one.
-fn only_instance() -> Result<String> {
-    let names = descriptor::known_instances();
-    match &names[..] {
-        [one] => Ok(one.clone()),
-        [] => bail!("no Surge instance found (start one with `surge up`)"),
-        _ => bail!("several instances ({}): name one with --instance", names.join(", ")),
-    }
-}
-
-/// A PFS path made absolute against this process's working directory.
-fn absolute_pfs(path: &str) -> Result<String> {
-    let path = PathBuf::from(path);
-    let absolute = if path.is_absolute() { path } else { std::env::current_dir()?.join(path) };
-    Ok(absolute.to_string_lossy().trim_end_matches('/').to_string()).map(|p| if p.is_empty() { "/".into() } else { p })
 }
 
 pub async fn run(command: StageCommand) -> Result<()> {
@@ -190,7 +165,7 @@ async fn copy(direction: StageDirection, args: CopyArgs) -> Result<()> {
     };
     let (name, bb_path) = args.target.resolve(Some(bb_arg))?;
     let bb_path = bb_path.expect("resolved");
-    let pfs_path = absolute_pfs(pfs_arg)?;
+    let pfs_path = target::absolute_pfs_path(pfs_arg)?;
     let client = args.target.client(&name)?;
     let kind = match args.kind {
         Some(KindArg::File) => StageKind::File,
@@ -212,11 +187,9 @@ async fn copy(direction: StageDirection, args: CopyArgs) -> Result<()> {
         WhenArg::Immediate => StageWhen::Immediate,
         WhenArg::JobEnd => StageWhen::JobEnd,
     };
-    let id = client.stage_submit(client.stage_spec(direction, kind, when, &bb_path, &pfs_path, args.verify)).await?;
-    let stage = client.stage(id).await?;
-    if stage.state == StageState::Failed {
-        bail!("stage {id} failed: {}", stage.error.unwrap_or_default());
-    }
+    let spec = client.stage_spec(direction, kind, when, &bb_path, &pfs_path, args.verify);
+    let stage = client.stage_submit_checked(spec).await.with_context(|| format!("{} {bb_arg}", direction.label()))?;
+    let id = stage.id;
     if args.wait && when == StageWhen::Immediate {
         wait(&client, id).await?;
     } else {

@@ -25,6 +25,7 @@
 //! * [`file`]: open files, striped I/O, write-behind and read-ahead, and local I/O on a
 //!   server's own node (`local`);
 //! * [`stage`]: staging between the PFS and the instance, through its stage coordinator;
+//!   [`target`]: where a burst-buffer path a user gives is, and PFS paths made absolute;
 //! * [`descriptor`]: instance descriptors and token files; [`options`]: how a client behaves.
 
 pub mod client;
@@ -37,6 +38,7 @@ pub mod namespace;
 pub mod options;
 pub mod paths;
 pub mod stage;
+pub mod target;
 
 pub use client::Client;
 pub use conn::Watcher;

@@ -80,6 +80,20 @@ impl Client {
         self.call(COORDINATOR, StageSubmit { spec }).await
     }
 
+    /// Submits a stage and answers it as it stands once submitted. An immediate stage is
+    /// planned before the answer: one that could not be (a missing source, a bad list) is an
+    /// error now, with the planning failure's code (a missing source: NotFound), rather than a
+    /// stage that a later query finds failed.
+    pub async fn stage_submit_checked(&self, spec: StageSpec) -> Result<StageSummary> {
+        let id = self.stage_submit(spec).await?;
+        let stage = self.stage(id).await?;
+        if stage.state == StageState::Failed {
+            let code = stage.error_code.unwrap_or(ErrorCode::Io);
+            return Err(Error::new(code, format!("stage {id} failed: {}", stage.error.unwrap_or_default())));
+        }
+        Ok(stage)
+    }
+
     /// Every stage (`None`), or the stages submitted for `bb_path`.
     pub async fn stage_list(&self, bb_path: Option<&str>) -> Result<Vec<StageSummary>> {
         self.call(COORDINATOR, StageList { bb_path: bb_path.map(str::to_string) }).await
