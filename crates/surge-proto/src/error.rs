@@ -30,6 +30,8 @@ pub enum ErrorCode {
     ServerDown,
     TimedOut,
     TooManyLinks,
+    /// A file handle that is not open (a client-side failure: the FUSE mount's EBADF).
+    BadHandle,
 }
 
 impl ErrorCode {
@@ -55,6 +57,7 @@ impl ErrorCode {
             ErrorCode::ServerDown => libc::EHOSTDOWN,
             ErrorCode::TimedOut => libc::ETIMEDOUT,
             ErrorCode::TooManyLinks => libc::EMLINK,
+            ErrorCode::BadHandle => libc::EBADF,
         }
     }
 
@@ -80,6 +83,7 @@ impl ErrorCode {
             ErrorCode::ServerDown => "server unreachable",
             ErrorCode::TimedOut => "server did not answer in time",
             ErrorCode::TooManyLinks => "too many links",
+            ErrorCode::BadHandle => "bad file handle",
         }
     }
 }
@@ -103,6 +107,7 @@ impl ErrorCode {
             Some(libc::EOPNOTSUPP) => ErrorCode::NotSupported,
             Some(libc::ETIMEDOUT) => ErrorCode::TimedOut,
             Some(libc::EMLINK) => ErrorCode::TooManyLinks,
+            Some(libc::EBADF) => ErrorCode::BadHandle,
             _ => match err.kind() {
                 std::io::ErrorKind::NotFound => ErrorCode::NotFound,
                 std::io::ErrorKind::PermissionDenied => ErrorCode::AccessDenied,

@@ -1,0 +1,67 @@
+//! Between the kernel's types (fuser's) and Surge's: attributes, file types, times, names.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{FileAttr, FileType, TimeOrNow};
+use surge_client::surge_proto::{Attr, ErrorCode, FileKind, Timestamp};
+
+pub(crate) fn to_system_time(t: Timestamp) -> SystemTime {
+    if t.secs >= 0 {
+        UNIX_EPOCH + Duration::new(t.secs as u64, t.nanos)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(t.secs.unsigned_abs()) + Duration::from_nanos(t.nanos as u64)
+    }
+}
+
+pub(crate) fn to_timestamp(t: TimeOrNow) -> Timestamp {
+    match t {
+        TimeOrNow::Now => Timestamp::now(),
+        TimeOrNow::SpecificTime(st) => match st.duration_since(UNIX_EPOCH) {
+            Ok(d) => Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() },
+            Err(e) => {
+                let d = e.duration();
+                Timestamp {
+                    secs: -(d.as_secs() as i64) - i64::from(d.subsec_nanos() > 0),
+                    nanos: (1_000_000_000 - d.subsec_nanos()) % 1_000_000_000,
+                }
+            }
+        },
+    }
+}
+
+pub(crate) fn file_type(kind: FileKind) -> FileType {
+    match kind {
+        FileKind::File => FileType::RegularFile,
+        FileKind::Dir => FileType::Directory,
+        FileKind::Symlink => FileType::Symlink,
+    }
+}
+
+pub(crate) fn fuse_attr(a: &Attr, blksize: u32) -> FileAttr {
+    FileAttr {
+        ino: a.ino,
+        size: a.size,
+        blocks: a.size.div_ceil(512),
+        atime: to_system_time(a.atime),
+        mtime: to_system_time(a.mtime),
+        ctime: to_system_time(a.ctime),
+        crtime: to_system_time(a.ctime),
+        kind: file_type(a.kind),
+        perm: a.mode as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: 0,
+        blksize,
+        flags: 0,
+    }
+}
+
+/// A name from the kernel: Surge names are UTF-8.
+pub(crate) fn name_of(name: &OsStr) -> surge_client::Result<String> {
+    std::str::from_utf8(name.as_bytes())
+        .map(str::to_string)
+        .map_err(|_| surge_client::Error::new(ErrorCode::Invalid, format!("{}: names must be UTF-8", name.to_string_lossy())))
+}

@@ -1,0 +1,226 @@
+//! What the kernel may hold of this mount (attributes and names, for the cache time) and how
+//! it is taken back: by the servers' change notices ([`Invalidations`]), and by opens that find
+//! it out of date. Nothing here answers a request; the operations layer consults and updates it.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use fuser::Notifier;
+use surge_client::surge_proto::admin::Notice;
+use surge_client::surge_proto::{Attr, ErrorCode, FileKind, Timestamp};
+
+use crate::listings::Listings;
+
+/// How long after ESTALE the kernel's retry may take on a loaded node (see
+/// `KernelCache::stale`). An open's retry is known to be over when the open succeeds or a
+/// name is missing; a `stat`'s retry is not (its steps look like any other), so this is
+/// also how long one thread's next stale name right after a `stat` retry gets ENOENT.
+const STALE_RETRY: Duration = Duration::from_millis(500);
+/// How long the mount answers a directory's GETATTR from what it last heard (see
+/// `KernelCache::directory`): changes made on other nodes drop it at once (notices), but this
+/// node's own creates and unlinks move the directory's mtime without a notice.
+const DIRECTORY_ATTR_WINDOW: Duration = Duration::from_secs(1);
+
+/// What the kernel may have cached (attributes and entries, for `ttl`), and how to take it
+/// back when an open finds it out of date.
+pub(crate) struct KernelCache {
+    pub(crate) ttl: Duration,
+    pub(crate) blksize: u32,
+    /// Set once the session exists (the session owns the file system).
+    pub(crate) notifier: Arc<OnceLock<Notifier>>,
+    /// The (size, mtime, ctime) last reported to the kernel for each inode it knows.
+    pub(crate) reported: Mutex<HashMap<u64, (u64, Timestamp, Timestamp)>>,
+    /// Unlinked inodes whose open was refused once as stale (see `open`).
+    pub(crate) refused: Mutex<HashSet<u64>>,
+    /// Callers recently told ESTALE, by pid (see `stale`).
+    pub(crate) told_stale: Mutex<HashMap<u32, Instant>>,
+    /// Directory attributes answered for a short window, for `getattr` (see `directory`).
+    pub(crate) directories: Mutex<HashMap<u64, (Attr, Instant)>>,
+    /// Kernel invalidations to send, for the thread that sends them (see [`Invalidations`]).
+    pub(crate) invalidations: OnceLock<std::sync::mpsc::Sender<Invalidation>>,
+    /// Directories whose every name this mount knows ([`listings`]).
+    pub(crate) listings: Listings,
+}
+
+impl KernelCache {
+    pub(crate) fn new(ttl: Duration, blksize: u32) -> KernelCache {
+        KernelCache {
+            ttl,
+            blksize,
+            notifier: Default::default(),
+            reported: Default::default(),
+            refused: Default::default(),
+            told_stale: Default::default(),
+            directories: Default::default(),
+            invalidations: Default::default(),
+            listings: Default::default(),
+        }
+    }
+
+    /// The kernel is about to be told `a`: remembered so that `revalidate` knows what it holds.
+    pub(crate) fn told(&self, a: &Attr) {
+        self.reported.lock().unwrap().insert(a.ino, (a.size, a.mtime, a.ctime));
+        if a.kind == FileKind::Dir && !self.ttl.is_zero() {
+            self.directories.lock().unwrap().insert(a.ino, (a.clone(), Instant::now()));
+        }
+    }
+
+    /// The kernel evicted the inode: it holds nothing of it any more.
+    pub(crate) fn forgotten(&self, ino: u64) {
+        self.reported.lock().unwrap().remove(&ino);
+        self.refused.lock().unwrap().remove(&ino);
+        self.forget_directory(ino);
+        self.listings.forget(ino);
+    }
+
+    /// A directory's attributes told to the kernel less than `DIRECTORY_ATTR_WINDOW` ago. With
+    /// permission checks in the kernel (`default_permissions`), it drops a directory's
+    /// attributes after every create or unlink in it and asks again before the next one:
+    /// answering that from here saves a round trip per create and per unlink. A directory's
+    /// mode and owner change only through `setattr` (which forgets the entry here) or on
+    /// another node (a notice forgets it); only its mtime may lag this node's own changes,
+    /// by up to the window.
+    pub(crate) fn directory(&self, ino: u64) -> Option<Attr> {
+        let mut directories = self.directories.lock().unwrap();
+        match directories.get(&ino) {
+            Some((attr, at)) if at.elapsed() < self.ttl.min(DIRECTORY_ATTR_WINDOW) => Some(attr.clone()),
+            Some(_) => {
+                directories.remove(&ino);
+                None
+            }
+            None => None,
+        }
+    }
+
+    pub(crate) fn forget_directory(&self, ino: u64) {
+        self.directories.lock().unwrap().remove(&ino);
+    }
+
+    /// Called at open with the attributes fresh from the file's home server: if they are not
+    /// what the kernel was last told, drop its cached attributes, so that `stat` and reads
+    /// (which stop at the size the kernel knows) see another node's published writes.
+    pub(crate) fn revalidate(&self, fresh: &Attr) {
+        let known = self.reported.lock().unwrap().get(&fresh.ino).copied();
+        if known == Some((fresh.size, fresh.mtime, fresh.ctime)) {
+            return;
+        }
+        if let Some(notifier) = self.notifier.get() {
+            // Offset -1: attributes only; the page cache is dropped at open anyway. Fails
+            // harmlessly when the kernel has already forgotten the inode.
+            let _ = notifier.inval_inode(fresh.ino, -1, 0);
+        }
+    }
+
+    /// An unlinked inode reached by open: through a name the kernel cached while a rename or
+    /// unlink on another node removed it (refuse with ESTALE, so the kernel looks the name
+    /// up again and retries), or by reopening a descriptor of a deleted file (/proc/PID/fd),
+    /// where the retry reaches the same inode without a lookup and is let through.
+    pub(crate) fn refuse_once(&self, ino: u64) -> bool {
+        let mut refused = self.refused.lock().unwrap();
+        if refused.remove(&ino) {
+            return false;
+        }
+        refused.insert(ino);
+        true
+    }
+
+    /// The error for an inode that is gone or unlinked, reached through a name the kernel
+    /// cached. ESTALE makes the kernel repeat the whole path walk once, looking every name up
+    /// afresh. If that retry also meets a stale inode (the name was replaced again meanwhile),
+    /// a second ESTALE would reach the program: it gets ENOENT, what an open racing a rename
+    /// between its lookup and its open gets without any kernel cache.
+    pub(crate) fn stale(&self, pid: u32) -> surge_client::Error {
+        let mut told = self.told_stale.lock().unwrap();
+        let now = Instant::now();
+        told.retain(|_, at| now.duration_since(*at) < STALE_RETRY);
+        if told.remove(&pid).is_some() {
+            return ErrorCode::NotFound.into();
+        }
+        told.insert(pid, now);
+        ErrorCode::Stale.into()
+    }
+
+    /// `pid`'s path walk is over: the next stale inode it meets is a new case.
+    pub(crate) fn settled(&self, pid: u32) {
+        self.told_stale.lock().unwrap().remove(&pid);
+    }
+
+    pub(crate) fn invalidate(&self, what: Invalidation) {
+        if let Some(tx) = self.invalidations.get() {
+            let _ = tx.send(what);
+        }
+    }
+
+    /// The attributes of `ino` changed elsewhere: nothing here may answer with the old ones.
+    pub(crate) fn attr_changed(&self, ino: u64) {
+        self.reported.lock().unwrap().remove(&ino);
+        self.forget_directory(ino);
+        self.invalidate(Invalidation::Attr(ino));
+    }
+}
+
+/// What the kernel must drop.
+pub(crate) enum Invalidation {
+    Attr(u64),
+    Entry(u64, String),
+}
+
+/// Turns the servers' change notices into kernel invalidations.
+///
+/// The daemon's own records are dropped on the connection's task, at once; the kernel is told
+/// from a thread of its own, because invalidating an entry takes the directory's lock in the
+/// kernel, which a request in that directory may hold while it waits for the very tasks that
+/// would be blocked.
+pub struct Invalidations {
+    kernel: Arc<KernelCache>,
+}
+
+impl Invalidations {
+    /// Starts the thread that sends invalidations through the session's notifier.
+    pub(crate) fn start(kernel: Arc<KernelCache>) -> Invalidations {
+        let (tx, rx) = std::sync::mpsc::channel::<Invalidation>();
+        let _ = kernel.invalidations.set(tx);
+        let notifier = kernel.notifier.clone();
+        std::thread::Builder::new()
+            .name("invalidate".into())
+            .spawn(move || {
+                for what in rx {
+                    let Some(notifier) = notifier.get() else { continue };
+                    // Errors say the kernel no longer holds the inode or name: nothing to drop.
+                    let _ = match what {
+                        // Offset -1: attributes only; the page cache is dropped at every open.
+                        Invalidation::Attr(ino) => notifier.inval_inode(ino, -1, 0),
+                        Invalidation::Entry(parent, name) => notifier.inval_entry(parent, OsStr::new(&name)),
+                    };
+                }
+            })
+            .expect("start the invalidation thread");
+        Invalidations { kernel }
+    }
+}
+
+impl surge_client::Watcher for Invalidations {
+    fn notice(&self, notice: Notice) {
+        match notice {
+            Notice::Attr { ino } => self.kernel.attr_changed(ino),
+            Notice::Entry { parent, name } => {
+                self.kernel.listings.changed_elsewhere(parent);
+                self.kernel.invalidate(Invalidation::Entry(parent, name));
+            }
+        }
+    }
+
+    /// Notices from `server` may have been missed: drop every attribute homed there. Names
+    /// the kernel holds in its directories stay until their time runs out; an open through one
+    /// that went stale is still caught (see `open`).
+    fn lost(&self, server: usize) {
+        let homed_there = |ino: &u64| surge_client::surge_proto::ino::home(*ino) == server;
+        self.kernel.listings.forget_where(|dir| homed_there(&dir));
+        let inos: Vec<u64> = self.kernel.reported.lock().unwrap().keys().copied().filter(homed_there).collect();
+        for ino in inos {
+            self.kernel.attr_changed(ino);
+        }
+    }
+}

@@ -1,0 +1,521 @@
+//! The mount's operations: what each FUSE request does, in terms of the client library and the
+//! mount's caches, with results as `Result`s. The fuser adapter ([`crate::adapter`]) only
+//! converts the kernel's arguments, calls one of these and turns the outcome into a reply;
+//! this layer knows no fuser reply type, so it runs (and is tested) without a kernel mount.
+//!
+//! Each operation does its bookkeeping that must happen in request order (cache drops, the
+//! kernel-cache records) on the calling thread, the FUSE session thread, and returns the rest
+//! as a future for the runtime; a few answer on the spot when they can ([`Ops::lookup_now`],
+//! [`Ops::getattr_now`], [`Ops::flush_now`]). Reads and writes choose their own route
+//! ([`Ops::read`], [`Ops::write`]): served on the spot from this node's data files, sent from
+//! this thread and answered by the connection's reader, or handed to a task.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, Timestamp};
+use surge_client::{Client, Error, File, Result};
+use tokio::runtime::Handle;
+
+use crate::chunks::{Budget, ChunkCache, Route};
+use crate::handles::{local_size, siblings, Files, OpenFile};
+use crate::kernel::{Invalidations, KernelCache};
+
+/// What all read caches of the mount may hold together.
+const READ_CACHE_BUDGET: u64 = 512 << 20;
+
+/// Who asks: the identity stamped on what a request creates, and the process (for the kernel's
+/// retries after ESTALE).
+#[derive(Clone, Copy, Debug)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+}
+
+/// The attribute changes of a SETATTR.
+#[derive(Clone, Debug, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<Timestamp>,
+    pub mtime: Option<Timestamp>,
+}
+
+/// Capacity and inode counts for STATFS, in 4 KiB blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FsStats {
+    pub blocks: u64,
+    pub free: u64,
+    pub files: u64,
+    pub files_free: u64,
+}
+
+/// Size of a STATFS block.
+pub const STATFS_BLOCK: u64 = 4096;
+
+pub struct Ops {
+    client: Client,
+    runtime: Handle,
+    pub(crate) kernel: Arc<KernelCache>,
+    budget: Arc<Budget>,
+    files: Files,
+    dirs: Arc<Mutex<std::collections::HashMap<u64, Arc<Vec<DirEntry>>>>>,
+    next_handle: AtomicU64,
+}
+
+/// What a namespace change did to its name, for `Listings::named`: `exists` once it
+/// succeeded, unknown after a failure.
+fn outcome<T>(result: &Result<T>, exists: bool) -> Option<bool> {
+    result.is_ok().then_some(exists)
+}
+
+impl Ops {
+    /// `ttl`: how long the kernel may use attributes and names without asking (see the crate
+    /// documentation for how they are kept exact). Call before `client` sends anything: only
+    /// connections opened afterwards bring change notices.
+    pub fn new(client: Client, runtime: Handle, ttl: Duration) -> Arc<Ops> {
+        let kernel = Arc::new(KernelCache::new(ttl, client.chunk_size() as u32));
+        client.watch(Arc::new(Invalidations::start(kernel.clone())));
+        Arc::new(Ops {
+            client,
+            runtime,
+            kernel,
+            budget: Budget::new(READ_CACHE_BUDGET),
+            files: Default::default(),
+            dirs: Default::default(),
+            next_handle: AtomicU64::new(1),
+        })
+    }
+
+    /// How long the kernel may keep what it is told.
+    pub fn ttl(&self) -> Duration {
+        self.kernel.ttl
+    }
+
+    /// The block size the kernel is told (the chunk size: the unit worth reading at once).
+    pub fn blksize(&self) -> u32 {
+        self.kernel.blksize
+    }
+
+    /// Runs `work` on the runtime; the session thread moves on to the next request.
+    pub fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
+        self.runtime.spawn(work);
+    }
+
+    /// `attr` is about to be told to the kernel (see [`KernelCache::told`]).
+    pub(crate) fn told(&self, attr: Attr) -> Attr {
+        self.kernel.told(&attr);
+        attr
+    }
+
+    fn handle(&self) -> u64 {
+        self.next_handle.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn open_file(&self, fh: u64) -> Result<Arc<OpenFile>> {
+        self.files.lock().unwrap().get(fh).ok_or_else(|| Error::new(ErrorCode::BadHandle, format!("handle {fh} is not open")))
+    }
+
+    /// Registers `file` under a new handle.
+    fn register(&self, file: File) -> u64 {
+        let fh = self.handle();
+        let chunks = ChunkCache::new(self.client.chunk_size(), self.client.stream_window(), self.budget.clone());
+        self.files.lock().unwrap().insert(fh, Arc::new(OpenFile { file: Arc::new(file), chunks }));
+        fh
+    }
+
+    /// `result` for an inode the kernel names, where NotFound means the servers no longer have
+    /// it: the kernel reached it through a cached name (see [`KernelCache::stale`]).
+    fn check_stale<T>(&self, result: Result<T>, pid: u32) -> Result<T> {
+        match result {
+            Err(e) if e.code == ErrorCode::NotFound => Err(self.kernel.stale(pid)),
+            other => other,
+        }
+    }
+
+    // ------------------------------------------------------------ names and attributes
+
+    /// The kernel evicted the inode: it holds nothing of it any more.
+    pub fn forget(&self, ino: u64) {
+        self.kernel.forgotten(ino);
+    }
+
+    /// A lookup answered without a round trip: a name missing from a directory whose every
+    /// name this mount knows.
+    pub fn lookup_now(&self, parent: u64, name: &str, caller: Caller) -> Option<Result<Attr>> {
+        if !self.kernel.listings.known_missing(parent, name) {
+            return None;
+        }
+        // A path walk ends here: a retry after ESTALE is over.
+        self.kernel.settled(caller.pid);
+        Some(Err(ErrorCode::NotFound.into()))
+    }
+
+    pub fn lookup(self: &Arc<Self>, parent: u64, name: String, caller: Caller) -> impl Future<Output = Result<Attr>> + Send + 'static {
+        let ops = self.clone();
+        async move {
+            let result = ops.client.lookup(parent, &name).await.map(|mut attr| {
+                attr.size = attr.size.max(local_size(&ops.files, attr.ino));
+                attr
+            });
+            if matches!(&result, Err(e) if e.code == ErrorCode::NotFound) {
+                ops.kernel.settled(caller.pid);
+                if ops.kernel.listings.missed(parent) {
+                    // Names keep turning out missing here: fetch the listing once, so the
+                    // next missing names are answered without a round trip.
+                    let ops = ops.clone();
+                    tokio::spawn(async move {
+                        let names = ops.client.readdir_ino(parent).await.ok().map(|entries| entries.into_iter().map(|e| e.name).collect());
+                        ops.kernel.listings.fetched(parent, names);
+                    });
+                }
+            }
+            result.map(|attr| ops.told(attr))
+        }
+    }
+
+    /// A directory's attributes answered from what was heard moments ago (see
+    /// [`KernelCache::directory`]).
+    pub fn getattr_now(&self, ino: u64) -> Option<Attr> {
+        self.kernel.directory(ino)
+    }
+
+    pub fn getattr(self: &Arc<Self>, ino: u64, caller: Caller) -> impl Future<Output = Result<Attr>> + Send + 'static {
+        let (ops, local) = (self.clone(), local_size(&self.files, ino));
+        async move {
+            let attr = ops.check_stale(ops.client.getattr(ino).await, caller.pid)?;
+            Ok(ops.told(Attr { size: attr.size.max(local), ..attr }))
+        }
+    }
+
+    /// `fh`: the handle the change came through, if any (a size change then goes through it,
+    /// so its pending writes land first).
+    pub fn setattr(self: &Arc<Self>, ino: u64, change: SetAttr, fh: Option<u64>) -> impl Future<Output = Result<Attr>> + Send + 'static {
+        self.kernel.forget_directory(ino);
+        let open = fh.and_then(|fh| self.open_file(fh).ok());
+        if change.size.is_some() {
+            // New contents for every reader on this node.
+            for other in siblings(&self.files, 0, ino) {
+                other.chunks.clear();
+            }
+        }
+        let ops = self.clone();
+        async move {
+            if let (Some(size), Some(f)) = (change.size, &open) {
+                f.file.set_len(size).await?;
+            }
+            let changes = AttrChanges {
+                mode: change.mode.map(|m| m & 0o7777),
+                uid: change.uid,
+                gid: change.gid,
+                size: if open.is_some() { None } else { change.size },
+                atime: change.atime,
+                mtime: change.mtime,
+            };
+            ops.client.setattr(ino, changes).await.map(|attr| ops.told(attr))
+        }
+    }
+
+    pub fn readlink(self: &Arc<Self>, ino: u64) -> impl Future<Output = Result<String>> + Send + 'static {
+        let ops = self.clone();
+        async move { ops.client.readlink_ino(ino).await }
+    }
+
+    /// A regular file made without opening it. Devices, FIFOs and sockets have no place in a
+    /// burst buffer: EPERM.
+    pub fn mknod(
+        self: &Arc<Self>,
+        parent: u64,
+        name: String,
+        mode: u32,
+        caller: Caller,
+    ) -> impl Future<Output = Result<Attr>> + Send + 'static {
+        let ops = self.clone();
+        async move {
+            if mode & libc::S_IFMT != libc::S_IFREG {
+                return Err(Error::new(ErrorCode::NotPermitted, "only regular files, directories and symlinks"));
+            }
+            let client = ops.client.as_user(caller.uid, caller.gid);
+            let result = async {
+                let f = client.create_at(parent, &name, mode & 0o7777, true).await?;
+                let ino = f.ino();
+                f.close().await?;
+                client.getattr(ino).await
+            }
+            .await;
+            ops.kernel.listings.named(parent, &name, outcome(&result, true));
+            result.map(|attr| ops.told(attr))
+        }
+    }
+
+    pub fn mkdir(
+        self: &Arc<Self>,
+        parent: u64,
+        name: String,
+        mode: u32,
+        caller: Caller,
+    ) -> impl Future<Output = Result<Attr>> + Send + 'static {
+        let ops = self.clone();
+        async move {
+            let result = ops.client.as_user(caller.uid, caller.gid).mkdir_at(parent, &name, mode & 0o7777).await;
+            if let Ok(attr) = &result {
+                // Made here: every name in it is known (none yet).
+                ops.kernel.listings.made(attr.ino);
+            }
+            ops.kernel.listings.named(parent, &name, outcome(&result, true));
+            result.map(|attr| ops.told(attr))
+        }
+    }
+
+    pub fn unlink(self: &Arc<Self>, parent: u64, name: String) -> impl Future<Output = Result<()>> + Send + 'static {
+        let ops = self.clone();
+        async move {
+            let result = ops.client.unlink_at(parent, &name).await;
+            ops.kernel.listings.named(parent, &name, outcome(&result, false));
+            result
+        }
+    }
+
+    pub fn rmdir(self: &Arc<Self>, parent: u64, name: String) -> impl Future<Output = Result<()>> + Send + 'static {
+        let ops = self.clone();
+        async move {
+            let result = ops.client.rmdir_at(parent, &name).await;
+            ops.kernel.listings.named(parent, &name, outcome(&result, false));
+            result
+        }
+    }
+
+    pub fn symlink(
+        self: &Arc<Self>,
+        parent: u64,
+        name: String,
+        target: String,
+        caller: Caller,
+    ) -> impl Future<Output = Result<Attr>> + Send + 'static {
+        let ops = self.clone();
+        async move {
+            let result = ops.client.as_user(caller.uid, caller.gid).symlink_at(parent, &name, &target).await;
+            ops.kernel.listings.named(parent, &name, outcome(&result, true));
+            result.map(|attr| ops.told(attr))
+        }
+    }
+
+    /// `flags`: RENAME_NOREPLACE, or nothing; RENAME_EXCHANGE and RENAME_WHITEOUT are refused.
+    pub fn rename(
+        self: &Arc<Self>,
+        parent: u64,
+        name: String,
+        newparent: u64,
+        newname: String,
+        flags: u32,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        let ops = self.clone();
+        async move {
+            if flags & !libc::RENAME_NOREPLACE != 0 {
+                return Err(Error::new(ErrorCode::Invalid, "RENAME_EXCHANGE and RENAME_WHITEOUT are not supported"));
+            }
+            let result = ops.client.rename_at(parent, &name, newparent, &newname, flags & libc::RENAME_NOREPLACE != 0).await;
+            ops.kernel.listings.named(parent, &name, outcome(&result, false));
+            ops.kernel.listings.named(newparent, &newname, outcome(&result, true));
+            result
+        }
+    }
+
+    pub fn statfs(self: &Arc<Self>) -> impl Future<Output = Result<FsStats>> + Send + 'static {
+        let ops = self.clone();
+        async move {
+            let (mut capacity, mut used, mut inodes) = (0u64, 0u64, 0u64);
+            for stats in ops.client.statfs().await {
+                let s = stats?;
+                capacity += s.capacity;
+                used += s.used;
+                inodes += s.inodes;
+            }
+            let free = capacity.saturating_sub(used) / STATFS_BLOCK;
+            Ok(FsStats { blocks: capacity / STATFS_BLOCK, free, files: inodes + (1 << 32), files_free: 1 << 32 })
+        }
+    }
+
+    // ------------------------------------------------------------ files
+
+    /// Close-to-open: the attributes come fresh from the file's home server; what the kernel
+    /// cached is dropped if it differs, and so is the page cache (no FOPEN_KEEP_CACHE).
+    /// Answers the new handle.
+    pub fn open(self: &Arc<Self>, ino: u64, flags: i32, caller: Caller) -> impl Future<Output = Result<u64>> + Send + 'static {
+        let ops = self.clone();
+        async move {
+            let kernel = &ops.kernel;
+            let f = match ops.client.open_ino(ino).await {
+                Ok(f) if f.attr_at_open().nlink == 0 && kernel.refuse_once(ino) => {
+                    let _ = f.close().await;
+                    Err(ErrorCode::NotFound.into())
+                }
+                other => other,
+            };
+            let f = ops.check_stale(f, caller.pid)?;
+            // The open (and any retry of its path walk) is over.
+            kernel.settled(caller.pid);
+            kernel.revalidate(f.attr_at_open());
+            if flags & libc::O_TRUNC != 0 {
+                f.set_len(0).await?;
+            }
+            f.set_write_behind(ops.client.stream_window()).await?;
+            Ok(ops.register(f))
+        }
+    }
+
+    /// Creates (and opens) a file; answers its attributes and the new handle.
+    pub fn create(
+        self: &Arc<Self>,
+        parent: u64,
+        name: String,
+        mode: u32,
+        flags: i32,
+        caller: Caller,
+    ) -> impl Future<Output = Result<(Attr, u64)>> + Send + 'static {
+        let ops = self.clone();
+        async move {
+            let client = ops.client.as_user(caller.uid, caller.gid);
+            let result = async {
+                let f = client.create_at(parent, &name, mode & 0o7777, flags & libc::O_EXCL != 0).await?;
+                if flags & libc::O_TRUNC != 0 && f.size() > 0 {
+                    f.set_len(0).await?;
+                }
+                f.set_write_behind(ops.client.stream_window()).await?;
+                Ok::<_, Error>(f)
+            }
+            .await;
+            ops.kernel.listings.named(parent, &name, outcome(&result, true));
+            let f = result?;
+            let attr = Attr { size: f.size(), ..f.attr_at_open().clone() };
+            Ok((ops.told(attr), ops.register(f)))
+        }
+    }
+
+    /// Reads through handle `fh`, answering through `done`. With no other handle of the file
+    /// open here, chunks held by servers on this node are read from their data files on this
+    /// thread (page cache to reply: what a passthrough file system does); a plain read (random
+    /// 4 KiB) goes out from this thread and is answered by the connection's reader (no task,
+    /// no runtime wake-up on the way out); streaming reads go through the handle's chunk
+    /// cache on the runtime. Reads next to other handles of the file first wait for their
+    /// writes: what one handle wrote, a read through another must see.
+    pub fn read(self: &Arc<Self>, fh: u64, ino: u64, offset: u64, size: u32, done: impl FnOnce(Result<Bytes>) + Send + 'static) {
+        let f = match self.open_file(fh) {
+            Ok(f) => f,
+            Err(e) => return done(Err(e)),
+        };
+        let siblings = siblings(&self.files, fh, ino);
+        if siblings.is_empty() {
+            if let Some(data) = f.file.read_local(offset, size as usize) {
+                return done(data.map(Bytes::from));
+            }
+            let route = match f.chunks.route(&f.file, offset, size as u64) {
+                Route::Servers { len } => {
+                    let answer = move |data: Result<Vec<u8>>| done(data.map(Bytes::from));
+                    match f.file.read_then(offset, len as usize, answer) {
+                        Ok(()) => return,
+                        Err(answer) => return self.spawn(async move { answer(f.file.pread(offset, len as usize).await) }),
+                    }
+                }
+                other => other,
+            };
+            return self.spawn(async move { done(f.chunks.read_routed(&f.file, route, offset).await) });
+        }
+        self.spawn(async move {
+            for other in &siblings {
+                // Their failures belong to their own writers, who will hear of them.
+                let _ = other.file.wait_writes().await;
+                f.file.note_size(other.file.size());
+            }
+            let data = match f.file.read_local(offset, size as usize) {
+                Some(data) => data.map(Bytes::from),
+                None => f.chunks.read(&f.file, offset, size as u64).await,
+            };
+            done(data)
+        });
+    }
+
+    /// Writes through handle `fh`, answering through `done`: at once when the write could go
+    /// out from this thread ([`File::write_behind_now`]: to the local writer or the chunk's
+    /// server, within the write-behind window), else from a task once the window has room.
+    pub fn write(self: &Arc<Self>, fh: u64, ino: u64, offset: u64, data: &[u8], done: impl FnOnce(Result<usize>) + Send + 'static) {
+        let f = match self.open_file(fh) {
+            Ok(f) => f,
+            Err(e) => return done(Err(e)),
+        };
+        // Cached chunks may hold what this write replaces, for this and every other reader here.
+        f.chunks.clear();
+        for other in siblings(&self.files, fh, ino) {
+            other.chunks.clear();
+        }
+        let data = match f.file.write_behind_now(offset, Bytes::copy_from_slice(data)) {
+            Ok(n) => return done(Ok(n)),
+            Err(data) => data,
+        };
+        self.spawn(async move { done(f.file.pwrite_bytes(offset, data).await) });
+    }
+
+    /// A flush answered on the spot: nothing was written through the handle (a read, or a
+    /// create then close).
+    pub fn flush_now(&self, fh: u64) -> Option<Result<()>> {
+        match self.open_file(fh) {
+            Ok(f) if f.file.is_clean() => Some(Ok(())),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// Every close(2): waits for the handle's writes and publishes size and mtime, so the
+    /// close-to-open promise holds when close returns (and write errors reach close).
+    pub fn flush(self: &Arc<Self>, fh: u64) -> impl Future<Output = Result<()>> + Send + 'static {
+        let f = self.open_file(fh);
+        async move { f?.file.flush().await }
+    }
+
+    pub fn release(self: &Arc<Self>, fh: u64) -> impl Future<Output = Result<()>> + Send + 'static {
+        let f = self.files.lock().unwrap().remove(fh);
+        async move {
+            match f {
+                Some(f) => f.file.release().await,
+                None => Err(Error::new(ErrorCode::BadHandle, format!("handle {fh} is not open"))),
+            }
+        }
+    }
+
+    pub fn fsync(self: &Arc<Self>, fh: u64) -> impl Future<Output = Result<()>> + Send + 'static {
+        let f = self.open_file(fh);
+        async move { f?.file.fsync().await }
+    }
+
+    // ------------------------------------------------------------ directories
+
+    /// Takes a snapshot of the directory, read by [`Ops::dir_entries`]; answers its handle.
+    pub fn opendir(self: &Arc<Self>, ino: u64) -> impl Future<Output = Result<u64>> + Send + 'static {
+        let (ops, fh) = (self.clone(), self.handle());
+        async move {
+            let entries = ops.client.readdir_ino(ino).await?;
+            ops.dirs.lock().unwrap().insert(fh, Arc::new(entries));
+            Ok(fh)
+        }
+    }
+
+    /// The snapshot taken at opendir.
+    pub fn dir_entries(&self, fh: u64) -> Result<Arc<Vec<DirEntry>>> {
+        self.dirs
+            .lock()
+            .unwrap()
+            .get(&fh)
+            .cloned()
+            .ok_or_else(|| Error::new(ErrorCode::BadHandle, format!("directory handle {fh} is not open")))
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        self.dirs.lock().unwrap().remove(&fh);
+    }
+}
