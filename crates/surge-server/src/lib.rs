@@ -16,12 +16,13 @@
 //! lives in a crate of its own. This crate depends on the protocol crate only.
 //!
 //! [`Server::bind`] then [`Server::serve`]: the `surge-server` daemon does so in its own
-//! process, a test can do so on loopback inside its own.
+//! process; [`in_process::InProcessInstance`] does so for a whole instance inside a test's.
 
 pub mod conn;
 pub mod data;
 pub mod error;
 mod handle;
+pub mod in_process;
 pub mod meta;
 mod session;
 pub mod stage_copy;

@@ -8,7 +8,7 @@ use surge_proto::stage::{StageDirection, StageKind, StageSpec};
 use surge_proto::{Error, ErrorCode, FileKind, Ino};
 
 /// A file to copy.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) struct PlannedFile {
     pub bb_path: String,
     pub pfs_path: String,
@@ -18,6 +18,7 @@ pub(crate) struct PlannedFile {
     pub ino: Option<Ino>,
 }
 
+#[derive(Debug)]
 pub(crate) struct Plan {
     /// Directories the destination side needs, parents before children.
     pub dirs: Vec<String>,
@@ -240,4 +241,119 @@ pub(crate) fn describe(plan: &Plan) -> String {
         text.push_str(&format!("; skipped {} entries that are not files or directories (first: {})", plan.skipped.len(), plan.skipped[0]));
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use surge_client::ClientOptions;
+    use surge_proto::stage::StageWhen;
+    use surge_server::in_process::InProcessInstance;
+
+    struct Fixture {
+        instance: InProcessInstance,
+        scratch: std::path::PathBuf,
+        client: Client,
+    }
+
+    impl Fixture {
+        async fn new(test: &str) -> Fixture {
+            let scratch = std::env::temp_dir().join(format!("surge-plan-test-{test}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&scratch);
+            std::fs::create_dir_all(scratch.join("pfs")).unwrap();
+            let instance = InProcessInstance::start(&scratch.join("servers"), 3, 1 << 30).await.unwrap();
+            let opts = ClientOptions { local_io: false, ..Default::default() };
+            let client = Client::from_parts(instance.addrs.clone(), 1 << 20, instance.secret, opts).unwrap();
+            Fixture { instance, scratch, client }
+        }
+
+        fn pfs(&self, rel: &str) -> String {
+            self.scratch.join("pfs").join(rel).to_string_lossy().to_string()
+        }
+
+        fn spec(&self, direction: StageDirection, kind: StageKind, bb_path: &str, pfs_path: &str) -> StageSpec {
+            self.client.stage_spec(direction, kind, StageWhen::Immediate, bb_path, pfs_path, false)
+        }
+
+        async fn stop(self) {
+            self.instance.stop().await;
+            let _ = std::fs::remove_dir_all(&self.scratch);
+        }
+    }
+
+    /// A stage-out of a tree lists every regular file with its size and inode, the directories
+    /// the PFS side needs (parents first), and leaves symlinks out, saying so.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stage_out_plans_the_tree_it_finds() {
+        let fx = Fixture::new("out-tree").await;
+        let c = &fx.client;
+        c.mkdir_all("/out/sub", 0o755).await.unwrap();
+        let small = c.create("/out/a.h5", 0o600).await.unwrap();
+        small.pwrite(0, b"ten bytes!").await.unwrap();
+        small.close().await.unwrap();
+        let large = c.create("/out/sub/b.h5", 0o644).await.unwrap();
+        large.pwrite(0, &vec![7u8; 3 << 20]).await.unwrap();
+        large.close().await.unwrap();
+        c.symlink("a.h5", "/out/latest").await.unwrap();
+
+        let plan = make(c, &fx.spec(StageDirection::Out, StageKind::Directory, "/out", &fx.pfs("out"))).await.unwrap();
+        let mut files: Vec<(String, String, u64, u32)> =
+            plan.files.iter().map(|f| (f.bb_path.clone(), f.pfs_path.clone(), f.size, f.mode)).collect();
+        files.sort();
+        assert_eq!(
+            files,
+            vec![
+                ("/out/a.h5".to_string(), fx.pfs("out/a.h5"), 10, 0o600),
+                ("/out/sub/b.h5".to_string(), fx.pfs("out/sub/b.h5"), 3 << 20, 0o644),
+            ]
+        );
+        assert!(plan.files.iter().all(|f| f.ino.is_some()), "a stage-out copies by inode");
+        assert_eq!(plan.dirs, vec![fx.pfs("out"), fx.pfs("out/sub")]);
+        assert_eq!(plan.skipped, vec!["/out/latest".to_string()]);
+        fx.stop().await;
+    }
+
+    /// What cannot be planned fails with the code a caller turns into an errno, and a message
+    /// that names the path.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn planning_failures_name_the_path_and_keep_their_code() {
+        let fx = Fixture::new("failures").await;
+        let c = &fx.client;
+        let missing = make(c, &fx.spec(StageDirection::In, StageKind::File, "/in/x", &fx.pfs("nope.h5"))).await.unwrap_err();
+        assert_eq!(missing.code, ErrorCode::NotFound);
+        assert!(missing.detail.contains("nope.h5"), "{missing:?}");
+
+        c.mkdir_all("/dir", 0o755).await.unwrap();
+        let not_a_file = make(c, &fx.spec(StageDirection::Out, StageKind::File, "/dir", &fx.pfs("dir"))).await.unwrap_err();
+        assert_eq!(not_a_file.code, ErrorCode::Invalid);
+
+        let list = fx.pfs("list.txt");
+        std::fs::write(&list, format!("# inputs\n{} in/a\nonly-one-field\n", fx.pfs("a"))).unwrap();
+        std::fs::write(fx.pfs("a"), b"a").unwrap();
+        let malformed = make(c, &fx.spec(StageDirection::In, StageKind::List, "/in", &list)).await.unwrap_err();
+        assert_eq!(malformed.code, ErrorCode::Invalid);
+        assert!(malformed.detail.contains("list.txt:3"), "the line is named: {malformed:?}");
+        fx.stop().await;
+    }
+
+    /// A list's relative destinations are inside the stage's burst-buffer directory; a tree on
+    /// the PFS is walked in name order, its directories before their files' copies.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stage_in_plans_lists_and_trees() {
+        let fx = Fixture::new("in").await;
+        std::fs::create_dir_all(fx.pfs("tree/b")).unwrap();
+        std::fs::write(fx.pfs("tree/a.dat"), vec![1u8; 5]).unwrap();
+        std::fs::write(fx.pfs("tree/b/c.dat"), vec![2u8; 7]).unwrap();
+        let plan = make(&fx.client, &fx.spec(StageDirection::In, StageKind::Directory, "/inputs", &fx.pfs("tree"))).await.unwrap();
+        let files: Vec<(&str, u64)> = plan.files.iter().map(|f| (f.bb_path.as_str(), f.size)).collect();
+        assert_eq!(files, vec![("/inputs/a.dat", 5), ("/inputs/b/c.dat", 7)]);
+        assert_eq!(plan.dirs, vec!["/inputs".to_string(), "/inputs/b".to_string()]);
+
+        let list = fx.pfs("list.txt");
+        std::fs::write(&list, format!("{} rel/a.dat\n\n{} /abs/c.dat\n", fx.pfs("tree/a.dat"), fx.pfs("tree/b/c.dat"))).unwrap();
+        let plan = make(&fx.client, &fx.spec(StageDirection::In, StageKind::List, "/stage", &list)).await.unwrap();
+        let files: Vec<&str> = plan.files.iter().map(|f| f.bb_path.as_str()).collect();
+        assert_eq!(files, vec!["/stage/rel/a.dat", "/abs/c.dat"]);
+        fx.stop().await;
+    }
 }

@@ -1,0 +1,140 @@
+//! The operations layer's cache logic against real servers running in this process: what the
+//! mount answers without a round trip, and how another client's change reaches it. No root,
+//! no kernel mount: the operations are called as the adapter would call them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use surge_client::surge_proto::{ErrorCode, ROOT_INO};
+use surge_client::{Client, ClientOptions};
+use surge_fuse::ops::{Caller, Ops, SetAttr};
+use surge_server::in_process::InProcessInstance;
+
+const TTL: Duration = Duration::from_secs(600);
+
+struct Fixture {
+    instance: Option<InProcessInstance>,
+    root: std::path::PathBuf,
+    /// The mount's operations, watching the servers.
+    ops: Arc<Ops>,
+    /// Another node's client, changing things behind the mount's back.
+    other: Client,
+}
+
+impl Fixture {
+    async fn new(test: &str, servers: usize) -> Fixture {
+        let root = std::env::temp_dir().join(format!("surge-ops-test-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let instance = InProcessInstance::start(&root, servers, 1 << 30).await.expect("start the servers");
+        // Local I/O off: both clients are in this process, as if on one node; these tests are
+        // about metadata, and every byte should cross the servers.
+        let opts = ClientOptions { local_io: false, ..Default::default() };
+        let mount = Client::from_parts(instance.addrs.clone(), 1 << 20, instance.secret, opts.clone()).unwrap();
+        let ops = Ops::new(mount, tokio::runtime::Handle::current(), TTL);
+        let other = Client::from_parts(instance.addrs.clone(), 1 << 20, instance.secret, opts).unwrap();
+        Fixture { instance: Some(instance), root, ops, other }
+    }
+
+    async fn stop(mut self) {
+        if let Some(instance) = self.instance.take() {
+            instance.stop().await;
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn me() -> Caller {
+    // SAFETY: geteuid/getegid take no arguments and cannot fail.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    Caller { uid, gid, pid: std::process::id() }
+}
+
+async fn write(ops: &Arc<Ops>, fh: u64, ino: u64, offset: u64, data: &[u8]) -> surge_client::Result<usize> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    ops.write(fh, ino, offset, data, move |r| {
+        let _ = tx.send(r);
+    });
+    rx.await.expect("the write is answered")
+}
+
+async fn read(ops: &Arc<Ops>, fh: u64, ino: u64, offset: u64, size: u32) -> surge_client::Result<Vec<u8>> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    ops.read(fh, ino, offset, size, move |r| {
+        let _ = tx.send(r.map(|b| b.to_vec()));
+    });
+    rx.await.expect("the read is answered")
+}
+
+/// In a directory the mount made, a missing name is answered without asking a server; once
+/// another client creates that name, the server's notice (acknowledged before the create
+/// returned) has dropped what the mount knew, and the lookup finds the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_created_elsewhere_is_never_answered_missing() {
+    let fx = Fixture::new("missing", 3).await;
+    let dir = fx.ops.mkdir(ROOT_INO, "run".into(), 0o755, me()).await.unwrap();
+    assert!(
+        matches!(fx.ops.lookup_now(dir.ino, "plot.h5", me()), Some(Err(e)) if e.code == ErrorCode::NotFound),
+        "a name missing from a directory made here is known missing"
+    );
+    let f = fx.other.create_at(dir.ino, "plot.h5", 0o644, true).await.unwrap();
+    let created = f.ino();
+    f.close().await.unwrap();
+    assert!(fx.ops.lookup_now(dir.ino, "plot.h5", me()).is_none(), "after another node's create, the mount must ask");
+    let found = fx.ops.lookup(dir.ino, "plot.h5".into(), me()).await.unwrap();
+    assert_eq!(found.ino, created);
+    fx.stop().await;
+}
+
+/// A directory's attributes are answered from what was just heard (saving the round trip the
+/// kernel makes before every create), until this mount changes them or the window passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_attributes_are_answered_locally_until_changed() {
+    let fx = Fixture::new("dirattr", 2).await;
+    let dir = fx.ops.mkdir(ROOT_INO, "d".into(), 0o755, me()).await.unwrap();
+    assert_eq!(fx.ops.getattr_now(dir.ino).map(|a| a.mode), Some(0o755));
+    let changed = fx.ops.setattr(dir.ino, SetAttr { mode: Some(0o700), ..Default::default() }, None).await.unwrap();
+    assert_eq!(changed.mode, 0o700);
+    // Told again by setattr's answer: the new mode, never the old one.
+    assert_eq!(fx.ops.getattr_now(dir.ino).map(|a| a.mode), Some(0o700));
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(fx.ops.getattr_now(dir.ino).is_none(), "the window has passed: ask the server");
+    fx.stop().await;
+}
+
+/// A file reached through a name the kernel cached, removed by another node meanwhile: the
+/// open fails with ESTALE (the kernel then looks the name up again); a second stale answer
+/// to the same process's retry is ENOENT, as without any cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_through_a_stale_name_is_retried_once() {
+    let fx = Fixture::new("stale", 2).await;
+    let (attr, fh) = fx.ops.create(ROOT_INO, "ckpt".into(), 0o644, 0, me()).await.unwrap();
+    fx.ops.release(fh).await.unwrap();
+    fx.other.unlink("/ckpt").await.unwrap();
+    let first = fx.ops.open(attr.ino, 0, me()).await.unwrap_err();
+    assert_eq!(first.code, ErrorCode::Stale);
+    let retry = fx.ops.open(attr.ino, 0, me()).await.unwrap_err();
+    assert_eq!(retry.code, ErrorCode::NotFound);
+    fx.stop().await;
+}
+
+/// What one handle wrote and has not published yet is part of the file for every program on
+/// this node: a stat reports its size, and a read through another handle sees its bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unpublished_writes_are_seen_through_other_handles_on_this_node() {
+    let fx = Fixture::new("siblings", 3).await;
+    let (attr, writer) = fx.ops.create(ROOT_INO, "out".into(), 0o644, 0, me()).await.unwrap();
+    let reader = fx.ops.open(attr.ino, 0, me()).await.unwrap();
+    let body: Vec<u8> = (0..3 * (1 << 20) + 17).map(|i| (i % 251) as u8).collect();
+    assert_eq!(write(&fx.ops, writer, attr.ino, 0, &body).await.unwrap(), body.len());
+    assert_eq!(fx.ops.getattr(attr.ino, me()).await.unwrap().size, body.len() as u64, "local size before any flush");
+    let seen = read(&fx.ops, reader, attr.ino, (1 << 20) - 5, 64 << 10).await.unwrap();
+    assert_eq!(seen, body[(1 << 20) - 5..(1 << 20) - 5 + (64 << 10)]);
+    // Another node sees nothing until the writer flushes (close-to-open), then everything.
+    assert_eq!(fx.other.getattr(attr.ino).await.unwrap().size, 0);
+    fx.ops.flush(writer).await.unwrap();
+    assert_eq!(fx.other.getattr(attr.ino).await.unwrap().size, body.len() as u64);
+    fx.ops.release(writer).await.unwrap();
+    fx.ops.release(reader).await.unwrap();
+    assert_eq!(fx.ops.release(reader).await.unwrap_err().code, ErrorCode::BadHandle);
+    fx.stop().await;
+}

@@ -1,0 +1,81 @@
+//! An instance whose servers run inside this process, on loopback ports the kernel picks:
+//! what tests use to exercise a client (the FUSE operations layer, the stage planner) with
+//! real servers and real TCP, but without processes, root or a mount.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use surge_proto::auth::Secret;
+use surge_proto::stage::StageService;
+use tokio::sync::oneshot;
+
+use crate::{Server, ServerConfig};
+
+/// Servers serving in this process until [`InProcessInstance::stop`] (or drop).
+pub struct InProcessInstance {
+    /// The servers' addresses, in index order.
+    pub addrs: Vec<SocketAddr>,
+    pub secret: Secret,
+    stops: Vec<oneshot::Sender<()>>,
+    tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl InProcessInstance {
+    /// `count` servers sharing `capacity`, each keeping its store in `root/server-I`.
+    pub async fn start(root: &Path, count: usize, capacity: u64) -> anyhow::Result<InProcessInstance> {
+        Self::start_with(root, count, capacity, |_, _, _| None).await
+    }
+
+    /// Like [`InProcessInstance::start`], with a stage coordinator beside each server for which
+    /// `coordinator(index, addrs, secret)` makes one (once every server is bound, so it can be
+    /// told all their addresses).
+    pub async fn start_with(
+        root: &Path,
+        count: usize,
+        capacity: u64,
+        coordinator: impl Fn(usize, &[SocketAddr], &Secret) -> Option<Arc<dyn StageService>>,
+    ) -> anyhow::Result<InProcessInstance> {
+        let mut secret = [0u8; surge_proto::auth::SECRET_LEN];
+        getrandom::getrandom(&mut secret).map_err(|e| anyhow::anyhow!("no randomness for the secret: {e}"))?;
+        // SAFETY: geteuid/getegid take no arguments and cannot fail.
+        let (owner_uid, owner_gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let mut servers = Vec::with_capacity(count);
+        for index in 0..count {
+            let config = ServerConfig {
+                listen: "127.0.0.1:0".parse().expect("a loopback address"),
+                root: root.join(format!("server-{index}")),
+                capacity: capacity / count as u64,
+                index,
+                count,
+                secret,
+                owner_uid,
+                owner_gid,
+            };
+            servers.push(Server::bind(config).await?);
+        }
+        let addrs: Vec<SocketAddr> = servers.iter().map(Server::local_addr).collect();
+        let (mut stops, mut tasks) = (Vec::new(), Vec::new());
+        for (index, server) in servers.into_iter().enumerate() {
+            if let Some(c) = coordinator(index, &addrs, &secret) {
+                server.attach_coordinator(c);
+            }
+            let (stop, stopped) = oneshot::channel::<()>();
+            stops.push(stop);
+            tasks.push(tokio::spawn(server.serve(async move {
+                let _ = stopped.await;
+            })));
+        }
+        Ok(InProcessInstance { addrs, secret, stops, tasks })
+    }
+
+    /// Stops every server and waits until they have.
+    pub async fn stop(mut self) {
+        for stop in self.stops.drain(..) {
+            let _ = stop.send(());
+        }
+        for task in self.tasks.drain(..) {
+            let _ = task.await;
+        }
+    }
+}
