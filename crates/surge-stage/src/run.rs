@@ -22,7 +22,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use crate::plan::{self, split_path, Plan, PlannedFile};
-use crate::{now_secs, pfs_temporary, remove_temporary, temporary_name, FileRecord, Stage, Stages};
+use crate::records::{now_secs, pfs_temporary, remove_temporary, temporary_name, FileRecord, Stage};
+use crate::stages::Stages;
 
 /// Small files per batch request.
 const BATCH_FILES: usize = 256;

@@ -1,0 +1,142 @@
+//! A server as a whole: its configuration, the state its connections share, and the loop that
+//! accepts them until it is told to stop.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use anyhow::Context;
+use surge_proto::auth::Secret;
+use surge_proto::stage::StageService;
+use surge_proto::ErrorCode;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+
+use crate::error::{Result, ServerError};
+use crate::{conn, data, meta, watch};
+
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub root: PathBuf,
+    pub capacity: u64,
+    pub index: usize,
+    pub count: usize,
+    pub secret: Secret,
+    pub owner_uid: u32,
+    pub owner_gid: u32,
+}
+
+/// State shared by all connections of one server.
+pub struct Shared {
+    pub index: usize,
+    pub count: usize,
+    pub secret: Secret,
+    pub meta: Mutex<meta::MetaStore>,
+    pub data: data::DataStore,
+    /// Where `data` keeps its files, for clients on this node (None: not identifiable).
+    pub local: Option<surge_proto::LocalData>,
+    /// Answers staging requests other than chunk copies (see [`Server::attach_coordinator`]).
+    coordinator: OnceLock<Arc<dyn StageService>>,
+    /// Connections that cache metadata, told of changes (see [`watch`]).
+    pub watchers: watch::Watchers,
+    pub shutdown: Notify,
+}
+
+impl Shared {
+    /// The stage coordinator beside this server.
+    pub fn coordinator(&self) -> Result<&Arc<dyn StageService>> {
+        self.coordinator.get().ok_or_else(|| ServerError::new(ErrorCode::NotSupported, "no stage coordinator runs beside this server"))
+    }
+}
+
+/// A server bound to its address, not yet serving.
+pub struct Server {
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    root: PathBuf,
+}
+
+impl Server {
+    /// Opens the data directory under `config.root` (accounting for what an earlier run left
+    /// there) and binds the listening address.
+    pub async fn bind(config: ServerConfig) -> anyhow::Result<Server> {
+        std::fs::create_dir_all(&config.root).with_context(|| format!("create {}", config.root.display()))?;
+        let data = data::DataStore::open(&config.root.join("data"), config.capacity)
+            .with_context(|| format!("open data directory under {}", config.root.display()))?;
+        let local = match data.local_data() {
+            Ok(local) => Some(local),
+            Err(e) => {
+                tracing::warn!("clients on this node will not read or write the data directory themselves: {e}");
+                None
+            }
+        };
+        let shared = Arc::new(Shared {
+            index: config.index,
+            count: config.count,
+            secret: config.secret,
+            meta: Mutex::new(meta::MetaStore::new(config.index, config.owner_uid, config.owner_gid)),
+            data,
+            local,
+            coordinator: OnceLock::new(),
+            watchers: Default::default(),
+            shutdown: Notify::new(),
+        });
+        let listener = TcpListener::bind(config.listen).await.with_context(|| format!("bind {}", config.listen))?;
+        Ok(Server { shared, listener, root: config.root })
+    }
+
+    /// The address the server listens on (the port chosen, when 0 was asked).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("a bound listener has an address")
+    }
+
+    /// Hands the staging requests this server receives (submissions, status, cancel...) to
+    /// `coordinator`. Without one they are refused with NotSupported; chunk copies, which
+    /// each server does for its own chunks, are answered either way.
+    pub fn attach_coordinator(&self, coordinator: Arc<dyn StageService>) {
+        if self.shared.coordinator.set(coordinator).is_err() {
+            tracing::warn!("a stage coordinator was attached already; the second one is ignored");
+        }
+    }
+
+    /// Announces readiness by writing `<root>/ready` (the bound address, written under a
+    /// temporary name then renamed, so a launcher never reads half of it), then serves until
+    /// a client sends `Shutdown` or `stop` completes.
+    pub async fn serve(self, stop: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let Server { shared, listener, root } = self;
+        let addr = listener.local_addr()?;
+        let ready = root.join("ready");
+        let tmp = root.join("ready.tmp");
+        std::fs::write(&tmp, addr.to_string())?;
+        std::fs::rename(&tmp, &ready)?;
+        tracing::info!(index = shared.index, count = shared.count, %addr, capacity = shared.data.capacity(), "server ready");
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer)) => {
+                        let shared = shared.clone();
+                        tokio::spawn(async move {
+                            if let Err(e) = conn::serve(shared, stream, peer).await {
+                                tracing::debug!(%peer, "connection ended: {e:#}");
+                            }
+                        });
+                    }
+                    Err(e) => {
+                        // Out of descriptors and the like: back off instead of spinning.
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                },
+                _ = shared.shutdown.notified() => {
+                    tracing::info!("shutdown requested by a client");
+                    break;
+                }
+                _ = &mut stop => break,
+            }
+        }
+        let _ = std::fs::remove_file(&ready);
+        Ok(())
+    }
+}
