@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE=${1:-1G}
 FILES=${2:-20000}
-SURGE=./target/release/surge
+# SURGE_BIN: another build's `surge` (with its surge-server and surge-fuse beside it), for A/B runs.
+SURGE=${SURGE_BIN:-./target/release/surge}
 export SURGE_HOME=$(mktemp -d /tmp/surge-bench-home.XXXX)
 ROOT=/dev/shm/surge-bench-$$
 BASE=/dev/shm/surge-bench-baseline-$$

@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE=${1:-1G}
 FILES=${2:-20000}
-SURGE=$PWD/target/release/surge
+# SURGE_BIN: another build's `surge` (with its surge-server and surge-fuse beside it), for A/B runs.
+SURGE=${SURGE_BIN:-$PWD/target/release/surge}
 export SURGE_HOME=$(mktemp -d /tmp/surge-bench-home.XXXX)
 WORK=/dev/shm/surge-fuse-bench-$$
 NAME=fusebench$$

@@ -11,7 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE=${1:-4G}
 FILES=${2:-20000}
-SURGE=$PWD/target/release/surge
+# SURGE_BIN: another build's `surge` (with its surge-server and surge-fuse beside it), for A/B runs.
+SURGE=${SURGE_BIN:-$PWD/target/release/surge}
 [ "$(id -u)" = 0 ] || { echo "bench/staging.sh needs root (it drops page caches)" >&2; exit 1; }
 export SURGE_HOME=$(mktemp -d /tmp/surge-bench-home.XXXX)
 PFS=/var/tmp/surge-stage-bench-$$
