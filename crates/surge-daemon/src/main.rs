@@ -96,7 +96,8 @@ fn main() -> anyhow::Result<()> {
             }
             None => tracing::warn!("started without --instance-file: stages submitted to this server will be refused"),
         }
-        server.serve(stop_signal()).await
+        server.serve(stop_signal()).await?;
+        Ok::<_, anyhow::Error>(())
     })
 }
 

@@ -12,7 +12,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context};
 use surge_proto::frame::{decode_message, encode_frame};
 use surge_proto::frame_io::{read_frame, write_frame, ReadError};
 use surge_proto::handshake::{Challenge, Hello, Welcome};
@@ -23,7 +22,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::data::ReadSource;
-use crate::error::ServerError;
+use crate::error::{Result, ServerError};
 use crate::handle::Answer;
 use crate::session::Session;
 use crate::Shared;
@@ -37,7 +36,7 @@ const IO_BUFFER: usize = 256 * 1024;
 /// The connection's writing half: the request loop, out-of-order answers and notices share it.
 pub(crate) type SharedWriter = Arc<AsyncMutex<BufWriter<OwnedWriteHalf>>>;
 
-pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) -> anyhow::Result<()> {
+pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) -> Result<()> {
     stream.set_nodelay(true)?;
     let (rd, wr) = stream.into_split();
     let mut reader = BufReader::with_capacity(IO_BUFFER, rd);
@@ -57,21 +56,22 @@ async fn authenticate(
     reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
     writer: &mut BufWriter<OwnedWriteHalf>,
     peer: SocketAddr,
-) -> anyhow::Result<bool> {
+) -> Result<bool> {
     let mut challenge = [0u8; auth::CHALLENGE_LEN];
-    getrandom::getrandom(&mut challenge).map_err(|e| anyhow::anyhow!("no randomness for the challenge: {e}"))?;
+    getrandom::getrandom(&mut challenge).map_err(|e| ServerError::new(ErrorCode::Io, format!("no randomness for the challenge: {e}")))?;
     let hello = Challenge { challenge, server_index: shared.index as u32, server_count: shared.count as u32 };
     write_frame(writer, FrameKind::Reply, 0, &hello, &[]).await?;
     writer.flush().await?;
 
-    let first =
-        tokio::time::timeout(HELLO_TIMEOUT, read_frame(reader, PRE_AUTH_MAX_MESSAGE, 0)).await.context("no hello within the time limit")?;
+    let first = tokio::time::timeout(HELLO_TIMEOUT, read_frame(reader, PRE_AUTH_MAX_MESSAGE, 0))
+        .await
+        .map_err(|_| ServerError::new(ErrorCode::TimedOut, format!("{peer} sent no hello within {HELLO_TIMEOUT:?}")))?;
     let frame = match first {
         Ok(Some(frame)) => frame,
         Ok(None) => return Ok(false),
         Err(e) => {
             refuse(writer, 0, ErrorCode::Protocol, &e.to_string()).await;
-            bail!("bad first frame from {peer}: {e}");
+            return Err(ServerError::new(ErrorCode::Protocol, format!("bad first frame from {peer}: {e}")));
         }
     };
     let request_id = frame.header.request_id;
@@ -88,12 +88,12 @@ async fn authenticate(
         }
         Err(_) => {
             refuse(writer, request_id, ErrorCode::Unauthenticated, "the first request must be hello").await;
-            bail!("{peer} did not start with hello");
+            Err(ServerError::new(ErrorCode::Protocol, format!("{peer} did not start with hello")))
         }
     }
 }
 
-async fn serve_requests<R>(session: &mut Session, reader: &mut BufReader<R>, writer: &SharedWriter) -> anyhow::Result<()>
+async fn serve_requests<R>(session: &mut Session, reader: &mut BufReader<R>, writer: &SharedWriter) -> Result<()>
 where
     R: tokio::io::AsyncRead + Unpin,
 {
@@ -115,7 +115,7 @@ where
             Err(e) => {
                 // The stream can no longer be trusted to be in step: say why, then close.
                 refuse(&mut *writer.lock().await, 0, ErrorCode::Protocol, &e.to_string()).await;
-                bail!("protocol error: {e}");
+                return Err(ServerError::new(ErrorCode::Protocol, format!("protocol error: {e}")));
             }
         };
         let request_id = frame.header.request_id;
@@ -199,7 +199,7 @@ async fn write_raw(
 }
 
 /// Sends one answer now (an out-of-order answer: nothing else is batched behind it).
-async fn answer_now(writer: &SharedWriter, request_id: u64, outcome: crate::error::Result<Vec<u8>>) {
+async fn answer_now(writer: &SharedWriter, request_id: u64, outcome: Result<Vec<u8>>) {
     let mut w = writer.lock().await;
     let written = match outcome {
         Ok(message) => write_raw(&mut w, FrameKind::Reply, request_id, &message, &[]).await,

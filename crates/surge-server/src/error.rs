@@ -18,6 +18,12 @@ impl ServerError {
         ServerError { code, detail: detail.into(), source: None }
     }
 
+    /// A failure of the operating system under this server (`context`: what it was doing:
+    /// binding its address, creating its directory ...).
+    pub fn os(context: &str, err: std::io::Error) -> Self {
+        ServerError { code: ErrorCode::of_io(&err), detail: format!("{context}: {err}"), source: Some(Box::new(err)) }
+    }
+
     /// A failure of this server's own store (`context`: what it was doing).
     pub fn store(context: &str, err: std::io::Error) -> Self {
         ServerError { code: ErrorCode::of_store_io(&err), detail: format!("{context}: {err}"), source: Some(Box::new(err)) }
@@ -39,6 +45,13 @@ impl ServerError {
     pub fn context(mut self, context: &str) -> Self {
         self.detail = if self.detail.is_empty() { context.to_string() } else { format!("{context}: {}", self.detail) };
         self
+    }
+}
+
+/// A connection's socket failed.
+impl From<std::io::Error> for ServerError {
+    fn from(err: std::io::Error) -> Self {
+        ServerError::os("connection", err)
     }
 }
 

@@ -10,6 +10,9 @@ use surge_proto::auth::Secret;
 use surge_proto::stage::StageService;
 use tokio::sync::oneshot;
 
+use surge_proto::ErrorCode;
+
+use crate::error::{Result, ServerError};
 use crate::{Server, ServerConfig};
 
 /// Servers serving in this process until [`InProcessInstance::stop`] (or drop).
@@ -18,12 +21,12 @@ pub struct InProcessInstance {
     pub addrs: Vec<SocketAddr>,
     pub secret: Secret,
     stops: Vec<oneshot::Sender<()>>,
-    tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    tasks: Vec<tokio::task::JoinHandle<Result<()>>>,
 }
 
 impl InProcessInstance {
     /// `count` servers sharing `capacity`, each keeping its store in `root/server-I`.
-    pub async fn start(root: &Path, count: usize, capacity: u64) -> anyhow::Result<InProcessInstance> {
+    pub async fn start(root: &Path, count: usize, capacity: u64) -> Result<InProcessInstance> {
         Self::start_with(root, count, capacity, |_, _, _| None).await
     }
 
@@ -35,9 +38,9 @@ impl InProcessInstance {
         count: usize,
         capacity: u64,
         coordinator: impl Fn(usize, &[SocketAddr], &Secret) -> Option<Arc<dyn StageService>>,
-    ) -> anyhow::Result<InProcessInstance> {
+    ) -> Result<InProcessInstance> {
         let mut secret = [0u8; surge_proto::auth::SECRET_LEN];
-        getrandom::getrandom(&mut secret).map_err(|e| anyhow::anyhow!("no randomness for the secret: {e}"))?;
+        getrandom::getrandom(&mut secret).map_err(|e| ServerError::new(ErrorCode::Io, format!("no randomness for the secret: {e}")))?;
         // SAFETY: geteuid/getegid take no arguments and cannot fail.
         let (owner_uid, owner_gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         let mut servers = Vec::with_capacity(count);

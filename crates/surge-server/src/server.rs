@@ -6,7 +6,6 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use anyhow::Context;
 use surge_proto::auth::Secret;
 use surge_proto::stage::StageService;
 use surge_proto::ErrorCode;
@@ -60,10 +59,10 @@ pub struct Server {
 impl Server {
     /// Opens the data directory under `config.root` (accounting for what an earlier run left
     /// there) and binds the listening address.
-    pub async fn bind(config: ServerConfig) -> anyhow::Result<Server> {
-        std::fs::create_dir_all(&config.root).with_context(|| format!("create {}", config.root.display()))?;
+    pub async fn bind(config: ServerConfig) -> Result<Server> {
+        std::fs::create_dir_all(&config.root).map_err(|e| ServerError::os(&format!("create {}", config.root.display()), e))?;
         let data = data::DataStore::open(&config.root.join("data"), config.capacity)
-            .with_context(|| format!("open data directory under {}", config.root.display()))?;
+            .map_err(|e| ServerError::os(&format!("open data directory under {}", config.root.display()), e))?;
         let local = match data.local_data() {
             Ok(local) => Some(local),
             Err(e) => {
@@ -82,7 +81,7 @@ impl Server {
             watchers: Default::default(),
             shutdown: Notify::new(),
         });
-        let listener = TcpListener::bind(config.listen).await.with_context(|| format!("bind {}", config.listen))?;
+        let listener = TcpListener::bind(config.listen).await.map_err(|e| ServerError::os(&format!("bind {}", config.listen), e))?;
         Ok(Server { shared, listener, root: config.root })
     }
 
@@ -103,7 +102,7 @@ impl Server {
     /// Announces readiness by writing `<root>/ready` (the bound address, written under a
     /// temporary name then renamed, so a launcher never reads half of it), then serves until
     /// a client sends `Shutdown` or `stop` completes.
-    pub async fn serve(self, stop: impl Future<Output = ()>) -> anyhow::Result<()> {
+    pub async fn serve(self, stop: impl Future<Output = ()>) -> Result<()> {
         let Server { shared, listener, root } = self;
         let addr = listener.local_addr()?;
         let ready = root.join("ready");
@@ -119,7 +118,7 @@ impl Server {
                         let shared = shared.clone();
                         tokio::spawn(async move {
                             if let Err(e) = conn::serve(shared, stream, peer).await {
-                                tracing::debug!(%peer, "connection ended: {e:#}");
+                                tracing::debug!(%peer, "connection ended: {e}");
                             }
                         });
                     }

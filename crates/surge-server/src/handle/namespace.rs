@@ -68,7 +68,9 @@ impl Session {
         match self.namespace(request) {
             Answer::Reply { message, .. } => Ok(message),
             Answer::Failure(e) => Err(e.into()),
-            _ => unreachable!("a namespace step answers at once"),
+            // Namespace steps answer at once; a step that did not would be a bug here, told
+            // to the client rather than taking the connection down.
+            _ => Err(surge_proto::Error::new(surge_proto::ErrorCode::Io, "a batched step did not answer at once")),
         }
     }
 
