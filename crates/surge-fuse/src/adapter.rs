@@ -10,12 +10,12 @@ use fuser::{
     FileType, Filesystem, KernelConfig, Notifier, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
     ReplyStatfs, ReplyWrite, Request, TimeOrNow,
 };
-use surge_client::surge_proto::Attr;
+use surge_client::surge_proto::{Attr, AttrChanges};
 use surge_client::{Client, Result};
 use tokio::runtime::Handle;
 
 use crate::convert::{file_type, fuse_attr, name_of, to_timestamp};
-use crate::ops::{Caller, Ops, SetAttr, STATFS_BLOCK};
+use crate::ops::{Caller, Ops, STATFS_BLOCK};
 
 /// The kernel's largest write request.
 const MAX_WRITE: u32 = 1 << 20;
@@ -151,7 +151,7 @@ impl Filesystem for SurgeFs {
         _flags: Option<u32>,
         reply: ReplyAttr,
     ) {
-        let change = SetAttr { mode, uid, gid, size, atime: atime.map(to_timestamp), mtime: mtime.map(to_timestamp) };
+        let change = AttrChanges { mode, uid, gid, size, atime: atime.map(to_timestamp), mtime: mtime.map(to_timestamp) };
         self.answer(self.ops.setattr(ino, change, fh), self.attr(reply));
     }
 

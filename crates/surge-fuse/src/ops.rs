@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, Timestamp};
+use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode};
 use surge_client::{Client, Error, File, Result};
 use tokio::runtime::Handle;
 
@@ -34,17 +34,6 @@ pub struct Caller {
     pub uid: u32,
     pub gid: u32,
     pub pid: u32,
-}
-
-/// The attribute changes of a SETATTR.
-#[derive(Clone, Debug, Default)]
-pub struct SetAttr {
-    pub mode: Option<u32>,
-    pub uid: Option<u32>,
-    pub gid: Option<u32>,
-    pub size: Option<u64>,
-    pub atime: Option<Timestamp>,
-    pub mtime: Option<Timestamp>,
 }
 
 /// Capacity and inode counts for STATFS, in 4 KiB blocks.
@@ -196,7 +185,12 @@ impl Ops {
 
     /// `fh`: the handle the change came through, if any (a size change then goes through it,
     /// so its pending writes land first).
-    pub fn setattr(self: &Arc<Self>, ino: u64, change: SetAttr, fh: Option<u64>) -> impl Future<Output = Result<Attr>> + Send + 'static {
+    pub fn setattr(
+        self: &Arc<Self>,
+        ino: u64,
+        change: AttrChanges,
+        fh: Option<u64>,
+    ) -> impl Future<Output = Result<Attr>> + Send + 'static {
         self.kernel.forget_directory(ino);
         let open = fh.and_then(|fh| self.open_file(fh).ok());
         if change.size.is_some() {
@@ -207,17 +201,11 @@ impl Ops {
         }
         let ops = self.clone();
         async move {
-            if let (Some(size), Some(f)) = (change.size, &open) {
+            let mut changes = AttrChanges { mode: change.mode.map(|m| m & 0o7777), ..change };
+            if let (Some(size), Some(f)) = (changes.size, &open) {
                 f.file.set_len(size).await?;
+                changes.size = None;
             }
-            let changes = AttrChanges {
-                mode: change.mode.map(|m| m & 0o7777),
-                uid: change.uid,
-                gid: change.gid,
-                size: if open.is_some() { None } else { change.size },
-                atime: change.atime,
-                mtime: change.mtime,
-            };
             ops.client.setattr(ino, changes).await.map(|attr| ops.told(attr))
         }
     }
@@ -242,15 +230,13 @@ impl Ops {
                 return Err(Error::new(ErrorCode::NotPermitted, "only regular files, directories and symlinks"));
             }
             let client = ops.client.as_user(caller.uid, caller.gid);
-            let result = async {
+            let made = async {
                 let f = client.create_at(parent, &name, mode & 0o7777, true).await?;
                 let ino = f.ino();
                 f.close().await?;
                 client.getattr(ino).await
-            }
-            .await;
-            ops.kernel.listings.named(parent, &name, outcome(&result, true));
-            result.map(|attr| ops.told(attr))
+            };
+            ops.changed_name(parent, &name, true, made).await.map(|attr| ops.told(attr))
         }
     }
 
@@ -263,32 +249,32 @@ impl Ops {
     ) -> impl Future<Output = Result<Attr>> + Send + 'static {
         let ops = self.clone();
         async move {
-            let result = ops.client.as_user(caller.uid, caller.gid).mkdir_at(parent, &name, mode & 0o7777).await;
-            if let Ok(attr) = &result {
+            let made = async {
+                let attr = ops.client.as_user(caller.uid, caller.gid).mkdir_at(parent, &name, mode & 0o7777).await?;
                 // Made here: every name in it is known (none yet).
                 ops.kernel.listings.made(attr.ino);
-            }
-            ops.kernel.listings.named(parent, &name, outcome(&result, true));
-            result.map(|attr| ops.told(attr))
+                Ok(attr)
+            };
+            ops.changed_name(parent, &name, true, made).await.map(|attr| ops.told(attr))
         }
     }
 
     pub fn unlink(self: &Arc<Self>, parent: u64, name: String) -> impl Future<Output = Result<()>> + Send + 'static {
         let ops = self.clone();
-        async move {
-            let result = ops.client.unlink_at(parent, &name).await;
-            ops.kernel.listings.named(parent, &name, outcome(&result, false));
-            result
-        }
+        async move { ops.changed_name(parent, &name, false, ops.client.unlink_at(parent, &name)).await }
     }
 
     pub fn rmdir(self: &Arc<Self>, parent: u64, name: String) -> impl Future<Output = Result<()>> + Send + 'static {
         let ops = self.clone();
-        async move {
-            let result = ops.client.rmdir_at(parent, &name).await;
-            ops.kernel.listings.named(parent, &name, outcome(&result, false));
-            result
-        }
+        async move { ops.changed_name(parent, &name, false, ops.client.rmdir_at(parent, &name)).await }
+    }
+
+    /// Runs `change` of `parent/name` and records what it did to the name (`exists` after it,
+    /// once it succeeded) for the directory listings this mount knows in full.
+    async fn changed_name<T>(&self, parent: u64, name: &str, exists: bool, change: impl Future<Output = Result<T>>) -> Result<T> {
+        let result = change.await;
+        self.kernel.listings.named(parent, name, outcome(&result, exists));
+        result
     }
 
     pub fn symlink(
@@ -300,8 +286,8 @@ impl Ops {
     ) -> impl Future<Output = Result<Attr>> + Send + 'static {
         let ops = self.clone();
         async move {
-            let result = ops.client.as_user(caller.uid, caller.gid).symlink_at(parent, &name, &target).await;
-            ops.kernel.listings.named(parent, &name, outcome(&result, true));
+            let client = ops.client.as_user(caller.uid, caller.gid);
+            let result = ops.changed_name(parent, &name, true, client.symlink_at(parent, &name, &target)).await;
             result.map(|attr| ops.told(attr))
         }
     }
@@ -382,17 +368,15 @@ impl Ops {
         let ops = self.clone();
         async move {
             let client = ops.client.as_user(caller.uid, caller.gid);
-            let result = async {
+            let created = async {
                 let f = client.create_at(parent, &name, mode & 0o7777, flags & libc::O_EXCL != 0).await?;
                 if flags & libc::O_TRUNC != 0 && f.size() > 0 {
                     f.set_len(0).await?;
                 }
                 f.set_write_behind(ops.client.stream_window()).await?;
-                Ok::<_, Error>(f)
-            }
-            .await;
-            ops.kernel.listings.named(parent, &name, outcome(&result, true));
-            let f = result?;
+                Ok(f)
+            };
+            let f = ops.changed_name(parent, &name, true, created).await?;
             let attr = Attr { size: f.size(), ..f.attr_at_open().clone() };
             Ok((ops.told(attr), ops.register(f)))
         }

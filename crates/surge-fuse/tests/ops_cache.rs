@@ -5,9 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use surge_client::surge_proto::AttrChanges;
 use surge_client::surge_proto::{ErrorCode, ROOT_INO};
 use surge_client::{Client, ClientOptions};
-use surge_fuse::ops::{Caller, Ops, SetAttr};
+use surge_fuse::ops::{Caller, Ops};
 use surge_server::in_process::InProcessInstance;
 
 const TTL: Duration = Duration::from_secs(600);
@@ -92,7 +93,7 @@ async fn directory_attributes_are_answered_locally_until_changed() {
     let fx = Fixture::new("dirattr", 2).await;
     let dir = fx.ops.mkdir(ROOT_INO, "d".into(), 0o755, me()).await.unwrap();
     assert_eq!(fx.ops.getattr_now(dir.ino).map(|a| a.mode), Some(0o755));
-    let changed = fx.ops.setattr(dir.ino, SetAttr { mode: Some(0o700), ..Default::default() }, None).await.unwrap();
+    let changed = fx.ops.setattr(dir.ino, AttrChanges { mode: Some(0o700), ..Default::default() }, None).await.unwrap();
     assert_eq!(changed.mode, 0o700);
     // Told again by setattr's answer: the new mode, never the old one.
     assert_eq!(fx.ops.getattr_now(dir.ino).map(|a| a.mode), Some(0o700));
