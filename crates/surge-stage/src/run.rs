@@ -36,7 +36,14 @@ const WINDOW_CHUNKS_PER_SERVER: u64 = 16;
 /// Windows of one large file in flight.
 const WINDOWS_IN_FLIGHT: usize = 3;
 
-type RunResult<T> = Result<T, String>;
+/// A stage's or a file's outcome: why it failed is what its journal record keeps (see
+/// [`describe_error`]).
+type RunResult<T> = Result<T, Error>;
+
+/// A failure found by the coordinator itself, in the words its record keeps.
+fn failed(detail: impl Into<String>) -> Error {
+    Error::new(ErrorCode::Io, detail)
+}
 
 /// What every task of one stage shares.
 struct Ctx {
@@ -71,12 +78,12 @@ async fn run(stages: Arc<Stages>, stage: Arc<Stage>, planned: oneshot::Sender<()
             let ctx = Arc::new(Ctx { stage: stage.clone(), client, spec: spec.clone(), id });
             drive(ctx, &stages, planned).await
         }
-        Err(e) => Err(format!("cannot reach the instance's servers: {e}")),
+        Err(e) => Err(failed(format!("cannot reach the instance's servers: {e}"))),
     };
     {
         let mut record = stage.record.lock().unwrap();
         if let Err(e) = &result {
-            record.error.get_or_insert_with(|| e.clone());
+            record.error.get_or_insert_with(|| describe_error(e));
         }
         if stage.cancelled() {
             record.finish_unfinished(StageState::Cancelled, "cancelled");
@@ -108,9 +115,8 @@ async fn run(stages: Arc<Stages>, stage: Arc<Stage>, planned: oneshot::Sender<()
 }
 
 async fn drive(ctx: Arc<Ctx>, stages: &Stages, planned: oneshot::Sender<()>) -> RunResult<()> {
-    let plan = plan::make(&ctx.client, &ctx.spec).await.map_err(|e| {
+    let plan = plan::make(&ctx.client, &ctx.spec).await.inspect_err(|e| {
         ctx.stage.record.lock().unwrap().error_code = Some(e.code);
-        e.detail
     })?;
     tracing::info!(id = ctx.id, "{} planned: {}", ctx.spec.direction.label(), plan::describe(&plan));
     ctx.stage.record.lock().unwrap().files = plan
@@ -146,7 +152,7 @@ fn progressed(ctx: &Ctx, index: usize, bytes: u64) {
     ctx.stage.update_file(index, |f| f.done += bytes);
 }
 
-fn finished(ctx: &Ctx, index: usize, outcome: Result<(), String>) {
+fn finished(ctx: &Ctx, index: usize, outcome: RunResult<()>) {
     ctx.stage.update_file(index, |f| {
         f.finished = Some(now_secs());
         match outcome {
@@ -156,7 +162,7 @@ fn finished(ctx: &Ctx, index: usize, outcome: Result<(), String>) {
             }
             Err(e) => {
                 f.state = StageState::Failed;
-                f.error = Some(e);
+                f.error = Some(describe_error(&e));
             }
         }
     });
@@ -210,15 +216,15 @@ async fn send_orders(client: &Client, orders: Vec<(usize, CopyOrder)>) -> Vec<(u
         pending.spawn(async move {
             let outcome = match client.call(server, order).await {
                 Ok(outcomes) if outcomes.len() == count => Ok(outcomes),
-                Ok(outcomes) => Err(format!("server {server}: {} outcomes for a copy order of {count} items", outcomes.len())),
-                Err(e) => Err(format!("server {server}: {e}")),
+                Ok(outcomes) => Err(failed(format!("server {server}: {} outcomes for a copy order of {count} items", outcomes.len()))),
+                Err(e) => Err(failed(format!("server {server}: {e}"))),
             };
             (position, server, outcome)
         });
     }
     let mut results: Vec<(usize, usize, RunResult<Vec<CopyOutcome>>)> = Vec::new();
     while let Some(joined) = pending.join_next().await {
-        results.push(joined.unwrap_or_else(|e| (usize::MAX, 0, Err(format!("copy task failed: {e}")))));
+        results.push(joined.unwrap_or_else(|e| (usize::MAX, 0, Err(failed(format!("copy task failed: {e}"))))));
     }
     results.sort_by_key(|r| r.0);
     results.into_iter().map(|(_, server, outcome)| (server, outcome)).collect()
@@ -278,14 +284,14 @@ impl DirCache {
                 Err(e) if e.code == ErrorCode::NotFound => match client.mkdir_at(ino, name, 0o755).await {
                     Ok(attr) => attr,
                     Err(e) if e.code == ErrorCode::Exists => {
-                        client.lookup(ino, name).await.map_err(|e| format!("{at} (burst buffer): {e}"))?
+                        client.lookup(ino, name).await.map_err(|e| failed(format!("{at} (burst buffer): {e}")))?
                     }
-                    Err(e) => return Err(format!("{at} (burst buffer): {e}")),
+                    Err(e) => return Err(failed(format!("{at} (burst buffer): {e}"))),
                 },
-                Err(e) => return Err(format!("{at} (burst buffer): {e}")),
+                Err(e) => return Err(failed(format!("{at} (burst buffer): {e}"))),
             };
             if attr.kind != FileKind::Dir {
-                return Err(format!("{at} (burst buffer): not a directory"));
+                return Err(failed(format!("{at} (burst buffer): not a directory")));
             }
             ino = attr.ino;
             self.known.insert(at.clone(), ino);
@@ -324,7 +330,7 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
             orders.entry(client.layout().chunk_server(*ino, 0)).or_default().push((k, item));
         }
     }
-    let mut outcome: Vec<Result<(), String>> = created.iter().map(|c| c.as_ref().map(|_| ()).map_err(Clone::clone)).collect();
+    let mut outcome: Vec<RunResult<()>> = created.iter().map(|c| c.as_ref().map(|_| ()).map_err(Clone::clone)).collect();
     apply_copy_outcomes(&ctx, &files, orders, StageDirection::In, &mut outcome).await;
 
     // Publish: commit every created file's size (releasing the open), then rename the
@@ -339,7 +345,7 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
     if !commits.is_empty() {
         if let Err(e) = client.batch(home, commits).await {
             for o in outcome.iter_mut().filter(|o| o.is_ok()) {
-                *o = Err(format!("burst buffer: commit: {e}"));
+                *o = Err(failed(format!("burst buffer: commit: {e}")));
             }
         }
     }
@@ -358,7 +364,7 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
             });
             rename_of.push(k);
         } else if outcome[k].is_ok() {
-            outcome[k] = Err("cancelled".into());
+            outcome[k] = Err(failed("cancelled"));
         }
     }
     if !renames.is_empty() {
@@ -372,13 +378,13 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
                             }
                         }
                         Ok(_) => {}
-                        Err(e) => outcome[k] = Err(format!("burst buffer: rename into place: {e}")),
+                        Err(e) => outcome[k] = Err(failed(format!("burst buffer: rename into place: {e}"))),
                     }
                 }
             }
             Err(e) => {
                 for &k in &rename_of {
-                    outcome[k] = Err(format!("burst buffer: rename into place: {e}"));
+                    outcome[k] = Err(failed(format!("burst buffer: rename into place: {e}")));
                 }
             }
         }
@@ -402,11 +408,11 @@ async fn batch_each<C: Call + Into<NamespaceRequest>, T>(
     server: usize,
     calls: Vec<C>,
     pick: impl Fn(C::Reply) -> T,
-) -> Vec<Result<T, String>> {
+) -> Vec<RunResult<T>> {
     let count = calls.len();
     match client.batch(server, calls).await {
-        Ok(replies) => replies.into_iter().map(|reply| reply.map(&pick).map_err(|e| format!("burst buffer: {e}"))).collect(),
-        Err(e) => (0..count).map(|_| Err(format!("burst buffer: {e}"))).collect(),
+        Ok(replies) => replies.into_iter().map(|reply| reply.map(&pick).map_err(|e| failed(format!("burst buffer: {e}")))).collect(),
+        Err(e) => (0..count).map(|_| Err(failed(format!("burst buffer: {e}")))).collect(),
     }
 }
 
@@ -428,7 +434,7 @@ async fn apply_copy_outcomes(
     files: &[usize],
     orders: BTreeMap<usize, Vec<(usize, CopyItem)>>,
     direction: StageDirection,
-    outcome: &mut [Result<(), String>],
+    outcome: &mut [RunResult<()>],
 ) {
     let mut positions = Vec::new();
     let mut requests = Vec::new();
@@ -448,7 +454,7 @@ async fn apply_copy_outcomes(
                 for (copied, k) in outcomes.into_iter().zip(ks) {
                     match copied {
                         Ok(bytes) => progressed(ctx, files[k], bytes),
-                        Err(e) => outcome[k] = Err(describe_error(&e)),
+                        Err(e) => outcome[k] = Err(e),
                     }
                 }
             }
@@ -471,20 +477,20 @@ async fn stage_in_large(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, index: usiz
     let create = Create { parent, name: temp.clone(), mode: file.mode, uid: ctx.spec.uid, gid: ctx.spec.gid, exclusive: true, open: true };
     let ino = match client.call(ino::home(parent), create).await {
         Ok(entry) => entry.ino,
-        Err(e) => return finished(&ctx, index, Err(format!("burst buffer: {e}"))),
+        Err(e) => return finished(&ctx, index, Err(failed(format!("burst buffer: {e}")))),
     };
     let mut outcome = copy_windows(&ctx, index, ino, file, StageDirection::In, None).await;
     let commit = Commit { ino, size: Some(file.size), mtime: None, release: true };
     if let Err(e) = client.call(ino::home(ino), commit).await {
-        outcome = outcome.and(Err(format!("burst buffer: commit: {e}")));
+        outcome = outcome.and(Err(failed(format!("burst buffer: commit: {e}"))));
     }
     if outcome.is_ok() && ctx.stage.cancelled() {
-        outcome = Err("cancelled".into());
+        outcome = Err(failed("cancelled"));
     }
     if outcome.is_ok() {
         let (_, name) = split_path(&file.bb_path);
         if let Err(e) = client.rename_at(parent, &temp, parent, name, false).await {
-            outcome = Err(format!("burst buffer: rename into place: {e}"));
+            outcome = Err(failed(format!("burst buffer: rename into place: {e}")));
         }
     }
     if outcome.is_err() {
@@ -510,7 +516,7 @@ async fn copy_windows(
     let mut result = Ok(());
     while first < chunks && result.is_ok() {
         if ctx.stage.cancelled() {
-            result = Err("cancelled".into());
+            result = Err(failed("cancelled"));
             break;
         }
         let end = (first + window).min(chunks);
@@ -536,8 +542,8 @@ async fn copy_windows(
             for (server, outcome) in send_orders(&client, orders).await {
                 match outcome?.pop() {
                     Some(Ok(n)) => bytes += n,
-                    Some(Err(e)) => return Err(describe_error(&e)),
-                    None => return Err(format!("server {server}: empty answer to a copy order")),
+                    Some(Err(e)) => return Err(e),
+                    None => return Err(failed(format!("server {server}: empty answer to a copy order"))),
                 }
             }
             Ok(bytes)
@@ -564,7 +570,7 @@ fn collect_window(ctx: &Ctx, index: usize, joined: Option<Result<RunResult<u64>,
             Ok(())
         }
         Some(Ok(Err(e))) => Err(e),
-        Some(Err(e)) => Err(format!("copy task failed: {e}")),
+        Some(Err(e)) => Err(failed(format!("copy task failed: {e}"))),
         None => Ok(()),
     }
 }
@@ -575,12 +581,12 @@ async fn stage_out(ctx: Arc<Ctx>, plan: Plan) -> RunResult<()> {
     let dirs = plan.dirs.clone();
     tokio::task::spawn_blocking(move || {
         for dir in &dirs {
-            std::fs::create_dir_all(dir).map_err(|e| format!("{dir}: {e}"))?;
+            std::fs::create_dir_all(dir).map_err(|e| failed(format!("{dir}: {e}")))?;
         }
-        Ok::<_, String>(())
+        Ok::<_, Error>(())
     })
     .await
-    .map_err(|e| e.to_string())??;
+    .map_err(|e| failed(e.to_string()))??;
     // Small files batch by the home server of their inode (for open and commit).
     let (batches, large) =
         partition(&plan, ctx.client.chunk_size(), |f| ino::home(f.ino.expect("stage-out files have inodes")).to_string());
@@ -604,7 +610,7 @@ async fn stage_out_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, files: Vec<usize>) {
     }
     let opens = files.iter().map(|&i| Open { ino: plan.files[i].ino.expect("inode") }).collect();
     let opened = batch_each(client, home, opens, |attr| attr.size).await;
-    let mut outcome: Vec<Result<(), String>> = opened.iter().map(|o| o.as_ref().map(|_| ()).map_err(Clone::clone)).collect();
+    let mut outcome: Vec<RunResult<()>> = opened.iter().map(|o| o.as_ref().map(|_| ()).map_err(Clone::clone)).collect();
     let mut orders: BTreeMap<usize, Vec<(usize, CopyItem)>> = BTreeMap::new();
     let mut grown = Vec::new();
     for (k, &i) in files.iter().enumerate() {
@@ -666,7 +672,7 @@ async fn stage_out_large(ctx: Arc<Ctx>, plan: Arc<Plan>, index: usize) {
             }
             outcome
         }
-        Err(e) => Err(format!("burst buffer: {e}")),
+        Err(e) => Err(failed(format!("burst buffer: {e}"))),
     };
     finished(&ctx, index, outcome);
 }
@@ -685,8 +691,8 @@ async fn copy_out_large(ctx: &Arc<Ctx>, index: usize, file: &PlannedFile) -> Run
             .truncate(true)
             .mode(mode)
             .open(&path)
-            .map_err(|e| format!("PFS: {path}: {e}"))?;
-        f.set_len(size).map_err(|e| format!("PFS: {path}: {e}"))
+            .map_err(|e| failed(format!("PFS: {path}: {e}")))?;
+        f.set_len(size).map_err(|e| failed(format!("PFS: {path}: {e}")))
     })
     .await?;
     let copied = copy_windows(ctx, index, file.ino.expect("inode"), file, StageDirection::Out, Some(&temp)).await;
@@ -694,13 +700,13 @@ async fn copy_out_large(ctx: &Arc<Ctx>, index: usize, file: &PlannedFile) -> Run
     let published = blocking(move || {
         copied?;
         if cancelled {
-            return Err("cancelled".to_string());
+            return Err(failed("cancelled"));
         }
-        let written = std::fs::metadata(&path).map_err(|e| format!("PFS: {path}: {e}"))?.len();
+        let written = std::fs::metadata(&path).map_err(|e| failed(format!("PFS: {path}: {e}")))?.len();
         if written != size {
-            return Err(format!("verify: {path} holds {written} bytes, expected {size}"));
+            return Err(failed(format!("verify: {path} holds {written} bytes, expected {size}")));
         }
-        std::fs::rename(&path, &final_path).map_err(|e| format!("PFS: {final_path}: {e}"))
+        std::fs::rename(&path, &final_path).map_err(|e| failed(format!("PFS: {final_path}: {e}")))
     })
     .await;
     if published.is_err() {
@@ -711,5 +717,5 @@ async fn copy_out_large(ctx: &Arc<Ctx>, index: usize, file: &PlannedFile) -> Run
 }
 
 async fn blocking<T: Send + 'static>(work: impl FnOnce() -> RunResult<T> + Send + 'static) -> RunResult<T> {
-    tokio::task::spawn_blocking(work).await.map_err(|e| format!("PFS task failed: {e}"))?
+    tokio::task::spawn_blocking(work).await.map_err(|e| failed(format!("PFS task failed: {e}")))?
 }
