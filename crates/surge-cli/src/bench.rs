@@ -20,6 +20,8 @@ use surge_client::{Client, ClientOptions};
 
 use crate::table::{parse_size, Table};
 
+use crate::output::{out, outln};
+
 #[derive(Args, Clone)]
 pub struct BenchTarget {
     /// Benchmark this instance through the native client...
@@ -125,7 +127,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Seq { on, size, block, procs, json, worker, part, start_at_ms } => {
             if let Some(phase) = worker {
                 let result = seq_worker(&on, phase, part, size, block, start_at_ms).await?;
-                println!("{}", serde_json::to_string(&result)?);
+                outln!("{}", serde_json::to_string(&result)?);
                 return Ok(());
             }
             let write = seq_phase(&on, Phase::Write, procs, size, block)?;
@@ -133,17 +135,17 @@ pub async fn run(command: BenchCommand) -> Result<()> {
             cleanup_seq(&on, procs).await?;
             let report = SeqReport { target: on.describe(), procs, block, write_mib_s: write, read_mib_s: read };
             if json {
-                println!("{}", serde_json::to_string(&report)?);
+                outln!("{}", serde_json::to_string(&report)?);
             } else {
                 let mut t = Table::new(&["target", "procs", "block", "write MiB/s", "read MiB/s"]);
                 t.row(vec![report.target, procs.to_string(), block.to_string(), format!("{write:.0}"), format!("{read:.0}")]);
-                print!("{}", t.render());
+                out!("{}", t.render());
             }
         }
         BenchCommand::Meta { on, files, concurrency, json } => {
             let report = meta(&on, files, concurrency.max(1)).await?;
             if json {
-                println!("{}", serde_json::to_string(&report)?);
+                outln!("{}", serde_json::to_string(&report)?);
             } else {
                 let mut t = Table::new(&["target", "files", "in flight", "create/s", "stat/s", "unlink/s"]);
                 t.row(vec![
@@ -154,7 +156,7 @@ pub async fn run(command: BenchCommand) -> Result<()> {
                     format!("{:.0}", report.stat_per_s),
                     format!("{:.0}", report.unlink_per_s),
                 ]);
-                print!("{}", t.render());
+                out!("{}", t.render());
             }
         }
     }

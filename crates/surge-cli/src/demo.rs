@@ -13,6 +13,8 @@ use surge_client::{Client, ClientOptions, Mode};
 use crate::instance;
 use crate::table::{human_bytes, Table};
 
+use crate::output::{out, outln};
+
 const DATA_BYTES: usize = 256 << 20;
 
 pub async fn run(root: Option<PathBuf>) -> Result<()> {
@@ -34,17 +36,17 @@ pub async fn run(root: Option<PathBuf>) -> Result<()> {
         mode: Mode::Striped,
         chunk_size: 1 << 20,
     };
-    println!("Surge demo: a 4-server striped instance on 127.0.0.11-14, data under {}", params.root.display());
+    outln!("Surge demo: a 4-server striped instance on 127.0.0.11-14, data under {}", params.root.display());
     let (desc, startup) = instance::up(&params).await?;
     let outcome = steps(&desc, startup).await;
-    println!();
-    print!("{}", instance::servers_table(&desc, &instance::probe(&desc).await));
+    outln!();
+    out!("{}", instance::servers_table(&desc, &instance::probe(&desc).await));
     instance::down(&desc).await?;
     let _ = std::fs::remove_dir_all(&params.root);
     let summary = outcome?;
-    println!();
-    print!("{}", summary.render());
-    println!("\ninstance '{name}' torn down; all checks passed");
+    outln!();
+    out!("{}", summary.render());
+    outln!("\ninstance '{name}' torn down; all checks passed");
     Ok(())
 }
 

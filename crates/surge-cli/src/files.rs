@@ -11,6 +11,8 @@ use surge_client::Client;
 
 use crate::table::{human_bytes, Table};
 
+use crate::output::{out, outln};
+
 /// Bytes moved per round: several chunks, so every server works at once.
 fn window(client: &Client) -> usize {
     (client.chunk_size() as usize * client.server_count()).clamp(4 << 20, 64 << 20)
@@ -116,7 +118,7 @@ pub async fn ls(client: &Client, path: &str) -> Result<()> {
     for (name, a) in entries {
         table.row(vec![format!("{}{:04o}", kind_letter(a.kind), a.mode), a.uid.to_string(), a.gid.to_string(), a.size.to_string(), name]);
     }
-    print!("{}", table.render());
+    out!("{}", table.render());
     Ok(())
 }
 
@@ -164,9 +166,9 @@ pub fn describe(attr: &Attr) -> String {
 
 pub async fn stat(client: &Client, path: &str) -> Result<()> {
     let attr = client.stat(path).await?;
-    println!("{path}: {}", describe(&attr));
+    outln!("{path}: {}", describe(&attr));
     if attr.kind == FileKind::Symlink {
-        println!("  -> {}", client.readlink_ino(attr.ino).await?);
+        outln!("  -> {}", client.readlink_ino(attr.ino).await?);
     }
     Ok(())
 }
@@ -187,6 +189,6 @@ pub fn list_instances() -> Result<()> {
             Err(e) => table.row(vec!["?".into(), "-".into(), "-".into(), "-".into(), "-".into(), format!("{} ({e})", p.display())]),
         }
     }
-    print!("{}", table.render());
+    out!("{}", table.render());
     Ok(())
 }

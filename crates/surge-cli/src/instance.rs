@@ -71,12 +71,15 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
         bail!("instance '{}' already exists ({}); run `surge down {}` first", p.name, desc_path.display(), p.name);
     }
     let hosts = if p.hosts.is_empty() { default_hosts(p.servers) } else { p.hosts.clone() };
+    // Absolute, so that `surge down` from another directory removes what `up` made.
+    let root = std::path::absolute(&p.root).with_context(|| format!("locate --root {}", p.root.display()))?;
+    let share = p.capacity / p.servers as u64;
+    check_local_space(&root, &hosts, p.servers, share)?;
     let start = Instant::now();
     let token_path = descriptor::instances_dir().join(format!("{}.token", p.name));
     descriptor::create_token(&token_path)?;
-    let instance_root = p.root.join(&p.name);
+    let instance_root = root.join(&p.name);
     let server_binary = sibling_binary("surge-server");
-    let share = p.capacity / p.servers as u64;
 
     let mut launched: Vec<Launched> = Vec::new();
     let result: Result<Vec<ServerInfo>> = async {
@@ -173,6 +176,28 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
     }
     desc.save()?;
     Ok((desc, start.elapsed()))
+}
+
+/// The servers started on this machine share the device of `root`: their shares together must
+/// fit its free space (each server checks its own share on its node too, which also covers
+/// remote hosts).
+fn check_local_space(root: &Path, hosts: &[String], servers: usize, share: u64) -> Result<()> {
+    let here = (0..servers).filter(|i| hosts[i % hosts.len()].parse().is_ok_and(is_local)).count() as u64;
+    if here == 0 {
+        return Ok(());
+    }
+    let existing = root.ancestors().find(|a| a.exists()).unwrap_or(Path::new("/"));
+    let free =
+        surge_client::surge_proto::host::available_bytes(existing).with_context(|| format!("free space of {}", existing.display()))?;
+    if share * here > free {
+        bail!(
+            "{here} servers on this machine would hold {} in {}, which has {} free: ask for less --capacity, or give --root on a larger device",
+            human_bytes(share * here),
+            existing.display(),
+            human_bytes(free)
+        );
+    }
+    Ok(())
 }
 
 /// Runs the command in a session of its own: it outlives this command and its terminal.

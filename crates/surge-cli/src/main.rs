@@ -12,6 +12,7 @@ mod demo;
 mod files;
 mod instance;
 mod mount;
+mod output;
 mod stage;
 mod table;
 
@@ -21,6 +22,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use surge_client::{Client, ClientOptions, InstanceDescriptor, Mode};
+
+use crate::output::{out, outln};
 
 #[derive(Parser)]
 #[command(name = "surge", version, about = "Surge: a job-scoped burst buffer for HPC", propagate_version = true)]
@@ -55,10 +58,12 @@ enum Command {
         /// Number of servers (default: one per --hosts entry, else 4).
         #[arg(long)]
         servers: Option<usize>,
-        /// Total capacity, e.g. 64G (split equally over the servers).
+        /// Total capacity (split equally over the servers; each share must fit the free space
+        /// of --root on its node), in bytes or with a unit: K, M, G, T (or KiB ...) are powers
+        /// of 1024, KB, MB, GB, TB powers of 1000.
         #[arg(long, value_parser = table::parse_size)]
         capacity: u64,
-        /// Node-local directory under which each server keeps its data.
+        /// Node-local directory under which each server keeps its data (made absolute here).
         #[arg(long)]
         root: PathBuf,
         /// Comma-separated server hosts (addresses); default 127.0.0.11, .12, ...
@@ -66,7 +71,7 @@ enum Command {
         hosts: Vec<String>,
         #[arg(long, default_value = "striped")]
         mode: Mode,
-        /// Stripe chunk size.
+        /// Stripe chunk size, 4K to 64M (units as for --capacity).
         #[arg(long, default_value = "1M", value_parser = table::parse_size)]
         chunk_size: u64,
         /// Print the descriptor as JSON instead of a summary.
@@ -193,9 +198,9 @@ async fn run(command: Command) -> Result<()> {
             let params = instance::UpParams { name, servers, capacity, root, hosts, mode, chunk_size };
             let (desc, took) = instance::up(&params).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&desc)?);
+                outln!("{}", serde_json::to_string_pretty(&desc)?);
             } else {
-                println!(
+                outln!(
                     "instance '{}' up in {:.3} s: {} servers, {} mode, {} chunks, {} capacity",
                     desc.name,
                     took.as_secs_f64(),
@@ -204,26 +209,26 @@ async fn run(command: Command) -> Result<()> {
                     table::human_bytes(desc.chunk_size),
                     table::human_bytes(desc.capacity)
                 );
-                println!("descriptor: {}", surge_client::descriptor::descriptor_path(&desc.name).display());
-                print!("{}", instance::servers_table(&desc, &instance::probe(&desc).await));
+                outln!("descriptor: {}", surge_client::descriptor::descriptor_path(&desc.name).display());
+                out!("{}", instance::servers_table(&desc, &instance::probe(&desc).await));
             }
             if let Some(dir) = mount {
                 let dir = mount::mount(&desc.name, &dir, None).await?;
                 if !json {
-                    println!("mounted on {}", dir.display());
+                    outln!("mounted on {}", dir.display());
                 }
             }
         }
         Command::Mount { name, dir, node } => {
             let dir = mount::mount(&name, &dir, node).await?;
-            println!("instance '{name}' mounted on {}", dir.display());
+            outln!("instance '{name}' mounted on {}", dir.display());
         }
         Command::Umount { dir } => mount::umount(&dir)?,
         Command::Down { name, force } => {
             let desc = InstanceDescriptor::load(&name)?;
             stage::before_down(&desc, force).await?;
             instance::down(&desc).await?;
-            println!("instance '{name}' stopped and removed");
+            outln!("instance '{name}' stopped and removed");
         }
         Command::Status { name, json } => {
             let desc = InstanceDescriptor::load(&name)?;
@@ -243,16 +248,16 @@ async fn run(command: Command) -> Result<()> {
                     .collect();
                 let doc = serde_json::json!({"name": desc.name, "mode": desc.mode, "chunk_size": desc.chunk_size,
                     "capacity": desc.capacity, "servers": servers});
-                println!("{}", serde_json::to_string_pretty(&doc)?);
+                outln!("{}", serde_json::to_string_pretty(&doc)?);
             } else {
-                println!(
+                outln!(
                     "instance '{}': {} mode, {} chunks, {} servers",
                     desc.name,
                     desc.mode,
                     table::human_bytes(desc.chunk_size),
                     desc.servers.len()
                 );
-                print!("{}", instance::servers_table(&desc, &stats));
+                out!("{}", instance::servers_table(&desc, &stats));
                 if stats.iter().any(|s| s.is_err()) {
                     anyhow::bail!("some servers of '{}' are down", desc.name);
                 }

@@ -18,6 +18,8 @@ use surge_client::{Client, ClientOptions, InstanceDescriptor, Mode};
 
 use crate::table::{human_bytes, Table};
 
+use crate::output::{out, outln};
+
 #[derive(Clone, Copy, ValueEnum)]
 pub enum KindArg {
     File,
@@ -137,13 +139,13 @@ pub async fn run(command: StageCommand) -> Result<()> {
         StageCommand::Cancel { id, target } => {
             let (name, _) = target.resolve(None)?;
             target.client(&name)?.stage_cancel(id).await?;
-            println!("stage {id} cancelled");
+            outln!("stage {id} cancelled");
             Ok(())
         }
         StageCommand::Revoke { bb_path, target } => {
             let (name, inner) = target.resolve(Some(&bb_path))?;
             target.client(&name)?.stage_revoke(&inner.expect("resolved")).await?;
-            println!("job-end stages of {bb_path} revoked");
+            outln!("job-end stages of {bb_path} revoked");
             Ok(())
         }
         StageCommand::JobEnd { wait, target } => {
@@ -198,7 +200,7 @@ async fn copy(direction: StageDirection, args: CopyArgs) -> Result<()> {
         } else {
             format!("{} files, {}", stage.files_total, human_bytes(stage.bytes_total))
         };
-        println!(
+        outln!(
             "stage {id} submitted: {} {} -> {} ({files}); `surge stage status {id}` shows progress",
             direction.label(),
             source(&stage),
@@ -265,7 +267,7 @@ async fn wait(client: &Client, id: u64) -> Result<StageSummary> {
     let Some(stage) = stages.into_iter().next() else { bail!("no stage {id}") };
     match stage.state {
         StageState::Done => {
-            println!(
+            outln!(
                 "stage {id} done: {} files, {} in {:.2} s ({}) {} -> {}",
                 stage.files_done,
                 human_bytes(stage.bytes_done),
@@ -277,7 +279,7 @@ async fn wait(client: &Client, id: u64) -> Result<StageSummary> {
             Ok(stage)
         }
         StageState::Deferred => {
-            println!("stage {id} is deferred to job end");
+            outln!("stage {id} is deferred to job end");
             Ok(stage)
         }
         state => bail!(
@@ -338,10 +340,10 @@ async fn status(client: &Client, id: Option<u64>, json: bool) -> Result<()> {
         let Some(stage) = stages.first() else { bail!("no stage {id}") };
         let files = client.stage_files(id).await?;
         if json {
-            println!("{}", serde_json::to_string_pretty(&serde_json::json!({"stage": stage, "files": files}))?);
+            outln!("{}", serde_json::to_string_pretty(&serde_json::json!({"stage": stage, "files": files}))?);
             return Ok(());
         }
-        print!("{}", stages_table(&stages));
+        out!("{}", stages_table(&stages));
         let mut table = Table::new(&["STATE", "BYTES", "RATE", "SECONDS", "SOURCE", "DESTINATION", "ERROR"]);
         for f in &files {
             let (from, to) = if stage.direction == StageDirection::In { (&f.pfs_path, &f.bb_path) } else { (&f.bb_path, &f.pfs_path) };
@@ -355,15 +357,15 @@ async fn status(client: &Client, id: Option<u64>, json: bool) -> Result<()> {
                 f.error.clone().unwrap_or_default(),
             ]);
         }
-        print!("{}", table.render());
+        out!("{}", table.render());
         return Ok(());
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&stages)?);
+        outln!("{}", serde_json::to_string_pretty(&stages)?);
     } else if stages.is_empty() {
-        println!("no stages");
+        outln!("no stages");
     } else {
-        print!("{}", stages_table(&stages));
+        out!("{}", stages_table(&stages));
     }
     Ok(())
 }

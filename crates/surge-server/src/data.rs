@@ -64,6 +64,17 @@ impl DataStore {
         for entry in std::fs::read_dir(dir)? {
             used += entry?.metadata()?.blocks() * 512;
         }
+        // A share the device cannot hold would be promised to users (and reported by `df`)
+        // and fail with a device error mid-write instead of a clean ENOSPC at the limit.
+        let available = surge_proto::host::available_bytes(dir)?;
+        if capacity > available + used {
+            let detail = format!(
+                "a capacity share of {capacity} bytes does not fit {}: the device has {available} bytes free \
+                 (with {used} held here already); ask for less capacity, more servers, or another --root",
+                dir.display()
+            );
+            return Err(io::Error::new(io::ErrorKind::StorageFull, detail));
+        }
         Ok(DataStore {
             dir: dir.to_path_buf(),
             capacity,
