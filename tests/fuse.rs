@@ -352,3 +352,36 @@ fn a_fetched_listing_still_finds_names_made_elsewhere() {
     }
     assert_eq!(std::fs::read_dir(a.path("theirs")).unwrap().count(), 330);
 }
+
+/// A mount that a process still uses (a shell's working directory) is not pulled from under
+/// it: `surge umount` and `surge down` refuse, naming the process; `--force` detaches it
+/// lazily and says so, and the mount's daemon ends once the process lets go.
+#[test]
+fn a_busy_mount_is_refused_naming_its_holders_unless_forced() {
+    let inst = instance("busy", 151);
+    let m = inst.mount("a", "127.0.0.151");
+    let mut shell = std::process::Command::new("sleep").arg("60").current_dir(&m.dir).spawn().unwrap();
+    let dir = m.dir.to_str().unwrap();
+    let refused = inst.surge(&["umount", dir]);
+    assert!(!refused.status.success(), "a busy mount was unmounted");
+    let why = String::from_utf8_lossy(&refused.stderr).to_string();
+    assert!(why.contains(&format!("pid {}", shell.id())) && why.contains("sleep") && why.contains("--force"), "{why}");
+    let down = inst.surge(&["down", &inst.name]);
+    assert!(!down.status.success(), "down went ahead over a busy mount");
+    assert!(inst.surge(&["status", &inst.name]).status.success(), "the instance must stay up");
+
+    let forced = inst.surge(&["umount", "--force", dir]);
+    assert!(forced.status.success(), "{}", surge_tests::text(&forced));
+    assert!(String::from_utf8_lossy(&forced.stderr).contains("detached lazily"), "said out loud: {}", surge_tests::text(&forced));
+    // ([s]: the shell running pgrep must not match its own command line.)
+    let daemon = || sh(&format!("pgrep -f '[s]urge-fuse {} {dir}' || true", inst.name));
+    assert!(!daemon().trim().is_empty(), "the daemon serves the detached mount while it is held");
+    shell.kill().unwrap();
+    shell.wait().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !daemon().trim().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the mount daemon outlived the last holder");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!inst.surge(&["umount", dir]).status.success(), "unmounting what is not a mount is an error");
+}

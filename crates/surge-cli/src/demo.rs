@@ -41,7 +41,7 @@ pub async fn run(root: Option<PathBuf>) -> Result<()> {
     let outcome = steps(&desc, startup).await;
     outln!();
     out!("{}", instance::servers_table(&desc, &instance::probe(&desc).await));
-    instance::down(&desc).await?;
+    instance::down(&desc, true).await?;
     let _ = std::fs::remove_dir_all(&params.root);
     let summary = outcome?;
     outln!();

@@ -170,7 +170,7 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
     // Every server must answer an authenticated request before the instance counts as up.
     for stats in probe(&desc).await {
         if let Err(e) = stats {
-            let _ = down(&desc).await;
+            let _ = down(&desc, true).await;
             bail!("instance '{}' did not come up: {e}", p.name);
         }
     }
@@ -271,10 +271,11 @@ fn pid_alive(pid: u32) -> bool {
     unsafe { libc::kill(pid as i32, 0) == 0 }
 }
 
-/// Stops the servers (politely, then by signal) and removes the instance's data, token and
+/// Unmounts the instance (a busy mount stops this unless `force`, see `mount::umount`), stops
+/// the servers (politely, then by signal) and removes the instance's data, token and
 /// descriptor. Works on a partly dead instance.
-pub async fn down(desc: &InstanceDescriptor) -> Result<()> {
-    crate::mount::umount_all(&desc.name);
+pub async fn down(desc: &InstanceDescriptor, force: bool) -> Result<()> {
+    crate::mount::umount_all(&desc.name, force)?;
     let opts = ClientOptions { timeout: Duration::from_secs(3), node: None, ..Default::default() };
     for server in &desc.servers {
         if let Ok(client) = single_server_client(desc, server, &opts) {

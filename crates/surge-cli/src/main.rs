@@ -89,12 +89,19 @@ enum Command {
         #[arg(long, env = "SURGE_NODE")]
         node: Option<std::net::IpAddr>,
     },
-    /// Unmount a Surge mount (lazily if it is busy or its servers died).
-    Umount { dir: PathBuf },
+    /// Unmount a Surge mount. A busy one is refused, naming the processes holding it, unless
+    /// --force.
+    Umount {
+        dir: PathBuf,
+        /// Detach a busy mount lazily: it goes once the processes holding it let go.
+        #[arg(long)]
+        force: bool,
+    },
     /// Run the job-end stages, wait for all stages, then stop the instance and remove its data.
     Down {
         name: String,
-        /// Remove it even if a stage failed or cannot run (its data is lost).
+        /// Remove it even if a stage failed or cannot run (its data is lost), and detach busy
+        /// mounts lazily.
         #[arg(long)]
         force: bool,
     },
@@ -223,11 +230,16 @@ async fn run(command: Command) -> Result<()> {
             let dir = mount::mount(&name, &dir, node).await?;
             outln!("instance '{name}' mounted on {}", dir.display());
         }
-        Command::Umount { dir } => mount::umount(&dir)?,
+        Command::Umount { dir, force } => {
+            mount::umount(&dir, force)?;
+            outln!("unmounted {}", dir.display());
+        }
         Command::Down { name, force } => {
             let desc = InstanceDescriptor::load(&name)?;
+            // A busy mount stops `down` before anything is torn down.
+            mount::umount_all(&name, force)?;
             stage::before_down(&desc, force).await?;
-            instance::down(&desc).await?;
+            instance::down(&desc, force).await?;
             outln!("instance '{name}' stopped and removed");
         }
         Command::Status { name, json } => {

@@ -61,34 +61,116 @@ pub async fn mount(name: &str, dir: &Path, node: Option<std::net::IpAddr>) -> Re
     Ok(dir)
 }
 
-/// Unmounts `dir`: normally, or lazily when it is busy or its daemon is gone.
-pub fn umount(dir: &Path) -> Result<()> {
-    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    if is_mounted(&dir) {
-        let plain = Command::new("fusermount3").arg("-u").arg(&dir).stderr(Stdio::null()).status();
-        if !plain.is_ok_and(|s| s.success()) {
-            let lazy = Command::new("fusermount3").arg("-uz").arg(&dir).status().context("run fusermount3")?;
-            if !lazy.success() {
-                bail!("could not unmount {}", dir.display());
-            }
+/// A process that holds something under a mount: its working directory, its root, or an
+/// open file.
+struct Holder {
+    pid: u32,
+    command: String,
+    what: String,
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pid {} ({}, {})", self.pid, self.command, self.what)
+    }
+}
+
+/// The processes (that this user may look at) holding anything under `dir`.
+fn holders(dir: &Path) -> Vec<Holder> {
+    let me = std::process::id();
+    let Ok(procs) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut found = Vec::new();
+    for entry in procs.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        if pid == me {
+            continue;
+        }
+        let proc_dir = entry.path();
+        let under = |link: &Path| std::fs::read_link(link).is_ok_and(|target| target.starts_with(dir));
+        let what = if under(&proc_dir.join("cwd")) {
+            Some("working directory".to_string())
+        } else if under(&proc_dir.join("root")) {
+            Some("root directory".to_string())
+        } else {
+            std::fs::read_dir(proc_dir.join("fd"))
+                .ok()
+                .and_then(|fds| fds.flatten().find_map(|fd| std::fs::read_link(fd.path()).ok().filter(|t| t.starts_with(dir))))
+                .map(|file| format!("open file {}", file.display()))
+        };
+        if let Some(what) = what {
+            let command = std::fs::read_to_string(proc_dir.join("comm")).unwrap_or_default().trim().to_string();
+            found.push(Holder { pid, command, what });
         }
     }
-    // Forget it in whichever instance recorded it.
+    found
+}
+
+/// The mount's daemon is gone: the kernel answers "transport endpoint is not connected".
+fn daemon_gone(dir: &Path) -> bool {
+    std::fs::metadata(dir).is_err_and(|e| e.raw_os_error() == Some(libc::ENOTCONN))
+}
+
+fn fusermount(flags: &str, dir: &Path) -> Result<bool> {
+    let status = Command::new("fusermount3").arg(flags).arg(dir).stderr(Stdio::null()).status().context("run fusermount3")?;
+    Ok(status.success())
+}
+
+/// Unmounts `dir`. A mount that processes still hold is refused, naming them, unless `force`:
+/// it is then detached lazily (it goes once they let go), and said so. A mount whose daemon
+/// died is detached lazily without asking: nothing can use it any more.
+pub fn umount(dir: &Path, force: bool) -> Result<()> {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    if !is_mounted(&dir) {
+        if forget(&dir)? {
+            return Ok(()); // A record of a mount the system no longer has.
+        }
+        bail!("{} is not a Surge mount", dir.display());
+    }
+    let held = holders(&dir);
+    let names = |held: &[Holder]| held.iter().map(Holder::to_string).collect::<Vec<_>>().join(", ");
+    if !held.is_empty() && !force {
+        bail!(
+            "{} is busy: held by {}. Let them go (a shell inside: cd elsewhere), or detach it lazily with --force",
+            dir.display(),
+            names(&held)
+        );
+    }
+    if held.is_empty() && fusermount("-u", &dir)? {
+        return forget(&dir).map(drop);
+    }
+    if !force && !daemon_gone(&dir) {
+        bail!("{} is busy (held by a process this user cannot see); detach it lazily with --force", dir.display());
+    }
+    if !fusermount("-uz", &dir)? {
+        bail!("could not unmount {}", dir.display());
+    }
+    if !held.is_empty() {
+        eprintln!("surge: {} detached lazily; it goes once these let go: {}", dir.display(), names(&held));
+    }
+    forget(&dir).map(drop)
+}
+
+/// Forgets `dir` in whichever instance recorded it; true if one did.
+fn forget(dir: &Path) -> Result<bool> {
+    let mut found = false;
     for (name, mount) in descriptor::all_recorded_mounts() {
         if mount == dir {
-            let rest: Vec<PathBuf> = descriptor::recorded_mounts(&name).into_iter().filter(|m| *m != dir).collect();
+            found = true;
+            let rest: Vec<PathBuf> = descriptor::recorded_mounts(&name).into_iter().filter(|m| m != dir).collect();
             descriptor::record_mounts(&name, &rest)?;
         }
     }
-    Ok(())
+    Ok(found)
 }
 
-/// Unmounts everything recorded for the instance (before its servers stop).
-pub fn umount_all(name: &str) {
+/// Unmounts everything recorded for the instance (before its servers stop); a busy mount
+/// stops it unless `force` (see [`umount`]).
+pub fn umount_all(name: &str, force: bool) -> Result<()> {
     for dir in descriptor::recorded_mounts(name) {
-        if let Err(e) = umount(&dir) {
-            eprintln!("warning: {e:#}");
-        }
+        umount(&dir, force).with_context(|| format!("instance '{name}' stays up"))?;
     }
     let _ = std::fs::remove_file(descriptor::mounts_file(name));
+    // The mount daemons' log goes with the instance.
+    let _ = std::fs::remove_file(descriptor::instances_dir().join(format!("{name}.fuse.log")));
+    Ok(())
 }

@@ -32,7 +32,11 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SURGE_LOG").unwrap_or_else(|_| "warn".into()))
+        // fuser's own unmount at exit fails with EINVAL when `surge umount` has unmounted the
+        // file system already (the normal case), and logs it as an error: not one.
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SURGE_LOG").unwrap_or_else(|_| "warn,fuser::mnt::fuse_pure=off".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
