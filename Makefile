@@ -2,10 +2,20 @@
 # (both are what README.md and .ci/run call).
 CARGO ?= cargo
 
-.PHONY: demo test build venv test-rust test-python bench lint
+.PHONY: demo test build venv test-rust test-python bench lint install
 
 build:
 	$(CARGO) build --release --workspace
+
+# Puts `surge` and what it launches (surge-server, surge-fuse, found beside it) on PATH, and
+# libsurge with its header where C programs find them. `make install PREFIX=~/.local` for one
+# user; the FUSE mount then needs /dev/fuse and fusermount3 (package fuse3).
+PREFIX ?= /usr/local
+install: build
+	install -d $(PREFIX)/bin $(PREFIX)/lib $(PREFIX)/include
+	install -m 755 target/release/surge target/release/surge-server target/release/surge-fuse $(PREFIX)/bin/
+	install -m 755 target/release/libsurge.so $(PREFIX)/lib/
+	install -m 644 crates/surge-capi/include/surge.h $(PREFIX)/include/
 
 venv:
 	./scripts/venv.sh

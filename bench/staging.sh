@@ -46,7 +46,9 @@ EOF
 LARGE=$(bytes_of "$PFS/large.bin")
 TREE=$(bytes_of "$PFS/tree")
 
-$SURGE up --name "$NAME" --servers 4 --capacity 48G --root "$SHM/servers" --mount "$SHM/mnt" >/dev/null
+# Capacity must fit the free space of /dev/shm (checked by `surge up`): the large file twice
+# (in, then out) and the tree, with room to spare.
+$SURGE up --name "$NAME" --servers 4 --capacity 16G --root "$SHM/servers" --mount "$SHM/mnt" >/dev/null
 
 # Raw disk, the slower side.
 drop_caches

@@ -385,3 +385,24 @@ fn a_busy_mount_is_refused_naming_its_holders_unless_forced() {
     }
     assert!(!inst.surge(&["umount", dir]).status.success(), "unmounting what is not a mount is an error");
 }
+
+/// `surge mount` refuses a mount point that would hide files, or is not a directory, and does
+/// not create a chain of missing parents (a typo would otherwise become a directory tree).
+#[test]
+fn mount_points_are_checked_before_mounting() {
+    let inst = instance("mountpoint", 161);
+    let dir = surge_tests::scratch("mountpoint");
+    std::fs::create_dir_all(dir.join("full")).unwrap();
+    std::fs::write(dir.join("full/keep.txt"), b"mine").unwrap();
+    std::fs::write(dir.join("file"), b"x").unwrap();
+    let refused = |target: &std::path::Path, why: &str| {
+        let out = inst.surge(&["mount", &inst.name, target.to_str().unwrap()]);
+        assert!(!out.status.success(), "mounted on {}", target.display());
+        assert!(String::from_utf8_lossy(&out.stderr).contains(why), "{}: {}", target.display(), surge_tests::text(&out));
+    };
+    refused(&dir.join("full"), "not empty");
+    refused(&dir.join("file"), "not a directory");
+    refused(&dir.join("no/such/parents"), "does not exist");
+    assert!(!dir.join("no").exists(), "no parents were created");
+    assert_eq!(std::fs::read(dir.join("full/keep.txt")).unwrap(), b"mine");
+}

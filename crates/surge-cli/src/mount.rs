@@ -26,13 +26,36 @@ pub fn is_mounted(dir: &Path) -> bool {
     })
 }
 
+/// Checks (and if need be makes) the mount point: an empty directory, or a new one whose
+/// parent exists. A non-empty directory would have its files hidden under the mount.
+fn mount_point(dir: &Path) -> Result<PathBuf> {
+    match std::fs::metadata(dir) {
+        Ok(meta) if !meta.is_dir() => bail!("{} is not a directory: mount on an empty directory", dir.display()),
+        Ok(_) => {
+            let dir = dir.canonicalize()?;
+            if is_mounted(&dir) {
+                bail!("{} is already a Surge mount", dir.display());
+            }
+            if std::fs::read_dir(&dir)?.next().is_some() {
+                bail!("{} is not empty: its files would be hidden under the mount; mount on an empty directory", dir.display());
+            }
+            Ok(dir)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            if !parent.is_dir() {
+                bail!("{} does not exist: create it (an empty directory) first", parent.display());
+            }
+            std::fs::create_dir(dir).with_context(|| format!("create mount point {}", dir.display()))?;
+            Ok(dir.canonicalize()?)
+        }
+        Err(e) => Err(e).with_context(|| format!("mount point {}", dir.display())),
+    }
+}
+
 pub async fn mount(name: &str, dir: &Path, node: Option<std::net::IpAddr>) -> Result<PathBuf> {
     surge_client::InstanceDescriptor::load(name)?;
-    std::fs::create_dir_all(dir).with_context(|| format!("create mount point {}", dir.display()))?;
-    let dir = dir.canonicalize()?;
-    if is_mounted(&dir) {
-        bail!("{} is already a Surge mount", dir.display());
-    }
+    let dir = mount_point(dir)?;
     let log_path = descriptor::instances_dir().join(format!("{name}.fuse.log"));
     let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
     let mut cmd = Command::new(crate::instance::sibling_binary("surge-fuse"));
