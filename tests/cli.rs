@@ -84,3 +84,34 @@ fn a_server_refuses_a_share_its_device_cannot_hold() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not fit"), "{}", text(&out));
 }
+
+/// The command helps a newcomer: a mistyped command gets a suggestion, the help names every
+/// component, and with one instance on the machine no `--instance` is needed; listings read
+/// as `ls -l` does and parse as JSON.
+#[test]
+fn the_command_guides_a_newcomer() {
+    let dir = scratch("cli-texts");
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let typo = surge(&home, &dir, &["stag"]);
+    assert!(!typo.status.success());
+    assert!(String::from_utf8_lossy(&typo.stderr).contains("did you mean 'stage'"), "{}", text(&typo));
+    let help = String::from_utf8_lossy(&surge(&home, &dir, &["--help"]).stdout).to_string();
+    assert!(help.contains("sim") && help.contains("predict") && help.contains("powers of 1000"), "{help}");
+
+    let root = format!("/dev/shm/surge-test-cli-texts-{}", std::process::id());
+    let up = surge(&home, &dir, &["up", "--name", "texts", "--servers", "2", "--capacity", "64M", "--root", &root]);
+    assert!(up.status.success(), "{}", text(&up));
+    std::fs::write(dir.join("local.txt"), b"hello").unwrap();
+    let put = surge(&home, &dir, &["put", "local.txt", "/hello.txt"]);
+    assert!(put.status.success() && String::from_utf8_lossy(&put.stdout).contains("5 B in"), "{}", text(&put));
+    let ls = surge(&home, &dir, &["ls", "/"]);
+    assert!(String::from_utf8_lossy(&ls.stdout).contains("-rw-r--r--"), "{}", text(&ls));
+    let json = surge(&home, &dir, &["ls", "--json", "/"]);
+    let entries: serde_json::Value = serde_json::from_slice(&json.stdout).expect("ls --json is JSON");
+    assert_eq!(entries[0]["name"], "hello.txt");
+    assert_eq!(entries[0]["size"], 5);
+    let stat = surge(&home, &dir, &["stat", "/hello.txt"]);
+    assert!(String::from_utf8_lossy(&stat.stdout).contains(" UTC"), "a readable time: {}", text(&stat));
+    assert!(surge(&home, &dir, &["down", "texts"]).status.success());
+}

@@ -25,8 +25,18 @@ use surge_client::{Client, ClientOptions, InstanceDescriptor, Mode};
 
 use crate::output::{out, outln};
 
+/// Commands of other components, run as `surge NAME ...` (the program `surge-NAME`; listed in
+/// the help's "Other components").
+const EXTERNAL_COMMANDS: &[&str] = &["sim", "predict"];
+
 #[derive(Parser)]
-#[command(name = "surge", version, about = "Surge: a job-scoped burst buffer for HPC", propagate_version = true)]
+#[command(
+    name = "surge",
+    version,
+    about = "Surge: a job-scoped burst buffer for HPC",
+    propagate_version = true,
+    after_help = "Other components:\n  sim      Burst-buffer provisioning simulator (surge sim --help)\n  predict  Walltime and node-allocation predictor (surge predict --help)\n\nSizes: bytes, or a number with a unit: K, M, G, T (or KiB, MiB, GiB, TiB) are powers of 1024, KB, MB, GB, TB powers of 1000."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -34,9 +44,9 @@ struct Cli {
 
 #[derive(clap::Args, Clone)]
 struct Target {
-    /// Instance to use.
+    /// Instance to use (default: the only one this machine knows).
     #[arg(long, short = 'i', env = "SURGE_INSTANCE")]
-    instance: String,
+    instance: Option<String>,
     /// This node's address (source of connections; picks the namespace in private mode).
     #[arg(long, env = "SURGE_NODE")]
     node: Option<std::net::IpAddr>,
@@ -44,8 +54,9 @@ struct Target {
 
 impl Target {
     fn client(&self) -> Result<Client> {
+        let name = surge_client::target::default_instance(self.instance.as_deref())?;
         let opts = ClientOptions { node: self.node, ..Default::default() };
-        Client::for_instance(&self.instance, opts).with_context(|| format!("instance '{}'", self.instance))
+        Client::for_instance(&name, opts).with_context(|| format!("instance '{name}'"))
     }
 }
 
@@ -53,6 +64,7 @@ impl Target {
 enum Command {
     /// Start an instance: N servers pooling node-local storage.
     Up {
+        /// Name of the new instance (letters, digits, '-', '_', '.'): other commands use it.
         #[arg(long)]
         name: String,
         /// Number of servers (default: one per --hosts entry, else 4).
@@ -69,8 +81,10 @@ enum Command {
         /// Comma-separated server hosts (addresses); default 127.0.0.11, .12, ...
         #[arg(long, value_delimiter = ',')]
         hosts: Vec<String>,
-        #[arg(long, default_value = "striped")]
-        mode: Mode,
+        /// striped: one namespace, each file's data striped over all servers; private: a
+        /// namespace per node, whose data stays on that node's server.
+        #[arg(long, default_value = "striped", value_parser = ["striped", "private"])]
+        mode: String,
         /// Stripe chunk size, 4K to 64M (units as for --capacity).
         #[arg(long, default_value = "1M", value_parser = table::parse_size)]
         chunk_size: u64,
@@ -83,7 +97,9 @@ enum Command {
     },
     /// Mount an instance as a directory (FUSE), in the background.
     Mount {
+        /// Instance to mount.
         name: String,
+        /// Mount point: an empty directory (made if only its last component is missing).
         dir: PathBuf,
         /// This node's address (connection source; picks the namespace in private mode).
         #[arg(long, env = "SURGE_NODE")]
@@ -92,6 +108,7 @@ enum Command {
     /// Unmount a Surge mount. A busy one is refused, naming the processes holding it, unless
     /// --force.
     Umount {
+        /// The mount point.
         dir: PathBuf,
         /// Detach a busy mount lazily: it goes once the processes holding it let go.
         #[arg(long)]
@@ -99,6 +116,7 @@ enum Command {
     },
     /// Run the job-end stages, wait for all stages, then stop the instance and remove its data.
     Down {
+        /// Instance to stop.
         name: String,
         /// Remove it even if a stage failed or cannot run (its data is lost), and detach busy
         /// mounts lazily.
@@ -107,43 +125,61 @@ enum Command {
     },
     /// Servers, health, capacity used and free, file counts.
     Status {
+        /// Instance to show.
         name: String,
+        /// One JSON document instead of tables.
         #[arg(long)]
         json: bool,
     },
     /// Instances known on this machine.
-    List,
+    List {
+        /// One JSON document instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Copy a local file into the instance.
     Put {
+        /// The local file.
         local: PathBuf,
+        /// Where it goes in the instance (an absolute path inside it).
         path: String,
         #[command(flatten)]
         target: Target,
     },
     /// Copy a file out of the instance.
     Get {
+        /// The file in the instance (an absolute path inside it).
         path: String,
+        /// The local file to write.
         local: PathBuf,
         #[command(flatten)]
         target: Target,
     },
     /// List a directory.
     Ls {
+        /// A path inside the instance.
         #[arg(default_value = "/")]
         path: String,
+        /// JSON instead of a table.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         target: Target,
     },
     /// Rename (atomic; replaces an existing target).
     Mv {
+        /// The path to rename.
         from: String,
+        /// Its new name (replaced if it exists).
         to: String,
         #[command(flatten)]
         target: Target,
     },
     /// Remove a file, or a directory tree with -r.
     Rm {
+        /// The path to remove.
         path: String,
+        /// Remove a directory and everything under it.
         #[arg(short, long)]
         recursive: bool,
         #[command(flatten)]
@@ -151,7 +187,9 @@ enum Command {
     },
     /// Create a directory (-p: with parents).
     Mkdir {
+        /// The directory to create.
         path: String,
+        /// Create missing parents too, and accept an existing directory.
         #[arg(short, long)]
         parents: bool,
         #[command(flatten)]
@@ -159,7 +197,11 @@ enum Command {
     },
     /// Show a path's attributes.
     Stat {
+        /// A path inside the instance.
         path: String,
+        /// JSON instead of a line of text.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         target: Target,
     },
@@ -202,6 +244,7 @@ async fn run(command: Command) -> Result<()> {
     match command {
         Command::Up { name, servers, capacity, root, hosts, mode, chunk_size, json, mount } => {
             let servers = servers.unwrap_or(if hosts.is_empty() { 4 } else { hosts.len() });
+            let mode: Mode = mode.parse().map_err(anyhow::Error::msg)?;
             let params = instance::UpParams { name, servers, capacity, root, hosts, mode, chunk_size };
             let (desc, took) = instance::up(&params).await?;
             if json {
@@ -275,11 +318,14 @@ async fn run(command: Command) -> Result<()> {
                 }
             }
         }
-        Command::List => files::list_instances()?,
+        Command::List { json } => files::list_instances(json)?,
         Command::Put { local, path, target } => files::put(&target.client()?, &local, &path).await?,
         Command::Get { path, local, target } => files::get(&target.client()?, &path, &local).await?,
-        Command::Ls { path, target } => files::ls(&target.client()?, &path).await?,
-        Command::Mv { from, to, target } => target.client()?.rename(&from, &to).await?,
+        Command::Ls { path, json, target } => files::ls(&target.client()?, &path, json).await?,
+        Command::Mv { from, to, target } => {
+            target.client()?.rename(&from, &to).await?;
+            outln!("renamed {from} -> {to}");
+        }
         Command::Rm { path, recursive, target } => files::rm(&target.client()?, &path, recursive).await?,
         Command::Mkdir { path, parents, target } => {
             let client = target.client()?;
@@ -289,13 +335,26 @@ async fn run(command: Command) -> Result<()> {
                 client.mkdir(&path, 0o755).await?;
             }
         }
-        Command::Stat { path, target } => files::stat(&target.client()?, &path).await?,
+        Command::Stat { path, json, target } => files::stat(&target.client()?, &path, json).await?,
         Command::Stage(cmd) => stage::run(cmd).await?,
         Command::Bench(cmd) => bench::run(cmd).await?,
         Command::Demo { root } => demo::run(root).await?,
         Command::External(_) => unreachable!("handled before the runtime starts"),
     }
     Ok(())
+}
+
+/// `, did you mean 'stage'?` for a mistyped command, or nothing.
+fn did_you_mean(typed: &str) -> String {
+    use clap::CommandFactory;
+    let command = Cli::command();
+    let names = command.get_subcommands().map(|c| c.get_name().to_string()).chain(EXTERNAL_COMMANDS.iter().map(|n| n.to_string()));
+    names
+        .map(|name| (strsim::jaro_winkler(typed, &name), name))
+        .filter(|(score, _)| *score > 0.7)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, name)| format!("; did you mean '{name}'?"))
+        .unwrap_or_default()
 }
 
 /// `surge X args...` -> `surge-X args...`.
@@ -312,8 +371,15 @@ fn run_external(args: &[String]) -> ExitCode {
     let program = candidates.into_iter().find(|p| p.exists()).unwrap_or_else(|| PathBuf::from(&name));
     match std::process::Command::new(&program).args(&args[1..]).status() {
         Ok(status) => ExitCode::from(status.code().unwrap_or(1).clamp(0, 255) as u8),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !EXTERNAL_COMMANDS.contains(&args[0].as_str()) => {
+            eprintln!("surge: '{}' is not a surge command{} (`surge --help` lists them)", args[0], did_you_mean(&args[0]));
+            ExitCode::FAILURE
+        }
         Err(e) => {
-            eprintln!("surge: '{}' is not a surge command and {} could not be run: {e}", args[0], program.display());
+            eprintln!(
+                "surge: {} could not be run: {e} (is it installed? `make install`, or `make venv` for surge-predict)",
+                program.display()
+            );
             ExitCode::FAILURE
         }
     }
