@@ -38,6 +38,8 @@ fn main() -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_env("SURGE_LOG").unwrap_or_else(|_| "warn,fuser::mnt::fuse_pure=off".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal: logs go to files and test output too.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
     keep_buffers_mapped();
