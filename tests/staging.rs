@@ -107,8 +107,15 @@ fn list_stage_in_and_single_file_out_through_a_mount_path() {
     // A burst-buffer path given as a path on a mount names the mounted instance.
     let mount = inst.mount("slist", "127.0.2.29");
     let out_path = dir.join("pfs/out/a.copy");
-    ok(inst.surge(&["stage", "out", mount.path("in/a.dat").to_str().unwrap(), out_path.to_str().unwrap(), "--wait"]));
+    let done = ok(inst.surge(&["stage", "out", mount.path("in/a.dat").to_str().unwrap(), out_path.to_str().unwrap(), "--wait"]));
     assert!(std::fs::read(&out_path).unwrap() == pattern(1, 3 << 20));
+    // What the user sees names the burst-buffer side as they wrote it, on the mount.
+    assert!(done.contains(mount.path("in/a.dat").to_str().unwrap()), "{done}");
+    let table = ok(inst.surge(&["stage", "status"]));
+    assert!(table.contains(mount.path("base").to_str().unwrap()), "the list stage's /base, on the mount: {table}");
+    // The two ends swapped: said so, with the command the user meant.
+    let swapped = inst.surge(&["stage", "in", mount.path("in/a.dat").to_str().unwrap(), out_path.to_str().unwrap()]);
+    assert!(!swapped.status.success() && text(&swapped).contains("surge stage out"), "{}", text(&swapped));
     // A malformed list fails the stage with the line that is wrong.
     let bad = write_local(&dir.join("pfs"), "bad.txt", b"/only-one-field\n");
     let out = inst.surge(&["stage", "in", bad.to_str().unwrap(), "/x", "--type", "list"]);

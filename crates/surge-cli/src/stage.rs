@@ -130,11 +130,11 @@ pub async fn run(command: StageCommand) -> Result<()> {
         StageCommand::Out(args) => copy(StageDirection::Out, args).await,
         StageCommand::Status { id, json, target } => {
             let (name, _) = target.resolve(None)?;
-            status(&target.client(&name)?, id, json).await
+            status(&target.client(&name)?, id, json, &BbView::of(&name)).await
         }
         StageCommand::Wait { id, target } => {
             let (name, _) = target.resolve(None)?;
-            wait(&target.client(&name)?, id).await.map(|_| ())
+            wait(&target.client(&name)?, id, &BbView::of(&name)).await.map(|_| ())
         }
         StageCommand::Cancel { id, target } => {
             let (name, _) = target.resolve(None)?;
@@ -165,6 +165,18 @@ async fn copy(direction: StageDirection, args: CopyArgs) -> Result<()> {
         StageDirection::In => (&args.dst, &args.src),
         StageDirection::Out => (&args.src, &args.dst),
     };
+    if let Some((instance, _)) = surge_client::descriptor::resolve_mount_path(Path::new(pfs_arg)) {
+        let (verb, other) = match direction {
+            StageDirection::In => ("copies from the PFS into the burst buffer", "out"),
+            StageDirection::Out => ("copies from the burst buffer to the PFS", "in"),
+        };
+        bail!(
+            "{pfs_arg} is on a mount of instance '{instance}', but `surge stage {}` {verb}: the other way is `surge stage {other} {} {}`",
+            if direction == StageDirection::In { "in" } else { "out" },
+            args.src,
+            args.dst
+        );
+    }
     let (name, bb_path) = args.target.resolve(Some(bb_arg))?;
     let bb_path = bb_path.expect("resolved");
     let pfs_path = target::absolute_pfs_path(pfs_arg)?;
@@ -189,40 +201,48 @@ async fn copy(direction: StageDirection, args: CopyArgs) -> Result<()> {
         WhenArg::Immediate => StageWhen::Immediate,
         WhenArg::JobEnd => StageWhen::JobEnd,
     };
+    let view = BbView::of(&name);
     let spec = client.stage_spec(direction, kind, when, &bb_path, &pfs_path, args.verify);
     let stage = client.stage_submit_checked(spec).await.with_context(|| format!("{} {bb_arg}", direction.label()))?;
     let id = stage.id;
     if args.wait && when == StageWhen::Immediate {
-        wait(&client, id).await?;
+        wait(&client, id, &view).await?;
     } else {
         let files = if stage.state == StageState::Deferred {
             "at job end".to_string()
         } else {
             format!("{} files, {}", stage.files_total, human_bytes(stage.bytes_total))
         };
-        outln!(
-            "stage {id} submitted: {} {} -> {} ({files}); `surge stage status {id}` shows progress",
-            direction.label(),
-            source(&stage),
-            destination(&stage)
-        );
+        let (from, to) = view.ends(direction, &stage.bb_path, &stage.pfs_path);
+        outln!("stage {id} submitted: {} {from} -> {to} ({files}); `surge stage status {id}` shows progress", direction.label());
     }
     Ok(())
 }
 
-fn source(s: &StageSummary) -> &str {
-    if s.direction == StageDirection::In {
-        &s.pfs_path
-    } else {
-        &s.bb_path
-    }
+/// Burst-buffer paths as the user wrote them: on this machine's mount of the instance when
+/// there is one (`/mnt/bb/run/out.h5`), else inside the instance (`/run/out.h5`).
+struct BbView {
+    mount: Option<std::path::PathBuf>,
 }
 
-fn destination(s: &StageSummary) -> &str {
-    if s.direction == StageDirection::In {
-        &s.bb_path
-    } else {
-        &s.pfs_path
+impl BbView {
+    fn of(instance: &str) -> BbView {
+        BbView { mount: surge_client::descriptor::recorded_mounts(instance).into_iter().next() }
+    }
+
+    fn show(&self, inner: &str) -> String {
+        match &self.mount {
+            Some(mount) => mount.join(inner.trim_start_matches('/')).display().to_string(),
+            None => inner.to_string(),
+        }
+    }
+
+    /// (source, destination) of a copy of `bb_path` and `pfs_path` in `direction`.
+    fn ends(&self, direction: StageDirection, bb_path: &str, pfs_path: &str) -> (String, String) {
+        match direction {
+            StageDirection::In => (pfs_path.to_string(), self.show(bb_path)),
+            StageDirection::Out => (self.show(bb_path), pfs_path.to_string()),
+        }
     }
 }
 
@@ -245,7 +265,7 @@ fn bar(total: u64, what: &str) -> ProgressBar {
 }
 
 /// Waits for one stage with a progress bar; fails unless it ends done.
-async fn wait(client: &Client, id: u64) -> Result<StageSummary> {
+async fn wait(client: &Client, id: u64, view: &BbView) -> Result<StageSummary> {
     let mut progress: Option<ProgressBar> = None;
     let stages = client
         .wait_stages(
@@ -267,14 +287,13 @@ async fn wait(client: &Client, id: u64) -> Result<StageSummary> {
     let Some(stage) = stages.into_iter().next() else { bail!("no stage {id}") };
     match stage.state {
         StageState::Done => {
+            let (from, to) = view.ends(stage.direction, &stage.bb_path, &stage.pfs_path);
             outln!(
-                "stage {id} done: {} files, {} in {:.2} s ({}) {} -> {}",
+                "stage {id} done: {} files, {} in {:.2} s ({}) {from} -> {to}",
                 stage.files_done,
                 human_bytes(stage.bytes_done),
                 stage.elapsed,
-                rate(stage.bytes_done, stage.elapsed),
-                source(&stage),
-                destination(&stage)
+                rate(stage.bytes_done, stage.elapsed)
             );
             Ok(stage)
         }
@@ -321,19 +340,13 @@ pub async fn job_end(client: &Client) -> Result<()> {
     }
     let failed: Vec<&StageSummary> = stages.iter().filter(|s| s.state == StageState::Failed).collect();
     if let Some(first) = failed.first() {
-        bail!(
-            "{} stage(s) failed, e.g. stage {} ({} -> {}): {}",
-            failed.len(),
-            first.id,
-            source(first),
-            destination(first),
-            first.error.as_deref().unwrap_or("")
-        );
+        let (from, to) = BbView { mount: None }.ends(first.direction, &first.bb_path, &first.pfs_path);
+        bail!("{} stage(s) failed, e.g. stage {} ({from} -> {to}): {}", failed.len(), first.id, first.error.as_deref().unwrap_or(""));
     }
     Ok(())
 }
 
-async fn status(client: &Client, id: Option<u64>, json: bool) -> Result<()> {
+async fn status(client: &Client, id: Option<u64>, json: bool, view: &BbView) -> Result<()> {
     let stages = client.stage_list(None).await?;
     let stages: Vec<StageSummary> = stages.into_iter().filter(|s| id.is_none_or(|id| s.id == id)).collect();
     if let Some(id) = id {
@@ -343,17 +356,17 @@ async fn status(client: &Client, id: Option<u64>, json: bool) -> Result<()> {
             outln!("{}", serde_json::to_string_pretty(&serde_json::json!({"stage": stage, "files": files}))?);
             return Ok(());
         }
-        out!("{}", stages_table(&stages));
+        out!("{}", stages_table(&stages, view));
         let mut table = Table::new(&["STATE", "BYTES", "RATE", "SECONDS", "SOURCE", "DESTINATION", "ERROR"]);
         for f in &files {
-            let (from, to) = if stage.direction == StageDirection::In { (&f.pfs_path, &f.bb_path) } else { (&f.bb_path, &f.pfs_path) };
+            let (from, to) = view.ends(stage.direction, &f.bb_path, &f.pfs_path);
             table.row(vec![
                 f.state.label().into(),
                 format!("{}/{}", human_bytes(f.bytes_done), human_bytes(f.bytes_total)),
                 rate(f.bytes_done, f.elapsed),
                 format!("{:.3}", f.elapsed),
-                from.clone(),
-                to.clone(),
+                from,
+                to,
                 f.error.clone().unwrap_or_default(),
             ]);
         }
@@ -365,15 +378,16 @@ async fn status(client: &Client, id: Option<u64>, json: bool) -> Result<()> {
     } else if stages.is_empty() {
         outln!("no stages");
     } else {
-        out!("{}", stages_table(&stages));
+        out!("{}", stages_table(&stages, view));
     }
     Ok(())
 }
 
-fn stages_table(stages: &[StageSummary]) -> String {
+fn stages_table(stages: &[StageSummary], view: &BbView) -> String {
     let mut table =
         Table::new(&["ID", "DIRECTION", "WHEN", "STATE", "FILES", "FAILED", "BYTES", "RATE", "SECONDS", "SOURCE", "DESTINATION", "ERROR"]);
     for s in stages {
+        let (from, to) = view.ends(s.direction, &s.bb_path, &s.pfs_path);
         table.row(vec![
             s.id.to_string(),
             s.direction.label().into(),
@@ -387,8 +401,8 @@ fn stages_table(stages: &[StageSummary]) -> String {
             format!("{}/{}", human_bytes(s.bytes_done), human_bytes(s.bytes_total)),
             rate(s.bytes_done, s.elapsed),
             format!("{:.2}", s.elapsed),
-            source(s).into(),
-            destination(s).into(),
+            from,
+            to,
             s.error.clone().unwrap_or_default(),
         ]);
     }
