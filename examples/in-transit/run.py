@@ -256,7 +256,8 @@ def check_outputs(label: str, workdir: Path, movie: Path, expected_frames: int, 
     frames = cv.numbered(workdir / "frames", cv.FRAME_RE)
     checks.add(f"{label}: one frame per plot file", len(frames) == expected_frames, f"{len(frames)} frames, {expected_frames} plot files")
     n = movie_frames(movie) if movie.exists() else -1
-    checks.add(f"{label}: movie has every frame (ffprobe)", n == expected_frames, f"{n} frames in {movie}")
+    # (Details name files by what they are: the run's directories are gone when this is read.)
+    checks.add(f"{label}: movie has every frame (ffprobe)", n == expected_frames, f"{n} frames in its {movie.name}")
     kept = {"frames": len(frames), "movie_frames": n}
     if movie.exists():
         kept["movie"] = str(shutil.copyfile(movie, keep / f"{label.lower()}-movie.mp4"))
@@ -321,6 +322,7 @@ def main() -> int:
     checks = Checks()
     runs: dict[str, dict] = {}
     timings: dict[str, dict] = {}
+    load: dict[str, float] = {}  # load average as each run starts (a shared machine slows compute)
     with contextlib.ExitStack() as stack:
         scratch = Path(tempfile.mkdtemp(prefix="in-transit-"))
         stack.callback(shutil.rmtree, scratch, ignore_errors=True)
@@ -340,15 +342,24 @@ def main() -> int:
         restart = pfs.root / "restart.h5"
         subprocess.run([PY, HERE / "simulation.py", "init", "--grid", str(args.grid), "--out", str(restart)], check=True)
 
+        load["PFS"] = os.getloadavg()[0]
         runs["PFS"], timings["PFS"] = pfs_run(pfs, restart, out, args, placement, checks)
         if not args.pfs_only:
             bb = stack.enter_context(SurgeInstance(surge, bb_capacity, scratch / "bb", placement))
+            load["Surge"] = os.getloadavg()[0]
             runs["Surge"], timings["Surge"] = burst_buffer_run(pfs, bb, restart, out, args, placement, checks)
             final = cv.checkpoint_name(timings["PFS"]["last_step"])
             same = sha256(pfs.root / "run-pfs" / final) == sha256(bb.mount / "run" / final)
             checks.add("same physics: final checkpoints of both runs bitwise identical", same, final)
 
-    text = report.table(runs, pfs.describe()) + f"\nCPUs: {placement.describe()}" + "\n\nchecks:\n" + checks.text()
+    first = next(iter(runs.values()))
+    setup = (f"Set-up: {first['grid']}^3 grid, {first['steps']} steps, a plot file every {first['plot_every']} and a checkpoint "
+             f"every {first['checkpoint_every']} steps; PFS: {pfs.describe()}; CPUs: {placement.describe()}.")
+    text = report.headline(runs) + "\n" + setup + "\n\n" + report.table(runs)
+    note = report.contention_note(runs, load)
+    if note:
+        text += "\n" + note
+    text += "\n\nchecks:\n" + checks.text()
     stall = runs.get("Surge", {}).get("stall", {}).get("growth")
     if stall is not None:
         text += f"\n\nstaging stall: step time {100 * stall:+.1f}% while a checkpoint stages out (target <= +10%): " \
@@ -365,7 +376,7 @@ def main() -> int:
         "checks": [{"name": n, "ok": ok, "detail": d} for n, ok, d in checks.items],
         "checks_passed": checks.passed,
     })
-    report.figure(runs, timings, out / "comparison.png")
+    report.figure(runs, timings, out / "comparison.png", setup)
     print(f"\nwrote {out / 'table.txt'}, {out / 'results.json'}, {out / 'comparison.png'}")
     return 0 if checks.passed else 1
 
@@ -427,7 +438,7 @@ def check_staging(names: list[str], bb_dir: Path, pfs_dir: Path, movie_bb: Path,
     bad = [n for n in names if not (pfs_dir / n).exists() or sha256(pfs_dir / n) != sha256(bb_dir / n)]
     checks.add("staged-out checkpoints match the burst buffer copies (sha256)", not bad, ", ".join(bad))
     ok = movie_pfs.exists() and sha256(movie_pfs) == sha256(movie_bb)
-    checks.add("movie staged out to the PFS intact", ok, str(movie_pfs))
+    checks.add("movie staged out to the PFS intact", ok, f"{movie_pfs.name}, sha256 against the burst buffer's copy")
 
 
 if __name__ == "__main__":

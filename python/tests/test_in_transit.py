@@ -51,6 +51,12 @@ def test_table_has_both_runs(quick_run):
     assert results["runs"]["Surge"]["stage_in_s"] > 0
     for row in ("plot file write time", "checkpoint write time", "I/O time, pattern (a)", "frames / movie frames"):
         assert row in stdout
+    # The summary opens with its result in one sentence, then the set-up, and shows the paper's
+    # Table III (dolomite case) beside the measured rows.
+    summary = stdout[stdout.index("\nResult: "):].splitlines()
+    assert summary[1].startswith("Result: ") and "the paper measured 66%" in summary[1]
+    assert summary[2].startswith("Set-up: ")
+    assert "paper: Lustre" in stdout and "47.28 s" in stdout and "0.126%" in stdout
 
 
 def test_pfs_was_throttled(quick_run):
