@@ -30,6 +30,7 @@ pub struct BenchTarget {
     /// ...or this local directory (the baseline).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// This node's address (connection source; picks the namespace in private mode).
     #[arg(long)]
     node: Option<std::net::IpAddr>,
 }
@@ -70,6 +71,7 @@ pub enum BenchCommand {
         /// Request size.
         #[arg(long, default_value = "1M", value_parser = parse_size)]
         block: u64,
+        /// Processes, each with a file of its own.
         #[arg(long, default_value_t = 1)]
         procs: usize,
         /// Print one JSON line per phase.
@@ -78,8 +80,10 @@ pub enum BenchCommand {
         /// Internal: run one phase of one process (started by the parent).
         #[arg(long, hide = true)]
         worker: Option<Phase>,
+        /// Internal: which process this is.
         #[arg(long, hide = true, default_value_t = 0)]
         part: usize,
+        /// Internal: when every process starts its phase (Unix time, ms).
         #[arg(long, hide = true, default_value_t = 0)]
         start_at_ms: u64,
     },
@@ -87,11 +91,13 @@ pub enum BenchCommand {
     Meta {
         #[command(flatten)]
         on: BenchTarget,
+        /// Files to create, stat and unlink.
         #[arg(long, default_value_t = 20_000)]
         files: usize,
         /// Operations in flight at once.
         #[arg(long, default_value_t = 1)]
         concurrency: usize,
+        /// Print one JSON line per operation.
         #[arg(long)]
         json: bool,
     },

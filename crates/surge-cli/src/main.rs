@@ -386,3 +386,28 @@ fn run_external(args: &[String]) -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every argument of every command says what it is for (`surge X --help`).
+    #[test]
+    fn every_argument_has_help() {
+        use clap::CommandFactory;
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.get_help().is_none() && id != "help" && id != "version" {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&Cli::command(), "surge", &mut missing);
+        assert!(missing.is_empty(), "arguments without help: {missing:#?}");
+    }
+}

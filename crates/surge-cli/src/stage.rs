@@ -53,6 +53,8 @@ pub struct CopyArgs {
     /// text file of `SOURCE DESTINATION` lines.
     #[arg(long = "type", value_enum)]
     kind: Option<KindArg>,
+    /// immediate: copy now; job-end: copy when the job ends (`surge stage job-end`, or
+    /// `surge down`), unless revoked before.
     #[arg(long, value_enum, default_value = "immediate")]
     when: WhenArg,
     /// Compare size and per-chunk checksums of every copy.
@@ -73,7 +75,9 @@ pub enum StageCommand {
     Out(CopyArgs),
     /// Stages and their progress; with an ID, that stage file by file.
     Status {
+        /// A stage's id (from its submission): that stage, file by file.
         id: Option<u64>,
+        /// One JSON document instead of tables.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -81,24 +85,28 @@ pub enum StageCommand {
     },
     /// Wait for a stage to finish (progress bar); fails if the stage failed.
     Wait {
+        /// The stage's id.
         id: u64,
         #[command(flatten)]
         target: InstanceArg,
     },
     /// Stop a stage; nothing unfinished is published.
     Cancel {
+        /// The stage's id.
         id: u64,
         #[command(flatten)]
         target: InstanceArg,
     },
     /// Drop the job-end stages of a burst-buffer path.
     Revoke {
+        /// The burst-buffer path the job-end stages were submitted for.
         bb_path: String,
         #[command(flatten)]
         target: InstanceArg,
     },
     /// The job is ending: start every job-end stage (and with --wait, wait for all stages).
     JobEnd {
+        /// Wait for every stage to finish, with a progress bar.
         #[arg(long)]
         wait: bool,
         #[command(flatten)]
