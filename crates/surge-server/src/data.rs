@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use surge_proto::{data_file_name, write_growth, ErrorCode, Ino, LocalData};
 
 use crate::error::{Result, ServerError};
+use crate::lock::LockRecover;
 
 /// Open local files kept at once. This machine class allows 20,000 descriptors per process, and
 /// a job can touch far more files than that, so handles are cached, not held.
@@ -121,7 +122,7 @@ impl DataStore {
     }
 
     fn local_file(&self, ino: Ino, create: bool) -> Result<Option<Arc<LocalFile>>> {
-        if let Some(f) = self.open.lock().unwrap().get(&ino) {
+        if let Some(f) = self.open.lock_or_recover().get(&ino) {
             return Ok(Some(f.clone()));
         }
         let file = match OpenOptions::new().read(true).write(true).create(create).open(self.path(ino)) {
@@ -131,7 +132,7 @@ impl DataStore {
         };
         let meta = file.metadata().map_err(|e| ServerError::store("stat chunk file", e))?;
         let local = Arc::new(LocalFile { file, allocated: AtomicU64::new(meta.blocks() * 512), len: AtomicU64::new(meta.len()) });
-        let mut open = self.open.lock().unwrap();
+        let mut open = self.open.lock_or_recover();
         if open.len() >= MAX_OPEN_FILES {
             // Forget an arbitrary half; in-flight users keep their Arc alive.
             let victims: Vec<Ino> = open.keys().take(MAX_OPEN_FILES / 2).copied().collect();
@@ -164,7 +165,7 @@ impl DataStore {
     /// Fails with NoSpace if `growth` more bytes would take this server past its share.
     fn fits(&self, growth: u64) -> Result<()> {
         let (used, reserved) = (self.used(), self.reserved.load(Ordering::Relaxed));
-        if used + reserved + growth > self.capacity {
+        if used.saturating_add(reserved).saturating_add(growth) > self.capacity {
             return Err(ServerError::new(
                 ErrorCode::NoSpace,
                 format!(
@@ -203,6 +204,7 @@ impl DataStore {
     }
 
     pub fn write(&self, ino: Ino, offset: u64, data: &[u8]) -> Result<u32> {
+        check_range(offset, data.len() as u64)?;
         let local = self.local_file(ino, true)?.expect("created");
         self.reserve(&local, offset, data.len() as u64)?;
         local.file.write_all_at(data, offset).map_err(|e| ServerError::store("write chunk", e))?;
@@ -216,6 +218,7 @@ impl DataStore {
     /// offset inside the kernel, without passing them through this process. `Ok(false)`: the
     /// kernel cannot copy between these two file systems; the caller reads and writes instead.
     pub fn copy_from(&self, ino: Ino, offset: u64, len: u64, source: &File) -> Result<bool> {
+        check_range(offset, len)?;
         let local = self.local_file(ino, true)?.expect("created");
         self.reserve(&local, offset, len)?;
         let copied = kernel_copy(source, &local.file, offset, len).map_err(|e| ServerError::store("copy from the PFS", e))?;
@@ -246,6 +249,11 @@ impl DataStore {
     /// Where the bytes of a read are, for sending them to the socket straight from the page
     /// cache (`sendfile`): the local file and how many bytes it has at `offset` (up to `len`).
     pub fn read_source(&self, ino: Ino, offset: u64, len: u32) -> Result<Option<ReadSource>> {
+        if len as usize > surge_proto::MAX_PAYLOAD_LEN {
+            let detail = format!("a read of {len} bytes: at most {} fit an answer", surge_proto::MAX_PAYLOAD_LEN);
+            return Err(ServerError::new(ErrorCode::Invalid, detail));
+        }
+        check_range(offset, len as u64)?;
         let Some(local) = self.local_file(ino, false)? else { return Ok(None) };
         let available = local.len.load(Ordering::Relaxed).saturating_sub(offset).min(len as u64) as usize;
         self.read_bytes.fetch_add(available as u64, Ordering::Relaxed);
@@ -289,6 +297,7 @@ impl DataStore {
     }
 
     pub fn truncate(&self, ino: Ino, size: u64) -> Result<()> {
+        check_range(size, 0)?;
         let Some(local) = self.local_file(ino, false)? else {
             return Ok(());
         };
@@ -302,7 +311,7 @@ impl DataStore {
     }
 
     pub fn purge(&self, ino: Ino) -> Result<()> {
-        let cached = self.open.lock().unwrap().remove(&ino);
+        let cached = self.open.lock_or_recover().remove(&ino);
         let allocated = match cached {
             Some(local) => local.allocated.load(Ordering::Relaxed),
             None => match std::fs::metadata(self.path(ino)) {
@@ -331,6 +340,15 @@ impl DataStore {
 /// `copy_file_range` of `[offset, offset + len)` between two files at the same offsets.
 /// `Ok(None)`: unsupported between these file systems (nothing was copied); otherwise the bytes
 /// copied, short only where `from` ends.
+/// A byte range a client names must end within the largest file offset (i64::MAX): beyond
+/// it, sums overflow and the operating system takes offsets as negative.
+fn check_range(offset: u64, len: u64) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= i64::MAX as u64 => Ok(()),
+        _ => Err(ServerError::new(ErrorCode::Invalid, format!("bytes {offset}+{len} lie beyond the largest file offset"))),
+    }
+}
+
 fn kernel_copy(from: &File, to: &File, offset: u64, len: u64) -> io::Result<Option<u64>> {
     use std::os::fd::AsRawFd;
     let (mut off_in, mut off_out) = (offset as libc::loff_t, offset as libc::loff_t);

@@ -21,6 +21,12 @@ use surge_proto::{
 const RENAME_LOCK_TTL: Duration = Duration::from_secs(30);
 /// Largest readdir page, whatever the client asks for.
 const MAX_READDIR_PAGE: usize = 4096;
+/// What a readdir page's entries may take encoded: half a frame, so that a page of 255-byte
+/// names (with their attributes) always fits one (a page of 4,096 such entries would not).
+const READDIR_PAGE_BYTES: usize = surge_proto::MAX_MESSAGE_LEN / 2;
+/// An upper bound of an encoded entry's size beyond its name: inode, kind and attributes in
+/// postcard's varints at their widest.
+const ENTRY_OVERHEAD: usize = 128;
 
 fn fail<T>(code: ErrorCode, detail: impl Into<String>) -> Result<T> {
     Err(ServerError::new(code, detail))
@@ -577,8 +583,17 @@ impl MetaStore {
             Some(name) => Bound::Excluded(name),
             None => Bound::Unbounded,
         };
-        let mut range = dir.entries.range::<str, _>((lower, Bound::Unbounded));
-        let entries: Vec<DirEntry> = range.by_ref().take(limit).map(|(name, e)| self.dir_entry(name, e.ino, e.kind)).collect();
+        let mut range = dir.entries.range::<str, _>((lower, Bound::Unbounded)).peekable();
+        let (mut entries, mut bytes) = (Vec::new(), 0);
+        while let Some((name, _)) = range.peek() {
+            let size = name.len() + ENTRY_OVERHEAD;
+            if entries.len() == limit || (bytes + size > READDIR_PAGE_BYTES && !entries.is_empty()) {
+                break;
+            }
+            let (name, e) = range.next().expect("peeked");
+            entries.push(self.dir_entry(name, e.ino, e.kind));
+            bytes += size;
+        }
         let more = range.next().is_some();
         Ok((entries, more))
     }
@@ -614,6 +629,53 @@ impl MetaStore {
 
 #[cfg(test)]
 mod tests {
+    use surge_proto::call::encode_reply;
+    use surge_proto::{DirPage, Timestamp};
+
+    /// ENTRY_OVERHEAD bounds an entry's encoding beyond its name, even at the widest values.
+    #[test]
+    fn an_entry_never_encodes_larger_than_its_bound() {
+        let t = Timestamp { secs: i64::MIN, nanos: u32::MAX };
+        let attr = Attr {
+            ino: u64::MAX,
+            kind: FileKind::Symlink,
+            mode: u32::MAX,
+            uid: u32::MAX,
+            gid: u32::MAX,
+            size: u64::MAX,
+            nlink: u32::MAX,
+            atime: t,
+            mtime: t,
+            ctime: t,
+        };
+        let entry = DirEntry { name: "n".repeat(255), ino: u64::MAX, kind: FileKind::Symlink, attr: Some(attr) };
+        assert!(encode_reply(&entry).len() <= 255 + super::ENTRY_OVERHEAD);
+    }
+
+    /// A directory of 255-byte names is listed in pages that each fit a frame, and in full.
+    #[test]
+    fn pages_of_long_names_fit_a_frame() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let names: Vec<String> = (0..5000).map(|i| format!("{i:06}{}", "x".repeat(249))).collect();
+        for name in &names {
+            s.create(ROOT_INO, name, 0o644, 0, 0, true, false).unwrap();
+        }
+        let (mut listed, mut after, mut pages) = (Vec::new(), None::<String>, 0);
+        loop {
+            let (entries, more) = s.readdir(ROOT_INO, after.as_deref(), u32::MAX).unwrap();
+            let page = DirPage { entries, more };
+            assert!(encode_reply(&page).len() <= surge_proto::MAX_MESSAGE_LEN, "page {pages} too large for a frame");
+            after = page.entries.last().map(|e| e.name.clone());
+            listed.extend(page.entries.into_iter().map(|e| e.name));
+            pages += 1;
+            if !more {
+                break;
+            }
+        }
+        assert_eq!(listed, names);
+        assert!(pages > 2, "long names need more, smaller pages ({pages})");
+    }
+
     use super::*;
     use surge_proto::ROOT_INO;
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use surge_proto::Ino;
 
 use crate::conn::SharedWriter;
+use crate::lock::LockRecover;
 use crate::watch::WatcherId;
 use crate::Shared;
 
@@ -52,8 +53,8 @@ impl Drop for Session {
         }
         for (ino, count) in std::mem::take(&mut self.opens) {
             for _ in 0..count {
-                let released = self.shared.meta.lock().map(|mut meta| meta.commit(ino, None, None, true));
-                if let Ok(Ok(fate)) = released {
+                let released = self.shared.meta.lock_or_recover().commit(ino, None, None, true);
+                if let Ok(fate) = released {
                     if fate.purge {
                         tracing::info!(
                             ino = format!("{ino:#x}"),

@@ -24,8 +24,28 @@ fn bb_error(e: ServerError) -> ServerError {
     e.context(what)
 }
 
+/// Chunk sizes an instance may have (what `surge up` accepts).
+const CHUNK_SIZES: std::ops::RangeInclusive<u64> = 4096..=(64 << 20);
+
+/// Why an order cannot be carried out as given, if it cannot: a chunk size no instance has,
+/// or a file whose chunks or end lie beyond what a file can hold. (Checked before any
+/// arithmetic, so nothing overflows and no loop runs away.)
+fn refuse(order: &CopyOrder, servers: usize) -> Option<String> {
+    if !CHUNK_SIZES.contains(&order.chunk_size) || servers == 0 {
+        return Some(format!("a copy order with chunk size {} over {servers} servers", order.chunk_size));
+    }
+    let bad = order.items.iter().find(|item| {
+        let chunks = item.file_size.div_ceil(order.chunk_size);
+        item.file_size > i64::MAX as u64 || item.first_chunk > item.end_chunk || item.end_chunk > chunks.max(1)
+    })?;
+    Some(format!("a copy order for chunks {}..{} of a {}-byte file", bad.first_chunk, bad.end_chunk, bad.file_size))
+}
+
 /// Carries out one order; one outcome per item, in order.
 pub fn execute(data: &DataStore, me: usize, servers: usize, order: &CopyOrder) -> Vec<CopyOutcome> {
+    if let Some(why) = refuse(order, servers) {
+        return order.items.iter().map(|_| Err(surge_proto::Error::new(ErrorCode::Invalid, why.clone()))).collect();
+    }
     let layout = Layout::new(order.chunk_size, servers);
     let plans: Vec<Vec<(u64, usize)>> = order
         .items

@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use crate::lock::LockRecover;
 use surge_proto::admin::Notice;
 use surge_proto::{Ino, Unlinked};
 use tokio::sync::{mpsc, oneshot};
@@ -103,14 +104,14 @@ impl Watchers {
     pub fn register(&self) -> (WatcherId, mpsc::UnboundedReceiver<Outgoing>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
-        self.state.lock().unwrap().outboxes.insert(id, tx);
+        self.state.lock_or_recover().outboxes.insert(id, tx);
         self.count.fetch_add(1, Ordering::Relaxed);
         (id, rx)
     }
 
     /// The connection is gone.
     pub fn unregister(&self, id: WatcherId) {
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.state.lock_or_recover();
         let Ledger { outboxes, attrs, dirs, acks, .. } = &mut *st;
         if outboxes.remove(&id).is_some() {
             self.count.fetch_sub(1, Ordering::Relaxed);
@@ -127,7 +128,7 @@ impl Watchers {
 
     /// A watcher acknowledged notice `ack`.
     pub fn seen(&self, ack: u64) {
-        if let Some((_, wake)) = self.state.lock().unwrap().acks.remove(&ack) {
+        if let Some((_, wake)) = self.state.lock_or_recover().acks.remove(&ack) {
             let _ = wake.send(());
         }
     }
@@ -141,7 +142,7 @@ impl Watchers {
     /// no change can slip between what a watcher is told and its registration (it would never
     /// hear of that change).
     pub fn lock(&self) -> std::sync::MutexGuard<'_, Ledger> {
-        self.state.lock().unwrap()
+        self.state.lock_or_recover()
     }
 }
 
@@ -257,6 +258,6 @@ mod tests {
         assert!(rx_a.try_recv().is_err());
         w.unregister(a);
         assert!(!w.any());
-        assert!(w.state.lock().unwrap().attrs.is_empty() && w.state.lock().unwrap().dirs.is_empty());
+        assert!(w.state.lock_or_recover().attrs.is_empty() && w.state.lock_or_recover().dirs.is_empty());
     }
 }

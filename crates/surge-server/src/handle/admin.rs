@@ -5,6 +5,7 @@ use surge_proto::admin::*;
 use surge_proto::ServerStats;
 
 use super::Answer;
+use crate::lock::LockRecover;
 use crate::session::Session;
 
 impl Session {
@@ -12,7 +13,7 @@ impl Session {
         match request {
             AdminRequest::StatFs(_) => {
                 let (shared, data) = (&self.shared, &self.shared.data);
-                let (inodes, files, dirs) = shared.meta.lock().unwrap().counts();
+                let (inodes, files, dirs) = shared.meta.lock_or_recover().counts();
                 Answer::of::<StatFs>(Ok(ServerStats {
                     server_index: shared.index as u32,
                     capacity: data.capacity(),

@@ -11,6 +11,7 @@ use surge_proto::{Call, DirEntry, DirPage, Ino, LinkOutcome, Unlinked};
 
 use super::Answer;
 use crate::error::Result;
+use crate::lock::LockRecover;
 use crate::meta::MetaStore;
 use crate::session::Session;
 use crate::watch::Effects;
@@ -85,7 +86,7 @@ impl Session {
         let watching = S::WATCHED && (self.watcher.is_some() || shared.watchers.any());
         let mut ledger = watching.then(|| shared.watchers.lock());
         let reply = {
-            let mut meta = shared.meta.lock().unwrap();
+            let mut meta = shared.meta.lock_or_recover();
             step.run(&mut StepContext { meta: &mut meta, opens: &mut self.opens })?
         };
         if let Some(ledger) = ledger.as_mut() {

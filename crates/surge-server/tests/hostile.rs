@@ -1,0 +1,128 @@
+//! A server against requests no well-behaved client sends: lengths and offsets at the edges of
+//! their types, orders that would loop for ever, answers too large for a frame, garbage. Each
+//! is refused with an error, and the connection (and the server) goes on answering. The
+//! server runs in this process; the client speaks raw frames.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use surge_proto::admin::Batch;
+use surge_proto::auth;
+use surge_proto::data::{Read as ReadData, ReserveLocal, TruncateData, Write as WriteData};
+use surge_proto::frame::{decode_message, encode_frame, FrameHeader};
+use surge_proto::handshake::{Challenge, Hello};
+use surge_proto::namespace::{GetAttr, Lookup};
+use surge_proto::stage::{CopyItem, CopyOrder, CopyOutcome, StageDirection};
+use surge_proto::{Attr, ErrorCode, FrameKind, Request, FRAME_HEADER_LEN, ROOT_INO};
+use surge_server::in_process::InProcessInstance;
+
+struct Raw {
+    stream: TcpStream,
+    next: u64,
+}
+
+impl Raw {
+    fn connect(addr: std::net::SocketAddr, secret: &auth::Secret) -> Raw {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut raw = Raw { stream, next: 1 };
+        let (_, challenge) = raw.frame();
+        let challenge: Challenge = decode_message(&challenge).unwrap();
+        let hello = Hello { session: 1, proof: auth::answer(secret, &challenge.challenge) };
+        raw.stream.write_all(&encode_frame(FrameKind::Request, 1, &hello, 0)).unwrap();
+        assert_eq!(raw.frame().0.kind, FrameKind::Reply, "welcomed");
+        raw
+    }
+
+    fn frame(&mut self) -> (FrameHeader, Vec<u8>) {
+        let mut head = [0u8; FRAME_HEADER_LEN];
+        self.stream.read_exact(&mut head).expect("an answer, in time");
+        let header = FrameHeader::decode(&head).unwrap();
+        let mut body = vec![0u8; header.message_len as usize + header.payload_len as usize];
+        self.stream.read_exact(&mut body).unwrap();
+        body.truncate(header.message_len as usize);
+        (header, body)
+    }
+
+    /// Sends `request` with `payload`; the answer's kind and message.
+    fn ask(&mut self, request: Request, payload: &[u8]) -> (FrameKind, Vec<u8>) {
+        self.next += 1;
+        self.stream.write_all(&encode_frame(FrameKind::Request, self.next, &request, payload.len())).unwrap();
+        self.stream.write_all(payload).unwrap();
+        let (header, message) = self.frame();
+        assert_eq!(header.request_id, self.next);
+        (header.kind, message)
+    }
+
+    /// The code of the failure `request` must be answered with.
+    fn refused(&mut self, request: Request, payload: &[u8]) -> surge_proto::Error {
+        let (kind, message) = self.ask(request, payload);
+        assert_eq!(kind, FrameKind::Failure, "accepted");
+        decode_message(&message).unwrap()
+    }
+
+    /// The connection still answers an ordinary request.
+    fn still_answers(&mut self) {
+        let (kind, message) = self.ask(GetAttr { ino: ROOT_INO }.into(), &[]);
+        assert_eq!(kind, FrameKind::Reply);
+        assert_eq!(decode_message::<Attr>(&message).unwrap().ino, ROOT_INO);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn edge_values_and_runaway_orders_are_refused_and_the_connection_goes_on() {
+    let root = std::env::temp_dir().join(format!("surge-hostile-{}", std::process::id()));
+    let instance = InProcessInstance::start(&root, 1, 64 << 20).await.unwrap();
+    let result = tokio::task::spawn_blocking({
+        let (addr, secret) = (instance.addrs[0], instance.secret);
+        move || {
+            let mut raw = Raw::connect(addr, &secret);
+            let ino = 1 << 48 | 7;
+            // A read longer than any answer can carry: refused before anything is allocated.
+            assert_eq!(raw.refused(ReadData { ino, offset: 0, len: u32::MAX }.into(), &[]).code, ErrorCode::Invalid);
+            // Offsets whose sum with the length overflows, or lies beyond a file's largest offset.
+            assert_eq!(raw.refused(WriteData { ino, offset: u64::MAX - 10 }.into(), &[1; 100]).code, ErrorCode::Invalid);
+            assert_eq!(raw.refused(WriteData { ino, offset: i64::MAX as u64 }.into(), &[1; 100]).code, ErrorCode::Invalid);
+            assert_eq!(raw.refused(ReadData { ino, offset: u64::MAX, len: 4096 }.into(), &[]).code, ErrorCode::Invalid);
+            assert_eq!(raw.refused(TruncateData { ino, size: u64::MAX }.into(), &[]).code, ErrorCode::Invalid);
+            // Room that no sum can hold.
+            assert_eq!(raw.refused(ReserveLocal { ino, bytes: u64::MAX }.into(), &[]).code, ErrorCode::NoSpace);
+            raw.still_answers();
+            // Copy orders that would divide by zero, or walk 2^64 chunks.
+            let item = |first_chunk, end_chunk, file_size| CopyItem {
+                ino,
+                pfs_path: "/nonexistent".into(),
+                file_size,
+                first_chunk,
+                end_chunk,
+                publish: None,
+                mode: 0o644,
+            };
+            for order in [
+                CopyOrder { direction: StageDirection::In, chunk_size: 0, verify: false, items: vec![item(0, 1, 10)] },
+                CopyOrder { direction: StageDirection::Out, chunk_size: 1 << 20, verify: false, items: vec![item(0, u64::MAX, u64::MAX)] },
+                CopyOrder { direction: StageDirection::Out, chunk_size: 1 << 20, verify: false, items: vec![item(5, 2, 10 << 20)] },
+            ] {
+                let (kind, message) = raw.ask(order.into(), &[]);
+                assert_eq!(kind, FrameKind::Reply);
+                let outcomes: Vec<CopyOutcome> = decode_message(&message).unwrap();
+                assert!(matches!(&outcomes[..], [Err(e)] if e.code == ErrorCode::Invalid), "{outcomes:?}");
+            }
+            // A batch whose answers would not fit a frame: one failure, not a panic.
+            let lookups = (0..60_000).map(|i| Lookup { parent: ROOT_INO, name: format!("n{i}") }.into()).collect();
+            let failure = raw.refused(Batch { requests: lookups }.into(), &[]);
+            assert!(failure.detail.contains("frame limits"), "{failure:?}");
+            // Garbage where a request should be.
+            raw.stream.write_all(&surge_proto::frame::encode_frame(FrameKind::Request, 99, &[0xffu8; 16], 0)).unwrap();
+            let (header, message) = raw.frame();
+            assert_eq!((header.request_id, header.kind), (99, FrameKind::Failure));
+            assert_eq!(decode_message::<surge_proto::Error>(&message).unwrap().code, ErrorCode::Protocol);
+            raw.still_answers();
+        }
+    })
+    .await;
+    instance.stop().await;
+    let _ = std::fs::remove_dir_all(&root);
+    result.unwrap();
+}
