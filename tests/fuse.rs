@@ -406,3 +406,34 @@ fn mount_points_are_checked_before_mounting() {
     assert!(!dir.join("no").exists(), "no parents were created");
     assert_eq!(std::fs::read(dir.join("full/keep.txt")).unwrap(), b"mine");
 }
+
+/// A directory of 100,000 files with 255-byte names lists in full through the library and
+/// through a mount, `ls -l` included (every page of names fits a frame).
+#[test]
+fn a_huge_directory_of_long_names_lists_in_full() {
+    use surge_client::surge_proto::namespace::Create;
+    const FILES: usize = 100_000;
+    let inst = instance("huge", 241);
+    let name = |i: usize| format!("{i:06}{}", "n".repeat(249));
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let client = inst.client("127.0.0.245");
+    runtime.block_on(async {
+        let dir = client.mkdir("/big", 0o755).await.unwrap();
+        let home = surge_client::surge_proto::ino::home(dir.ino);
+        let (uid, gid) = client.identity();
+        for start in (0..FILES).step_by(250) {
+            let creates: Vec<Create> = (start..start + 250)
+                .map(|i| Create { parent: dir.ino, name: name(i), mode: 0o644, uid, gid, exclusive: true, open: false })
+                .collect();
+            for outcome in client.batch(home, creates).await.unwrap() {
+                outcome.unwrap();
+            }
+        }
+        let listed = client.readdir("/big").await.unwrap();
+        assert_eq!(listed.len(), FILES, "the library lists every entry");
+        assert!(listed.iter().enumerate().all(|(i, e)| e.name == name(i)), "in name order, each once");
+    });
+    let m = inst.mount("huge", "127.0.0.245");
+    let lines = sh(&format!("ls -l {} | wc -l", m.path("big").display()));
+    assert_eq!(lines.trim(), (FILES + 1).to_string(), "ls -l: a total line and one line per file");
+}
