@@ -96,7 +96,15 @@ impl Client {
 
     /// Every stage (`None`), or the stages submitted for `bb_path`.
     pub async fn stage_list(&self, bb_path: Option<&str>) -> Result<Vec<StageSummary>> {
-        self.call(COORDINATOR, StageList { bb_path: bb_path.map(str::to_string) }).await
+        let mut all = Vec::new();
+        loop {
+            let after = all.last().map(|s: &StageSummary| s.id);
+            let page = self.call(COORDINATOR, StageList { bb_path: bb_path.map(str::to_string), after }).await?;
+            all.extend(page.stages);
+            if !page.more {
+                return Ok(all);
+            }
+        }
     }
 
     /// One stage by id.

@@ -163,13 +163,41 @@ pub struct StageSubmit {
     pub spec: StageSpec,
 }
 
-/// Stages whose bb path is `bb_path` (all stages when `None`), oldest first.
+/// Stages whose bb path is `bb_path` (all stages when `None`), oldest first, from the first
+/// with an id above `after`: a page of them (as many as fit half a frame).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct StageList {
     pub bb_path: Option<String>,
+    pub after: Option<u64>,
 }
 
-/// Files of stage `id`, `limit` of them from position `offset`.
+/// A page of stages; more follow the last one when `more`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct StagePage {
+    pub stages: Vec<StageSummary>,
+    pub more: bool,
+}
+
+/// What a page of stages or of a stage's files may take encoded: half a frame, whatever the
+/// lengths of their paths and errors.
+pub const PAGE_BYTES: usize = crate::frame::MAX_MESSAGE_LEN / 2;
+
+impl StageSummary {
+    /// An upper bound of its encoded size.
+    pub fn encoded_bound(&self) -> usize {
+        self.bb_path.len() + self.pfs_path.len() + self.error.as_ref().map_or(0, String::len) + 192
+    }
+}
+
+impl StageFile {
+    /// An upper bound of its encoded size.
+    pub fn encoded_bound(&self) -> usize {
+        self.bb_path.len() + self.pfs_path.len() + self.error.as_ref().map_or(0, String::len) + 64
+    }
+}
+
+/// Files of stage `id`, at most `limit` of them (and as many as fit half a frame) from
+/// position `offset`.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct StageFiles {
     pub id: u64,
@@ -205,7 +233,7 @@ service! {
     /// [`CopyOrder`], to a server that holds chunks to copy.
     StagingRequest => Staging {
         StageSubmit -> u64, "stage-submit";
-        StageList -> Vec<StageSummary>, "stage-list";
+                StageList -> StagePage, "stage-list";
         StageFiles -> StageFilesPage, "stage-files";
         StageCancel -> (), "stage-cancel";
         StageRevoke -> (), "stage-revoke";
@@ -225,8 +253,9 @@ pub trait StageService: Send + Sync {
     /// (a missing source fails it at once, with [`StageSummary::error_code`] set), then copied
     /// in the background; a job-end stage waits for [`StageService::job_end`].
     fn submit(&self, spec: StageSpec) -> Answer<u64>;
-    /// Stages whose bb path is `bb_path` (all when `None`), oldest first.
-    fn list(&self, bb_path: Option<&str>) -> Vec<StageSummary>;
+    /// A page of the stages whose bb path is `bb_path` (all when `None`), oldest first, from
+    /// the first with an id above `after` (see [`StageList`]).
+    fn list(&self, bb_path: Option<&str>, after: Option<u64>) -> StagePage;
     /// Files of stage `id`, `limit` of them from position `offset`, and how many it has.
     fn files(&self, id: u64, offset: u32, limit: u32) -> Result<(Vec<StageFile>, u64), Error>;
     /// Stops a stage: nothing more is copied and nothing unfinished is published.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use surge_proto::auth::Secret;
-use surge_proto::stage::{Answer, StageFile, StageService, StageSpec, StageSummary};
+use surge_proto::stage::{Answer, StageFile, StagePage, StageService, StageSpec};
 use surge_proto::{Error, ErrorCode};
 
 use crate::stages::Stages;
@@ -70,8 +70,8 @@ impl StageService for Coordinator {
         Box::pin(async move { stages.submit(spec).await })
     }
 
-    fn list(&self, bb_path: Option<&str>) -> Vec<StageSummary> {
-        self.stages.list(bb_path)
+    fn list(&self, bb_path: Option<&str>, after: Option<u64>) -> StagePage {
+        self.stages.list(bb_path, after)
     }
 
     fn files(&self, id: u64, offset: u32, limit: u32) -> Result<(Vec<StageFile>, u64), Error> {
@@ -136,9 +136,49 @@ mod tests {
 
         instance.stop().await;
         let reopened = Coordinator::open(&scratch.join("stages"), config(&[], &[0; 32])).unwrap();
-        let listed = reopened.list(Some("/in"));
+        let listed = reopened.list(Some("/in"), None).stages;
         assert_eq!(listed.len(), 1);
         assert_eq!((listed[0].id, listed[0].state), (stage.id, StageState::Done));
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
+
+    /// Many stages with long paths are listed in pages that each fit a frame, and in full.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_long_stage_list_is_paged() {
+        let scratch = std::env::temp_dir().join(format!("surge-coordinator-pages-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&scratch);
+        let journal = scratch.join("stages");
+        let instance = InProcessInstance::start_with(&scratch.join("servers"), 1, 1 << 30, move |_, addrs, secret| {
+            let config = CoordinatorConfig {
+                peers: Peers::Fixed(addrs.to_vec()),
+                chunk_size: 1 << 20,
+                secret: *secret,
+                node: "127.0.0.1".parse().unwrap(),
+            };
+            Some(Arc::new(Coordinator::open(&journal, config).unwrap()) as Arc<dyn StageService>)
+        })
+        .await
+        .unwrap();
+        let opts = ClientOptions { local_io: false, ..Default::default() };
+        let client = Client::from_parts(instance.addrs.clone(), 1 << 20, instance.secret, opts).unwrap();
+        let deep = format!("/{}", vec!["d".repeat(200); 5].join("/"));
+        for i in 0..800 {
+            let spec = client.stage_spec(
+                StageDirection::Out,
+                StageKind::File,
+                StageWhen::JobEnd,
+                &format!("{deep}/f{i}"),
+                &format!("{deep}/out{i}"),
+                false,
+            );
+            client.stage_submit(spec).await.unwrap();
+        }
+        let page = client.call(0, surge_proto::stage::StageList { bb_path: None, after: None }).await.unwrap();
+        assert!(page.more && page.stages.len() < 800, "one frame cannot hold 800 such stages");
+        let all = client.stage_list(None).await.unwrap();
+        assert_eq!(all.len(), 800);
+        assert!(all.windows(2).all(|w| w[0].id < w[1].id), "oldest first, each once");
+        instance.stop().await;
         let _ = std::fs::remove_dir_all(&scratch);
     }
 }

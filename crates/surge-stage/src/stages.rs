@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use surge_proto::stage::{StageFile, StageSpec, StageState, StageSummary, StageWhen};
+use surge_proto::stage::{StageFile, StagePage, StageSpec, StageState, StageWhen, PAGE_BYTES};
 use surge_proto::{Error, ErrorCode, Timestamp};
 
 use crate::records::{FileRecord, Stage, StageRecord};
@@ -145,21 +145,37 @@ impl Stages {
         Ok(id)
     }
 
-    pub(crate) fn list(&self, bb_path: Option<&str>) -> Vec<StageSummary> {
-        // Filter before summarizing: a summary walks every file of its stage.
-        self.all()
-            .iter()
-            .filter_map(|s| {
-                let record = s.record.lock().unwrap();
-                bb_path.is_none_or(|p| record.spec.bb_path == p).then(|| record.summary())
-            })
-            .collect()
+    pub(crate) fn list(&self, bb_path: Option<&str>, after: Option<u64>) -> StagePage {
+        let (mut stages, mut bytes) = (Vec::new(), 0);
+        let from = after.map_or(0, |id| id.saturating_add(1));
+        let table: Vec<Arc<Stage>> = self.table.lock().unwrap().range(from..).map(|(_, s)| s.clone()).collect();
+        for stage in table {
+            // Filter before summarizing: a summary walks every file of its stage.
+            let record = stage.record.lock().unwrap();
+            if bb_path.is_some_and(|p| record.spec.bb_path != p) {
+                continue;
+            }
+            let summary = record.summary();
+            bytes += summary.encoded_bound();
+            if bytes > PAGE_BYTES && !stages.is_empty() {
+                return StagePage { stages, more: true };
+            }
+            stages.push(summary);
+        }
+        StagePage { stages, more: false }
     }
 
     pub(crate) fn files(&self, id: u64, offset: u32, limit: u32) -> Result<(Vec<StageFile>, u64), Error> {
         let stage = self.get(id)?;
         let record = stage.record.lock().unwrap();
-        let files = record.files.iter().skip(offset as usize).take(limit as usize).map(FileRecord::report).collect();
+        let (mut files, mut bytes) = (Vec::new(), 0);
+        for file in record.files.iter().skip(offset as usize).take(limit as usize).map(FileRecord::report) {
+            bytes += file.encoded_bound();
+            if bytes > PAGE_BYTES && !files.is_empty() {
+                break;
+            }
+            files.push(file);
+        }
         Ok((files, record.files.len() as u64))
     }
 

@@ -24,7 +24,9 @@ impl Session {
                 }
                 Err(e) => Answer::Failure(e),
             },
-            StagingRequest::StageList(list) => Answer::of::<StageList>(shared.coordinator().map(|c| c.list(list.bb_path.as_deref()))),
+            StagingRequest::StageList(list) => {
+                Answer::of::<StageList>(shared.coordinator().map(|c| c.list(list.bb_path.as_deref(), list.after)))
+            }
             StagingRequest::StageFiles(f) => Answer::of::<StageFiles>(coordinated(&self.shared, |c| {
                 let (files, total) = c.files(f.id, f.offset, f.limit)?;
                 Ok(StageFilesPage { files, total })
