@@ -126,3 +126,43 @@ async fn edge_values_and_runaway_orders_are_refused_and_the_connection_goes_on()
     let _ = std::fs::remove_dir_all(&root);
     result.unwrap();
 }
+
+/// A client that goes away without closing anything (its process killed): the server gives
+/// back what its connection held. The open handle of a file unlinked meanwhile was the last
+/// thing keeping its data, which goes; the room set aside for its local writes returns to the
+/// share; its watch registration ends (the server's notice task with it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_connection_gives_back_what_it_held() {
+    use surge_proto::admin::{StatFs, Watch};
+    use surge_proto::namespace::{Create, Unlink};
+    use surge_proto::{DirEntry, ServerStats};
+    let root = std::env::temp_dir().join(format!("surge-vanished-{}", std::process::id()));
+    let share = 64 << 20;
+    let instance = InProcessInstance::start(&root, 1, share).await.unwrap();
+    let (addr, secret) = (instance.addrs[0], instance.secret);
+    let result = tokio::task::spawn_blocking(move || {
+        let stats = |raw: &mut Raw| -> ServerStats { decode_message(&raw.ask(StatFs.into(), &[]).1).unwrap() };
+        let mut gone = Raw::connect(addr, &secret);
+        assert_eq!(gone.ask(Watch.into(), &[]).0, FrameKind::Reply);
+        let create = Create { parent: ROOT_INO, name: "scratch".into(), mode: 0o644, uid: 0, gid: 0, exclusive: true, open: true };
+        let (_, entry) = gone.ask(create.into(), &[]);
+        let ino = decode_message::<DirEntry>(&entry).unwrap().ino;
+        assert_eq!(gone.ask(WriteData { ino, offset: 0 }.into(), &vec![7u8; 4 << 20]).0, FrameKind::Reply);
+        assert_eq!(gone.ask(ReserveLocal { ino, bytes: 32 << 20 }.into(), &[]).0, FrameKind::Reply);
+        assert_eq!(gone.ask(Unlink { parent: ROOT_INO, name: "scratch".into() }.into(), &[]).0, FrameKind::Reply);
+        let mut other = Raw::connect(addr, &secret);
+        assert!(stats(&mut other).used >= 4 << 20, "the unlinked file's data stays while it is open");
+        drop(gone); // The connection ends without a word.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while stats(&mut other).used != 0 {
+            assert!(std::time::Instant::now() < deadline, "the vanished client's unlinked file kept its data");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // All the room is free again: the reservation was given back.
+        assert_eq!(other.ask(ReserveLocal { ino, bytes: share }.into(), &[]).0, FrameKind::Reply);
+    })
+    .await;
+    instance.stop().await;
+    let _ = std::fs::remove_dir_all(&root);
+    result.unwrap();
+}
