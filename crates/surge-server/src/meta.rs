@@ -5,7 +5,9 @@
 //! for one job, and a metadata operation is a handful of hash-map updates. Each method is one
 //! atomic step of the protocol; steps that span servers are sequenced by the client.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde::{Deserialize, Serialize};
 use std::ops::Bound;
 use std::time::{Duration, Instant};
 
@@ -72,12 +74,60 @@ pub struct MetaStore {
     inodes: HashMap<Ino, Inode>,
     files: u64,
     dirs: u64,
+    /// What steps changed since the journal last took it (None: nobody journals).
+    changes: Option<Changes>,
+}
+
+/// Inodes and directory entries changed since the journal last took them.
+#[derive(Default)]
+struct Changes {
+    inodes: BTreeSet<Ino>,
+    entries: BTreeSet<(Ino, String)>,
+}
+
+/// What the journal keeps of an inode: everything but a directory's entries (kept one by one)
+/// and the open handles (which a restart does not carry over).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct InodeState {
+    pub attr: Attr,
+    pub body: BodyState,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub enum BodyState {
+    File,
+    Symlink(String),
+    Dir { parent: Ino, subdirs: u32, retired: bool },
+}
+
+/// A change of one name: what `dir/name` names now (None: nothing).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct EntryState {
+    pub dir: Ino,
+    pub name: String,
+    pub target: Option<(Ino, FileKind)>,
+}
+
+/// One journal record: the state, after a step, of what the step changed. Applied in order to
+/// an empty store, the records (a snapshot is one big record) rebuild the namespace share.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct Record {
+    pub next_local: u64,
+    pub inodes: Vec<InodeState>,
+    pub removed: Vec<Ino>,
+    pub entries: Vec<EntryState>,
+}
+
+impl Record {
+    pub fn is_empty(&self) -> bool {
+        self.inodes.is_empty() && self.removed.is_empty() && self.entries.is_empty()
+    }
 }
 
 impl MetaStore {
     /// A fresh namespace share. Server 0 also creates the root directory.
     pub fn new(server_index: usize, owner_uid: u32, owner_gid: u32) -> Self {
-        let mut store = MetaStore { server_index, next_local: 1, inodes: HashMap::new(), files: 0, dirs: 0 };
+        let mut store = MetaStore { server_index, next_local: 1, inodes: HashMap::new(), files: 0, dirs: 0, changes: None };
         if server_index == 0 {
             let root = store.alloc_ino();
             debug_assert_eq!(root, ino::ROOT_INO);
@@ -89,6 +139,113 @@ impl MetaStore {
 
     pub fn counts(&self) -> (u64, u64, u64) {
         (self.inodes.len() as u64, self.files, self.dirs)
+    }
+
+    // ------------------------------------------------------------ journal
+
+    fn changed(&mut self, ino: Ino) {
+        if let Some(changes) = self.changes.as_mut() {
+            changes.inodes.insert(ino);
+        }
+    }
+
+    fn changed_entry(&mut self, dir: Ino, name: &str) {
+        if let Some(changes) = self.changes.as_mut() {
+            changes.entries.insert((dir, name.to_string()));
+        }
+    }
+
+    /// From now on, changes are kept for [`MetaStore::take_changes`].
+    pub fn track_changes(&mut self) {
+        self.changes.get_or_insert_with(Changes::default);
+    }
+
+    fn state_of(&self, ino: Ino) -> Option<InodeState> {
+        let inode = self.inodes.get(&ino)?;
+        let body = match &inode.body {
+            Body::File => BodyState::File,
+            Body::Symlink(target) => BodyState::Symlink(target.clone()),
+            Body::Dir(dir) => BodyState::Dir { parent: dir.parent, subdirs: dir.subdirs, retired: dir.retired },
+        };
+        Some(InodeState { attr: inode.attr.clone(), body })
+    }
+
+    /// The state of what changed since the last call (an empty record: nothing did).
+    pub fn take_changes(&mut self) -> Record {
+        let Some(changes) = self.changes.as_mut().map(std::mem::take) else { return Record::default() };
+        let mut record = Record { next_local: self.next_local, ..Record::default() };
+        for ino in changes.inodes {
+            match self.state_of(ino) {
+                Some(state) => record.inodes.push(state),
+                None => record.removed.push(ino),
+            }
+        }
+        for (dir, name) in changes.entries {
+            let target = match self.inodes.get(&dir).map(|i| &i.body) {
+                Some(Body::Dir(d)) => d.entries.get(&name).map(|e| (e.ino, e.kind)),
+                _ => None,
+            };
+            record.entries.push(EntryState { dir, name, target });
+        }
+        record
+    }
+
+    /// Everything, as one record: a snapshot.
+    pub fn snapshot(&self) -> Record {
+        let mut record = Record { next_local: self.next_local, ..Record::default() };
+        for (&ino, inode) in &self.inodes {
+            record.inodes.extend(self.state_of(ino));
+            if let Body::Dir(dir) = &inode.body {
+                for (name, e) in &dir.entries {
+                    record.entries.push(EntryState { dir: ino, name: name.clone(), target: Some((e.ino, e.kind)) });
+                }
+            }
+        }
+        record
+    }
+
+    /// Applies a record (replaying the journal at start).
+    pub fn apply(&mut self, record: Record) {
+        self.next_local = self.next_local.max(record.next_local);
+        for state in record.inodes {
+            let ino = state.attr.ino;
+            let entries = match self.inodes.remove(&ino).map(|i| i.body) {
+                Some(Body::Dir(dir)) => dir.entries,
+                _ => BTreeMap::new(),
+            };
+            let body = match state.body {
+                BodyState::File => Body::File,
+                BodyState::Symlink(target) => Body::Symlink(target),
+                BodyState::Dir { parent, subdirs, retired } => Body::Dir(Dir { parent, entries, subdirs, retired }),
+            };
+            self.inodes.insert(ino, Inode { attr: state.attr, body, opens: 0 });
+        }
+        for e in record.entries {
+            if let Some(Inode { body: Body::Dir(dir), .. }) = self.inodes.get_mut(&e.dir) {
+                match e.target {
+                    Some((ino, kind)) => drop(dir.entries.insert(e.name, Entry { ino, kind, locked_until: None })),
+                    None => drop(dir.entries.remove(&e.name)),
+                }
+            }
+        }
+        for ino in record.removed {
+            self.inodes.remove(&ino);
+        }
+    }
+
+    /// After replay: recounts, and drops the files that had lost their last name while a
+    /// client still had them open (no client is any more); their inodes come back so that the
+    /// caller purges their data.
+    pub fn settle(&mut self) -> Vec<Ino> {
+        let orphans: Vec<Ino> =
+            self.inodes.iter().filter(|(_, i)| i.attr.kind == FileKind::File && i.attr.nlink == 0).map(|(&ino, _)| ino).collect();
+        for ino in &orphans {
+            self.inodes.remove(ino);
+            self.changed(*ino);
+        }
+        self.files = self.inodes.values().filter(|i| i.attr.kind != FileKind::Dir).count() as u64;
+        self.dirs = self.inodes.values().filter(|i| i.attr.kind == FileKind::Dir).count() as u64;
+        orphans
     }
 
     fn alloc_ino(&mut self) -> Ino {
@@ -123,10 +280,12 @@ impl MetaStore {
             _ => self.files += 1,
         }
         self.inodes.insert(ino, Inode { attr: attr.clone(), body, opens: 0 });
+        self.changed(ino);
         attr
     }
 
     fn remove_inode(&mut self, ino: Ino) {
+        self.changed(ino);
         if let Some(inode) = self.inodes.remove(&ino) {
             match inode.attr.kind {
                 FileKind::Dir => self.dirs -= 1,
@@ -142,8 +301,10 @@ impl MetaStore {
         }
     }
 
+    /// The inode, to change: recorded as changed for the journal.
     fn inode_mut(&mut self, ino: Ino) -> Result<&mut Inode> {
         let server = self.server_index;
+        self.changed(ino);
         match self.inodes.get_mut(&ino) {
             Some(inode) => Ok(inode),
             None => fail(ErrorCode::NotFound, format!("inode {ino:#x} not on server {server}")),
@@ -169,6 +330,7 @@ impl MetaStore {
     /// Marks a directory's contents as changed and keeps its link count right
     /// (2 + subdirectories, which `find` relies on).
     fn touch_dir(&mut self, ino: Ino) {
+        self.changed(ino);
         if let Some(inode) = self.inodes.get_mut(&ino) {
             let now = Timestamp::now();
             inode.attr.mtime = now;
@@ -193,6 +355,8 @@ impl MetaStore {
     fn link_entry(&mut self, parent: Ino, name: &str, ino: Ino, kind: FileKind) -> Result<()> {
         let dir = self.dir_mut(parent)?;
         dir.entries.insert(name.to_string(), Entry { ino, kind, locked_until: None });
+        self.changed_entry(parent, name);
+        let dir = self.dir_mut(parent)?;
         if kind == FileKind::Dir {
             dir.subdirs += 1;
         }
@@ -205,6 +369,8 @@ impl MetaStore {
         let Some(entry) = dir.entries.remove(name) else {
             return fail(ErrorCode::NotFound, format!("no entry '{name}'"));
         };
+        self.changed_entry(parent, name);
+        let dir = self.dir_mut(parent)?;
         if entry.kind == FileKind::Dir {
             dir.subdirs -= 1;
         }
@@ -426,6 +592,7 @@ impl MetaStore {
         if kind != FileKind::Dir {
             return None;
         }
+        self.changed(ino);
         match self.inodes.get_mut(&ino).map(|i| &mut i.body) {
             Some(Body::Dir(dir)) => {
                 dir.parent = parent;
@@ -532,6 +699,7 @@ impl MetaStore {
         let replaced = self.replace_existing(dst_parent, dst_name, kind, retired_target)?;
         self.unlink_entry(src_parent, src_name)?;
         self.link_entry(dst_parent, dst_name, ino, kind)?;
+        self.changed(ino);
         if let Some(inode) = self.inodes.get_mut(&ino) {
             inode.attr.ctime = Timestamp::now();
         }
@@ -629,6 +797,65 @@ impl MetaStore {
 
 #[cfg(test)]
 mod tests {
+    /// Snapshots compared as sets (the store's maps iterate in no fixed order).
+    fn canonical(mut r: Record) -> Record {
+        r.inodes.sort_by_key(|i| i.attr.ino);
+        r.entries.sort_by(|a, b| (a.dir, &a.name).cmp(&(b.dir, &b.name)));
+        r
+    }
+
+    /// The records taken after each step, applied in order to a new store, rebuild the same
+    /// namespace share: creates, links, renames over existing names, unlinks, rmdirs, attribute
+    /// changes, and a file unlinked while open (dropped when the store settles after a restart).
+    #[test]
+    fn journal_records_replayed_rebuild_the_store() {
+        let mut s = MetaStore::new(0, 0, 0);
+        s.track_changes();
+        let mut journal = vec![s.take_changes()];
+        let step = |s: &mut MetaStore, journal: &mut Vec<Record>| journal.push(s.take_changes());
+        let a = s.make_dir_inode(ROOT_INO, 0o755, 1, 1);
+        s.insert_entry(ROOT_INO, "a", a.ino, FileKind::Dir, false, None).unwrap();
+        step(&mut s, &mut journal);
+        for i in 0..50 {
+            s.create(a.ino, &format!("f{i}"), 0o644, 1, 1, true, false).unwrap();
+            step(&mut s, &mut journal);
+        }
+        let kept = s.create(a.ino, "kept", 0o600, 1, 1, true, true).unwrap();
+        s.commit(kept.ino, Some(12345), Some(Timestamp { secs: 7, nanos: 8 }), true).unwrap();
+        step(&mut s, &mut journal);
+        s.rename(a.ino, "f1", ROOT_INO, "moved", false, None).unwrap();
+        s.rename(a.ino, "f2", a.ino, "f3", false, None).unwrap();
+        step(&mut s, &mut journal);
+        s.unlink(a.ino, "f4").unwrap();
+        s.symlink(ROOT_INO, "link", "a/kept", 1, 1).unwrap();
+        s.setattr(kept.ino, &AttrChanges { mode: Some(0o640), ..Default::default() }).unwrap();
+        step(&mut s, &mut journal);
+        let open = s.create(ROOT_INO, "open-then-unlinked", 0o644, 1, 1, true, true).unwrap();
+        s.unlink(ROOT_INO, "open-then-unlinked").unwrap();
+        step(&mut s, &mut journal);
+        let empty = s.make_dir_inode(ROOT_INO, 0o755, 1, 1);
+        s.insert_entry(ROOT_INO, "gone", empty.ino, FileKind::Dir, false, None).unwrap();
+        s.rmdir(ROOT_INO, "gone").unwrap();
+        step(&mut s, &mut journal);
+        let sizes: usize = journal.iter().map(|r| postcard::to_allocvec(r).unwrap().len()).sum();
+        assert!(sizes < 64 * 1024, "records hold what changed, not the store ({sizes} bytes)");
+
+        let mut replayed = MetaStore::new(0, 0, 0);
+        for record in journal {
+            replayed.apply(record);
+        }
+        let orphans = replayed.settle();
+        assert_eq!(orphans, vec![open.ino], "the unlinked open file goes, for its data to be purged");
+        let mut expected = s;
+        expected.inodes.remove(&open.ino);
+        assert_eq!(canonical(replayed.snapshot()), canonical(expected.snapshot()));
+        assert_eq!(replayed.getattr(kept.ino).unwrap().size, 12345);
+        assert_eq!(replayed.lookup(ROOT_INO, "moved").unwrap().kind, FileKind::File);
+        // The counter goes on where it was: no inode number is handed out twice.
+        let next = replayed.create(ROOT_INO, "new", 0o644, 0, 0, true, false).unwrap();
+        assert!(expected.getattr(next.ino).is_err());
+    }
+
     use surge_proto::call::encode_reply;
     use surge_proto::{DirPage, Timestamp};
 
