@@ -127,25 +127,25 @@ where
             Ok(_) => (Answer::Failure(ServerError::new(ErrorCode::Protocol, "expected a request frame")), "?"),
             Err(e) => (Answer::Failure(ServerError::new(ErrorCode::Protocol, e.to_string())), "?"),
         };
+        // Answered once the watchers acknowledged and the journal holds what must be
+        // durable, by a task of its own: this loop must go on reading, since the
+        // acknowledgement this connection owes another change may be next in line (two nodes
+        // creating in one directory would otherwise each wait for the other until the timeout).
+        let (awaited, durable) = (std::mem::take(&mut session.awaited), session.durable.take());
+        let wait = !awaited.is_empty() || durable.is_some();
+        let journal = session.shared.journal.clone();
+        let later = move |outcome: crate::error::Result<Vec<u8>>| {
+            Answer::Later(Box::pin(async move {
+                await_acknowledgements(awaited).await;
+                if let Some(seq) = durable {
+                    journal.durable(seq).await;
+                }
+                outcome
+            }))
+        };
         let answer = match answer {
-            // Answered once the watchers acknowledged, by a task of its own: this loop must
-            // go on reading, since the acknowledgement this connection owes another change may
-            // be next in line (two nodes creating in one directory would otherwise each wait
-            // for the other until the timeout).
-            Answer::Reply { message, .. } if !session.awaited.is_empty() => {
-                let awaited = std::mem::take(&mut session.awaited);
-                Answer::Later(Box::pin(async move {
-                    await_acknowledgements(awaited).await;
-                    Ok(message)
-                }))
-            }
-            Answer::Failure(e) if !session.awaited.is_empty() => {
-                let awaited = std::mem::take(&mut session.awaited);
-                Answer::Later(Box::pin(async move {
-                    await_acknowledgements(awaited).await;
-                    Err(e)
-                }))
-            }
+            Answer::Reply { message, .. } if wait => later(Ok(message)),
+            Answer::Failure(e) if wait => later(Err(e)),
             other => other,
         };
         match answer {

@@ -23,6 +23,7 @@ pub mod data;
 pub mod error;
 mod handle;
 pub mod in_process;
+pub mod journal;
 mod lock;
 pub mod meta;
 mod server;

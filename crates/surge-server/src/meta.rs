@@ -301,6 +301,15 @@ impl MetaStore {
         }
     }
 
+    /// The inode, to change what a restart does not keep (its open handles).
+    fn inode_untracked(&mut self, ino: Ino) -> Result<&mut Inode> {
+        let server = self.server_index;
+        match self.inodes.get_mut(&ino) {
+            Some(inode) => Ok(inode),
+            None => fail(ErrorCode::NotFound, format!("inode {ino:#x} not on server {server}")),
+        }
+    }
+
     /// The inode, to change: recorded as changed for the journal.
     fn inode_mut(&mut self, ino: Ino) -> Result<&mut Inode> {
         let server = self.server_index;
@@ -767,7 +776,8 @@ impl MetaStore {
     }
 
     pub fn open(&mut self, ino: Ino) -> Result<Attr> {
-        let inode = self.inode_mut(ino)?;
+        // Open handles do not outlive a restart: nothing here for the journal.
+        let inode = self.inode_untracked(ino)?;
         inode.opens += 1;
         Ok(inode.attr.clone())
     }
@@ -775,7 +785,8 @@ impl MetaStore {
     /// Publishes a writer's size and mtime; with `release`, ends one open handle. Returns
     /// whether the file is now gone (unlinked earlier, last handle closed) and must be purged.
     pub fn commit(&mut self, ino: Ino, size: Option<u64>, mtime: Option<Timestamp>, release: bool) -> Result<InodeFate> {
-        let inode = self.inode_mut(ino)?;
+        // Releasing a handle changes nothing a restart keeps; publishing a size or time does.
+        let inode = if size.is_some() || mtime.is_some() { self.inode_mut(ino)? } else { self.inode_untracked(ino)? };
         if let Some(size) = size {
             inode.attr.size = inode.attr.size.max(size);
         }

@@ -13,7 +13,8 @@ use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
 use crate::error::{Result, ServerError};
-use crate::{conn, data, meta, watch};
+use crate::lock::LockRecover;
+use crate::{conn, data, journal, meta, watch};
 
 pub struct ServerConfig {
     pub listen: SocketAddr,
@@ -40,9 +41,23 @@ pub struct Shared {
     /// Connections that cache metadata, told of changes (see [`watch`]).
     pub watchers: watch::Watchers,
     pub shutdown: Notify,
+    /// Where the namespace share's changes go to survive a restart.
+    pub journal: Arc<journal::Journal>,
 }
 
 impl Shared {
+    /// Journals what the steps run on `meta` changed since the last call; the record's
+    /// sequence number (see [`journal::Journal::durable`]). Call with the lock held.
+    pub fn journal_changes(&self, meta: &mut meta::MetaStore) -> u64 {
+        let seq = self.journal.append(meta.take_changes());
+        if self.journal.wants_snapshot() {
+            if let Err(e) = self.journal.fold(meta) {
+                tracing::error!("could not fold the metadata journal into a snapshot: {e}");
+            }
+        }
+        seq
+    }
+
     /// The stage coordinator beside this server.
     pub fn coordinator(&self) -> Result<&Arc<dyn StageService>> {
         self.coordinator.get().ok_or_else(|| ServerError::new(ErrorCode::NotSupported, "no stage coordinator runs beside this server"))
@@ -70,11 +85,20 @@ impl Server {
                 None
             }
         };
+        // The namespace share as the journal left it (a fresh one the first time).
+        let mut meta = meta::MetaStore::new(config.index, config.owner_uid, config.owner_gid);
+        let (journal, orphans) = journal::Journal::open(&config.root, &mut meta)
+            .map_err(|e| ServerError::os(&format!("replay the metadata journal under {}", config.root.display()), e))?;
+        for ino in orphans {
+            // Unlinked while a client had it open, before the stop: nobody has it now.
+            let _ = data.purge(ino);
+        }
         let shared = Arc::new(Shared {
             index: config.index,
             count: config.count,
             secret: config.secret,
-            meta: Mutex::new(meta::MetaStore::new(config.index, config.owner_uid, config.owner_gid)),
+            meta: Mutex::new(meta),
+            journal,
             data,
             local,
             coordinator: OnceLock::new(),
@@ -136,6 +160,9 @@ impl Server {
             }
         }
         let _ = std::fs::remove_file(&ready);
+        // A clean stop: the namespace share as one snapshot, for a quick restart.
+        let meta = shared.meta.lock_or_recover();
+        shared.journal.close(&meta).map_err(|e| ServerError::os("write the metadata snapshot", e))?;
         Ok(())
     }
 }

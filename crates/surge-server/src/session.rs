@@ -24,11 +24,13 @@ pub(crate) struct Session {
     pub awaited: Vec<tokio::sync::oneshot::Receiver<()>>,
     /// Capacity set aside for this client's local writes, by inode (given back if it goes).
     pub reserved: HashMap<Ino, u64>,
+    /// The journal record the current request's answer waits for (a close publishing sizes).
+    pub durable: Option<u64>,
 }
 
 impl Session {
     pub fn new(shared: Arc<Shared>, writer: SharedWriter) -> Session {
-        Session { shared, writer, opens: HashMap::new(), watcher: None, awaited: Vec::new(), reserved: HashMap::new() }
+        Session { shared, writer, opens: HashMap::new(), watcher: None, awaited: Vec::new(), reserved: HashMap::new(), durable: None }
     }
 
     /// From now on this connection is told of changes to what it was told about.
@@ -53,7 +55,12 @@ impl Drop for Session {
         }
         for (ino, count) in std::mem::take(&mut self.opens) {
             for _ in 0..count {
-                let released = self.shared.meta.lock_or_recover().commit(ino, None, None, true);
+                let released = {
+                    let mut meta = self.shared.meta.lock_or_recover();
+                    let released = meta.commit(ino, None, None, true);
+                    self.shared.journal_changes(&mut meta);
+                    released
+                };
                 if let Ok(fate) = released {
                     if fate.purge {
                         tracing::info!(

@@ -27,6 +27,11 @@ pub(crate) trait Step: Call {
     /// Whether the step can tell or change anything a watcher holds (then it runs under the
     /// watch ledger, when anybody watches).
     const WATCHED: bool = true;
+    /// Whether its changes must be durable before it is answered (a close or fsync
+    /// publishing what a writer did); others are durable a moment after.
+    fn durable(&self) -> bool {
+        false
+    }
 
     fn run(&self, cx: &mut StepContext) -> Result<Self::Reply>;
 
@@ -87,7 +92,14 @@ impl Session {
         let mut ledger = watching.then(|| shared.watchers.lock());
         let reply = {
             let mut meta = shared.meta.lock_or_recover();
-            step.run(&mut StepContext { meta: &mut meta, opens: &mut self.opens })?
+            let reply = step.run(&mut StepContext { meta: &mut meta, opens: &mut self.opens });
+            // Journaled whatever the outcome: a failed step may have changed nothing, or
+            // something before it failed.
+            let seq = shared.journal_changes(&mut meta);
+            if step.durable() {
+                self.durable = self.durable.max(Some(seq));
+            }
+            reply?
         };
         if let Some(ledger) = ledger.as_mut() {
             let awaited = ledger.apply(self.watcher, step.effects(&reply));
@@ -173,6 +185,12 @@ impl Step for Readlink {
 }
 
 impl Step for MakeDirInode {
+    /// A new directory's inode: durable before its name is linked on another server, so that a
+    /// crash cannot leave a name pointing at nothing.
+    fn durable(&self) -> bool {
+        true
+    }
+
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {
         Ok(cx.meta.make_dir_inode(self.parent, self.mode, self.uid, self.gid))
     }
@@ -192,6 +210,11 @@ impl Step for DropInode {
 }
 
 impl Step for InsertEntry {
+    /// The new name of a cross-server rename (or a new directory): durable once answered.
+    fn durable(&self) -> bool {
+        true
+    }
+
     fn run(&self, cx: &mut StepContext) -> Result<LinkOutcome> {
         cx.meta.insert_entry(self.parent, &self.name, self.ino, self.kind, self.replace, self.retired_target)
     }
@@ -282,6 +305,11 @@ impl Step for SetParent {
 }
 
 impl Step for Rename {
+    /// A rename publishes a file under its final name: once answered, it survives a crash.
+    fn durable(&self) -> bool {
+        true
+    }
+
     fn run(&self, cx: &mut StepContext) -> Result<LinkOutcome> {
         cx.meta.rename(self.src_parent, &self.src_name, self.dst_parent, &self.dst_name, self.noreplace, self.retired_target)
     }
@@ -304,6 +332,11 @@ impl Step for RenamePrepare {
 }
 
 impl Step for RenameFinish {
+    /// The end of a cross-server rename: durable once answered, like a rename on one server.
+    fn durable(&self) -> bool {
+        true
+    }
+
     fn run(&self, cx: &mut StepContext) -> Result<()> {
         cx.meta.rename_finish(self.parent, &self.name, self.ino, self.commit)
     }
@@ -341,6 +374,13 @@ impl Step for Open {
 }
 
 impl Step for Commit {
+    /// A close or fsync that publishes a size or time: what close-to-open promises other
+    /// nodes must survive a crash once answered. (A close with nothing to publish, after a
+    /// create or a read, waits for nothing.)
+    fn durable(&self) -> bool {
+        self.size.is_some() || self.mtime.is_some()
+    }
+
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::InodeFate> {
         if self.release {
             if let Some(count) = cx.opens.get_mut(&self.ino) {
