@@ -437,3 +437,25 @@ fn a_huge_directory_of_long_names_lists_in_full() {
     let lines = sh(&format!("ls -l {} | wc -l", m.path("big").display()));
     assert_eq!(lines.trim(), (FILES + 1).to_string(), "ls -l: a total line and one line per file");
 }
+
+/// `surge restart` starts a killed server again on its directory and address: it comes back
+/// with its namespace share and data, and a mount that was using it goes on by itself.
+#[test]
+fn a_restarted_server_serves_its_files_to_a_mount_that_stayed() {
+    let inst = instance("restart", 201);
+    let m = inst.mount("a", "127.0.0.205");
+    std::fs::create_dir(m.path("d")).unwrap();
+    std::fs::write(m.path("d/kept.txt"), b"kept across the crash").unwrap();
+    std::fs::write(m.path("top.bin"), vec![9u8; 3 << 20]).unwrap();
+    for index in 0..4 {
+        inst.kill_server(index);
+    }
+    assert!(std::fs::read(m.path("top.bin")).is_err(), "read from killed servers");
+    let out = inst.surge(&["restart", &inst.name]);
+    assert!(out.status.success(), "{}", surge_tests::text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("restarted server(s) 0, 1, 2, 3"), "{}", surge_tests::text(&out));
+    assert_eq!(std::fs::read(m.path("d/kept.txt")).unwrap(), b"kept across the crash");
+    assert_eq!(std::fs::read(m.path("top.bin")).unwrap(), vec![9u8; 3 << 20]);
+    let again = inst.surge(&["restart", &inst.name]);
+    assert!(String::from_utf8_lossy(&again.stdout).contains("every server"), "{}", surge_tests::text(&again));
+}

@@ -86,54 +86,22 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
         for index in 0..p.servers {
             let host = hosts[index % hosts.len()].clone();
             let root = instance_root.join(format!("server-{index}"));
-            let ip: Option<IpAddr> = host.parse().ok();
-            // Private mode: every server is a namespace of its own.
-            let (srv_index, srv_count) = match p.mode {
-                Mode::Striped => (index, p.servers),
-                Mode::Private => (0, 1),
-            };
-            let mut cmd;
-            let fixed_addr;
-            match ip {
-                Some(ip) if is_local(ip) => {
-                    if root.exists() {
-                        std::fs::remove_dir_all(&root).with_context(|| format!("clear {}", root.display()))?;
-                    }
-                    std::fs::create_dir_all(&root).with_context(|| format!("create {}", root.display()))?;
-                    cmd = Command::new(&server_binary);
-                    cmd.arg("--listen").arg(SocketAddr::new(ip, 0).to_string());
-                    let log = std::fs::File::create(root.join("server.log"))?;
-                    cmd.stdout(Stdio::null()).stderr(log);
-                    fixed_addr = None;
-                }
-                _ => {
-                    // Another node: through the scheduler's launcher, inside the allocation.
-                    cmd = Command::new("srun");
-                    cmd.args(["--nodes=1", "--ntasks=1", "--overlap", "--nodelist"]).arg(&host).arg(&server_binary);
-                    cmd.arg("--listen").arg(format!("0.0.0.0:{REMOTE_PORT}"));
-                    cmd.stdout(Stdio::null()).stderr(Stdio::null());
-                    let addr = format!("{host}:{REMOTE_PORT}");
-                    fixed_addr = Some(
-                        tokio::net::lookup_host(&addr)
-                            .await
-                            .with_context(|| format!("resolve {addr}"))?
-                            .next()
-                            .with_context(|| format!("resolve {addr}"))?,
-                    );
-                }
+            if host.parse().is_ok_and(is_local) && root.exists() {
+                std::fs::remove_dir_all(&root).with_context(|| format!("clear {}", root.display()))?;
             }
-            cmd.arg("--root").arg(&root);
-            cmd.arg("--capacity").arg(share.to_string());
-            cmd.arg("--index").arg(srv_index.to_string());
-            cmd.arg("--count").arg(srv_count.to_string());
-            cmd.arg("--token-file").arg(&token_path);
-            // The coordinator beside each server finds the others here once all are up.
-            cmd.arg("--chunk-size").arg(p.chunk_size.to_string());
-            cmd.arg("--instance-file").arg(&instance_file);
-            cmd.stdin(Stdio::null());
-            detach(&mut cmd);
-            let child = cmd.spawn().with_context(|| format!("start {}", server_binary.display()))?;
-            launched.push(Launched { index, host, root, child, fixed_addr });
+            let plan = ServerLaunch {
+                index,
+                host,
+                root,
+                port: 0,
+                share,
+                mode: p.mode,
+                servers: p.servers,
+                token_path: &token_path,
+                chunk_size: p.chunk_size,
+                instance_file: &instance_file,
+            };
+            launched.push(launch(&server_binary, plan).await?);
         }
         let mut servers = Vec::new();
         for l in launched.iter_mut() {
@@ -198,6 +166,114 @@ fn check_local_space(root: &Path, hosts: &[String], servers: usize, share: u64) 
         );
     }
     Ok(())
+}
+
+/// One server to start: where, on which directory, with which share of which instance.
+struct ServerLaunch<'a> {
+    index: usize,
+    host: String,
+    root: PathBuf,
+    /// Port to listen on for a server on this machine (0: any, announced in ROOT/ready).
+    port: u16,
+    share: u64,
+    mode: Mode,
+    servers: usize,
+    token_path: &'a Path,
+    chunk_size: u64,
+    instance_file: &'a Path,
+}
+
+/// Starts one server: on this machine as a detached process, on another host through the
+/// scheduler's launcher (inside the allocation).
+async fn launch(server_binary: &Path, s: ServerLaunch<'_>) -> Result<Launched> {
+    // Private mode: every server is a namespace of its own.
+    let (srv_index, srv_count) = match s.mode {
+        Mode::Striped => (s.index, s.servers),
+        Mode::Private => (0, 1),
+    };
+    let mut cmd;
+    let fixed_addr;
+    match s.host.parse::<IpAddr>() {
+        Ok(ip) if is_local(ip) => {
+            std::fs::create_dir_all(&s.root).with_context(|| format!("create {}", s.root.display()))?;
+            cmd = Command::new(server_binary);
+            cmd.arg("--listen").arg(SocketAddr::new(ip, s.port).to_string());
+            let log = std::fs::OpenOptions::new().create(true).append(true).open(s.root.join("server.log"))?;
+            cmd.stdout(Stdio::null()).stderr(log);
+            fixed_addr = None;
+        }
+        _ => {
+            cmd = Command::new("srun");
+            cmd.args(["--nodes=1", "--ntasks=1", "--overlap", "--nodelist"]).arg(&s.host).arg(server_binary);
+            cmd.arg("--listen").arg(format!("0.0.0.0:{REMOTE_PORT}"));
+            cmd.stdout(Stdio::null()).stderr(Stdio::null());
+            let addr = format!("{}:{REMOTE_PORT}", s.host);
+            fixed_addr = Some(
+                tokio::net::lookup_host(&addr)
+                    .await
+                    .with_context(|| format!("resolve {addr}"))?
+                    .next()
+                    .with_context(|| format!("resolve {addr}"))?,
+            );
+        }
+    }
+    cmd.arg("--root").arg(&s.root);
+    cmd.arg("--capacity").arg(s.share.to_string());
+    cmd.arg("--index").arg(srv_index.to_string());
+    cmd.arg("--count").arg(srv_count.to_string());
+    cmd.arg("--token-file").arg(s.token_path);
+    // The coordinator beside each server finds the others here once all are up.
+    cmd.arg("--chunk-size").arg(s.chunk_size.to_string());
+    cmd.arg("--instance-file").arg(s.instance_file);
+    cmd.stdin(Stdio::null());
+    detach(&mut cmd);
+    let child = cmd.spawn().with_context(|| format!("start {}", server_binary.display()))?;
+    Ok(Launched { index: s.index, host: s.host, root: s.root, child, fixed_addr })
+}
+
+/// `surge restart`: starts again, on their directories and addresses, the servers of an
+/// instance that are not answering (or the one given); each comes back with its namespace
+/// share and data (see the server's journal). Clients and mounts reconnect by themselves.
+pub async fn restart(desc: &mut InstanceDescriptor, only: Option<usize>) -> Result<Vec<usize>> {
+    let stats = probe(desc).await;
+    let share = desc.capacity / desc.servers.len() as u64;
+    let instance_file = std::path::absolute(descriptor::descriptor_path(&desc.name))?;
+    let server_binary = sibling_binary("surge-server");
+    let mut restarted = Vec::new();
+    for (position, stat) in stats.iter().enumerate() {
+        let server = desc.servers[position].clone();
+        match only {
+            Some(i) if i != server.index => continue,
+            None if stat.is_ok() => continue,
+            _ => {}
+        }
+        if stat.is_ok() {
+            bail!("server {} of '{}' is up and answering: stop it first to restart it", server.index, desc.name);
+        }
+                if let Some(pid) = server.pid.filter(|&pid| pid_running(pid)) {
+            bail!("server {} (pid {pid}) is running but not answering: stop it (kill {pid}) to restart it", server.index);
+        }
+        let _ = std::fs::remove_file(server.root.join("ready"));
+        let plan = ServerLaunch {
+            index: server.index,
+            host: server.host.clone(),
+            root: server.root.clone(),
+            port: server.addr.port(),
+            share,
+            mode: desc.mode,
+            servers: desc.servers.len(),
+            token_path: &desc.token_path,
+            chunk_size: desc.chunk_size,
+            instance_file: &instance_file,
+        };
+        let mut launched = launch(&server_binary, plan).await?;
+        let addr = wait_ready(&mut launched).await?;
+        anyhow::ensure!(addr == server.addr, "server {} came back on {addr}, not {}", server.index, server.addr);
+        desc.servers[position].pid = Some(launched.child.id());
+        restarted.push(server.index);
+    }
+    desc.save()?;
+    Ok(restarted)
 }
 
 /// Runs the command in a session of its own: it outlives this command and its terminal.
@@ -266,9 +342,18 @@ pub async fn probe(desc: &InstanceDescriptor) -> Vec<surge_client::Result<surge_
     out
 }
 
+/// The process exists (a zombie too: `down` waits until its parent has collected it).
 fn pid_alive(pid: u32) -> bool {
     // SAFETY: kill(2) takes plain integers; a stale pid only makes it fail.
     unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+/// The process runs: it exists and is not a zombie (a killed server whose parent has not
+/// collected it holds no socket and no file any more).
+fn pid_running(pid: u32) -> bool {
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')));
+    pid_alive(pid) && !zombie
 }
 
 /// Unmounts the instance (a busy mount stops this unless `force`, see `mount::umount`), stops

@@ -123,6 +123,16 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Start again the servers of an instance that stopped or died (or the one given), on
+    /// their directories and addresses: they come back with their namespace and data, and
+    /// clients and mounts reconnect by themselves.
+    Restart {
+        /// The instance.
+        name: String,
+        /// Only this server (its index, as `surge status` shows it).
+        #[arg(long)]
+        server: Option<usize>,
+    },
     /// Servers, health, capacity used and free, file counts.
     Status {
         /// Instance to show.
@@ -286,6 +296,16 @@ async fn run(command: Command) -> Result<()> {
             stage::before_down(&desc, force).await?;
             instance::down(&desc, force).await?;
             outln!("instance '{name}' stopped and removed");
+        }
+        Command::Restart { name, server } => {
+            let mut desc = InstanceDescriptor::load(&name)?;
+            let restarted = instance::restart(&mut desc, server).await?;
+            if restarted.is_empty() {
+                outln!("every server of '{name}' is up and answering");
+            } else {
+                let list: Vec<String> = restarted.iter().map(usize::to_string).collect();
+                outln!("restarted server(s) {} of '{name}'", list.join(", "));
+            }
         }
         Command::Status { name, json } => {
             let desc = InstanceDescriptor::load(&name)?;
