@@ -250,7 +250,7 @@ pub async fn restart(desc: &mut InstanceDescriptor, only: Option<usize>) -> Resu
         if stat.is_ok() {
             bail!("server {} of '{}' is up and answering: stop it first to restart it", server.index, desc.name);
         }
-                if let Some(pid) = server.pid.filter(|&pid| pid_running(pid)) {
+        if let Some(pid) = server.pid.filter(|&pid| pid_running(pid)) {
             bail!("server {} (pid {pid}) is running but not answering: stop it (kill {pid}) to restart it", server.index);
         }
         let _ = std::fs::remove_file(server.root.join("ready"));
