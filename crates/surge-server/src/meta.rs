@@ -1,9 +1,10 @@
 //! The part of an instance's namespace homed on this server: the inodes whose number carries
 //! this server's index, and the entries of the directories among them.
 //!
-//! Everything here is in memory behind one mutex held for microseconds: an instance lives
-//! for one job, and a metadata operation is a handful of hash-map updates. Each method is one
-//! atomic step of the protocol; steps that span servers are sequenced by the client.
+//! Everything here is served from memory behind one mutex held for microseconds (the journal
+//! keeps a copy on disk, see [`crate::journal`]): a metadata operation is a handful of
+//! hash-map updates. Each method is one atomic step of the protocol; steps that span servers
+//! are sequenced by the client.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
