@@ -22,6 +22,10 @@ use crate::error::{Error, Result};
 use crate::local;
 use crate::options::ClientOptions;
 
+/// Namespace steps per batch frame: their answers (an entry with its attributes and a name of
+/// up to 255 bytes each, at most) then stay well inside a frame.
+pub const BATCH_STEPS: usize = 1024;
+
 /// How long a step retries while the entry it needs is locked by a rename in progress.
 const BUSY_RETRY_FOR: Duration = Duration::from_secs(5);
 
@@ -233,15 +237,25 @@ impl Client {
         self.call(ino::home(ino), call).await
     }
 
-    /// Sends several namespace steps of one kind to one server in one frame; each gets its own
-    /// outcome, in order.
+    /// Sends several namespace steps of one kind to one server, [`BATCH_STEPS`] per frame (all
+    /// frames before waiting for any answer); each step gets its own outcome, in order.
     pub async fn batch<C: Call + Into<NamespaceRequest>>(&self, server: usize, calls: Vec<C>) -> Result<Vec<Result<C::Reply>>> {
-        let count = calls.len();
-        let outcomes = self.call(server, Batch { requests: calls.into_iter().map(Into::into).collect() }).await?;
-        if outcomes.len() != count {
-            return Err(Error::new(ErrorCode::Protocol, format!("batch of {count}: {} answers", outcomes.len())));
+        let mut pending = Vec::new();
+        let mut calls = calls.into_iter().peekable();
+        while calls.peek().is_some() {
+            let requests: Vec<NamespaceRequest> = calls.by_ref().take(BATCH_STEPS).map(Into::into).collect();
+            let count = requests.len();
+            pending.push((count, self.send(server, &Batch { requests }.into(), Bytes::new()).await?));
         }
-        Ok(outcomes.into_iter().map(|outcome| Answer { message: outcome?, payload: Vec::new() }.reply::<C>()).collect())
+        let mut all = Vec::new();
+        for (count, batch) in pending {
+            let outcomes = batch.wait(self.inner.opts.timeout).await?.reply::<Batch>()?;
+            if outcomes.len() != count {
+                return Err(Error::new(ErrorCode::Protocol, format!("batch of {count}: {} answers", outcomes.len())));
+            }
+            all.extend(outcomes.into_iter().map(|outcome| Answer { message: outcome?, payload: Vec::new() }.reply::<C>()));
+        }
+        Ok(all)
     }
 
     /// Sends the same call to every server and waits for all answers.
