@@ -313,12 +313,8 @@ impl MetaStore {
 
     /// The inode, to change: recorded as changed for the journal.
     fn inode_mut(&mut self, ino: Ino) -> Result<&mut Inode> {
-        let server = self.server_index;
         self.changed(ino);
-        match self.inodes.get_mut(&ino) {
-            Some(inode) => Ok(inode),
-            None => fail(ErrorCode::NotFound, format!("inode {ino:#x} not on server {server}")),
-        }
+        self.inode_untracked(ino)
     }
 
     fn dir(&self, ino: Ino) -> Result<&Dir> {
