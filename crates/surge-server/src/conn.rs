@@ -131,22 +131,17 @@ where
         // durable, by a task of its own: this loop must go on reading, since the
         // acknowledgement this connection owes another change may be next in line (two nodes
         // creating in one directory would otherwise each wait for the other until the timeout).
-        let (awaited, durable) = (std::mem::take(&mut session.awaited), session.durable.take());
-        let wait = !awaited.is_empty() || durable.is_some();
-        let journal = session.shared.journal.clone();
-        let later = move |outcome: crate::error::Result<Vec<u8>>| {
-            Answer::Later(Box::pin(async move {
-                await_acknowledgements(awaited).await;
-                if let Some(seq) = durable {
-                    journal.durable(seq).await;
-                }
-                outcome
-            }))
-        };
-        let answer = match answer {
-            Answer::Reply { message, .. } if wait => later(Ok(message)),
-            Answer::Failure(e) if wait => later(Err(e)),
-            other => other,
+        let awaited = std::mem::take(&mut session.awaited);
+        let durable = session.durable.take();
+        let answer = if awaited.is_empty() && durable.is_none() {
+            answer
+        } else {
+            let durable = durable.map(|seq| (session.shared.journal.clone(), seq));
+            match answer {
+                Answer::Reply { message, .. } => answer_after(awaited, durable, Ok(message)),
+                Answer::Failure(e) => answer_after(awaited, durable, Err(e)),
+                other => other,
+            }
         };
         match answer {
             Answer::Reply { message, payload } => {
@@ -245,6 +240,22 @@ async fn send_from_file(w: &mut BufWriter<OwnedWriteHalf>, request_id: u64, sour
         }
     }
     Ok(())
+}
+
+/// The answer `outcome`, sent once the watchers in `awaited` acknowledged and the journal
+/// holds the change numbered `durable` (if any).
+fn answer_after(
+    awaited: Vec<tokio::sync::oneshot::Receiver<()>>,
+    durable: Option<(Arc<crate::journal::Journal>, u64)>,
+    outcome: Result<Vec<u8>>,
+) -> Answer {
+    Answer::Later(Box::pin(async move {
+        await_acknowledgements(awaited).await;
+        if let Some((journal, seq)) = durable {
+            journal.durable(seq).await;
+        }
+        outcome
+    }))
 }
 
 /// Waits until every watcher told of a request's name changes has acknowledged them (see
