@@ -49,13 +49,13 @@ impl Shared {
     /// Journals what the steps run on `meta` changed since the last call; the record's
     /// sequence number (see [`journal::Journal::durable`]). Call with the lock held.
     pub fn journal_changes(&self, meta: &mut meta::MetaStore) -> u64 {
-        let seq = self.journal.append(meta.take_changes());
-        if self.journal.wants_snapshot() {
+        let appended = self.journal.append(meta.take_changes());
+        if appended.fold_due {
             if let Err(e) = self.journal.fold(meta) {
                 tracing::error!("could not fold the metadata journal into a snapshot: {e}");
             }
         }
-        seq
+        appended.seq
     }
 
     /// The stage coordinator beside this server.
