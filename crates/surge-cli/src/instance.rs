@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use surge_client::descriptor::{self, ServerInfo};
+use surge_client::surge_proto::placement::CHUNK_SIZES;
 use surge_client::{Client, ClientOptions, InstanceDescriptor, Mode};
 
 use crate::table::{human_bytes, Table};
@@ -63,7 +64,7 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
     descriptor::check_instance_name(&p.name)?;
     anyhow::ensure!(p.servers >= 1, "an instance needs at least one server");
     anyhow::ensure!(p.servers < 65536, "at most 65535 servers");
-    anyhow::ensure!(p.chunk_size >= 4096 && p.chunk_size <= (64 << 20), "chunk size must be between 4 KiB and 64 MiB");
+    anyhow::ensure!(CHUNK_SIZES.contains(&p.chunk_size), "chunk size must be between 4 KiB and 64 MiB");
     anyhow::ensure!(p.capacity >= p.servers as u64 * 4096, "capacity too small for {} servers", p.servers);
     let desc_path = descriptor::descriptor_path(&p.name);
     let instance_file = std::path::absolute(&desc_path).with_context(|| format!("locate {}", desc_path.display()))?;

@@ -9,6 +9,10 @@
 
 use crate::ino::{spread, Ino};
 
+/// The chunk sizes an instance may have, 4 KiB to 64 MiB: `surge up` accepts these, and a
+/// server refuses a copy order outside them.
+pub const CHUNK_SIZES: std::ops::RangeInclusive<u64> = 4096..=(64 << 20);
+
 #[derive(Clone, Debug)]
 pub struct Layout {
     chunk_size: u64,

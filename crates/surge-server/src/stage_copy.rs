@@ -7,7 +7,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 
-use surge_proto::placement::Layout;
+use surge_proto::placement::{Layout, CHUNK_SIZES};
 use surge_proto::stage::{CopyItem, CopyOrder, CopyOutcome, StageDirection};
 use surge_proto::ErrorCode;
 
@@ -23,9 +23,6 @@ fn bb_error(e: ServerError) -> ServerError {
     let what = e.code.describe();
     e.context(what)
 }
-
-/// Chunk sizes an instance may have (what `surge up` accepts).
-const CHUNK_SIZES: std::ops::RangeInclusive<u64> = 4096..=(64 << 20);
 
 /// Why an order cannot be carried out as given, if it cannot: a chunk size no instance has,
 /// or a file whose chunks or end lie beyond what a file can hold. (Checked before any
