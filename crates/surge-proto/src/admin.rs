@@ -1,5 +1,6 @@
-//! Administration and change notices: statistics, shutdown, batches of requests, and the
-//! watch a caching client (the FUSE mount) asks for.
+//! Administration and change notices: statistics, shutdown, batches of requests, the watch a
+//! caching client (the FUSE mount) asks for, and the scans `surge fsck` reads a server's whole
+//! share with.
 
 use serde::{Deserialize, Serialize};
 
@@ -7,7 +8,7 @@ use crate::call::service;
 use crate::error::Error;
 use crate::ino::Ino;
 use crate::namespace::NamespaceRequest;
-use crate::types::ServerStats;
+use crate::types::{FileKind, ServerStats};
 
 /// Capacity, usage and counts of this server.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -41,6 +42,96 @@ pub struct NoticeSeen {
     pub ack: u64,
 }
 
+/// Answered once every change this server made to its namespace share before it is durable
+/// (the metadata's `syncfs`; `surge fsck` sends it after repairing).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct SyncMetadata;
+
+/// What a page of a scan may take encoded: half a frame, whatever the lengths of names.
+pub const SCAN_PAGE_BYTES: usize = crate::frame::MAX_MESSAGE_LEN / 2;
+
+/// The inodes homed on this server, in inode order, from the first above `after`: a page.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ListInodes {
+    pub after: Option<Ino>,
+}
+
+/// What a consistency check needs of one inode.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct InodeSummary {
+    pub ino: Ino,
+    pub kind: FileKind,
+    pub nlink: u32,
+    pub size: u64,
+    /// Open handles clients hold on it now (an open file may be nameless, and past its size).
+    pub opens: u32,
+    /// For a directory: its `..` and whether it is retired (being removed).
+    pub dir: Option<DirSummary>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct DirSummary {
+    pub parent: Ino,
+    pub retired: bool,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct InodePage {
+    pub inodes: Vec<InodeSummary>,
+    pub more: bool,
+}
+
+/// The entries of every directory homed on this server, ordered by (directory, name), from
+/// the first after `after`: a page.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ListEntries {
+    pub after: Option<(Ino, String)>,
+}
+
+/// `dir/name` names `ino`; `locked`: a rename between servers holds it now.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct EntrySummary {
+    pub dir: Ino,
+    pub name: String,
+    pub ino: Ino,
+    pub kind: FileKind,
+    pub locked: bool,
+}
+
+impl EntrySummary {
+    /// An upper bound of its encoded size.
+    pub fn encoded_bound(&self) -> usize {
+        self.name.len() + 40
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct EntryPage {
+    pub entries: Vec<EntrySummary>,
+    pub more: bool,
+}
+
+/// The data files this server holds, in inode order, from the first above `after`: a page.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ListDataFiles {
+    pub after: Option<Ino>,
+}
+
+/// One data file: its length (chunks sit at their file offsets, so data past a file's size
+/// shows as a length beyond it) and the bytes it occupies on the device.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct DataFileSummary {
+    pub ino: Ino,
+    pub len: u64,
+    pub allocated: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct DataFilePage {
+    pub files: Vec<DataFileSummary>,
+    pub more: bool,
+}
+
 service! {
     /// An administration or watch request.
     AdminRequest => Admin {
@@ -48,7 +139,12 @@ service! {
         Shutdown -> (), "shutdown";
         Batch -> Vec<BatchOutcome>, "batch";
         Watch -> (), "watch";
-        NoticeSeen -> (), "notice-seen";
+                NoticeSeen -> (), "notice-seen";
+                SyncMetadata -> (), "sync-metadata";
+        ListInodes -> InodePage, "list-inodes";
+        ListEntries -> EntryPage, "list-entries";
+        ListDataFiles -> DataFilePage, "list-data-files";
+
     }
 }
 

@@ -123,6 +123,15 @@ pub struct DropLink {
     pub ino: Ino,
 }
 
+/// Sets a file's link count to the number of names it has (`surge fsck`, after a rename
+/// between servers stopped halfway left it two): refused as stale unless it is `expected` now.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct SetLinks {
+    pub ino: Ino,
+    pub expected: u32,
+    pub nlink: u32,
+}
+
 /// Sets the `..` of a directory homed here after it moved to another parent.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct SetParent {
@@ -199,7 +208,9 @@ service! {
         UnretireDir -> (), "unretire-dir";
         RemoveEntry -> (), "remove-entry";
         DropLink -> InodeFate, "drop-link";
-        SetParent -> (), "set-parent";
+                SetParent -> (), "set-parent";
+        SetLinks -> Attr, "set-links";
+
         Rename -> LinkOutcome, "rename";
         RenamePrepare -> DirEntry, "rename-prepare";
         RenameFinish -> (), "rename-finish";

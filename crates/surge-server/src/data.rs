@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use surge_proto::admin::{DataFilePage, DataFileSummary};
 use surge_proto::{data_file_name, write_growth, ErrorCode, Ino, LocalData};
 
 use crate::error::{Result, ServerError};
@@ -115,6 +116,34 @@ impl DataStore {
 
     pub fn used(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
+    }
+
+    /// The data files above `after`, in inode order (a page of `surge fsck`'s scan).
+    pub fn data_file_page(&self, after: Option<Ino>) -> Result<DataFilePage> {
+        const FILES_PER_PAGE: usize = 4096;
+        let listing = std::fs::read_dir(&self.dir).map_err(|e| ServerError::store("list data directory", e))?;
+        let mut inos = Vec::new();
+        for entry in listing {
+            let entry = entry.map_err(|e| ServerError::store("list data directory", e))?;
+            // Anything not named like a data file is not Surge's: left alone, not listed.
+            let parsed = entry.file_name().to_str().filter(|n| n.len() == 16).and_then(|n| Ino::from_str_radix(n, 16).ok());
+            if let Some(ino) = parsed.filter(|&ino| after.is_none_or(|a| ino > a)) {
+                inos.push(ino);
+            }
+        }
+        inos.sort_unstable();
+        let more = inos.len() > FILES_PER_PAGE;
+        inos.truncate(FILES_PER_PAGE);
+        let mut files = Vec::with_capacity(inos.len());
+        for ino in inos {
+            match std::fs::metadata(self.path(ino)) {
+                Ok(m) => files.push(DataFileSummary { ino, len: m.len(), allocated: m.blocks() * 512 }),
+                // Purged since it was listed.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(ServerError::store("stat data file", e)),
+            }
+        }
+        Ok(DataFilePage { files, more })
     }
 
     fn path(&self, ino: Ino) -> PathBuf {

@@ -150,6 +150,11 @@ impl Journal {
         Appended { seq: pending.appended, fold_due: pending.journal_len > SNAPSHOT_AFTER }
     }
 
+    /// The sequence number of the last record appended.
+    pub fn last_seq(&self) -> u64 {
+        self.pending.lock_or_recover().appended
+    }
+
     /// Completes once record `seq` (and every one before it) is durable.
     pub async fn durable(&self, seq: u64) {
         let mut durable = self.durable.subscribe();

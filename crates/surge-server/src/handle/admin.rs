@@ -1,5 +1,6 @@
-//! Administration: statistics, shutdown, batches of namespace steps, and the watch a caching
-//! client asks for (its notices go out through the connection's writer).
+//! Administration: statistics, shutdown, batches of namespace steps, the watch a caching
+//! client asks for (its notices go out through the connection's writer), and the scans of
+//! `surge fsck`.
 
 use surge_proto::admin::*;
 use surge_proto::ServerStats;
@@ -38,6 +39,14 @@ impl Session {
                 self.shared.watchers.seen(seen.ack);
                 Answer::Nothing
             }
+            AdminRequest::SyncMetadata(_) => {
+                // The connection answers once the journal holds this sequence number.
+                self.durable = Some(self.shared.journal.last_seq());
+                Answer::of::<SyncMetadata>(Ok(()))
+            }
+            AdminRequest::ListInodes(list) => Answer::of::<ListInodes>(Ok(self.shared.meta.lock_or_recover().inode_page(list.after))),
+            AdminRequest::ListEntries(list) => Answer::of::<ListEntries>(Ok(self.shared.meta.lock_or_recover().entry_page(list.after))),
+            AdminRequest::ListDataFiles(list) => Answer::of::<ListDataFiles>(self.shared.data.data_file_page(list.after)),
         }
     }
 }

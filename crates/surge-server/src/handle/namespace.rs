@@ -60,6 +60,8 @@ impl Session {
             NamespaceRequest::RemoveEntry(s) => self.answer_step(s),
             NamespaceRequest::DropLink(s) => self.answer_step(s),
             NamespaceRequest::SetParent(s) => self.answer_step(s),
+            NamespaceRequest::SetLinks(s) => self.answer_step(s),
+
             NamespaceRequest::Rename(s) => self.answer_step(s),
             NamespaceRequest::RenamePrepare(s) => self.answer_step(s),
             NamespaceRequest::RenameFinish(s) => self.answer_step(s),
@@ -300,6 +302,21 @@ impl Step for SetParent {
     }
 
     fn effects(&self, _: &()) -> Effects {
+        Effects { changed_attrs: vec![self.ino], ..Default::default() }
+    }
+}
+
+impl Step for SetLinks {
+    /// A repair is answered once it would survive a crash.
+    fn durable(&self) -> bool {
+        true
+    }
+
+    fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {
+        cx.meta.set_links(self.ino, self.expected, self.nlink)
+    }
+
+    fn effects(&self, _: &surge_proto::Attr) -> Effects {
         Effects { changed_attrs: vec![self.ino], ..Default::default() }
     }
 }

@@ -19,6 +19,8 @@ use surge_proto::{
     check_name, Attr, AttrChanges, DirEntry, ErrorCode, FileKind, InodeFate, LinkOutcome, Timestamp, Unlinked, MAX_SYMLINK_LEN,
 };
 
+mod scan;
+
 /// How long a cross-server rename may hold its source entry before the lock is ignored
 /// (the client that took it has died).
 const RENAME_LOCK_TTL: Duration = Duration::from_secs(30);
