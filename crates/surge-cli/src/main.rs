@@ -10,6 +10,8 @@
 mod bench;
 mod demo;
 mod files;
+mod fsck;
+
 mod instance;
 mod mount;
 mod output;
@@ -132,6 +134,21 @@ enum Command {
         /// Only this server (its index, as `surge status` shows it).
         #[arg(long)]
         server: Option<usize>,
+    },
+    /// Check an instance's consistency across its servers (names without inodes, inodes
+    /// without names, link counts, data files without files or past their size), and with
+    /// --repair repair it; orphans with content go to /lost+found. Judges only what two scans
+    /// a second apart both find, so it can run on a live instance.
+    Fsck {
+        /// The instance.
+        name: String,
+        /// Repair what is found (each repair a conditional step: what changed meanwhile is
+        /// left alone).
+        #[arg(long)]
+        repair: bool,
+        /// One JSON document instead of tables.
+        #[arg(long)]
+        json: bool,
     },
     /// Servers, health, capacity used and free, file counts.
     Status {
@@ -307,6 +324,7 @@ async fn run(command: Command) -> Result<()> {
                 outln!("restarted server(s) {} of '{name}'", list.join(", "));
             }
         }
+        Command::Fsck { name, repair, json } => fsck::fsck(&InstanceDescriptor::load(&name)?, repair, json).await?,
         Command::Status { name, json } => {
             let desc = InstanceDescriptor::load(&name)?;
             let stats = instance::probe(&desc).await;

@@ -26,13 +26,16 @@
 //!   server's own node (`local`);
 //! * [`stage`]: staging between the PFS and the instance, through its stage coordinator;
 //!   [`target`]: where a burst-buffer path a user gives is, and PFS paths made absolute;
-//! * [`descriptor`]: instance descriptors and token files; [`options`]: how a client behaves.
+//! * [`descriptor`]: instance descriptors and token files; [`options`]: how a client behaves;
+//! * [`fsck`]: checking an instance's consistency across its servers, and repairing it.
 
 pub mod client;
 pub mod conn;
 pub mod descriptor;
 pub mod error;
 pub mod file;
+pub mod fsck;
+
 mod local;
 pub mod namespace;
 pub mod options;
