@@ -109,20 +109,39 @@ impl Instance {
     /// after a crash would; returns once it listens. The caller waits for the child.
     pub fn restart_server(&self, index: usize) -> std::process::Child {
         let desc = self.descriptor();
+        let addr = desc["servers"][index]["addr"].as_str().unwrap().to_string();
+        self.restart_server_with(index, &addr, &[])
+    }
+
+    /// Starts server `index` again on its directory, listening on `listen`, its command run
+    /// through `wrapper` (e.g. `ip netns exec NS`, to move the server to another network
+    /// namespace); records the address in the descriptor. Returns once it listens.
+    pub fn restart_server_with(&self, index: usize, listen: &str, wrapper: &[&str]) -> std::process::Child {
+        let mut desc = self.descriptor();
+        let descriptor_path = self.home.join("instances").join(format!("{}.json", self.name));
+        if desc["servers"][index]["addr"] != listen {
+            desc["servers"][index]["addr"] = listen.into();
+            desc["servers"][index]["host"] = listen.rsplit_once(':').unwrap().0.into();
+            std::fs::write(&descriptor_path, serde_json::to_vec_pretty(&desc).unwrap()).unwrap();
+        }
         let server = &desc["servers"][index];
         let count = desc["servers"].as_array().unwrap().len();
         let root = PathBuf::from(server["root"].as_str().unwrap());
         let share = desc["capacity"].as_u64().unwrap() / count as u64;
         let _ = std::fs::remove_file(root.join("ready"));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut command = wrapper.iter().map(|s| s.to_string()).chain([binary("surge-server").to_str().unwrap().to_string()]);
+        let program = command.next().unwrap();
+        let wrapped: Vec<String> = command.collect();
         loop {
-            let mut child = Command::new(binary("surge-server"))
-                .args(["--listen", server["addr"].as_str().unwrap(), "--root", root.to_str().unwrap()])
+            let mut child = Command::new(&program)
+                .args(&wrapped)
+                .args(["--listen", listen, "--root", root.to_str().unwrap()])
                 .args(["--capacity", &share.to_string(), "--index", &index.to_string(), "--count", &count.to_string()])
                 .args(["--token-file", desc["token_path"].as_str().unwrap()])
                 .args(["--chunk-size", &desc["chunk_size"].to_string()])
                 .arg("--instance-file")
-                .arg(self.home.join("instances").join(format!("{}.json", self.name)))
+                .arg(&descriptor_path)
                 .spawn()
                 .expect("start surge-server");
             while !root.join("ready").exists() {
@@ -137,6 +156,11 @@ impl Instance {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
             if root.join("ready").exists() {
+                // The descriptor names the server's process, for kill_server (`ip netns exec`
+                // execs the server: the same pid).
+                let mut desc = self.descriptor();
+                desc["servers"][index]["pid"] = child.id().into();
+                std::fs::write(&descriptor_path, serde_json::to_vec_pretty(&desc).unwrap()).unwrap();
                 return child;
             }
             let _ = child.wait();

@@ -1,0 +1,542 @@
+//! Fault injection with real processes: a server killed (-9), stopped (SIGSTOP), restarted,
+//! its node's link cut or slowed (the server moved into a network namespace of its own, the
+//! link a veth pair taken down or shaped with `tc`), its disk filled — each while an application
+//! writes, renames between servers, or stages out.
+//!
+//! Every scenario asserts what the issue asks of Surge: the application gets an error within
+//! a bound (never a hang), nothing closed before the fault is lost on the servers that
+//! survive it or after a restart, and a stage never reports done for a file that is not
+//! complete on its target. Each writes its row of the fault table to
+//! `$CARGO_TARGET_TMPDIR/faults/`; `bench/faults.sh` runs the suite and prints the table.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use surge_client::surge_proto::{ino, Error, ErrorCode};
+use surge_client::{Client, ClientOptions};
+use surge_tests::{pattern, sh, text, Instance};
+
+/// The client timeout in these tests: a request to an unresponsive server fails after it.
+const TIMEOUT: Duration = Duration::from_secs(3);
+/// An application that sees nothing for this long is hung: the test fails.
+const HANG: Duration = Duration::from_secs(60);
+const MIB: usize = 1 << 20;
+
+fn client(inst: &Instance) -> Client {
+    // No source address: some servers may sit behind a veth, out of loopback's reach.
+    inst.client_with(ClientOptions { timeout: TIMEOUT, node: None, local_io: false, ..Default::default() })
+}
+
+/// One row of the fault table.
+struct Row {
+    fault: &'static str,
+    during: &'static str,
+    app_sees: String,
+    seconds: f64,
+    lost_bytes: u64,
+    after: String,
+}
+
+impl Row {
+    fn record(&self, scenario: &str) {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("faults");
+        std::fs::create_dir_all(&dir).unwrap();
+        let line = format!(
+            "| {} | {} | {} | {:.2} | {} | {} |\n",
+            self.fault, self.during, self.app_sees, self.seconds, self.lost_bytes, self.after
+        );
+        std::fs::write(dir.join(format!("{scenario}.row")), line).unwrap();
+    }
+}
+
+fn describe(e: &Error) -> String {
+    format!("{:?} (errno {})", e.code, e.errno())
+}
+
+/// Files closed before a fault, in the root directory (homed on server 0): names, inodes
+/// and contents.
+struct Closed(Vec<(String, u64, Vec<u8>)>);
+
+impl Closed {
+    /// 12 files from 100 bytes to 3 MiB, closed.
+    async fn write(c: &Client) -> Closed {
+        let mut files = Vec::new();
+        for i in 0..12u64 {
+            let body = pattern(100 + i, [100, 4096, 700_000, 3 * MIB][i as usize % 4] + i as usize);
+            let path = format!("/closed{i}");
+            let f = c.create(&path, 0o644).await.unwrap();
+            f.pwrite(0, &body).await.unwrap();
+            let ino = f.ino();
+            f.close().await.unwrap();
+            files.push((path, ino, body));
+        }
+        Closed(files)
+    }
+
+    /// Bytes of the files that cannot be read back whole, and how many were checked: all, or
+    /// (given a dead server, not server 0) those with no chunk on it.
+    async fn lost(&self, c: &Client, dead: Option<usize>) -> (u64, usize) {
+        let (mut lost, mut checked) = (0, 0);
+        for (path, ino, body) in &self.0 {
+            if let Some(dead) = dead {
+                let chunks = (body.len() as u64).div_ceil(c.chunk_size()).max(1);
+                if (0..chunks).any(|k| c.layout().chunk_server(*ino, k) == dead) {
+                    continue;
+                }
+            }
+            checked += 1;
+            if read_all(c, path).await.as_deref().ok() != Some(body.as_slice()) {
+                lost += body.len() as u64;
+            }
+        }
+        (lost, checked)
+    }
+}
+
+async fn read_all(c: &Client, path: &str) -> surge_client::Result<Vec<u8>> {
+    let f = c.open(path, false).await?;
+    let data = f.pread(0, f.size() as usize).await?;
+    f.close().await?;
+    Ok(data)
+}
+
+/// An application writing `total` bytes to `path` in 1 MiB writes, then closing: how far it
+/// got, and its first error with when it came.
+struct Writer {
+    progress: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<Result<(), (Error, Instant)>>,
+}
+
+impl Writer {
+    fn start(c: &Client, path: &str, total: usize) -> Writer {
+        let progress = Arc::new(AtomicU64::new(0));
+        let (c, path, seen) = (c.clone(), path.to_string(), progress.clone());
+        let task = tokio::spawn(async move {
+            let failed = |e: Error| (e, Instant::now());
+            let f = c.create(&path, 0o644).await.map_err(failed)?;
+            let block = pattern(7, MIB);
+            for i in 0..total / MIB {
+                f.pwrite((i * MIB) as u64, &block).await.map_err(failed)?;
+                seen.store(i as u64 + 1, Ordering::Relaxed);
+            }
+            f.close().await.map_err(failed)
+        });
+        Writer { progress, task }
+    }
+
+    async fn wait_for(&self, mib: u64) {
+        let deadline = Instant::now() + HANG;
+        while self.progress.load(Ordering::Relaxed) < mib {
+            assert!(Instant::now() < deadline, "the writer made no progress");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// Its outcome; fails the test if it does not end within [`HANG`].
+    async fn outcome(self) -> Result<(), (Error, Instant)> {
+        tokio::time::timeout(HANG, self.task).await.expect("the application hung").unwrap()
+    }
+}
+
+fn signal(inst: &Instance, index: usize, sig: i32) {
+    let pid = inst.descriptor()["servers"][index]["pid"].as_u64().unwrap() as i32;
+    // SAFETY: kill(2) takes plain integers.
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// A network namespace with a veth link to this one: a node of its own.
+struct Node {
+    name: String,
+    host_if: String,
+    pub addr: String,
+}
+
+impl Node {
+    fn new(tag: &str, subnet: u8) -> Node {
+        let name = format!("surge-{tag}-{}", std::process::id() % 100_000);
+        let (host_if, node_if) = (format!("sgh{subnet}"), format!("sgn{subnet}"));
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        let _ = Command::new("ip").args(["link", "del", &host_if]).output();
+        sh(&format!(
+            "ip netns add {name} && ip link add {host_if} type veth peer name {node_if} && ip link set {node_if} netns {name} \
+             && ip addr add 10.77.{subnet}.1/24 dev {host_if} && ip link set {host_if} up \
+             && ip netns exec {name} ip addr add 10.77.{subnet}.2/24 dev {node_if} \
+             && ip netns exec {name} ip link set {node_if} up && ip netns exec {name} ip link set lo up"
+        ));
+        Node { name, host_if, addr: format!("10.77.{subnet}.2") }
+    }
+
+    /// Limits the link's rate from this side (the client's packets to the node): a token
+    /// bucket, whose queue also delays them. (This kernel has no `netem`, so no pure delay.)
+    fn shape(&self, rate: &str) {
+        sh(&format!("tc qdisc replace dev {} root tbf rate {rate} burst 64kb latency 100ms", self.host_if));
+    }
+
+    fn unshape(&self) {
+        sh(&format!("tc qdisc del dev {} root", self.host_if));
+    }
+
+    /// Takes the link down, as a pulled cable does: packets on established connections
+    /// vanish, no error comes back from the network.
+    fn cut(&self) {
+        sh(&format!("ip link set {} down", self.host_if));
+    }
+
+    fn mend(&self) {
+        sh(&format!("ip link set {} up", self.host_if));
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
+        let _ = Command::new("ip").args(["link", "del", &self.host_if]).output();
+    }
+}
+
+fn instance(name: &str, base: u8, args: &[&str]) -> Instance {
+    let mut all = vec!["--chunk-size", "1M"];
+    all.extend_from_slice(args);
+    Instance::up_on(name, "127.0.3", base, 4, &all)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_write() {
+    let inst = instance("fkill", 101, &["--capacity", "2G"]);
+    let c = client(&inst);
+    let closed = Closed::write(&c).await;
+    let writer = Writer::start(&c, "/stream", 1024 * MIB);
+    writer.wait_for(16).await;
+    let fault = Instant::now();
+    inst.kill_server(2);
+    let (error, at) = writer.outcome().await.expect_err("a write to a dead server succeeded");
+    let seconds = at.duration_since(fault).as_secs_f64();
+    assert!(seconds < 2.0, "{seconds:.2} s to see a dead server");
+    let (lost_alive, checked) = closed.lost(&c, Some(2)).await;
+    assert_eq!(lost_alive, 0, "closed files on the surviving servers were lost");
+    assert!(checked > 0, "no closed file avoided server 2");
+    let mut restarted = inst.restart_server(2);
+    let c = client(&inst);
+    let (lost, _) = closed.lost(&c, None).await;
+    assert_eq!(lost, 0, "closed files lost across the restart");
+    let stream = c.stat("/stream").await.map(|a| a.size);
+    Row {
+        fault: "kill -9 server 2",
+        during: "1 GiB write",
+        app_sees: describe(&error),
+        seconds,
+        lost_bytes: lost,
+        after: format!("restart: all 12 closed files whole; unclosed stream size {}", stream.map_or("absent".into(), |s| s.to_string())),
+    }
+    .record("kill_9_mid_write");
+    drop(inst);
+    restarted.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigstop_mid_write() {
+    let inst = instance("fstop", 111, &["--capacity", "2G"]);
+    let c = client(&inst);
+    let closed = Closed::write(&c).await;
+    let writer = Writer::start(&c, "/stream", 1024 * MIB);
+    writer.wait_for(16).await;
+    let fault = Instant::now();
+    signal(&inst, 1, libc::SIGSTOP);
+    let outcome = writer.outcome().await;
+    signal(&inst, 1, libc::SIGCONT);
+    let (error, at) = outcome.expect_err("a write to a stopped server succeeded");
+    let seconds = at.duration_since(fault).as_secs_f64();
+    assert_eq!(error.code, ErrorCode::TimedOut, "{error}");
+    assert!(seconds < TIMEOUT.as_secs_f64() + 3.0, "{seconds:.2} s to give up on a stopped server");
+    // Continued, the server serves again without a restart.
+    let (lost, checked) = closed.lost(&c, None).await;
+    assert_eq!((lost, checked), (0, 12));
+    let again = c.create("/after", 0o644).await.unwrap();
+    again.pwrite(0, &pattern(5, 8 * MIB)).await.unwrap();
+    again.close().await.unwrap();
+    Row {
+        fault: "SIGSTOP server 1",
+        during: "1 GiB write",
+        app_sees: describe(&error),
+        seconds,
+        lost_bytes: lost,
+        after: "SIGCONT: serves again, no restart; all closed files whole".into(),
+    }
+    .record("sigstop_mid_write");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn link_cut_and_delayed_mid_write() {
+    let inst = instance("flink", 121, &["--capacity", "2G"]);
+    let node = Node::new("flink", 71);
+    // Server 3 moves to a node of its own, with its namespace share and data (its journal).
+    inst.kill_server(3);
+    let mut moved = inst.restart_server_with(3, &format!("{}:7431", node.addr), &["ip", "netns", "exec", &node.name]);
+    let c = client(&inst);
+    let closed = Closed::write(&c).await;
+
+    // Shaped to 200 Mbit/s: writes go on, slower.
+    let timed_write = |c: Client, path: &'static str| async move {
+        let start = Instant::now();
+        let f = c.create(path, 0o644).await.unwrap();
+        f.pwrite(0, &pattern(3, 64 * MIB)).await.unwrap();
+        f.close().await.unwrap();
+        64.0 / start.elapsed().as_secs_f64()
+    };
+    let fast = timed_write(c.clone(), "/before-delay").await;
+    node.shape("200mbit");
+    let slow = timed_write(c.clone(), "/shaped").await;
+    node.unshape();
+    Row {
+        fault: "link of server 3 slowed to 200 Mbit/s (tc tbf)",
+        during: "64 MiB write",
+        app_sees: "no error".into(),
+        seconds: 0.0,
+        lost_bytes: 0,
+        after: format!("{fast:.0} MiB/s before, {slow:.0} MiB/s delayed"),
+    }
+    .record("link_slow_mid_write");
+
+    // Cut: the link down mid-write.
+    let writer = Writer::start(&c, "/stream", 1024 * MIB);
+    writer.wait_for(16).await;
+    let fault = Instant::now();
+    node.cut();
+    let outcome = writer.outcome().await;
+    node.mend();
+    let (error, at) = outcome.expect_err("a write over a cut link succeeded");
+    let seconds = at.duration_since(fault).as_secs_f64();
+    assert!(seconds < TIMEOUT.as_secs_f64() + 3.0, "{seconds:.2} s to give up on a cut link");
+    let (lost, checked) = closed.lost(&c, None).await;
+    assert_eq!((lost, checked), (0, 12), "closed files lost once the link was back");
+    Row {
+        fault: "link of server 3 cut (veth down)",
+        during: "1 GiB write",
+        app_sees: describe(&error),
+        seconds,
+        lost_bytes: lost,
+        after: "link back: same connections resume or reconnect; all closed files whole".into(),
+    }
+    .record("link_cut_mid_write");
+    drop(inst);
+    let _ = moved.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_full_mid_write() {
+    // The instance's directory on a 192 MiB tmpfs; once up, a filler takes most of it, so the
+    // servers' writes meet the device's own ENOSPC well before their capacity shares.
+    let root = PathBuf::from(format!("/dev/shm/surge-test-ffull-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    sh(&format!("mount -t tmpfs -o size=192m surge-ffull {}", root.display()));
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).output();
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let _unmount = Unmount(root.clone());
+    let inst = instance("ffull", 131, &["--capacity", "160M"]);
+    let c = client(&inst);
+    let closed = Closed::write(&c).await;
+    let filler = root.join("filler");
+    sh(&format!("dd if=/dev/zero of={} bs=1M count=120 status=none", filler.display()));
+    let fault = Instant::now();
+    let writer = Writer::start(&c, "/stream", 128 * MIB);
+    let (error, at) = writer.outcome().await.expect_err("128 MiB fit a full device");
+    let seconds = at.duration_since(fault).as_secs_f64();
+    assert_eq!(error.code, ErrorCode::NoSpace, "{error}");
+    let (lost, checked) = closed.lost(&c, None).await;
+    assert_eq!((lost, checked), (0, 12));
+    std::fs::remove_file(&filler).unwrap();
+    c.unlink("/stream").await.unwrap();
+    let again = c.create("/after", 0o644).await.unwrap();
+    again.pwrite(0, &pattern(5, 32 * MIB)).await.unwrap();
+    again.close().await.unwrap();
+    Row {
+        fault: "server disks filled (device ENOSPC)",
+        during: "128 MiB write",
+        app_sees: describe(&error),
+        seconds,
+        lost_bytes: lost,
+        after: "room freed: writes go on, no restart; all closed files whole".into(),
+    }
+    .record("disk_full_mid_write");
+    drop(inst);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_mid_write() {
+    let inst = instance("frestart", 141, &["--capacity", "2G"]);
+    let c = client(&inst);
+    let closed = Closed::write(&c).await;
+    let writer = Writer::start(&c, "/stream", 1024 * MIB);
+    writer.wait_for(16).await;
+    let fault = Instant::now();
+    inst.kill_server(1);
+    let mut restarted = inst.restart_server(1);
+    let restart_seconds = fault.elapsed().as_secs_f64();
+    let outcome = writer.outcome().await;
+    let (app_sees, seconds) = match &outcome {
+        Ok(()) => ("no error".to_string(), 0.0),
+        Err((e, at)) => (describe(e), at.duration_since(fault).as_secs_f64()),
+    };
+    // The same client goes on after the restart, without being told.
+    let (lost, checked) = closed.lost(&c, None).await;
+    assert_eq!((lost, checked), (0, 12));
+    let again = c.create("/after", 0o644).await.unwrap();
+    again.pwrite(0, &pattern(5, 8 * MIB)).await.unwrap();
+    again.close().await.unwrap();
+    Row {
+        fault: "server 1 killed and restarted",
+        during: "1 GiB write",
+        app_sees,
+        seconds,
+        lost_bytes: lost,
+        after: format!("back in {restart_seconds:.2} s; the same client goes on; all closed files whole"),
+    }
+    .record("restart_mid_write");
+    drop(inst);
+    restarted.wait().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_rename() {
+    let inst = instance("frename", 151, &["--capacity", "1G"]);
+    let c = client(&inst);
+    for i in 0..8 {
+        c.mkdir(&format!("/r{i}"), 0o755).await.unwrap();
+    }
+    // 200 files, each renamed back and forth between two directories on different servers.
+    let mut homes = Vec::new();
+    for i in 0..8 {
+        homes.push(dir_home(&c, i).await);
+    }
+    let other = (1..8).find(|&i| homes[i] != homes[0]).expect("all directories on one server");
+    let mut files = Vec::new();
+    for i in 0..200u64 {
+        let body = pattern(i, 5000 + i as usize);
+        let f = c.create(&format!("/r0/f{i}"), 0o644).await.unwrap();
+        f.pwrite(0, &body).await.unwrap();
+        f.close().await.unwrap();
+        files.push(body);
+    }
+    let renamer = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            for round in 0.. {
+                let (from, to) = if round % 2 == 0 { (0, other) } else { (other, 0) };
+                for i in 0..200 {
+                    if let Err(e) = c.rename(&format!("/r{from}/f{i}"), &format!("/r{to}/f{i}")).await {
+                        return (e, Instant::now());
+                    }
+                }
+            }
+            unreachable!()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let fault = Instant::now();
+    let victim = homes[other];
+    inst.kill_server(victim);
+    let (error, at) = tokio::time::timeout(HANG, renamer).await.expect("rename hung").unwrap();
+    let seconds = at.duration_since(fault).as_secs_f64();
+    assert!(seconds < 2.0, "{seconds:.2} s to see a dead server");
+    let mut restarted = inst.restart_server(victim);
+    let repair = inst.surge(&["fsck", &inst.name, "--repair", "--json"]);
+    assert!(repair.status.success(), "{}", text(&repair));
+    let report: serde_json::Value = serde_json::from_slice(&repair.stdout).unwrap();
+    let repaired: Vec<String> =
+        report[0]["report"]["findings"].as_array().unwrap().iter().map(|f| f["finding"].as_str().unwrap().to_string()).collect();
+    let c = client(&inst);
+    let mut lost = 0;
+    for (i, body) in files.iter().enumerate() {
+        let names = [format!("/r0/f{i}"), format!("/r{other}/f{i}")];
+        let mut found = 0;
+        for name in &names {
+            if let Ok(data) = read_all(&c, name).await {
+                assert_eq!(&data, body, "{name}: other bytes");
+                found += 1;
+            }
+        }
+        if found == 0 {
+            lost += body.len() as u64;
+        }
+    }
+    assert_eq!(lost, 0, "files lost by a rename cut short");
+    let check = inst.surge(&["fsck", &inst.name]);
+    assert!(check.status.success(), "{}", text(&check));
+    Row {
+        fault: "kill -9 of the target directory's server",
+        during: "renames between servers",
+        app_sees: describe(&error),
+        seconds,
+        lost_bytes: lost,
+        after: format!(
+            "restart + fsck --repair ({}): every file under one name or both, bytes intact",
+            if repaired.is_empty() { "nothing to repair".to_string() } else { repaired.join(", ") }
+        ),
+    }
+    .record("kill_9_mid_rename");
+    drop(inst);
+    restarted.wait().unwrap();
+}
+
+async fn dir_home(c: &Client, dir: usize) -> usize {
+    ino::home(c.stat(&format!("/r{dir}")).await.unwrap().ino)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_stage_out() {
+    let inst = instance("fstage", 161, &["--capacity", "2G"]);
+    let c = client(&inst);
+    let body = pattern(11, 512 * MIB);
+    let f = c.create("/out.bin", 0o644).await.unwrap();
+    f.pwrite(0, &body).await.unwrap();
+    f.close().await.unwrap();
+    let pfs = PathBuf::from(format!("/dev/shm/surge-test-fstage-pfs-{}", std::process::id()));
+    let target = pfs.join("out.bin");
+    let submit = inst.surge(&["stage", "out", "/out.bin", target.to_str().unwrap()]);
+    assert!(submit.status.success(), "{}", text(&submit));
+    let id: u64 = String::from_utf8_lossy(&submit.stdout).split_whitespace().nth(1).unwrap().parse().unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let fault = Instant::now();
+    inst.kill_server(2);
+    let state = |inst: &Instance| {
+        let out = inst.surge(&["stage", "status", &id.to_string(), "--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        doc["stage"].clone()
+    };
+    let (stage, seconds) = loop {
+        let s = state(&inst);
+        if ["Done", "Failed", "Cancelled"].contains(&s["state"].as_str().unwrap()) {
+            break (s, fault.elapsed().as_secs_f64());
+        }
+        assert!(fault.elapsed() < HANG, "stage never ended: {s}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let complete = std::fs::read(&target).is_ok_and(|d| d == body);
+    // Never done for a file that is not complete on its target.
+    assert!(stage["state"] != "Done" || complete, "stage done, target incomplete: {stage}");
+    assert!(stage["state"] == "Done" || !target.exists(), "a failed stage left its target: {stage}");
+    let mut restarted = inst.restart_server(2);
+    let again = inst.surge(&["stage", "out", "/out.bin", target.to_str().unwrap(), "--wait"]);
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(std::fs::read(&target).unwrap() == body, "the stage after the restart is not whole");
+    Row {
+        fault: "kill -9 server 2",
+        during: "512 MiB stage-out",
+        app_sees: format!("stage {}: {}", stage["state"].as_str().unwrap(), stage["error"].as_str().unwrap_or("")),
+        seconds,
+        lost_bytes: 0,
+        after: "restart: the stage run again is Done, target identical".into(),
+    }
+    .record("kill_9_mid_stage_out");
+    let _ = std::fs::remove_dir_all(&pfs);
+    drop(inst);
+    restarted.wait().unwrap();
+}
