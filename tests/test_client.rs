@@ -6,6 +6,12 @@
 //!   publish PATH ITERATIONS                      write PATH.tmp (versioned content), close, rename over PATH
 //!   watch PATH ITERATIONS                        open+read PATH repeatedly; fail on any partial/mixed file
 //!   chunk-server PATH                            print the server index holding chunk 0 of PATH
+//!   small-files DIR OPS SECS SEED                at least OPS small-file operations (write, read
+//!                                                back, stat, rename, unlink, list) on 200 files in
+//!                                                DIR, going on until SECS passed; each checked
+//!   posix-small-files DIR OPS SECS SEED          the same through the POSIX calls, DIR on a mount
+//!   stream PATH MIB SECS                         write PATH (MIB MiB), close, read it back,
+//!                                                checked; again until SECS passed
 
 use std::process::ExitCode;
 
@@ -84,8 +90,151 @@ async fn run(args: &[String]) -> Result<String, String> {
             let layout = surge_client::Layout::new(c.chunk_size(), c.server_count());
             Ok(layout.chunk_server(attr.ino, 0).to_string())
         }
-        _ => Err("usage: surge-test-client write-blocks|publish|watch|chunk-server ...".into()),
+        Some(kind @ ("small-files" | "posix-small-files")) => {
+            let [ops, secs, seed]: [u64; 3] = core::array::from_fn(|i| args[2 + i].parse().unwrap());
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+            let done = if kind == "small-files" {
+                c.mkdir_all(&args[1], 0o755).await.map_err(e)?;
+                small_files(&Library(c), &args[1], ops, until, seed).await?
+            } else {
+                std::fs::create_dir_all(&args[1]).map_err(|e| e.to_string())?;
+                small_files(&Posix, &args[1], ops, until, seed).await?
+            };
+            Ok(done.to_string())
+        }
+        Some("stream") => {
+            let [mib, secs]: [u64; 2] = core::array::from_fn(|i| args[2 + i].parse().unwrap());
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+            let (body, mut rounds) = (pattern(mib, (mib << 20) as usize), 0u64);
+            while rounds == 0 || std::time::Instant::now() < until {
+                let f = c.create_or_truncate(&args[1], 0o644).await.map_err(e)?;
+                for (i, block) in body.chunks(1 << 20).enumerate() {
+                    f.pwrite((i as u64) << 20, block).await.map_err(e)?;
+                }
+                f.close().await.map_err(e)?;
+                if Library(c.clone()).read(&args[1]).await? != body {
+                    return Err(format!("{}: round {rounds}: other bytes read back", args[1]));
+                }
+                rounds += 1;
+            }
+            Ok(rounds.to_string())
+        }
+        _ => Err("usage: surge-test-client write-blocks|publish|watch|chunk-server|small-files|posix-small-files|stream ...".into()),
     }
+}
+
+/// The file operations of the small-file workload, through the library or the POSIX calls.
+trait Files {
+    async fn write(&self, path: &str, data: &[u8]) -> Result<(), String>;
+    async fn read(&self, path: &str) -> Result<Vec<u8>, String>;
+    async fn size(&self, path: &str) -> Result<u64, String>;
+    async fn rename(&self, from: &str, to: &str) -> Result<(), String>;
+    async fn unlink(&self, path: &str) -> Result<(), String>;
+    async fn count(&self, dir: &str) -> Result<usize, String>;
+}
+
+struct Library(Client);
+struct Posix;
+
+impl Files for Library {
+    async fn write(&self, path: &str, data: &[u8]) -> Result<(), String> {
+        let f = self.0.create_or_truncate(path, 0o644).await.map_err(|e| e.to_string())?;
+        f.pwrite(0, data).await.map_err(|e| e.to_string())?;
+        f.close().await.map_err(|e| e.to_string())
+    }
+    async fn read(&self, path: &str) -> Result<Vec<u8>, String> {
+        let f = self.0.open(path, false).await.map_err(|e| e.to_string())?;
+        let data = f.pread(0, f.size() as usize).await.map_err(|e| e.to_string())?;
+        f.close().await.map_err(|e| e.to_string())?;
+        Ok(data)
+    }
+    async fn size(&self, path: &str) -> Result<u64, String> {
+        self.0.stat(path).await.map(|a| a.size).map_err(|e| e.to_string())
+    }
+    async fn rename(&self, from: &str, to: &str) -> Result<(), String> {
+        self.0.rename(from, to).await.map_err(|e| e.to_string())
+    }
+    async fn unlink(&self, path: &str) -> Result<(), String> {
+        self.0.unlink(path).await.map_err(|e| e.to_string())
+    }
+    async fn count(&self, dir: &str) -> Result<usize, String> {
+        self.0.readdir(dir).await.map(|entries| entries.len()).map_err(|e| e.to_string())
+    }
+}
+
+impl Files for Posix {
+    async fn write(&self, path: &str, data: &[u8]) -> Result<(), String> {
+        std::fs::write(path, data).map_err(|e| format!("{path}: {e}"))
+    }
+    async fn read(&self, path: &str) -> Result<Vec<u8>, String> {
+        std::fs::read(path).map_err(|e| format!("{path}: {e}"))
+    }
+    async fn size(&self, path: &str) -> Result<u64, String> {
+        std::fs::metadata(path).map(|m| m.len()).map_err(|e| format!("{path}: {e}"))
+    }
+    async fn rename(&self, from: &str, to: &str) -> Result<(), String> {
+        std::fs::rename(from, to).map_err(|e| format!("{from} -> {to}: {e}"))
+    }
+    async fn unlink(&self, path: &str) -> Result<(), String> {
+        std::fs::remove_file(path).map_err(|e| format!("{path}: {e}"))
+    }
+    async fn count(&self, dir: &str) -> Result<usize, String> {
+        Ok(std::fs::read_dir(dir).map_err(|e| format!("{dir}: {e}"))?.count())
+    }
+}
+
+/// Small-file operations on 200 files in `dir`, each checked against what this process last
+/// wrote: at least `ops` of them, and until `until`. Returns how many were done.
+async fn small_files(fs: &impl Files, dir: &str, ops: u64, until: std::time::Instant, seed: u64) -> Result<u64, String> {
+    const FILES: usize = 200;
+    let mut versions: Vec<Option<u64>> = vec![None; FILES];
+    let body = |slot: usize, version: u64| pattern(seed ^ ((slot as u64) << 32) ^ version, 100 + (version as usize * 7919) % 8000);
+    let mut rng = seed | 1;
+    let mut done = 0u64;
+    while done < ops || std::time::Instant::now() < until {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let slot = (rng % FILES as u64) as usize;
+        let path = format!("{dir}/f{slot}");
+        match (rng >> 32) % 8 {
+            _ if versions[slot].is_none() => {
+                fs.write(&path, &body(slot, done)).await?;
+                versions[slot] = Some(done);
+            }
+            0 | 1 => {
+                fs.write(&path, &body(slot, done)).await?;
+                versions[slot] = Some(done);
+            }
+            2 | 3 => {
+                if fs.read(&path).await? != body(slot, versions[slot].unwrap()) {
+                    return Err(format!("{path}: other bytes than written"));
+                }
+            }
+            4 => {
+                if fs.size(&path).await? != body(slot, versions[slot].unwrap()).len() as u64 {
+                    return Err(format!("{path}: another size than written"));
+                }
+            }
+            5 => {
+                fs.rename(&path, &format!("{path}.moved")).await?;
+                fs.rename(&format!("{path}.moved"), &path).await?;
+            }
+            6 => {
+                fs.unlink(&path).await?;
+                versions[slot] = None;
+            }
+            _ => {
+                let live = versions.iter().filter(|v| v.is_some()).count();
+                let listed = fs.count(dir).await?;
+                if listed != live {
+                    return Err(format!("{dir}: {listed} names listed, {live} files live"));
+                }
+            }
+        }
+        done += 1;
+    }
+    Ok(done)
 }
 
 fn main() -> ExitCode {
