@@ -96,6 +96,26 @@ impl Closed {
     }
 }
 
+impl Closed {
+    /// [`Closed::lost`] through a mount at `dir`, for the files with no chunk on `dead`.
+    fn lost_through_mount(&self, c: &Client, dir: &Path, dead: usize) -> u64 {
+        let mut checked = 0;
+        let lost = self
+            .0
+            .iter()
+            .filter(|(_, ino, body)| {
+                let chunks = (body.len() as u64).div_ceil(c.chunk_size()).max(1);
+                (0..chunks).all(|k| c.layout().chunk_server(*ino, k) != dead)
+            })
+            .inspect(|_| checked += 1)
+            .filter(|(path, _, body)| std::fs::read(dir.join(&path[1..])).ok().as_ref() != Some(body))
+            .map(|(_, _, body)| body.len() as u64)
+            .sum();
+        assert!(checked > 0, "no closed file avoided server {dead}");
+        lost
+    }
+}
+
 async fn read_all(c: &Client, path: &str) -> surge_client::Result<Vec<u8>> {
     let f = c.open(path, false).await?;
     let data = f.pread(0, f.size() as usize).await?;
@@ -539,4 +559,94 @@ async fn kill_9_mid_stage_out() {
     let _ = std::fs::remove_dir_all(&pfs);
     drop(inst);
     restarted.wait().unwrap();
+}
+
+/// What a program sees through the mount: `dd` writing 1 GiB (and syncing) while a server is
+/// killed, then `ls -l` and `stat` while another is stopped. The mount gives up after its
+/// request timeout (3 s here, `SURGE_TIMEOUT_SECS`).
+#[test]
+fn faults_through_the_mount() {
+    let inst = instance("fmount", 171, &["--capacity", "2G"]);
+    let mount = inst.mount_with("faults", "127.0.3.180", &[("SURGE_TIMEOUT_SECS", "3")]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = client(&inst);
+    let closed = rt.block_on(Closed::write(&c));
+    assert_eq!(closed.lost_through_mount(&c, &mount.dir, usize::MAX), 0);
+
+    let stream = mount.path("stream");
+    let mut dd = Command::new("dd")
+        .args(["if=/dev/zero", &format!("of={}", stream.display()), "bs=1M", "count=1024", "conv=fsync", "status=none"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + HANG;
+    while std::fs::metadata(&stream).map_or(0, |m| m.len()) < 16 << 20 {
+        assert!(Instant::now() < deadline, "dd made no progress");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let fault = Instant::now();
+    inst.kill_server(2);
+    let status = wait_child(&mut dd);
+    let seconds = fault.elapsed().as_secs_f64();
+    let stderr = std::io::read_to_string(dd.stderr.take().unwrap()).unwrap();
+    assert!(!status.success(), "dd wrote 1 GiB with a server dead");
+    assert!(seconds < 5.0, "{seconds:.2} s for dd to fail");
+    let lost = closed.lost_through_mount(&c, &mount.dir, 2);
+    assert_eq!(lost, 0, "closed files on the surviving servers unreadable through the mount");
+    Row {
+        fault: "kill -9 server 2",
+        during: "dd 1 GiB (conv=fsync) through the mount",
+        app_sees: format!("dd: {}", stderr.trim().rsplit(": ").next().unwrap_or("")),
+        seconds,
+        lost_bytes: lost,
+        after: "the other servers' closed files read whole through the mount at once".into(),
+    }
+    .record("mount_kill_mid_write");
+
+    // A stopped server: listing and stat fail after the timeout, never hang.
+    let stopped = (0..4).find(|&i| i != 2 && i != 0).unwrap();
+    let dir_on_stopped = (0..64)
+        .map(|i| format!("/d{i}"))
+        .find(|d| {
+            rt.block_on(c.mkdir(d, 0o755)).ok();
+            rt.block_on(c.stat(d)).is_ok_and(|a| ino::home(a.ino) == stopped)
+        })
+        .expect("a directory homed on the server to stop");
+    rt.block_on(async { c.create(&format!("{dir_on_stopped}/f"), 0o644).await.unwrap().close().await.unwrap() });
+    signal(&inst, stopped, libc::SIGSTOP);
+    let fault = Instant::now();
+    let mut ls = Command::new("ls").arg("-l").arg(mount.path(&dir_on_stopped[1..])).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let status = wait_child(&mut ls);
+    let seconds = fault.elapsed().as_secs_f64();
+    signal(&inst, stopped, libc::SIGCONT);
+    let stderr = std::io::read_to_string(ls.stderr.take().unwrap()).unwrap();
+    assert!(!status.success(), "ls of a stopped server's directory succeeded");
+    assert!(seconds < 3.0 + 3.0, "{seconds:.2} s for ls to fail");
+    let listed_after = Command::new("ls").arg(mount.path(&dir_on_stopped[1..])).output().unwrap();
+    assert!(listed_after.status.success() && String::from_utf8_lossy(&listed_after.stdout).contains('f'));
+    Row {
+        fault: "SIGSTOP of a directory's server",
+        during: "ls -l through the mount",
+        app_sees: format!("ls: {}", stderr.trim().rsplit(": ").next().unwrap_or("")),
+        seconds,
+        lost_bytes: 0,
+        after: "SIGCONT: the same mount lists it again".into(),
+    }
+    .record("mount_stop_mid_listing");
+    drop(mount);
+}
+
+/// Waits for a child program; fails the test if it runs past [`HANG`].
+fn wait_child(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + HANG;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the program hung");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }

@@ -237,9 +237,16 @@ pub struct Mount<'a> {
 impl Instance {
     /// `surge mount` on a fresh directory, as node `node` (a server's address: with local reads).
     pub fn mount(&self, label: &str, node: &str) -> Mount<'_> {
+        self.mount_with(label, node, &[])
+    }
+
+    /// [`Instance::mount`] with these environment variables for the mount process (e.g.
+    /// `SURGE_TIMEOUT_SECS`).
+    pub fn mount_with(&self, label: &str, node: &str, env: &[(&str, &str)]) -> Mount<'_> {
         let dir = std::env::temp_dir().join(format!("surge-test-mnt-{}-{label}-{}", self.name, std::process::id()));
         let out = self
             .on_node(Command::new(binary("surge")), node)
+            .envs(env.iter().copied())
             .args(["mount", &self.name, dir.to_str().unwrap(), "--node", node])
             .output()
             .expect("run surge mount");
