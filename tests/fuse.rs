@@ -114,6 +114,14 @@ fn errors_carry_the_right_errno_and_permissions_hold_for_other_users() {
     let out = nobody(&format!("echo hi > {0}/mine && cat {0}/mine && stat -c %u {0}/mine", d("dir").display()));
     assert!(out.status.success(), "{out:?}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n65534\n");
+    // Nor behind the mount's back: a server's directory (data files, journal, log) is its
+    // owner's alone, whatever the umask and --root.
+    for server in inst.descriptor()["servers"].as_array().unwrap() {
+        let root = server["root"].as_str().unwrap();
+        assert_eq!(std::fs::metadata(root).unwrap().permissions().mode() & 0o777, 0o700, "{root}");
+        let out = nobody(&format!("ls {root}/data || cat {root}/meta/snapshot"));
+        assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("Permission denied"), "{out:?}");
+    }
 }
 
 #[test]

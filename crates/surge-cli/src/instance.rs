@@ -197,6 +197,9 @@ async fn launch(server_binary: &Path, s: ServerLaunch<'_>) -> Result<Launched> {
     match s.host.parse::<IpAddr>() {
         Ok(ip) if is_local(ip) => {
             std::fs::create_dir_all(&s.root).with_context(|| format!("create {}", s.root.display()))?;
+            // Owner only from the start (the server's log is made here before the server runs).
+            std::fs::set_permissions(&s.root, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+                .with_context(|| format!("restrict {} to its owner", s.root.display()))?;
             cmd = Command::new(server_binary);
             cmd.arg("--listen").arg(SocketAddr::new(ip, s.port).to_string());
             let log = std::fs::OpenOptions::new().create(true).append(true).open(s.root.join("server.log"))?;

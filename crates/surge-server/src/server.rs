@@ -76,6 +76,10 @@ impl Server {
     /// there) and binds the listening address.
     pub async fn bind(config: ServerConfig) -> Result<Server> {
         std::fs::create_dir_all(&config.root).map_err(|e| ServerError::os(&format!("create {}", config.root.display()), e))?;
+        // The share is its owner's alone: data files are made with the umask's modes, and a
+        // user's files must not be readable behind the instance's permission checks.
+        std::fs::set_permissions(&config.root, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .map_err(|e| ServerError::os(&format!("restrict {} to its owner", config.root.display()), e))?;
         let data = data::DataStore::open(&config.root.join("data"), config.capacity)
             .map_err(|e| ServerError::os(&format!("open data directory under {}", config.root.display()), e))?;
         let local = match data.local_data() {
