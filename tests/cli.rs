@@ -115,3 +115,33 @@ fn the_command_guides_a_newcomer() {
     assert!(String::from_utf8_lossy(&stat.stdout).contains(" UTC"), "a readable time: {}", text(&stat));
     assert!(surge(&home, &dir, &["down", "texts"]).status.success());
 }
+
+/// `surge check-script`, what the Slurm submit hook runs: a script's #DW problems, each with
+/// its line, and a non-zero exit; a good script's request in words or JSON.
+#[test]
+fn check_script_names_every_problem_with_its_line() {
+    let dir = scratch("cli-dw");
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("job.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/bash\n#DW jobdw capacity=1TB access_mode=striped type=scratch\n\
+         #DW stage_in type=file source=input.h5 destination=$DW_JOB_STRIPED/input.h5\nsrun ./sim\n\
+         #DW stage_out type=directory source=$DW_JOB_STRIPED/out destination=/pfs/out\n",
+    )
+    .unwrap();
+    let out = surge(&dir, &dir, &["check-script", script.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("1 problem(s)") && stderr.contains("line 3: source=input.h5: a parallel-file-system path must be absolute"),
+        "{stderr}"
+    );
+    std::fs::write(&script, std::fs::read_to_string(&script).unwrap().replace("source=input.h5", "source=/pfs/input.h5")).unwrap();
+    let out = surge(&dir, &dir, &["check-script", script.to_str().unwrap(), "--json"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let request: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(request["jobdw"]["capacity"], 1_000_000_000_000u64);
+    assert_eq!(request["stage_out"][0]["kind"], "directory");
+    assert_eq!(request["stage_out"][0]["line"], 5, "the stage-out after the commands was read");
+}

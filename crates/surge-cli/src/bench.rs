@@ -18,7 +18,8 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
 use surge_client::{Client, ClientOptions};
 
-use crate::table::{parse_size, Table};
+use crate::table::Table;
+use surge_directives::size::parse as parse_size;
 
 use crate::output::{out, outln};
 

@@ -75,7 +75,7 @@ enum Command {
         /// Total capacity (split equally over the servers; each share must fit the free space
         /// of --root on its node), in bytes or with a unit: K, M, G, T (or KiB ...) are powers
         /// of 1024, KB, MB, GB, TB powers of 1000.
-        #[arg(long, value_parser = table::parse_size)]
+        #[arg(long, value_parser = surge_directives::size::parse)]
         capacity: u64,
         /// Node-local directory under which each server keeps its data (made absolute here).
         #[arg(long)]
@@ -88,7 +88,7 @@ enum Command {
         #[arg(long, default_value = "striped", value_parser = ["striped", "private"])]
         mode: String,
         /// Stripe chunk size, 4K to 64M (units as for --capacity).
-        #[arg(long, default_value = "1M", value_parser = table::parse_size)]
+        #[arg(long, default_value = "1M", value_parser = surge_directives::size::parse)]
         chunk_size: u64,
         /// Print the descriptor as JSON instead of a summary.
         #[arg(long)]
@@ -147,6 +147,15 @@ enum Command {
         #[arg(long)]
         repair: bool,
         /// One JSON document instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a batch script's #DW directives as the Slurm submit hook does: prints what the job
+    /// asks for, or every problem with its line (and exits 1).
+    CheckScript {
+        /// The batch script.
+        script: PathBuf,
+        /// The request (or the problems) as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -324,6 +333,20 @@ async fn run(command: Command) -> Result<()> {
                 outln!("restarted server(s) {} of '{name}'", list.join(", "));
             }
         }
+        Command::CheckScript { script, json } => {
+            let text = std::fs::read(&script).with_context(|| format!("read {}", script.display()))?;
+            match surge_directives::parse_script(&String::from_utf8_lossy(&text)) {
+                Ok(request) if json => outln!("{}", serde_json::to_string_pretty(&request)?),
+                Ok(request) => outln!("{}", describe_request(&request)),
+                Err(problems) => {
+                    if json {
+                        outln!("{}", serde_json::to_string_pretty(&serde_json::json!({ "problems": problems }))?);
+                    }
+                    let lines: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
+                    anyhow::bail!("{}: {} problem(s) with #DW directives:\n{}", script.display(), problems.len(), lines.join("\n"));
+                }
+            }
+        }
         Command::Fsck { name, repair, json } => fsck::fsck(&InstanceDescriptor::load(&name)?, repair, json).await?,
         Command::Status { name, json } => {
             let desc = InstanceDescriptor::load(&name)?;
@@ -385,6 +408,33 @@ async fn run(command: Command) -> Result<()> {
 }
 
 /// `, did you mean 'stage'?` for a mistyped command, or nothing.
+/// What a job asks of the burst buffer, in a few lines.
+fn describe_request(r: &surge_directives::JobRequest) -> String {
+    let mut out = Vec::new();
+    if let Some(dw) = &r.jobdw {
+        let pool = dw.pool.as_deref().map(|p| format!(" from pool {p}")).unwrap_or_default();
+        out.push(format!("job buffer: {} {:?}{pool}", table::human_bytes(dw.capacity), dw.access));
+    }
+    for p in &r.create_persistent {
+        out.push(format!("create persistent '{}': {} {:?}", p.name, table::human_bytes(p.capacity), p.access));
+    }
+    for name in &r.persistent {
+        out.push(format!("uses persistent '{name}'"));
+    }
+    for (name, hurry) in &r.destroy_persistent {
+        out.push(format!("destroy persistent '{name}'{}", if *hurry { " (hurry)" } else { "" }));
+    }
+    for (verb, stages) in [("stage in", &r.stage_in), ("stage out", &r.stage_out)] {
+        for s in stages {
+            out.push(format!("{verb} ({:?}): {} -> {}", s.kind, s.source, s.destination));
+        }
+    }
+    if out.is_empty() {
+        out.push("no #DW directives: the job uses no burst buffer".into());
+    }
+    out.join("\n")
+}
+
 fn did_you_mean(typed: &str) -> String {
     use clap::CommandFactory;
     let command = Cli::command();

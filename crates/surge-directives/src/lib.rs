@@ -1,0 +1,16 @@
+//! # surge-directives — the `#DW` lines of a batch script
+//!
+//! Users of a DataWarp burst buffer ask for it with `#DW` lines in their batch script
+//! (`jobdw`, `persistentdw`, `create_persistent`, `destroy_persistent`, `stage_in`,
+//! `stage_out`); Surge takes them unchanged. This crate turns a script into a checked
+//! [`JobRequest`], or into every problem found, each naming its line and what is wrong in words
+//! a user can act on: what Slurm's submit hook shows when it refuses a job. It does no I/O.
+//!
+//! * [`script`]: finding the directives (anywhere in the script: a `#DW stage_out` may follow
+//!   the commands) and turning them into a [`JobRequest`];
+//! * [`size`]: sizes as users write them (`200GiB`, `1TB`, `512M`).
+
+pub mod script;
+pub mod size;
+
+pub use script::{parse_script, AccessMode, DirectiveError, JobDw, JobRequest, Persistent, Stage, StageKind};
