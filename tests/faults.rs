@@ -217,6 +217,22 @@ impl Drop for Node {
     }
 }
 
+/// A client that closed its [`Closed`] files and is now 16 MiB into writing 1 GiB.
+async fn mid_write(inst: &Instance) -> (Client, Closed, Writer) {
+    let c = client(inst);
+    let closed = Closed::write(&c).await;
+    let writer = Writer::start(&c, "/stream", 1024 * MIB);
+    writer.wait_for(16).await;
+    (c, closed, writer)
+}
+
+/// Writes and closes a new file: the instance serves writes again.
+async fn write_again(c: &Client, mib: usize) {
+    let again = c.create("/after", 0o644).await.unwrap();
+    again.pwrite(0, &pattern(5, mib * MIB)).await.unwrap();
+    again.close().await.unwrap();
+}
+
 fn instance(name: &str, base: u8, args: &[&str]) -> Instance {
     let mut all = vec!["--chunk-size", "1M"];
     all.extend_from_slice(args);
@@ -226,10 +242,7 @@ fn instance(name: &str, base: u8, args: &[&str]) -> Instance {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_write() {
     let inst = instance("fkill", 101, &["--capacity", "2G"]);
-    let c = client(&inst);
-    let closed = Closed::write(&c).await;
-    let writer = Writer::start(&c, "/stream", 1024 * MIB);
-    writer.wait_for(16).await;
+    let (c, closed, writer) = mid_write(&inst).await;
     let fault = Instant::now();
     inst.kill_server(2);
     let (error, at) = writer.outcome().await.expect_err("a write to a dead server succeeded");
@@ -259,10 +272,7 @@ async fn kill_9_mid_write() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigstop_mid_write() {
     let inst = instance("fstop", 111, &["--capacity", "2G"]);
-    let c = client(&inst);
-    let closed = Closed::write(&c).await;
-    let writer = Writer::start(&c, "/stream", 1024 * MIB);
-    writer.wait_for(16).await;
+    let (c, closed, writer) = mid_write(&inst).await;
     let fault = Instant::now();
     signal(&inst, 1, libc::SIGSTOP);
     let outcome = writer.outcome().await;
@@ -274,9 +284,7 @@ async fn sigstop_mid_write() {
     // Continued, the server serves again without a restart.
     let (lost, checked) = closed.lost(&c, None).await;
     assert_eq!((lost, checked), (0, 12));
-    let again = c.create("/after", 0o644).await.unwrap();
-    again.pwrite(0, &pattern(5, 8 * MIB)).await.unwrap();
-    again.close().await.unwrap();
+    write_again(&c, 8).await;
     Row {
         fault: "SIGSTOP server 1",
         during: "1 GiB write",
@@ -374,9 +382,7 @@ async fn disk_full_mid_write() {
     assert_eq!((lost, checked), (0, 12));
     std::fs::remove_file(&filler).unwrap();
     c.unlink("/stream").await.unwrap();
-    let again = c.create("/after", 0o644).await.unwrap();
-    again.pwrite(0, &pattern(5, 32 * MIB)).await.unwrap();
-    again.close().await.unwrap();
+    write_again(&c, 32).await;
     Row {
         fault: "server disks filled (device ENOSPC)",
         during: "128 MiB write",
@@ -392,10 +398,7 @@ async fn disk_full_mid_write() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_mid_write() {
     let inst = instance("frestart", 141, &["--capacity", "2G"]);
-    let c = client(&inst);
-    let closed = Closed::write(&c).await;
-    let writer = Writer::start(&c, "/stream", 1024 * MIB);
-    writer.wait_for(16).await;
+    let (c, closed, writer) = mid_write(&inst).await;
     let fault = Instant::now();
     inst.kill_server(1);
     let mut restarted = inst.restart_server(1);
@@ -408,9 +411,7 @@ async fn restart_mid_write() {
     // The same client goes on after the restart, without being told.
     let (lost, checked) = closed.lost(&c, None).await;
     assert_eq!((lost, checked), (0, 12));
-    let again = c.create("/after", 0o644).await.unwrap();
-    again.pwrite(0, &pattern(5, 8 * MIB)).await.unwrap();
-    again.close().await.unwrap();
+    write_again(&c, 8).await;
     Row {
         fault: "server 1 killed and restarted",
         during: "1 GiB write",
