@@ -1,5 +1,6 @@
 //! Real Slurm: `slurm/testbed` brings up munged, slurmctld and three slurmd nodes on this host,
-//! a job submitted as an unprivileged user runs a step on all three, and `slurm/testbed down`
+//! a job submitted as an unprivileged user runs a step on all three, a script with bad `#DW`
+//! lines is refused at submit with every problem shown by sbatch, and `slurm/testbed down`
 //! leaves no daemon behind. The base the Slurm integration's tests build on.
 
 use std::path::PathBuf;
@@ -64,11 +65,31 @@ fn a_job_of_an_unprivileged_user_runs_on_three_slurm_nodes() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     let lines = std::fs::read_to_string(&output).unwrap_or_default();
+
+    // A script with bad #DW lines is refused at submit, and sbatch says why, line by line.
+    let bad = dir.join("bad.sh");
+    std::fs::write(
+        &bad,
+        "#!/bin/bash\n#DW persistentdw name=9lives\n\
+         #DW stage_in type=file source=input.h5 destination=$DW_PERSISTENT_STRIPED_results/input.h5\n#DW swap 10G\nhostname\n",
+    )
+    .unwrap();
+    let refused = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sbatch"])
+        .arg(&bad)
+        .env("SLURM_CONF", &conf)
+        .output()
+        .unwrap();
     let down = testbed("down", &dir);
     assert!(submit.status.success(), "{}\njob output: {lines}", text(&submit));
     let mut seen: Vec<&str> = lines.lines().collect();
     seen.sort();
     assert_eq!(seen, ["n1 65534", "n2 65534", "n3 65534"], "one step task per node, as the submitting user");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "a script with bad #DW lines was accepted: {}", text(&refused));
+    for problem in ["line 2: name '9lives' must start with a letter", "line 3: source=input.h5", "line 4: unknown directive 'swap'"] {
+        assert!(said.contains(problem), "sbatch does not show {problem:?}: {said}");
+    }
 
     assert!(down.status.success(), "{}", text(&down));
     for &(daemon, pid) in &pids {
