@@ -2,7 +2,7 @@
 # (both are what README.md and .ci/run call).
 CARGO ?= cargo
 
-.PHONY: demo test build venv test-rust test-python bench lint install
+.PHONY: demo test build venv test-rust test-python bench lint install fuzz
 
 build:
 	$(CARGO) build --release --workspace
@@ -46,3 +46,12 @@ lint:
 # their results). Needs root, fio and bindfs; bench/run-all.sh checks before it starts.
 bench: build
 	./bench/run-all.sh
+
+# The fuzz targets' long runs (docs/fuzzing.md records them), one after another, FUZZ_RUNS
+# inputs each, at the lowest priority. Needs nightly and `cargo install cargo-fuzz`; not part of
+# the CI, which replays the findings kept in fuzz/regressions/ and a short run of each target in
+# `make test` (crates/surge-server/tests/fuzz_corpus.rs).
+FUZZ_RUNS ?= 10000000
+fuzz:
+	cd fuzz && nice -n 19 cargo +nightly fuzz run frame -- -runs=$(FUZZ_RUNS) -print_final_stats=1
+	cd fuzz && nice -n 19 cargo +nightly fuzz run requests -- -runs=$(FUZZ_RUNS) -print_final_stats=1

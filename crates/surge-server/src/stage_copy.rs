@@ -18,6 +18,11 @@ use crate::error::{Result, ServerError};
 /// through a buffer, which costs fewer system calls for the small files of a tree.
 const KERNEL_COPY_MIN: usize = 256 << 10;
 
+/// Chunks one copy order may cover, all its items together: a coordinator sends a window of
+/// 16 chunks per server of one large file (at most 2^16 servers), or a batch of 256 one-chunk
+/// files.
+const MAX_ORDER_CHUNKS: u64 = 16 << 16;
+
 /// Burst-buffer-side failures say so (the code's description), next to the server's detail.
 fn bb_error(e: ServerError) -> ServerError {
     let what = e.code.describe();
@@ -34,8 +39,17 @@ fn refuse(order: &CopyOrder, servers: usize) -> Option<String> {
     let bad = order.items.iter().find(|item| {
         let chunks = item.file_size.div_ceil(order.chunk_size);
         item.file_size > i64::MAX as u64 || item.first_chunk > item.end_chunk || item.end_chunk > chunks.max(1)
-    })?;
-    Some(format!("a copy order for chunks {}..{} of a {}-byte file", bad.first_chunk, bad.end_chunk, bad.file_size))
+    });
+    if let Some(bad) = bad {
+        return Some(format!("a copy order for chunks {}..{} of a {}-byte file", bad.first_chunk, bad.end_chunk, bad.file_size));
+    }
+    // The plan lists every chunk of the order this server owns before copying: a file of
+    // 2^63 bytes in 4 KiB chunks would have it allocate until the process dies.
+    let chunks = order.items.iter().map(|item| item.end_chunk - item.first_chunk).fold(0u64, u64::saturating_add);
+    if chunks > MAX_ORDER_CHUNKS {
+        return Some(format!("a copy order for {chunks} chunks: at most {MAX_ORDER_CHUNKS} fit one order"));
+    }
+    None
 }
 
 /// Carries out one order; one outcome per item, in order.

@@ -103,6 +103,14 @@ async fn edge_values_and_runaway_orders_are_refused_and_the_connection_goes_on()
                 CopyOrder { direction: StageDirection::In, chunk_size: 0, verify: false, items: vec![item(0, 1, 10)] },
                 CopyOrder { direction: StageDirection::Out, chunk_size: 1 << 20, verify: false, items: vec![item(0, u64::MAX, u64::MAX)] },
                 CopyOrder { direction: StageDirection::Out, chunk_size: 1 << 20, verify: false, items: vec![item(5, 2, 10 << 20)] },
+                // Every chunk of the largest file in the smallest chunks: its plan alone once took
+                // the server's memory until the process died.
+                CopyOrder {
+                    direction: StageDirection::In,
+                    chunk_size: 4096,
+                    verify: false,
+                    items: vec![item(0, (i64::MAX as u64).div_ceil(4096), i64::MAX as u64)],
+                },
             ] {
                 let (kind, message) = raw.ask(order.into(), &[]);
                 assert_eq!(kind, FrameKind::Reply);

@@ -577,6 +577,15 @@ impl MetaStore {
         retired_target: Option<Ino>,
     ) -> Result<LinkOutcome> {
         check_name(name)?;
+        if self.is_local(ino) {
+            // An inode homed here is known here: a name must not point at nothing, nor say it
+            // names a file when it names a directory (lookups would answer attributes that
+            // contradict the entry, and rmdir or unlink would take the wrong path).
+            let actual = self.inode(ino)?.attr.kind;
+            if actual != kind {
+                return fail(ErrorCode::Invalid, format!("inode {ino:#x} is a {actual:?}, not a {kind:?}"));
+            }
+        }
         if let Some(existing) = self.dir(parent)?.entries.get(name) {
             if existing.ino == ino {
                 return Ok(LinkOutcome::default());
@@ -957,6 +966,17 @@ mod tests {
         assert_eq!(s.rename(ROOT_INO, "a", b, "a2", false, None).unwrap_err().code, ErrorCode::Invalid);
         assert_eq!(s.rename(a, "x", ROOT_INO, "a", false, None).unwrap_err().code, ErrorCode::IsDir);
         assert_eq!(s.create(ROOT_INO, &"n".repeat(256), 0o644, 0, 0, true, false).unwrap_err().code, ErrorCode::NameTooLong);
+    }
+
+    /// A name for an inode homed here must name it as what it is, and something that exists.
+    #[test]
+    fn insert_entry_refuses_a_kind_its_inode_does_not_have() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0).ino;
+        assert_eq!(s.insert_entry(ROOT_INO, "d", dir, FileKind::File, false, None).unwrap_err().code, ErrorCode::Invalid);
+        assert_eq!(s.insert_entry(ROOT_INO, "x", ino::make(0, 999), FileKind::File, false, None).unwrap_err().code, ErrorCode::NotFound);
+        s.insert_entry(ROOT_INO, "d", dir, FileKind::Dir, false, None).unwrap();
+        assert_eq!(s.lookup(ROOT_INO, "d").unwrap().attr.unwrap().kind, FileKind::Dir);
     }
 
     #[test]

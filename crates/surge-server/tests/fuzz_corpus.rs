@@ -1,0 +1,118 @@
+//! The fuzz targets of `fuzz/` (see docs/fuzzing.md) on stable Rust, in the ordinary test
+//! suite: every input a long fuzzing run found and kept under `fuzz/regressions/<target>/`
+//! replays without a failure, and each target runs over a few thousand seeded pseudo-random
+//! inputs, a few seconds' worth. The targets' code is the fuzz crate's own, included here, so
+//! what the fuzzer checks and what the CI checks cannot drift apart.
+
+#[path = "../../../fuzz/src/lib.rs"]
+mod surge_fuzz;
+
+use std::path::PathBuf;
+
+/// xorshift64*: a few lines, reproducible from its seed, and no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn bytes(&mut self, max_len: usize) -> Vec<u8> {
+        let len = self.next() as usize % (max_len + 1);
+        (0..len).map(|_| self.next() as u8).collect()
+    }
+}
+
+fn regressions(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions").join(target);
+    let mut found: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| path.is_file() && !path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with('.')))
+        .map(|path| {
+            let bytes = std::fs::read(&path).expect("a regression input");
+            (path, bytes)
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+#[test]
+fn frame_regressions_replay() {
+    for (path, bytes) in regressions("frame") {
+        eprintln!("replaying {}", path.display());
+        surge_fuzz::frame::run(&bytes);
+    }
+}
+
+#[test]
+fn requests_regressions_replay() {
+    for (path, bytes) in regressions("requests") {
+        eprintln!("replaying {}", path.display());
+        surge_fuzz::requests::run(&bytes);
+    }
+}
+
+/// `SURGE_FUZZ_REPLAY=path`: runs the `requests` target on that one input (with
+/// `SURGE_FUZZ_TRACE=1`, to read what it does).
+#[test]
+fn replay_one() {
+    if let Some(path) = std::env::var_os("SURGE_FUZZ_REPLAY") {
+        surge_fuzz::requests::run(&std::fs::read(path).expect("the input to replay"));
+    }
+}
+
+/// Random bytes, and real frames with a few bytes changed (random bytes alone seldom get past
+/// the magic and the version).
+#[test]
+fn frame_short_run() {
+    use surge_proto::frame::encode_frame;
+    use surge_proto::namespace::{Create, Lookup, Readdir};
+    use surge_proto::{FrameKind, Request, ROOT_INO};
+    let samples: Vec<Vec<u8>> = [
+        Request::from(Lookup { parent: ROOT_INO, name: "a".into() }),
+        Create { parent: 5, name: "x".into(), mode: 0o644, uid: 1, gid: 2, exclusive: true, open: true }.into(),
+        Readdir { ino: 1, after: Some("m".into()), limit: 7 }.into(),
+        surge_proto::admin::ListEntries { after: Some((1, "b".into())) }.into(),
+    ]
+    .iter()
+    .map(|r| encode_frame(FrameKind::Request, 9, r, 0))
+    .collect();
+    let mut rng = Rng(0x5eed_f00d);
+    for i in 0..20_000 {
+        let bytes = if i % 2 == 0 {
+            rng.bytes(256)
+        } else {
+            let mut frame = samples[i / 2 % samples.len()].clone();
+            for _ in 0..1 + rng.next() % 3 {
+                let at = rng.next() as usize % frame.len();
+                frame[at] ^= rng.next() as u8;
+            }
+            frame
+        };
+        replay_or_keep("frame", i, &bytes, surge_fuzz::frame::run);
+    }
+}
+
+/// Short random sequences, half in each mode (the first byte picks it).
+#[test]
+fn requests_short_run() {
+    let mut rng = Rng(0xfeed_beef);
+    for i in 0..300 {
+        replay_or_keep("requests", i, &rng.bytes(160), surge_fuzz::requests::run);
+    }
+}
+
+/// Runs `target` on `bytes`; if it fails, keeps the input where `cargo fuzz tmin` can take it
+/// (and this file's regressions can keep it once minimised), then fails.
+fn replay_or_keep(target: &str, index: usize, bytes: &[u8], run: fn(&[u8])) {
+    if std::panic::catch_unwind(|| run(bytes)).is_err() {
+        let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fuzz-{target}-failure-{index}"));
+        std::fs::write(&path, bytes).expect("the failing input kept");
+        panic!("{target} input {index} failed; kept in {}", path.display());
+    }
+}

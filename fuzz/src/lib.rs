@@ -1,0 +1,14 @@
+//! Surge's fuzz targets as plain functions of the fuzzer's bytes, so that the same code runs
+//! under libFuzzer (`fuzz_targets/`, nightly) and, for a few thousand seeded inputs and every
+//! finding kept under `fuzz/regressions/`, in the stable test suite
+//! (`crates/surge-server/tests/fuzz_corpus.rs` includes this file). It depends on nothing
+//! but Surge's own crates and tokio for that reason.
+//!
+//! * [`frame`]: the frame header and message decoders, on bytes as they come off the wire;
+//! * [`requests`]: sequences of valid-looking requests against a real server, and the
+//!   namespace and data checked after each sequence;
+//! * [`input`]: how a target reads its choices out of the fuzzer's bytes.
+
+pub mod frame;
+pub mod input;
+pub mod requests;

@@ -1,0 +1,840 @@
+//! Target `requests`: a sequence of valid-looking requests, read out of the fuzzer's bytes,
+//! sent over a real connection to a real one-server instance running in this process, then
+//! the server checked. What a server must never do, whatever it is asked: panic, stop
+//! answering, or corrupt its state without saying so.
+//!
+//! Inode numbers are mostly ones earlier replies returned, names come from a small pool (so
+//! that steps meet each other's names), and offsets, lengths and sizes lean to the edges of
+//! their types. The first byte picks one of two modes:
+//!
+//! * **client** mode sends what a client library sends: whole operations (mkdir is
+//!   `MakeDirInode` then `InsertEntry`, dropping the inode if the link fails; an unlink whose
+//!   file is gone is followed by its `PurgeData`; a handle is released only once opened),
+//!   with any arguments. After it the namespace must be whole: every name names an inode
+//!   there, of its kind; a file's link count is its number of names; a directory is named
+//!   once, by its `..`, with 2 + subdirectories links; the counts `StatFs` reports match.
+//! * **raw** mode may also send the half-steps of operations that span servers
+//!   (`InsertEntry`, `DropInode`, `SetLinks`, a rename's lock ...) with any arguments: those
+//!   trust the client to sequence them, so the namespace may be left inconsistent (what
+//!   `surge fsck` repairs), but the server must go on answering, its scans must finish,
+//!   and its counts must match what they list.
+//!
+//! In both modes the data a connection wrote reads back as written (a model of every file
+//! written below 4 MiB), and the bytes the server accounts as used are those its data files
+//! hold. Each run starts a fresh instance, so a finding replays on its own.
+
+use std::collections::HashMap;
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use surge_proto::admin::*;
+use surge_proto::data::{LocalWritten, PurgeData, Read, ReserveLocal, SyncData, TruncateData, Write};
+use surge_proto::frame::{decode_message, encode_frame};
+use surge_proto::handshake::{Challenge, Hello};
+use surge_proto::namespace::*;
+use surge_proto::stage::{CopyItem, CopyOrder, CopyOutcome, StageCancel, StageDirection, StageFiles, StageJobEnd, StageList, StageRevoke};
+use surge_proto::*;
+use surge_server::in_process::InProcessInstance;
+
+use super::input::Input;
+
+/// Each server's share of capacity: large enough for the writes of a run, small enough that
+/// runs also meet a full server.
+const CAPACITY: u64 = 64 << 20;
+/// How long a request may take before the server counts as hung.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(20);
+/// Most steps a run sends (a run also ends where its bytes do).
+const MAX_STEPS: usize = 64;
+/// Files are modelled (their data compared on every read) below this size.
+const MODELLED: u64 = 4 << 20;
+/// Names steps draw from, so that they meet each other's entries.
+const NAMES: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
+
+/// Runs the sequence `data` describes against a fresh instance, and checks it.
+pub fn run(data: &[u8]) {
+    let runtime = runtime();
+    let root = scratch_dir();
+    let instance = runtime.block_on(InProcessInstance::start(&root, 1, CAPACITY)).expect("an in-process instance starts");
+    let mut run = Run::new(instance.addrs[0], &instance.secret, root.join("pfs"));
+    let mut input = Input::new(data);
+    run.raw = input.bool();
+    for _ in 0..MAX_STEPS {
+        if input.is_empty() {
+            break;
+        }
+        run.step(&mut input);
+    }
+    run.check();
+    drop(run);
+    runtime.block_on(instance.stop());
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// `SURGE_FUZZ_TRACE=1`: print every request and its outcome (to read what a finding does).
+fn tracing() -> bool {
+    static TRACE: OnceLock<bool> = OnceLock::new();
+    *TRACE.get_or_init(|| std::env::var_os("SURGE_FUZZ_TRACE").is_some())
+}
+
+/// One runtime for every run: the servers' tasks run on it while the target's thread plays
+/// the client with blocking sockets.
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a tokio runtime"))
+}
+
+/// A new directory for one run's instance: in memory when the machine has /dev/shm, so runs
+/// cost no disk I/O.
+fn scratch_dir() -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let base = if std::path::Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
+    base.join(format!("surge-fuzz-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)))
+}
+
+/// A server's answer to one request.
+enum Answer {
+    Reply { message: Vec<u8>, payload: Vec<u8> },
+    Failure(Error),
+}
+
+impl Answer {
+    /// The reply, decoded as `R`: a reply that does not decode as its call's reply is a bug.
+    fn decode<R: DeserializeOwned>(&self, what: &str) -> Option<R> {
+        match self {
+            Answer::Reply { message, .. } => {
+                Some(decode_message(message).unwrap_or_else(|e| panic!("the reply to {what} does not decode: {e}")))
+            }
+            Answer::Failure(_) => None,
+        }
+    }
+}
+
+/// One connection, speaking raw frames, one request at a time.
+struct Conn {
+    stream: TcpStream,
+    next_id: u64,
+}
+
+impl Conn {
+    fn connect(addr: SocketAddr, secret: &auth::Secret) -> Conn {
+        let stream = TcpStream::connect(addr).expect("the server accepts");
+        stream.set_read_timeout(Some(ANSWER_TIMEOUT)).expect("a read timeout");
+        stream.set_nodelay(true).expect("no delay");
+        let mut conn = Conn { stream, next_id: 1 };
+        let (header, message, _) = conn.frame();
+        assert_eq!(header.kind, FrameKind::Reply, "a challenge first");
+        let challenge: Challenge = decode_message(&message).expect("a challenge");
+        let hello = Hello { session: 1, proof: auth::answer(secret, &challenge.challenge) };
+        conn.stream.write_all(&encode_frame(FrameKind::Request, 1, &hello, 0)).expect("hello sent");
+        assert_eq!(conn.frame().0.kind, FrameKind::Reply, "welcomed");
+        conn
+    }
+
+    fn frame(&mut self) -> (FrameHeader, Vec<u8>, Vec<u8>) {
+        let mut head = [0u8; FRAME_HEADER_LEN];
+        if let Err(e) = self.stream.read_exact(&mut head) {
+            panic!("no answer from the server within {ANSWER_TIMEOUT:?} (hung, or it closed the connection): {e}");
+        }
+        let header = FrameHeader::decode(&head).expect("the server sends well-formed frames");
+        let mut message = vec![0u8; header.message_len as usize];
+        let mut payload = vec![0u8; header.payload_len as usize];
+        self.stream.read_exact(&mut message).expect("a whole message");
+        self.stream.read_exact(&mut payload).expect("a whole payload");
+        (header, message, payload)
+    }
+
+    /// Sends a request frame whose message is `message`, and waits for its answer.
+    fn send(&mut self, message: &[u8], payload: &[u8]) -> Answer {
+        self.next_id += 1;
+        let header = FrameHeader {
+            kind: FrameKind::Request,
+            message_len: message.len() as u32,
+            payload_len: payload.len() as u32,
+            request_id: self.next_id,
+        };
+        let mut frame = header.encode().to_vec();
+        frame.extend_from_slice(message);
+        frame.extend_from_slice(payload);
+        self.stream.write_all(&frame).expect("the server reads requests");
+        loop {
+            let (header, message, payload) = self.frame();
+            match header.kind {
+                // Sent to watchers of what other connections change: none here, but harmless.
+                FrameKind::Notice => continue,
+                FrameKind::Reply => {
+                    assert_eq!(header.request_id, self.next_id, "answers come in request order");
+                    return Answer::Reply { message, payload };
+                }
+                FrameKind::Failure => {
+                    assert_eq!(header.request_id, self.next_id, "answers come in request order");
+                    return Answer::Failure(decode_message(&message).expect("a failure carries an error"));
+                }
+                FrameKind::Request => panic!("the server sent a request frame"),
+            }
+        }
+    }
+
+    fn call(&mut self, request: impl Into<Request>, payload: &[u8]) -> Answer {
+        let request: Request = request.into();
+        let answer = self.send(&encode_frame(FrameKind::Request, 0, &request, 0)[FRAME_HEADER_LEN..], payload);
+        if tracing() {
+            let text = format!("{request:?}");
+            let outcome = match &answer {
+                Answer::Reply { message, payload } => format!("reply of {} + {} bytes", message.len(), payload.len()),
+                Answer::Failure(e) => format!("failure: {e}"),
+            };
+            eprintln!("{} (+{} bytes) -> {outcome}", &text[..text.len().min(300)], payload.len());
+        }
+        answer
+    }
+
+    /// A call that must succeed (the checks' scans and statistics).
+    fn must<C: Call>(&mut self, call: C) -> C::Reply {
+        match self.call(call, &[]) {
+            Answer::Reply { message, .. } => decode_message(&message).unwrap_or_else(|e| panic!("{} reply does not decode: {e}", C::NAME)),
+            Answer::Failure(e) => panic!("{} failed: {e}", C::NAME),
+        }
+    }
+}
+
+/// A file's data as this connection wrote it: `None` once it can no longer be told (written
+/// at or past [`MODELLED`], or by a stage copy).
+type Model = Option<Vec<u8>>;
+
+struct Run {
+    conn: Conn,
+    raw: bool,
+    /// Inode numbers replies returned, the root first.
+    inos: Vec<Ino>,
+    /// Open handles this connection holds.
+    held: HashMap<Ino, u32>,
+    /// Files this connection wrote (absent: never written, or purged: no data).
+    data: HashMap<Ino, Model>,
+    /// Where stage copies read and write their PFS files.
+    pfs: PathBuf,
+}
+
+impl Run {
+    fn new(addr: SocketAddr, secret: &auth::Secret, pfs: PathBuf) -> Run {
+        std::fs::create_dir_all(&pfs).expect("a PFS directory");
+        std::fs::write(pfs.join("source"), (0..300_000u32).map(|i| i as u8).collect::<Vec<u8>>()).expect("a PFS file");
+        Run { conn: Conn::connect(addr, secret), raw: false, inos: vec![ROOT_INO], held: HashMap::new(), data: HashMap::new(), pfs }
+    }
+
+    fn learn(&mut self, ino: Ino) {
+        if !self.inos.contains(&ino) && self.inos.len() < 64 {
+            self.inos.push(ino);
+        }
+    }
+
+    /// Mostly an inode a reply returned; sometimes one nobody was given.
+    fn ino(&mut self, input: &mut Input) -> Ino {
+        if !input.one_in(8) {
+            return self.inos[input.below(self.inos.len())];
+        }
+        match input.below(6) {
+            0 => 0,
+            1 => u64::MAX,
+            2 => ino::make(1, 1),
+            3 => ino::make(0, 2 + input.below(40) as u64),
+            4 => (1 << 48) - 1,
+            _ => input.u64(),
+        }
+    }
+
+    fn name(&mut self, input: &mut Input) -> String {
+        if !input.one_in(16) {
+            return NAMES[input.below(NAMES.len())].to_string();
+        }
+        match input.below(8) {
+            0 => String::new(),
+            1 => ".".into(),
+            2 => "..".into(),
+            3 => "a/b".into(),
+            4 => "a\0".into(),
+            5 => "n".repeat(255),
+            6 => "n".repeat(256),
+            _ => "é".repeat(128),
+        }
+    }
+
+    fn timestamp(input: &mut Input) -> Timestamp {
+        match input.below(4) {
+            0 => Timestamp { secs: i64::MIN, nanos: u32::MAX },
+            1 => Timestamp { secs: i64::MAX, nanos: 999_999_999 },
+            _ => Timestamp { secs: input.u32() as i64, nanos: input.u32() % 1_000_000_000 },
+        }
+    }
+
+    fn opt<'a, T>(input: &mut Input<'a>, value: impl FnOnce(&mut Input<'a>) -> T) -> Option<T> {
+        if input.bool() {
+            Some(value(input))
+        } else {
+            None
+        }
+    }
+
+    /// One step: a request, or a client's operation of a few.
+    fn step(&mut self, input: &mut Input) {
+        let steps = if self.raw { 44 } else { 29 };
+        match input.below(steps) {
+            0 => {
+                let (parent, name) = (self.ino(input), self.name(input));
+                let answer = self.conn.call(Lookup { parent, name }, &[]);
+                self.entry(&answer);
+            }
+            1 => {
+                let ino = self.ino(input);
+                let answer = self.conn.call(GetAttr { ino }, &[]);
+                self.attr(&answer);
+            }
+            2 => {
+                let ino = self.ino(input);
+                let changes = AttrChanges {
+                    mode: Self::opt(input, Input::u32),
+                    uid: Self::opt(input, Input::u32),
+                    gid: Self::opt(input, Input::u32),
+                    size: Self::opt(input, Input::size),
+                    atime: Self::opt(input, Self::timestamp),
+                    mtime: Self::opt(input, Self::timestamp),
+                };
+                let answer = self.conn.call(SetAttr { ino, changes }, &[]);
+                self.attr(&answer);
+            }
+            3 => {
+                let (parent, name) = (self.ino(input), self.name(input));
+                let (mode, exclusive, open) = (input.u32(), input.bool(), input.bool());
+                let answer = self.conn.call(Create { parent, name, mode, uid: 1000, gid: 1000, exclusive, open }, &[]);
+                if let Some(entry) = self.entry(&answer) {
+                    if open && entry.attr.is_some() {
+                        *self.held.entry(entry.ino).or_default() += 1;
+                    }
+                }
+            }
+            4 => {
+                let (parent, name) = (self.ino(input), self.name(input));
+                let target = match input.below(4) {
+                    0 => String::new(),
+                    1 => "t".repeat(MAX_SYMLINK_LEN + input.below(2)),
+                    _ => "a/../b".into(),
+                };
+                let answer = self.conn.call(Symlink { parent, name, target, uid: 0, gid: 0 }, &[]);
+                self.attr(&answer);
+            }
+            5 => {
+                let ino = self.ino(input);
+                self.conn.call(Readlink { ino }, &[]);
+            }
+            6 => {
+                let (parent, name) = (self.ino(input), self.name(input));
+                self.mkdir(parent, name, input.u32());
+            }
+            7 => {
+                let (parent, name) = (self.ino(input), self.name(input));
+                if let Some(unlinked) = self.conn.call(Unlink { parent, name }, &[]).decode::<Unlinked>("unlink") {
+                    self.finish_unlinked(&unlinked);
+                }
+            }
+            8 => {
+                let (parent, name) = (self.ino(input), self.name(input));
+                self.conn.call(Rmdir { parent, name }, &[]);
+            }
+            9 => {
+                let (src_parent, src_name, dst_parent, dst_name) = (self.ino(input), self.name(input), self.ino(input), self.name(input));
+                let rename = Rename { src_parent, src_name, dst_parent, dst_name, noreplace: input.bool(), retired_target: None };
+                if let Some(outcome) = self.conn.call(rename, &[]).decode::<LinkOutcome>("rename") {
+                    self.finish_link(outcome, dst_parent);
+                }
+            }
+            10 => {
+                let ino = self.ino(input);
+                let after = if input.bool() { Some(self.name(input)) } else { None };
+                let limit = [0, 1, 2, u32::MAX][input.below(4)];
+                if let Some(page) = self.conn.call(Readdir { ino, after, limit }, &[]).decode::<DirPage>("readdir") {
+                    assert!(page.entries.windows(2).all(|w| w[0].name < w[1].name), "readdir pages in name order");
+                    for entry in page.entries {
+                        self.learn(entry.ino);
+                    }
+                }
+            }
+            11 => {
+                let ino = self.ino(input);
+                let answer = self.conn.call(Open { ino }, &[]);
+                if self.attr(&answer).is_some() {
+                    *self.held.entry(ino).or_default() += 1;
+                }
+            }
+            12 => {
+                // A close or fsync: a handle is released only by whom opened it.
+                let ino = self.ino(input);
+                let release = input.bool() && self.held.get(&ino).is_some_and(|&n| n > 0);
+                let (size, mtime) = (Self::opt(input, Input::size), Self::opt(input, Self::timestamp));
+                self.commit(Commit { ino, size, mtime, release });
+            }
+            13 => {
+                let (ino, offset) = (self.ino(input), input.size());
+                let len = match input.below(8) {
+                    0 => (1 << 20) + input.below(2),
+                    1 => 0,
+                    _ => input.u16() as usize % 20_000,
+                };
+                let fill = input.byte();
+                let payload: Vec<u8> = (0..len).map(|i| fill.wrapping_add(i as u8)).collect();
+                let answer = self.conn.call(Write { ino, offset }, &payload);
+                self.wrote(ino, offset, &payload, &answer);
+            }
+            14 => {
+                let (ino, offset) = (self.ino(input), input.size());
+                let len = match input.below(4) {
+                    0 => input.size() as u32,
+                    1 => u32::MAX,
+                    _ => input.u16() as u32 * 8,
+                };
+                let answer = self.conn.call(Read { ino, offset, len }, &[]);
+                self.read(ino, offset, len, &answer);
+            }
+            15 => {
+                let (ino, size) = (self.ino(input), input.size());
+                if let Answer::Reply { .. } = self.conn.call(TruncateData { ino, size }, &[]) {
+                    if let Some(Some(data)) = self.data.get_mut(&ino) {
+                        data.truncate(size.min(data.len() as u64) as usize);
+                    }
+                }
+            }
+            16 => {
+                let ino = self.ino(input);
+                self.purge(ino);
+            }
+            17 => {
+                let ino = self.ino(input);
+                self.conn.call(SyncData { ino }, &[]);
+            }
+            18 => {
+                let (ino, bytes) = (self.ino(input), input.size());
+                self.conn.call(ReserveLocal { ino, bytes }, &[]);
+            }
+            19 => {
+                let (ino, reserved) = (self.ino(input), input.size());
+                self.conn.call(LocalWritten { ino, reserved }, &[]);
+            }
+            20 => {
+                self.conn.must(StatFs);
+            }
+            21 => {
+                let after = Self::opt(input, |i| self.ino(i));
+                self.conn.must(ListInodes { after });
+            }
+            22 => {
+                let after = if input.bool() { Some((self.ino(input), self.name(input))) } else { None };
+                self.conn.must(ListEntries { after });
+            }
+            23 => {
+                let after = Self::opt(input, |i| self.ino(i));
+                self.conn.must(ListDataFiles { after });
+            }
+            24 => self.conn.must(SyncMetadata),
+            25 => self.conn.must(Watch),
+            26 => self.batch(input),
+            27 => {
+                // No stage coordinator runs beside these servers: refused, whatever is asked.
+                let request: Request = match input.below(5) {
+                    0 => StageList { bb_path: None, after: Some(input.u64()) }.into(),
+                    1 => StageFiles { id: input.u64(), offset: input.u32(), limit: input.u32() }.into(),
+                    2 => StageCancel { id: input.u64() }.into(),
+                    3 => StageRevoke { bb_path: "/x".into() }.into(),
+                    _ => StageJobEnd.into(),
+                };
+                assert!(matches!(self.conn.call(request, &[]), Answer::Failure(e) if e.code == ErrorCode::NotSupported));
+            }
+            28 => self.copy_order(input),
+            // Raw mode only from here: the half-steps of operations across servers, and
+            // garbage, with whatever arguments.
+            29 => {
+                let ino = self.ino(input);
+                self.conn.call(DropInode { ino }, &[]);
+            }
+            30 => {
+                let (parent, name, ino) = (self.ino(input), self.name(input), self.ino(input));
+                let kind = [FileKind::File, FileKind::Dir, FileKind::Symlink][input.below(3)];
+                let retired_target = Self::opt(input, |i| self.ino(i));
+                let insert = InsertEntry { parent, name, ino, kind, replace: input.bool(), retired_target };
+                if let Some(outcome) = self.conn.call(insert, &[]).decode::<LinkOutcome>("insert-entry") {
+                    self.finish_link(outcome, parent);
+                }
+            }
+            31 => {
+                let (parent, name, ino) = (self.ino(input), self.name(input), self.ino(input));
+                self.conn.call(RemoveEntry { parent, name, ino }, &[]);
+            }
+            32 => {
+                let ino = self.ino(input);
+                if let Some(fate) = self.conn.call(DropLink { ino }, &[]).decode::<InodeFate>("drop-link") {
+                    if fate.purge {
+                        self.purge(ino);
+                    }
+                }
+            }
+            33 => {
+                let (ino, expected, nlink) = (self.ino(input), input.u32() % 4, input.u32() % 4);
+                self.conn.call(SetLinks { ino, expected, nlink }, &[]);
+            }
+            34 => {
+                let (ino, parent) = (self.ino(input), self.ino(input));
+                self.conn.call(SetParent { ino, parent }, &[]);
+            }
+            35 => {
+                let ino = self.ino(input);
+                self.conn.call(RetireDir { ino }, &[]);
+            }
+            36 => {
+                let ino = self.ino(input);
+                self.conn.call(UnretireDir { ino }, &[]);
+            }
+            37 => {
+                let (parent, name) = (self.ino(input), self.name(input));
+                let answer = self.conn.call(RenamePrepare { parent, name }, &[]);
+                self.entry(&answer);
+            }
+            38 => {
+                let (parent, name, ino) = (self.ino(input), self.name(input), self.ino(input));
+                self.conn.call(RenameFinish { parent, name, ino, commit: input.bool() }, &[]);
+            }
+            39 => {
+                let parent = self.ino(input);
+                let answer = self.conn.call(MakeDirInode { parent, mode: 0o755, uid: 0, gid: 0 }, &[]);
+                self.attr(&answer);
+            }
+            40 => {
+                // A close by a connection that never opened.
+                let (ino, release) = (self.ino(input), input.bool());
+                self.commit(Commit { ino, size: None, mtime: None, release });
+            }
+            41 => {
+                // Bytes where a request should be: refused, and the connection goes on.
+                let message = input.bytes(64).to_vec();
+                if decode_message::<Request>(&message).is_err() {
+                    assert!(matches!(self.conn.send(&message, &[]), Answer::Failure(e) if e.code == ErrorCode::Protocol));
+                }
+            }
+            42 => {
+                // One-way: no answer comes.
+                let frame = encode_frame(FrameKind::Request, 0, &Request::from(NoticeSeen { ack: input.u64() }), 0);
+                self.conn.stream.write_all(&frame).expect("the server reads requests");
+            }
+            _ => {
+                let ino = self.ino(input);
+                let answer = self.conn.call(Commit { ino, size: Some(input.size()), mtime: None, release: false }, &[]);
+                if let Some(fate) = answer.decode::<InodeFate>("commit") {
+                    if fate.purge {
+                        self.purge(ino);
+                    }
+                }
+            }
+        }
+    }
+
+    fn entry(&mut self, answer: &Answer) -> Option<DirEntry> {
+        let entry = answer.decode::<DirEntry>("a step answering an entry")?;
+        self.learn(entry.ino);
+        if let Some(attr) = &entry.attr {
+            assert_eq!((attr.ino, attr.kind), (entry.ino, entry.kind), "an entry's attributes are its inode's");
+        }
+        Some(entry)
+    }
+
+    fn attr(&mut self, answer: &Answer) -> Option<Attr> {
+        let attr = answer.decode::<Attr>("a step answering attributes")?;
+        self.learn(attr.ino);
+        Some(attr)
+    }
+
+    /// mkdir as the client does it on one server.
+    fn mkdir(&mut self, parent: Ino, name: String, mode: u32) {
+        let answer = self.conn.call(MakeDirInode { parent, mode, uid: 0, gid: 0 }, &[]);
+        let Some(attr) = self.attr(&answer) else {
+            panic!("mkdir-inode failed");
+        };
+        let insert = InsertEntry { parent, name, ino: attr.ino, kind: FileKind::Dir, replace: false, retired_target: None };
+        match self.conn.call(insert, &[]).decode::<LinkOutcome>("insert-entry") {
+            Some(outcome) => assert_eq!(outcome, LinkOutcome::default(), "a new name replaces nothing"),
+            None => {
+                assert!(
+                    matches!(self.conn.call(DropInode { ino: attr.ino }, &[]), Answer::Reply { .. }),
+                    "an unlinked new directory drops"
+                );
+            }
+        }
+    }
+
+    /// What the client does after a name moved: a directory homed elsewhere gets its `..`,
+    /// and what the target name used to name is finished off.
+    fn finish_link(&mut self, outcome: LinkOutcome, parent: Ino) {
+        if let Some(ino) = outcome.reparent {
+            self.conn.call(SetParent { ino, parent }, &[]);
+        }
+        if let Some(unlinked) = outcome.replaced {
+            self.finish_unlinked(&unlinked);
+        }
+    }
+
+    fn finish_unlinked(&mut self, unlinked: &Unlinked) {
+        let mut purge = unlinked.purge;
+        if unlinked.remote {
+            if unlinked.kind == FileKind::Dir {
+                self.conn.call(DropInode { ino: unlinked.ino }, &[]);
+                return;
+            }
+            purge = self.conn.call(DropLink { ino: unlinked.ino }, &[]).decode::<InodeFate>("drop-link").is_some_and(|f| f.purge);
+        }
+        if purge {
+            self.purge(unlinked.ino);
+        }
+    }
+
+    fn commit(&mut self, commit: Commit) {
+        let (ino, release) = (commit.ino, commit.release);
+        let answer = self.conn.call(commit, &[]);
+        if let Answer::Reply { .. } = answer {
+            if release {
+                if let Some(n) = self.held.get_mut(&ino) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+        }
+        if answer.decode::<InodeFate>("commit").is_some_and(|f| f.purge) {
+            self.purge(ino);
+        }
+    }
+
+    fn purge(&mut self, ino: Ino) {
+        if let Answer::Reply { .. } = self.conn.call(PurgeData { ino }, &[]) {
+            self.data.remove(&ino);
+        }
+    }
+
+    /// A few namespace steps in one frame; each answered on its own, in order.
+    fn batch(&mut self, input: &mut Input) {
+        let mut requests: Vec<NamespaceRequest> = Vec::new();
+        for _ in 0..input.below(6) {
+            let (parent, name) = (self.ino(input), self.name(input));
+            requests.push(match input.below(5) {
+                0 => Lookup { parent, name }.into(),
+                1 => GetAttr { ino: parent }.into(),
+                2 => Create { parent, name, mode: 0o644, uid: 0, gid: 0, exclusive: input.bool(), open: false }.into(),
+                3 => Unlink { parent, name }.into(),
+                _ => Readdir { ino: parent, after: None, limit: 3 }.into(),
+            });
+        }
+        let count = requests.len();
+        let outcomes: Vec<BatchOutcome> = self.conn.must(Batch { requests: requests.clone() });
+        assert_eq!(outcomes.len(), count, "one outcome per batched step");
+        for (request, outcome) in requests.iter().zip(outcomes) {
+            let Ok(reply) = outcome else { continue };
+            let answer = Answer::Reply { message: reply, payload: Vec::new() };
+            match request {
+                NamespaceRequest::Lookup(_) | NamespaceRequest::Create(_) => drop(self.entry(&answer)),
+                NamespaceRequest::GetAttr(_) => drop(self.attr(&answer)),
+                NamespaceRequest::Unlink(_) => {
+                    let unlinked = answer.decode::<Unlinked>("a batched unlink").expect("decoded");
+                    self.finish_unlinked(&unlinked);
+                }
+                _ => drop(answer.decode::<DirPage>("a batched readdir")),
+            }
+        }
+    }
+
+    /// What a stage coordinator orders a server to copy, with any sizes and chunk ranges,
+    /// from and to PFS files of the run's own.
+    fn copy_order(&mut self, input: &mut Input) {
+        let direction = if input.bool() { StageDirection::In } else { StageDirection::Out };
+        let chunk_size = [0, 1, 4095, 4096, 1 << 20, 64 << 20, (64 << 20) + 1, u64::MAX][input.below(8)];
+        let mut items = Vec::new();
+        for _ in 0..1 + input.below(3) {
+            let ino = self.ino(input);
+            let pfs_path = self.pfs.join(["source", "missing", "target"][input.below(3)]).to_string_lossy().into_owned();
+            let publish = if input.one_in(4) { Some(self.pfs.join("published").to_string_lossy().into_owned()) } else { None };
+            let file_size = match input.below(3) {
+                0 => 300_000,
+                _ => input.size(),
+            };
+            let (first_chunk, end_chunk) = match input.below(3) {
+                0 => (0, file_size.div_ceil(chunk_size.max(1))),
+                1 => (input.size(), input.size()),
+                _ => (input.below(4) as u64, input.below(8) as u64),
+            };
+            // An order the server accepts is real work, a few microseconds per chunk: one at
+            // the limit of 2^20 chunks takes seconds, which is no hang. Longer ones are kept
+            // whole, for the refusal.
+            let end_chunk =
+                if end_chunk.saturating_sub(first_chunk) <= 1 << 20 { end_chunk.min(first_chunk.saturating_add(4096)) } else { end_chunk };
+            items.push(CopyItem { ino, pfs_path, file_size, first_chunk, end_chunk, publish, mode: 0o644 });
+        }
+        if direction == StageDirection::Out {
+            let _ = std::fs::write(self.pfs.join("target"), b"");
+        }
+        for item in &items {
+            // Stage-in writes data this model does not follow.
+            if direction == StageDirection::In {
+                self.data.insert(item.ino, None);
+            }
+        }
+        let count = items.len();
+        let order = CopyOrder { direction, chunk_size, verify: input.bool(), items };
+        let outcomes: Vec<CopyOutcome> = self.conn.must(order);
+        assert_eq!(outcomes.len(), count, "one outcome per item");
+    }
+
+    fn wrote(&mut self, ino: Ino, offset: u64, payload: &[u8], answer: &Answer) {
+        match answer {
+            // Nothing written, nothing changes (a file is as long as its last byte written).
+            Answer::Reply { .. } if payload.is_empty() => {}
+            Answer::Reply { .. } => {
+                assert_eq!(answer.decode::<u32>("write"), Some(payload.len() as u32), "a write answers the bytes written");
+                let end = offset + payload.len() as u64;
+                let model = self.data.entry(ino).or_insert_with(|| Some(Vec::new()));
+                match model {
+                    Some(data) if end <= MODELLED => {
+                        if data.len() < end as usize {
+                            data.resize(end as usize, 0);
+                        }
+                        data[offset as usize..end as usize].copy_from_slice(payload);
+                    }
+                    _ => *model = None,
+                }
+            }
+            // Refused before anything was written: bad ranges, a full server.
+            Answer::Failure(e) if matches!(e.code, ErrorCode::Invalid | ErrorCode::NoSpace) => {}
+            Answer::Failure(_) => drop(self.data.insert(ino, None)),
+        }
+    }
+
+    fn read(&mut self, ino: Ino, offset: u64, len: u32, answer: &Answer) {
+        let Answer::Reply { payload, .. } = answer else { return };
+        assert!(payload.len() <= len as usize, "a read answers at most what it asked");
+        let expected: &[u8] = match self.data.get(&ino) {
+            Some(Some(data)) => {
+                let start = offset.min(data.len() as u64) as usize;
+                let end = offset.saturating_add(len as u64).min(data.len() as u64) as usize;
+                &data[start..end.max(start)]
+            }
+            // Never written: no data file, nothing to read.
+            None => &[],
+            Some(None) => return,
+        };
+        assert!(
+            payload[..] == *expected,
+            "read {len} bytes at {offset} of {ino:#x}: {} bytes back, {} written there",
+            payload.len(),
+            expected.len()
+        );
+    }
+
+    /// The server after the run: still answering, its scans finish, its counts match them,
+    /// and (in client mode) its namespace is whole.
+    fn check(&mut self) {
+        let stats = self.conn.must(StatFs);
+        let (mut inodes, mut after) = (Vec::<InodeSummary>::new(), None);
+        loop {
+            let page = self.conn.must(ListInodes { after });
+            assert!(page.inodes.windows(2).all(|w| w[0].ino < w[1].ino), "inodes listed in order");
+            assert!(after.is_none_or(|a| page.inodes.first().is_none_or(|i| i.ino > a)), "a page starts after the last");
+            after = page.inodes.last().map(|i| i.ino);
+            inodes.extend(page.inodes);
+            if !page.more {
+                break;
+            }
+            assert!(after.is_some(), "a page with more has entries");
+        }
+        let (mut entries, mut after) = (Vec::<EntrySummary>::new(), None::<(Ino, String)>);
+        loop {
+            let page = self.conn.must(ListEntries { after: after.clone() });
+            let keys: Vec<(Ino, &str)> = page.entries.iter().map(|e| (e.dir, e.name.as_str())).collect();
+            assert!(keys.windows(2).all(|w| w[0] < w[1]), "entries listed in order");
+            if let (Some((d, n)), Some(first)) = (&after, keys.first()) {
+                assert!((*d, n.as_str()) < *first, "a page starts after the last");
+            }
+            after = page.entries.last().map(|e| (e.dir, e.name.clone()));
+            entries.extend(page.entries);
+            if !page.more {
+                break;
+            }
+            assert!(after.is_some(), "a page with more has entries");
+        }
+        let (mut files, mut after) = (Vec::<DataFileSummary>::new(), None);
+        loop {
+            let page = self.conn.must(ListDataFiles { after });
+            after = page.files.last().map(|f| f.ino);
+            files.extend(page.files);
+            if !page.more {
+                break;
+            }
+        }
+        let dirs = inodes.iter().filter(|i| i.kind == FileKind::Dir).count() as u64;
+        assert_eq!(
+            (stats.inodes, stats.dirs, stats.files),
+            (inodes.len() as u64, dirs, inodes.len() as u64 - dirs),
+            "StatFs counts what ListInodes lists"
+        );
+        let allocated: u64 = files.iter().map(|f| f.allocated).sum();
+        assert_eq!(stats.used, allocated, "used is what the data files hold ({files:?})");
+        for (ino, model) in &self.data {
+            if let Some(data) = model {
+                let len = files.iter().find(|f| f.ino == *ino).map_or(0, |f| f.len);
+                assert_eq!(len, data.len() as u64, "data file of {ino:#x} as long as written");
+            }
+        }
+        if !self.raw {
+            check_namespace(&inodes, &entries);
+        }
+    }
+}
+
+/// What a namespace share must be between whole operations of clients, on a one-server
+/// instance (where every inode is homed on server 0).
+fn check_namespace(inodes: &[InodeSummary], entries: &[EntrySummary]) {
+    let by_ino: HashMap<Ino, &InodeSummary> = inodes.iter().map(|i| (i.ino, i)).collect();
+    let mut names: HashMap<Ino, Vec<&EntrySummary>> = HashMap::new();
+    let mut subdirs: HashMap<Ino, u32> = HashMap::new();
+    for e in entries {
+        let inode = by_ino.get(&e.ino).unwrap_or_else(|| panic!("{:#x}/{} names inode {:#x}, which does not exist", e.dir, e.name, e.ino));
+        assert_eq!(inode.kind, e.kind, "{:#x}/{} names a {:?} as a {:?}", e.dir, e.name, inode.kind, e.kind);
+        assert!(!e.locked, "no rename holds {:#x}/{}", e.dir, e.name);
+        names.entry(e.ino).or_default().push(e);
+        if e.kind == FileKind::Dir {
+            *subdirs.entry(e.dir).or_default() += 1;
+        }
+    }
+    let root = by_ino.get(&ROOT_INO).expect("the root exists");
+    assert_eq!(root.dir.as_ref().map(|d| d.parent), Some(ROOT_INO), "the root is its own parent");
+    for inode in inodes {
+        let named = names.get(&inode.ino).map_or(&[][..], Vec::as_slice);
+        match &inode.dir {
+            Some(dir) => {
+                assert!(!dir.retired, "directory {:#x} retired", inode.ino);
+                let subdirs = subdirs.get(&inode.ino).copied().unwrap_or(0);
+                assert_eq!(inode.nlink, 2 + subdirs, "directory {:#x} with {subdirs} subdirectories", inode.ino);
+                if inode.ino != ROOT_INO {
+                    assert_eq!(named.len(), 1, "directory {:#x} named once: {named:?}", inode.ino);
+                    assert_eq!(named[0].dir, dir.parent, "directory {:#x}'s .. is what names it", inode.ino);
+                }
+            }
+            None => {
+                assert_eq!(
+                    inode.nlink as usize,
+                    named.len(),
+                    "{:?} {:#x} has {} links and {} names",
+                    inode.kind,
+                    inode.ino,
+                    inode.nlink,
+                    named.len()
+                );
+                assert!(inode.nlink > 0 || inode.opens > 0, "{:#x}: no name and nobody has it open, yet it exists", inode.ino);
+            }
+        }
+    }
+}
