@@ -5,10 +5,12 @@
 //! but Surge's own crates and tokio for that reason.
 //!
 //! * [`frame`]: the frame header and message decoders, on bytes as they come off the wire;
+//! * [`directives`]: any text as a batch script through the `#DW` parser;
 //! * [`requests`]: sequences of valid-looking requests against a real server, and the
 //!   namespace and data checked after each sequence;
 //! * [`input`]: how a target reads its choices out of the fuzzer's bytes.
 
+pub mod directives;
 pub mod frame;
 pub mod input;
 pub mod requests;

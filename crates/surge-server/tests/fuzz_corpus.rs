@@ -116,3 +116,35 @@ fn replay_or_keep(target: &str, index: usize, bytes: &[u8], run: fn(&[u8])) {
         panic!("{target} input {index} failed; kept in {}", path.display());
     }
 }
+
+#[test]
+fn directives_regressions_replay() {
+    for (path, bytes) in regressions("directives") {
+        eprintln!("replaying {}", path.display());
+        surge_fuzz::directives::run(&bytes);
+    }
+}
+
+/// Scripts of random lines built from the words of the `#DW` language (the fuzzer's
+/// dictionary) and random bytes.
+#[test]
+fn directives_short_run() {
+    let words: Vec<String> = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/directives.dict"))
+        .expect("the dictionary")
+        .lines()
+        .filter_map(|line| line.strip_prefix('"')?.strip_suffix('"').map(|w| w.replace("\\n", "\n")))
+        .collect();
+    assert!(words.len() > 20, "the dictionary was not read");
+    let mut rng = Rng(0xd1ec_7173);
+    for i in 0..20_000 {
+        let mut script = Vec::new();
+        for _ in 0..rng.next() % 24 {
+            match rng.next() % 8 {
+                0 => script.extend(rng.bytes(6)),
+                1 => script.push(b'\n'),
+                _ => script.extend(words[rng.next() as usize % words.len()].as_bytes()),
+            }
+        }
+        replay_or_keep("directives", i, &script, surge_fuzz::directives::run);
+    }
+}
