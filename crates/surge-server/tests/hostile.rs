@@ -174,3 +174,38 @@ async fn a_vanished_connection_gives_back_what_it_held() {
     let _ = std::fs::remove_dir_all(&root);
     result.unwrap();
 }
+
+/// A connection cannot release a handle another connection holds: the file an application
+/// has open stays readable after its name is removed, whatever a third party sends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_is_released_only_by_the_connection_that_opened_it() {
+    use surge_proto::namespace::{Commit, Create, Unlink};
+    let root = std::env::temp_dir().join(format!("surge-hostile-release-{}", std::process::id()));
+    let instance = InProcessInstance::start(&root, 1, 64 << 20).await.unwrap();
+    let result = tokio::task::spawn_blocking({
+        let (addr, secret) = (instance.addrs[0], instance.secret);
+        move || {
+            let mut owner = Raw::connect(addr, &secret);
+            let mut other = Raw::connect(addr, &secret);
+            let create = Create { parent: ROOT_INO, name: "held".into(), mode: 0o644, uid: 0, gid: 0, exclusive: true, open: true };
+            let (kind, message) = owner.ask(create.into(), &[]);
+            assert_eq!(kind, FrameKind::Reply);
+            let ino = decode_message::<surge_proto::DirEntry>(&message).unwrap().ino;
+            let (kind, _) = owner.ask(WriteData { ino, offset: 0 }.into(), b"still here");
+            assert_eq!(kind, FrameKind::Reply);
+            // Another connection "closes" it and removes its name.
+            let (kind, _) = other.ask(Commit { ino, size: Some(10), mtime: None, release: true }.into(), &[]);
+            assert_eq!(kind, FrameKind::Reply, "publishing a size is allowed");
+            let (kind, _) = other.ask(Unlink { parent: ROOT_INO, name: "held".into() }.into(), &[]);
+            assert_eq!(kind, FrameKind::Reply);
+            // The owner's handle holds the inode: its attributes and data are still there.
+            let (kind, message) = owner.ask(GetAttr { ino }.into(), &[]);
+            assert_eq!(kind, FrameKind::Reply, "the open file's inode went with another connection's release");
+            assert_eq!(decode_message::<Attr>(&message).unwrap().size, 10);
+        }
+    })
+    .await;
+    instance.stop().await;
+    let _ = std::fs::remove_dir_all(&root);
+    result.unwrap();
+}

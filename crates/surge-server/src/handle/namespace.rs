@@ -399,15 +399,20 @@ impl Step for Commit {
     }
 
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::InodeFate> {
+        // Only a handle this connection opened is released: another connection's stays open
+        // (its file is not purged under it). A client whose connection broke and came back
+        // releases nothing here, its handles went with the old connection.
+        let mut held = false;
         if self.release {
             if let Some(count) = cx.opens.get_mut(&self.ino) {
+                held = true;
                 *count -= 1;
                 if *count == 0 {
                     cx.opens.remove(&self.ino);
                 }
             }
         }
-        cx.meta.commit(self.ino, self.size, self.mtime, self.release)
+        cx.meta.commit(self.ino, self.size, self.mtime, held)
     }
 
     fn effects(&self, fate: &surge_proto::InodeFate) -> Effects {

@@ -559,8 +559,14 @@ impl MetaStore {
         self.insert_inode(ino, FileKind::Dir, mode, uid, gid, Body::Dir(dir))
     }
 
+    /// Deletes a directory inode whose name is elsewhere (a mkdir undone, a directory removed
+    /// from another server's parent). Files lose their inode through their links only.
     pub fn drop_inode(&mut self, ino: Ino) -> Result<()> {
-        if self.inode(ino)?.attr.kind == FileKind::Dir && !self.local_dir_is_empty(ino)? {
+        Self::not_root(ino)?;
+        if self.inode(ino)?.attr.kind != FileKind::Dir {
+            return fail(ErrorCode::Invalid, "only a directory's inode is dropped; a file goes with its last link");
+        }
+        if !self.local_dir_is_empty(ino)? {
             return fail(ErrorCode::NotEmpty, "directory not empty");
         }
         self.remove_inode(ino);
@@ -646,7 +652,17 @@ impl MetaStore {
         Ok(())
     }
 
+    /// The steps that take a directory apart or move it refuse the root: nothing names it, so
+    /// no client can have a reason to ask.
+    fn not_root(ino: Ino) -> Result<()> {
+        if ino == ino::ROOT_INO {
+            return fail(ErrorCode::Invalid, "the root directory cannot be removed or moved");
+        }
+        Ok(())
+    }
+
     pub fn set_retired(&mut self, ino: Ino, retired: bool) -> Result<()> {
+        Self::not_root(ino)?;
         let inode = self.inode_mut(ino)?;
         let Body::Dir(dir) = &mut inode.body else {
             return fail(ErrorCode::NotDir, "not a directory");
@@ -674,6 +690,7 @@ impl MetaStore {
     }
 
     pub fn set_parent(&mut self, ino: Ino, parent: Ino) -> Result<()> {
+        Self::not_root(ino)?;
         match &mut self.inode_mut(ino)?.body {
             Body::Dir(dir) => {
                 dir.parent = parent;
@@ -990,5 +1007,20 @@ mod tests {
         let (rest, more) = s.readdir(ROOT_INO, Some(&first.last().unwrap().name), 100).unwrap();
         assert!(!more);
         assert_eq!(first.len() + rest.len(), 10);
+    }
+
+    /// Steps a client has no reason to send for the root or for a file are refused, whoever
+    /// sends them: a hostile or broken client cannot take the namespace apart with them.
+    #[test]
+    fn the_root_and_files_are_not_dropped_moved_or_retired() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let file = s.create(ROOT_INO, "f", 0o644, 0, 0, true, false).unwrap();
+        for outcome in [s.drop_inode(ROOT_INO), s.set_parent(ROOT_INO, file.ino), s.set_retired(ROOT_INO, true)] {
+            assert_eq!(outcome.unwrap_err().code, ErrorCode::Invalid);
+        }
+        assert_eq!(s.drop_inode(file.ino).unwrap_err().code, ErrorCode::Invalid);
+        assert_eq!(s.lookup(ROOT_INO, "f").unwrap().ino, file.ino, "the file is still there");
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0);
+        s.drop_inode(dir.ino).unwrap();
     }
 }
