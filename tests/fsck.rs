@@ -149,16 +149,16 @@ async fn fsck_of_a_busy_instance_reports_nothing_false() {
     for i in 0..7 {
         c.mkdir(&format!("/w{i}"), 0o755).await.unwrap();
     }
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let (stop, rounds) = (std::sync::Arc::new(AtomicBool::new(false)), std::sync::Arc::new(AtomicU64::new(0)));
     let busy = {
-        let (c, stop) = (c.clone(), stop.clone());
+        let (c, stop, rounds) = (c.clone(), stop.clone(), rounds.clone());
         tokio::spawn(async move {
             let mut i = 0u64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) {
                 let dir = format!("/w{}", i % 7);
                 c.mkdir(&format!("{dir}/sub{i}"), 0o755).await.unwrap();
                 c.rename(&format!("{dir}/sub{i}"), &format!("/w{}/sub{i}", (i + 1) % 7)).await.unwrap();
-
                 let f = c.create(&format!("{dir}/f{i}"), 0o644).await.unwrap();
                 f.pwrite(0, &pattern(i, 1 << 20 | 17)).await.unwrap();
                 f.close().await.unwrap();
@@ -167,17 +167,21 @@ async fn fsck_of_a_busy_instance_reports_nothing_false() {
                     c.unlink(&format!("/w{}/g{i}", (i + 3) % 7)).await.unwrap();
                 }
                 i += 1;
+                rounds.store(i, Ordering::Relaxed);
             }
-            i
         })
     };
-    for _ in 0..3 {
+    // Checks while the workload runs, until it has gone through 20 rounds (however loaded the
+    // machine), at least 3 of them.
+    let mut checks = 0;
+    while checks < 3 || rounds.load(Ordering::Relaxed) < 20 {
         let out = inst.surge(&["fsck", &inst.name]);
-        assert!(out.status.success(), "{}", text(&out));
+        assert!(out.status.success(), "check {checks} during {} rounds: {}", rounds.load(Ordering::Relaxed), text(&out));
+        checks += 1;
+        assert!(checks < 500, "the workload is stuck at {} rounds", rounds.load(Ordering::Relaxed));
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let steps = busy.await.unwrap();
-    assert!(steps > 10, "the workload barely ran ({steps} rounds)");
+    stop.store(true, Ordering::Relaxed);
+    busy.await.unwrap();
 }
 
 async fn dir_inos(c: &surge_client::Client, n: usize) -> Vec<u64> {
