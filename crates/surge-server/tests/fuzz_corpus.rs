@@ -132,7 +132,7 @@ fn directives_short_run() {
     let words: Vec<String> = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/directives.dict"))
         .expect("the dictionary")
         .lines()
-        .filter_map(|line| line.strip_prefix('"')?.strip_suffix('"').map(|w| w.replace("\\n", "\n")))
+        .filter_map(|line| line.strip_prefix('"')?.strip_suffix('"').map(|w| w.replace("\\x0a", "\n")))
         .collect();
     assert!(words.len() > 20, "the dictionary was not read");
     let mut rng = Rng(0xd1ec_7173);
