@@ -80,7 +80,7 @@ def metrics_table(jobs: pd.DataFrame, predictions: pd.DataFrame,
 def prepare(trace: Trace) -> Batch:
     """All jobs of a trace with their history and model features (computed once)."""
     history = history_features(trace.jobs)
-    return Batch(trace.jobs, history, model_frame(trace.jobs, history))
+    return Batch(trace.jobs, history, model_frame(trace.jobs, history, trace.timezone))
 
 
 def rolling_evaluate(trace: Trace, models: list[WalltimeModel] | None = None,

@@ -72,13 +72,21 @@ def history_features(jobs: pd.DataFrame) -> pd.DataFrame:
     }, index=jobs.index)
 
 
-def model_frame(jobs: pd.DataFrame, history: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The :data:`MODEL_FEATURES` matrix (NaN = no history yet; the models impute)."""
+def model_frame(jobs: pd.DataFrame, history: pd.DataFrame | None = None,
+                timezone: str | None = None) -> pd.DataFrame:
+    """The :data:`MODEL_FEATURES` matrix (NaN = no history yet; the models impute).
+
+    ``timezone`` (the trace's ``TimeZoneString``) makes hour and weekday the site's local
+    ones; without it they are UTC.
+    """
     if history is None:
         history = history_features(jobs)
     req = jobs["req_time"].to_numpy(np.float64)
-    # Submit times are Unix seconds in most traces; hour/weekday are good enough in UTC.
-    stamp = pd.to_datetime(jobs["submit"], unit="s")
+    # Submit times are Unix seconds (the SWF reader adds UnixStartTime). Users work by the
+    # local clock, so hour and weekday are local where the trace names its time zone.
+    stamp = pd.to_datetime(jobs["submit"], unit="s", utc=True)
+    if timezone:
+        stamp = stamp.dt.tz_convert(timezone)
     user_median_req = jobs.groupby("user")["req_time"].transform(
         lambda s: s.expanding().median())  # requests are known at submit: no leakage
     return pd.DataFrame({
