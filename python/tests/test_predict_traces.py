@@ -178,3 +178,23 @@ def test_header_disagreeing_with_machines_file_warns_and_wins(tmp_path):
 def test_wagap_says_its_machines_file_names_more_nodes_than_the_jobs_used():
     trace = read_trace(swf_trace("alea_wagap-2013.swf.gz"))
     assert any("describes 68 nodes, the trace's node lists name 44" in w for w in trace.warnings)
+
+
+def test_unrecorded_waits_stay_unknown(tmp_path):
+    from surge.predict.simulate import refined_walltime, simulate
+    from surge.predict.study import compare_to_real
+
+    path = tmp_path / "nowait.swf"
+    path.write_text(HEADER + JOBS.replace("1 0 10 100", "1 0 -1 100").replace("3 7200 5", "3 7200 -1"))
+    trace = read_trace(path)
+    assert trace.jobs["wait"].isna().tolist() == [True, False, True]
+    assert trace.has_waits
+    check = compare_to_real(trace, simulate(trace, refined_walltime(trace.jobs, 1.0)))
+    assert check["jobs with a recorded wait"] == 1 and "same node list" not in check
+    none = tmp_path / "none.swf"
+    none.write_text(HEADER + JOBS.replace(" 10 100", " -1 100").replace(" 0 50", " -1 50")
+                    .replace(" 5 20", " -1 20"))
+    trace = read_trace(none)
+    assert not trace.has_waits
+    with pytest.raises(ValueError, match="records neither real waits nor real node lists"):
+        compare_to_real(trace, simulate(trace, refined_walltime(trace.jobs, 1.0)))

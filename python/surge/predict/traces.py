@@ -93,6 +93,11 @@ class Trace:
         return Trace(self.jobs.iloc[:n].reset_index(drop=True), self.machine, self.source,
                      self.layout, dict(self.dropped), lists, self.timezone, list(self.warnings))
 
+    @property
+    def has_waits(self) -> bool:
+        """Whether the trace records how long its jobs really waited."""
+        return bool(self.jobs["wait"].notna().any())
+
     def local_time(self, seconds) -> pd.DatetimeIndex:
         """Unix seconds as the site's local time (UTC when the trace names no time zone)."""
         stamps = pd.to_datetime(np.atleast_1d(np.asarray(seconds, dtype=np.float64)), unit="s",
@@ -517,7 +522,9 @@ def _finish(jobs: pd.DataFrame, machine: Machine, source: str, layout: str,
     jobs = jobs.iloc[order].reset_index(drop=True)
     if node_lists is not None:
         node_lists = [node_lists[i] for i in order]
-    jobs["wait"] = jobs["wait"].clip(lower=0)
+    # SWF writes -1 for "not recorded": such waits stay unknown (NaN), not zero, so that a
+    # comparison with the real schedule never counts them as jobs that started at once.
+    jobs["wait"] = jobs["wait"].where(jobs["wait"] >= 0)
     for name in ("nodes", "ppn"):
         jobs[name] = jobs[name].clip(lower=1).astype(np.int64)
     jobs["user"] = jobs["user"].astype(str)
