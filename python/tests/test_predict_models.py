@@ -101,6 +101,7 @@ def test_metrics_by_hand():
     assert table.loc["m", "within_10min"] == pytest.approx(1.0)
     assert table.loc["request", "median_AE_min"] == pytest.approx(40.0)
     assert table.loc["m", "gain_vs_request"] == pytest.approx(8.0)
+    assert table.loc["m", "users"] == 0          # nobody has 5 jobs here
 
 
 SCATTER = 0.5
@@ -155,3 +156,21 @@ def test_enforced_limit_grace():
     # 1% of the jobs may run past request + grace: the 99th percentile of run - request.
     assert enforced_limit_grace(batch) == pytest.approx(60.0 + 0.01 * (5400 - 60), rel=0.05)
     assert enforced_limit_grace(Batch(jobs.assign(run=10.0), jobs, jobs)) == 0.0
+
+
+def test_per_user_figures_name_their_users_and_spread_over_seeds(wagap):
+    from surge.predict.evaluate import rerun_spread
+
+    def make(seed):
+        return [UserRequest(), LastTwo(), GradientBoosting(seed)]
+
+    first, table, per_seed = rerun_spread(wagap.head(1500), make, seeds=3, folds=1)
+    counts = first.jobs.groupby("user").size()
+    assert (table["users"] == (counts >= 5).sum()).all()
+    assert table.loc["last-2", "seeds"] == 1 and table.loc["last-2", "user_gain_sd"] == 0
+    assert table.loc["gboost", "seeds"] == 3
+    gains = per_seed.loc[per_seed["model"] == "gboost", "user_gain_vs_request"]
+    assert table.loc["gboost", "user_gain_min"] == gains.min()
+    assert table.loc["gboost", "user_gain_max"] == gains.max()
+    assert table.loc["gboost", "user_gain_min"] <= table.loc["gboost", "user_gain_vs_request"] \
+        <= table.loc["gboost", "user_gain_max"]

@@ -47,30 +47,41 @@ def _stem(path: Path) -> str:
 
 
 def cmd_evaluate(args) -> int:
-    from .evaluate import format_table, rolling_evaluate
+    from .evaluate import MIN_USER_JOBS, format_table, rerun_spread
     from .models import default_models
     from .plots import error_cdf
 
     trace = _load(args)
-    models = default_models(args.automl_budget, args.user_budget, args.automl_users)
-    if args.models:
-        wanted = args.models.split(",")
-        unknown = set(wanted) - {m.name for m in models}
-        if unknown:
-            raise SystemExit(f"unknown model(s): {', '.join(sorted(unknown))}; "
-                             f"known: {', '.join(m.name for m in models)}")
-        # automl-user predicts through the global automl model: keep it when asked for.
-        needed = set(wanted) | ({"automl"} if "automl-user" in wanted else set())
-        models = [m for m in models if m.name in needed]
+    known = [m.name for m in default_models(args.automl_budget, args.user_budget,
+                                            args.automl_users)]
+    wanted = args.models.split(",") if args.models else known
+    unknown = set(wanted) - set(known)
+    if unknown:
+        raise SystemExit(f"unknown model(s): {', '.join(sorted(unknown))}; "
+                         f"known: {', '.join(known)}")
+    # automl-user predicts through the global automl model: keep it when asked for; the
+    # request is every gain's reference.
+    needed = set(wanted) | ({"automl"} if "automl-user" in wanted else set()) | {"request"}
+
+    def make_models(seed: int):
+        return [m for m in default_models(args.automl_budget, args.user_budget,
+                                          args.automl_users, seed) if m.name in needed]
+
+    if args.seeds < 1:
+        raise ValueError("--seeds must be >= 1")
     progress = (lambda msg: print(msg, file=sys.stderr)) if args.verbose else None
-    evaluation = rolling_evaluate(trace, models, folds=args.folds, progress=progress)
-    table = evaluation.metrics()
+    evaluation, table, per_seed = rerun_spread(trace, make_models, args.seeds, args.folds,
+                                               progress)
     print(f"# {_stem(args.trace)}: {len(evaluation.jobs)} jobs predicted, time-ordered "
-          f"({args.folds} rolling folds); errors in minutes")
+          f"({args.folds} rolling folds); errors in minutes; per-user figures over the "
+          f"'users' users with >= {MIN_USER_JOBS} predicted jobs"
+          + (f"; user_gain_min/max/sd over {args.seeds} seeds of the random models"
+             if args.seeds > 1 else ""))
     print(format_table(table))
     args.out.mkdir(parents=True, exist_ok=True)
     stem = _stem(args.trace)
     table.to_csv(args.out / f"{stem}-metrics.csv")
+    per_seed.to_csv(args.out / f"{stem}-metrics-seeds.csv", index=False)
     job_errors = evaluation.predictions.sub(evaluation.jobs["run"], axis=0).abs() / 60.0
     plot = error_cdf(evaluation.user_median_errors(), job_errors,
                      f"{stem}: walltime prediction error (time-ordered)",
@@ -169,6 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
                           help="users with their own AutoML model per fold (0 = none)")
     evaluate.add_argument("--user-budget", type=float, default=3.0,
                           help="FLAML seconds per user model")
+    evaluate.add_argument("--seeds", type=int, default=1,
+                          help="rerun the models whose fits are random (gboost, cautious, "
+                               "AutoML) with this many seeds and show the per-user gain's "
+                               "spread (default 1)")
     evaluate.set_defaults(func=cmd_evaluate)
 
     simulate = sub.add_parser("simulate", help="scheduler simulation: how early node lists are known")

@@ -62,6 +62,9 @@ class WalltimeModel:
 
     name = "model"
     description = ""
+    #: Whether the model's predictions depend on a random seed (reruns differ).
+    random = False
+    seed = 0
 
     def fit(self, train: Batch) -> "WalltimeModel":
         return self
@@ -134,6 +137,10 @@ class LinearModel(_LogTargetModel):
 class GradientBoosting(_LogTargetModel):
     name = "gboost"
     description = "histogram gradient boosting on log runtime (global)"
+    random = True        # early stopping holds out a random tenth of the training jobs
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
 
     def make(self):
         # User and queue codes stay numeric: HistGradientBoosting's categorical support
@@ -142,7 +149,7 @@ class GradientBoosting(_LogTargetModel):
         # mira (median AE 13.4 vs 18.1 min), worse on RICC (31.1 vs 22.9 min) and 2-3x
         # slower to fit on RICC's 360,000 jobs, so the cheaper loss stays.
         return HistGradientBoostingRegressor(max_iter=200, learning_rate=0.1,
-                                             early_stopping=True, random_state=0)
+                                             early_stopping=True, random_state=self.seed)
 
 
 def enforced_limit_grace(train: Batch, share: float = 0.01) -> float:
@@ -189,19 +196,20 @@ class Cautious(WalltimeModel):
     """
 
     name = "cautious"
+    random = True
 
     def __init__(self, target: float = 0.05, quantile: float = 0.9,
                  cuts: tuple[float, ...] = (0.6, 0.8), safety: float = 0.01,
-                 window: int = 100_000):
+                 window: int = 100_000, seed: int = 0):
         self.target, self.quantile, self.cuts, self.safety = target, quantile, cuts, safety
-        self.window = window
+        self.window, self.seed = window, seed
         self.description = (f"upper quantile: quantile-loss gradient boosting calibrated on "
                             f"later training jobs to under-estimate <= {target:.0%}")
 
     def make(self, quantile: float):
         return HistGradientBoostingRegressor(loss="quantile", quantile=quantile, max_iter=200,
                                              learning_rate=0.1, early_stopping=True,
-                                             random_state=0)
+                                             random_state=self.seed)
 
     def _fit_pair(self, features: pd.DataFrame, share: np.ndarray):
         features, share = features.iloc[-self.window:], share[-self.window:]
@@ -261,6 +269,7 @@ class AutoML(WalltimeModel):
     """FLAML AutoML over the whole training window, with a time budget (seconds)."""
 
     name = "automl"
+    random = True
 
     def __init__(self, budget: float = 30.0, seed: int = 0):
         self.budget, self.seed = budget, seed
@@ -307,10 +316,12 @@ class AutoMLPerUser(WalltimeModel):
     """
 
     name = "automl-user"
+    random = True
 
     def __init__(self, base: AutoML, users: int = 10, user_budget: float = 3.0,
                  min_user_jobs: int = 50):
         self.base, self.users, self.user_budget = base, users, user_budget
+        self.seed = base.seed
         self.min_user_jobs = min_user_jobs
         self.description = (f"FLAML AutoML per user, {user_budget:g} s for each of the "
                             f"{users} most active users, global model for the rest")
@@ -345,12 +356,13 @@ class AutoMLPerUser(WalltimeModel):
 
 
 def default_models(automl_budget: float = 30.0, user_budget: float = 3.0,
-                   automl_users: int = 10) -> list[WalltimeModel]:
-    """The issue's model set, cheapest first. ``automl_budget <= 0`` leaves AutoML out."""
+                   automl_users: int = 10, seed: int = 0) -> list[WalltimeModel]:
+    """The full model set, cheapest first. ``automl_budget <= 0`` leaves AutoML out; ``seed``
+    seeds the models whose fits are random (``random = True``)."""
     models: list[WalltimeModel] = [UserRequest(), LastTwo(), AleaPercentage(), LinearModel(),
-                                   GradientBoosting(), Cautious()]
+                                   GradientBoosting(seed), Cautious(seed=seed)]
     if automl_budget > 0:
-        global_automl = AutoML(automl_budget)
+        global_automl = AutoML(automl_budget, seed)
         models.append(global_automl)
         if automl_users > 0:
             models.append(AutoMLPerUser(global_automl, automl_users, user_budget))
