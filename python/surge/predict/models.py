@@ -197,6 +197,7 @@ class Cautious(WalltimeModel):
 
     name = "cautious"
     random = True
+    min_spread = 0.05
 
     def __init__(self, target: float = 0.05, quantile: float = 0.9,
                  cuts: tuple[float, ...] = (0.6, 0.8), safety: float = 0.01,
@@ -215,11 +216,10 @@ class Cautious(WalltimeModel):
         features, share = features.iloc[-self.window:], share[-self.window:]
         return self.make(self.quantile).fit(features, share), self.make(0.5).fit(features, share)
 
-    @staticmethod
-    def _bound_and_spread(pair, features: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    def _bound_and_spread(self, pair, features: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         upper = pair[0].predict(features)
         # A floor on the spread: identical quantiles would make k meaningless for that job.
-        return upper, np.maximum(upper - pair[1].predict(features), 0.05)
+        return upper, np.maximum(upper - pair[1].predict(features), self.min_spread)
 
     def _limit(self, batch: Batch) -> np.ndarray:
         return batch.request + self.grace
