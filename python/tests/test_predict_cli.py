@@ -145,3 +145,20 @@ def test_parse_size():
     assert parse_size("40GiB") == 40 * 2**30
     assert parse_size("2.5e9") == 2.5e9
     assert parse_size("800MB/s") == 800e6
+
+
+def test_advice_with_too_few_comparable_jobs():
+    # One node. B and C wait ~2,000 s behind A; L starts at 2,500 s and runs 5,000 s; D,
+    # submitted at 3,000 s, waits for L. Staging D's input takes 1,000 s: there is time, and
+    # only B and C (already started when D is submitted) waited that long - too few to tell.
+    rows = [(0.0, 2000.0), (1.0, 10.0), (2.0, 10.0), (2500.0, 5000.0), (3000.0, 50.0)]
+    jobs = pd.DataFrame(rows, columns=["submit", "run"]).assign(
+        req_time=lambda f: f["run"], wait=0.0, job_id=range(5), procs=1, nodes=1, ppn=1,
+        user="u", group=0, queue="q", status=1)
+    trace = Trace(jobs, Machine(np.array([1]), ["n0"]), "few", "swf")
+    advice = advise(trace, 4, 1000.0, 1.0, refined_walltime(jobs, 1.0), estimate="request",
+                    min_confidence=0.0)
+    assert advice.can_stage and advice.confidence_jobs == 2 and not advice.advised
+    text = advice.render()
+    assert "only 2 earlier jobs waited that long: too few to tell" in text
+    assert "confidence               too few jobs to tell: 2 of the 2 earlier jobs" in text

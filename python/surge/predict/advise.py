@@ -31,6 +31,8 @@ from .traces import Trace
 
 #: Confidence is estimated over at most this many of the most recent earlier jobs.
 HISTORY_JOBS = 5000
+#: Fewer earlier jobs than this that waited as long are too few to give a confidence.
+MIN_EVIDENCE = 10
 
 
 @dataclass
@@ -84,6 +86,10 @@ class Advice:
         elif self.confidence_jobs == 0:
             lines.append("advice                   DO NOT PRE-STAGE: there is time, but no earlier "
                          "job waited that long, so nothing shows how often node lists hold that long")
+        elif self.confidence_jobs < MIN_EVIDENCE:
+            lines.append(f"advice                   DO NOT PRE-STAGE: there is time, but only "
+                         f"{self.confidence_jobs} earlier jobs waited that long: too few to tell "
+                         "how often node lists hold that long")
         else:
             lines.append("advice                   DO NOT PRE-STAGE: there is time, but node lists "
                          "are rarely known that early (confidence below the minimum)")
@@ -93,6 +99,11 @@ class Advice:
         elif self.confidence_jobs == 0:
             lines.append(f"confidence               unknown: none of the {self.history_jobs} earlier "
                          f"jobs with a known outcome waited {needed_text} + margin or longer")
+        elif self.confidence_jobs < MIN_EVIDENCE:
+            kept = round(self.confidence * self.confidence_jobs)
+            lines.append(f"confidence               too few jobs to tell: {kept} of the "
+                         f"{self.confidence_jobs} earlier jobs that waited at least the staging "
+                         f"time kept their predicted node list that long")
         else:
             lines.append(f"confidence               {100 * self.confidence:.0f}% of the "
                          f"{self.confidence_jobs} earlier jobs that waited at least the staging "
@@ -161,7 +172,7 @@ def advise(trace: Trace, job_id: int, stage_bytes: float, bandwidth: float,
         predicted_start=predicted_start,
         predicted_nodes=[known.machine.names[i] for i in predicted_nodes],
         can_stage=bool(can_stage),
-        advised=bool(can_stage and len(waited) and confidence >= min_confidence),
+        advised=bool(can_stage and len(waited) >= MIN_EVIDENCE and confidence >= min_confidence),
         begin_at=predicted_start - needed if can_stage else None,
         confidence=confidence if can_stage and len(waited) else float("nan"),
         confidence_jobs=len(waited),
