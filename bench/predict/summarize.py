@@ -100,7 +100,7 @@ def target_table(out: Path) -> str:
     def gain(row) -> str:
         text = f"{row['user_gain_vs_request']:.1f}x"
         if row.get("seeds", 1) > 1:
-            text += f" ({row['user_gain_min']:.1f}-{row['user_gain_max']:.1f}x, {int(row['seeds'])} seeds)"
+            text += f" ({row['user_gain_min']:.2f}-{row['user_gain_max']:.2f}x, {int(row['seeds'])} seeds)"
         return text
 
     rows = []
