@@ -39,6 +39,11 @@ def evaluation_tables(out: Path) -> str:
             "gain vs request": table["gain_vs_request"].map("{:.2f}x".format),
             "per-user median AE [min]": table["user_median_AE_min"].map("{:.1f}".format),
             "per-user gain": table["user_gain_vs_request"].map("{:.2f}x".format),
+            **({"per-user gain over seeds (min-max)": [
+                f"{lo:.2f}-{hi:.2f}x" if n > 1 else "-" for lo, hi, n in
+                zip(table["user_gain_min"], table["user_gain_max"], table["seeds"])]}
+               if "seeds" in table else {}),
+            **({"users": table["users"].astype(int)} if "users" in table else {}),
             "MAE [min]": table["MAE_min"].map("{:.0f}".format),
             "under-estimated": (100 * table["under_rate"]).map("{:.1f}%".format),
             "within 10 min": (100 * table["within_10min"]).map("{:.1f}%".format),
@@ -63,16 +68,78 @@ def lead_time_tables(out: Path) -> str:
     return "\n".join(parts)
 
 
+def cautious_table(out: Path) -> str:
+    """The cautious model against the best median model (by MAE) on every trace."""
+    rows = []
+    for trace in TRACES:
+        path = out / f"{trace}-metrics.csv"
+        if not path.exists():
+            continue
+        table = pd.read_csv(path, index_col="model")
+        if "cautious" not in table.index:
+            continue
+        median_models = table.drop(index=["request", "cautious"])
+        best = median_models["MAE_min"].idxmin()
+        cautious = table.loc["cautious"]
+        rows.append({
+            "trace": trace,
+            "cautious under-estimated": f"{100 * cautious['under_rate']:.1f}%",
+            "cautious MAE [min]": f"{cautious['MAE_min']:.0f}",
+            "best median model (MAE)": best,
+            "its MAE [min]": f"{table.loc[best, 'MAE_min']:.0f}",
+            "MAE ratio": f"{cautious['MAE_min'] / table.loc[best, 'MAE_min']:.2f}x",
+            "request MAE [min]": f"{table.loc['request', 'MAE_min']:.0f}",
+            "request under-estimated": f"{100 * table.loc['request', 'under_rate']:.1f}%",
+        })
+    return markdown(pd.DataFrame(rows).set_index("trace")) if rows else ""
+
+
+def target_table(out: Path) -> str:
+    """Per-user gain against seed 002's 8.9x: the best median model per trace, the number of
+    users the figure rests on, and its spread over seeds where the model is random."""
+    def gain(row) -> str:
+        text = f"{row['user_gain_vs_request']:.1f}x"
+        if row.get("seeds", 1) > 1:
+            text += f" ({row['user_gain_min']:.2f}-{row['user_gain_max']:.2f}x, {int(row['seeds'])} seeds)"
+        return text
+
+    rows = []
+    for trace in TRACES:
+        path = out / f"{trace}-metrics.csv"
+        if not path.exists():
+            continue
+        table = pd.read_csv(path, index_col="model")
+        median_models = table.drop(index=[m for m in ("request", "cautious") if m in table.index])
+        best = median_models["user_gain_vs_request"].idxmax()
+        rows.append({
+            "trace": trace,
+            "users": int(table.loc["request", "users"]) if "users" in table else "?",
+            "request per-user median AE": f"{table.loc['request', 'user_median_AE_min']:.1f} min",
+            "best model (per-user)": f"{best}, {table.loc[best, 'user_median_AE_min']:.1f} min",
+            "its per-user gain": f"**{gain(table.loc[best])}**",
+            "AutoML global / per user": (f"{gain(table.loc['automl'])} / "
+                                         f"{gain(table.loc['automl-user'])}"
+                                         if "automl-user" in table.index else "-"),
+            ">= 8.9x": "yes" if table.loc[best, "user_gain_vs_request"] >= 8.9 else "no",
+        })
+    return markdown(pd.DataFrame(rows).set_index("trace")) if rows else ""
+
+
 def main() -> None:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path("bench/predict/out")
     print("### Walltime models\n")
     print(evaluation_tables(out))
+    print("### Per-user gain against seed 002's 8.9x\n")
+    print(target_table(out) + "\n")
+    print("### Cautious model against the best median model\n")
+    print(cautious_table(out) + "\n")
     print("### Node-list lead time\n")
     print(lead_time_tables(out))
-    real = out / "alea_wagap-2013-vs-real.csv"
-    if real.exists():
-        print("### Simulated vs real schedule (alea_wagap-2013)\n")
-        print(markdown(pd.read_csv(real, index_col=0).round(3)))
+    for trace in TRACES:
+        real = out / f"{trace}-vs-real.csv"
+        if real.exists():
+            print(f"### Simulated vs real schedule ({trace})\n")
+            print(markdown(pd.read_csv(real, index_col=0).round(3)) + "\n")
 
 
 if __name__ == "__main__":

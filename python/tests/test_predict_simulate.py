@@ -119,3 +119,13 @@ def test_study_table_and_real_node_lists():
 def test_lead_classes():
     classes = lead_class(np.array([0, 5, 5, 900, 900]), np.array([0, 0.5, 1, 599, 600]))
     assert list(classes) == ["instant", "< 1 s", "1 s - 10 min", "1 s - 10 min", "> 10 min"]
+
+
+@pytest.mark.parametrize("policy", ["conservative", "easy"])
+def test_job_outliving_its_estimate_at_an_event_keeps_its_nodes(policy):
+    # A is estimated at 50 s but runs 100 s; B arrives exactly when A's estimate runs out and
+    # needs both nodes. B must wait for A's real end, not start on A's node at t=50.
+    trace = _tiny([(0, 100, 200, 1, 1), (50, 10, 10, 2, 1)], nodes=2)
+    result = simulate(trace, np.array([50.0, 10.0]), policy)
+    assert result.jobs["start"].iloc[1] >= 100
+    assert not _overallocated(trace, result)

@@ -113,3 +113,88 @@ def test_sacct_bad_time_and_missing_columns():
 
 def test_hostlist_expansion():
     assert expand_hostlist("cn[01-03,07],gpu1") == ["cn01", "cn02", "cn03", "cn07", "gpu1"]
+
+
+HEADER = """; Version: 2.2
+; Computer: Test cluster
+; UnixStartTime: 1272639895
+; TimeZoneString: Asia/Tokyo
+; MaxJobs: 3
+; MaxRecords: 3
+; MaxNodes: 4
+; MaxProcs: 32
+; Queue: 1 batch
+; Queue: 2 debug
+;
+"""
+JOBS = """1 0 10 100 8 -1 -1 8 600 -1 1 1 1 -1 1 -1 -1 -1
+2 3600 0 50 16 -1 -1 16 120 -1 1 2 1 -1 2 -1 -1 -1
+3 7200 5 20 4 -1 -1 4 60 -1 1 1 1 -1 1 -1 -1 -1
+"""
+
+
+def test_swf_header_fields_are_read_and_honoured(tmp_path):
+    from surge.predict.features import model_frame
+    from surge.predict.traces import parse_swf_header
+
+    header = parse_swf_header(HEADER + JOBS + "; Note: after the jobs, not header\n")
+    assert header.number("UnixStartTime") == 1272639895
+    assert header.text("TimeZoneString") == "Asia/Tokyo"
+    assert header.fields["queue"] == ["1 batch", "2 debug"]
+    assert header.text("Note") is None
+    path = tmp_path / "small.swf"
+    path.write_text(HEADER + JOBS)
+    trace = read_trace(path)
+    assert trace.warnings == []
+    # Submit times are relative to UnixStartTime: job 1 was submitted at 2010-05-01 00:04:55 JST.
+    assert trace.jobs["submit"].iloc[0] == 1272639895
+    assert str(trace.local_time(trace.jobs["submit"].iloc[0])[0]) == "2010-05-01 00:04:55+09:00"
+    features = model_frame(trace.jobs, timezone=trace.timezone)
+    assert list(features["hour"]) == [0, 1, 2]          # local hours, not UTC's 15, 16, 17
+    assert trace.machine.size == 4 and set(trace.machine.cores) == {8}
+    assert "2010-05-01" in trace.summary() and "Asia/Tokyo" in trace.summary()
+
+
+def test_header_disagreeing_with_machines_file_warns_and_wins(tmp_path):
+    path = tmp_path / "small.swf"
+    path.write_text(HEADER.replace("MaxRecords: 3", "MaxRecords: 5") + JOBS)
+    (tmp_path / "small.swf.machines").write_text("0 alpha 2 8 1 100\n1 beta 4 12 1 100\n")
+    trace = read_trace(path)
+    assert trace.machine.size == 4 and set(trace.machine.cores) == {8}      # the header's
+    text = trace.summary()
+    assert "warning: the header declares 5 records, the file has 3 job lines" in text
+    assert ("warning: the SWF header says MaxNodes 4, MaxProcs 32; the .machines file says "
+            "6 nodes, 64 cores (2 alpha nodes x 8 cores + 4 beta nodes x 12 cores): using "
+            "the header") in text
+    # Without a header the .machines file sets the machine, and nothing needs a warning.
+    bare = tmp_path / "bare.swf"
+    bare.write_text(JOBS)
+    (tmp_path / "bare.swf.machines").write_text("0 alpha 4 8 1 100\n")
+    trace = read_trace(bare)
+    assert trace.machine.size == 4 and set(trace.machine.cores) == {8} and not trace.warnings
+    assert trace.jobs["submit"].iloc[0] == 0
+
+
+def test_wagap_says_its_machines_file_names_more_nodes_than_the_jobs_used():
+    trace = read_trace(swf_trace("alea_wagap-2013.swf.gz"))
+    assert any("describes 68 nodes, the trace's node lists name 44" in w for w in trace.warnings)
+
+
+def test_unrecorded_waits_stay_unknown(tmp_path):
+    from surge.predict.simulate import refined_walltime, simulate
+    from surge.predict.study import compare_to_real
+
+    path = tmp_path / "nowait.swf"
+    path.write_text(HEADER + JOBS.replace("1 0 10 100", "1 0 -1 100").replace("3 7200 5", "3 7200 -1"))
+    trace = read_trace(path)
+    assert trace.jobs["wait"].isna().tolist() == [True, False, True]
+    assert trace.has_waits
+    check = compare_to_real(trace, simulate(trace, refined_walltime(trace.jobs, 1.0)))
+    assert check["jobs with a recorded wait"] == 1 and "same node list" not in check
+    none = tmp_path / "none.swf"
+    none.write_text(HEADER + JOBS.replace(" 10 100", " -1 100").replace(" 0 50", " -1 50")
+                    .replace(" 5 20", " -1 20"))
+    trace = read_trace(none)
+    assert not trace.has_waits
+    with pytest.raises(ValueError, match="records neither real waits nor real node lists"):
+        compare_to_real(trace, simulate(trace, refined_walltime(trace.jobs, 1.0)))

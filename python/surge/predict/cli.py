@@ -47,30 +47,41 @@ def _stem(path: Path) -> str:
 
 
 def cmd_evaluate(args) -> int:
-    from .evaluate import format_table, rolling_evaluate
+    from .evaluate import MIN_USER_JOBS, format_table, rerun_spread
     from .models import default_models
     from .plots import error_cdf
 
     trace = _load(args)
-    models = default_models(args.automl_budget, args.user_budget, args.automl_users)
-    if args.models:
-        wanted = args.models.split(",")
-        unknown = set(wanted) - {m.name for m in models}
-        if unknown:
-            raise SystemExit(f"unknown model(s): {', '.join(sorted(unknown))}; "
-                             f"known: {', '.join(m.name for m in models)}")
-        # automl-user predicts through the global automl model: keep it when asked for.
-        needed = set(wanted) | ({"automl"} if "automl-user" in wanted else set())
-        models = [m for m in models if m.name in needed]
+    known = [m.name for m in default_models(args.automl_budget, args.user_budget,
+                                            args.automl_users)]
+    wanted = args.models.split(",") if args.models else known
+    unknown = set(wanted) - set(known)
+    if unknown:
+        raise SystemExit(f"unknown model(s): {', '.join(sorted(unknown))}; "
+                         f"known: {', '.join(known)}")
+    # automl-user predicts through the global automl model: keep it when asked for; the
+    # request is every gain's reference.
+    needed = set(wanted) | ({"automl"} if "automl-user" in wanted else set()) | {"request"}
+
+    def make_models(seed: int):
+        return [m for m in default_models(args.automl_budget, args.user_budget,
+                                          args.automl_users, seed) if m.name in needed]
+
+    if args.seeds < 1:
+        raise ValueError("--seeds must be >= 1")
     progress = (lambda msg: print(msg, file=sys.stderr)) if args.verbose else None
-    evaluation = rolling_evaluate(trace, models, folds=args.folds, progress=progress)
-    table = evaluation.metrics()
+    evaluation, table, per_seed = rerun_spread(trace, make_models, args.seeds, args.folds,
+                                               progress)
     print(f"# {_stem(args.trace)}: {len(evaluation.jobs)} jobs predicted, time-ordered "
-          f"({args.folds} rolling folds); errors in minutes")
+          f"({args.folds} rolling folds); errors in minutes; per-user figures over the "
+          f"'users' users with >= {MIN_USER_JOBS} predicted jobs"
+          + (f"; user_gain_min/max/sd over {args.seeds} seeds of the random models"
+             if args.seeds > 1 else ""))
     print(format_table(table))
     args.out.mkdir(parents=True, exist_ok=True)
     stem = _stem(args.trace)
     table.to_csv(args.out / f"{stem}-metrics.csv")
+    per_seed.to_csv(args.out / f"{stem}-metrics-seeds.csv", index=False)
     job_errors = evaluation.predictions.sub(evaluation.jobs["run"], axis=0).abs() / 60.0
     plot = error_cdf(evaluation.user_median_errors(), job_errors,
                      f"{stem}: walltime prediction error (time-ordered)",
@@ -91,15 +102,19 @@ def walltime_for(trace, spec: str, folds: int = 4):
     return learned_walltime(trace, spec, folds)
 
 
+def uses_true_runtime(spec: str) -> bool:
+    """``lambda=X`` with X < 1 mixes in the job's real runtime: an oracle, not a prediction."""
+    return spec.startswith("lambda=") and float(spec.split("=", 1)[1]) < 1.0
+
+
 def cmd_simulate(args) -> int:
     from .plots import lead_time_bars
     from .study import compare_to_real, format_shares, lead_time_study, replay_node_choice
 
     trace = _load(args)
     lambdas = [float(x) for x in args.lambdas.split(",")] if args.lambdas else []
-    learned = None
-    if args.learned != "none":
-        learned = (args.learned, walltime_for(trace, args.learned))
+    names = [] if args.learned == "none" else args.learned.split(",")
+    learned = [(name, walltime_for(trace, name)) for name in names]
     progress = (lambda msg: print(msg, file=sys.stderr)) if args.verbose else None
     table, runs = lead_time_study(trace, args.policies.split(","), lambdas, learned,
                                   depth=args.depth, progress=progress)
@@ -107,18 +122,24 @@ def cmd_simulate(args) -> int:
     print(f"# {stem}: node-list lead time (share of jobs per class), {len(trace.jobs)} jobs, "
           f"planning depth {args.depth}")
     print(format_shares(table))
+    if any(lam < 1 for lam in lambdas):
+        print("note: lambda < 1 plans with each job's true runtime (T_run + lambda (T_req - "
+              "T_run)): an oracle bound, not something a scheduler can know")
     args.out.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.out / f"{stem}-leadtime.csv")
     from .simulate import LEAD_CLASSES
     plot = lead_time_bars(table[LEAD_CLASSES], f"{stem}: how long before the start the node "
                           "list was known", args.out / f"{stem}-leadtime.png")
-    if trace.node_lists is not None:
-        print(f"\n# simulated vs real schedule ({stem} records the real node lists)")
+    if trace.has_waits or trace.node_lists is not None:
+        what = "waits and node lists" if trace.node_lists is not None and trace.has_waits else \
+            "node lists" if trace.node_lists is not None else "waits"
+        print(f"\n# simulated vs real schedule ({stem} records the real {what})")
         checks = {f"{r.policy} {r.label}": compare_to_real(trace, r) for r in runs
-                  if r.label in ("lambda=1", args.learned)}
+                  if r.label == "lambda=1" or r.label in names}
         comparison = pd.DataFrame(checks)
         print(comparison.to_string(float_format=lambda v: f"{v:.3f}"))
         comparison.to_csv(args.out / f"{stem}-vs-real.csv")
+    if trace.node_lists is not None:
         print(f"\n# node-selection rule replayed on the real schedule")
         print(replay_node_choice(trace).to_string(float_format=lambda v: f"{v:.3f}"))
     print(f"wrote {args.out / (stem + '-leadtime.csv')} and {plot}", file=sys.stderr)
@@ -128,11 +149,16 @@ def cmd_simulate(args) -> int:
 def cmd_advise(args) -> int:
     from .advise import advise, parse_size
 
+    oracle = uses_true_runtime(args.estimate)
+    if oracle and not args.oracle:
+        raise ValueError(f"--estimate {args.estimate} plans with each job's true runtime "
+                         "(T_run + lambda (T_req - T_run)), which nobody knows when a job is "
+                         "submitted: an oracle. Add --oracle to run it as a what-if")
     trace = _load(args)
     walltime = walltime_for(trace, args.estimate)
     advice = advise(trace, args.job, parse_size(args.stage_bytes), parse_size(args.bandwidth),
                     walltime, policy=args.policy, margin=args.margin, depth=args.depth,
-                    min_confidence=args.min_confidence)
+                    min_confidence=args.min_confidence, estimate=args.estimate, oracle=oracle)
     print(advice.render())
     return 0
 
@@ -154,6 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
                           help="users with their own AutoML model per fold (0 = none)")
     evaluate.add_argument("--user-budget", type=float, default=3.0,
                           help="FLAML seconds per user model")
+    evaluate.add_argument("--seeds", type=int, default=1,
+                          help="rerun the models whose fits are random (gboost, cautious, "
+                               "AutoML) with this many seeds and show the per-user gain's "
+                               "spread (default 1)")
     evaluate.set_defaults(func=cmd_evaluate)
 
     simulate = sub.add_parser("simulate", help="scheduler simulation: how early node lists are known")
@@ -162,9 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
                           help="comma-separated: fcfs, easy, conservative")
     simulate.add_argument("--lambdas", default="1,0.5,0.25,0.1,0.05,0",
                           help="refined walltime T~ = T_run + lambda (T_req - T_run)")
-    simulate.add_argument("--learned", default="gboost",
-                          help="also simulate with this model's time-ordered predictions "
-                               "(last-2, alea, linear, gboost, automl; none = skip)")
+    simulate.add_argument("--learned", default="gboost,cautious",
+                          help="also simulate with these models' time-ordered predictions, "
+                               "comma-separated (last-2, alea, linear, gboost, cautious, "
+                               "automl; none = skip)")
     simulate.add_argument("--depth", type=int, default=100,
                           help="queued jobs planned per pass (like Slurm's bf_max_job_test)")
     simulate.set_defaults(func=cmd_simulate)
@@ -175,8 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
     advise.add_argument("--stage-bytes", required=True, help="bytes to stage, e.g. 200GiB")
     advise.add_argument("--bandwidth", required=True, help="staging bandwidth, e.g. 2GB/s")
     advise.add_argument("--policy", default="conservative", choices=["fcfs", "easy", "conservative"])
-    advise.add_argument("--estimate", default="gboost",
-                        help="scheduler walltimes: request, lambda=X, or a model name")
+    advise.add_argument("--estimate", default="cautious",
+                        help="scheduler walltimes: a model name (default cautious: the upper-"
+                             "quantile model, under-estimates <= 5%%), request, or lambda=X")
+    advise.add_argument("--oracle", action="store_true",
+                        help="allow --estimate lambda=X with X < 1, which uses each job's true "
+                             "runtime (a what-if, not something a scheduler can know)")
     advise.add_argument("--margin", type=float, default=0.1,
                         help="safety margin as a fraction of the staging time (default 0.1)")
     advise.add_argument("--min-confidence", type=float, default=0.5,

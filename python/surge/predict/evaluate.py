@@ -64,6 +64,8 @@ def metrics_table(jobs: pd.DataFrame, predictions: pd.DataFrame,
             "MAE_min": error.mean(),
             "median_AE_min": np.median(error),
             "user_median_AE_min": per_user.median() if len(per_user) else np.nan,
+            # How many users the per-user figures rest on (a few users can swing them).
+            "users": len(per_user),
             "under_rate": np.mean(pred < run),
             "within_10min": np.mean(error * 60.0 <= WITHIN_SECONDS),
             "fit_s": (fit_seconds or {}).get(name, 0.0),
@@ -80,7 +82,7 @@ def metrics_table(jobs: pd.DataFrame, predictions: pd.DataFrame,
 def prepare(trace: Trace) -> Batch:
     """All jobs of a trace with their history and model features (computed once)."""
     history = history_features(trace.jobs)
-    return Batch(trace.jobs, history, model_frame(trace.jobs, history))
+    return Batch(trace.jobs, history, model_frame(trace.jobs, history, trace.timezone))
 
 
 def rolling_evaluate(trace: Trace, models: list[WalltimeModel] | None = None,
@@ -119,6 +121,36 @@ def rolling_evaluate(trace: Trace, models: list[WalltimeModel] | None = None,
                       {m.name: m.description for m in models})
 
 
+def rerun_spread(trace: Trace, make_models, seeds: int, folds: int = 4,
+                 progress=None) -> tuple[Evaluation, pd.DataFrame, pd.DataFrame]:
+    """Evaluate with seed 0, then rerun the models whose fits are random with seeds 1..N-1.
+
+    ``make_models(seed)`` returns the model list for a seed. Returns the seed-0 evaluation,
+    its metrics table with the spread of the per-user gain over the seeds beside it
+    (``user_gain_min``/``_max``/``_sd``; deterministic models get their single value), and
+    the per-seed metrics (long format, for the CSV).
+    """
+    first = rolling_evaluate(trace, make_models(0), folds=folds, progress=progress)
+    tables = [first.metrics().assign(seed=0)]
+    for seed in range(1, seeds):
+        models = [m for m in make_models(seed) if m.random]
+        if not models:
+            break
+        if progress:
+            progress(f"rerun with seed {seed}: {', '.join(m.name for m in models)}")
+        rerun = rolling_evaluate(trace, models, folds=folds, progress=progress)
+        # The gain needs the request's per-user error: the same for every seed.
+        table = metrics_table(rerun.jobs, rerun.predictions.assign(
+            request=first.predictions["request"]), rerun.fit_seconds).drop(index="request")
+        tables.append(table.assign(seed=seed))
+    per_seed = pd.concat(tables).reset_index()
+    spread = per_seed.groupby("model", sort=False)["user_gain_vs_request"].agg(
+        user_gain_min="min", user_gain_max="max", user_gain_sd="std", seeds="size")
+    spread["user_gain_sd"] = spread["user_gain_sd"].fillna(0.0)
+    table = first.metrics().join(spread)
+    return first, table, per_seed
+
+
 def format_table(table: pd.DataFrame) -> str:
     """The metrics table as aligned text, the way the CLI prints it."""
     shown = table.copy()
@@ -127,7 +159,9 @@ def format_table(table: pd.DataFrame) -> str:
         shown[column] = (100 * shown[column]).map("{:.1f}%".format)
     for column in ("MAE_min", "median_AE_min", "user_median_AE_min", "fit_s"):
         shown[column] = shown[column].map("{:.1f}".format)
-    for column in ("gain_vs_request", "user_gain_vs_request"):
+    for column in ("gain_vs_request", "user_gain_vs_request", "user_gain_min", "user_gain_max"):
         if column in shown:
             shown[column] = shown[column].map("{:.2f}x".format)
+    if "user_gain_sd" in shown:
+        shown["user_gain_sd"] = shown["user_gain_sd"].map("{:.2f}".format)
     return shown.to_string()

@@ -15,7 +15,8 @@ import pandas as pd
 MODEL_FEATURES = [
     "log_req_time", "log_procs", "log_nodes", "hour", "weekday",
     "hist_count", "log_last1", "log_last2", "log_user_mean", "user_ratio_mean",
-    "user_ratio_last5_max", "log_user_median_req_ratio", "queue_code", "user_code",
+    "user_ratio_last5_max", "user_ratio_last20_max", "user_ratio_max",
+    "log_user_median_req_ratio", "queue_code", "user_code",
 ]
 
 
@@ -34,7 +35,9 @@ def history_features(jobs: pd.DataFrame) -> pd.DataFrame:
     user = pd.factorize(jobs["user"])[0].astype(np.int64)
     submit = jobs["submit"].to_numpy(np.float64)
     run = jobs["run"].to_numpy(np.float64)
-    end = submit + jobs["wait"].to_numpy(np.float64) + run
+    # Where the trace does not record the wait, the job is taken to have started at once:
+    # the earliest it can have ended (the only choice, and the same for every model).
+    end = submit + np.nan_to_num(jobs["wait"].to_numpy(np.float64), nan=0.0) + run
     ratio = np.minimum(run / jobs["req_time"].to_numpy(np.float64), 1.0)
 
     # Sort every job by (user, end); a job's history is the prefix of its user's block
@@ -62,23 +65,37 @@ def history_features(jobs: pd.DataFrame) -> pd.DataFrame:
         out[has] = values[pos[has] - k]
         return out
 
-    last5 = np.vstack([lag(k, ratio_sorted) for k in range(1, 6)])
-    ratio_last5_max = np.where(count > 0, np.nanmax(np.where(np.isnan(last5), -1, last5), axis=0),
-                               np.nan)
+    def last_max(k: int, values: np.ndarray) -> np.ndarray:
+        lags = np.vstack([lag(i, values) for i in range(1, k + 1)])
+        return np.where(count > 0, np.nanmax(np.where(np.isnan(lags), -1, lags), axis=0), np.nan)
+
+    # Largest used/requested ratio over the user's whole ended history: the user's own
+    # evidence of how close to the limit their jobs can get (the cautious model's input).
+    ratio_cummax = pd.Series(ratio_sorted).groupby(user[order]).cummax().to_numpy()
+    ratio_max = np.where(count > 0, ratio_cummax[np.maximum(pos - 1, 0)], np.nan)
     return pd.DataFrame({
         "hist_count": count, "last1": lag(1, run_sorted), "last2": lag(2, run_sorted),
-        "user_mean": user_mean, "ratio_mean": ratio_mean, "ratio_last5_max": ratio_last5_max,
-        "end": end,
+        "user_mean": user_mean, "ratio_mean": ratio_mean,
+        "ratio_last5_max": last_max(5, ratio_sorted), "ratio_last20_max": last_max(20, ratio_sorted),
+        "ratio_max": ratio_max, "end": end,
     }, index=jobs.index)
 
 
-def model_frame(jobs: pd.DataFrame, history: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The :data:`MODEL_FEATURES` matrix (NaN = no history yet; the models impute)."""
+def model_frame(jobs: pd.DataFrame, history: pd.DataFrame | None = None,
+                timezone: str | None = None) -> pd.DataFrame:
+    """The :data:`MODEL_FEATURES` matrix (NaN = no history yet; the models impute).
+
+    ``timezone`` (the trace's ``TimeZoneString``) makes hour and weekday the site's local
+    ones; without it they are UTC.
+    """
     if history is None:
         history = history_features(jobs)
     req = jobs["req_time"].to_numpy(np.float64)
-    # Submit times are Unix seconds in most traces; hour/weekday are good enough in UTC.
-    stamp = pd.to_datetime(jobs["submit"], unit="s")
+    # Submit times are Unix seconds (the SWF reader adds UnixStartTime). Users work by the
+    # local clock, so hour and weekday are local where the trace names its time zone.
+    stamp = pd.to_datetime(jobs["submit"], unit="s", utc=True)
+    if timezone:
+        stamp = stamp.dt.tz_convert(timezone)
     user_median_req = jobs.groupby("user")["req_time"].transform(
         lambda s: s.expanding().median())  # requests are known at submit: no leakage
     return pd.DataFrame({
@@ -93,6 +110,8 @@ def model_frame(jobs: pd.DataFrame, history: pd.DataFrame | None = None) -> pd.D
         "log_user_mean": _log(history["user_mean"].to_numpy()),
         "user_ratio_mean": history["ratio_mean"].to_numpy(),
         "user_ratio_last5_max": history["ratio_last5_max"].to_numpy(),
+        "user_ratio_last20_max": history["ratio_last20_max"].to_numpy(),
+        "user_ratio_max": history["ratio_max"].to_numpy(),
         "log_user_median_req_ratio": _log(req) - _log(user_median_req.to_numpy(np.float64)),
         "queue_code": pd.factorize(jobs["queue"])[0],
         "user_code": pd.factorize(jobs["user"])[0],

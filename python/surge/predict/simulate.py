@@ -246,7 +246,10 @@ def simulate(trace: Trace, walltime: np.ndarray, policy: str = "conservative",
             free_now[running.pop(job)] += cores[job]
             if predicted_end.pop(job) != now:
                 dirty = True      # ended before its estimate: the plan can move up
-        while estimated_ends and estimated_ends[0][0] < now:
+        # "<=": a job still running when its estimate runs out *now* has outlived it too. With
+        # "<" its end stayed at `now`, which the rebuilt profile drops as past, so its nodes
+        # were never freed in the plan and a job needing them could not be placed at all.
+        while estimated_ends and estimated_ends[0][0] <= now:
             end, job = heapq.heappop(estimated_ends)
             if predicted_end.get(job) == end:
                 # Outlived its estimate: the scheduler now assumes the hard limit.

@@ -35,12 +35,14 @@ def learned_walltime(trace: Trace, model_name: str = "gboost", folds: int = 4) -
 
 
 def lead_time_study(trace: Trace, policies=POLICIES, lambdas=LAMBDAS,
-                    learned: tuple[str, np.ndarray] | None = None, depth: int = 100,
+                    learned: list[tuple[str, np.ndarray]] = (), depth: int = 100,
                     progress=None) -> tuple[pd.DataFrame, list[Simulation]]:
-    """One row per (policy, estimate): class shares, waits and simulation cost."""
+    """One row per (policy, estimate): class shares, waits and simulation cost.
+
+    ``learned`` holds (name, walltime per job) pairs of learned predictors to simulate too.
+    """
     settings = [(f"lambda={lam:g}", refined_walltime(trace.jobs, lam)) for lam in lambdas]
-    if learned is not None:
-        settings.append(learned)
+    settings += list(learned)
     rows, runs = [], []
     for policy in policies:
         for label, walltime in settings:
@@ -63,35 +65,42 @@ def _median_queued_lead(result: Simulation) -> float:
 
 
 def compare_to_real(trace: Trace, result: Simulation) -> pd.Series:
-    """How the simulated schedule relates to the real one (needs real node lists).
+    """How the simulated schedule relates to the real one.
 
-    Exact node-list agreement is a demanding test (the real scheduler had queues, fair-share
-    and node properties the trace does not record), so the overlap and the wait-time
-    statistics are reported next to it.
+    Waits are compared for every trace that records them (jobs whose wait is unknown are
+    left out); node lists only where the trace records them too. Exact node-list agreement
+    is a demanding test (the real scheduler had queues, fair-share and node properties the
+    trace does not record), so the overlap and the wait statistics are reported next to it.
     """
-    if trace.node_lists is None:
-        raise ValueError(f"{trace.source} records no real node lists")
-    same = np.array([np.array_equal(np.sort(a), np.sort(b))
-                     for a, b in zip(result.nodes, trace.node_lists)])
-    overlap = np.array([len(np.intersect1d(a, b)) / len(np.union1d(a, b)) if len(b) else np.nan
-                        for a, b in zip(result.nodes, trace.node_lists)])
-    real_wait = trace.jobs["wait"].to_numpy()
-    sim_wait = result.jobs["wait"].to_numpy()
-    return pd.Series({
-        "jobs": len(same),
-        "same node list": same.mean(),
-        "mean node overlap (Jaccard)": np.nanmean(overlap),
-        # The real scheduler works in cycles: a start within a minute counts as "at once".
-        "real: started within 1 min": np.mean(real_wait <= 60),
-        "simulated: started within 1 min": np.mean(sim_wait <= 60),
-        "real mean wait [min]": real_wait.mean() / 60,
-        "simulated mean wait [min]": sim_wait.mean() / 60,
-        "real median wait [min]": np.median(real_wait) / 60,
-        "simulated median wait [min]": np.median(sim_wait) / 60,
-        # Undefined (NaN) when every simulated job started at once.
-        "wait rank correlation": (pd.Series(real_wait).corr(pd.Series(sim_wait), method="spearman")
-                                  if np.ptp(sim_wait) > 0 else np.nan),
-    })
+    if not trace.has_waits and trace.node_lists is None:
+        raise ValueError(f"{trace.source} records neither real waits nor real node lists")
+    rows: dict[str, float] = {"jobs": len(result.jobs)}
+    if trace.node_lists is not None:
+        same = np.array([np.array_equal(np.sort(a), np.sort(b))
+                         for a, b in zip(result.nodes, trace.node_lists)])
+        overlap = np.array([len(np.intersect1d(a, b)) / len(np.union1d(a, b)) if len(b) else np.nan
+                            for a, b in zip(result.nodes, trace.node_lists)])
+        rows["same node list"] = same.mean()
+        rows["mean node overlap (Jaccard)"] = np.nanmean(overlap)
+    if trace.has_waits:
+        known = trace.jobs["wait"].notna().to_numpy()
+        real_wait = trace.jobs["wait"].to_numpy()[known]
+        sim_wait = result.jobs["wait"].to_numpy()[known]
+        rows.update({
+            "jobs with a recorded wait": int(known.sum()),
+            # The real scheduler works in cycles: a start within a minute counts as "at once".
+            "real: started within 1 min": np.mean(real_wait <= 60),
+            "simulated: started within 1 min": np.mean(sim_wait <= 60),
+            "real mean wait [min]": real_wait.mean() / 60,
+            "simulated mean wait [min]": sim_wait.mean() / 60,
+            "real median wait [min]": np.median(real_wait) / 60,
+            "simulated median wait [min]": np.median(sim_wait) / 60,
+            # Undefined (NaN) when every simulated job started at once.
+            "wait rank correlation": (pd.Series(real_wait).corr(pd.Series(sim_wait),
+                                                                method="spearman")
+                                      if np.ptp(sim_wait) > 0 else np.nan),
+        })
+    return pd.Series(rows)
 
 
 def format_shares(table: pd.DataFrame) -> str:

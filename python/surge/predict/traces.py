@@ -14,6 +14,16 @@ Supported layouts
 ``alea``     the Alea simulator's SWF variant: 18 SWF columns, then the node-ID list of every
              allocated CPU (``{1240,1240,...}``), the queue name and the resource request.
 ``sacct``    ``sacct --parsable2`` output with a header line (``|``-separated).
+
+SWF header
+----------
+The comment lines at the top of an SWF file (``; Key: value``) are read into
+:class:`SwfHeader`. ``UnixStartTime`` is added to the submit times (SWF times are seconds
+since that moment, so without it RICC's jobs would seem to start in January 1970),
+``TimeZoneString`` sets the local time the hour/weekday features use, and ``MaxNodes`` /
+``MaxProcs`` set the machine. Where the header and a ``.machines`` file beside the trace
+describe different machines, the header wins and a warning says so
+(``Trace.warnings``, printed with the trace summary).
 """
 
 from __future__ import annotations
@@ -72,17 +82,35 @@ class Trace:
     dropped: dict[str, int] = field(default_factory=dict)
     #: Real allocations (list of machine node indices per job) when the trace records them.
     node_lists: list[np.ndarray] | None = None
+    #: IANA time zone of the site (SWF ``TimeZoneString``); None = UTC.
+    timezone: str | None = None
+    #: Things the reader noticed and the user should know (header vs .machines file, ...).
+    warnings: list[str] = field(default_factory=list)
 
     def head(self, n: int) -> "Trace":
         """The first ``n`` jobs (in submit order): small, time-contiguous slices for tests."""
         lists = None if self.node_lists is None else self.node_lists[:n]
         return Trace(self.jobs.iloc[:n].reset_index(drop=True), self.machine, self.source,
-                     self.layout, dict(self.dropped), lists)
+                     self.layout, dict(self.dropped), lists, self.timezone, list(self.warnings))
+
+    @property
+    def has_waits(self) -> bool:
+        """Whether the trace records how long its jobs really waited."""
+        return bool(self.jobs["wait"].notna().any())
+
+    def local_time(self, seconds) -> pd.DatetimeIndex:
+        """Unix seconds as the site's local time (UTC when the trace names no time zone)."""
+        stamps = pd.to_datetime(np.atleast_1d(np.asarray(seconds, dtype=np.float64)), unit="s",
+                                utc=True)
+        return stamps.tz_convert(self.timezone) if self.timezone else stamps
 
     def summary(self) -> str:
         dropped = ", ".join(f"{n} {why}" for why, n in self.dropped.items() if n) or "none"
-        return (f"{self.source}: {len(self.jobs)} jobs ({self.layout} layout), "
-                f"{self.machine.size} nodes, dropped: {dropped}")
+        first, last = self.local_time(self.jobs["submit"].iloc[[0, -1]].to_numpy())
+        text = (f"{self.source}: {len(self.jobs)} jobs ({self.layout} layout), "
+                f"{self.machine.size} nodes, submitted {first:%Y-%m-%d} to {last:%Y-%m-%d} "
+                f"({self.timezone or 'UTC'}), dropped: {dropped}")
+        return "\n".join([text] + [f"warning: {w}" for w in self.warnings])
 
 
 def _open_text(path: Path) -> str:
@@ -130,9 +158,51 @@ def detect_layout(text: str) -> str:
     return "swf"
 
 
-def _header_value(text: str, key: str) -> float | None:
-    match = re.search(rf"^;\s*{key}:\s*(\d+)", text, flags=re.MULTILINE)
-    return float(match.group(1)) if match else None
+@dataclass
+class SwfHeader:
+    """The ``; Key: value`` comment lines of an SWF file (the Parallel Workloads Archive's
+    header). Repeated keys (``Queue``, ``Partition``, ``Note``) keep every value."""
+
+    fields: dict[str, list[str]] = field(default_factory=dict)
+
+    def text(self, key: str) -> str | None:
+        values = self.fields.get(key.lower())
+        return values[0] if values else None
+
+    def number(self, key: str) -> float | None:
+        """The leading number of a field; None when absent or not a number (e.g. ``-1``)."""
+        match = re.match(r"\s*(\d+(?:\.\d*)?)", self.text(key) or "")
+        return float(match.group(1)) if match else None
+
+
+def parse_swf_header(text: str) -> SwfHeader:
+    """Read the header comments that come before the first job line."""
+    header = SwfHeader()
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if not stripped.startswith(";"):
+            break                      # the header ends at the first job line
+        key, colon, value = stripped[1:].partition(":")
+        if colon and key.strip() and " " not in key.strip():
+            header.fields.setdefault(key.strip().lower(), []).append(value.strip())
+    return header
+
+
+def read_machines_file(path: Path) -> list[tuple[str, int, int]]:
+    """Alea's ``.machines`` file: one cluster per line, ``id name nodes cores ...``."""
+    clusters = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        parts = line.split()
+        if not parts:
+            continue
+        try:
+            clusters.append((parts[1], int(parts[2]), int(parts[3])))
+        except (IndexError, ValueError):
+            raise TraceFormatError(str(path), number,
+                                   "expected 'id name nodes cores ...'") from None
+    return clusters
 
 
 def _split_swf(text: str, source: str, min_fields: int) -> tuple[list[list[str]], list[int]]:
@@ -171,6 +241,8 @@ def read_swf_text(text: str, source: str = "<swf>", layout: str = "swf",
                   machines_file: Path | None = None) -> Trace:
     """Parse SWF text in one of the ``swf``/``argonne``/``alea`` layouts."""
     rows, numbers = _split_swf(text, source, 21 if layout == "alea" else 18)
+    header = parse_swf_header(text)
+    warnings: list[str] = []
     values = _numeric_block(rows, numbers, source, 18)
     col = {name: values[:, i] for i, name in enumerate(
         ["job_id", "submit", "wait", "run", "alloc", "cpu", "mem", "req_procs", "req_time",
@@ -188,21 +260,71 @@ def read_swf_text(text: str, source: str = "<swf>", layout: str = "swf",
         "queue": col["queue"].astype(np.int64).astype(str), "status": col["status"].astype(np.int64),
     })
     jobs["line"] = numbers
+    start = header.number("UnixStartTime")
+    if start is not None:
+        # SWF submit times count from UnixStartTime; traces without it (Theta, Mira) already
+        # hold Unix times.
+        jobs["submit"] = jobs["submit"] + start
+    declared = header.number("MaxRecords") or header.number("MaxJobs")
+    if declared is not None and int(declared) != len(rows):
+        warnings.append(f"the header declares {int(declared)} records, the file has "
+                        f"{len(rows)} job lines (truncated or concatenated trace?)")
+    clusters = read_machines_file(machines_file) if machines_file else None
     node_lists = None
     if layout == "alea":
-        machine, node_lists, jobs = _alea_allocations(rows, numbers, source, jobs, machines_file)
+        machine, node_lists, jobs = _alea_allocations(rows, numbers, source, jobs, clusters,
+                                                      header, warnings)
     else:
-        machine, jobs = _swf_machine(text, jobs, layout)
-    return _finish(jobs, machine, source, layout, node_lists)
+        machine, jobs = _swf_machine(header, jobs, layout, clusters, warnings)
+    trace = _finish(jobs, machine, source, layout, node_lists)
+    trace.timezone = _timezone(header.text("TimeZoneString"), warnings)
+    trace.warnings = warnings
+    return trace
 
 
-def _swf_machine(text: str, jobs: pd.DataFrame, layout: str) -> tuple[Machine, pd.DataFrame]:
-    """Nodes and cores per node from the SWF header; jobs get a (nodes, ppn) shape."""
-    max_nodes = _header_value(text, "MaxNodes")
-    max_procs = _header_value(text, "MaxProcs")
+def _timezone(name: str | None, warnings: list[str]) -> str | None:
+    if not name:
+        return None
+    try:
+        pd.Timestamp(0, tz=name)
+    except Exception:  # noqa: BLE001 - pandas raises several types for unknown zones
+        warnings.append(f"unknown TimeZoneString {name!r}: local times are shown in UTC")
+        return None
+    return name
+
+
+def _machines_text(clusters: list[tuple[str, int, int]]) -> str:
+    return " + ".join(f"{nodes} {name} nodes x {cores} cores" for name, nodes, cores in clusters)
+
+
+def _swf_machine(header: SwfHeader, jobs: pd.DataFrame, layout: str,
+                 clusters: list[tuple[str, int, int]] | None,
+                 warnings: list[str]) -> tuple[Machine, pd.DataFrame]:
+    """Nodes and cores per node from the SWF header (else the ``.machines`` file, else the
+    largest job); jobs get a (nodes, ppn) shape."""
+    max_nodes = header.number("MaxNodes")
+    max_procs = header.number("MaxProcs")
+    if clusters:
+        file_nodes = sum(nodes for _, nodes, _ in clusters)
+        file_procs = sum(nodes * cores for _, nodes, cores in clusters)
+        if max_nodes is None and max_procs is None:
+            max_nodes, max_procs = float(file_nodes), float(file_procs)
+        elif (max_nodes is not None and int(max_nodes) != file_nodes) or \
+                (max_procs is not None and int(max_procs) != file_procs):
+            warnings.append(
+                f"the SWF header says MaxNodes {_int_or_dash(max_nodes)}, MaxProcs "
+                f"{_int_or_dash(max_procs)}; the .machines file says {file_nodes} nodes, "
+                f"{file_procs} cores ({_machines_text(clusters)}): using the header")
     if max_nodes is None:
-        max_nodes = max_procs if max_procs is not None else float(jobs["procs"].max())
+        if max_procs is None:
+            max_procs = float(jobs["procs"].max())
+            warnings.append(f"no MaxNodes/MaxProcs in the header and no .machines file: the "
+                            f"machine is taken to be the largest job, {int(max_procs)} processors")
+        max_nodes = max_procs
     cores = 1 if layout == "argonne" or not max_procs else max(1, int(max_procs // max_nodes))
+    if layout != "argonne" and max_procs and int(max_procs) != cores * int(max_nodes):
+        warnings.append(f"MaxProcs {int(max_procs)} is not a multiple of MaxNodes "
+                        f"{int(max_nodes)}: simulating {int(max_nodes)} nodes x {cores} cores")
     procs = jobs["procs"].clip(lower=1).to_numpy()
     # Jobs smaller than a node share it; larger ones take whole nodes (the usual cluster
     # policy, and the only one the SWF record lets us infer).
@@ -215,6 +337,10 @@ def _swf_machine(text: str, jobs: pd.DataFrame, layout: str) -> tuple[Machine, p
     return Machine(np.full(count, cores, dtype=np.int64), names, unit), jobs
 
 
+def _int_or_dash(value: float | None) -> str:
+    return "-" if value is None else str(int(value))
+
+
 def _allocation_unit(nodes: np.ndarray, max_nodes: int) -> int:
     """Largest power-of-two block that 95% of jobs use whole multiples of (Mira: 512)."""
     unit = 1
@@ -224,12 +350,13 @@ def _allocation_unit(nodes: np.ndarray, max_nodes: int) -> int:
     return unit
 
 
-def _alea_allocations(rows, numbers, source, jobs, machines_file):
+def _alea_allocations(rows, numbers, source, jobs, clusters, header, warnings):
     """Real per-job node lists of the Alea variant, and the machine they define.
 
     The node IDs in the trace are site IDs; the machine is the set of IDs that occur, each
     sized by the smallest cluster in the ``.machines`` file whose nodes can hold the largest
-    per-node CPU count seen on it.
+    per-node CPU count seen on it. Nodes that no job ever used cannot be placed on real node
+    IDs, so they are left out, and a warning says how many that is.
     """
     per_job = []
     for row, number in zip(rows, numbers):
@@ -251,9 +378,15 @@ def _alea_allocations(rows, numbers, source, jobs, machines_file):
         np.maximum.at(max_per_node, idx, counts)
         shapes[j] = (len(idx), counts.max() if len(counts) else 0)
         lists.append(idx)
-    sizes = sorted(int(line.split()[3]) for line in machines_file.read_text().splitlines()
-                   if line.strip()) if machines_file else []
+    sizes = sorted(cores for _, _, cores in clusters) if clusters else []
     cores = np.array([next((s for s in sizes if s >= m), m) for m in max_per_node], dtype=np.int64)
+    described = header.number("MaxNodes") or \
+        (sum(nodes for _, nodes, _ in clusters) if clusters else None)
+    if described is not None and int(described) != len(site_ids):
+        where = "the SWF header" if header.number("MaxNodes") else \
+            f"the .machines file ({_machines_text(clusters)})"
+        warnings.append(f"{where} describes {int(described)} nodes, the trace's node lists "
+                        f"name {len(site_ids)}: simulating the {len(site_ids)} nodes jobs used")
     jobs = jobs.assign(nodes=shapes[:, 0], ppn=shapes[:, 1],
                        queue=[row[19] for row in rows])
     return Machine(cores, [str(i) for i in site_ids]), lists, jobs
@@ -389,7 +522,9 @@ def _finish(jobs: pd.DataFrame, machine: Machine, source: str, layout: str,
     jobs = jobs.iloc[order].reset_index(drop=True)
     if node_lists is not None:
         node_lists = [node_lists[i] for i in order]
-    jobs["wait"] = jobs["wait"].clip(lower=0)
+    # SWF writes -1 for "not recorded": such waits stay unknown (NaN), not zero, so that a
+    # comparison with the real schedule never counts them as jobs that started at once.
+    jobs["wait"] = jobs["wait"].where(jobs["wait"] >= 0)
     for name in ("nodes", "ppn"):
         jobs[name] = jobs[name].clip(lower=1).astype(np.int64)
     jobs["user"] = jobs["user"].astype(str)
