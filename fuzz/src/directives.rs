@@ -4,7 +4,7 @@
 //! what the rules allow (capacities above zero, names starting with a letter, stage paths
 //! without `..`, absolute on the parallel-file-system side).
 
-use surge_directives::{parse_script, JobRequest};
+use surge_directives::{parse_script, JobRequest, StageKind};
 
 pub fn run(data: &[u8]) {
     let script = String::from_utf8_lossy(data);
@@ -39,10 +39,15 @@ fn check(request: &JobRequest) {
             assert!(!path.split('/').any(|c| c == ".."), "'..' in {path:?}");
         }
     }
+    for stage in request.stage_in.iter().chain(&request.stage_out) {
+        if stage.kind == StageKind::List {
+            assert!(stage.source.starts_with('/') && stage.destination.is_empty(), "list stage {stage:?}");
+        }
+    }
     for stage in &request.stage_in {
         assert!(stage.source.starts_with('/'), "stage-in source {:?}", stage.source);
     }
-    for stage in &request.stage_out {
+    for stage in request.stage_out.iter().filter(|s| s.kind != StageKind::List) {
         assert!(stage.destination.starts_with('/'), "stage-out destination {:?}", stage.destination);
     }
 }

@@ -5,7 +5,8 @@
 //! * `persistentdw name=<n>`
 //! * `create_persistent name=<n> capacity=<size> access_mode=... type=scratch [pool=<p>]`
 //! * `destroy_persistent name=<n> [hurry]`
-//! * `stage_in|stage_out type=file|directory|list source=<path> destination=<path>`
+//! * `stage_in|stage_out type=file|directory source=<path> destination=<path>`, or
+//!   `type=list source=<list file>` (the list's lines name both sides of each file)
 //!
 //! Unlike Slurm's own reader, which stops at the first command, every line is read: scripts
 //! put `#DW stage_out` after the commands that make the output. Every problem is reported, not
@@ -69,7 +70,9 @@ pub enum StageKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Stage {
     pub kind: StageKind,
+    /// For a list: the list file, on the parallel file system.
     pub source: String,
+    /// Empty for a list.
     pub destination: String,
     /// Line of the script the directive is on.
     pub line: usize,
@@ -187,13 +190,22 @@ fn directive(rest: &str, line: usize, request: &mut JobRequest) -> Result<(), St
                 "list" => StageKind::List,
                 other => return Err(format!("type={other}: a stage is type=file, directory or list")),
             };
-            let (source, destination) = (required(&map, "source")?, required(&map, "destination")?);
             let incoming = verb == "stage_in";
-            let (pfs, bb) = if incoming { (source, destination) } else { (destination, source) };
-            pfs_path(pfs, if incoming { "source" } else { "destination" })?;
-            if kind != StageKind::List {
+            let source = required(&map, "source")?;
+            let destination = if kind == StageKind::List {
+                // The list file (on the parallel file system) names both sides of each pair.
+                if map.contains_key("destination") {
+                    return Err("type=list takes each file's destination from the list: no 'destination='".into());
+                }
+                pfs_path(source, "source")?;
+                ""
+            } else {
+                let destination = required(&map, "destination")?;
+                let (pfs, bb) = if incoming { (source, destination) } else { (destination, source) };
+                pfs_path(pfs, if incoming { "source" } else { "destination" })?;
                 bb_path(bb, if incoming { "destination" } else { "source" })?;
-            }
+                destination
+            };
             let stage = Stage { kind, source: source.into(), destination: destination.into(), line };
             if incoming {
                 request.stage_in.push(stage);
@@ -403,6 +415,16 @@ mod tests {
             "#DW jobdw capacity=1G access_mode=striped type=scratch\n#DW stage_in type=file source=/p destination=${DW_JOB_STRIPED}x\n"
         )[0]
         .contains("starts with $DW_JOB_STRIPED"));
+    }
+
+    /// Found by fuzzing: a list stage skipped the path checks of its destination.
+    #[test]
+    fn a_list_stage_names_only_its_list_file() {
+        let request = parse_script("#DW stage_in type=list source=/pfs/run/files.list\n").unwrap();
+        assert_eq!((request.stage_in[0].kind, request.stage_in[0].destination.as_str()), (StageKind::List, ""));
+        assert!(errors("#DW stage_in type=list source=/pfs/l destination=$s/pfs/..//x\n")[0].contains("no 'destination='"));
+        assert!(errors("#DW stage_out type=list source=list.txt\n")[0].contains("must be absolute"));
+        assert!(errors("#DW stage_in type=list source=/pfs/../etc/l\n")[0].contains("'..'"));
     }
 
     #[test]
