@@ -36,7 +36,7 @@ pub async fn fsck(desc: &InstanceDescriptor, repair: bool, json: bool) -> Result
         }
     }
     let found: usize = reports.iter().map(|(_, r)| r.findings.len()).sum();
-    let left: usize = reports.iter().map(|(_, r)| if repair { r.unrepaired() } else { r.findings.len() }).sum();
+    let left: usize = reports.iter().map(|(_, r)| r.unrepaired()).sum();
     if left > 0 && repair {
         bail!("{left} of {found} inconsistencies could not be repaired");
     }

@@ -81,17 +81,18 @@ pub enum Finding {
 impl Finding {
     /// Short name of its class, for tables.
     pub fn class(&self) -> &'static str {
-        match self {
-            Finding::DanglingEntry { .. } => "dangling entry",
-            Finding::ExtraDirName { .. } => "directory named twice",
-            Finding::WrongParent { .. } => "wrong ..",
-            Finding::LinkCount { .. } => "link count",
-            Finding::RetiredNamed { .. } => "retired directory named",
-            Finding::OrphanEmptyDir { .. } => "orphaned empty directory",
-            Finding::OrphanInode { .. } => "orphaned inode",
-            Finding::OrphanData { .. } => "orphaned data file",
-            Finding::DataPastSize { .. } => "data past size",
-        }
+        let rank = match self {
+            Finding::DanglingEntry { .. } => 0,
+            Finding::ExtraDirName { .. } => 1,
+            Finding::WrongParent { .. } => 2,
+            Finding::LinkCount { .. } => 3,
+            Finding::RetiredNamed { .. } => 4,
+            Finding::OrphanEmptyDir { .. } => 5,
+            Finding::OrphanInode { .. } => 6,
+            Finding::OrphanData { .. } => 7,
+            Finding::DataPastSize { .. } => 8,
+        };
+        Self::CLASSES[rank]
     }
 
     /// All classes, in the order a report lists them.
@@ -194,7 +195,7 @@ pub struct FsckReport {
 }
 
 impl FsckReport {
-    /// Whether findings are left unrepaired.
+    /// How many findings are left unrepaired (all of them when no repair was asked for).
     pub fn unrepaired(&self) -> usize {
         self.findings.len() - self.repairs.iter().filter(|r| r.is_none()).count()
     }
@@ -239,17 +240,15 @@ impl Client {
     /// Checks the instance (two scans, see the module's documentation) and, with `repair`,
     /// repairs what both found.
     pub async fn fsck(&self, repair: bool) -> Result<FsckReport> {
-        let scan = self.fsck_scan().await?;
+        let mut scan = self.fsck_scan().await?;
         let first = analyse(&scan);
-        let (scan, findings) = if first.is_empty() {
-            (scan, first.clone())
-        } else {
+        let mut findings = Vec::new();
+        if !first.is_empty() {
             tokio::time::sleep(RESCAN_AFTER).await;
-            let scan = self.fsck_scan().await?;
+            scan = self.fsck_scan().await?;
             let again: HashSet<Finding> = analyse(&scan).into_iter().collect();
-            let confirmed: Vec<Finding> = first.iter().filter(|f| again.contains(f)).cloned().collect();
-            (scan, confirmed)
-        };
+            findings = first.iter().filter(|f| again.contains(f)).cloned().collect();
+        }
         let mut report = FsckReport {
             inodes: scan.inodes.len() as u64,
             entries: scan.entries.len() as u64,
