@@ -81,11 +81,8 @@ impl Closed {
     async fn lost(&self, c: &Client, dead: Option<usize>) -> (u64, usize) {
         let (mut lost, mut checked) = (0, 0);
         for (path, ino, body) in &self.0 {
-            if let Some(dead) = dead {
-                let chunks = (body.len() as u64).div_ceil(c.chunk_size()).max(1);
-                if (0..chunks).any(|k| c.layout().chunk_server(*ino, k) == dead) {
-                    continue;
-                }
+            if dead.is_some_and(|dead| has_chunk_on(c, *ino, body.len(), dead)) {
+                continue;
             }
             checked += 1;
             if read_all(c, path).await.as_deref().ok() != Some(body.as_slice()) {
@@ -103,10 +100,7 @@ impl Closed {
         let lost = self
             .0
             .iter()
-            .filter(|(_, ino, body)| {
-                let chunks = (body.len() as u64).div_ceil(c.chunk_size()).max(1);
-                (0..chunks).all(|k| c.layout().chunk_server(*ino, k) != dead)
-            })
+            .filter(|(_, ino, body)| !has_chunk_on(c, *ino, body.len(), dead))
             .inspect(|_| checked += 1)
             .filter(|(path, _, body)| std::fs::read(dir.join(&path[1..])).ok().as_ref() != Some(body))
             .map(|(_, _, body)| body.len() as u64)
@@ -114,6 +108,12 @@ impl Closed {
         assert!(checked > 0, "no closed file avoided server {dead}");
         lost
     }
+}
+
+/// Whether a file of `len` bytes has a chunk on server `server`.
+fn has_chunk_on(c: &Client, ino: u64, len: usize, server: usize) -> bool {
+    let chunks = (len as u64).div_ceil(c.chunk_size()).max(1);
+    (0..chunks).any(|k| c.layout().chunk_server(ino, k) == server)
 }
 
 async fn read_all(c: &Client, path: &str) -> surge_client::Result<Vec<u8>> {
@@ -159,12 +159,6 @@ impl Writer {
     async fn outcome(self) -> Result<(), (Error, Instant)> {
         tokio::time::timeout(HANG, self.task).await.expect("the application hung").unwrap()
     }
-}
-
-fn signal(inst: &Instance, index: usize, sig: i32) {
-    let pid = inst.descriptor()["servers"][index]["pid"].as_u64().unwrap() as i32;
-    // SAFETY: kill(2) takes plain integers.
-    unsafe { libc::kill(pid, sig) };
 }
 
 /// A network namespace with a veth link to this one: a node of its own.
@@ -274,9 +268,9 @@ async fn sigstop_mid_write() {
     let inst = instance("fstop", 111, &["--capacity", "2G"]);
     let (c, closed, writer) = mid_write(&inst).await;
     let fault = Instant::now();
-    signal(&inst, 1, libc::SIGSTOP);
+    inst.signal_server(1, libc::SIGSTOP);
     let outcome = writer.outcome().await;
-    signal(&inst, 1, libc::SIGCONT);
+    inst.signal_server(1, libc::SIGCONT);
     let (error, at) = outcome.expect_err("a write to a stopped server succeeded");
     let seconds = at.duration_since(fault).as_secs_f64();
     assert_eq!(error.code, ErrorCode::TimedOut, "{error}");
@@ -614,12 +608,12 @@ fn faults_through_the_mount() {
         })
         .expect("a directory homed on the server to stop");
     rt.block_on(async { c.create(&format!("{dir_on_stopped}/f"), 0o644).await.unwrap().close().await.unwrap() });
-    signal(&inst, stopped, libc::SIGSTOP);
+    inst.signal_server(stopped, libc::SIGSTOP);
     let fault = Instant::now();
     let mut ls = Command::new("ls").arg("-l").arg(mount.path(&dir_on_stopped[1..])).stderr(std::process::Stdio::piped()).spawn().unwrap();
     let status = wait_child(&mut ls);
     let seconds = fault.elapsed().as_secs_f64();
-    signal(&inst, stopped, libc::SIGCONT);
+    inst.signal_server(stopped, libc::SIGCONT);
     let stderr = std::io::read_to_string(ls.stderr.take().unwrap()).unwrap();
     assert!(!status.success(), "ls of a stopped server's directory succeeded");
     assert!(seconds < 3.0 + 3.0, "{seconds:.2} s for ls to fail");

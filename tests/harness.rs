@@ -83,11 +83,17 @@ impl Instance {
         Instance::up(name, &all)
     }
 
-    /// SIGKILLs server `index` (a crash: no clean shutdown).
-    pub fn kill_server(&self, index: usize) {
+    /// Sends `signal` to server `index`; returns its pid.
+    pub fn signal_server(&self, index: usize, signal: i32) -> i32 {
         let pid = self.descriptor()["servers"][index]["pid"].as_u64().expect("server pid") as i32;
         // SAFETY: kill(2) takes plain integers; a stale pid only makes it fail.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+        unsafe { libc::kill(pid, signal) };
+        pid
+    }
+
+    /// SIGKILLs server `index` (a crash: no clean shutdown).
+    pub fn kill_server(&self, index: usize) {
+        let pid = self.signal_server(index, libc::SIGKILL);
         // Gone, or a zombie whose every thread has exited (only then are its sockets closed),
         // before the caller goes on.
         let alive = || {
@@ -118,7 +124,7 @@ impl Instance {
     /// namespace); records the address in the descriptor. Returns once it listens.
     pub fn restart_server_with(&self, index: usize, listen: &str, wrapper: &[&str]) -> std::process::Child {
         let mut desc = self.descriptor();
-        let descriptor_path = self.home.join("instances").join(format!("{}.json", self.name));
+        let descriptor_path = self.descriptor_path();
         if desc["servers"][index]["addr"] != listen {
             desc["servers"][index]["addr"] = listen.into();
             desc["servers"][index]["host"] = listen.rsplit_once(':').unwrap().0.into();
@@ -206,8 +212,13 @@ impl Instance {
             .any(|s| s["addr"].as_str().is_some_and(|a| a.rsplit_once(':').is_some_and(|(ip, _)| ip == node)))
     }
 
+    /// Where `surge up` wrote the instance's descriptor.
+    pub fn descriptor_path(&self) -> PathBuf {
+        self.home.join("instances").join(format!("{}.json", self.name))
+    }
+
     pub fn descriptor(&self) -> serde_json::Value {
-        let path = self.home.join("instances").join(format!("{}.json", self.name));
+        let path = self.descriptor_path();
         serde_json::from_str(&std::fs::read_to_string(path).expect("descriptor")).expect("descriptor json")
     }
 
@@ -222,8 +233,7 @@ impl Instance {
 
     /// Client library handle from this test process, with these options.
     pub fn client_with(&self, opts: surge_client::ClientOptions) -> surge_client::Client {
-        let desc = surge_client::InstanceDescriptor::load_from(&self.home.join("instances").join(format!("{}.json", self.name)))
-            .expect("descriptor");
+        let desc = surge_client::InstanceDescriptor::load_from(&self.descriptor_path()).expect("descriptor");
         surge_client::Client::new(&desc, opts).expect("client")
     }
 }
