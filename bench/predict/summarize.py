@@ -27,13 +27,22 @@ TRACES = ["RICC-2010-2", "alea_wagap-2013", "theta_argonne", "mira"]
 CLASSES = ["instant", "< 1 s", "1 s - 10 min", "> 10 min"]
 
 
-def evaluation_tables(out: Path) -> str:
-    parts = []
+def metrics_tables(out: Path):
+    """(trace, its metrics table by model) for every trace evaluated into `out`."""
     for trace in TRACES:
         path = out / f"{trace}-metrics.csv"
-        if not path.exists():
-            continue
-        table = pd.read_csv(path, index_col="model")
+        if path.exists():
+            yield trace, pd.read_csv(path, index_col="model")
+
+
+def median_models(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the models that estimate a median: not the request, not the cautious one."""
+    return table.drop(index=[m for m in ("request", "cautious") if m in table.index])
+
+
+def evaluation_tables(out: Path) -> str:
+    parts = []
+    for trace, table in metrics_tables(out):
         shown = pd.DataFrame({
             "median AE [min]": table["median_AE_min"].map("{:.1f}".format),
             "gain vs request": table["gain_vs_request"].map("{:.2f}x".format),
@@ -71,15 +80,10 @@ def lead_time_tables(out: Path) -> str:
 def cautious_table(out: Path) -> str:
     """The cautious model against the best median model (by MAE) on every trace."""
     rows = []
-    for trace in TRACES:
-        path = out / f"{trace}-metrics.csv"
-        if not path.exists():
-            continue
-        table = pd.read_csv(path, index_col="model")
+    for trace, table in metrics_tables(out):
         if "cautious" not in table.index:
             continue
-        median_models = table.drop(index=["request", "cautious"])
-        best = median_models["MAE_min"].idxmin()
+        best = median_models(table)["MAE_min"].idxmin()
         cautious = table.loc["cautious"]
         rows.append({
             "trace": trace,
@@ -104,13 +108,8 @@ def target_table(out: Path) -> str:
         return text
 
     rows = []
-    for trace in TRACES:
-        path = out / f"{trace}-metrics.csv"
-        if not path.exists():
-            continue
-        table = pd.read_csv(path, index_col="model")
-        median_models = table.drop(index=[m for m in ("request", "cautious") if m in table.index])
-        best = median_models["user_gain_vs_request"].idxmax()
+    for trace, table in metrics_tables(out):
+        best = median_models(table)["user_gain_vs_request"].idxmax()
         rows.append({
             "trace": trace,
             "users": int(table.loc["request", "users"]) if "users" in table else "?",
