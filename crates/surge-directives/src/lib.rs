@@ -13,4 +13,4 @@
 pub mod script;
 pub mod size;
 
-pub use script::{parse_script, AccessMode, DirectiveError, JobDw, JobRequest, Persistent, Stage, StageKind};
+pub use script::{parse_script, resolve_bb_path, AccessMode, Buffer, DirectiveError, JobDw, JobRequest, Persistent, Stage, StageKind};

@@ -291,6 +291,31 @@ fn bb_path(path: &str, role: &str) -> Result<(), String> {
     no_dot_dot(path, role)
 }
 
+/// Which buffer a burst-buffer path of a stage directive names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Buffer {
+    /// `$DW_JOB_STRIPED`: the job's namespace shared by all its nodes.
+    JobStriped,
+    /// `$DW_JOB_PRIVATE`: each compute node's own namespace.
+    JobPrivate,
+    /// `$DW_PERSISTENT_STRIPED_<name>`.
+    Persistent(String),
+}
+
+/// Splits a checked burst-buffer path (`$DW_JOB_STRIPED/in/a.h5`, `${DW_JOB_STRIPED}/x`) into
+/// the buffer it names and the absolute path inside it (`/in/a.h5`; `/` for the buffer's root).
+pub fn resolve_bb_path(path: &str) -> Option<(Buffer, String)> {
+    let (variable, rest) = bb_variable(path)?;
+    let buffer = match variable {
+        "DW_JOB_STRIPED" => Buffer::JobStriped,
+        "DW_JOB_PRIVATE" => Buffer::JobPrivate,
+        other => Buffer::Persistent(other.strip_prefix(PERSISTENT_PREFIX)?.to_string()),
+    };
+    let inner = if rest.is_empty() { "/".to_string() } else { rest.to_string() };
+    Some((buffer, inner))
+}
+
 /// The variable a burst-buffer path starts with, and the rest.
 fn bb_variable(path: &str) -> Option<(&str, &str)> {
     let body = path.strip_prefix('$')?;
@@ -336,6 +361,15 @@ fn check_references(request: &JobRequest) -> Vec<DirectiveError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn buffer_paths_resolve_to_a_buffer_and_an_inner_path() {
+        assert_eq!(resolve_bb_path("$DW_JOB_STRIPED/in/a.h5"), Some((Buffer::JobStriped, "/in/a.h5".into())));
+        assert_eq!(resolve_bb_path("${DW_JOB_PRIVATE}"), Some((Buffer::JobPrivate, "/".into())));
+        assert_eq!(resolve_bb_path("$DW_PERSISTENT_STRIPED_ckpt/x"), Some((Buffer::Persistent("ckpt".into()), "/x".into())));
+        assert_eq!(resolve_bb_path("$DW_JOB_STRIPEDX/x"), None);
+        assert_eq!(resolve_bb_path("/pfs/x"), None);
+    }
 
     /// Seed 000's batch script, in shape: a buffer, a restart file in, commands, the movie out.
     const SEED_SCRIPT: &str = "#!/bin/bash\n#SBATCH -N 4\n\

@@ -37,6 +37,22 @@ pub fn parse(text: &str) -> Result<u64, String> {
     Ok(bytes as u64)
 }
 
+/// A size for people to read: `512 B`, `1.5 GiB` (powers of 1024, one decimal).
+pub fn format(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
