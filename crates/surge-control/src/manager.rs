@@ -1,0 +1,199 @@
+//! Requests to the manager and its replies.
+//!
+//! The hooks a workload manager runs around a job map one to one onto requests (Slurm's names:
+//! job_process, setup, data_in, paths, pre_run, post_run, data_out, teardown); the nodes'
+//! prolog and epilog attach and detach a node; `surge status` asks for [`Status`].
+//! Who may ask what is decided by the caller's uid, which the manager takes from the kernel
+//! (the local socket's peer credentials), never from the request.
+
+use serde::{Deserialize, Serialize};
+
+/// Which stages of a job a request is about.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum Direction {
+    In,
+    Out,
+}
+
+impl std::fmt::Display for Direction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Direction::In => "in",
+            Direction::Out => "out",
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Request {
+    /// The pools with their capacity and what is free (Slurm asks every 30 s).
+    Pools,
+    /// Pools, instances, sessions and stages (`surge status`, `dwstat`).
+    Status,
+    /// At submit: the script's directives checked against the pools and reservations that
+    /// exist (and, when the workload manager says who submits, what that user may use).
+    CheckJob { script: String, uid: Option<u32> },
+    /// The job was chosen to run: charge its capacity, create and destroy what it asks, start
+    /// its standing-pool servers.
+    Setup { job: u64, uid: u32, gid: u32, script: String },
+    /// Start the job's stage-in (deferred to pre-run for buffers on the job's own nodes).
+    DataIn { job: u64 },
+    /// How the job's stages in one direction stand; waits up to `wait_secs` for them to end.
+    Progress { job: u64, direction: Direction, wait_secs: u32 },
+    /// The variables the job's batch script and steps get.
+    Paths { job: u64 },
+    /// The job's nodes are known: start its on-demand servers, run deferred stage-ins.
+    PreRun { job: u64, nodes: Vec<String> },
+    /// A node's prolog: what to mount for the job there (waits until the buffers are up).
+    Attach { job: u64, node: String, nodes: Vec<String> },
+    /// A node's epilog: its mounts are gone.
+    Detach { job: u64, node: String },
+    /// The job's script ended.
+    PostRun { job: u64 },
+    /// Start the job's stage-out.
+    DataOut { job: u64 },
+    /// Release the job's buffers; with `hurry`, without waiting for (or after failed) stages.
+    Teardown { job: u64, hurry: bool },
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum Reply {
+    Done,
+    Pools(Vec<PoolView>),
+    Status(Status),
+    Progress(Progress),
+    Paths(Vec<(String, String)>),
+    Attach(Attachment),
+    /// The request was refused or failed; the words are for the user.
+    Failed(String),
+}
+
+/// Where a pool's servers run.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum PoolKind {
+    /// Dedicated burst-buffer nodes with resident agents (DataWarp's model).
+    Standing,
+    /// The job's own compute nodes, pooled for the job (BeeOND's model).
+    OnDemand,
+}
+
+impl std::fmt::Display for PoolKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PoolKind::Standing => "standing",
+            PoolKind::OnDemand => "on-demand",
+        })
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct PoolView {
+    pub name: String,
+    pub kind: PoolKind,
+    /// Bytes per unit of allocation.
+    pub granularity: u64,
+    /// Units in the pool.
+    pub quantity: u64,
+    /// Units not charged to any instance.
+    pub free: u64,
+    pub nodes: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ServerView {
+    pub node: String,
+    pub addr: String,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct InstanceView {
+    pub name: String,
+    /// The job it belongs to; `None` for a persistent reservation.
+    pub job: Option<u64>,
+    /// The reservation's name for a persistent instance.
+    pub persistent: Option<String>,
+    pub pool: String,
+    pub mode: String,
+    /// Bytes charged (the request rounded up to the pool's granularity).
+    pub capacity: u64,
+    pub owner_uid: u32,
+    pub state: String,
+    pub created: u64,
+    pub servers: Vec<ServerView>,
+}
+
+/// A job's use of the burst buffer (DataWarp's "session").
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct SessionView {
+    pub job: u64,
+    pub uid: u32,
+    pub state: String,
+    pub created: u64,
+    /// Instances it uses: its own and persistent ones.
+    pub instances: Vec<String>,
+    /// Why it is where it is, when something went wrong.
+    pub message: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct StageView {
+    pub job: u64,
+    pub direction: Direction,
+    pub kind: String,
+    pub source: String,
+    pub destination: String,
+    pub state: String,
+    pub files_done: u64,
+    pub files_total: u64,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    pub error: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub pools: Vec<PoolView>,
+    pub instances: Vec<InstanceView>,
+    pub sessions: Vec<SessionView>,
+    pub stages: Vec<StageView>,
+}
+
+/// Where a job's stages in one direction are.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Progress {
+    /// Some still run (or wait for the job's nodes).
+    Busy { done: usize, total: usize },
+    /// All done (also when there were none).
+    Done { total: usize, bytes: u64 },
+    /// One failed: which file and why.
+    Failed(String),
+}
+
+/// What a node mounts for a job, and as whom.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Attachment {
+    pub uid: u32,
+    pub gid: u32,
+    /// The job's directory on every node: mounts and the clients' descriptors live under it.
+    pub job_dir: String,
+    pub mounts: Vec<Mount>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// Instance name (its descriptor is written as `<job_dir>/home/instances/<name>.json`).
+    pub instance: String,
+    /// Mount point below the job directory (`striped`, `private`, `persistent/<name>`).
+    pub subdir: String,
+    /// The instance descriptor (JSON, as `surge up` writes it), token path left to the node.
+    pub descriptor: String,
+    /// The instance's secret, 64 hex digits: written 0600 for the job's user only.
+    pub secret: String,
+    /// For a private namespace: this node's server address, which selects it.
+    pub node_addr: Option<String>,
+}
