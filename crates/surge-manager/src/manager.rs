@@ -1,0 +1,960 @@
+//! The manager's work: each request of the workload manager's hooks and the nodes' prologs,
+//! the capacity it charges, the servers it asks the agents for, the stages it drives.
+//!
+//! Instances a job gets: `job-<id>` (striped), `job-<id>-private` (a namespace per node),
+//! and persistent reservations `ps-<name>`. Where they appear on a compute node:
+//! `<job_root>/<id>/striped`, `.../private`, `.../persistent/<name>`, with the clients'
+//! descriptors under `.../home` (the job's `SURGE_HOME`).
+//!
+//! Every decision that charges or frees capacity holds one lock (`placement`), and every
+//! change is committed to the store before it acts on the world (records first, then servers),
+//! so that a manager restarted at any point finds in its store everything that might run, and
+//! [`Manager::reconcile`] puts the two in agreement.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+use surge_client::descriptor::ServerInfo;
+use surge_client::surge_proto::auth::{self, Secret};
+use surge_client::surge_proto::stage::{StageDirection, StageKind, StageState, StageWhen};
+use surge_client::{Client, ClientOptions, InstanceDescriptor, Mode};
+use surge_control::agent::{AgentReply, AgentRequest, ServerPlan};
+use surge_control::manager::{
+    Attachment, Direction, InstanceView, Mount, PoolView, Progress, Reply, Request, ServerView, SessionView, StageView, Status,
+};
+use surge_control::wire::AgentConnection;
+use surge_directives::{parse_script, resolve_bb_path, AccessMode, Buffer, JobRequest};
+
+use crate::config::{Config, PoolConfig, PoolKindConfig};
+use crate::pools;
+use crate::store::{self, InstanceRecord, JobRecord, ServerRecord, StageRecord, Store};
+
+const AGENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a prolog waits for the job's buffers to come up.
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(120);
+const STAGE_POLL: Duration = Duration::from_millis(100);
+
+pub struct Manager {
+    config: Config,
+    key: Secret,
+    store: Mutex<Store>,
+    /// Wakes those waiting for a stage or an instance to change.
+    changed: tokio::sync::Notify,
+    /// Held by every decision that charges, places or frees capacity.
+    placement: tokio::sync::Mutex<()>,
+    /// (job, direction) whose stages a task is driving.
+    driving: Mutex<HashSet<(u64, Direction)>>,
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs()
+}
+
+fn striped_name(job: u64) -> String {
+    format!("job-{job}")
+}
+
+fn private_name(job: u64) -> String {
+    format!("job-{job}-private")
+}
+
+fn persistent_name(name: &str) -> String {
+    format!("ps-{name}")
+}
+
+fn new_secret() -> Result<String> {
+    let mut secret = [0u8; auth::SECRET_LEN];
+    getrandom::getrandom(&mut secret).map_err(|e| anyhow!("no randomness: {e}"))?;
+    Ok(auth::format_secret(&secret))
+}
+
+/// Every problem of a script as one message, one line each.
+fn directive_errors(errors: &[surge_directives::DirectiveError]) -> String {
+    let lines: Vec<String> = errors.iter().map(|e| format!("  {e}")).collect();
+    format!("{} problem(s) with #DW directives:\n{}", errors.len(), lines.join("\n"))
+}
+
+/// Requests only the workload manager and the nodes (root) may make.
+fn is_privileged(request: &Request) -> bool {
+    !matches!(request, Request::Pools | Request::Status | Request::CheckJob { .. })
+}
+
+impl Manager {
+    pub fn open(config: Config) -> Result<Arc<Manager>> {
+        let key = surge_control::wire::read_key(&config.key_file).with_context(|| format!("cluster key {}", config.key_file.display()))?;
+        std::fs::create_dir_all(&config.state_dir).with_context(|| format!("create {}", config.state_dir.display()))?;
+        std::fs::set_permissions(&config.state_dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+        let store = Store::open(&config.state_dir.join("surge.db"))?;
+        Ok(Arc::new(Manager {
+            config,
+            key,
+            store: Mutex::new(store),
+            changed: tokio::sync::Notify::new(),
+            placement: tokio::sync::Mutex::new(()),
+            driving: Mutex::new(HashSet::new()),
+        }))
+    }
+
+    fn store(&self) -> std::sync::MutexGuard<'_, Store> {
+        self.store.lock().expect("store lock")
+    }
+
+    /// Answers one request from a caller with this uid.
+    pub async fn handle(self: &Arc<Self>, request: Request, caller_uid: u32) -> Reply {
+        if is_privileged(&request) && caller_uid != 0 {
+            return Reply::Failed(format!(
+                "permission denied: only root (the workload manager, the nodes) may ask this (you are uid {caller_uid})"
+            ));
+        }
+        let outcome = match request {
+            Request::Pools => self.pools().map(Reply::Pools),
+            Request::Status => self.status().map(Reply::Status),
+            Request::CheckJob { script, uid } => self.check_job(&script, uid).map(|_| Reply::Done),
+            Request::Setup { job, uid, gid, script } => self.setup(job, uid, gid, &script).await.map(|()| Reply::Done),
+            Request::DataIn { job } => self.data_in(job).map(|()| Reply::Done),
+            Request::Progress { job, direction, wait_secs } => self.progress(job, direction, wait_secs).await.map(Reply::Progress),
+            Request::Paths { job } => self.paths(job).map(Reply::Paths),
+            Request::PreRun { job, nodes } => self.pre_run(job, &nodes).await.map(|()| Reply::Done),
+            Request::Attach { job, node, nodes } => self.attach(job, &node, &nodes).await.map(Reply::Attach),
+            Request::Detach { job, node } => {
+                tracing::info!(job, node, "node detached");
+                Ok(Reply::Done)
+            }
+            Request::PostRun { job } => self.set_job_state(job, "ended", None).map(|()| Reply::Done),
+            Request::DataOut { job } => self.data_out(job).map(|()| Reply::Done),
+            Request::Teardown { job, hurry } => self.teardown(job, hurry).await.map(|()| Reply::Done),
+        };
+        outcome.unwrap_or_else(|e| Reply::Failed(format!("{e:#}")))
+    }
+
+    // ----- views -----
+
+    /// The pools, the default first (DataWarp lists it first; job_submit.lua takes it).
+    fn pools(&self) -> Result<Vec<PoolView>> {
+        let instances = self.store().instances()?;
+        let default = self.config.pool_for(None).ok().map(|p| p.name.clone());
+        let mut ordered: Vec<&PoolConfig> = self.config.pools.iter().collect();
+        ordered.sort_by_key(|p| Some(&p.name) != default.as_ref());
+        Ok(ordered
+            .into_iter()
+            .map(|pool| {
+                let charged: u64 =
+                    instances.iter().filter(|i| i.pool == pool.name).map(|i| pools::units(i.capacity, pool.granularity)).sum();
+                PoolView {
+                    name: pool.name.clone(),
+                    kind: pool.kind.into(),
+                    granularity: pool.granularity,
+                    quantity: pool.quantity(),
+                    free: pool.quantity().saturating_sub(charged),
+                    nodes: pool.nodes.iter().map(|n| n.name.clone()).collect(),
+                }
+            })
+            .collect())
+    }
+
+    fn status(&self) -> Result<Status> {
+        let store = self.store();
+        let mut instances = Vec::new();
+        for i in store.instances()? {
+            let servers =
+                store.servers(&i.name)?.into_iter().map(|s| ServerView { node: s.node, addr: s.addr.unwrap_or_default() }).collect();
+            instances.push(InstanceView {
+                name: i.name,
+                job: i.job,
+                persistent: i.persistent,
+                pool: i.pool,
+                mode: i.mode,
+                capacity: i.capacity,
+                owner_uid: i.uid,
+                state: i.state,
+                created: i.created,
+                servers,
+            });
+        }
+        let mut sessions = Vec::new();
+        for j in store.jobs()? {
+            let mut used: Vec<String> = store.job_instances(j.job)?.into_iter().map(|i| i.name).collect();
+            if let Ok(request) = parse_script(&j.script) {
+                used.extend(request.persistent.iter().chain(request.create_persistent.iter().map(|p| &p.name)).map(|n| persistent_name(n)));
+            }
+            sessions.push(SessionView { job: j.job, uid: j.uid, state: j.state, created: j.created, instances: used, message: j.message });
+        }
+        let stages = store
+            .stages(None, None)?
+            .into_iter()
+            .map(|s| StageView {
+                job: s.job,
+                direction: s.direction,
+                kind: s.kind,
+                source: s.source,
+                destination: s.destination,
+                state: s.state,
+                files_done: s.files_done,
+                files_total: s.files_total,
+                bytes_done: s.bytes_done,
+                bytes_total: s.bytes_total,
+                error: s.error,
+            })
+            .collect();
+        drop(store);
+        Ok(Status { pools: self.pools()?, instances, sessions, stages })
+    }
+
+    // ----- submit -----
+
+    /// What can be known at submit: the directives, the pools they name and their sizes, the
+    /// reservations they use (and, given the submitter, whether they may).
+    fn check_job(&self, script: &str, uid: Option<u32>) -> Result<JobRequest> {
+        let request = parse_script(script).map_err(|errors| anyhow!(directive_errors(&errors)))?;
+        let mut problems = Vec::new();
+        if let Some(jobdw) = &request.jobdw {
+            match self.config.pool_for(jobdw.pool.as_deref()) {
+                Err(e) => problems.push(format!("jobdw: {e}")),
+                Ok(pool) => {
+                    problems.extend(self.fits_pool(pool, jobdw.capacity, "jobdw"));
+                    if pool.kind == PoolKindConfig::Standing && jobdw.access != AccessMode::Striped {
+                        problems.push(format!(
+                            "jobdw: access_mode with private needs an on-demand pool (each compute node's namespace on its own storage); pool '{}' is standing",
+                            pool.name
+                        ));
+                    }
+                }
+            }
+        }
+        let store = self.store();
+        for p in &request.create_persistent {
+            match self.config.pool_for(p.pool.as_deref()) {
+                Err(e) => problems.push(format!("create_persistent {}: {e}", p.name)),
+                Ok(pool) if pool.kind != PoolKindConfig::Standing => problems.push(format!(
+                    "create_persistent {}: pool '{}' is on the jobs' own nodes, which a reservation cannot outlive: use a standing pool",
+                    p.name, pool.name
+                )),
+                Ok(pool) => problems.extend(self.fits_pool(pool, p.capacity, &format!("create_persistent {}", p.name))),
+            }
+            if p.access != AccessMode::Striped {
+                problems.push(format!("create_persistent {}: a persistent reservation is striped (access_mode=striped)", p.name));
+            }
+            if store.persistent(&p.name)?.is_some() {
+                problems.push(format!("create_persistent {}: a reservation of that name exists", p.name));
+            }
+        }
+        for name in &request.persistent {
+            let created_here = request.create_persistent.iter().any(|p| &p.name == name);
+            match store.persistent(name)? {
+                None if !created_here => problems.push(format!("persistentdw {name}: no persistent reservation of that name")),
+                Some(found) if uid.is_some_and(|u| u != found.uid && u != 0) => {
+                    problems.push(format!("persistentdw {name}: the reservation belongs to uid {}, not to you", found.uid))
+                }
+                _ => {}
+            }
+        }
+        for (name, _) in &request.destroy_persistent {
+            match store.persistent(name)? {
+                None => problems.push(format!("destroy_persistent {name}: no persistent reservation of that name")),
+                Some(found) if uid.is_some_and(|u| u != found.uid && u != 0) => {
+                    problems.push(format!("destroy_persistent {name}: the reservation belongs to uid {}, not to you", found.uid))
+                }
+                _ => {}
+            }
+        }
+        for stage in request.stage_in.iter().chain(&request.stage_out) {
+            let bb = if request.stage_in.contains(stage) { &stage.destination } else { &stage.source };
+            if matches!(resolve_bb_path(bb), Some((Buffer::JobPrivate, _))) {
+                problems.push(format!("line {}: {bb}: staging into or out of $DW_JOB_PRIVATE is not offered (each node has its own namespace): stage through $DW_JOB_STRIPED", stage.line));
+            }
+        }
+        if problems.is_empty() {
+            Ok(request)
+        } else {
+            Err(anyhow!("{} problem(s):\n  {}", problems.len(), problems.join("\n  ")))
+        }
+    }
+
+    fn fits_pool(&self, pool: &PoolConfig, capacity: u64, what: &str) -> Option<String> {
+        let total = pool.quantity() * pool.granularity;
+        (capacity > total).then(|| {
+            format!(
+                "{what}: capacity {} is more than pool '{}' holds in all ({})",
+                surge_directives::size::format(capacity),
+                pool.name,
+                surge_directives::size::format(total)
+            )
+        })
+    }
+
+    // ----- setup -----
+
+    async fn setup(self: &Arc<Self>, job: u64, uid: u32, gid: u32, script: &str) -> Result<()> {
+        let _placing = self.placement.lock().await;
+        let existing = self.store().job(job)?;
+        if let Some(existing) = existing {
+            // Setup again (after `scontrol release`): what the first one made stays.
+            tracing::info!(job, state = %existing.state, "setup again: keeping what exists");
+            return self.start_pending(job).await;
+        }
+        let request = self.check_job(script, Some(uid))?;
+        for (name, hurry) in &request.destroy_persistent {
+            self.destroy_persistent(name, *hurry).await?;
+        }
+        let used = self.store().node_use()?;
+        let mut planned: Vec<(InstanceRecord, Vec<ServerRecord>)> = Vec::new();
+        let mut used_now = used.clone();
+        let mut plan = |name: String, persistent: Option<String>, pool: &PoolConfig, mode: &str, capacity: u64| -> Result<()> {
+            let charged = pools::units(capacity, pool.granularity) * pool.granularity;
+            let servers = match pool.kind {
+                PoolKindConfig::Standing => pools::place_standing(pool, &used_now, capacity).map_err(|e| anyhow!(e))?,
+                // On the job's nodes, once they are known.
+                PoolKindConfig::OnDemand => Vec::new(),
+            };
+            for (node, share) in &servers {
+                *used_now.entry(node.clone()).or_default() += share;
+            }
+            let record = InstanceRecord {
+                name: name.clone(),
+                job: persistent.is_none().then_some(job),
+                persistent,
+                pool: pool.name.clone(),
+                mode: mode.into(),
+                capacity: charged,
+                uid,
+                gid,
+                state: "planned".into(),
+                created: now(),
+                secret: new_secret()?,
+                chunk_size: self.config.chunk_size(),
+            };
+            let servers = servers
+                .into_iter()
+                .enumerate()
+                .map(|(index, (node, share))| ServerRecord { instance: name.clone(), index, node, share, addr: None })
+                .collect();
+            planned.push((record, servers));
+            Ok(())
+        };
+        for p in &request.create_persistent {
+            let pool = self.config.pool_for(p.pool.as_deref()).map_err(|e| anyhow!(e))?;
+            plan(persistent_name(&p.name), Some(p.name.clone()), pool, "striped", p.capacity)?;
+        }
+        if let Some(jobdw) = &request.jobdw {
+            let pool = self.config.pool_for(jobdw.pool.as_deref()).map_err(|e| anyhow!(e))?;
+            match jobdw.access {
+                AccessMode::Striped => plan(striped_name(job), None, pool, "striped", jobdw.capacity)?,
+                AccessMode::Private => plan(private_name(job), None, pool, "private", jobdw.capacity)?,
+                // Half each: the job asked for one capacity.
+                AccessMode::StripedAndPrivate => {
+                    plan(striped_name(job), None, pool, "striped", jobdw.capacity.div_ceil(2))?;
+                    plan(private_name(job), None, pool, "private", jobdw.capacity / 2)?;
+                }
+            }
+        }
+        let stages = self.resolve_stages(job, &request);
+        let record =
+            JobRecord { job, uid, gid, script: script.into(), state: "setup".into(), nodes: Vec::new(), message: None, created: now() };
+        self.store().transaction(|tx| {
+            for (instance, servers) in &planned {
+                store::insert_instance(tx, instance, servers)?;
+            }
+            store::insert_job(tx, &record)?;
+            for stage in &stages {
+                store::insert_stage(tx, stage)?;
+            }
+            Ok(())
+        })?;
+        tracing::info!(job, uid, instances = planned.len(), stages = stages.len(), "job set up");
+        self.start_pending(job).await
+    }
+
+    /// Each stage of the script with its instance and path inside it.
+    fn resolve_stages(&self, job: u64, request: &JobRequest) -> Vec<StageRecord> {
+        let mut out = Vec::new();
+        for (direction, list) in [(Direction::In, &request.stage_in), (Direction::Out, &request.stage_out)] {
+            for (seq, stage) in list.iter().enumerate() {
+                let kind = match stage.kind {
+                    surge_directives::StageKind::File => "file",
+                    surge_directives::StageKind::Directory => "directory",
+                    surge_directives::StageKind::List => "list",
+                };
+                let (bb, pfs) = match (stage.kind, direction) {
+                    // A list's lines name both sides, inside the job's striped buffer.
+                    (surge_directives::StageKind::List, _) => ("$DW_JOB_STRIPED", stage.source.as_str()),
+                    (_, Direction::In) => (stage.destination.as_str(), stage.source.as_str()),
+                    (_, Direction::Out) => (stage.source.as_str(), stage.destination.as_str()),
+                };
+                let (buffer, inner) = resolve_bb_path(bb).unwrap_or((Buffer::JobStriped, "/".into()));
+                let instance = match buffer {
+                    Buffer::JobStriped => striped_name(job),
+                    Buffer::JobPrivate => private_name(job),
+                    Buffer::Persistent(name) => persistent_name(&name),
+                };
+                out.push(StageRecord {
+                    job,
+                    direction,
+                    seq,
+                    kind: kind.into(),
+                    source: stage.source.clone(),
+                    destination: stage.destination.clone(),
+                    instance,
+                    bb_path: inner,
+                    pfs_path: pfs.into(),
+                    stage_id: None,
+                    state: "waiting".into(),
+                    files_done: 0,
+                    files_total: 0,
+                    bytes_done: 0,
+                    bytes_total: 0,
+                    error: None,
+                });
+            }
+        }
+        out
+    }
+
+    /// Starts the servers of the job's standing-pool instances (and the reservations it
+    /// creates) that are not up yet.
+    async fn start_pending(self: &Arc<Self>, job: u64) -> Result<()> {
+        for instance in self.instances_of_job(job)? {
+            let standing = self.config.pool(&instance.pool).is_some_and(|p| p.kind == PoolKindConfig::Standing);
+            if standing && instance.state != "ready" {
+                self.start_instance(&instance.name).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The job's own instances and the persistent ones its script uses or creates.
+    fn instances_of_job(&self, job: u64) -> Result<Vec<InstanceRecord>> {
+        let store = self.store();
+        let mut instances = store.job_instances(job)?;
+        if let Some(record) = store.job(job)? {
+            if let Ok(request) = parse_script(&record.script) {
+                for name in request.create_persistent.iter().map(|p| &p.name).chain(&request.persistent) {
+                    if let Some(found) = store.persistent(name)? {
+                        if !instances.iter().any(|i| i.name == found.name) {
+                            instances.push(found);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(instances)
+    }
+
+    fn agent_of(&self, node: &str) -> Result<&str> {
+        self.config.pools.iter().find_map(|p| p.node(node)).map(|n| n.agent.as_str()).ok_or_else(|| anyhow!("node {node} is in no pool"))
+    }
+
+    async fn agent_call(&self, node: &str, request: &AgentRequest) -> Result<AgentReply> {
+        let addr = self.agent_of(node)?;
+        let mut connection =
+            AgentConnection::connect(addr, &self.key, AGENT_TIMEOUT).await.with_context(|| format!("agent of node {node} ({addr})"))?;
+        let reply = tokio::time::timeout(AGENT_TIMEOUT, connection.call(request))
+            .await
+            .map_err(|_| anyhow!("agent of node {node} did not answer"))?
+            .with_context(|| format!("agent of node {node}"))?;
+        match reply {
+            AgentReply::Failed(why) => Err(anyhow!("node {node}: {why}")),
+            other => Ok(other),
+        }
+    }
+
+    /// Asks the agents for the instance's servers (all at once), then gives each the
+    /// descriptor naming them all. On failure what started is stopped again.
+    async fn start_instance(self: &Arc<Self>, name: &str) -> Result<()> {
+        let (instance, servers) = {
+            let store = self.store();
+            let instance = store.instance(name)?.ok_or_else(|| anyhow!("no instance {name}"))?;
+            (instance, store.servers(name)?)
+        };
+        self.store().set_instance_state(name, "starting")?;
+        let started = Instant::now();
+        let private = instance.mode == "private";
+        let mut tasks = Vec::new();
+        for server in &servers {
+            let plan = ServerPlan {
+                instance: name.into(),
+                index: if private { 0 } else { server.index },
+                count: if private { 1 } else { servers.len() },
+                capacity: server.share,
+                chunk_size: instance.chunk_size,
+                uid: instance.uid,
+                gid: instance.gid,
+                secret: instance.secret.clone(),
+            };
+            let manager = self.clone();
+            let node = server.node.clone();
+            tasks.push(tokio::spawn(async move { manager.agent_call(&node, &AgentRequest::Start(plan)).await }));
+        }
+        let mut failure = None;
+        let mut running = Vec::new();
+        for (server, task) in servers.iter().zip(tasks) {
+            match task.await.map_err(|e| anyhow!("{e}")).and_then(|r| r) {
+                Ok(AgentReply::Started(s)) => running.push((server.clone(), s)),
+                Ok(other) => failure = Some(anyhow!("node {}: unexpected answer {other:?}", server.node)),
+                Err(e) => failure = Some(e),
+            }
+        }
+        if let Some(e) = failure {
+            for (server, _) in &running {
+                let _ = self.agent_call(&server.node, &AgentRequest::Stop { instance: name.into() }).await;
+            }
+            self.store().set_instance_state(name, "failed")?;
+            return Err(e.context(format!("start instance {name}")));
+        }
+        {
+            let store = self.store();
+            for (server, s) in &running {
+                store.set_server_addr(name, server.index, &s.addr)?;
+            }
+        }
+        let descriptor = self.descriptor(&instance, PathBuf::from("token"))?;
+        for (server, s) in &running {
+            // The coordinator beside each server reads it from its directory.
+            let mut local = descriptor.clone();
+            local.token_path = PathBuf::from(&s.root).with_file_name("token");
+            let text = serde_json::to_string_pretty(&local)?;
+            self.agent_call(&server.node, &AgentRequest::Describe { instance: name.into(), descriptor: text }).await?;
+        }
+        self.store().set_instance_state(name, "ready")?;
+        self.changed.notify_waiters();
+        tracing::info!(instance = name, servers = running.len(), seconds = started.elapsed().as_secs_f64(), "instance up");
+        Ok(())
+    }
+
+    /// The instance as its clients see it: `surge_client`'s descriptor.
+    fn descriptor(&self, instance: &InstanceRecord, token_path: PathBuf) -> Result<InstanceDescriptor> {
+        let servers = self.store().servers(&instance.name)?;
+        let mut infos = Vec::new();
+        for s in servers {
+            let addr: SocketAddr =
+                s.addr.as_deref().ok_or_else(|| anyhow!("server {} of {} not started", s.index, instance.name))?.parse()?;
+            infos.push(ServerInfo { index: s.index, host: addr.ip().to_string(), addr, pid: None, root: PathBuf::from(&s.node) });
+        }
+        Ok(InstanceDescriptor {
+            name: instance.name.clone(),
+            mode: if instance.mode == "private" { Mode::Private } else { Mode::Striped },
+            chunk_size: instance.chunk_size,
+            capacity: instance.capacity,
+            owner_uid: instance.uid,
+            token_path,
+            root: PathBuf::from("/"),
+            created: instance.created,
+            servers: infos,
+        })
+    }
+
+    async fn stop_instance(&self, name: &str) -> Result<()> {
+        let servers = self.store().servers(name)?;
+        let mut failures = Vec::new();
+        for server in servers {
+            if let Err(e) = self.agent_call(&server.node, &AgentRequest::Stop { instance: name.into() }).await {
+                failures.push(format!("{e:#}"));
+            }
+        }
+        if !failures.is_empty() {
+            self.store().set_instance_state(name, "stopping")?;
+            anyhow::bail!("instance {name} not stopped everywhere: {}", failures.join("; "));
+        }
+        self.store().transaction(|tx| store::delete_instance(tx, name))?;
+        tracing::info!(instance = name, "instance stopped and removed");
+        Ok(())
+    }
+
+    async fn destroy_persistent(&self, name: &str, hurry: bool) -> Result<()> {
+        let found = self.store().persistent(name)?;
+        let Some(instance) = found else {
+            anyhow::bail!("destroy_persistent {name}: no persistent reservation of that name");
+        };
+        let users: Vec<u64> = {
+            let store = self.store();
+            store
+                .jobs()?
+                .into_iter()
+                .filter(|j| parse_script(&j.script).is_ok_and(|r| r.persistent.iter().any(|p| p == name)))
+                .map(|j| j.job)
+                .collect()
+        };
+        if !users.is_empty() && !hurry {
+            anyhow::bail!("destroy_persistent {name}: in use by job(s) {users:?} (add 'hurry' to destroy it anyway)");
+        }
+        self.stop_instance(&instance.name).await
+    }
+
+    // ----- stages -----
+
+    fn data_in(self: &Arc<Self>, job: u64) -> Result<()> {
+        self.require_job(job)?;
+        self.release_stages(job, Direction::In)?;
+        self.set_job_state(job, "staging-in", None)
+    }
+
+    fn data_out(self: &Arc<Self>, job: u64) -> Result<()> {
+        self.require_job(job)?;
+        self.release_stages(job, Direction::Out)?;
+        self.set_job_state(job, "staging-out", None)
+    }
+
+    fn require_job(&self, job: u64) -> Result<JobRecord> {
+        self.store().job(job)?.ok_or_else(|| anyhow!("job {job} has no burst buffer set up"))
+    }
+
+    /// Marks the waiting stages whose instance is up as pending and drives them; the others
+    /// wait for the job's nodes (pre-run releases them).
+    fn release_stages(self: &Arc<Self>, job: u64, direction: Direction) -> Result<()> {
+        {
+            let store = self.store();
+            for mut stage in store.stages(Some(job), Some(direction))? {
+                let ready = store.instance(&stage.instance)?.is_some_and(|i| i.state == "ready");
+                if stage.state == "waiting" && ready {
+                    stage.state = "pending".into();
+                    store.update_stage(&stage)?;
+                }
+            }
+        }
+        self.drive(job, direction);
+        Ok(())
+    }
+
+    /// Drives a job's pending and running stages in one direction until they end, in a task
+    /// of its own (one per job and direction), recording every change.
+    pub fn drive(self: &Arc<Self>, job: u64, direction: Direction) {
+        if !self.driving.lock().expect("driving").insert((job, direction)) {
+            return;
+        }
+        let manager = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = manager.drive_until_done(job, direction).await {
+                tracing::warn!(job, %direction, "stages: {e:#}");
+            }
+            manager.driving.lock().expect("driving").remove(&(job, direction));
+            manager.changed.notify_waiters();
+        });
+    }
+
+    async fn drive_until_done(&self, job: u64, direction: Direction) -> Result<()> {
+        let mut clients: HashMap<String, Client> = HashMap::new();
+        loop {
+            let stages = self.store().stages(Some(job), Some(direction))?;
+            let active: Vec<StageRecord> = stages.into_iter().filter(|s| s.state != "waiting" && !s.is_final()).collect();
+            if active.is_empty() {
+                return Ok(());
+            }
+            for mut stage in active {
+                let client = match clients.get(&stage.instance) {
+                    Some(c) => c.clone(),
+                    None => {
+                        let c = self.stage_client(&stage.instance)?;
+                        clients.insert(stage.instance.clone(), c.clone());
+                        c
+                    }
+                };
+                let before = stage.clone();
+                match stage.stage_id {
+                    None => {
+                        let dir = match direction {
+                            Direction::In => StageDirection::In,
+                            Direction::Out => StageDirection::Out,
+                        };
+                        let kind = match stage.kind.as_str() {
+                            "directory" => StageKind::Directory,
+                            "list" => StageKind::List,
+                            _ => StageKind::File,
+                        };
+                        let spec = client.stage_spec(dir, kind, StageWhen::Immediate, &stage.bb_path, &stage.pfs_path, false);
+                        match client.stage_submit_checked(spec).await {
+                            Ok(summary) => {
+                                stage.stage_id = Some(summary.id);
+                                copy_summary(&mut stage, &summary);
+                            }
+                            Err(e) => {
+                                stage.state = "failed".into();
+                                stage.error = Some(e.to_string());
+                            }
+                        }
+                    }
+                    Some(id) => match client.stage(id).await {
+                        Ok(summary) => copy_summary(&mut stage, &summary),
+                        Err(e) => tracing::debug!(job, id, "stage status: {e}"),
+                    },
+                }
+                if stage != before {
+                    self.store().update_stage(&stage)?;
+                    self.changed.notify_waiters();
+                }
+            }
+            tokio::time::sleep(STAGE_POLL).await;
+        }
+    }
+
+    /// A client of the instance for its stage coordinator, with the owner's identity.
+    fn stage_client(&self, name: &str) -> Result<Client> {
+        let instance = self.store().instance(name)?.ok_or_else(|| anyhow!("instance {name} is gone"))?;
+        let descriptor = self.descriptor(&instance, PathBuf::new())?;
+        let secret = auth::parse_secret(&instance.secret).ok_or_else(|| anyhow!("bad secret recorded for {name}"))?;
+        let addrs = match descriptor.mode {
+            Mode::Striped => descriptor.servers.iter().map(|s| s.addr).collect(),
+            Mode::Private => vec![descriptor.servers.first().ok_or_else(|| anyhow!("{name} has no servers"))?.addr],
+        };
+        let opts = ClientOptions { uid: instance.uid, gid: instance.gid, local_io: false, node: None, ..Default::default() };
+        Ok(Client::from_parts(addrs, instance.chunk_size, secret, opts)?)
+    }
+
+    async fn progress(&self, job: u64, direction: Direction, wait_secs: u32) -> Result<Progress> {
+        let deadline = Instant::now() + Duration::from_secs(wait_secs.min(60) as u64);
+        loop {
+            // Registered before looking, so a change between the look and the wait is not missed.
+            let changed = self.changed.notified();
+            let stages = self.store().stages(Some(job), Some(direction))?;
+            if self.store().job(job)?.is_none() {
+                anyhow::bail!("job {job} has no burst buffer set up");
+            }
+            if let Some(failed) = stages.iter().find(|s| s.state == "failed" || s.state == "cancelled") {
+                let verb = if direction == Direction::In { "stage_in" } else { "stage_out" };
+                let what = if direction == Direction::In { &failed.source } else { &failed.destination };
+                return Ok(Progress::Failed(format!(
+                    "{verb} {} -> {}: {}",
+                    if direction == Direction::In { what } else { &failed.source },
+                    if direction == Direction::In { &failed.destination } else { what },
+                    failed.error.as_deref().unwrap_or(&failed.state)
+                )));
+            }
+            let done = stages.iter().filter(|s| s.state == "done").count();
+            if done == stages.len() {
+                return Ok(Progress::Done { total: stages.len(), bytes: stages.iter().map(|s| s.bytes_done).sum() });
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(Progress::Busy { done, total: stages.len() });
+            }
+            let _ = tokio::time::timeout(deadline - now, changed).await;
+        }
+    }
+
+    // ----- nodes -----
+
+    fn paths(&self, job: u64) -> Result<Vec<(String, String)>> {
+        let Some(record) = self.store().job(job)? else { return Ok(Vec::new()) };
+        let dir = self.config.job_root.join(job.to_string());
+        let mut vars = vec![("SURGE_HOME".to_string(), dir.join("home").display().to_string())];
+        let instances = self.store().job_instances(job)?;
+        for instance in &instances {
+            let (variable, subdir) = if instance.mode == "private" { ("DW_JOB_PRIVATE", "private") } else { ("DW_JOB_STRIPED", "striped") };
+            vars.push((variable.into(), dir.join(subdir).display().to_string()));
+        }
+        if let Some(striped) = instances.iter().find(|i| i.mode == "striped") {
+            vars.push(("SURGE_INSTANCE".into(), striped.name.clone()));
+        }
+        if let Ok(request) = parse_script(&record.script) {
+            for name in request.persistent.iter().chain(request.create_persistent.iter().map(|p| &p.name)) {
+                vars.push((format!("DW_PERSISTENT_STRIPED_{name}"), dir.join("persistent").join(name).display().to_string()));
+            }
+        }
+        vars.dedup();
+        Ok(vars)
+    }
+
+    /// Starts the job's on-demand instances on its nodes (once), then releases the stages
+    /// that waited for them.
+    async fn start_on_nodes(self: &Arc<Self>, job: u64, nodes: &[String]) -> Result<()> {
+        let _placing = self.placement.lock().await;
+        let Some(record) = self.store().job(job)? else { return Ok(()) };
+        if record.nodes.is_empty() && !nodes.is_empty() {
+            self.store().set_job_nodes(job, nodes)?;
+        }
+        let nodes = if record.nodes.is_empty() { nodes.to_vec() } else { record.nodes };
+        let listed = self.store().job_instances(job)?;
+        for instance in listed {
+            let Some(pool) = self.config.pool(&instance.pool) else { continue };
+            if pool.kind != PoolKindConfig::OnDemand || instance.state == "ready" {
+                continue;
+            }
+            let mut used = self.store().node_use()?;
+            let listed = self.store().servers(&instance.name)?;
+            for s in listed {
+                // Its own planned servers are being replaced.
+                if let Some(u) = used.get_mut(&s.node) {
+                    *u = u.saturating_sub(s.share);
+                }
+            }
+            let placed = pools::place_on_demand(pool, &used, &nodes, instance.capacity).map_err(|e| anyhow!(e))?;
+            let servers: Vec<ServerRecord> = placed
+                .into_iter()
+                .enumerate()
+                .map(|(index, (node, share))| ServerRecord { instance: instance.name.clone(), index, node, share, addr: None })
+                .collect();
+            self.store().transaction(|tx| store::replace_servers(tx, &instance.name, &servers))?;
+            self.start_instance(&instance.name).await?;
+        }
+        Ok(())
+    }
+
+    async fn pre_run(self: &Arc<Self>, job: u64, nodes: &[String]) -> Result<()> {
+        if self.store().job(job)?.is_none() {
+            return Ok(());
+        }
+        self.start_on_nodes(job, nodes).await?;
+        self.release_stages(job, Direction::In)?;
+        self.set_job_state(job, "running", None)
+    }
+
+    async fn attach(self: &Arc<Self>, job: u64, node: &str, nodes: &[String]) -> Result<Attachment> {
+        let Some(record) = self.store().job(job)? else {
+            return Ok(Attachment { uid: 0, gid: 0, job_dir: String::new(), mounts: Vec::new() });
+        };
+        self.start_on_nodes(job, nodes).await?;
+        let deadline = Instant::now() + ATTACH_TIMEOUT;
+        let instances = loop {
+            let changed = self.changed.notified();
+            let instances = self.instances_of_job(job)?;
+            if let Some(failed) = instances.iter().find(|i| i.state == "failed") {
+                anyhow::bail!("instance {} of job {job} failed to start", failed.name);
+            }
+            if instances.iter().all(|i| i.state == "ready") {
+                break instances;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                anyhow::bail!("job {job}'s buffers not up after {ATTACH_TIMEOUT:?}");
+            }
+            let _ = tokio::time::timeout(deadline - now, changed).await;
+        };
+        let job_dir = self.config.job_root.join(job.to_string());
+        let mut mounts = Vec::new();
+        for instance in instances {
+            let subdir = match (&instance.persistent, instance.mode.as_str()) {
+                (Some(name), _) => format!("persistent/{name}"),
+                (None, "private") => "private".to_string(),
+                (None, _) => "striped".to_string(),
+            };
+            let token = job_dir.join("home").join("instances").join(format!("{}.token", instance.name));
+            let descriptor = self.descriptor(&instance, token)?;
+            let node_addr = if instance.mode == "private" {
+                let servers = self.store().servers(&instance.name)?;
+                let mine = servers.iter().find(|s| s.node == node).and_then(|s| s.addr.clone());
+                Some(mine.ok_or_else(|| anyhow!("no server of {} on node {node}", instance.name))?)
+            } else {
+                None
+            };
+            mounts.push(Mount {
+                instance: instance.name.clone(),
+                subdir,
+                descriptor: serde_json::to_string_pretty(&descriptor)?,
+                secret: instance.secret.clone(),
+                node_addr,
+            });
+        }
+        tracing::info!(job, node, mounts = mounts.len(), "node attached");
+        Ok(Attachment { uid: record.uid, gid: record.gid, job_dir: job_dir.display().to_string(), mounts })
+    }
+
+    fn set_job_state(&self, job: u64, state: &str, message: Option<&str>) -> Result<()> {
+        self.store().set_job_state(job, state, message)
+    }
+
+    // ----- teardown -----
+
+    async fn teardown(self: &Arc<Self>, job: u64, hurry: bool) -> Result<()> {
+        let _placing = self.placement.lock().await;
+        if self.store().job(job)?.is_none() {
+            return Ok(());
+        }
+        let stages = self.store().stages(Some(job), None)?;
+        let running: Vec<&StageRecord> = stages.iter().filter(|s| !s.is_final() && s.stage_id.is_some()).collect();
+        if !running.is_empty() && !hurry {
+            anyhow::bail!("job {job}: {} stage(s) still running; teardown with hurry cancels them", running.len());
+        }
+        for stage in running {
+            if let (Ok(client), Some(id)) = (self.stage_client(&stage.instance), stage.stage_id) {
+                let _ = client.stage_cancel(id).await;
+            }
+        }
+        let listed = self.store().job_instances(job)?;
+        for instance in listed {
+            self.stop_instance(&instance.name).await?;
+        }
+        self.store().transaction(|tx| store::delete_job(tx, job))?;
+        self.changed.notify_waiters();
+        tracing::info!(job, hurry, "job torn down");
+        Ok(())
+    }
+
+    // ----- restart -----
+
+    /// After a start: asks every agent what runs and brings the world in line with the
+    /// store. Servers of instances the store does not know are stopped (nothing orphaned);
+    /// instances that were being started are started again; ready instances missing a server
+    /// are marked `degraded`; stages that were running are driven again (the coordinators
+    /// journal them, so they are found by id). Unreachable agents are reported and skipped.
+    pub async fn reconcile(self: &Arc<Self>) -> Result<()> {
+        let known: HashMap<String, InstanceRecord> = self.store().instances()?.into_iter().map(|i| (i.name.clone(), i)).collect();
+        let mut running: HashMap<(String, String), String> = HashMap::new();
+        let nodes: Vec<String> = self.config.pools.iter().flat_map(|p| p.nodes.iter().map(|n| n.name.clone())).collect();
+        for node in &nodes {
+            match self.agent_call(node, &AgentRequest::List).await {
+                Ok(AgentReply::Servers(servers)) => {
+                    for s in servers {
+                        if !known.contains_key(&s.instance) {
+                            tracing::warn!(node, instance = %s.instance, "server of an unknown instance: stopped");
+                            let _ = self.agent_call(node, &AgentRequest::Stop { instance: s.instance.clone() }).await;
+                        } else {
+                            running.insert((s.instance.clone(), node.clone()), s.addr);
+                        }
+                    }
+                }
+                Ok(other) => tracing::warn!(node, "agent answered {other:?}"),
+                Err(e) => tracing::warn!(node, "reconcile: {e:#}"),
+            }
+        }
+        for instance in known.values() {
+            let servers = self.store().servers(&instance.name)?;
+            let up = servers.iter().filter(|s| running.get(&(instance.name.clone(), s.node.clone())) == s.addr.as_ref()).count();
+            match instance.state.as_str() {
+                "starting" => {
+                    tracing::info!(instance = %instance.name, "was starting: starting again");
+                    for s in &servers {
+                        let _ = self.agent_call(&s.node, &AgentRequest::Stop { instance: instance.name.clone() }).await;
+                    }
+                    self.store().set_instance_state(&instance.name, "planned")?;
+                    if self.config.pool(&instance.pool).is_some_and(|p| p.kind == PoolKindConfig::Standing) {
+                        if let Err(e) = self.start_instance(&instance.name).await {
+                            tracing::warn!(instance = %instance.name, "{e:#}");
+                        }
+                    }
+                }
+                "ready" | "degraded" if up < servers.len() => {
+                    tracing::warn!(instance = %instance.name, up, servers = servers.len(), "servers missing");
+                    self.store().set_instance_state(&instance.name, "degraded")?;
+                }
+                "degraded" => self.store().set_instance_state(&instance.name, "ready")?,
+                _ => {}
+            }
+        }
+        let listed = self.store().jobs()?;
+        for job in listed {
+            for direction in [Direction::In, Direction::Out] {
+                self.drive(job.job, direction);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn copy_summary(stage: &mut StageRecord, summary: &surge_client::surge_proto::stage::StageSummary) {
+    stage.state = match summary.state {
+        StageState::Deferred => "deferred",
+        StageState::Queued => "queued",
+        StageState::Running => "running",
+        StageState::Done => "done",
+        StageState::Failed => "failed",
+        StageState::Cancelled => "cancelled",
+    }
+    .into();
+    stage.files_done = summary.files_done;
+    stage.files_total = summary.files_total;
+    stage.bytes_done = summary.bytes_done;
+    stage.bytes_total = summary.bytes_total;
+    stage.error = summary.error.clone();
+}

@@ -1,0 +1,120 @@
+//! Capacity: requests rounded to a pool's unit, and which nodes hold an instance's servers.
+//! Pure functions of the configuration and of what is charged, so they are tested alone.
+
+use std::collections::HashMap;
+
+use crate::config::PoolConfig;
+
+/// `capacity` rounded up to whole units of `granularity`, in units.
+pub fn units(capacity: u64, granularity: u64) -> u64 {
+    capacity.div_ceil(granularity)
+}
+
+/// Where a standing-pool instance of `capacity` bytes goes (DataWarp's rule): rounded up to
+/// the pool's unit, and spread one unit at a time over the nodes with the most free units, so
+/// that it is striped over as many nodes as its units allow. Returns each chosen node with the
+/// bytes it holds, or why it does not fit.
+pub fn place_standing(pool: &PoolConfig, used: &HashMap<String, u64>, capacity: u64) -> Result<Vec<(String, u64)>, String> {
+    let wanted = units(capacity, pool.granularity);
+    let mut free: Vec<(String, u64)> = pool
+        .nodes
+        .iter()
+        .map(|n| (n.name.clone(), n.capacity.saturating_sub(used.get(&n.name).copied().unwrap_or(0)) / pool.granularity))
+        .collect();
+    let available: u64 = free.iter().map(|(_, f)| f).sum();
+    if wanted > available {
+        return Err(format!(
+            "pool '{}' has {available} free unit(s) of {}, the request needs {wanted}",
+            pool.name,
+            surge_directives::size::format(pool.granularity)
+        ));
+    }
+    let mut given: HashMap<String, u64> = HashMap::new();
+    for _ in 0..wanted {
+        // The node with the most free units left; ties by configuration order.
+        let (name, left) = free.iter_mut().max_by(|a, b| a.1.cmp(&b.1).then(std::cmp::Ordering::Greater)).expect("nodes");
+        *left -= 1;
+        *given.entry(name.clone()).or_default() += 1;
+    }
+    // Server order follows the configuration, so a placement is reproducible.
+    Ok(pool.nodes.iter().filter_map(|n| given.get(&n.name).map(|u| (n.name.clone(), u * pool.granularity))).collect())
+}
+
+/// Where an on-demand instance goes: one server on each of the job's nodes, the charged
+/// capacity shared equally. Every node must be in the pool and have room for its share.
+pub fn place_on_demand(
+    pool: &PoolConfig,
+    used: &HashMap<String, u64>,
+    nodes: &[String],
+    charged: u64,
+) -> Result<Vec<(String, u64)>, String> {
+    if nodes.is_empty() {
+        return Err("the job has no nodes".into());
+    }
+    let share = charged.div_ceil(nodes.len() as u64);
+    let mut placed = Vec::new();
+    for name in nodes {
+        let node = pool.node(name).ok_or_else(|| format!("node {name} is not in pool '{}'", pool.name))?;
+        let free = node.capacity.saturating_sub(used.get(name).copied().unwrap_or(0));
+        if share > free {
+            return Err(format!(
+                "node {name} has {} free in pool '{}', its share of the buffer is {}",
+                surge_directives::size::format(free),
+                pool.name,
+                surge_directives::size::format(share)
+            ));
+        }
+        placed.push((name.clone(), share));
+    }
+    Ok(placed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{NodeConfig, PoolKindConfig};
+
+    const GIB: u64 = 1 << 30;
+
+    fn pool(capacities: &[u64]) -> PoolConfig {
+        PoolConfig {
+            name: "bb".into(),
+            kind: PoolKindConfig::Standing,
+            granularity: GIB,
+            nodes: capacities
+                .iter()
+                .enumerate()
+                .map(|(i, c)| NodeConfig { name: format!("bb{}", i + 1), agent: String::new(), capacity: *c })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_request_is_rounded_up_and_striped_over_as_many_nodes_as_its_units() {
+        let pool = pool(&[4 * GIB, 4 * GIB, 4 * GIB]);
+        let none = HashMap::new();
+        // 1.5 GiB is 2 units: two nodes, one unit each.
+        assert_eq!(place_standing(&pool, &none, 3 * GIB / 2).unwrap(), vec![("bb1".into(), GIB), ("bb2".into(), GIB)]);
+        // 5 units over 3 nodes: 2, 2, 1.
+        let five = place_standing(&pool, &none, 5 * GIB).unwrap();
+        assert_eq!(five.iter().map(|(_, b)| b / GIB).collect::<Vec<_>>(), vec![2, 2, 1]);
+        // What is used elsewhere counts: bb1 full, so 2 units go to bb2 and bb3.
+        let used = HashMap::from([("bb1".to_string(), 4 * GIB)]);
+        assert_eq!(place_standing(&pool, &used, 2 * GIB).unwrap(), vec![("bb2".into(), GIB), ("bb3".into(), GIB)]);
+        let refused = place_standing(&pool, &used, 9 * GIB).unwrap_err();
+        assert!(refused.contains("8 free unit(s)") && refused.contains("needs 9"), "{refused}");
+    }
+
+    #[test]
+    fn on_demand_shares_the_charge_over_the_jobs_nodes_and_refuses_strangers() {
+        let pool = pool(&[4 * GIB, 4 * GIB]);
+        let nodes = vec!["bb1".to_string(), "bb2".to_string()];
+        assert_eq!(
+            place_on_demand(&pool, &HashMap::new(), &nodes, 3 * GIB).unwrap(),
+            vec![("bb1".into(), 3 * GIB / 2), ("bb2".into(), 3 * GIB / 2)]
+        );
+        assert!(place_on_demand(&pool, &HashMap::new(), &["n9".to_string()], GIB).unwrap_err().contains("not in pool"));
+        let used = HashMap::from([("bb2".to_string(), 3 * GIB)]);
+        assert!(place_on_demand(&pool, &used, &nodes, 4 * GIB).unwrap_err().contains("node bb2 has 1.0 GiB free"));
+    }
+}

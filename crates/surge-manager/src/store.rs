@@ -1,0 +1,449 @@
+//! The manager's durable state, in SQLite (`<state_dir>/surge.db`): instances and where their
+//! servers run, jobs and their stages. Every change is one transaction, committed before the
+//! request that made it is answered, so a manager killed at any point comes back knowing every
+//! instance it charged and every server it asked for (WAL mode, synchronous=FULL).
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use surge_control::manager::Direction;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS instances (
+    name TEXT PRIMARY KEY,
+    job INTEGER,
+    persistent TEXT UNIQUE,
+    pool TEXT NOT NULL,
+    mode TEXT NOT NULL,
+    capacity INTEGER NOT NULL,
+    uid INTEGER NOT NULL,
+    gid INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    created INTEGER NOT NULL,
+    secret TEXT NOT NULL,
+    chunk_size INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS servers (
+    instance TEXT NOT NULL REFERENCES instances(name) ON DELETE CASCADE,
+    idx INTEGER NOT NULL,
+    node TEXT NOT NULL,
+    share INTEGER NOT NULL,
+    addr TEXT,
+    PRIMARY KEY (instance, idx)
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    job INTEGER PRIMARY KEY,
+    uid INTEGER NOT NULL,
+    gid INTEGER NOT NULL,
+    script TEXT NOT NULL,
+    state TEXT NOT NULL,
+    nodes TEXT NOT NULL,
+    message TEXT,
+    created INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS stages (
+    job INTEGER NOT NULL REFERENCES jobs(job) ON DELETE CASCADE,
+    direction TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    source TEXT NOT NULL,
+    destination TEXT NOT NULL,
+    instance TEXT NOT NULL,
+    bb_path TEXT NOT NULL,
+    pfs_path TEXT NOT NULL,
+    stage_id INTEGER,
+    state TEXT NOT NULL,
+    files_done INTEGER NOT NULL DEFAULT 0,
+    files_total INTEGER NOT NULL DEFAULT 0,
+    bytes_done INTEGER NOT NULL DEFAULT 0,
+    bytes_total INTEGER NOT NULL DEFAULT 0,
+    error TEXT,
+    PRIMARY KEY (job, direction, seq)
+);
+";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceRecord {
+    pub name: String,
+    pub job: Option<u64>,
+    pub persistent: Option<String>,
+    pub pool: String,
+    /// `striped` or `private`.
+    pub mode: String,
+    pub capacity: u64,
+    pub uid: u32,
+    pub gid: u32,
+    /// `planned` (charged, no servers yet), `starting`, `ready`, `failed`.
+    pub state: String,
+    pub created: u64,
+    pub secret: String,
+    pub chunk_size: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerRecord {
+    pub instance: String,
+    pub index: usize,
+    pub node: String,
+    /// Bytes of the node's storage this server holds for its instance.
+    pub share: u64,
+    /// Known once it runs.
+    pub addr: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobRecord {
+    pub job: u64,
+    pub uid: u32,
+    pub gid: u32,
+    pub script: String,
+    pub state: String,
+    pub nodes: Vec<String>,
+    pub message: Option<String>,
+    pub created: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StageRecord {
+    pub job: u64,
+    pub direction: Direction,
+    pub seq: usize,
+    /// `file`, `directory`, `list`.
+    pub kind: String,
+    /// As the script wrote them.
+    pub source: String,
+    pub destination: String,
+    /// Resolved: the instance and the path inside it, and the PFS side.
+    pub instance: String,
+    pub bb_path: String,
+    pub pfs_path: String,
+    /// The coordinator's id once submitted.
+    pub stage_id: Option<u64>,
+    /// `waiting` (for the job's nodes), then the coordinator's states in lower case.
+    pub state: String,
+    pub files_done: u64,
+    pub files_total: u64,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    pub error: Option<String>,
+}
+
+impl StageRecord {
+    pub fn is_final(&self) -> bool {
+        matches!(self.state.as_str(), "done" | "failed" | "cancelled")
+    }
+}
+
+pub struct Store {
+    db: Connection,
+}
+
+fn direction_text(direction: Direction) -> &'static str {
+    match direction {
+        Direction::In => "in",
+        Direction::Out => "out",
+    }
+}
+
+fn instance_row(row: &Row) -> rusqlite::Result<InstanceRecord> {
+    Ok(InstanceRecord {
+        name: row.get(0)?,
+        job: row.get(1)?,
+        persistent: row.get(2)?,
+        pool: row.get(3)?,
+        mode: row.get(4)?,
+        capacity: row.get(5)?,
+        uid: row.get(6)?,
+        gid: row.get(7)?,
+        state: row.get(8)?,
+        created: row.get(9)?,
+        secret: row.get(10)?,
+        chunk_size: row.get(11)?,
+    })
+}
+
+const INSTANCE_COLUMNS: &str = "name, job, persistent, pool, mode, capacity, uid, gid, state, created, secret, chunk_size";
+
+fn job_row(row: &Row) -> rusqlite::Result<JobRecord> {
+    let nodes: String = row.get(5)?;
+    Ok(JobRecord {
+        job: row.get(0)?,
+        uid: row.get(1)?,
+        gid: row.get(2)?,
+        script: row.get(3)?,
+        state: row.get(4)?,
+        nodes: nodes.split(',').filter(|n| !n.is_empty()).map(str::to_string).collect(),
+        message: row.get(6)?,
+        created: row.get(7)?,
+    })
+}
+
+const JOB_COLUMNS: &str = "job, uid, gid, script, state, nodes, message, created";
+
+fn stage_row(row: &Row) -> rusqlite::Result<StageRecord> {
+    let direction: String = row.get(1)?;
+    Ok(StageRecord {
+        job: row.get(0)?,
+        direction: if direction == "in" { Direction::In } else { Direction::Out },
+        seq: row.get(2)?,
+        kind: row.get(3)?,
+        source: row.get(4)?,
+        destination: row.get(5)?,
+        instance: row.get(6)?,
+        bb_path: row.get(7)?,
+        pfs_path: row.get(8)?,
+        stage_id: row.get(9)?,
+        state: row.get(10)?,
+        files_done: row.get(11)?,
+        files_total: row.get(12)?,
+        bytes_done: row.get(13)?,
+        bytes_total: row.get(14)?,
+        error: row.get(15)?,
+    })
+}
+
+const STAGE_COLUMNS: &str =
+    "job, direction, seq, kind, source, destination, instance, bb_path, pfs_path, stage_id, state, files_done, files_total, bytes_done, bytes_total, error";
+
+impl Store {
+    pub fn open(path: &Path) -> Result<Store> {
+        let db = Connection::open(path).with_context(|| format!("open {}", path.display()))?;
+        db.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
+        db.execute_batch(SCHEMA).context("create the schema")?;
+        Ok(Store { db })
+    }
+
+    /// Runs `f` in one transaction: all its changes are durable together, or none is.
+    pub fn transaction<T>(&mut self, f: impl FnOnce(&rusqlite::Transaction) -> Result<T>) -> Result<T> {
+        let tx = self.db.transaction()?;
+        let value = f(&tx)?;
+        tx.commit()?;
+        Ok(value)
+    }
+
+    pub fn instances(&self) -> Result<Vec<InstanceRecord>> {
+        let mut q = self.db.prepare(&format!("SELECT {INSTANCE_COLUMNS} FROM instances ORDER BY created, name"))?;
+        let rows = q.query_map([], instance_row)?.collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    pub fn instance(&self, name: &str) -> Result<Option<InstanceRecord>> {
+        Ok(self.db.query_row(&format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE name = ?1"), [name], instance_row).optional()?)
+    }
+
+    pub fn persistent(&self, name: &str) -> Result<Option<InstanceRecord>> {
+        Ok(self
+            .db
+            .query_row(&format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE persistent = ?1"), [name], instance_row)
+            .optional()?)
+    }
+
+    pub fn job_instances(&self, job: u64) -> Result<Vec<InstanceRecord>> {
+        let mut q = self.db.prepare(&format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE job = ?1 ORDER BY name"))?;
+        let rows = q.query_map([job], instance_row)?.collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    pub fn set_instance_state(&self, name: &str, state: &str) -> Result<()> {
+        self.db.execute("UPDATE instances SET state = ?2 WHERE name = ?1", params![name, state])?;
+        Ok(())
+    }
+
+    pub fn servers(&self, instance: &str) -> Result<Vec<ServerRecord>> {
+        let mut q = self.db.prepare("SELECT instance, idx, node, share, addr FROM servers WHERE instance = ?1 ORDER BY idx")?;
+        let rows = q
+            .query_map([instance], |row| {
+                Ok(ServerRecord { instance: row.get(0)?, index: row.get(1)?, node: row.get(2)?, share: row.get(3)?, addr: row.get(4)? })
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    /// Bytes of each node's storage held by servers of any instance, by node name.
+    pub fn node_use(&self) -> Result<std::collections::HashMap<String, u64>> {
+        let mut q = self.db.prepare("SELECT node, SUM(share) FROM servers GROUP BY node")?;
+        let rows = q.query_map([], |row| Ok((row.get::<_, String>(0)?, row.get::<_, u64>(1)?)))?.collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    pub fn set_server_addr(&self, instance: &str, index: usize, addr: &str) -> Result<()> {
+        self.db.execute("UPDATE servers SET addr = ?3 WHERE instance = ?1 AND idx = ?2", params![instance, index, addr])?;
+        Ok(())
+    }
+
+    pub fn job(&self, job: u64) -> Result<Option<JobRecord>> {
+        Ok(self.db.query_row(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE job = ?1"), [job], job_row).optional()?)
+    }
+
+    pub fn jobs(&self) -> Result<Vec<JobRecord>> {
+        let mut q = self.db.prepare(&format!("SELECT {JOB_COLUMNS} FROM jobs ORDER BY job"))?;
+        let rows = q.query_map([], job_row)?.collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    pub fn set_job_state(&self, job: u64, state: &str, message: Option<&str>) -> Result<()> {
+        self.db.execute("UPDATE jobs SET state = ?2, message = ?3 WHERE job = ?1", params![job, state, message])?;
+        Ok(())
+    }
+
+    pub fn set_job_nodes(&self, job: u64, nodes: &[String]) -> Result<()> {
+        self.db.execute("UPDATE jobs SET nodes = ?2 WHERE job = ?1", params![job, nodes.join(",")])?;
+        Ok(())
+    }
+
+    pub fn stages(&self, job: Option<u64>, direction: Option<Direction>) -> Result<Vec<StageRecord>> {
+        let mut q = self.db.prepare(&format!(
+            "SELECT {STAGE_COLUMNS} FROM stages WHERE (?1 IS NULL OR job = ?1) AND (?2 IS NULL OR direction = ?2) ORDER BY job, direction, seq"
+        ))?;
+        let rows = q.query_map(params![job, direction.map(direction_text)], stage_row)?.collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    pub fn update_stage(&self, s: &StageRecord) -> Result<()> {
+        self.db.execute(
+            "UPDATE stages SET stage_id = ?4, state = ?5, files_done = ?6, files_total = ?7, bytes_done = ?8, bytes_total = ?9, error = ?10
+             WHERE job = ?1 AND direction = ?2 AND seq = ?3",
+            params![
+                s.job,
+                direction_text(s.direction),
+                s.seq,
+                s.stage_id,
+                s.state,
+                s.files_done,
+                s.files_total,
+                s.bytes_done,
+                s.bytes_total,
+                s.error
+            ],
+        )?;
+        Ok(())
+    }
+}
+
+pub fn insert_instance(tx: &rusqlite::Transaction, i: &InstanceRecord, servers: &[ServerRecord]) -> Result<()> {
+    tx.execute(
+        &format!("INSERT INTO instances ({INSTANCE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
+        params![i.name, i.job, i.persistent, i.pool, i.mode, i.capacity, i.uid, i.gid, i.state, i.created, i.secret, i.chunk_size],
+    )?;
+    for s in servers {
+        tx.execute(
+            "INSERT INTO servers (instance, idx, node, share, addr) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![s.instance, s.index, s.node, s.share, s.addr],
+        )?;
+    }
+    Ok(())
+}
+
+/// Replaces an instance's planned servers (an on-demand instance once the job's nodes are known).
+pub fn replace_servers(tx: &rusqlite::Transaction, instance: &str, servers: &[ServerRecord]) -> Result<()> {
+    tx.execute("DELETE FROM servers WHERE instance = ?1", [instance])?;
+    for s in servers {
+        tx.execute(
+            "INSERT INTO servers (instance, idx, node, share, addr) VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![s.instance, s.index, s.node, s.share, s.addr],
+        )?;
+    }
+    Ok(())
+}
+
+pub fn delete_instance(tx: &rusqlite::Transaction, name: &str) -> Result<()> {
+    tx.execute("DELETE FROM instances WHERE name = ?1", [name])?;
+    Ok(())
+}
+
+pub fn insert_job(tx: &rusqlite::Transaction, j: &JobRecord) -> Result<()> {
+    tx.execute(
+        &format!("INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
+        params![j.job, j.uid, j.gid, j.script, j.state, j.nodes.join(","), j.message, j.created],
+    )?;
+    Ok(())
+}
+
+pub fn delete_job(tx: &rusqlite::Transaction, job: u64) -> Result<()> {
+    tx.execute("DELETE FROM jobs WHERE job = ?1", [job])?;
+    Ok(())
+}
+
+pub fn insert_stage(tx: &rusqlite::Transaction, s: &StageRecord) -> Result<()> {
+    tx.execute(
+        &format!("INSERT INTO stages ({STAGE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"),
+        params![
+            s.job,
+            direction_text(s.direction),
+            s.seq,
+            s.kind,
+            s.source,
+            s.destination,
+            s.instance,
+            s.bb_path,
+            s.pfs_path,
+            s.stage_id,
+            s.state,
+            s.files_done,
+            s.files_total,
+            s.bytes_done,
+            s.bytes_total,
+            s.error
+        ],
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn instance(name: &str, job: Option<u64>) -> InstanceRecord {
+        InstanceRecord {
+            name: name.into(),
+            job,
+            persistent: None,
+            pool: "bb".into(),
+            mode: "striped".into(),
+            capacity: 2 << 30,
+            uid: 1000,
+            gid: 1000,
+            state: "ready".into(),
+            created: 1,
+            secret: "00".repeat(32),
+            chunk_size: 1 << 20,
+        }
+    }
+
+    #[test]
+    fn what_is_committed_is_there_after_reopening_and_servers_go_with_their_instance() {
+        let dir = std::env::temp_dir().join(format!("surge-store-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("surge.db");
+        {
+            let mut store = Store::open(&path).unwrap();
+            store
+                .transaction(|tx| {
+                    let servers = [0, 1].map(|i| ServerRecord {
+                        instance: "job-1".into(),
+                        index: i,
+                        node: format!("bb{i}"),
+                        share: 1 << 30,
+                        addr: None,
+                    });
+                    insert_instance(tx, &instance("job-1", Some(1)), &servers)?;
+                    insert_instance(tx, &instance("job-2", Some(2)), &[])
+                })
+                .unwrap();
+            // A transaction that fails half-way leaves nothing.
+            let failed = store.transaction(|tx| {
+                delete_instance(tx, "job-2")?;
+                insert_instance(tx, &instance("job-1", Some(1)), &[])
+            });
+            assert!(failed.is_err());
+        }
+        let mut store = Store::open(&path).unwrap();
+        assert_eq!(store.instances().unwrap().len(), 2);
+        assert_eq!(store.node_use().unwrap().get("bb1"), Some(&(1 << 30)));
+        store.transaction(|tx| delete_instance(tx, "job-1")).unwrap();
+        assert!(store.servers("job-1").unwrap().is_empty(), "servers deleted with their instance");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
