@@ -7,6 +7,7 @@
 //! the program `surge-X` (found beside this binary, in the project's .venv, or on PATH), the
 //! way git and cargo grow: `surge sim` and `surge predict` are separate components.
 
+mod bb;
 mod bench;
 mod demo;
 mod files;
@@ -159,10 +160,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Servers, health, capacity used and free, file counts.
+    /// An instance's servers, health, capacity used and free, file counts; without a name, the
+    /// cluster's pools, instances, sessions and stages from Surge's manager (as dwstat shows).
     Status {
-        /// Instance to show.
-        name: String,
+        /// Instance to show (default: the whole cluster, from the manager).
+        name: Option<String>,
         /// One JSON document instead of tables.
         #[arg(long)]
         json: bool,
@@ -244,6 +246,10 @@ enum Command {
     /// Stage files between the PFS and an instance (in, out, status, wait, cancel, ...).
     #[command(subcommand)]
     Stage(stage::StageCommand),
+    /// The workload manager's hooks and the nodes' prolog and epilog, as clients of Surge's
+    /// manager (slurm/burst_buffer.lua calls these).
+    #[command(subcommand)]
+    Bb(bb::BbCommand),
     /// Benchmarks of an instance or of a local directory (for baselines).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -348,7 +354,8 @@ async fn run(command: Command) -> Result<()> {
             }
         }
         Command::Fsck { name, repair, json } => fsck::fsck(&InstanceDescriptor::load(&name)?, repair, json).await?,
-        Command::Status { name, json } => {
+        Command::Status { name: None, json } => bb::status(json).await?,
+        Command::Status { name: Some(name), json } => {
             let desc = InstanceDescriptor::load(&name)?;
             let stats = instance::probe(&desc).await;
             if json {
@@ -399,6 +406,7 @@ async fn run(command: Command) -> Result<()> {
             }
         }
         Command::Stat { path, json, target } => files::stat(&target.client()?, &path, json).await?,
+        Command::Bb(command) => bb::run(command).await?,
         Command::Stage(cmd) => stage::run(cmd).await?,
         Command::Bench(cmd) => bench::run(cmd).await?,
         Command::Demo { root } => demo::run(root).await?,

@@ -57,19 +57,29 @@ pub async fn mount(name: &str, dir: &Path, node: Option<std::net::IpAddr>) -> Re
     surge_client::InstanceDescriptor::load(name)?;
     let dir = mount_point(dir)?;
     let log_path = descriptor::instances_dir().join(format!("{name}.fuse.log"));
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path)?;
     let mut cmd = Command::new(crate::instance::sibling_binary("surge-fuse"));
     cmd.arg(name).arg(&dir);
     if let Some(ip) = node {
         cmd.arg("--node").arg(ip.to_string());
     }
+    start_mount_daemon(cmd, &dir, &log_path).await?;
+    let mut mounts = descriptor::recorded_mounts(name);
+    mounts.push(dir.clone());
+    descriptor::record_mounts(name, &mounts)?;
+    Ok(dir)
+}
+
+/// Starts a `surge-fuse` command detached, its output to `log_path`, and waits until `dir` is
+/// a Surge mount (or the daemon exits, saying why).
+pub async fn start_mount_daemon(mut cmd: Command, dir: &Path, log_path: &Path) -> Result<()> {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(log_path)?;
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(log);
     crate::instance::detach(&mut cmd);
     let mut child = cmd.spawn().context("start surge-fuse")?;
     let deadline = Instant::now() + MOUNT_TIMEOUT;
-    while !is_mounted(&dir) {
+    while !is_mounted(dir) {
         if let Some(status) = child.try_wait()? {
-            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let log = std::fs::read_to_string(log_path).unwrap_or_default();
             bail!("surge-fuse exited with {status} before mounting: {}", log.lines().last().unwrap_or(""));
         }
         if Instant::now() > deadline {
@@ -78,10 +88,68 @@ pub async fn mount(name: &str, dir: &Path, node: Option<std::net::IpAddr>) -> Re
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let mut mounts = descriptor::recorded_mounts(name);
-    mounts.push(dir.clone());
-    descriptor::record_mounts(name, &mounts)?;
-    Ok(dir)
+    Ok(())
+}
+
+/// Mounts `dir` for one user as root would for a job (the kernel lets that user alone use it,
+/// without `allow_other` or a readable /dev/fuse), then starts the `surge-fuse` command as that
+/// user, serving the mount on the descriptor it inherits. `cmd` names the instance and `dir`.
+pub async fn mount_for_user(mut cmd: Command, instance: &str, dir: &Path, (uid, gid): (u32, u32), log_path: &Path) -> Result<()> {
+    use std::os::fd::{AsRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+    // The descriptor the daemon serves; it gets it as descriptor 3 (see below).
+    let device: OwnedFd = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").context("open /dev/fuse")?.into();
+    let options = format!("fd={},rootmode=40000,user_id={uid},group_id={gid},default_permissions", device.as_raw_fd());
+    let c = |s: &str| std::ffi::CString::new(s).context("NUL in a mount argument");
+    let (source, target, fstype, data) = (c(&format!("surge:{instance}"))?, c(&dir.to_string_lossy())?, c("fuse.surge")?, c(&options)?);
+    // SAFETY: every pointer is a NUL-terminated string that outlives the call.
+    let mounted =
+        unsafe { libc::mount(source.as_ptr(), target.as_ptr(), fstype.as_ptr(), libc::MS_NOSUID | libc::MS_NODEV, data.as_ptr().cast()) };
+    if mounted != 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| format!("mount {} for uid {uid}", dir.display()));
+    }
+    let raw = device.as_raw_fd();
+    // SAFETY: dup2 is async-signal-safe; it gives the child the open device as descriptor 3
+    // (without close-on-exec), the number passed to it on its command line.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::dup2(raw, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.arg("--fuse-fd").arg("3").uid(uid).gid(gid);
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(log_path)?;
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(log);
+    crate::instance::detach(&mut cmd);
+    let started = async {
+        let mut child = cmd.spawn().context("start surge-fuse")?;
+        let stdout = child.stdout.take().context("surge-fuse's output")?;
+        // Its "ready" line, or the end of its output when it exits first.
+        let line = tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).map(|_| line)
+        });
+        match tokio::time::timeout(MOUNT_TIMEOUT, line).await {
+            Ok(Ok(Ok(line))) if line.trim() == "ready" => Ok(()),
+            Ok(_) => {
+                let status = child.wait()?;
+                let log = std::fs::read_to_string(log_path).unwrap_or_default();
+                bail!("surge-fuse exited with {status} before serving: {}", log.lines().last().unwrap_or(""))
+            }
+            Err(_) => {
+                let _ = child.kill();
+                bail!("surge-fuse not serving {} after {MOUNT_TIMEOUT:?}", dir.display())
+            }
+        }
+    }
+    .await;
+    drop(device);
+    if started.is_err() {
+        let _ = Command::new("umount").arg("-l").arg(dir).status();
+    }
+    started
 }
 
 /// A process that holds something under a mount: its working directory, its root, or an

@@ -28,6 +28,16 @@ struct Args {
     /// Kernel read-ahead for the mount, KiB (set when running as root; 0: kernel default).
     #[arg(long, default_value_t = 4096)]
     read_ahead_kb: u32,
+    /// Only the user running this daemon may use the mount (FUSE's default; not even root):
+    /// how a job's buffer is mounted for the job's user. Without it, others may, as the
+    /// files' permissions allow (needs root, or user_allow_other in /etc/fuse.conf).
+    #[arg(long)]
+    owner_only: bool,
+    /// Serve a mount a privileged helper already made on this open /dev/fuse descriptor
+    /// (as `surge bb prolog` does for a job's user), instead of mounting here. Only the user
+    /// running this daemon may then use the mount.
+    #[arg(long)]
+    fuse_fd: Option<i32>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -49,18 +59,32 @@ fn main() -> anyhow::Result<()> {
     let fs = surge_fuse::SurgeFs::new(client.clone(), runtime.handle().clone(), std::time::Duration::from_secs_f64(args.cache_secs));
     // Fail before mounting when the instance does not answer.
     runtime.block_on(client.getattr(surge_client::surge_proto::ROOT_INO)).context("instance root not reachable")?;
+    if args.fuse_fd.is_some() {
+        // The helper that mounted waits for this line: the instance answered, serving starts.
+        println!("ready");
+    }
     let notifier = fs.notifier_slot();
-    let options = [
+    let mut options = vec![
         MountOption::FSName(format!("surge:{}", args.instance)),
         MountOption::Subtype("surge".into()),
-        MountOption::AllowOther,
         MountOption::DefaultPermissions,
         MountOption::RW,
     ];
-    let mut session =
-        fuser::Session::new(fs, &args.mountpoint, &options).with_context(|| format!("mount {}", args.mountpoint.display()))?;
+    if !args.owner_only {
+        options.push(MountOption::AllowOther);
+    }
+    let mut session = match args.fuse_fd {
+        Some(fd) => {
+            use std::os::fd::FromRawFd;
+            // SAFETY: the descriptor was handed to this process open, for it alone, by the
+            // helper that mounted it (the command line says which); nothing else here uses it.
+            let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+            fuser::Session::from_fd(fs, fd, fuser::SessionACL::Owner)
+        }
+        None => fuser::Session::new(fs, &args.mountpoint, &options).with_context(|| format!("mount {}", args.mountpoint.display()))?,
+    };
     let _ = notifier.set(session.notifier());
-    if args.read_ahead_kb > 0 {
+    if args.read_ahead_kb > 0 && args.fuse_fd.is_none() {
         let (mountpoint, kib) = (args.mountpoint.clone(), args.read_ahead_kb);
         std::thread::spawn(move || {
             if let Err(e) = set_read_ahead(&mountpoint, kib) {
