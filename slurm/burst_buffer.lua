@@ -3,17 +3,15 @@ Surge's script for Slurm's burst_buffer/lua plugin (BurstBufferType=burst_buffer
 Directive=DW in burst_buffer.conf so that `#DW` lines reach it unchanged). It lives beside
 slurm.conf, and slurmctld reads it again at every call.
 
-Every hook is a short-lived call of the `surge` command: the work is Surge's, the script only
-passes it on (hooks must leave no process behind and must not block slurmctld).
+Every hook is one short call of `surge bb <hook>`, a client of Surge's manager (surge-manager),
+which does the work: the script passes the hook on and hands Slurm the answer. Hooks must leave
+no process behind and must not block slurmctld; the manager runs the stages, never the hook.
 
-State of this script: submit-time checking works (slurm_bb_job_process runs
-`surge check-script`, and sbatch shows each problem with its line), after Slurm's own reading
-of `capacity=` and `pool=` (22.05 refuses a capacity without a known pool itself, saying only
-"Burst Buffer request invalid"). Pools, setup, staging, paths and teardown come with Surge's
-control plane; until then a job with #DW lines that passes the check is held at setup with a
-message saying so.
+One file serves Slurm 22.05 (tested) through 25.x: newer versions pass uid and gid to more
+hooks (used when present) and require slurm_bb_test_data_in / _out (defined).
 
-`surge` is found through SURGE_COMMAND in slurmctld's environment, else on its PATH.
+`surge` is found through SURGE_COMMAND in slurmctld's environment, else on its PATH; the
+manager's socket through SURGE_MANAGER_SOCKET (default /run/surge/manager.sock).
 ]]
 
 local surge = os.getenv("SURGE_COMMAND") or "surge"
@@ -26,8 +24,8 @@ local function run_surge(...)
 		words[#words + 1] = "'" .. tostring(arg):gsub("'", "'\\''") .. "'"
 	end
 	-- Slurm 22.05 links Lua 5.1, whose close() of a pipe does not tell the exit status:
-	-- the shell prints it last.
-	local pipe = io.popen(table.concat(words, " ") .. ' 2>&1; echo "surge-exit:$?"', "r")
+	-- the shell prints it last. stdin from /dev/null: nothing of slurmctld's is inherited.
+	local pipe = io.popen(table.concat(words, " ") .. ' </dev/null 2>&1; echo "surge-exit:$?"', "r")
 	if pipe == nil then
 		return false, "cannot run " .. surge
 	end
@@ -37,65 +35,104 @@ local function run_surge(...)
 	return status == "0", (output:gsub("surge%-exit:%d+%s*$", ""))
 end
 
--- At submit, inside slurmctld: an error refuses the job, and sbatch shows the message.
-function slurm_bb_job_process(job_script, ...)
-	local ok, output = run_surge("check-script", job_script)
+-- The CLI's error without its "surge: " prefix (and without the name of Slurm's copy of the
+-- script, which says nothing to the user), trimmed.
+local function message(output)
+	return (output:gsub("^surge: [^:]*/script: ", ""):gsub("^surge: ", "Surge: "):gsub("%s+$", ""))
+end
+
+-- A hook's answer: SUCCESS, or ERROR with the words Slurm shows in the job's reason.
+local function answer(ok, output)
 	if ok then
 		return slurm.SUCCESS, ""
 	end
-	-- The CLI's message without its prefix and the name of Slurm's copy of the script: what
-	-- is left names the script's problems by line.
-	return slurm.ERROR, (output:gsub("^surge: [^:]+: ", "Surge: "):gsub("%s+$", ""))
+	local why = message(output)
+	if not why:match("^Surge") then
+		why = "Surge: " .. why
+	end
+	return slurm.ERROR, why
 end
 
-local function not_yet(hook)
-	return slurm.ERROR, "Surge: " .. hook .. " needs Surge's control plane, not installed with this version"
+-- At submit, inside slurmctld: an error refuses the job, and sbatch shows the message.
+-- 23.02+ pass the submitting user, which lets reservations' owners be checked here too.
+function slurm_bb_job_process(job_script, uid, gid, job_info)
+	if uid ~= nil then
+		return answer(run_surge("bb", "job-process", "--uid", uid, job_script))
+	end
+	return answer(run_surge("bb", "job-process", job_script))
 end
 
-function slurm_bb_pools(...)
-	return slurm.SUCCESS, '{"pools":[]}'
+-- Inside slurmctld, at start and every 30 s: quantities and free space in units of granularity.
+function slurm_bb_pools()
+	local ok, output = run_surge("bb", "pools")
+	if not ok then
+		slurm.log_error("Surge: pools: %s", message(output))
+		return slurm.ERROR, ""
+	end
+	return slurm.SUCCESS, output
 end
 
-function slurm_bb_setup(...)
-	return not_yet("setup")
+function slurm_bb_setup(job_id, uid, gid, pool, bb_size, job_script, job_info)
+	return answer(run_surge("bb", "setup", "--job", job_id, "--uid", uid, "--gid", gid, job_script))
 end
 
-function slurm_bb_data_in(...)
-	return not_yet("stage-in")
+-- Slurm 22.05 waits for this hook (StageInTimeout): it returns once the stage-in is done.
+function slurm_bb_data_in(job_id, job_script, uid, gid, job_info)
+	return answer(run_surge("bb", "data-in", "--job", job_id))
 end
 
-function slurm_bb_test_data_in(...)
-	return not_yet("stage-in")
+-- Slurm 24.05+ polls this while it answers BUSY.
+function slurm_bb_test_data_in(job_id, job_script, uid, gid, job_info)
+	local ok, output = run_surge("bb", "test-data-in", "--job", job_id)
+	if ok and output:match("BUSY") then
+		return slurm.SUCCESS, slurm.SLURM_BB_BUSY
+	end
+	return answer(ok, output)
 end
 
-function slurm_bb_real_size(...)
+function slurm_bb_real_size(job_id, uid, gid, job_info)
 	return slurm.SUCCESS, ""
 end
 
-function slurm_bb_paths(...)
-	return slurm.SUCCESS, ""
+-- Inside slurmctld: the variables (DW_JOB_STRIPED ...) every step of the job gets.
+function slurm_bb_paths(job_id, job_script, path_file, uid, gid, job_info)
+	return answer(run_surge("bb", "paths", "--job", job_id, "--path-file", path_file))
 end
 
-function slurm_bb_pre_run(...)
-	return not_yet("pre-run")
+-- The job's nodes are known: buffers on them start, stage-ins deferred for them run.
+function slurm_bb_pre_run(job_id, job_script, uid, gid, job_info)
+	return answer(run_surge("bb", "pre-run", "--job", job_id))
 end
 
-function slurm_bb_post_run(...)
-	return slurm.SUCCESS, ""
+function slurm_bb_post_run(job_id, job_script, uid, gid, job_info)
+	return answer(run_surge("bb", "post-run", "--job", job_id))
 end
 
-function slurm_bb_data_out(...)
-	return not_yet("stage-out")
+-- Waits for the stage-out (StageOutTimeout); a failure keeps the job's buffer and data.
+function slurm_bb_data_out(job_id, job_script, uid, gid, job_info)
+	return answer(run_surge("bb", "data-out", "--job", job_id))
 end
 
-function slurm_bb_test_data_out(...)
-	return not_yet("stage-out")
+function slurm_bb_test_data_out(job_id, job_script, uid, gid, job_info)
+	local ok, output = run_surge("bb", "test-data-out", "--job", job_id)
+	if ok and output:match("BUSY") then
+		return slurm.SUCCESS, slurm.SLURM_BB_BUSY
+	end
+	return answer(ok, output)
 end
 
-function slurm_bb_job_teardown(...)
-	return slurm.SUCCESS, ""
+function slurm_bb_job_teardown(job_id, job_script, hurry, uid, gid)
+	if hurry == "true" or hurry == true then
+		return answer(run_surge("bb", "teardown", "--job", job_id, "--hurry"))
+	end
+	return answer(run_surge("bb", "teardown", "--job", job_id))
 end
 
+-- `scontrol show bbstat`: Surge's view of pools, instances, sessions and stages.
 function slurm_bb_get_status(...)
-	return slurm.SUCCESS, "Surge: status comes with the control plane"
+	local ok, output = run_surge("status")
+	if ok then
+		return slurm.SUCCESS, output
+	end
+	return slurm.ERROR, message(output)
 end
