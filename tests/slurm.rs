@@ -1,18 +1,29 @@
-//! Real Slurm: `slurm/testbed` brings up munged, slurmctld and three slurmd nodes on this host,
-//! a job submitted as an unprivileged user runs a step on all three, a script with bad `#DW`
-//! lines is refused at submit with every problem shown by sbatch, and `slurm/testbed down`
-//! leaves no daemon behind. The base the Slurm integration's tests build on.
+//! Real Slurm driving Surge: `slurm/testbed` brings up munged, slurmctld, three slurmd nodes
+//! (each in its own mount namespace), Surge's manager and an agent on every node (three compute
+//! nodes, two burst-buffer nodes); jobs are submitted as an unprivileged user with unmodified
+//! DataWarp `#DW` lines, and what the user would see is checked: refusals at submit, the seed
+//! 000 workflow's shape from `$DW_JOB_STRIPED` with stage-in and stage-out, private and striped
+//! buffers on the job's own nodes that no other user can enter, a persistent reservation across
+//! four jobs and a manager restart (kill -9), a job waiting for capacity, stage failures as the
+//! job's reason. `slurm/testbed down` must leave no process behind.
+//!
+//! One test: the testbed's addresses are fixed, so its scenarios run one after the other.
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
-use surge_tests::text;
+use surge_tests::{pattern, text};
 
-fn testbed(action: &str, dir: &std::path::Path) -> std::process::Output {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../slurm/testbed");
-    // Its own controller port: several test runs on one machine must not meet.
-    let port = 20_000 + std::process::id() % 20_000;
-    Command::new(script).args([action, dir.to_str().unwrap()]).env("SURGE_TESTBED_PORT", port.to_string()).output().unwrap()
+const USER: u32 = 65534;
+
+struct Testbed {
+    dir: PathBuf,
+    conf: PathBuf,
+    socket: PathBuf,
+    port: u32,
+    /// A manager this test started again (its child, reaped once stopped).
+    restarted_manager: std::cell::RefCell<Option<std::process::Child>>,
 }
 
 fn alive(pid: i32) -> bool {
@@ -20,80 +31,353 @@ fn alive(pid: i32) -> bool {
     unsafe { libc::kill(pid, 0) == 0 }
 }
 
-#[test]
-fn a_job_of_an_unprivileged_user_runs_on_three_slurm_nodes() {
-    let dir = std::env::temp_dir().join(format!("surge-test-slurm-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let up = testbed("up", &dir);
-    assert!(up.status.success(), "{}", text(&up));
-    let conf = dir.join("etc/slurm.conf");
-    assert!(String::from_utf8_lossy(&up.stdout).contains(&format!("export SLURM_CONF={}", conf.display())), "{}", text(&up));
-    let pids: Vec<(&str, i32)> = ["slurmctld", "slurmd-n1", "slurmd-n2", "slurmd-n3", "munged"]
-        .into_iter()
-        .map(|daemon| {
-            let pid = std::fs::read_to_string(dir.join(format!("run/{daemon}.pid"))).unwrap_or_default();
-            (daemon, pid.trim().parse().unwrap_or_else(|_| panic!("no pid file for {daemon}")))
-        })
-        .collect();
-    for &(daemon, pid) in &pids {
-        assert!(alive(pid), "{daemon} (pid {pid}) not running");
+impl Testbed {
+    fn run(dir: &Path, action: &str, port: u32) -> Output {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../slurm/testbed");
+        let surge = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/surge");
+        Command::new(script)
+            .args([action, dir.to_str().unwrap()])
+            .env("SURGE_TESTBED_PORT", port.to_string())
+            .env("SURGE_COMMAND", surge)
+            .output()
+            .unwrap()
     }
 
-    let script = dir.join("job.sh");
-    let output = dir.join("job.out");
-    std::fs::write(
-        &script,
-        format!("#!/bin/bash\n#SBATCH -N 3\n#SBATCH -o {}\nsrun -N3 bash -c 'echo $SLURMD_NODENAME $(id -u)'\n", output.display()),
-    )
-    .unwrap();
-    // The job writes its output into the testbed's directory as that user.
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let submit = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sbatch", "--parsable"])
-        .arg(&script)
-        .env("SLURM_CONF", &conf)
-        .output()
-        .unwrap();
-    let job = String::from_utf8_lossy(&submit.stdout).trim().to_string();
-    // Polled rather than `sbatch --wait`, whose own polling backs off to seconds.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while submit.status.success() && std::time::Instant::now() < deadline {
-        let queued = Command::new("squeue").args(["-h", "-j", &job]).env("SLURM_CONF", &conf).output().unwrap();
-        if queued.stdout.is_empty() {
-            break;
+    fn up() -> Testbed {
+        let dir = std::env::temp_dir().join(format!("surge-test-slurm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        // Its own controller port: several test runs on one machine must not meet.
+        let port = 20_000 + std::process::id() % 20_000;
+        let up = Testbed::run(&dir, "up", port);
+        assert!(up.status.success(), "{}", text(&up));
+        let conf = dir.join("etc/slurm.conf");
+        assert!(String::from_utf8_lossy(&up.stdout).contains(&format!("export SLURM_CONF={}", conf.display())), "{}", text(&up));
+        // Jobs write their output into the testbed's PFS stand-in as the user.
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        std::fs::create_dir_all(dir.join("pfs")).unwrap();
+        std::os::unix::fs::chown(dir.join("pfs"), Some(USER), Some(USER)).unwrap();
+        Testbed { socket: dir.join("run/manager.sock"), dir, conf, port, restarted_manager: Default::default() }
+    }
+
+    fn pfs(&self, name: &str) -> PathBuf {
+        self.dir.join("pfs").join(name)
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
+        command.env("SLURM_CONF", &self.conf).env("SURGE_MANAGER_SOCKET", &self.socket);
+        command
+    }
+
+    fn as_user(&self, program: &str) -> Command {
+        let mut command = self.command("setpriv");
+        command.args([format!("--reuid={USER}"), format!("--regid={USER}"), "--clear-groups".into(), program.into()]);
+        command
+    }
+
+    /// Writes the script into the PFS stand-in and submits it as the user.
+    fn submit(&self, name: &str, script: &str) -> Result<u64, String> {
+        let path = self.pfs(name);
+        std::fs::write(&path, script).unwrap();
+        let out = self.as_user("sbatch").arg("--parsable").arg(&path).output().unwrap();
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
         }
-        std::thread::sleep(std::time::Duration::from_millis(100));
+        Ok(String::from_utf8_lossy(&out.stdout).trim().parse().expect("job id"))
     }
-    let lines = std::fs::read_to_string(&output).unwrap_or_default();
 
-    // A script with bad #DW lines is refused at submit, and sbatch says why, line by line.
-    let bad = dir.join("bad.sh");
-    std::fs::write(
-        &bad,
-        "#!/bin/bash\n#DW persistentdw name=9lives\n\
-         #DW stage_in type=file source=input.h5 destination=$DW_PERSISTENT_STRIPED_results/input.h5\n#DW swap 10G\nhostname\n",
+    /// The job's state and reason, as squeue shows them; `None` once it left the queue.
+    fn queued(&self, job: u64) -> Option<(String, String)> {
+        let out = self.command("squeue").args(["-h", "-o", "%T|%r", "-j", &job.to_string()]).output().unwrap();
+        let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        line.split_once('|').map(|(s, r)| (s.to_string(), r.to_string()))
+    }
+
+    fn wait_until(&self, what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + timeout;
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}: not after {timeout:?}\n{}", self.logs());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn wait_gone(&self, job: u64) {
+        self.wait_until(&format!("job {job} finished"), Duration::from_secs(90), || self.queued(job).is_none());
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let surge = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/surge");
+        let out = self.command(surge.to_str().unwrap()).args(["status", "--json"]).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// Runs a command inside a node's mount namespace.
+    fn on_node(&self, node: &str, args: &[&str]) -> Output {
+        Command::new("nsenter").arg(format!("--mount={}", self.dir.join("ns").join(node).display())).args(args).output().unwrap()
+    }
+
+    fn logs(&self) -> String {
+        let mut out = String::new();
+        for log in ["manager.log", "slurmctld.log", "prolog-n1.log", "epilog-n1.log"] {
+            let text = std::fs::read_to_string(self.dir.join("log").join(log)).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(12).collect();
+            out += &format!("--- {log}\n{}\n", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+        }
+        out
+    }
+
+    fn restart_manager(&self) {
+        let pid_file = self.dir.join("run/surge-manager.pid");
+        let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+        // SAFETY: kill(2) of the manager this testbed started, by its recorded pid.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        self.wait_until("manager gone", Duration::from_secs(10), || !alive(pid));
+        let manager = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/surge-manager");
+        let log = std::fs::OpenOptions::new().append(true).open(self.dir.join("log/manager.log")).unwrap();
+        let child = Command::new(manager)
+            .arg("--config")
+            .arg(self.dir.join("etc/surge-manager.toml"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        std::fs::write(&pid_file, child.id().to_string()).unwrap();
+        *self.restarted_manager.borrow_mut() = Some(child);
+    }
+
+    /// Collects the restarted manager's exit (a stopped child stays a zombie until then).
+    fn reap_manager(&self) {
+        if let Some(mut child) = self.restarted_manager.borrow_mut().take() {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+
+    fn pids(&self) -> Vec<(String, i32)> {
+        let mut pids = Vec::new();
+        for entry in std::fs::read_dir(self.dir.join("run")).unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if let Some(daemon) = name.strip_suffix(".pid") {
+                let pid = std::fs::read_to_string(entry.path()).unwrap_or_default().trim().parse().unwrap_or(0);
+                pids.push((daemon.to_string(), pid));
+            }
+        }
+        pids
+    }
+}
+
+/// A failed test still stops everything it started.
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        if self.dir.join("run/slurmctld.pid").exists() {
+            let _ = Testbed::run(&self.dir, "down", self.port);
+        }
+    }
+}
+
+/// The seed 000 workflow's shape: a restart file staged in, a simulation on n1 publishing plot
+/// files, a visualization on n2 rendering each as it appears, an encoder on n3 making the
+/// "movie" from the frames, all at once in `$DW_JOB_STRIPED`; the movie staged out after the job.
+fn seed_workflow(pfs: &Path) -> String {
+    let p = pfs.display();
+    format!(
+        r#"#!/bin/bash
+#SBATCH -N 3
+#SBATCH -o {p}/seed.out
+#DW jobdw capacity=1GiB access_mode=striped type=scratch
+#DW stage_in type=file source={p}/restart.h5 destination=$DW_JOB_STRIPED/restart.h5
+cd $DW_JOB_STRIPED && mkdir plt png
+srun -N1 -n1 -w n1 bash -c 'for i in 0 1 2 3 4 5; do dd if=restart.h5 of=plt/.p$i bs=1M skip=$i count=1 status=none; mv plt/.p$i plt/p$i; done' &
+srun -N1 -n1 -w n2 bash -c 'for i in 0 1 2 3 4 5; do until [ -e plt/p$i ]; do sleep 0.05; done; sha256sum < plt/p$i > png/.f$i; mv png/.f$i png/f$i; done' &
+srun -N1 -n1 -w n3 bash -c 'for i in 0 1 2 3 4 5; do until [ -e png/f$i ]; do sleep 0.05; done; cat png/f$i >> .movie; done; mv .movie movie.txt' &
+wait
+ls -l $DW_JOB_STRIPED/movie.txt
+#DW stage_out type=file source=$DW_JOB_STRIPED/movie.txt destination={p}/movie.txt
+"#
     )
-    .unwrap();
-    let refused = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "sbatch"])
-        .arg(&bad)
-        .env("SLURM_CONF", &conf)
-        .output()
-        .unwrap();
-    let down = testbed("down", &dir);
-    assert!(submit.status.success(), "{}\njob output: {lines}", text(&submit));
-    let mut seen: Vec<&str> = lines.lines().collect();
-    seen.sort();
-    assert_eq!(seen, ["n1 65534", "n2 65534", "n3 65534"], "one step task per node, as the submitting user");
-    let said = String::from_utf8_lossy(&refused.stderr);
-    assert!(!refused.status.success(), "a script with bad #DW lines was accepted: {}", text(&refused));
-    for problem in ["line 2: name '9lives' must start with a letter", "line 3: source=input.h5", "line 4: unknown directive 'swap'"] {
-        assert!(said.contains(problem), "sbatch does not show {problem:?}: {said}");
-    }
+}
 
-    assert!(down.status.success(), "{}", text(&down));
-    for &(daemon, pid) in &pids {
-        assert!(!alive(pid), "{daemon} (pid {pid}) still running after down");
+fn sha256_line(data: &[u8]) -> String {
+    let mut child = Command::new("sha256sum").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), data).unwrap();
+    String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap()
+}
+
+#[test]
+fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
+    let bed = Testbed::up();
+    let started = Instant::now();
+    let mut lap = Instant::now();
+    let mut section = |name: &str| {
+        println!("{name}: {:.1} s", lap.elapsed().as_secs_f64());
+        lap = Instant::now();
+    };
+
+    // ----- refused at submit, with what is wrong -----
+    let refused = bed
+        .submit(
+            "bad.sh",
+            "#!/bin/bash\n#DW persistentdw name=9lives\n\
+             #DW stage_in type=file source=input.h5 destination=$DW_PERSISTENT_STRIPED_results/input.h5\n#DW swap 10G\nhostname\n",
+        )
+        .expect_err("a script with bad #DW lines was accepted");
+    for problem in ["line 2: name '9lives' must start with a letter", "line 3: source=input.h5", "line 4: unknown directive 'swap'"] {
+        assert!(refused.contains(problem), "sbatch does not show {problem:?}: {refused}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    let too_big = bed.submit("big.sh", "#!/bin/bash\n#DW jobdw capacity=10GiB access_mode=striped type=scratch\nhostname\n").unwrap_err();
+    assert!(too_big.contains("capacity 10.0 GiB is more than pool 'bb' holds in all (4.0 GiB)"), "{too_big}");
+    let unknown = bed.submit("unknown.sh", "#!/bin/bash\n#DW persistentdw name=nosuch\nhostname\n").unwrap_err();
+    assert!(unknown.contains("persistentdw nosuch: no persistent reservation of that name"), "{unknown}");
+
+    section("refusals at submit");
+    // ----- seed 000's shape on the standing pool -----
+    let restart = pattern(0, 6 << 20);
+    std::fs::write(bed.pfs("restart.h5"), &restart).unwrap();
+    std::os::unix::fs::chown(bed.pfs("restart.h5"), Some(USER), Some(USER)).unwrap();
+    let job = bed.submit("seed.sh", &seed_workflow(&bed.dir.join("pfs"))).unwrap();
+    bed.wait_gone(job);
+    let movie = std::fs::read_to_string(bed.pfs("movie.txt")).unwrap_or_else(|e| {
+        panic!("movie not staged out ({e}); job output: {}", std::fs::read_to_string(bed.pfs("seed.out")).unwrap_or_default())
+    });
+    let expected: String = restart.chunks(1 << 20).map(sha256_line).collect();
+    assert_eq!(movie, expected, "the movie on the PFS is every frame, in order");
+    let status = bed.status();
+    assert_eq!(status["instances"].as_array().unwrap().len(), 0, "torn down after the job: {status}");
+    assert_eq!(status["pools"][0]["free"], status["pools"][0]["quantity"], "capacity released: {status}");
+
+    section("seed 000 workflow");
+    // ----- on the job's own nodes: striped and private; nobody else gets in -----
+    let p = bed.dir.join("pfs");
+    let job = bed
+        .submit(
+            "local.sh",
+            &format!(
+                "#!/bin/bash\n#SBATCH -N 3\n#SBATCH -o {p}/local.out\n\
+                 #DW jobdw capacity=768MiB access_mode=striped,private type=scratch pool=local\n\
+                 stat -c '%U %a' $DW_JOB_STRIPED $DW_JOB_PRIVATE\n\
+                 srun -N3 bash -c 'echo $SLURMD_NODENAME > $DW_JOB_PRIVATE/who; echo $SLURMD_NODENAME > $DW_JOB_STRIPED/$SLURMD_NODENAME'\n\
+                 srun -N3 bash -c 'echo $SLURMD_NODENAME sees $(cat $DW_JOB_PRIVATE/who) and $(ls $DW_JOB_STRIPED | tr \"\\n\" \" \")'\n\
+                 sleep 4\n",
+                p = p.display()
+            ),
+        )
+        .unwrap();
+    bed.wait_until("the on-demand job running", Duration::from_secs(60), || {
+        std::fs::read_to_string(bed.pfs("local.out")).is_ok_and(|out| out.lines().count() >= 5)
+    });
+    let striped = bed.dir.join(format!("jobs/{job}/striped"));
+    let stranger = bed.on_node("n1", &["setpriv", "--reuid=4242", "--regid=4242", "--clear-groups", "ls", striped.to_str().unwrap()]);
+    assert!(!stranger.status.success(), "another user listed the job's buffer: {}", text(&stranger));
+    let owner = bed.on_node(
+        "n1",
+        &["setpriv", &format!("--reuid={USER}"), &format!("--regid={USER}"), "--clear-groups", "ls", striped.to_str().unwrap()],
+    );
+    assert!(owner.status.success(), "{}", text(&owner));
+    let elsewhere = std::fs::read_dir(&striped).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(elsewhere, 0, "the host's mount table does not have the node's mount");
+    bed.wait_gone(job);
+    let out = std::fs::read_to_string(bed.pfs("local.out")).unwrap();
+    assert!(out.starts_with(&format!("nobody 700\nnobody 700\n")), "buffers owned by the user, mode 0700: {out}");
+    for node in ["n1", "n2", "n3"] {
+        assert!(out.contains(&format!("{node} sees {node} and n1 n2 n3")), "{node}: own private namespace, one striped: {out}");
+    }
+    let gone = bed.on_node("n1", &["ls", bed.dir.join("jobs").to_str().unwrap()]);
+    assert_eq!(String::from_utf8_lossy(&gone.stdout).trim(), "", "the epilog removed the job's directory");
+
+    section("on-demand striped and private");
+    // ----- a persistent reservation across four jobs and a manager restart -----
+    let with = |name: &str, directive: &str, body: &str| {
+        format!(
+            "#!/bin/bash\n#SBATCH -o {}/{name}.out\n#DW jobdw capacity=256MiB access_mode=striped type=scratch\n{directive}\n{body}\n",
+            p.display()
+        )
+    };
+    let a = bed
+        .submit("a.sh", &with("a", "#DW create_persistent name=ckpt capacity=512MiB access_mode=striped type=scratch", "echo created"))
+        .unwrap();
+    bed.wait_gone(a);
+    let b = bed.submit("b.sh", &with("b", "#DW persistentdw name=ckpt", "echo from-b > $DW_PERSISTENT_STRIPED_ckpt/note")).unwrap();
+    bed.wait_gone(b);
+    bed.restart_manager();
+    let c = bed.submit("c.sh", &with("c", "#DW persistentdw name=ckpt", "cat $DW_PERSISTENT_STRIPED_ckpt/note")).unwrap();
+    bed.wait_gone(c);
+    assert_eq!(std::fs::read_to_string(bed.pfs("c.out")).unwrap_or_default(), "from-b\n", "{}", bed.logs());
+    let reservations = bed.status()["instances"].as_array().unwrap().iter().filter(|i| i["persistent"] == "ckpt").count();
+    assert_eq!(reservations, 1);
+    let d = bed.submit("d.sh", &with("d", "#DW destroy_persistent name=ckpt", "echo destroyed")).unwrap();
+    bed.wait_gone(d);
+    assert_eq!(bed.status()["instances"].as_array().unwrap().len(), 0, "the reservation is gone");
+
+    section("persistent reservation, four jobs");
+    // ----- a full pool: the second job waits for the first's capacity -----
+    let x = bed
+        .submit(
+            "x.sh",
+            &format!("#!/bin/bash\n#SBATCH -o {}/x.out\n#DW jobdw capacity=3GiB access_mode=striped type=scratch\nsleep 3\n", p.display()),
+        )
+        .unwrap();
+    bed.wait_until("the first job running", Duration::from_secs(60), || bed.queued(x).is_some_and(|(state, _)| state == "RUNNING"));
+    let y = bed
+        .submit(
+            "y.sh",
+            &format!("#!/bin/bash\n#SBATCH -o {}/y.out\n#DW jobdw capacity=2GiB access_mode=striped type=scratch\necho ran\n", p.display()),
+        )
+        .unwrap();
+    bed.wait_until("the second job waiting for capacity", Duration::from_secs(30), || {
+        bed.queued(y).is_some_and(|(_, reason)| reason == "BurstBufferResources")
+    });
+    bed.wait_gone(y);
+    assert_eq!(std::fs::read_to_string(bed.pfs("y.out")).unwrap_or_default(), "ran\n");
+
+    section("full pool");
+    // ----- stage failures, as the user sees them -----
+    let missing = bed
+        .submit(
+            "missing.sh",
+            &format!("#!/bin/bash\n#DW jobdw capacity=256MiB access_mode=striped type=scratch\n#DW stage_in type=file source={}/nope.h5 destination=$DW_JOB_STRIPED/nope.h5\necho never\n", p.display()),
+        )
+        .unwrap();
+    let lost = bed
+        .submit(
+            "lost.sh",
+            &format!("#!/bin/bash\n#DW jobdw capacity=256MiB access_mode=striped type=scratch\n#DW stage_out type=file source=$DW_JOB_STRIPED/result.h5 destination={}/result.h5\necho ran\n", p.display()),
+        )
+        .unwrap();
+    let mut reasons = (String::new(), String::new());
+    bed.wait_until("both failures in the jobs' reasons", Duration::from_secs(60), || {
+        reasons.0 = bed.queued(missing).map(|q| q.1).unwrap_or_default();
+        reasons.1 = bed.queued(lost).map(|(s, r)| format!("{s} {r}")).unwrap_or_default();
+        reasons.0.contains("slurm_bb_data_in") && reasons.1.contains("slurm_bb_data_out")
+    });
+    assert!(reasons.0.contains(&format!("stage_in {}/nope.h5", p.display())) && reasons.0.contains("No such file"), "{}", reasons.0);
+    assert!(
+        reasons.1.starts_with("STAGE_OUT") && reasons.1.contains("$DW_JOB_STRIPED/result.h5") && reasons.1.contains("no entry 'result.h5'"),
+        "{}",
+        reasons.1
+    );
+    let kept = bed.status()["instances"].as_array().unwrap().iter().any(|i| i["job"] == lost);
+    assert!(kept, "a failed stage-out keeps the job's buffer");
+    let cancel = bed.command("scancel").args(["--hurry", &missing.to_string(), &lost.to_string()]).output().unwrap();
+    assert!(cancel.status.success(), "{}", text(&cancel));
+    bed.wait_gone(missing);
+    bed.wait_gone(lost);
+    bed.wait_until("everything released", Duration::from_secs(30), || bed.status()["instances"].as_array().unwrap().is_empty());
+    section("stage failures");
+    println!("scenarios ran in {:.1} s", started.elapsed().as_secs_f64());
+
+    // ----- down: nothing left -----
+    let pids = bed.pids();
+    assert!(pids.len() >= 11, "munged, slurmctld, 3 slurmd, manager, 5 agents: {pids:?}");
+    let down = Testbed::run(&bed.dir, "down", bed.port);
+    assert!(down.status.success(), "{}", text(&down));
+    bed.reap_manager();
+    for (daemon, pid) in &pids {
+        assert!(!alive(*pid), "{daemon} (pid {pid}) still running after down");
+    }
+    let leftovers = Command::new("pgrep").args(["-f", &bed.dir.display().to_string()]).output().unwrap();
+    assert!(leftovers.stdout.is_empty(), "processes left: {}", String::from_utf8_lossy(&leftovers.stdout));
+    let _ = std::fs::remove_dir_all(&bed.dir);
 }

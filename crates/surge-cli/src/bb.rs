@@ -188,7 +188,8 @@ fn slurm_pools_json(pools: &[PoolView]) -> String {
     serde_json::json!({ "pools": list }).to_string()
 }
 
-/// Waits until the job's stages in one direction are done; a failure names the file and why.
+/// Waits until the job's stages in one direction are done, or wait for the job's nodes (a
+/// stage-in into a buffer on them runs at pre-run); a failure names the file and why.
 async fn wait_stages(job: u64, direction: Direction) -> Result<()> {
     loop {
         let Reply::Progress(progress) = ask(&Request::Progress { job, direction, wait_secs: 30 }).await? else {
@@ -196,7 +197,7 @@ async fn wait_stages(job: u64, direction: Direction) -> Result<()> {
         };
         match progress {
             Progress::Busy { .. } => continue,
-            Progress::Done { .. } => return Ok(()),
+            Progress::Done { .. } | Progress::Deferred { .. } => return Ok(()),
             Progress::Failed(why) => bail!("{why}"),
         }
     }
@@ -206,7 +207,7 @@ async fn test_stages(job: u64, direction: Direction) -> Result<()> {
     let Reply::Progress(progress) = ask(&Request::Progress { job, direction, wait_secs: 0 }).await? else { bail!("unexpected answer") };
     match progress {
         Progress::Busy { .. } => outln!("BUSY"),
-        Progress::Done { .. } => {}
+        Progress::Done { .. } | Progress::Deferred { .. } => {}
         Progress::Failed(why) => bail!("{why}"),
     }
     Ok(())

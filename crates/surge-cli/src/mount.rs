@@ -91,15 +91,19 @@ pub async fn start_mount_daemon(mut cmd: Command, dir: &Path, log_path: &Path) -
     Ok(())
 }
 
-/// Mounts `dir` for one user as root would for a job (the kernel lets that user alone use it,
-/// without `allow_other` or a readable /dev/fuse), then starts the `surge-fuse` command as that
-/// user, serving the mount on the descriptor it inherits. `cmd` names the instance and `dir`.
+/// Mounts `dir` for one user as root does for a job (no readable /dev/fuse or fusermount
+/// needed), then starts the `surge-fuse` command as that user, serving the mount on the
+/// descriptor it inherits. `cmd` names the instance and `dir`. The kernel checks permissions
+/// (`default_permissions`) against the buffer's root, which is the user's with mode 0700:
+/// other users are kept out by it. (`allow_other` is needed all the same: without it the
+/// kernel refuses any process whose saved uid differs, and slurmstepd changes to the job's
+/// directory with the user's effective uid but root's saved one.)
 pub async fn mount_for_user(mut cmd: Command, instance: &str, dir: &Path, (uid, gid): (u32, u32), log_path: &Path) -> Result<()> {
     use std::os::fd::{AsRawFd, OwnedFd};
     use std::os::unix::process::CommandExt;
     // The descriptor the daemon serves; it gets it as descriptor 3 (see below).
     let device: OwnedFd = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").context("open /dev/fuse")?.into();
-    let options = format!("fd={},rootmode=40000,user_id={uid},group_id={gid},default_permissions", device.as_raw_fd());
+    let options = format!("fd={},rootmode=40000,user_id={uid},group_id={gid},default_permissions,allow_other", device.as_raw_fd());
     let c = |s: &str| std::ffi::CString::new(s).context("NUL in a mount argument");
     let (source, target, fstype, data) = (c(&format!("surge:{instance}"))?, c(&dir.to_string_lossy())?, c("fuse.surge")?, c(&options)?);
     // SAFETY: every pointer is a NUL-terminated string that outlives the call.

@@ -166,8 +166,10 @@ pub struct Status {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Progress {
-    /// Some still run (or wait for the job's nodes).
+    /// Some still run.
     Busy { done: usize, total: usize },
+    /// Those not done wait for the job's nodes (a buffer on them starts at pre-run).
+    Deferred { done: usize, total: usize },
     /// All done (also when there were none).
     Done { total: usize, bytes: u64 },
     /// One failed: which file and why.

@@ -34,8 +34,8 @@ struct Args {
     #[arg(long)]
     owner_only: bool,
     /// Serve a mount a privileged helper already made on this open /dev/fuse descriptor
-    /// (as `surge bb prolog` does for a job's user), instead of mounting here. Only the user
-    /// running this daemon may then use the mount.
+    /// (as `surge bb prolog` does for a job's user), instead of mounting here. Who may enter
+    /// is the files' permissions' business (the helper mounts with default_permissions).
     #[arg(long)]
     fuse_fd: Option<i32>,
 }
@@ -79,7 +79,7 @@ fn main() -> anyhow::Result<()> {
             // SAFETY: the descriptor was handed to this process open, for it alone, by the
             // helper that mounted it (the command line says which); nothing else here uses it.
             let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-            fuser::Session::from_fd(fs, fd, fuser::SessionACL::Owner)
+            fuser::Session::from_fd(fs, fd, fuser::SessionACL::All)
         }
         None => fuser::Session::new(fs, &args.mountpoint, &options).with_context(|| format!("mount {}", args.mountpoint.display()))?,
     };

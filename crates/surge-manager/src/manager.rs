@@ -105,7 +105,7 @@ impl Manager {
 
     /// Answers one request from a caller with this uid.
     pub async fn handle(self: &Arc<Self>, request: Request, caller_uid: u32) -> Reply {
-        if is_privileged(&request) && caller_uid != 0 {
+        if is_privileged(&request) && caller_uid != 0 && !self.is_own_stage_request(&request, caller_uid) {
             return Reply::Failed(format!(
                 "permission denied: only root (the workload manager, the nodes) may ask this (you are uid {caller_uid})"
             ));
@@ -129,6 +129,16 @@ impl Manager {
             Request::Teardown { job, hurry } => self.teardown(job, hurry).await.map(|()| Reply::Done),
         };
         outcome.unwrap_or_else(|e| Reply::Failed(format!("{e:#}")))
+    }
+
+    /// A job's owner may follow its stages and run its stage-out again (after a failure,
+    /// once the missing file is there), as with `surge bb data-out --job N`.
+    fn is_own_stage_request(&self, request: &Request, uid: u32) -> bool {
+        let job = match request {
+            Request::DataOut { job } | Request::Progress { job, .. } => *job,
+            _ => return false,
+        };
+        self.store().job(job).ok().flatten().is_some_and(|j| j.uid == uid)
     }
 
     // ----- views -----
@@ -518,9 +528,27 @@ impl Manager {
             let text = serde_json::to_string_pretty(&local)?;
             self.agent_call(&server.node, &AgentRequest::Describe { instance: name.into(), descriptor: text }).await?;
         }
+        self.restrict_roots(&instance, &running.iter().map(|(_, s)| s.addr.clone()).collect::<Vec<_>>()).await?;
         self.store().set_instance_state(name, "ready")?;
         self.changed.notify_waiters();
         tracing::info!(instance = name, servers = running.len(), seconds = started.elapsed().as_secs_f64(), "instance up");
+        Ok(())
+    }
+
+    /// The buffer's root is its owner's alone (mode 0700), on every namespace of it (a
+    /// private instance has one per server).
+    async fn restrict_roots(&self, instance: &InstanceRecord, addrs: &[String]) -> Result<()> {
+        let secret = auth::parse_secret(&instance.secret).ok_or_else(|| anyhow!("bad secret recorded for {}", instance.name))?;
+        let opts = ClientOptions { uid: instance.uid, gid: instance.gid, local_io: false, node: None, ..Default::default() };
+        let namespaces: Vec<Vec<SocketAddr>> = if instance.mode == "private" {
+            addrs.iter().map(|a| a.parse().map(|a| vec![a])).collect::<Result<_, _>>()?
+        } else {
+            vec![addrs.iter().map(|a| a.parse()).collect::<Result<_, _>>()?]
+        };
+        for addrs in namespaces {
+            let client = Client::from_parts(addrs, instance.chunk_size, secret, opts.clone())?;
+            client.chmod("/", 0o700).await.with_context(|| format!("restrict the root of {}", instance.name))?;
+        }
         Ok(())
     }
 
@@ -608,8 +636,12 @@ impl Manager {
             let store = self.store();
             for mut stage in store.stages(Some(job), Some(direction))? {
                 let ready = store.instance(&stage.instance)?.is_some_and(|i| i.state == "ready");
-                if stage.state == "waiting" && ready {
+                // Waiting ones start; failed ones start again (asked again: a retry).
+                let again = matches!(stage.state.as_str(), "failed" | "cancelled");
+                if (stage.state == "waiting" || again) && ready {
                     stage.state = "pending".into();
+                    stage.stage_id = None;
+                    stage.error = None;
                     store.update_stage(&stage)?;
                 }
             }
@@ -712,18 +744,19 @@ impl Manager {
                 anyhow::bail!("job {job} has no burst buffer set up");
             }
             if let Some(failed) = stages.iter().find(|s| s.state == "failed" || s.state == "cancelled") {
+                // As the script wrote them: a stage-in's source is on the PFS, a stage-out's in the buffer.
                 let verb = if direction == Direction::In { "stage_in" } else { "stage_out" };
-                let what = if direction == Direction::In { &failed.source } else { &failed.destination };
-                return Ok(Progress::Failed(format!(
-                    "{verb} {} -> {}: {}",
-                    if direction == Direction::In { what } else { &failed.source },
-                    if direction == Direction::In { &failed.destination } else { what },
-                    failed.error.as_deref().unwrap_or(&failed.state)
-                )));
+                let why =
+                    format!("{verb} {} -> {}: {}", failed.source, failed.destination, failed.error.as_deref().unwrap_or(&failed.state));
+                self.set_job_state(job, &format!("{verb}-failed").replace('_', "-"), Some(&why))?;
+                return Ok(Progress::Failed(why));
             }
             let done = stages.iter().filter(|s| s.state == "done").count();
             if done == stages.len() {
                 return Ok(Progress::Done { total: stages.len(), bytes: stages.iter().map(|s| s.bytes_done).sum() });
+            }
+            if stages.iter().all(|s| s.state == "done" || s.state == "waiting") {
+                return Ok(Progress::Deferred { done, total: stages.len() });
             }
             let now = Instant::now();
             if now >= deadline {
