@@ -280,7 +280,7 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
     assert_eq!(elsewhere, 0, "the host's mount table does not have the node's mount");
     bed.wait_gone(job);
     let out = std::fs::read_to_string(bed.pfs("local.out")).unwrap();
-    assert!(out.starts_with(&format!("nobody 700\nnobody 700\n")), "buffers owned by the user, mode 0700: {out}");
+    assert!(out.starts_with("nobody 700\nnobody 700\n"), "buffers owned by the user, mode 0700: {out}");
     for node in ["n1", "n2", "n3"] {
         assert!(out.contains(&format!("{node} sees {node} and n1 n2 n3")), "{node}: own private namespace, one striped: {out}");
     }
