@@ -12,7 +12,7 @@
 //! together, which turns thousands of near-simultaneous completions into one recomputation.
 
 use crate::system::{Placement, SimParams};
-use crate::topology::{Network, Rng, Route, StorageTier};
+use crate::topology::{LinkLoad, Network, Rng, Route, StorageTier};
 use crate::workload::{Job, Op, OpKind, Target, Timing};
 use anyhow::{bail, Result};
 use std::cmp::{Ordering, Reverse};
@@ -144,8 +144,12 @@ pub struct Engine<'a> {
     now: f64,
     rng: Rng,
     cap: Vec<f64>,
-    /// Sum of weights of routed (started or latency-pending) flows: what adaptive routing sees.
+    /// Sum of weights of routed (started or latency-pending) flows, for equal-share estimates.
     load: Vec<f64>,
+    /// Bytes routed over each resource and not yet carried (updated when flows are settled):
+    /// what adaptive routing compares paths on. Counted from the moment a flow is routed, so
+    /// the ranks of one burst, routed at the same instant, see each other's choices.
+    backlog: Vec<f64>,
     /// Capacity allocated to current rates per resource.
     alloc: Vec<f64>,
     carried: Vec<f64>,
@@ -213,6 +217,7 @@ impl<'a> Engine<'a> {
             now: 0.0,
             cap: net.resources.iter().map(|r| r.capacity).collect(),
             load: vec![0.0; nres],
+            backlog: vec![0.0; nres],
             alloc: vec![0.0; nres],
             carried: vec![0.0; nres],
             res_flows: vec![Vec::new(); nres],
@@ -363,6 +368,7 @@ impl<'a> Engine<'a> {
             flow.remaining -= moved;
             for &(r, w) in &flow.uses {
                 self.carried[r as usize] += w * moved;
+                self.backlog[r as usize] -= w * moved;
             }
         }
         flow.last = now;
@@ -381,6 +387,8 @@ impl<'a> Engine<'a> {
                 other.pos[k] = pos as u32;
             }
             self.load[r as usize] -= w;
+            // A flow completed within the completion tolerance leaves a few bytes uncarried.
+            self.backlog[r as usize] -= w * flow.remaining;
             self.alloc[r as usize] = (self.alloc[r as usize] - w * flow.rate).max(0.0);
             self.dirty.push(r);
         }
@@ -573,7 +581,21 @@ impl<'a> Engine<'a> {
             self.route.links.clear();
             self.route.nonminimal = false;
             let (a, b) = if write { (src, dst) } else { (dst, src) };
-            net.route(a, b, &self.load, &mut self.rng, &mut self.route);
+            // How long the flow would take if the path between its end points were idle: an
+            // equal share of the node link, the server link and the server's devices, which
+            // the path does not change. Adaptive routing weighs path backlogs against it.
+            let device = tier.devices.get(server).map(|&d| (d, frac * if write { tier.write_cost } else { tier.read_cost }));
+            let ends = [
+                (net.terminals[a as usize].up, if write { 1.0 } else { frac }),
+                (net.terminals[b as usize].down, if write { frac } else { 1.0 }),
+            ];
+            let rate = ends
+                .into_iter()
+                .chain(device)
+                .map(|(r, w)| self.cap[r as usize] / (self.load[r as usize] + w))
+                .fold(f64::INFINITY, f64::min);
+            let load = LinkLoad { backlog: &self.backlog, bytes: slot_bytes[s], alone: bytes / rate };
+            net.route(a, b, &load, &mut self.rng, &mut self.route);
             for &l in &self.route.links {
                 self.scratch.push((l, frac));
             }
@@ -603,6 +625,9 @@ impl<'a> Engine<'a> {
         // ranks deciding in the same burst see each other's choices.
         for &(r, w) in &uses {
             self.load[r as usize] += w;
+        }
+        for &(r, w) in &uses {
+            self.backlog[r as usize] += w * bytes;
         }
         // Each op pays a request/acknowledgement round trip over the longest stripe path.
         let latency = ops.len() as f64 * 2.0 * max_hops as f64 * self.net.link_latency;
