@@ -1,17 +1,22 @@
 """Convert Darshan logs into traces for the Surge provisioning simulator (``surge sim``).
 
 A trace lists, per rank, the I/O operations to replay: kind (write/read), file, offset, size,
-start time (seconds from job start) and I/O phase. DXT segments are used when the log has them
-(exact offsets and times); otherwise operations are reconstructed from the POSIX counters
-(bytes, operation counts, first/last timestamps of each record). Records that Darshan reduced
-into rank -1 (files shared by all ranks) are expanded into one contiguous region per rank, timed
-with the slowest-rank time rather than the summed I/O time.
+start and end time (seconds from job start) and I/O phase. The simulator keeps only the compute
+gap before each operation (its start minus the previous operation's end) and lets the simulated
+system decide how long the operation takes, so the recorded end times matter as much as the
+starts. DXT segments are used when the log has them (exact offsets and times); otherwise
+operations are reconstructed from the POSIX counters: a record's bytes and operation count are
+spread evenly over its first-to-last timestamp window, and each operation lasts its share of the
+record's measured I/O time (POSIX_F_WRITE_TIME / POSIX_F_READ_TIME), the rest of the window
+being time the rank spent outside I/O. Records that Darshan reduced into rank -1 (files shared
+by all ranks) are expanded into one contiguous region per rank, with each rank's I/O time taken
+as the summed time divided by the ranks, capped by the slowest rank's time.
 
 Usage::
 
     python -m surge.darshan_trace LOG.darshan -o trace.json [--phase-gap 5] [--max-ops 256]
 
-The output ("surge-trace" version 1) is read by ``surge sim run`` through a workload entry
+The output ("surge-trace" version 2) is read by ``surge sim run`` through a workload entry
 ``trace = "trace.json"``.
 """
 
@@ -25,7 +30,7 @@ import sys
 from dataclasses import dataclass, field
 
 FORMAT = "surge-trace"
-VERSION = 1
+VERSION = 2
 
 
 class DarshanTraceError(Exception):
@@ -41,6 +46,13 @@ class _Op:
     size: int
     start: float
     end: float
+    # End of the stretch of the record's window this operation stands for: phases are cut on
+    # the windows the log recorded, not on the reconstructed I/O time inside them.
+    window_end: float = -1.0
+
+    def __post_init__(self):
+        if self.window_end < self.end:
+            self.window_end = self.end
 
 
 @dataclass
@@ -103,43 +115,49 @@ def _counter_ops(report, builder: _Builder, nprocs: int, covered: set, max_ops: 
         f = fcounters.loc[(rid, rank)]
         if (rid, rank) in covered:
             continue
-        for kind, nops_key, bytes_key, start_key, end_key in (
-            ("w", "POSIX_WRITES", "POSIX_BYTES_WRITTEN", "POSIX_F_WRITE_START_TIMESTAMP", "POSIX_F_WRITE_END_TIMESTAMP"),
-            ("r", "POSIX_READS", "POSIX_BYTES_READ", "POSIX_F_READ_START_TIMESTAMP", "POSIX_F_READ_END_TIMESTAMP"),
+        for kind, nops_key, bytes_key, start_key, end_key, time_key in (
+            ("w", "POSIX_WRITES", "POSIX_BYTES_WRITTEN", "POSIX_F_WRITE_START_TIMESTAMP", "POSIX_F_WRITE_END_TIMESTAMP", "POSIX_F_WRITE_TIME"),
+            ("r", "POSIX_READS", "POSIX_BYTES_READ", "POSIX_F_READ_START_TIMESTAMP", "POSIX_F_READ_END_TIMESTAMP", "POSIX_F_READ_TIME"),
         ):
             total_bytes, total_ops = int(c[bytes_key]), int(c[nops_key])
             if total_bytes <= 0 or total_ops <= 0:
                 continue
             t0, t1 = float(f[start_key]), float(f[end_key])
             span = max(t1 - t0, 0.0)
+            io_time = max(float(f.get(time_key, 0.0)), 0.0)
             fidx = builder.file_index(rid, report.name_records.get(rid, str(rid)))
             if rank >= 0:
-                _spread(builder, int(rank), kind, fidx, 0, total_bytes, total_ops, t0, span, max_ops)
+                _spread(builder, int(rank), kind, fidx, 0, total_bytes, total_ops, t0, span, min(io_time, span), max_ops)
                 added += 1
                 continue
             # Shared record reduced into rank -1: every rank wrote its own share. Summed times
-            # would overstate the duration; the slowest rank's time bounds each rank's window.
+            # would overstate the duration; the slowest rank's time bounds each rank's window
+            # and its I/O time, which is otherwise the summed time shared out evenly.
             slowest = float(f.get("POSIX_F_SLOWEST_RANK_TIME", 0.0))
             window = min(span, slowest) if slowest > 0 else span
+            rank_io = min(io_time / nprocs, window)
             per_rank = total_bytes // nprocs
             ops_per_rank = max(1, math.ceil(total_ops / nprocs))
             for r in range(nprocs):
                 size = per_rank + (total_bytes % nprocs if r == nprocs - 1 else 0)
                 if size > 0:
-                    _spread(builder, r, kind, fidx, r * per_rank, size, ops_per_rank, t0, window, max_ops)
+                    _spread(builder, r, kind, fidx, r * per_rank, size, ops_per_rank, t0, window, rank_io, max_ops)
             added += 1
     return added
 
 
-def _spread(builder, rank, kind, fidx, base, nbytes, nops, t0, span, max_ops):
-    """Splits nbytes into min(nops, max_ops) contiguous operations evenly spread over span."""
+def _spread(builder, rank, kind, fidx, base, nbytes, nops, t0, span, io_time, max_ops):
+    """Splits nbytes into min(nops, max_ops) contiguous operations evenly spread over span, each
+    lasting its share of io_time (the record's measured time inside reads or writes)."""
     n = max(1, min(nops, max_ops, nbytes))
     step = span / n
+    duration = min(io_time, span) / n
     size, extra = divmod(nbytes, n)
     offset = base
     for i in range(n):
         s = size + (1 if i < extra else 0)
-        builder.ops.append(_Op(rank, kind, fidx, offset, s, t0 + i * step, t0 + (i + 1) * step))
+        start = t0 + i * step
+        builder.ops.append(_Op(rank, kind, fidx, offset, s, start, start + duration, start + step))
         offset += s
 
 
@@ -152,13 +170,13 @@ def _assign_phases(ops: list, gap: float) -> list:
         op = ops[i]
         if busy_until is not None and op.start - busy_until > gap:
             phase += 1
-        busy_until = op.end if busy_until is None else max(busy_until, op.end)
+        busy_until = op.window_end if busy_until is None else max(busy_until, op.window_end)
         phases[i] = phase
     return phases
 
 
 def convert(path: str, phase_gap: float | None = None, max_ops: int = 256) -> dict:
-    """Reads a Darshan log and returns a surge-trace v1 dictionary."""
+    """Reads a Darshan log and returns a surge-trace v2 dictionary."""
     if max_ops < 1:
         raise DarshanTraceError("max_ops must be at least 1")
     report, nprocs = _open(path)
@@ -188,6 +206,7 @@ def convert(path: str, phase_gap: float | None = None, max_ops: int = 256) -> di
             "offset": [o.offset for o in ops],
             "size": [o.size for o in ops],
             "start": [round(o.start, 9) for o in ops],
+            "end": [round(max(o.end, o.start), 9) for o in ops],
             "phase": phases,
         },
     }

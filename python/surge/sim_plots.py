@@ -71,10 +71,15 @@ def _grouped_bars(df: pd.DataFrame, value: str, ylabel: str, title: str, out: st
     fig, axes = plt.subplots(1, len(systems), figsize=(4.5 * len(systems), 3.6), sharey=True, squeeze=False)
     for ax, system in zip(axes[0], systems):
         sub = df[df["system"] == system]
-        labels = sorted(sub["workload"].unique())
+        # One bar group per job (a co-scheduled workload shows each of its jobs), never an
+        # average over jobs, which would hide the one a placement slows down.
+        pairs = sorted(set(zip(sub["workload"], sub["job"])))
+        multi = {w for w, _ in pairs if sum(1 for x, _ in pairs if x == w) > 1}
+        labels = [f"{w}: {j}" if w in multi else w for w, j in pairs]
         width = 0.8 / len(PLACEMENTS)
         for i, p in enumerate(PLACEMENTS):
-            vals = [sub[(sub["workload"] == w) & (sub["placement"] == p)][value].mean() for w in labels]
+            rows = sub[sub["placement"] == p].set_index(["workload", "job"])[value]
+            vals = [rows.get(pair, float("nan")) for pair in pairs]
             ax.bar([x + i * width for x in range(len(labels))], vals, width, label=p.replace("_", "-"), color=COLOURS[p])
         ax.set_xticks([x + width for x in range(len(labels))])
         ax.set_xticklabels(labels, rotation=20, ha="right")

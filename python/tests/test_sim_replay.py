@@ -70,10 +70,19 @@ def test_plots_are_written(sweep, tmp_path):
     assert all(Path(m).stat().st_size > 10_000 for m in made)
 
 
-def test_validate_command_reports_every_case():
-    out = run_sim("validate")
-    assert "all 11 validation cases within tolerance" in out.stdout
-    assert "table4-write-time" in out.stdout and "FAIL" not in out.stdout
+def test_validate_reads_the_shipped_examples_and_reports_every_observation(tmp_path):
+    out = run_sim("validate", "--examples", EXAMPLES, check=False)
+    assert str(EXAMPLES) in out.stdout
+    for obs in range(1, 8):
+        assert f"obs{obs}-" in out.stdout
+    # A failing case is shown as such, with its reason, and makes the command fail.
+    failing = [line.split()[0] for line in out.stdout.splitlines() if line.rstrip().endswith("FAILING")]
+    assert (out.returncode != 0) == bool(failing)
+    for name in failing:
+        assert f"{name}: seed:" in out.stdout
+    assert "Table V arithmetic" in out.stdout and "not a validation" in out.stdout
+    res = run_sim("validate", "--examples", tmp_path, check=False)
+    assert res.returncode != 0 and "is missing" in res.stderr
 
 
 def test_bad_inputs_exit_nonzero_with_a_message(tmp_path):

@@ -12,8 +12,8 @@
 //! together, which turns thousands of near-simultaneous completions into one recomputation.
 
 use crate::system::{Placement, SimParams};
-use crate::topology::{Network, Rng, Route, StorageTier};
-use crate::workload::{Job, Op, OpKind, Target};
+use crate::topology::{LinkLoad, Network, Rng, Route, StorageTier};
+use crate::workload::{Job, Op, OpKind, Target, Timing};
 use anyhow::{bail, Result};
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
@@ -29,6 +29,9 @@ pub struct PhaseRecord {
     pub start: f64,
     pub end: f64,
     pub bytes: f64,
+    /// Time the rank spent inside its operations (issue to end, latency included), without
+    /// the compute gaps between them: what the placement and network change.
+    pub busy: f64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -102,13 +105,28 @@ struct Prepared {
     uses: Vec<(u32, f64)>,
 }
 
+/// The phase a rank is in: id, issue time of its first operation, bytes, busy time so far.
+struct OpenPhase {
+    id: u32,
+    start: f64,
+    bytes: f64,
+    busy: f64,
+}
+
 struct RankState {
     job: u32,
     local: u32,
     node: u32,
     next: usize,
-    phase: Option<(u32, f64, f64)>,
+    phase: Option<OpenPhase>,
+    /// End of the rank's last operation (phase ends are taken from it).
     last_end: f64,
+    /// When the rank last became free: its last operation ended or a barrier released it.
+    free_at: f64,
+    /// Recorded end of the operation (or barrier) before `next`, for the compute gap.
+    prev_recorded_end: Option<f64>,
+    /// Issue time of the operations in flight.
+    issued: f64,
     pending: Option<Prepared>,
 }
 
@@ -126,8 +144,12 @@ pub struct Engine<'a> {
     now: f64,
     rng: Rng,
     cap: Vec<f64>,
-    /// Sum of weights of routed (started or latency-pending) flows: what adaptive routing sees.
+    /// Sum of weights of routed (started or latency-pending) flows, for equal-share estimates.
     load: Vec<f64>,
+    /// Bytes routed over each resource and not yet carried (updated when flows are settled):
+    /// what adaptive routing compares paths on. Counted from the moment a flow is routed, so
+    /// the ranks of one burst, routed at the same instant, see each other's choices.
+    backlog: Vec<f64>,
     /// Capacity allocated to current rates per resource.
     alloc: Vec<f64>,
     carried: Vec<f64>,
@@ -173,7 +195,18 @@ impl<'a> Engine<'a> {
         let mut ranks = Vec::new();
         for (j, job) in jobs.iter().enumerate() {
             for (r, &node) in job.rank_nodes.iter().enumerate() {
-                ranks.push(RankState { job: j as u32, local: r as u32, node, next: 0, phase: None, last_end: job.start, pending: None });
+                ranks.push(RankState {
+                    job: j as u32,
+                    local: r as u32,
+                    node,
+                    next: 0,
+                    phase: None,
+                    last_end: job.start,
+                    free_at: job.start,
+                    prev_recorded_end: None,
+                    issued: job.start,
+                    pending: None,
+                });
             }
         }
         Ok(Engine {
@@ -184,6 +217,7 @@ impl<'a> Engine<'a> {
             now: 0.0,
             cap: net.resources.iter().map(|r| r.capacity).collect(),
             load: vec![0.0; nres],
+            backlog: vec![0.0; nres],
             alloc: vec![0.0; nres],
             carried: vec![0.0; nres],
             res_flows: vec![Vec::new(); nres],
@@ -320,7 +354,7 @@ impl<'a> Engine<'a> {
             let rank = flow.rank;
             self.settle(f);
             self.remove_flow(f);
-            self.ranks[rank as usize].last_end = self.now;
+            self.op_done(rank);
             self.advance(rank);
         }
     }
@@ -334,6 +368,7 @@ impl<'a> Engine<'a> {
             flow.remaining -= moved;
             for &(r, w) in &flow.uses {
                 self.carried[r as usize] += w * moved;
+                self.backlog[r as usize] -= w * moved;
             }
         }
         flow.last = now;
@@ -352,15 +387,28 @@ impl<'a> Engine<'a> {
                 other.pos[k] = pos as u32;
             }
             self.load[r as usize] -= w;
+            // A flow completed within the completion tolerance leaves a few bytes uncarried.
+            self.backlog[r as usize] -= w * flow.remaining;
             self.alloc[r as usize] = (self.alloc[r as usize] - w * flow.rate).max(0.0);
             self.dirty.push(r);
         }
         self.free_flows.push(f);
     }
 
+    /// The rank's operations in flight have ended now.
+    fn op_done(&mut self, rank: u32) {
+        let now = self.now;
+        let rs = &mut self.ranks[rank as usize];
+        rs.last_end = now;
+        rs.free_at = now;
+        if let Some(p) = &mut rs.phase {
+            p.busy += now - rs.issued;
+        }
+    }
+
     fn start_flow(&mut self, rank: u32, p: Prepared) {
         if p.bytes <= 0.0 || p.uses.is_empty() {
-            self.ranks[rank as usize].last_end = self.now;
+            self.op_done(rank);
             self.advance(rank);
             return;
         }
@@ -410,23 +458,36 @@ impl<'a> Engine<'a> {
                 if b.arrived == size {
                     let b = self.barriers.remove(&key).expect("barrier present");
                     for r in b.waiting {
-                        self.ranks[r as usize].next += 1;
+                        let rs = &mut self.ranks[r as usize];
+                        rs.next += 1;
+                        rs.free_at = self.now;
+                        rs.prev_recorded_end = Some(op.end);
                         work.push(r);
                     }
                 }
                 continue;
             }
-            let due = job.start + op.start;
+            let due = match (job.timing, self.ranks[rank as usize].prev_recorded_end) {
+                (Timing::Simulated, Some(prev_end)) => self.ranks[rank as usize].free_at + (op.start - prev_end).max(0.0),
+                // Recorded timing, or the rank's first operation: the time before it is compute.
+                _ => job.start + op.start,
+            };
             if due > self.now + EPS_T {
                 self.push_timer(due, rank, TimerKind::Wake);
                 continue;
             }
-            // Gather the run of already-due ops to issue as one flow.
+            // Gather the run of already-due ops to issue as one flow: under simulated timing
+            // those that followed the previous one without a compute gap, under recorded timing
+            // those whose recorded start has passed.
             let mut end = next + 1;
             if self.params.merge_due_ops {
                 while end < ops.len() {
-                    let o = &ops[end];
-                    if o.kind != op.kind || o.phase != op.phase || job.start + o.start > self.now + EPS_T {
+                    let (prev, o) = (&ops[end - 1], &ops[end]);
+                    let due = match job.timing {
+                        Timing::Simulated => o.start - prev.end <= EPS_T,
+                        Timing::Recorded => job.start + o.start <= self.now + EPS_T,
+                    };
+                    if o.kind != op.kind || o.phase != op.phase || !due {
                         break;
                     }
                     end += 1;
@@ -436,12 +497,15 @@ impl<'a> Engine<'a> {
             let bytes: f64 = batch.iter().map(|o| o.size as f64).sum();
             self.open_phase(rank, op.phase, bytes);
             let (prepared, latency) = self.prepare(job_idx, node, job.target, batch);
-            self.ranks[rank as usize].next = end;
+            let rs = &mut self.ranks[rank as usize];
+            rs.next = end;
+            rs.issued = self.now;
+            rs.prev_recorded_end = Some(ops[end - 1].end);
             if latency > 0.0 {
                 self.ranks[rank as usize].pending = Some(prepared);
                 self.push_timer(self.now + latency, rank, TimerKind::Transfer);
             } else if prepared.bytes <= 0.0 || prepared.uses.is_empty() {
-                self.ranks[rank as usize].last_end = self.now;
+                self.op_done(rank);
                 work.push(rank);
             } else {
                 self.start_flow(rank, prepared);
@@ -452,18 +516,27 @@ impl<'a> Engine<'a> {
     fn open_phase(&mut self, rank: u32, phase: u32, bytes: f64) {
         let rs = &mut self.ranks[rank as usize];
         match &mut rs.phase {
-            Some((p, _, b)) if *p == phase => *b += bytes,
+            Some(p) if p.id == phase => p.bytes += bytes,
             _ => {
                 self.close_phase(rank);
-                self.ranks[rank as usize].phase = Some((phase, self.now, bytes));
+                self.ranks[rank as usize].phase = Some(OpenPhase { id: phase, start: self.now, bytes, busy: 0.0 });
             }
         }
     }
 
     fn close_phase(&mut self, rank: u32) {
         let rs = &mut self.ranks[rank as usize];
-        if let Some((phase, start, bytes)) = rs.phase.take() {
-            self.phases.push(PhaseRecord { job: rs.job, rank: rs.local, node: rs.node, phase, start, end: rs.last_end.max(start), bytes });
+        if let Some(p) = rs.phase.take() {
+            self.phases.push(PhaseRecord {
+                job: rs.job,
+                rank: rs.local,
+                node: rs.node,
+                phase: p.id,
+                start: p.start,
+                end: rs.last_end.max(p.start),
+                bytes: p.bytes,
+                busy: p.busy,
+            });
         }
     }
 
@@ -508,7 +581,21 @@ impl<'a> Engine<'a> {
             self.route.links.clear();
             self.route.nonminimal = false;
             let (a, b) = if write { (src, dst) } else { (dst, src) };
-            net.route(a, b, &self.load, &mut self.rng, &mut self.route);
+            // How long the flow would take if the path between its end points were idle: an
+            // equal share of the node link, the server link and the server's devices, which
+            // the path does not change. Adaptive routing weighs path backlogs against it.
+            let device = tier.devices.get(server).map(|&d| (d, frac * if write { tier.write_cost } else { tier.read_cost }));
+            let ends = [
+                (net.terminals[a as usize].up, if write { 1.0 } else { frac }),
+                (net.terminals[b as usize].down, if write { frac } else { 1.0 }),
+            ];
+            let rate = ends
+                .into_iter()
+                .chain(device)
+                .map(|(r, w)| self.cap[r as usize] / (self.load[r as usize] + w))
+                .fold(f64::INFINITY, f64::min);
+            let load = LinkLoad { backlog: &self.backlog, bytes: slot_bytes[s], alone: bytes / rate };
+            net.route(a, b, &load, &mut self.rng, &mut self.route);
             for &l in &self.route.links {
                 self.scratch.push((l, frac));
             }
@@ -538,6 +625,9 @@ impl<'a> Engine<'a> {
         // ranks deciding in the same burst see each other's choices.
         for &(r, w) in &uses {
             self.load[r as usize] += w;
+        }
+        for &(r, w) in &uses {
+            self.backlog[r as usize] += w * bytes;
         }
         // Each op pays a request/acknowledgement round trip over the longest stripe path.
         let latency = ops.len() as f64 * 2.0 * max_hops as f64 * self.net.link_latency;

@@ -31,7 +31,8 @@ enum Command {
         #[arg(long)]
         placement: Option<String>,
     },
-    /// Run the built-in validation cases; exits non-zero if one is out of tolerance.
+    /// Simulate the shipped examples and compare with the seed study's figures and
+    /// observations; exits non-zero if a case is out of tolerance.
     Validate {
         /// Only these cases (default: all).
         #[arg(long = "case")]
@@ -39,6 +40,10 @@ enum Command {
         /// List the cases and exit.
         #[arg(long)]
         list: bool,
+        /// Directory of the example files (default: examples/sim above the binary or the
+        /// current directory).
+        #[arg(long)]
+        examples: Option<PathBuf>,
     },
     /// CAPEX/OPEX of every placement configured in a system file.
     Cost {
@@ -78,21 +83,27 @@ fn real_main() -> Result<()> {
                 }
             }
         }
-        Command::Validate { cases, list } => {
+        Command::Validate { cases, list, examples } => {
             if list {
                 for c in validate::CASE_NAMES {
                     println!("{c}");
                 }
                 return Ok(());
             }
-            let results = validate::run(&cases)?;
+            let dir = validate::find_examples(examples.as_deref())?;
+            println!("example files: {}\n", dir.display());
+            let results = validate::run(&dir, &cases)?;
             print!("{}", validate::render(&results));
-            let failed = results.iter().filter(|r| !r.pass()).count();
+            if cases.is_empty() {
+                println!("\n{}", validate::cost_arithmetic(&dir)?);
+            }
+            let failed = results.iter().filter(|r| r.failed()).count();
+            let compared = results.iter().filter(|r| r.status != validate::Status::NoReference).count();
             if failed > 0 {
-                println!("\n{failed} of {} validation cases out of tolerance", results.len());
+                println!("\n{failed} of {compared} compared cases FAILING (reasons above)");
                 std::process::exit(1);
             }
-            println!("\nall {} validation cases within tolerance", results.len());
+            println!("\nall {compared} compared cases within tolerance");
         }
         Command::Cost { system, prices } => {
             let sys = SystemConfig::load(&system)?;

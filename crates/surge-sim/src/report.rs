@@ -23,6 +23,8 @@ pub struct JobPhase {
     pub length: f64,
     pub mean_rank_time: f64,
     pub max_rank_time: f64,
+    /// Mean time a rank spent inside its operations (its phase without the compute gaps).
+    pub mean_rank_busy: f64,
     pub bytes: f64,
 }
 
@@ -35,6 +37,8 @@ pub struct JobSummary {
     /// Sum of the job's I/O phase lengths.
     pub io_time: f64,
     pub mean_rank_time: f64,
+    /// Mean over ranks of the time spent inside operations, summed over phases.
+    pub mean_rank_busy: f64,
     /// Bytes-weighted mean number of network links crossed (0 for node-local).
     pub avg_hops: f64,
     pub nonminimal_fraction: f64,
@@ -91,6 +95,7 @@ pub fn summarize(o: &Outcome) -> Result<Summary> {
                     length: end - start,
                     mean_rank_time: times.iter().sum::<f64>() / times.len() as f64,
                     max_rank_time: times.iter().copied().fold(0.0, f64::max),
+                    mean_rank_busy: recs.iter().map(|p| p.busy).sum::<f64>() / recs.len() as f64,
                     bytes: recs.iter().map(|p| p.bytes).sum(),
                 }
             })
@@ -106,6 +111,7 @@ pub fn summarize(o: &Outcome) -> Result<Summary> {
             bytes: t.bytes,
             io_time: phases.iter().map(|p| p.length).sum(),
             mean_rank_time: phases.iter().map(|p| p.mean_rank_time * p.ranks as f64).sum::<f64>() / rank_count.max(1) as f64,
+            mean_rank_busy: phases.iter().map(|p| p.mean_rank_busy * p.ranks as f64).sum::<f64>() / rank_count.max(1) as f64,
             avg_hops: if t.bytes > 0.0 { t.hop_bytes / t.bytes } else { 0.0 },
             nonminimal_fraction: if t.bytes > 0.0 { t.nonminimal_bytes / t.bytes } else { 0.0 },
             phases,
@@ -203,13 +209,17 @@ pub fn render(s: &Summary) -> String {
                 j.phases.len().to_string(),
                 format!("{:.3}", j.io_time),
                 format!("{:.3}", j.mean_rank_time),
+                format!("{:.3}", j.mean_rank_busy),
                 format!("{:.2}", j.avg_hops),
                 format!("{:.0}%", 100.0 * j.nonminimal_fraction),
                 format!("{:.1}", if j.io_time > 0.0 { j.bytes / j.io_time / 1e9 } else { 0.0 }),
             ]
         })
         .collect();
-    out += &table(&["job", "ranks", "nodes", "bytes", "phases", "io phase s", "mean rank s", "avg hops", "non-min", "GB/s"], &rows);
+    out += &table(
+        &["job", "ranks", "nodes", "bytes", "phases", "io phase s", "mean rank s", "rank in I/O s", "avg hops", "non-min", "GB/s"],
+        &rows,
+    );
     out += "\n";
     let rows: Vec<Vec<String>> = s
         .utilisation
@@ -258,13 +268,13 @@ pub fn write_outputs(o: &Outcome, s: &Summary, dir: &Path) -> Result<()> {
     let write = |name: &str, text: String| {
         std::fs::write(dir.join(name), text).with_context(|| format!("cannot write {}", dir.join(name).display()))
     };
-    let mut csv = String::from("job,rank,node,phase,start,end,duration,bytes\n");
+    let mut csv = String::from("job,rank,node,phase,start,end,duration,busy,bytes\n");
     let mut phases: Vec<_> = o.result.phases.iter().collect();
     phases.sort_by_key(|p| (p.job, p.rank, p.phase));
     for p in phases {
         let _ = writeln!(
             csv,
-            "{},{},{},{},{:.9},{:.9},{:.9},{}",
+            "{},{},{},{},{:.9},{:.9},{:.9},{:.9},{}",
             o.jobs[p.job as usize].name,
             p.rank,
             p.node,
@@ -272,16 +282,18 @@ pub fn write_outputs(o: &Outcome, s: &Summary, dir: &Path) -> Result<()> {
             p.start,
             p.end,
             p.end - p.start,
+            p.busy,
             p.bytes
         );
     }
     write("ranks.csv", csv)?;
-    let mut csv = String::from("job,phase,ranks,start,end,length,mean_rank_time,max_rank_time,bytes,avg_hops,nonminimal_fraction\n");
+    let mut csv =
+        String::from("job,phase,ranks,start,end,length,mean_rank_time,max_rank_time,mean_rank_busy,bytes,avg_hops,nonminimal_fraction\n");
     for j in &s.jobs {
         for p in &j.phases {
             let _ = writeln!(
                 csv,
-                "{},{},{},{:.9},{:.9},{:.9},{:.9},{:.9},{},{:.4},{:.4}",
+                "{},{},{},{:.9},{:.9},{:.9},{:.9},{:.9},{:.9},{},{:.4},{:.4}",
                 j.job,
                 p.phase,
                 p.ranks,
@@ -290,6 +302,7 @@ pub fn write_outputs(o: &Outcome, s: &Summary, dir: &Path) -> Result<()> {
                 p.length,
                 p.mean_rank_time,
                 p.max_rank_time,
+                p.mean_rank_busy,
                 p.bytes,
                 j.avg_hops,
                 j.nonminimal_fraction

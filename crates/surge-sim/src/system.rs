@@ -61,8 +61,9 @@ pub struct FatTreeConfig {
 #[serde(rename_all = "snake_case")]
 pub enum Routing {
     Minimal,
-    /// UGAL-style: per flow, take a Valiant path through a random intermediate group when the
-    /// minimal path is more loaded (load x hops).
+    /// UGAL-style, per flow stripe: the least backlogged minimal channel, or the best of a few
+    /// Valiant paths through random intermediate groups when its summed per-hop delay (bytes
+    /// waiting on each link over its capacity) is lower than the minimal path's.
     Adaptive,
 }
 

@@ -139,6 +139,37 @@ pub struct Route {
     pub nonminimal: bool,
 }
 
+/// What adaptive routing sees of the network when it routes one stripe of a flow: the fluid
+/// counterpart of a router's queues. `backlog` holds, per resource, the bytes routed over it
+/// and not yet carried; `bytes` is what the stripe adds to each link of its path and `alone`
+/// how long the stripe takes at the rate its end points (node link, server link, devices)
+/// allow it.
+pub struct LinkLoad<'a> {
+    pub backlog: &'a [f64],
+    pub bytes: f64,
+    pub alone: f64,
+}
+
+impl LinkLoad<'_> {
+    /// Expected time for the stripe on a path: its own time, or the time the path's most
+    /// backlogged link needs to carry what it already holds plus the stripe, whichever is
+    /// longer. On an idle or lightly used path this is the stripe's own time, as a router
+    /// sees empty queues however many flows cross it.
+    fn of_path(&self, resources: &[Resource], links: &[u32]) -> f64 {
+        links.iter().map(|&l| (self.backlog[l as usize].max(0.0) + self.bytes) / resources[l as usize].capacity).fold(self.alone, f64::max)
+    }
+
+    /// Hop penalty of a path: each link's backlog (beyond the stripe's own time) is a queue
+    /// the stripe meets at that hop, so the delays add up along the path.
+    fn delay(&self, resources: &[Resource], links: &[u32]) -> f64 {
+        self.alone
+            + links
+                .iter()
+                .map(|&l| ((self.backlog[l as usize].max(0.0) + self.bytes) / resources[l as usize].capacity - self.alone).max(0.0))
+                .sum::<f64>()
+    }
+}
+
 /// Small deterministic generator (splitmix64), enough for placement and routing choices.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
@@ -221,19 +252,28 @@ impl Network {
             b.terminal(Role::Compute, node / layout.nodes_per_switch, inj);
         }
 
-        // Extra switches are appended for global BB servers and PFS gateways (except on a torus,
-        // whose size is fixed: there they attach to routers spread evenly over the machine).
+        // Extra switches are appended for global BB servers and PFS gateways, except on a torus,
+        // whose size is fixed. There, global BB servers take a block of consecutive routers at
+        // the end of the machine (its last planes, as I/O nodes sit on one side of a real
+        // torus), so their traffic converges as it does on dedicated switches; PFS gateways
+        // attach to routers spread evenly over the machine. (Spreading the BB servers too
+        // would put them on the very routers grouped placement uses, and with the same
+        // nearest-server mapping the two placements would be the same system.)
         let mut next_switch = layout.extra_switch_base;
-        let mut place_dedicated = |count: usize, per_switch: usize, phase: f64| -> Vec<usize> {
+        //
+        // Consecutive servers go to different dedicated switches (round-robin). A job's nodes
+        // map to a block of consecutive servers in proportion to its size (`spread_home`: a
+        // job gets its share of the pool, as on a machine full of jobs), and round-robin
+        // spreads that share over all the dedicated switches instead of filling a few of them:
+        // on the dragonfly, over every BB group and its global channels.
+        let mut place_dedicated = |count: usize, per_switch: usize, spread: Option<f64>| -> Vec<usize> {
             let switches = count.div_ceil(per_switch);
+            let routers = layout.compute_switches;
             let out = (0..count)
-                .map(|i| {
-                    let s = i / per_switch;
-                    if is_torus {
-                        (((s as f64 + phase) * layout.compute_switches as f64 / switches as f64) as usize) % layout.compute_switches
-                    } else {
-                        next_switch + s
-                    }
+                .map(|i| match (is_torus, spread) {
+                    (true, Some(phase)) => ((((i / per_switch) as f64 + phase) * routers as f64 / switches as f64) as usize) % routers,
+                    (true, None) => (routers - switches.min(routers) + i % switches) % routers,
+                    (false, _) => next_switch + i % switches,
                 })
                 .collect();
             if !is_torus {
@@ -260,7 +300,7 @@ impl Network {
                     (sw, c.devices_per_server, c.device, c.nic_bw.map_or(inj, |r| r.0))
                 } else {
                     let c = bb.global.as_ref().ok_or_else(|| anyhow::anyhow!("system has no [burst_buffer.global]"))?;
-                    (place_dedicated(c.servers, c.servers_per_switch, 0.0), c.devices_per_server, c.device, c.nic_bw.map_or(inj, |r| r.0))
+                    (place_dedicated(c.servers, c.servers_per_switch, None), c.devices_per_server, c.device, c.nic_bw.map_or(inj, |r| r.0))
                 };
                 let mut terminals = Vec::new();
                 let mut devs = Vec::new();
@@ -291,7 +331,7 @@ impl Network {
         let pfs_tier = match &sys.pfs {
             None => None,
             Some(p) => {
-                let switches = place_dedicated(p.gateways, p.gateways_per_switch, 0.5);
+                let switches = place_dedicated(p.gateways, p.gateways_per_switch, Some(0.5));
                 let nic = p.nic_bw.map_or(inj, |r| r.0);
                 let terminals: Vec<u32> = switches.iter().map(|&sw| b.terminal(Role::PfsGateway, sw, nic)).collect();
                 let storage = b.add(ResKind::PfsStorage, 1.0, 0, 0, 0);
@@ -379,8 +419,8 @@ impl Network {
     }
 
     /// Routes from terminal `src` to terminal `dst`, appending resources to `route.links`.
-    /// `load` is the current sum of flow weights per resource (for adaptive routing).
-    pub fn route(&self, src: u32, dst: u32, load: &[f64], rng: &mut Rng, route: &mut Route) {
+    /// `load` is what adaptive routing compares paths on.
+    pub fn route(&self, src: u32, dst: u32, load: &LinkLoad, rng: &mut Rng, route: &mut Route) {
         let s = self.terminals[src as usize];
         let d = self.terminals[dst as usize];
         route.links.push(s.up);
@@ -406,7 +446,7 @@ impl Network {
         route.hops = hops;
     }
 
-    fn route_dragonfly(&self, src_router: u32, dst_router: u32, load: &[f64], rng: &mut Rng, route: &mut Route) -> u32 {
+    fn route_dragonfly(&self, src_router: u32, dst_router: u32, load: &LinkLoad, rng: &mut Rng, route: &mut Route) -> u32 {
         let Fabric::Dragonfly { groups, routers, global_per_router, channels, local_base, global_base, routing } = self.fabric else {
             unreachable!()
         };
@@ -443,29 +483,82 @@ impl Network {
             }
             h + 1
         };
+        // The least loaded path from (ga, ra) to (gb, rb) over one global channel, trying the
+        // channels from a random one on, so that ties (an idle network) spread at random.
+        let best_segment = |ga: u32, ra: u32, gb: u32, rb: u32, rng: &mut Rng, out: &mut Vec<u32>| -> (f64, u32) {
+            let first = rng.below(channels as usize) as u32;
+            let mut best: Option<(f64, u32, u32)> = None;
+            for i in 0..channels {
+                let m = (first + i) % channels;
+                out.clear();
+                let h = segment(ga, ra, gb, rb, m, out);
+                let l = load.of_path(&self.resources, out);
+                if best.map_or(true, |b| l < b.0) {
+                    best = Some((l, h, m));
+                }
+                if ga == gb {
+                    break;
+                }
+            }
+            let (l, h, m) = best.expect("at least one channel");
+            out.clear();
+            segment(ga, ra, gb, rb, m, out);
+            (l, h)
+        };
         let start = route.links.len();
-        let m = rng.below(channels as usize) as u32;
-        let hops_min = segment(g1, r1, g2, r2, m, &mut route.links);
         if routing == Routing::Minimal || g1 == g2 || groups < 3 {
-            return hops_min;
+            // Oblivious minimal routing: a random one of the global channels between the groups.
+            let m = rng.below(channels as usize) as u32;
+            return segment(g1, r1, g2, r2, m, &mut route.links);
         }
-        // UGAL: compare (most loaded link) x hops on the minimal and a random Valiant path.
-        let mut gi = rng.below(groups as usize - 2) as u32;
-        for g in [g1.min(g2), g1.max(g2)] {
-            if gi >= g {
-                gi += 1;
+        // Adaptive: the least loaded of the minimal paths (one per global channel of the group
+        // pair; routers choose among their minimal ports by load too) ...
+        let mut path = Vec::with_capacity(8);
+        let (_, hops_min) = best_segment(g1, r1, g2, r2, rng, &mut path);
+        route.links.extend_from_slice(&path);
+        // ... against the best of a few Valiant paths through random intermediate groups, each
+        // leg on its least loaded channel, taken when its delay is lower than the minimal
+        // path's. This is UGAL with load in place of queues: UGAL weighs the first hop's queue
+        // times the hop count, an estimate of the queueing along the whole path; here every
+        // hop's backlog is known, so the penalty of a longer path is the sum of the delays at
+        // each of its hops (`LinkLoad::delay`). The load is bytes waiting, not a count of
+        // flows: flows held back elsewhere (by a server or its devices) leave a crowded link
+        // idle, and a path without backlog costs only the stripe's own time, so the minimal
+        // path wins whenever it is not backed up.
+        let mut best_nm: Option<(f64, u32, Vec<u32>)> = None;
+        let mut leg = Vec::with_capacity(4);
+        for _ in 0..VALIANT_CANDIDATES {
+            let mut gi = rng.below(groups as usize - 2) as u32;
+            for g in [g1.min(g2), g1.max(g2)] {
+                if gi >= g {
+                    gi += 1;
+                }
+            }
+            path.clear();
+            // First leg: to whichever router of the intermediate group the chosen channel
+            // reaches, so each channel is tried with its own entry router.
+            let mut best_first: Option<(f64, u32, u32, Vec<u32>)> = None;
+            for m in 0..channels {
+                leg.clear();
+                let entry = endpoint(gi, g1, m);
+                let h = segment(g1, r1, gi, entry, m, &mut leg);
+                let l = load.of_path(&self.resources, &leg);
+                if best_first.as_ref().map_or(true, |b| l < b.0) {
+                    best_first = Some((l, h, entry, leg.clone()));
+                }
+            }
+            let (_, h1, entry, first_leg) = best_first.expect("at least one channel");
+            let (_, h2) = best_segment(gi, entry, g2, r2, rng, &mut leg);
+            path.extend_from_slice(&first_leg);
+            path.extend_from_slice(&leg);
+            let hops = h1 + h2;
+            let cost = load.delay(&self.resources, &path);
+            if best_nm.as_ref().map_or(true, |b| cost < b.0) {
+                best_nm = Some((cost, hops, path.clone()));
             }
         }
-        let mut alt = Vec::with_capacity(8);
-        let m1 = rng.below(channels as usize) as u32;
-        let m2 = rng.below(channels as usize) as u32;
-        let mut hops_nm = segment(g1, r1, gi, endpoint(gi, g1, m1), m1, &mut alt);
-        hops_nm += segment(gi, endpoint(gi, g1, m1), g2, r2, m2, &mut alt);
-        let congestion =
-            |links: &[u32]| links.iter().map(|&r| (load[r as usize] + 1.0) / self.resources[r as usize].capacity).fold(0.0, f64::max);
-        let cost_min = congestion(&route.links[start..]) * hops_min as f64;
-        let cost_nm = congestion(&alt) * hops_nm as f64;
-        if cost_nm < cost_min {
+        let (cost_nm, hops_nm, alt) = best_nm.expect("at least one candidate");
+        if cost_nm < load.delay(&self.resources, &route.links[start..]) {
             route.links.truncate(start);
             route.links.extend_from_slice(&alt);
             route.nonminimal = true;
@@ -483,6 +576,10 @@ impl Network {
         }
     }
 }
+
+/// Valiant paths adaptive dragonfly routing compares with the best minimal one (Aries
+/// routers likewise weigh a few random non-minimal candidates per packet).
+const VALIANT_CANDIDATES: usize = 4;
 
 /// Maps compute nodes evenly onto `servers` targets (node i -> server i*S/N).
 fn spread_home(nodes: usize, servers: usize) -> Vec<u32> {

@@ -19,8 +19,11 @@ pub enum OpKind {
     },
 }
 
-/// One I/O operation of one rank. `start` is relative to the job start: the operation is issued
-/// at that time or when the rank's previous operation finishes, whichever is later.
+/// One I/O operation of one rank as recorded: `start` and `end` are relative to the job start.
+/// How they are used depends on the job's [`Timing`]: under `Simulated` only the compute gap
+/// before an operation (its `start` minus the previous operation's recorded `end`) is kept,
+/// under `Recorded` the operation is issued at `start` or when the rank's previous operation
+/// finishes, whichever is later. Synthetic operations have `end == start` (no recorded I/O time).
 #[derive(Debug, Clone, Copy)]
 pub struct Op {
     pub kind: OpKind,
@@ -28,13 +31,39 @@ pub struct Op {
     pub offset: u64,
     pub size: u64,
     pub start: f64,
+    pub end: f64,
     pub phase: u32,
 }
 
 /// Per-rank operation lists of one job.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Trace {
     pub ranks: Vec<Vec<Op>>,
+    /// False for traces that carry only start times (surge-trace version 1): the time an
+    /// operation took on the recorded system is unknown, so compute gaps cannot be told apart
+    /// from I/O time and only `Timing::Recorded` can replay them.
+    pub recorded_ends: bool,
+}
+
+impl Default for Trace {
+    fn default() -> Self {
+        Trace { ranks: Vec::new(), recorded_ends: true }
+    }
+}
+
+/// Where the time between a rank's operations comes from.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Timing {
+    /// I/O durations come from the simulated system; only the compute gap before each
+    /// operation (recorded start minus the previous operation's recorded end) comes from the
+    /// trace. A faster system finishes the job's I/O phases sooner.
+    #[default]
+    Simulated,
+    /// Operations are issued at their recorded start times (or when the previous one ends, if
+    /// later): the recorded timeline bounds every phase from below, so a system faster than the
+    /// recorded one cannot shorten it.
+    Recorded,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
@@ -71,6 +100,8 @@ pub struct JobConfig {
     pub start: Seconds,
     #[serde(default)]
     pub target: Target,
+    #[serde(default)]
+    pub timing: Timing,
     pub trace: Option<PathBuf>,
     pub synthetic: Option<Synthetic>,
     #[serde(default)]
@@ -196,6 +227,7 @@ pub struct Job {
     pub name: String,
     pub start: f64,
     pub target: Target,
+    pub timing: Timing,
     pub ranks_per_node: usize,
     /// Compute node of each rank.
     pub rank_nodes: Vec<u32>,
@@ -256,11 +288,25 @@ impl JobConfig {
                 bail!("ranks = {want} but the (transformed) trace has {} ranks; use a weak_scale transform", trace.ranks.len());
             }
         }
+        if self.timing == Timing::Simulated && !trace.recorded_ends {
+            bail!(
+                "the trace has no recorded end times (surge-trace version 1), so compute gaps cannot be told from I/O time: \
+                 convert the Darshan log again with `python -m surge.darshan_trace` or set `timing = \"recorded\"`"
+            );
+        }
         let rpn = self.ranks_per_node.unwrap_or(default_rpn).max(1);
         let needed = trace.ranks.len().div_ceil(rpn);
         let nodes = self.placement.allocate(needed, free, rng)?;
         let rank_nodes = (0..trace.ranks.len()).map(|r| nodes[r / rpn] as u32).collect();
-        Ok(Job { name: self.name.clone(), start: self.start.0, target: self.target, ranks_per_node: rpn, rank_nodes, trace })
+        Ok(Job {
+            name: self.name.clone(),
+            start: self.start.0,
+            target: self.target,
+            timing: self.timing,
+            ranks_per_node: rpn,
+            rank_nodes,
+            trace,
+        })
     }
 }
 
@@ -360,7 +406,7 @@ impl Synthetic {
             Pattern::IorNN => 1,
             Pattern::Checkpoint => self.files_per_rank,
         };
-        let mut out = Trace { ranks: Vec::with_capacity(ranks) };
+        let mut out = Trace { ranks: Vec::with_capacity(ranks), recorded_ends: true };
         for r in 0..ranks {
             let mut ops = Vec::new();
             let wave_delay = r.checked_div(self.wave_size).map_or(0.0, |wave| wave as f64 * self.wave_gap.0);
@@ -376,7 +422,7 @@ impl Synthetic {
                     let mut done = 0;
                     while done < bytes {
                         let size = xfer.min(bytes - done);
-                        ops.push(Op { kind, file, offset: base + done, size, start: t, phase: phase as u32 });
+                        ops.push(Op { kind, file, offset: base + done, size, start: t, end: t, phase: phase as u32 });
                         done += size;
                     }
                 }
@@ -400,6 +446,7 @@ impl Transform {
                     op.size = (op.size as f64 * factor).round() as u64;
                     op.offset = (op.offset as f64 * factor).round() as u64;
                 }
+                // Recorded times stay: the compute between operations does not scale with the data.
                 t
             }
             Transform::Repeat(rep) => repeat(trace, rep)?,
@@ -433,6 +480,7 @@ fn weak_scale(trace: Trace, factor: usize) -> Result<Trace> {
         }
     }
     let n = trace.ranks.len();
+    let recorded_ends = trace.recorded_ends;
     let mut ranks = Vec::with_capacity(n * factor);
     for copy in 0..factor {
         for ops in &trace.ranks {
@@ -453,7 +501,7 @@ fn weak_scale(trace: Trace, factor: usize) -> Result<Trace> {
             );
         }
     }
-    Ok(Trace { ranks })
+    Ok(Trace { ranks, recorded_ends })
 }
 
 fn repeat(trace: Trace, rep: &Repeat) -> Result<Trace> {
@@ -473,7 +521,9 @@ fn repeat(trace: Trace, rep: &Repeat) -> Result<Trace> {
                 .flat_map(|i| {
                     rank_ops.iter().map(move |op| {
                         let mut op = *op;
-                        op.start += i as f64 * (span + rep.interval.0);
+                        let shift = i as f64 * (span + rep.interval.0);
+                        op.start += shift;
+                        op.end += shift;
                         op.phase += i as u32 * phases;
                         op
                     })
@@ -481,10 +531,11 @@ fn repeat(trace: Trace, rep: &Repeat) -> Result<Trace> {
                 .collect()
         })
         .collect();
-    Ok(Trace { ranks })
+    Ok(Trace { ranks, recorded_ends: trace.recorded_ends })
 }
 
 fn coalesce(trace: Trace, limit: u64) -> Trace {
+    let recorded_ends = trace.recorded_ends;
     let ranks = trace
         .ranks
         .into_iter()
@@ -500,7 +551,10 @@ fn coalesce(trace: Trace, limit: u64) -> Trace {
                         && prev.offset + prev.size == op.offset
                         && prev.size + op.size <= limit
                     {
+                        // The merged operation ends when its last part did: the compute gaps
+                        // between the parts are dropped with the parts.
                         prev.size += op.size;
+                        prev.end = prev.end.max(op.end);
                         continue;
                     }
                 }
@@ -509,7 +563,7 @@ fn coalesce(trace: Trace, limit: u64) -> Trace {
             out
         })
         .collect();
-    Trace { ranks }
+    Trace { ranks, recorded_ends }
 }
 
 fn add_barriers(trace: Trace, group: u32) -> Trace {
@@ -519,6 +573,7 @@ fn add_barriers(trace: Trace, group: u32) -> Trace {
         let s = phase_start.entry(op.phase).or_insert(op.start);
         *s = s.min(op.start);
     }
+    let recorded_ends = trace.recorded_ends;
     let ranks = trace
         .ranks
         .into_iter()
@@ -529,17 +584,18 @@ fn add_barriers(trace: Trace, group: u32) -> Trace {
                 while let Some(op) = it.next_if(|o| o.phase < phase) {
                     out.push(op);
                 }
-                out.push(Op { kind: OpKind::Barrier { group }, file: 0, offset: 0, size: 0, start, phase });
+                out.push(Op { kind: OpKind::Barrier { group }, file: 0, offset: 0, size: 0, start, end: start, phase });
             }
             out.extend(it);
             out
         })
         .collect();
-    Trace { ranks }
+    Trace { ranks, recorded_ends }
 }
 
-/// Trace file written by `surge.darshan_trace` (format "surge-trace", version 1): columns of
-/// equal length, one entry per operation.
+/// Trace file written by `surge.darshan_trace` (format "surge-trace"): columns of equal length,
+/// one entry per operation. Version 2 adds `end`, the time each operation finished on the
+/// recorded system; version 1 traces have start times only.
 #[derive(Debug, Deserialize)]
 struct TraceFile {
     format: String,
@@ -557,22 +613,49 @@ struct TraceColumns {
     offset: Vec<u64>,
     size: Vec<u64>,
     start: Vec<f64>,
+    end: Option<Vec<f64>>,
     phase: Vec<u32>,
 }
 
+/// Darshan's log header: an 8-byte version string, then the magic number 6567223 as a 64-bit
+/// integer (in the writing machine's byte order).
+const DARSHAN_MAGIC: u64 = 6_567_223;
+
+fn is_darshan_log(bytes: &[u8]) -> bool {
+    let Some(magic) = bytes.get(8..16) else { return false };
+    let magic: [u8; 8] = magic.try_into().expect("eight bytes");
+    u64::from_le_bytes(magic) == DARSHAN_MAGIC || u64::from_be_bytes(magic) == DARSHAN_MAGIC
+}
+
 pub fn load_trace(path: &Path) -> Result<Trace> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read trace {}", path.display()))?;
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read trace {}", path.display()))?;
+    if is_darshan_log(&bytes) {
+        bail!(
+            "{} is a raw Darshan log, not a surge trace: convert it first with \
+             `python -m surge.darshan_trace {} -o TRACE.json` (needs the 'sim' extra: pip install 'surge[sim]') \
+             and point `trace` at TRACE.json",
+            path.display(),
+            path.display()
+        );
+    }
+    let text = String::from_utf8(bytes).map_err(|_| {
+        anyhow::anyhow!("{} is not a surge trace (binary data; traces are JSON written by `python -m surge.darshan_trace`)", path.display())
+    })?;
     parse_trace(&text).with_context(|| format!("invalid trace {}", path.display()))
 }
 
 pub fn parse_trace(text: &str) -> Result<Trace> {
     let tf: TraceFile = serde_json::from_str(text)?;
-    if tf.format != "surge-trace" || tf.version != 1 {
-        bail!("not a surge-trace v1 file (format '{}', version {})", tf.format, tf.version);
+    if tf.format != "surge-trace" || !(1..=2).contains(&tf.version) {
+        bail!("not a surge-trace version 1 or 2 file (format '{}', version {})", tf.format, tf.version);
     }
     let c = &tf.ops;
     let n = c.rank.len();
-    if [c.kind.len(), c.file.len(), c.offset.len(), c.size.len(), c.start.len(), c.phase.len()].iter().any(|&l| l != n) {
+    if tf.version >= 2 && c.end.is_none() {
+        bail!("surge-trace version 2 needs the `end` column");
+    }
+    let ends = c.end.as_ref().map_or(n, Vec::len);
+    if [c.kind.len(), c.file.len(), c.offset.len(), c.size.len(), c.start.len(), ends, c.phase.len()].iter().any(|&l| l != n) {
         bail!("trace columns have different lengths");
     }
     let mut ranks = vec![Vec::new(); tf.nprocs];
@@ -581,8 +664,13 @@ pub fn parse_trace(text: &str) -> Result<Trace> {
         if r < 0 || r as usize >= tf.nprocs {
             bail!("operation {i}: rank {r} outside 0..{} (shared records must be expanded per rank)", tf.nprocs);
         }
-        if !(c.start[i].is_finite() && c.start[i] >= 0.0) {
-            bail!("operation {i}: bad start time {}", c.start[i]);
+        let start = c.start[i];
+        if !(start.is_finite() && start >= 0.0) {
+            bail!("operation {i}: bad start time {start}");
+        }
+        let end = c.end.as_ref().map_or(start, |e| e[i]);
+        if !(end.is_finite() && end >= start) {
+            bail!("operation {i}: end time {end} before its start {start}");
         }
         let kind = match c.kind[i].as_str() {
             "w" => OpKind::Write,
@@ -590,12 +678,12 @@ pub fn parse_trace(text: &str) -> Result<Trace> {
             "b" => OpKind::Barrier { group: c.file[i] },
             k => bail!("operation {i}: unknown kind '{k}'"),
         };
-        ranks[r as usize].push(Op { kind, file: c.file[i], offset: c.offset[i], size: c.size[i], start: c.start[i], phase: c.phase[i] });
+        ranks[r as usize].push(Op { kind, file: c.file[i], offset: c.offset[i], size: c.size[i], start, end, phase: c.phase[i] });
     }
     for ops in &mut ranks {
         ops.sort_by(|a, b| a.start.total_cmp(&b.start));
     }
-    Ok(Trace { ranks })
+    Ok(Trace { ranks, recorded_ends: c.end.is_some() })
 }
 
 #[cfg(test)]
