@@ -13,7 +13,10 @@ build:
 PREFIX ?= /usr/local
 install: build
 	install -d $(PREFIX)/bin $(PREFIX)/lib $(PREFIX)/include
-	install -m 755 target/release/surge target/release/surge-server target/release/surge-fuse $(PREFIX)/bin/
+	install -m 755 target/release/surge target/release/surge-server target/release/surge-fuse \
+		target/release/surge-manager target/release/surge-agent $(PREFIX)/bin/
+	ln -sf surge $(PREFIX)/bin/dw_wlm_cli
+	ln -sf surge $(PREFIX)/bin/dwstat
 	install -m 755 target/release/libsurge.so $(PREFIX)/lib/
 	install -m 644 crates/surge-capi/include/surge.h $(PREFIX)/include/
 

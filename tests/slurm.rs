@@ -244,8 +244,9 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
     });
     let expected: String = restart.chunks(1 << 20).map(sha256_line).collect();
     assert_eq!(movie, expected, "the movie on the PFS is every frame, in order");
+    // Slurm tears down just after the job leaves the queue.
+    bed.wait_until("torn down after the job", Duration::from_secs(30), || bed.status()["instances"].as_array().unwrap().is_empty());
     let status = bed.status();
-    assert_eq!(status["instances"].as_array().unwrap().len(), 0, "torn down after the job: {status}");
     assert_eq!(status["pools"][0]["free"], status["pools"][0]["quantity"], "capacity released: {status}");
 
     section("seed 000 workflow");
@@ -305,11 +306,12 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
     let c = bed.submit("c.sh", &with("c", "#DW persistentdw name=ckpt", "cat $DW_PERSISTENT_STRIPED_ckpt/note")).unwrap();
     bed.wait_gone(c);
     assert_eq!(std::fs::read_to_string(bed.pfs("c.out")).unwrap_or_default(), "from-b\n", "{}", bed.logs());
-    let reservations = bed.status()["instances"].as_array().unwrap().iter().filter(|i| i["persistent"] == "ckpt").count();
-    assert_eq!(reservations, 1);
+    let reservations =
+        |status: serde_json::Value| status["instances"].as_array().unwrap().iter().filter(|i| i["persistent"] == "ckpt").count();
+    assert_eq!(reservations(bed.status()), 1);
     let d = bed.submit("d.sh", &with("d", "#DW destroy_persistent name=ckpt", "echo destroyed")).unwrap();
     bed.wait_gone(d);
-    assert_eq!(bed.status()["instances"].as_array().unwrap().len(), 0, "the reservation is gone");
+    bed.wait_until("the reservation gone", Duration::from_secs(30), || bed.status()["instances"].as_array().unwrap().is_empty());
 
     section("persistent reservation, four jobs");
     // ----- a full pool: the second job waits for the first's capacity -----
@@ -333,6 +335,43 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
     assert_eq!(std::fs::read_to_string(bed.pfs("y.out")).unwrap_or_default(), "ran\n");
 
     section("full pool");
+
+    // ----- the same manager behind DataWarp's programs -----
+    let surge = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/surge");
+    let dw = |args: &[&str]| {
+        let out = bed.command(surge.to_str().unwrap()).arg("dw-wlm-cli").args(args).output().unwrap();
+        assert!(out.status.success(), "dw_wlm_cli {args:?}: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let pools: serde_json::Value = serde_json::from_str(&dw(&["--function", "pools"])).unwrap();
+    assert_eq!(pools["pools"][0]["id"], "bb", "the default pool first: {pools}");
+    assert_eq!(pools["pools"][0]["units"], "bytes");
+    let created = dw(&[
+        "--function",
+        "create_persistent",
+        "-c",
+        "CLI",
+        "-t",
+        "dwres",
+        "-u",
+        &USER.to_string(),
+        "-C",
+        "bb:256MiB",
+        "-a",
+        "striped",
+        "-T",
+        "scratch",
+    ]);
+    assert!(created.contains("created"), "{created}");
+    let sessions: serde_json::Value = serde_json::from_str(&dw(&["--function", "show_sessions"])).unwrap();
+    assert_eq!(sessions["sessions"][0]["token"], "dwres", "{sessions}");
+    let instances: serde_json::Value = serde_json::from_str(&dw(&["--function", "show_instances"])).unwrap();
+    assert_eq!(instances["instances"][0]["capacity"]["bytes"], 256 << 20, "{instances}");
+    let dwstat = bed.command(surge.to_str().unwrap()).args(["dwstat", "pools"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&dwstat.stdout).contains("bb     bytes"), "{}", text(&dwstat));
+    dw(&["--function", "teardown", "--token", "dwres"]);
+    assert_eq!(bed.status()["instances"].as_array().unwrap().len(), 0, "dw_wlm_cli teardown of a reservation");
+    section("DataWarp's programs");
     // ----- stage failures, as the user sees them -----
     let missing = bed
         .submit(
@@ -344,6 +383,23 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
         .submit(
             "lost.sh",
             &format!("#!/bin/bash\n#DW jobdw capacity=256MiB access_mode=striped type=scratch\n#DW stage_out type=file source=$DW_JOB_STRIPED/result.h5 destination={}/result.h5\necho ran\n", p.display()),
+        )
+        .unwrap();
+    // A stage-out refused by the PFS (a directory the user may not write), run again by the
+    // user once the directory is theirs.
+    std::fs::create_dir_all(bed.pfs("locked")).unwrap();
+    let retried = bed
+        .submit(
+            "retry.sh",
+            &format!(
+                "#!/bin/bash
+#SBATCH -o {p}/retry.out
+#DW jobdw capacity=256MiB access_mode=striped type=scratch
+#DW stage_out type=file source=$DW_JOB_STRIPED/result.h5 destination={p}/locked/result.h5
+head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
+",
+                p = p.display()
+            ),
         )
         .unwrap();
     let mut reasons = (String::new(), String::new());
@@ -360,10 +416,24 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
     );
     let kept = bed.status()["instances"].as_array().unwrap().iter().any(|i| i["job"] == lost);
     assert!(kept, "a failed stage-out keeps the job's buffer");
-    let cancel = bed.command("scancel").args(["--hurry", &missing.to_string(), &lost.to_string()]).output().unwrap();
+    bed.wait_until("the locked stage-out failed", Duration::from_secs(60), || {
+        bed.queued(retried).is_some_and(|(state, reason)| state == "STAGE_OUT" && reason.contains("slurm_bb_data_out"))
+    });
+    std::os::unix::fs::chown(bed.pfs("locked"), Some(USER), Some(USER)).unwrap();
+    let again = bed.as_user(surge.to_str().unwrap()).args(["bb", "data-out", "--job", &retried.to_string()]).output().unwrap();
+    assert!(again.status.success(), "the owner's retry of the stage-out: {}", text(&again));
+    assert_eq!(std::fs::metadata(bed.pfs("locked/result.h5")).map(|m| m.len()).unwrap_or(0), 3_000_000, "staged out on the retry");
+    let stranger = Command::new("setpriv")
+        .args(["--reuid=4242", "--regid=4242", "--clear-groups", surge.to_str().unwrap(), "bb", "teardown", "--job", &retried.to_string()])
+        .env("SURGE_MANAGER_SOCKET", &bed.socket)
+        .output()
+        .unwrap();
+    assert!(!stranger.status.success() && text(&stranger).contains("permission denied"), "{}", text(&stranger));
+    let cancel = bed.command("scancel").args(["--hurry", &missing.to_string(), &lost.to_string(), &retried.to_string()]).output().unwrap();
     assert!(cancel.status.success(), "{}", text(&cancel));
     bed.wait_gone(missing);
     bed.wait_gone(lost);
+    bed.wait_gone(retried);
     bed.wait_until("everything released", Duration::from_secs(30), || bed.status()["instances"].as_array().unwrap().is_empty());
     section("stage failures");
     println!("scenarios ran in {:.1} s", started.elapsed().as_secs_f64());

@@ -38,10 +38,13 @@ pub enum BbCommand {
     Pools,
     /// The job was chosen to run: charge its capacity, start its servers.
     Setup {
+        /// The job id.
         #[arg(long)]
         job: u64,
+        /// The job owner's uid.
         #[arg(long)]
         uid: u32,
+        /// The job owner's gid.
         #[arg(long)]
         gid: u32,
         /// The job script.
@@ -49,16 +52,19 @@ pub enum BbCommand {
     },
     /// Stage the job's files in, and wait until they are (or one failed).
     DataIn {
+        /// The job id.
         #[arg(long)]
         job: u64,
     },
     /// Is the job's stage-in done? Prints BUSY while it runs (Slurm 24.05+ polls this).
     TestDataIn {
+        /// The job id.
         #[arg(long)]
         job: u64,
     },
     /// Write the job's variables (DW_JOB_STRIPED ...) as KEY=VALUE lines.
     Paths {
+        /// The job id.
         #[arg(long)]
         job: u64,
         /// File to write (Slurm's path file).
@@ -67,6 +73,7 @@ pub enum BbCommand {
     },
     /// The job's nodes are allocated: start buffers on them, run deferred stage-ins, wait.
     PreRun {
+        /// The job id.
         #[arg(long)]
         job: u64,
         /// Its nodes, comma-separated (default: asked of squeue).
@@ -75,23 +82,28 @@ pub enum BbCommand {
     },
     /// The job's script ended.
     PostRun {
+        /// The job id.
         #[arg(long)]
         job: u64,
     },
     /// Stage the job's results out, and wait until they are (or one failed).
     DataOut {
+        /// The job id.
         #[arg(long)]
         job: u64,
     },
     /// Is the job's stage-out done? Prints BUSY while it runs.
     TestDataOut {
+        /// The job id.
         #[arg(long)]
         job: u64,
     },
     /// Release the job's buffers (with --hurry: cancel its stages first).
     Teardown {
+        /// The job id.
         #[arg(long)]
         job: u64,
+        /// Cancel running stages and release at once.
         #[arg(long)]
         hurry: bool,
     },

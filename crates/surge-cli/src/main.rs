@@ -9,6 +9,7 @@
 
 mod bb;
 mod bench;
+mod datawarp;
 mod demo;
 mod files;
 mod fsck;
@@ -250,6 +251,14 @@ enum Command {
     /// manager (slurm/burst_buffer.lua calls these).
     #[command(subcommand)]
     Bb(bb::BbCommand),
+    /// DataWarp's `dw_wlm_cli` for Slurm's burst_buffer/datawarp plugin (also run as
+    /// `dw_wlm_cli`): the functions it calls, answered by Surge's manager.
+    DwWlmCli(datawarp::DwWlmCli),
+    /// DataWarp's `dwstat` (also run as `dwstat`): pools, sessions, instances, configurations.
+    Dwstat {
+        /// Views: pools, sessions, instances, configurations, all (default: all).
+        views: Vec<String>,
+    },
     /// Benchmarks of an instance or of a local directory (for baselines).
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -263,6 +272,21 @@ enum Command {
     External(Vec<String>),
 }
 
+/// Installed as `dw_wlm_cli` or `dwstat` (a link to `surge`), the command is that one.
+fn datawarp_names(args: std::env::ArgsOs) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = args.collect();
+    let called = args.first().and_then(|a| PathBuf::from(a).file_name().map(|n| n.to_owned()));
+    let command = match called.as_ref().and_then(|n| n.to_str()) {
+        Some("dw_wlm_cli") => Some("dw-wlm-cli"),
+        Some("dwstat") => Some("dwstat"),
+        _ => None,
+    };
+    if let Some(command) = command {
+        args.insert(1, command.into());
+    }
+    args
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SURGE_LOG").unwrap_or_else(|_| "warn".into()))
@@ -270,7 +294,7 @@ fn main() -> ExitCode {
         // Colour only for a person at a terminal: logs go to files and test output too.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(datawarp_names(std::env::args_os()));
     if let Command::External(args) = &cli.command {
         return run_external(args);
     }
@@ -407,6 +431,8 @@ async fn run(command: Command) -> Result<()> {
         }
         Command::Stat { path, json, target } => files::stat(&target.client()?, &path, json).await?,
         Command::Bb(command) => bb::run(command).await?,
+        Command::DwWlmCli(args) => datawarp::dw_wlm_cli(args).await?,
+        Command::Dwstat { views } => datawarp::dwstat(&views).await?,
         Command::Stage(cmd) => stage::run(cmd).await?,
         Command::Bench(cmd) => bench::run(cmd).await?,
         Command::Demo { root } => demo::run(root).await?,

@@ -56,6 +56,10 @@ pub enum Request {
     DataOut { job: u64 },
     /// Release the job's buffers; with `hurry`, without waiting for (or after failed) stages.
     Teardown { job: u64, hurry: bool },
+    /// A persistent reservation made outside a job (DataWarp's `create_persistent`).
+    CreatePersistent { name: String, uid: u32, gid: u32, pool: Option<String>, capacity: u64 },
+    /// A persistent reservation removed outside a job; `hurry` even while jobs use it.
+    DestroyPersistent { name: String, hurry: bool },
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]

@@ -78,6 +78,13 @@ fn directive_errors(errors: &[surge_directives::DirectiveError]) -> String {
     format!("{} problem(s) with #DW directives:\n{}", errors.len(), lines.join("\n"))
 }
 
+/// Whose an instance is: a job's (or a reservation's when `job` is `None`), and which user's.
+struct Owner {
+    job: Option<u64>,
+    uid: u32,
+    gid: u32,
+}
+
 /// Requests only the workload manager and the nodes (root) may make.
 fn is_privileged(request: &Request) -> bool {
     !matches!(request, Request::Pools | Request::Status | Request::CheckJob { .. })
@@ -127,6 +134,13 @@ impl Manager {
             Request::PostRun { job } => self.set_job_state(job, "ended", None).map(|()| Reply::Done),
             Request::DataOut { job } => self.data_out(job).map(|()| Reply::Done),
             Request::Teardown { job, hurry } => self.teardown(job, hurry).await.map(|()| Reply::Done),
+            Request::CreatePersistent { name, uid, gid, pool, capacity } => {
+                self.create_persistent(&name, uid, gid, pool.as_deref(), capacity).await.map(|()| Reply::Done)
+            }
+            Request::DestroyPersistent { name, hurry } => {
+                let _placing = self.placement.lock().await;
+                self.destroy_persistent(&name, hurry).await.map(|()| Reply::Done)
+            }
         };
         outcome.unwrap_or_else(|e| Reply::Failed(format!("{e:#}")))
     }
@@ -310,39 +324,11 @@ impl Manager {
         for (name, hurry) in &request.destroy_persistent {
             self.destroy_persistent(name, *hurry).await?;
         }
-        let used = self.store().node_use()?;
         let mut planned: Vec<(InstanceRecord, Vec<ServerRecord>)> = Vec::new();
-        let mut used_now = used.clone();
+        let mut used_now = self.store().node_use()?;
         let mut plan = |name: String, persistent: Option<String>, pool: &PoolConfig, mode: &str, capacity: u64| -> Result<()> {
-            let charged = pools::units(capacity, pool.granularity) * pool.granularity;
-            let servers = match pool.kind {
-                PoolKindConfig::Standing => pools::place_standing(pool, &used_now, capacity).map_err(|e| anyhow!(e))?,
-                // On the job's nodes, once they are known.
-                PoolKindConfig::OnDemand => Vec::new(),
-            };
-            for (node, share) in &servers {
-                *used_now.entry(node.clone()).or_default() += share;
-            }
-            let record = InstanceRecord {
-                name: name.clone(),
-                job: persistent.is_none().then_some(job),
-                persistent,
-                pool: pool.name.clone(),
-                mode: mode.into(),
-                capacity: charged,
-                uid,
-                gid,
-                state: "planned".into(),
-                created: now(),
-                secret: new_secret()?,
-                chunk_size: self.config.chunk_size(),
-            };
-            let servers = servers
-                .into_iter()
-                .enumerate()
-                .map(|(index, (node, share))| ServerRecord { instance: name.clone(), index, node, share, addr: None })
-                .collect();
-            planned.push((record, servers));
+            let owner = Owner { job: persistent.is_none().then_some(job), uid, gid };
+            planned.push(self.plan_instance(&mut used_now, name, persistent, owner, pool, mode, capacity)?);
             Ok(())
         };
         for p in &request.create_persistent {
@@ -376,6 +362,66 @@ impl Manager {
         })?;
         tracing::info!(job, uid, instances = planned.len(), stages = stages.len(), "job set up");
         self.start_pending(job).await
+    }
+
+    /// An instance's record and, in a standing pool, its servers' places, counted in `used`.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_instance(
+        &self,
+        used: &mut HashMap<String, u64>,
+        name: String,
+        persistent: Option<String>,
+        owner: Owner,
+        pool: &PoolConfig,
+        mode: &str,
+        capacity: u64,
+    ) -> Result<(InstanceRecord, Vec<ServerRecord>)> {
+        let charged = pools::units(capacity, pool.granularity) * pool.granularity;
+        let servers = match pool.kind {
+            PoolKindConfig::Standing => pools::place_standing(pool, used, capacity).map_err(|e| anyhow!(e))?,
+            // On the job's nodes, once they are known.
+            PoolKindConfig::OnDemand => Vec::new(),
+        };
+        for (node, share) in &servers {
+            *used.entry(node.clone()).or_default() += share;
+        }
+        let record = InstanceRecord {
+            name: name.clone(),
+            job: owner.job,
+            persistent,
+            pool: pool.name.clone(),
+            mode: mode.into(),
+            capacity: charged,
+            uid: owner.uid,
+            gid: owner.gid,
+            state: "planned".into(),
+            created: now(),
+            secret: new_secret()?,
+            chunk_size: self.config.chunk_size(),
+        };
+        let servers = servers
+            .into_iter()
+            .enumerate()
+            .map(|(index, (node, share))| ServerRecord { instance: name.clone(), index, node, share, addr: None })
+            .collect();
+        Ok((record, servers))
+    }
+
+    /// A persistent reservation made outside a job (DataWarp's `create_persistent` function),
+    /// checked as the directive would be.
+    async fn create_persistent(self: &Arc<Self>, name: &str, uid: u32, gid: u32, pool: Option<&str>, capacity: u64) -> Result<()> {
+        let _placing = self.placement.lock().await;
+        let pool_word = pool.map(|p| format!(" pool={p}")).unwrap_or_default();
+        let line = format!("#DW create_persistent name={name} capacity={capacity} access_mode=striped type=scratch{pool_word}\n");
+        let request = self.check_job(&line, Some(uid))?;
+        let wanted = request.create_persistent.first().ok_or_else(|| anyhow!("nothing to create"))?;
+        let pool = self.config.pool_for(wanted.pool.as_deref()).map_err(|e| anyhow!(e))?;
+        let mut used = self.store().node_use()?;
+        let owner = Owner { job: None, uid, gid };
+        let (record, servers) =
+            self.plan_instance(&mut used, persistent_name(name), Some(name.into()), owner, pool, "striped", capacity)?;
+        self.store().transaction(|tx| store::insert_instance(tx, &record, &servers))?;
+        self.start_instance(&record.name).await
     }
 
     /// Each stage of the script with its instance and path inside it.
