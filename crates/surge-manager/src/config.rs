@@ -39,6 +39,13 @@ pub struct Config {
     /// Stripe chunk size of the instances made (default 1 MiB).
     #[serde(default, deserialize_with = "optional_size")]
     pub chunk_size: Option<u64>,
+    /// Prints a job's state, nothing once the workload manager no longer has it (`{job}` is
+    /// replaced by the id): jobs it forgot (a teardown hook killed by the workload manager,
+    /// a job purged while this manager was down) are torn down. Slurm: `squeue -h -o %T -j {job}`.
+    pub job_state_command: Option<String>,
+    /// Seconds between such sweeps (default 60).
+    #[serde(default)]
+    pub job_sweep_secs: Option<u64>,
     #[serde(rename = "pool")]
     pub pools: Vec<PoolConfig>,
 }

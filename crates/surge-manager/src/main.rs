@@ -30,6 +30,7 @@ fn main() -> Result<()> {
         let manager = Manager::open(config)?;
         let listener = service::bind(&socket)?;
         manager.reconcile().await?;
+        manager.sweep_forgotten_jobs();
         tracing::info!(socket = %socket.display(), "manager ready");
         service::serve(manager, listener, stop_signal()).await?;
         let _ = std::fs::remove_file(&socket);

@@ -960,6 +960,51 @@ impl Manager {
         Ok(())
     }
 
+    // ----- jobs the workload manager forgot -----
+
+    /// Every `job_sweep_secs`, asks the workload manager about each job this manager has
+    /// buffers for, and tears down (with hurry) those it no longer has.
+    pub fn sweep_forgotten_jobs(self: &Arc<Self>) {
+        let Some(command) = self.config.job_state_command.clone() else { return };
+        let every = Duration::from_secs(self.config.job_sweep_secs.unwrap_or(60).max(1));
+        let manager = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let jobs = match manager.store().jobs() {
+                    Ok(jobs) => jobs,
+                    Err(e) => {
+                        tracing::warn!("sweep: {e:#}");
+                        continue;
+                    }
+                };
+                for job in jobs {
+                    if manager.job_is_gone(&command, job.job).await {
+                        tracing::warn!(job = job.job, state = %job.state, "the workload manager no longer has this job: tearing it down");
+                        if let Err(e) = manager.teardown(job.job, true).await {
+                            tracing::warn!(job = job.job, "teardown of a forgotten job: {e:#}");
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    /// Gone: the command answered and printed nothing, or said the id is unknown. A command
+    /// that cannot answer (the controller down) says nothing is gone.
+    async fn job_is_gone(&self, command: &str, job: u64) -> bool {
+        let line = command.replace("{job}", &job.to_string());
+        let output = tokio::process::Command::new("sh").arg("-c").arg(&line).stdin(std::process::Stdio::null()).output().await;
+        match output {
+            Ok(out) if out.status.success() => out.stdout.iter().all(u8::is_ascii_whitespace),
+            Ok(out) => String::from_utf8_lossy(&out.stderr).contains("Invalid job id"),
+            Err(e) => {
+                tracing::warn!("job state command '{line}': {e}");
+                false
+            }
+        }
+    }
+
     // ----- restart -----
 
     /// After a start: asks every agent what runs and brings the world in line with the
