@@ -259,7 +259,7 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
                 "#!/bin/bash\n#SBATCH -N 3\n#SBATCH -o {p}/local.out\n\
                  #DW jobdw capacity=768MiB access_mode=striped,private type=scratch pool=local\n\
                  stat -c '%U %a' $DW_JOB_STRIPED $DW_JOB_PRIVATE\n\
-                 srun -N3 bash -c 'echo $SLURMD_NODENAME > $DW_JOB_PRIVATE/who; echo $SLURMD_NODENAME > $DW_JOB_STRIPED/$SLURMD_NODENAME'\n\
+                 srun -N3 bash -c 'echo $SLURMD_NODENAME > $DW_JOB_PRIVATE/who; echo $SLURMD_NODENAME > $DW_JOB_STRIPED/$SLURMD_NODENAME || (stat $DW_JOB_STRIPED; id; tail -5 $SURGE_HOME/instances/*.fuse.log $SURGE_HOME/*.fuse.log)'\n\
                  srun -N3 bash -c 'echo $SLURMD_NODENAME sees $(cat $DW_JOB_PRIVATE/who) and $(ls $DW_JOB_STRIPED | tr \"\\n\" \" \")'\n\
                  sleep 4\n",
                 p = p.display()
@@ -436,6 +436,67 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
     bed.wait_gone(retried);
     bed.wait_until("everything released", Duration::from_secs(30), || bed.status()["instances"].as_array().unwrap().is_empty());
     section("stage failures");
+
+    // ----- scancel during a stage-in: torn down with hurry, nothing left on the nodes -----
+    let huge = bed.pfs("huge.h5");
+    std::fs::File::create(&huge).unwrap().set_len(2 << 30).unwrap();
+    let staging = bed
+        .submit(
+            "cancel.sh",
+            &format!("#!/bin/bash\n#DW jobdw capacity=3GiB access_mode=striped type=scratch\n#DW stage_in type=file source={} destination=$DW_JOB_STRIPED/huge.h5\necho never\n", huge.display()),
+        )
+        .unwrap();
+    bed.wait_until("the stage-in running", Duration::from_secs(60), || {
+        bed.status()["stages"].as_array().unwrap().iter().any(|s| s["job"] == staging && s["state"] == "running")
+    });
+    let cancel = bed.command("scancel").arg(staging.to_string()).output().unwrap();
+    assert!(cancel.status.success(), "{}", text(&cancel));
+    bed.wait_gone(staging);
+    bed.wait_until("the cancelled job's buffer released", Duration::from_secs(30), || {
+        bed.status()["instances"].as_array().unwrap().is_empty()
+    });
+    for node in ["bb1", "bb2"] {
+        let storage = bed.on_node(node, &["ls", "-A", bed.dir.join("storage").to_str().unwrap()]);
+        assert_eq!(String::from_utf8_lossy(&storage.stdout).trim(), ".agent", "{node}'s storage after the cancel");
+    }
+    section("scancel during stage-in");
+
+    // ----- a server killed under a running job: I/O errors within seconds, never a hang -----
+    let writer = bed
+        .submit(
+            "writer.sh",
+            &format!(
+                "#!/bin/bash\n#SBATCH -o {p}/writer.out\n#DW jobdw capacity=512MiB access_mode=striped type=scratch\n\
+                 while dd if=/dev/zero of=$DW_JOB_STRIPED/out bs=1M count=4 oflag=append conv=notrunc status=none; do sleep 0.05; done\n\
+                 echo writes stopped\n",
+                p = p.display()
+            ),
+        )
+        .unwrap();
+    let record = bed.dir.join(format!("storage/.agent/job-{writer}.json"));
+    let mut server_pid = 0;
+    bed.wait_until("the writer writing", Duration::from_secs(60), || {
+        let seen = bed.on_node("bb1", &["cat", record.to_str().unwrap()]);
+        server_pid = serde_json::from_slice::<serde_json::Value>(&seen.stdout).ok().and_then(|r| r["pid"].as_i64()).unwrap_or(0) as i32;
+        server_pid > 0 && bed.queued(writer).is_some_and(|(state, _)| state == "RUNNING")
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill(2) of the job's server on bb1, found by the pid its agent recorded.
+    unsafe { libc::kill(server_pid, libc::SIGKILL) };
+    let killed = Instant::now();
+    bed.wait_gone(writer);
+    let took = killed.elapsed();
+    let out = std::fs::read_to_string(bed.pfs("writer.out")).unwrap_or_default();
+    assert!(out.contains("writes stopped") && out.contains("dd: "), "the writer saw an error: {out}");
+    assert!(!out.contains("No space left"), "the buffer filled before the server was killed: {out}");
+    assert!(took < Duration::from_secs(30), "the job ended {took:?} after its server died");
+    println!(
+        "a server killed under a job: the job's dd failed and the job ended {:.1} s later: {}",
+        took.as_secs_f64(),
+        out.lines().next().unwrap_or("")
+    );
+    bed.wait_until("the writer's buffer released", Duration::from_secs(30), || bed.status()["instances"].as_array().unwrap().is_empty());
+    section("server killed under a job");
     println!("scenarios ran in {:.1} s", started.elapsed().as_secs_f64());
 
     // ----- down: nothing left -----
