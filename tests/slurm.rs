@@ -132,10 +132,15 @@ impl Testbed {
         let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
         // SAFETY: kill(2) of the manager this testbed started, by its recorded pid.
         unsafe { libc::kill(pid, libc::SIGKILL) };
+        // One this test started before is its child: collect it, or it lingers as a zombie.
+        if let Some(mut earlier) = self.restarted_manager.borrow_mut().take() {
+            let _ = earlier.wait();
+        }
         self.wait_until("manager gone", Duration::from_secs(10), || !alive(pid));
         let manager = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/surge-manager");
         let log = std::fs::OpenOptions::new().append(true).open(self.dir.join("log/manager.log")).unwrap();
-        let child = Command::new(manager)
+        let child = self
+            .command(manager.to_str().unwrap())
             .arg("--config")
             .arg(self.dir.join("etc/surge-manager.toml"))
             .stdout(log.try_clone().unwrap())
@@ -336,6 +341,11 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
 
     section("full pool");
 
+    // ----- Surge's view through Slurm -----
+    let bbstat = bed.as_user("scontrol").args(["show", "bbstat"]).output().unwrap();
+    let shown = String::from_utf8_lossy(&bbstat.stdout);
+    assert!(shown.contains("POOLS") && shown.contains("bb     standing"), "scontrol show bbstat: {}", text(&bbstat));
+
     // ----- the same manager behind DataWarp's programs -----
     let surge = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/surge");
     let dw = |args: &[&str]| {
@@ -437,9 +447,29 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
     bed.wait_until("everything released", Duration::from_secs(30), || bed.status()["instances"].as_array().unwrap().is_empty());
     section("stage failures");
 
-    // ----- scancel during a stage-in: torn down with hurry, nothing left on the nodes -----
+    // ----- the manager killed (-9) during a stage-in: the job goes on once it is back -----
     let huge = bed.pfs("huge.h5");
     std::fs::File::create(&huge).unwrap().set_len(2 << 30).unwrap();
+    let survivor = bed
+        .submit(
+            "survivor.sh",
+            &format!(
+                "#!/bin/bash\n#SBATCH -o {p}/survivor.out\n#DW jobdw capacity=3GiB access_mode=striped type=scratch\n\
+                 #DW stage_in type=file source={} destination=$DW_JOB_STRIPED/huge.h5\nstat -c %s $DW_JOB_STRIPED/huge.h5\n",
+                huge.display(),
+                p = p.display()
+            ),
+        )
+        .unwrap();
+    bed.wait_until("the stage-in running", Duration::from_secs(60), || {
+        bed.status()["stages"].as_array().unwrap().iter().any(|s| s["job"] == survivor && s["state"] == "running")
+    });
+    bed.restart_manager();
+    bed.wait_gone(survivor);
+    assert_eq!(std::fs::read_to_string(bed.pfs("survivor.out")).unwrap_or_default(), format!("{}\n", 2u64 << 30), "{}", bed.logs());
+    section("manager killed during a stage-in");
+
+    // ----- scancel during a stage-in: torn down with hurry, nothing left on the nodes -----
     let staging = bed
         .submit(
             "cancel.sh",

@@ -208,6 +208,13 @@ nodes = [ { name = "bb1", agent = "10.0.0.21:7300", capacity = "4GiB" }, { name 
 "#;
 
     #[test]
+    fn the_shipped_example_configuration_is_valid() {
+        let config: Config = toml::from_str(include_str!("../../../slurm/examples/surge-manager.toml")).unwrap();
+        config.check().unwrap();
+        assert_eq!(config.pool_for(None).unwrap().kind, PoolKindConfig::Standing);
+    }
+
+    #[test]
     fn a_pool_counts_whole_units_and_mistakes_are_named() {
         let config: Config = toml::from_str(EXAMPLE).unwrap();
         config.check().unwrap();
