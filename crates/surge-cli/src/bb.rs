@@ -133,13 +133,20 @@ pub async fn ask(request: &Request) -> Result<Reply> {
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && started.elapsed() < REACH_TIMEOUT => {
-                // The manager went away mid-request (a restart): ask again.
+            Err(e) if went_away(e.kind()) && started.elapsed() < REACH_TIMEOUT => {
+                // The manager went away mid-request (a restart): ask again. The hooks' requests
+                // are safe to repeat (what was done is found done).
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             Err(e) => bail!("Surge's manager on {}: {e}", socket.display()),
         }
     }
+}
+
+/// The connection broke under a request: the manager stopped or was killed while answering.
+fn went_away(kind: std::io::ErrorKind) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(kind, UnexpectedEof | ConnectionReset | BrokenPipe | ConnectionAborted)
 }
 
 fn read_script(path: &Path) -> Result<String> {
