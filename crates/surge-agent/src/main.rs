@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use surge_control::agent::{AgentReply, AgentRequest, RunningServer, ServerPlan};
+use surge_control::host::{self, owned_dir, owned_file};
 use surge_control::wire;
 use tokio::io::BufReader;
 
@@ -86,26 +87,12 @@ fn main() -> Result<()> {
                         }
                     });
                 }
-                _ = stop_signal() => break,
+                _ = host::stop_signal() => break,
             }
         }
         tracing::info!("agent stopping; its servers keep running");
         Ok(())
     })
-}
-
-async fn stop_signal() {
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut sigterm) => {
-            tokio::select! {
-                _ = sigterm.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }
 
 async fn serve(agent: Arc<Agent>, stream: tokio::net::TcpStream, key: &[u8; 32]) -> std::io::Result<()> {
@@ -142,26 +129,6 @@ fn check_name(name: &str) -> Result<()> {
 fn pid_alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks that the process exists; no signal is sent.
     unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
-}
-
-/// Makes `path` a directory owned by `uid:gid`, mode 0700.
-fn owned_dir(path: &Path, uid: u32, gid: u32) -> Result<()> {
-    std::fs::create_dir_all(path).with_context(|| format!("create {}", path.display()))?;
-    std::os::unix::fs::chown(path, Some(uid), Some(gid)).with_context(|| format!("give {} to uid {uid}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))?;
-    Ok(())
-}
-
-/// Writes `text` to a new file owned by `uid:gid` with `mode`.
-fn owned_file(path: &Path, text: &str, uid: u32, gid: u32, mode: u32) -> Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(mode).open(&tmp)?;
-    std::io::Write::write_all(&mut file, text.as_bytes())?;
-    std::os::unix::fs::chown(&tmp, Some(uid), Some(gid))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("write {}", path.display()))?;
-    Ok(())
 }
 
 impl Agent {
@@ -201,9 +168,9 @@ impl Agent {
         owned_dir(&dir, plan.uid, plan.gid)?;
         let root = dir.join("server");
         owned_dir(&root, plan.uid, plan.gid)?;
-        owned_file(&dir.join("token"), &plan.secret, plan.uid, plan.gid, 0o600)?;
+        owned_file(&dir.join("token"), &plan.secret, plan.uid, plan.gid)?;
         let log_path = dir.join("server.log");
-        owned_file(&log_path, "", plan.uid, plan.gid, 0o600)?;
+        owned_file(&log_path, "", plan.uid, plan.gid)?;
         let log = std::fs::OpenOptions::new().append(true).open(&log_path)?;
 
         let mut command = Command::new(&self.server_binary);
@@ -271,7 +238,7 @@ impl Agent {
         let dir = self.instance_dir(instance);
         let meta = std::fs::metadata(&dir).with_context(|| format!("no server of '{instance}' here"))?;
         use std::os::unix::fs::MetadataExt;
-        owned_file(&dir.join("instance.json"), descriptor, meta.uid(), meta.gid(), 0o600)
+        Ok(owned_file(&dir.join("instance.json"), descriptor, meta.uid(), meta.gid())?)
     }
 
     async fn stop(&self, instance: &str) -> Result<()> {

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
+use surge_control::host::{owned_dir, owned_file};
 use surge_control::manager::{Attachment, Direction, PoolView, Progress, Reply, Request, Status};
 use surge_control::wire;
 
@@ -252,21 +253,6 @@ fn expand_hostlist(list: &str) -> Result<Vec<String>> {
 
 fn env(name: &str) -> Result<String> {
     std::env::var(name).with_context(|| format!("{name} is not set (run as Slurm's Prolog/Epilog)"))
-}
-
-/// Creates `path` (if need be) owned by `uid:gid` with mode 0700.
-fn owned_dir(path: &Path, uid: u32, gid: u32) -> Result<()> {
-    std::fs::create_dir_all(path).with_context(|| format!("create {}", path.display()))?;
-    std::os::unix::fs::chown(path, Some(uid), Some(gid)).with_context(|| format!("give {} to uid {uid}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))?;
-    Ok(())
-}
-
-fn owned_file(path: &Path, text: &str, uid: u32, gid: u32) -> Result<()> {
-    std::fs::write(path, text).with_context(|| format!("write {}", path.display()))?;
-    std::os::unix::fs::chown(path, Some(uid), Some(gid))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(())
 }
 
 /// The node's part before the job: ask the manager what to mount (it waits for the buffers),

@@ -11,11 +11,14 @@
 //! * [`agent`]: requests to a node agent and its replies;
 //! * [`wire`]: one JSON document per line over a stream, with a size limit; the manager's
 //!   local socket (callers known by their kernel credentials) and the agents' TCP connections
-//!   (authenticated with the cluster key: a challenge answered with a keyed hash, as instances do).
+//!   (authenticated with the cluster key: a challenge answered with a keyed hash, as instances do);
+//! * [`host`]: the little its root-side parts do on a node alike: files and directories made
+//!   for a job's user, the signal that stops a daemon.
 //!
 //! JSON rather than the data plane's binary frames: these messages are few, small and worth
 //! reading in a log or with `socat` when something goes wrong.
 
 pub mod agent;
+pub mod host;
 pub mod manager;
 pub mod wire;

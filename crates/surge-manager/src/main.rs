@@ -32,23 +32,9 @@ fn main() -> Result<()> {
         manager.reconcile().await?;
         manager.sweep_forgotten_jobs();
         tracing::info!(socket = %socket.display(), "manager ready");
-        service::serve(manager, listener, stop_signal()).await?;
+        service::serve(manager, listener, surge_control::host::stop_signal()).await?;
         let _ = std::fs::remove_file(&socket);
         tracing::info!("manager stopped");
         Ok(())
     })
-}
-
-async fn stop_signal() {
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut sigterm) => {
-            tokio::select! {
-                _ = sigterm.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        }
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
-    }
 }
