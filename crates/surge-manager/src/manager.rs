@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use surge_client::descriptor::ServerInfo;
 use surge_client::surge_proto::auth::{self, Secret};
-use surge_client::surge_proto::stage::{StageDirection, StageKind, StageState, StageWhen};
+use surge_client::surge_proto::stage::{StageDirection, StageKind, StageWhen};
 use surge_client::{Client, ClientOptions, InstanceDescriptor, Mode};
 use surge_control::agent::{AgentReply, AgentRequest, ServerPlan};
 use surge_control::manager::{
@@ -566,7 +566,8 @@ impl Manager {
                 store.set_server_addr(name, server.index, &s.addr)?;
             }
         }
-        let descriptor = self.descriptor(&instance, PathBuf::from("token"))?;
+        // Each server's copy names its own token file, beside its directory.
+        let descriptor = self.descriptor(&instance, PathBuf::new())?;
         for (server, s) in &running {
             // The coordinator beside each server reads it from its directory.
             let mut local = descriptor.clone();
@@ -1067,15 +1068,7 @@ impl Manager {
 }
 
 fn copy_summary(stage: &mut StageRecord, summary: &surge_client::surge_proto::stage::StageSummary) {
-    stage.state = match summary.state {
-        StageState::Deferred => "deferred",
-        StageState::Queued => "queued",
-        StageState::Running => "running",
-        StageState::Done => "done",
-        StageState::Failed => "failed",
-        StageState::Cancelled => "cancelled",
-    }
-    .into();
+    stage.state = summary.state.label().into();
     stage.files_done = summary.files_done;
     stage.files_total = summary.files_total;
     stage.bytes_done = summary.bytes_done;

@@ -326,18 +326,16 @@ pub fn insert_instance(tx: &rusqlite::Transaction, i: &InstanceRecord, servers: 
         &format!("INSERT INTO instances ({INSTANCE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
         params![i.name, i.job, i.persistent, i.pool, i.mode, i.capacity, i.uid, i.gid, i.state, i.created, i.secret, i.chunk_size],
     )?;
-    for s in servers {
-        tx.execute(
-            "INSERT INTO servers (instance, idx, node, share, addr) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![s.instance, s.index, s.node, s.share, s.addr],
-        )?;
-    }
-    Ok(())
+    insert_servers(tx, servers)
 }
 
 /// Replaces an instance's planned servers (an on-demand instance once the job's nodes are known).
 pub fn replace_servers(tx: &rusqlite::Transaction, instance: &str, servers: &[ServerRecord]) -> Result<()> {
     tx.execute("DELETE FROM servers WHERE instance = ?1", [instance])?;
+    insert_servers(tx, servers)
+}
+
+fn insert_servers(tx: &rusqlite::Transaction, servers: &[ServerRecord]) -> Result<()> {
     for s in servers {
         tx.execute(
             "INSERT INTO servers (instance, idx, node, share, addr) VALUES (?1, ?2, ?3, ?4, ?5)",
