@@ -81,13 +81,17 @@ function slurm_bb_data_in(job_id, job_script, uid, gid, job_info)
 	return answer(run_surge("bb", "data-in", "--job", job_id))
 end
 
--- Slurm 24.05+ polls this while it answers BUSY.
-function slurm_bb_test_data_in(job_id, job_script, uid, gid, job_info)
-	local ok, output = run_surge("bb", "test-data-in", "--job", job_id)
+-- Slurm 24.05+ polls these while they answer BUSY.
+local function test_stages(hook, job_id)
+	local ok, output = run_surge("bb", hook, "--job", job_id)
 	if ok and output:match("BUSY") then
 		return slurm.SUCCESS, slurm.SLURM_BB_BUSY
 	end
 	return answer(ok, output)
+end
+
+function slurm_bb_test_data_in(job_id, job_script, uid, gid, job_info)
+	return test_stages("test-data-in", job_id)
 end
 
 function slurm_bb_real_size(job_id, uid, gid, job_info)
@@ -114,11 +118,7 @@ function slurm_bb_data_out(job_id, job_script, uid, gid, job_info)
 end
 
 function slurm_bb_test_data_out(job_id, job_script, uid, gid, job_info)
-	local ok, output = run_surge("bb", "test-data-out", "--job", job_id)
-	if ok and output:match("BUSY") then
-		return slurm.SUCCESS, slurm.SLURM_BB_BUSY
-	end
-	return answer(ok, output)
+	return test_stages("test-data-out", job_id)
 end
 
 function slurm_bb_job_teardown(job_id, job_script, hurry, uid, gid)
