@@ -7,7 +7,10 @@
 //! four jobs and a manager restart (kill -9), a job waiting for capacity, stage failures as the
 //! job's reason. `slurm/testbed down` must leave no process behind.
 //!
-//! One test: the testbed's addresses are fixed, so its scenarios run one after the other.
+//! A second test runs a job through Slurm's burst_buffer/datawarp plugin instead, with Surge
+//! answering as Cray's `dw_wlm_cli` and `dwstat`.
+//!
+//! The testbed's addresses are fixed: one testbed at a time, its scenarios one after the other.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -16,6 +19,9 @@ use std::time::{Duration, Instant};
 use surge_tests::{pattern, text};
 
 const USER: u32 = 65534;
+
+/// Held by each test while its testbed is up (they share the testbed's fixed addresses).
+static ONE_TESTBED: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 struct Testbed {
     dir: PathBuf,
@@ -32,23 +38,25 @@ fn alive(pid: i32) -> bool {
 }
 
 impl Testbed {
-    fn run(dir: &Path, action: &str, port: u32) -> Output {
+    fn run(dir: &Path, action: &str, port: u32, plugin: &str) -> Output {
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../slurm/testbed");
         let surge = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/surge");
         Command::new(script)
             .args([action, dir.to_str().unwrap()])
             .env("SURGE_TESTBED_PORT", port.to_string())
+            .env("SURGE_TESTBED_BB_PLUGIN", plugin)
             .env("SURGE_COMMAND", surge)
             .output()
             .unwrap()
     }
 
-    fn up() -> Testbed {
-        let dir = std::env::temp_dir().join(format!("surge-test-slurm-{}", std::process::id()));
+    /// A testbed with Slurm's burst_buffer/`plugin` (lua or datawarp).
+    fn up(plugin: &str) -> Testbed {
+        let dir = std::env::temp_dir().join(format!("surge-test-slurm-{plugin}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         // Its own controller port: several test runs on one machine must not meet.
         let port = 20_000 + std::process::id() % 20_000;
-        let up = Testbed::run(&dir, "up", port);
+        let up = Testbed::run(&dir, "up", port, plugin);
         assert!(up.status.success(), "{}", text(&up));
         let conf = dir.join("etc/slurm.conf");
         assert!(String::from_utf8_lossy(&up.stdout).contains(&format!("export SLURM_CONF={}", conf.display())), "{}", text(&up));
@@ -128,6 +136,12 @@ impl Testbed {
     }
 
     fn restart_manager(&self) {
+        self.restart_manager_crashing_at(None);
+    }
+
+    /// Kills the manager (-9) and starts it again; with a crash point, that one kills itself
+    /// when it gets there (`SURGE_MANAGER_CRASH_AT`).
+    fn restart_manager_crashing_at(&self, crash_point: Option<&str>) {
         let pid_file = self.dir.join("run/surge-manager.pid");
         let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
         // SAFETY: kill(2) of the manager this testbed started, by its recorded pid.
@@ -139,8 +153,11 @@ impl Testbed {
         self.wait_until("manager gone", Duration::from_secs(10), || !alive(pid));
         let manager = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/surge-manager");
         let log = std::fs::OpenOptions::new().append(true).open(self.dir.join("log/manager.log")).unwrap();
-        let child = self
-            .command(manager.to_str().unwrap())
+        let mut command = self.command(manager.to_str().unwrap());
+        if let Some(point) = crash_point {
+            command.env("SURGE_MANAGER_CRASH_AT", point);
+        }
+        let child = command
             .arg("--config")
             .arg(self.dir.join("etc/surge-manager.toml"))
             .stdout(log.try_clone().unwrap())
@@ -151,6 +168,13 @@ impl Testbed {
         *self.restarted_manager.borrow_mut() = Some(child);
     }
 
+    /// Waits for the restarted manager to kill itself at its crash point.
+    fn wait_manager_crashed(&self) {
+        self.wait_until("the manager killed at its crash point", Duration::from_secs(60), || {
+            self.restarted_manager.borrow_mut().as_mut().is_some_and(|child| child.try_wait().unwrap().is_some())
+        });
+    }
+
     /// Collects the restarted manager's exit (a stopped child stays a zombie until then).
     fn reap_manager(&self) {
         if let Some(mut child) = self.restarted_manager.borrow_mut().take() {
@@ -159,6 +183,21 @@ impl Testbed {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
+    }
+
+    /// Stops the testbed and checks that nothing it started is left running.
+    fn down_leaving_nothing(self) {
+        let pids = self.pids();
+        assert!(pids.len() >= 11, "munged, slurmctld, 3 slurmd, manager, 5 agents: {pids:?}");
+        let down = Testbed::run(&self.dir, "down", self.port, "lua");
+        assert!(down.status.success(), "{}", text(&down));
+        self.reap_manager();
+        for (daemon, pid) in &pids {
+            assert!(!alive(*pid), "{daemon} (pid {pid}) still running after down");
+        }
+        let leftovers = Command::new("pgrep").args(["-f", &self.dir.display().to_string()]).output().unwrap();
+        assert!(leftovers.stdout.is_empty(), "processes left: {}", String::from_utf8_lossy(&leftovers.stdout));
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 
     fn pids(&self) -> Vec<(String, i32)> {
@@ -178,7 +217,7 @@ impl Testbed {
 impl Drop for Testbed {
     fn drop(&mut self) {
         if self.dir.join("run/slurmctld.pid").exists() {
-            let _ = Testbed::run(&self.dir, "down", self.port);
+            let _ = Testbed::run(&self.dir, "down", self.port, "lua");
         }
     }
 }
@@ -213,7 +252,8 @@ fn sha256_line(data: &[u8]) -> String {
 
 #[test]
 fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
-    let bed = Testbed::up();
+    let _one = ONE_TESTBED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let bed = Testbed::up("lua");
     let started = Instant::now();
     let mut lap = Instant::now();
     let mut section = |name: &str| {
@@ -319,6 +359,34 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
     bed.wait_until("the reservation gone", Duration::from_secs(30), || bed.status()["instances"].as_array().unwrap().is_empty());
 
     section("persistent reservation, four jobs");
+    // ----- the manager killed in the middle of a setup, then of a teardown: the hooks ask
+    // again once it is back, and nothing is lost or left behind -----
+    std::fs::write(bed.pfs("small.h5"), pattern(3, 1 << 20)).unwrap();
+    bed.restart_manager_crashing_at(Some("setup-servers-started"));
+    let crashing = bed
+        .submit(
+            "crash.sh",
+            &format!(
+                "#!/bin/bash\n#SBATCH -o {p}/crash.out\n#DW jobdw capacity=512MiB access_mode=striped type=scratch\n\
+                 #DW stage_in type=file source={p}/small.h5 destination=$DW_JOB_STRIPED/small.h5\nstat -c %s $DW_JOB_STRIPED/small.h5\n",
+                p = p.display()
+            ),
+        )
+        .unwrap();
+    bed.wait_manager_crashed();
+    bed.restart_manager_crashing_at(Some("teardown-instances-stopped"));
+    bed.wait_manager_crashed();
+    assert_eq!(std::fs::read_to_string(bed.pfs("crash.out")).unwrap_or_default(), "1048576\n", "{}", bed.logs());
+    bed.restart_manager();
+    bed.wait_gone(crashing);
+    bed.wait_until("the crashed teardown finished", Duration::from_secs(30), || bed.status()["instances"].as_array().unwrap().is_empty());
+    for node in ["bb1", "bb2"] {
+        let storage = bed.on_node(node, &["ls", "-A", bed.dir.join("storage").to_str().unwrap()]);
+        let agent = bed.on_node(node, &["ls", "-A", bed.dir.join("storage/.agent").to_str().unwrap()]);
+        let left = format!("{}{}", String::from_utf8_lossy(&storage.stdout), String::from_utf8_lossy(&agent.stdout));
+        assert_eq!(left.trim(), ".agent", "{node}'s storage after the crashes");
+    }
+    section("manager killed mid-setup and mid-teardown");
     // ----- a full pool: the second job waits for the first's capacity -----
     let x = bed
         .submit(
@@ -529,16 +597,75 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
     section("server killed under a job");
     println!("scenarios ran in {:.1} s", started.elapsed().as_secs_f64());
 
-    // ----- down: nothing left -----
-    let pids = bed.pids();
-    assert!(pids.len() >= 11, "munged, slurmctld, 3 slurmd, manager, 5 agents: {pids:?}");
-    let down = Testbed::run(&bed.dir, "down", bed.port);
-    assert!(down.status.success(), "{}", text(&down));
-    bed.reap_manager();
-    for (daemon, pid) in &pids {
-        assert!(!alive(*pid), "{daemon} (pid {pid}) still running after down");
-    }
-    let leftovers = Command::new("pgrep").args(["-f", &bed.dir.display().to_string()]).output().unwrap();
-    assert!(leftovers.stdout.is_empty(), "processes left: {}", String::from_utf8_lossy(&leftovers.stdout));
-    let _ = std::fs::remove_dir_all(&bed.dir);
+    bed.down_leaving_nothing();
+}
+
+/// Sites that keep Slurm's burst_buffer/datawarp plugin: the same `#DW` lines, with Surge
+/// behind the plugin as Cray's `dw_wlm_cli` and `dwstat` (no Lua script, no job_submit):
+/// a job with stage-in and stage-out, a persistent reservation made and destroyed with `#BB`
+/// lines and used with `#DW persistentdw`, and Surge's view in `scontrol show bbstat`.
+#[test]
+fn slurm_datawarp_plugin_drives_surge() {
+    let _one = ONE_TESTBED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let bed = Testbed::up("datawarp");
+    let mut lap = Instant::now();
+    let mut section = |name: &str| {
+        println!("{name}: {:.1} s", lap.elapsed().as_secs_f64());
+        lap = Instant::now();
+    };
+    let p = bed.dir.join("pfs");
+    let input = pattern(7, 5 << 20);
+    std::fs::write(bed.pfs("input.h5"), &input).unwrap();
+    std::os::unix::fs::chown(bed.pfs("input.h5"), Some(USER), Some(USER)).unwrap();
+    let job = bed
+        .submit(
+            "dw.sh",
+            &format!(
+                "#!/bin/bash
+#SBATCH -N 2
+#SBATCH -o {p}/dw.out
+#DW jobdw capacity=256MiB access_mode=striped type=scratch
+#DW stage_in type=file source={p}/input.h5 destination=$DW_JOB_STRIPED/input.h5
+#DW stage_out type=file source=$DW_JOB_STRIPED/output.h5 destination={p}/output.h5
+stat -c '%U %a' $DW_JOB_STRIPED
+srun -N2 bash -c 'cat $DW_JOB_STRIPED/input.h5 > $DW_JOB_STRIPED/part-$SLURM_PROCID'
+cat $DW_JOB_STRIPED/part-0 $DW_JOB_STRIPED/part-1 > $DW_JOB_STRIPED/output.h5
+",
+                p = p.display()
+            ),
+        )
+        .unwrap();
+    bed.wait_gone(job);
+    let out = std::fs::read_to_string(bed.pfs("dw.out")).unwrap_or_default();
+    assert!(out.starts_with("nobody 700\n"), "the buffer is the user's, mode 0700: {out}\n{}", bed.logs());
+    let output = std::fs::read(bed.pfs("output.h5")).unwrap_or_default();
+    assert!(output.len() == 2 * input.len() && output.chunks(input.len()).all(|c| c == input), "staged out whole: {out}");
+    bed.wait_until("torn down after the job", Duration::from_secs(30), || bed.status()["instances"].as_array().unwrap().is_empty());
+    section("datawarp: a job with stage-in and stage-out");
+
+    // A persistent reservation the plugin creates and destroys from `#BB` lines.
+    let create = bed
+        .submit("mk.sh", "#!/bin/bash\n#BB create_persistent name=dwres capacity=256MiB access=striped type=scratch\nhostname\n")
+        .unwrap();
+    bed.wait_gone(create);
+    let reservation = bed.status()["instances"].as_array().unwrap().iter().any(|i| i["persistent"] == "dwres");
+    assert!(reservation, "#BB create_persistent made it: {}", bed.logs());
+    let user = bed
+        .submit(
+            "use.sh",
+            &format!(
+                "#!/bin/bash\n#SBATCH -o {p}/use.out\n#DW persistentdw name=dwres\necho kept > $DW_PERSISTENT_STRIPED_dwres/note && cat $DW_PERSISTENT_STRIPED_dwres/note\n",
+                p = p.display()
+            ),
+        )
+        .unwrap();
+    bed.wait_gone(user);
+    assert_eq!(std::fs::read_to_string(bed.pfs("use.out")).unwrap_or_default(), "kept\n", "{}", bed.logs());
+    let bbstat = bed.as_user("scontrol").args(["show", "bbstat"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&bbstat.stdout).contains("bb "), "scontrol show bbstat: {}", text(&bbstat));
+    let destroy = bed.submit("rm.sh", "#!/bin/bash\n#BB destroy_persistent name=dwres\nhostname\n").unwrap();
+    bed.wait_gone(destroy);
+    bed.wait_until("the reservation destroyed", Duration::from_secs(30), || bed.status()["instances"].as_array().unwrap().is_empty());
+    section("datawarp: a persistent reservation over three jobs");
+    bed.down_leaving_nothing();
 }

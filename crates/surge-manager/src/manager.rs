@@ -86,6 +86,27 @@ struct Owner {
 }
 
 /// Requests only the workload manager and the nodes (root) may make.
+/// Fault injection for the tests of recovery: `SURGE_MANAGER_CRASH_AT=<point>` kills the
+/// manager (SIGKILL, as `kill -9` would) when it reaches that point, so that a restart from
+/// exactly there can be checked. The points: `setup-servers-started` (a job's servers run,
+/// the manager has not recorded where), `teardown-instances-stopped` (a job's servers are
+/// stopped and their records gone, the job's record not yet).
+fn crash_point(point: &str) {
+    if std::env::var("SURGE_MANAGER_CRASH_AT").is_ok_and(|wanted| wanted == point) {
+        tracing::error!(point, "SURGE_MANAGER_CRASH_AT: killed here");
+        // SAFETY: kill(2) of this very process.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
+}
+
+/// When a job's directives are checked: at submission everything they name must exist;
+/// at setup (which may be an attempt again) what they destroy may be gone already.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Check {
+    AtSubmit,
+    AtSetup,
+}
+
 fn is_privileged(request: &Request) -> bool {
     !matches!(request, Request::Pools | Request::Status | Request::CheckJob { .. })
 }
@@ -120,7 +141,7 @@ impl Manager {
         let outcome = match request {
             Request::Pools => self.pools().map(Reply::Pools),
             Request::Status => self.status().map(Reply::Status),
-            Request::CheckJob { script, uid } => self.check_job(&script, uid).map(|_| Reply::Done),
+            Request::CheckJob { script, uid } => self.check_job(&script, uid, Check::AtSubmit).map(|_| Reply::Done),
             Request::Setup { job, uid, gid, script } => self.setup(job, uid, gid, &script).await.map(|()| Reply::Done),
             Request::DataIn { job } => self.data_in(job).map(|()| Reply::Done),
             Request::Progress { job, direction, wait_secs } => self.progress(job, direction, wait_secs).await.map(Reply::Progress),
@@ -232,7 +253,7 @@ impl Manager {
 
     /// What can be known at submit: the directives, the pools they name and their sizes, the
     /// reservations they use (and, given the submitter, whether they may).
-    fn check_job(&self, script: &str, uid: Option<u32>) -> Result<JobRequest> {
+    fn check_job(&self, script: &str, uid: Option<u32>, when: Check) -> Result<JobRequest> {
         let request = parse_script(script).map_err(|errors| anyhow!(directive_errors(&errors)))?;
         let mut problems = Vec::new();
         if let Some(jobdw) = &request.jobdw {
@@ -278,6 +299,9 @@ impl Manager {
         }
         for (name, _) in &request.destroy_persistent {
             match store.persistent(name)? {
+                // At setup it may be gone already, destroyed by an attempt of this same setup
+                // that failed later (or by its owner since): what the line asks for holds.
+                None if when == Check::AtSetup => {}
                 None => problems.push(format!("destroy_persistent {name}: no persistent reservation of that name")),
                 Some(found) if uid.is_some_and(|u| u != found.uid && u != 0) => {
                     problems.push(format!("destroy_persistent {name}: the reservation belongs to uid {}, not to you", found.uid))
@@ -320,7 +344,7 @@ impl Manager {
             tracing::info!(job, state = %existing.state, "setup again: keeping what exists");
             return self.start_pending(job).await;
         }
-        let request = self.check_job(script, Some(uid))?;
+        let request = self.check_job(script, Some(uid), Check::AtSetup)?;
         for (name, hurry) in &request.destroy_persistent {
             self.destroy_persistent(name, *hurry).await?;
         }
@@ -408,12 +432,22 @@ impl Manager {
     }
 
     /// A persistent reservation made outside a job (DataWarp's `create_persistent` function),
-    /// checked as the directive would be.
+    /// checked as the directive would be. Asked again for the same reservation (a caller
+    /// that timed out and retries), it answers as the first time: created.
     async fn create_persistent(self: &Arc<Self>, name: &str, uid: u32, gid: u32, pool: Option<&str>, capacity: u64) -> Result<()> {
         let _placing = self.placement.lock().await;
+        let existing = self.store().persistent(name)?;
+        if let Some(existing) = existing {
+            let same_pool = self.config.pool_for(pool).is_ok_and(|p| p.name == existing.pool);
+            let charged = self.config.pool(&existing.pool).map(|p| pools::units(capacity, p.granularity) * p.granularity);
+            if existing.uid == uid && same_pool && charged == Some(existing.capacity) {
+                tracing::info!(name, "create_persistent again: the reservation exists as asked");
+                return if existing.state == "ready" { Ok(()) } else { self.start_instance(&existing.name).await };
+            }
+        }
         let pool_word = pool.map(|p| format!(" pool={p}")).unwrap_or_default();
         let line = format!("#DW create_persistent name={name} capacity={capacity} access_mode=striped type=scratch{pool_word}\n");
-        let request = self.check_job(&line, Some(uid))?;
+        let request = self.check_job(&line, Some(uid), Check::AtSubmit)?;
         let wanted = request.create_persistent.first().ok_or_else(|| anyhow!("nothing to create"))?;
         let pool = self.config.pool_for(wanted.pool.as_deref()).map_err(|e| anyhow!(e))?;
         let mut used = self.store().node_use()?;
@@ -560,6 +594,7 @@ impl Manager {
             self.store().set_instance_state(name, "failed")?;
             return Err(e.context(format!("start instance {name}")));
         }
+        crash_point("setup-servers-started");
         {
             let store = self.store();
             for (server, s) in &running {
@@ -638,24 +673,39 @@ impl Manager {
         Ok(())
     }
 
+    /// Destroys a reservation no job uses (or, with `hurry`, whatever uses it). One that is
+    /// gone already counts as destroyed: the workload manager repeats a teardown until it
+    /// succeeds, and a setup that destroyed it may be asked again.
     async fn destroy_persistent(&self, name: &str, hurry: bool) -> Result<()> {
         let found = self.store().persistent(name)?;
         let Some(instance) = found else {
-            anyhow::bail!("destroy_persistent {name}: no persistent reservation of that name");
+            tracing::info!(name, "destroy_persistent: no reservation of that name (destroyed already)");
+            return Ok(());
         };
-        let users: Vec<u64> = {
-            let store = self.store();
-            store
-                .jobs()?
-                .into_iter()
-                .filter(|j| parse_script(&j.script).is_ok_and(|r| r.persistent.iter().any(|p| p == name)))
-                .map(|j| j.job)
-                .collect()
-        };
+        let users = self.jobs_using(name, &instance.name)?;
         if !users.is_empty() && !hurry {
             anyhow::bail!("destroy_persistent {name}: in use by job(s) {users:?} (add 'hurry' to destroy it anyway)");
         }
         self.stop_instance(&instance.name).await
+    }
+
+    /// The jobs that still need a reservation: those that name it (`persistentdw`) and
+    /// have not ended, and those whose stages from or into it are not all done (a failed
+    /// stage-out keeps its data wanted until it is run again or the job is torn down).
+    fn jobs_using(&self, name: &str, instance: &str) -> Result<Vec<u64>> {
+        let store = self.store();
+        let mut users = Vec::new();
+        for job in store.jobs()? {
+            if !parse_script(&job.script).is_ok_and(|r| r.persistent.iter().any(|p| p == name)) {
+                continue;
+            }
+            let ended = matches!(job.state.as_str(), "ended" | "staging-out" | "stage-out-failed");
+            let stages_pending = store.stages(Some(job.job), None)?.iter().any(|s| s.instance == instance && s.state != "done");
+            if !ended || stages_pending {
+                users.push(job.job);
+            }
+        }
+        Ok(users)
     }
 
     // ----- stages -----
@@ -955,6 +1005,7 @@ impl Manager {
         for instance in listed {
             self.stop_instance(&instance.name).await?;
         }
+        crash_point("teardown-instances-stopped");
         self.store().transaction(|tx| store::delete_job(tx, job))?;
         self.changed.notify_waiters();
         tracing::info!(job, hurry, "job torn down");
