@@ -20,7 +20,12 @@ use surge_tests::pattern;
 
 fn client() -> Client {
     let name = std::env::var("SURGE_INSTANCE").expect("SURGE_INSTANCE");
-    Client::for_instance(&name, ClientOptions::default()).expect("client")
+    let mut opts = ClientOptions::default();
+    // A client that says it is someone else (the new inodes' owner it asks for).
+    if let Some(uid) = std::env::var("SURGE_TEST_CLAIM_UID").ok().and_then(|u| u.parse().ok()) {
+        opts.uid = uid;
+    }
+    Client::for_instance(&name, opts).expect("client")
 }
 
 /// A published version: 16-byte header (version, length) then a body derived from the version.
@@ -119,8 +124,64 @@ async fn run(args: &[String]) -> Result<String, String> {
             }
             Ok(rounds.to_string())
         }
-        _ => Err("usage: surge-test-client write-blocks|publish|watch|chunk-server|small-files|posix-small-files|stream ...".into()),
+        Some("try") => {
+            let mut lines = Vec::new();
+            for op in &args[1..] {
+                lines.push(format!("{op} -> {}", try_op(&c, op).await));
+            }
+            Ok(lines.join("\n"))
+        }
+        _ => Err("usage: surge-test-client write-blocks|publish|watch|chunk-server|small-files|posix-small-files|stream|try ...".into()),
     }
+}
+
+/// One operation `VERB:PATH[:ARG]` through the library, as this process's user: "ok" (or what
+/// it read; a file made by `create` holds its own path), else the error's errno name; for the
+/// permission tests.
+async fn try_op(c: &Client, op: &str) -> String {
+    let mut parts = op.splitn(3, ':');
+    let (verb, path, arg) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let mode = || u32::from_str_radix(arg, 8).unwrap_or(0o644);
+    let outcome: surge_client::Result<String> = async {
+        Ok(match verb {
+            "create" => {
+                let f = c.create(path, mode()).await?;
+                f.pwrite(0, path.as_bytes()).await?;
+                f.close().await?;
+                "ok".into()
+            }
+            "read" => {
+                let f = c.open(path, false).await?;
+                let data = f.pread(0, 4096).await?;
+                f.close().await?;
+                String::from_utf8_lossy(&data).into_owned()
+            }
+            "append" => {
+                let f = c.open(path, false).await?;
+                let end = f.refresh().await?;
+                f.pwrite(end, arg.as_bytes()).await?;
+                f.close().await?;
+                "ok".into()
+            }
+            "mkdir" => c.mkdir(path, mode()).await.map(|_| "ok".into())?,
+            "list" => c.readdir(path).await?.len().to_string(),
+            "stat" => c.stat(path).await.map(|a| format!("{:o} {}", a.mode, a.uid))?,
+            "unlink" => c.unlink(path).await.map(|()| "ok".into())?,
+            "rmdir" => c.rmdir(path).await.map(|()| "ok".into())?,
+            "rename" => c.rename(path, arg).await.map(|()| "ok".into())?,
+            "chmod" => c.chmod(path, mode()).await.map(|_| "ok".into())?,
+            "chown" => c.chown(path, arg.parse().ok(), None).await.map(|_| "ok".into())?,
+            "truncate" => c.truncate(path, 0).await.map(|_| "ok".into())?,
+            other => return Err(surge_client::Error::new(surge_client::surge_proto::ErrorCode::Invalid, format!("no verb {other}"))),
+        })
+    }
+    .await;
+    outcome.unwrap_or_else(|e| match e.code.errno() {
+        libc::EACCES => "EACCES".into(),
+        libc::EPERM => "EPERM".into(),
+        libc::ENOENT => "ENOENT".into(),
+        errno => format!("errno {errno}: {e}"),
+    })
 }
 
 /// The file operations of the small-file workload, through the library or the POSIX calls.

@@ -35,6 +35,7 @@ pub async fn run(root: Option<PathBuf>) -> Result<()> {
         hosts: instance::default_hosts(4),
         mode: Mode::Striped,
         chunk_size: 1 << 20,
+        check_identity: false,
     };
     outln!("Surge demo: a 4-server striped instance on 127.0.0.11-14, data under {}", params.root.display());
     let (desc, startup) = instance::up(&params).await?;

@@ -29,6 +29,8 @@ pub struct UpParams {
     pub hosts: Vec<String>,
     pub mode: Mode,
     pub chunk_size: u64,
+    /// Servers check permissions against MUNGE-proven identities (`--check-identity`).
+    pub check_identity: bool,
 }
 
 /// Default hosts: loopback aliases 127.0.0.11, .12, ... — one address per "node".
@@ -101,6 +103,7 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
                 token_path: &token_path,
                 chunk_size: p.chunk_size,
                 instance_file: &instance_file,
+                check_identity: p.check_identity,
             };
             launched.push(launch(&server_binary, plan).await?);
         }
@@ -135,6 +138,7 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
         root: instance_root,
         created: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs(),
         servers,
+        check_identity: p.check_identity,
     };
     // Every server must answer an authenticated request before the instance counts as up.
     for stats in probe(&desc).await {
@@ -182,6 +186,7 @@ struct ServerLaunch<'a> {
     token_path: &'a Path,
     chunk_size: u64,
     instance_file: &'a Path,
+    check_identity: bool,
 }
 
 /// Starts one server: on this machine as a detached process, on another host through the
@@ -229,6 +234,9 @@ async fn launch(server_binary: &Path, s: ServerLaunch<'_>) -> Result<Launched> {
     // The coordinator beside each server finds the others here once all are up.
     cmd.arg("--chunk-size").arg(s.chunk_size.to_string());
     cmd.arg("--instance-file").arg(s.instance_file);
+    if s.check_identity {
+        cmd.arg("--check-identity");
+    }
     cmd.stdin(Stdio::null());
     detach(&mut cmd);
     let child = cmd.spawn().with_context(|| format!("start {}", server_binary.display()))?;
@@ -269,6 +277,7 @@ pub async fn restart(desc: &mut InstanceDescriptor, only: Option<usize>) -> Resu
             token_path: &desc.token_path,
             chunk_size: desc.chunk_size,
             instance_file: &instance_file,
+            check_identity: desc.check_identity,
         };
         let mut launched = launch(&server_binary, plan).await?;
         let addr = wait_ready(&mut launched).await?;

@@ -98,6 +98,11 @@ enum Command {
         /// Also mount the instance here (FUSE).
         #[arg(long)]
         mount: Option<PathBuf>,
+        /// For an instance several users share: the servers check every request's
+        /// permissions against the uid and gid MUNGE proves for its client (munged must run
+        /// on every node; `SURGE_MUNGE_SOCKET` names its socket if not the default).
+        #[arg(long)]
+        check_identity: bool,
     },
     /// Mount an instance as a directory (FUSE), in the background.
     Mount {
@@ -310,10 +315,10 @@ fn main() -> ExitCode {
 
 async fn run(command: Command) -> Result<()> {
     match command {
-        Command::Up { name, servers, capacity, root, hosts, mode, chunk_size, json, mount } => {
+        Command::Up { name, servers, capacity, root, hosts, mode, chunk_size, json, mount, check_identity } => {
             let servers = servers.unwrap_or(if hosts.is_empty() { 4 } else { hosts.len() });
             let mode: Mode = mode.parse().map_err(anyhow::Error::msg)?;
-            let params = instance::UpParams { name, servers, capacity, root, hosts, mode, chunk_size };
+            let params = instance::UpParams { name, servers, capacity, root, hosts, mode, chunk_size, check_identity };
             let (desc, took) = instance::up(&params).await?;
             if json {
                 outln!("{}", serde_json::to_string_pretty(&desc)?);

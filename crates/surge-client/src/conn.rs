@@ -180,6 +180,8 @@ pub struct Connection {
     broken: Arc<AtomicBool>,
     /// The server's data directory, when it is on this node (see [`surge_proto::LocalData`]).
     local_dir: Option<PathBuf>,
+    /// The server checks permissions against this client's MUNGE-proven identity.
+    checks_identity: bool,
 }
 
 impl Drop for Connection {
@@ -303,11 +305,25 @@ impl Connection {
         let handshake = async {
             let frame = read_frame(&mut reader, MAX_MESSAGE_LEN, 0).await.map_err(|e| down("handshake with", &e))?;
             let frame = frame.ok_or_else(|| down("handshake with", &"closed"))?;
-            let challenge = match decode_message::<Challenge>(&frame.message) {
-                Ok(Challenge { challenge, .. }) if frame.header.kind == FrameKind::Reply => challenge,
+            let (challenge, wants_identity) = match decode_message::<Challenge>(&frame.message) {
+                Ok(Challenge { challenge, wants_identity, .. }) if frame.header.kind == FrameKind::Reply => (challenge, wants_identity),
                 _ => return Err(Error::new(ErrorCode::Protocol, format!("{server} did not send a challenge"))),
             };
-            let hello = Hello { session, proof: auth::answer(secret, &challenge) };
+            // Who this process is, when the server checks permissions itself.
+            let identity = if wants_identity {
+                let payload = surge_proto::identity::payload_of(&challenge);
+                let made = tokio::task::spawn_blocking(move || surge_proto::identity::credential(&payload)).await;
+                match made {
+                    Ok(Ok(credential)) => Some(credential),
+                    Ok(Err(why)) => {
+                        return Err(Error::new(ErrorCode::Unauthenticated, format!("{server} wants a MUNGE credential: {why}")))
+                    }
+                    Err(e) => return Err(Error::new(ErrorCode::Io, format!("making a MUNGE credential: {e}"))),
+                }
+            } else {
+                None
+            };
+            let hello = Hello { session, proof: auth::answer(secret, &challenge), identity };
             let local = match exchange::<_, Welcome>(&mut reader, &mut writer, &hello).await.map_err(|e| down("handshake with", &e))? {
                 Handshake::Answered(Welcome { local }) => local,
                 Handshake::Refused(e) => return Err(Error::new(e.code, format!("{server} refused this client: {}", e.detail))),
@@ -322,9 +338,9 @@ impl Connection {
                     _ => return Err(Error::new(ErrorCode::Protocol, format!("{server} refused to send change notices"))),
                 }
             }
-            Ok(local.filter(crate::local::is_on_this_node).map(|local| PathBuf::from(local.dir)))
+            Ok((local.filter(crate::local::is_on_this_node).map(|local| PathBuf::from(local.dir)), wants_identity))
         };
-        let local_dir = tokio::time::timeout(timeout, handshake)
+        let (local_dir, wants_identity) = tokio::time::timeout(timeout, handshake)
             .await
             .map_err(|_| Error::new(ErrorCode::TimedOut, format!("handshake with {server}: no answer within {timeout:?}")))??;
 
@@ -336,11 +352,15 @@ impl Connection {
         tokio::spawn(flush_loop(out.clone(), waiters.clone(), server.clone()));
         tokio::spawn(read_loop(reader, waiters.clone(), broken.clone(), server.clone(), watcher.map(|w| (w, out.clone()))));
         tokio::spawn(sweep_loop(waiters.clone(), broken.clone(), server.clone()));
-        Ok(Arc::new(Connection { server, out, waiters, next_id: AtomicU64::new(2), broken, local_dir }))
+        Ok(Arc::new(Connection { server, out, waiters, next_id: AtomicU64::new(2), broken, local_dir, checks_identity: wants_identity }))
     }
 
     /// The server's data directory when it is on this node: its files can be read and written
     /// directly (see [`crate::local`]).
+    pub fn checks_identity(&self) -> bool {
+        self.checks_identity
+    }
+
     pub fn local_dir(&self) -> Option<&Path> {
         self.local_dir.as_deref()
     }

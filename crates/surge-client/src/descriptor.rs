@@ -69,6 +69,10 @@ pub struct InstanceDescriptor {
     /// Unix time of creation.
     pub created: u64,
     pub servers: Vec<ServerInfo>,
+    /// The servers check each request's permissions against the uid and gid MUNGE proves
+    /// for its client (an instance several users share), not the token holder's word.
+    #[serde(default)]
+    pub check_identity: bool,
 }
 
 /// `$SURGE_HOME`, or `~/.surge`.

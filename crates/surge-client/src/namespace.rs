@@ -7,7 +7,7 @@
 use surge_proto::data::{PurgeData, TruncateData};
 use surge_proto::ino::{self, Ino};
 use surge_proto::namespace::{
-    Commit, Create, DropInode, DropLink, GetAttr, InsertEntry, Lookup, MakeDirInode, Open, Readdir, Readlink, RemoveEntry, Rename,
+    Access, Commit, Create, DropInode, DropLink, GetAttr, InsertEntry, Lookup, MakeDirInode, Open, Readdir, Readlink, RemoveEntry, Rename,
     RenameFinish, RenamePrepare, RetireDir, Rmdir, SetAttr, SetParent, Symlink, Unlink, UnretireDir,
 };
 use surge_proto::{check_name, Attr, AttrChanges, DirEntry, DirPage, ErrorCode, FileKind, LinkOutcome, Unlinked, ROOT_INO};
@@ -40,9 +40,14 @@ impl Client {
     }
 
     /// Changes attributes. Shrinking a file drops its data beyond the new size on every server
-    /// first, so no stale bytes reappear if it grows again.
+    /// first, so no stale bytes reappear if it grows again. Where servers check permissions,
+    /// the file's home says first whether this caller may write it: the other servers hold
+    /// its data without knowing its permissions.
     pub async fn setattr(&self, ino: Ino, changes: AttrChanges) -> Result<Attr> {
         if let Some(size) = changes.size {
+            if self.connection(ino::home(ino)).await?.checks_identity() {
+                self.call_home(ino, Access { ino, want: 2 }).await?;
+            }
             self.broadcast(TruncateData { ino, size }).await?;
         }
         self.call_home(ino, SetAttr { ino, changes }).await

@@ -49,6 +49,10 @@ struct Args {
     /// servers' addresses when a stage starts (needed when --count is above 1).
     #[arg(long)]
     instance_file: Option<PathBuf>,
+    /// Check each request's permissions against the client's uid and gid as MUNGE proves
+    /// them (for an instance several users share; munged must run on every node).
+    #[arg(long)]
+    check_identity: bool,
     /// Worker threads (default: number of cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -74,6 +78,7 @@ fn main() -> anyhow::Result<()> {
         secret,
         owner_uid: args.owner_uid,
         owner_gid: args.owner_gid,
+        check_identity: args.check_identity,
     };
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {

@@ -653,6 +653,8 @@ impl Manager {
             root: PathBuf::from("/"),
             created: instance.created,
             servers: infos,
+            // A job's or a reservation's servers run as its owner, for its owner alone.
+            check_identity: false,
         })
     }
 

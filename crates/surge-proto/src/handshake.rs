@@ -11,6 +11,9 @@ pub struct Challenge {
     pub challenge: [u8; 32],
     pub server_index: u32,
     pub server_count: u32,
+    /// The server checks permissions against who the client is, proven by a MUNGE
+    /// credential in the hello (see [`crate::identity`]).
+    pub wants_identity: bool,
 }
 
 /// The client's first frame (a request frame): its session and the answer to the challenge
@@ -19,6 +22,9 @@ pub struct Challenge {
 pub struct Hello {
     pub session: u64,
     pub proof: [u8; 32],
+    /// A MUNGE credential of the client process whose payload is the challenge in hex, when
+    /// the server wants it: who the client is.
+    pub identity: Option<String>,
 }
 
 /// Authentication passed. `local`: where this server keeps its file data, for clients on the

@@ -37,6 +37,8 @@ pub mod frame_io;
 pub mod handshake;
 #[cfg(feature = "io")]
 pub mod host;
+#[cfg(feature = "io")]
+pub mod identity;
 pub mod ino;
 pub mod namespace;
 pub mod placement;
@@ -51,4 +53,4 @@ pub use types::*;
 
 /// Version of the protocol spoken by this build. A peer announcing another version is refused
 /// at the first frame, with an error that names both versions.
-pub const PROTOCOL_VERSION: u8 = 5;
+pub const PROTOCOL_VERSION: u8 = 6;

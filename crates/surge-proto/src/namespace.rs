@@ -180,6 +180,16 @@ pub struct Open {
     pub ino: Ino,
 }
 
+/// Whether the caller has the permission bits `want` (4 read, 2 write, 1 search) on `ino`,
+/// asked of its home before a change other servers make without knowing the inode's
+/// permissions (a truncate drops data on every server). Answers AccessDenied if not; on a
+/// server that does not check identities, always yes.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Access {
+    pub ino: Ino,
+    pub want: u32,
+}
+
 /// Publishes what a writer did (size grows to at least `size`, mtime) and, with `release`,
 /// ends an open handle. Close-to-open consistency hangs on this step.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -217,5 +227,6 @@ service! {
         Readdir -> DirPage, "readdir";
         Open -> Attr, "open";
         Commit -> InodeFate, "commit";
+        Access -> (), "access";
     }
 }

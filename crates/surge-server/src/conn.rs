@@ -21,6 +21,7 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::Mutex as AsyncMutex;
 
+use crate::access::Caller;
 use crate::data::ReadSource;
 use crate::error::{Result, ServerError};
 use crate::handle::Answer;
@@ -41,25 +42,33 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) -> 
     let (rd, wr) = stream.into_split();
     let mut reader = BufReader::with_capacity(IO_BUFFER, rd);
     let mut writer = BufWriter::with_capacity(IO_BUFFER, wr);
-    if !authenticate(&shared, &mut reader, &mut writer, peer).await? {
+    let Some(caller) = authenticate(&shared, &mut reader, &mut writer, peer).await? else {
         return Ok(());
-    }
+    };
     let writer = Arc::new(AsyncMutex::new(writer));
     // Dropped on every way out of here, giving back what the connection held.
     let mut session = Session::new(shared, writer.clone());
+    session.caller = caller;
     serve_requests(&mut session, &mut reader, &writer).await
 }
 
-/// Challenge, then the client's answer: true when it holds the instance's secret.
+/// Challenge, then the client's answer: `Some` when it holds the instance's secret (and,
+/// when this server checks identities, a MUNGE credential for this connection: then whom
+/// the requests are checked as).
 async fn authenticate(
     shared: &Shared,
     reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
     writer: &mut BufWriter<OwnedWriteHalf>,
     peer: SocketAddr,
-) -> Result<bool> {
+) -> Result<Option<Option<Caller>>> {
     let mut challenge = [0u8; auth::CHALLENGE_LEN];
     getrandom::getrandom(&mut challenge).map_err(|e| ServerError::new(ErrorCode::Io, format!("no randomness for the challenge: {e}")))?;
-    let hello = Challenge { challenge, server_index: shared.index as u32, server_count: shared.count as u32 };
+    let hello = Challenge {
+        challenge,
+        server_index: shared.index as u32,
+        server_count: shared.count as u32,
+        wants_identity: shared.check_identity,
+    };
     write_frame(writer, FrameKind::Reply, 0, &hello, &[]).await?;
     writer.flush().await?;
 
@@ -68,7 +77,7 @@ async fn authenticate(
         .map_err(|_| ServerError::new(ErrorCode::TimedOut, format!("{peer} sent no hello within {HELLO_TIMEOUT:?}")))?;
     let frame = match first {
         Ok(Some(frame)) => frame,
-        Ok(None) => return Ok(false),
+        Ok(None) => return Ok(None),
         Err(e) => {
             refuse(writer, 0, ErrorCode::Protocol, &e.to_string()).await;
             return Err(ServerError::new(ErrorCode::Protocol, format!("bad first frame from {peer}: {e}")));
@@ -76,15 +85,33 @@ async fn authenticate(
     };
     let request_id = frame.header.request_id;
     match decode_message::<Hello>(&frame.message) {
-        Ok(Hello { proof, .. }) if frame.header.kind == FrameKind::Request && auth::verify(&shared.secret, &challenge, &proof) => {
+        Ok(Hello { proof, identity, .. })
+            if frame.header.kind == FrameKind::Request && auth::verify(&shared.secret, &challenge, &proof) =>
+        {
+            let caller = match (shared.check_identity, identity) {
+                (false, _) => None,
+                (true, None) => {
+                    refuse(writer, request_id, ErrorCode::Unauthenticated, "this instance wants a MUNGE credential (is munged running?)")
+                        .await;
+                    return Ok(None);
+                }
+                (true, Some(credential)) => match Caller::prove(credential, &challenge).await {
+                    Ok(caller) => Some(caller),
+                    Err(why) => {
+                        tracing::warn!(%peer, "refused a client's identity: {why}");
+                        refuse(writer, request_id, ErrorCode::Unauthenticated, &why).await;
+                        return Ok(None);
+                    }
+                },
+            };
             write_frame(writer, FrameKind::Reply, request_id, &Welcome { local: shared.local.clone() }, &[]).await?;
             writer.flush().await?;
-            Ok(true)
+            Ok(Some(caller))
         }
         Ok(_) => {
             tracing::warn!(%peer, "refused a client with a wrong instance token");
             refuse(writer, request_id, ErrorCode::Unauthenticated, "wrong instance token").await;
-            Ok(false)
+            Ok(None)
         }
         Err(_) => {
             refuse(writer, request_id, ErrorCode::Unauthenticated, "the first request must be hello").await;

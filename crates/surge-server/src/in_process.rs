@@ -54,6 +54,7 @@ impl InProcessInstance {
                 secret,
                 owner_uid,
                 owner_gid,
+                check_identity: false,
             };
             servers.push(Server::bind(config).await?);
         }

@@ -19,6 +19,7 @@
 //! [`Server::bind`] then [`Server::serve`]: the `surge-server` daemon does so in its own
 //! process; [`in_process::InProcessInstance`] does so for a whole instance inside a test's.
 
+mod access;
 pub mod conn;
 pub mod data;
 pub mod error;

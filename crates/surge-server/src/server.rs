@@ -25,6 +25,10 @@ pub struct ServerConfig {
     pub secret: Secret,
     pub owner_uid: u32,
     pub owner_gid: u32,
+    /// Check every request's permissions against the client's MUNGE-proven uid and gid
+    /// (see [`surge_proto::identity`]); otherwise an instance-token holder is trusted as it
+    /// says (the kernel's checks on a mount, or a single-user instance).
+    pub check_identity: bool,
 }
 
 /// State shared by all connections of one server.
@@ -32,6 +36,8 @@ pub struct Shared {
     pub index: usize,
     pub count: usize,
     pub secret: Secret,
+    /// See [`ServerConfig::check_identity`].
+    pub check_identity: bool,
     pub meta: Mutex<meta::MetaStore>,
     pub data: data::DataStore,
     /// Where `data` keeps its files, for clients on this node (None: not identifiable).
@@ -101,6 +107,7 @@ impl Server {
             index: config.index,
             count: config.count,
             secret: config.secret,
+            check_identity: config.check_identity,
             meta: Mutex::new(meta),
             journal,
             data,

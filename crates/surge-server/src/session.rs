@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use surge_proto::Ino;
 
+use crate::access::Caller;
 use crate::conn::SharedWriter;
 use crate::lock::LockRecover;
 use crate::watch::WatcherId;
@@ -26,11 +27,22 @@ pub(crate) struct Session {
     pub reserved: HashMap<Ino, u64>,
     /// The journal record the current request's answer waits for (a close publishing sizes).
     pub durable: Option<u64>,
+    /// Whom this connection's requests are checked as (when the server checks identities).
+    pub caller: Option<Caller>,
 }
 
 impl Session {
     pub fn new(shared: Arc<Shared>, writer: SharedWriter) -> Session {
-        Session { shared, writer, opens: HashMap::new(), watcher: None, awaited: Vec::new(), reserved: HashMap::new(), durable: None }
+        Session {
+            shared,
+            writer,
+            opens: HashMap::new(),
+            watcher: None,
+            awaited: Vec::new(),
+            reserved: HashMap::new(),
+            durable: None,
+            caller: None,
+        }
     }
 
     /// From now on this connection is told of changes to what it was told about.

@@ -10,16 +10,55 @@ use surge_proto::namespace::*;
 use surge_proto::{Call, DirEntry, DirPage, Ino, LinkOutcome, Unlinked};
 
 use super::Answer;
+use crate::access::{Caller, Named, EXEC, READ, WRITE};
 use crate::error::Result;
 use crate::lock::LockRecover;
 use crate::meta::MetaStore;
 use crate::session::Session;
 use crate::watch::Effects;
 
-/// What a step may touch besides the namespace: the connection's open handles.
+/// What a step may touch besides the namespace: the connection's open handles; and whom it
+/// checks permissions as (when the server checks identities).
 pub(crate) struct StepContext<'a> {
     pub meta: &'a mut MetaStore,
     pub opens: &'a mut HashMap<Ino, u32>,
+    pub caller: Option<&'a Caller>,
+}
+
+/// The permission checks of the steps, on the inodes this server homes. Without a caller
+/// (a server that trusts its token holders) they pass.
+///
+/// The follow-up steps of operations spanning servers (`DropLink`, `SetParent`, `SetLinks`,
+/// `DropInode`, `RetireDir`, `UnretireDir`, `RenameFinish`) are not checked here: the
+/// step that began the operation was, on the server homing the name; binding the follow-ups
+/// to it takes a ticket from that server (as does the data path), not yet done.
+impl StepContext<'_> {
+    fn check(&self, ino: Ino, want: u32, what: &str) -> Result<()> {
+        match self.caller {
+            Some(caller) => caller.check(&self.meta.getattr(ino)?, want, what),
+            None => Ok(()),
+        }
+    }
+
+    /// Removing or replacing `parent/name` (sticky directories included).
+    fn check_remove(&self, parent: Ino, name: &str) -> Result<()> {
+        let Some(caller) = self.caller else { return Ok(()) };
+        let entry = self.meta.lookup(parent, name).ok();
+        let named = match &entry {
+            None => Named::Nothing,
+            Some(DirEntry { attr: Some(attr), .. }) => Named::Here(attr),
+            Some(_) => Named::Elsewhere,
+        };
+        caller.check_remove(&self.meta.getattr(parent)?, named)
+    }
+
+    /// A new name in `parent` for an inode owned by `uid:gid`.
+    fn check_create(&self, parent: Ino, uid: u32, gid: u32) -> Result<()> {
+        let Some(caller) = self.caller else { return Ok(()) };
+        let dir = self.meta.getattr(parent)?;
+        caller.check(&dir, WRITE | EXEC, "create")?;
+        caller.check_new_owner(uid, gid, Some(dir.gid))
+    }
 }
 
 /// One namespace request as a step on this server.
@@ -68,6 +107,7 @@ impl Session {
             NamespaceRequest::Readdir(s) => self.answer_step(s),
             NamespaceRequest::Open(s) => self.answer_step(s),
             NamespaceRequest::Commit(s) => self.answer_step(s),
+            NamespaceRequest::Access(s) => self.answer_step(s),
         }
     }
 
@@ -94,7 +134,7 @@ impl Session {
         let mut ledger = watching.then(|| shared.watchers.lock());
         let reply = {
             let mut meta = shared.meta.lock_or_recover();
-            let reply = step.run(&mut StepContext { meta: &mut meta, opens: &mut self.opens });
+            let reply = step.run(&mut StepContext { meta: &mut meta, opens: &mut self.opens, caller: self.caller.as_ref() });
             // Journaled whatever the outcome: a failed step may have changed nothing, or
             // something before it failed.
             let seq = shared.journal_changes(&mut meta);
@@ -118,6 +158,7 @@ fn opened(cx: &mut StepContext, ino: Ino) {
 
 impl Step for Lookup {
     fn run(&self, cx: &mut StepContext) -> Result<DirEntry> {
+        cx.check(self.parent, EXEC, "lookup")?;
         cx.meta.lookup(self.parent, &self.name)
     }
 
@@ -142,6 +183,9 @@ impl Step for GetAttr {
 
 impl Step for SetAttr {
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {
+        if let Some(caller) = cx.caller {
+            caller.check_setattr(&cx.meta.getattr(self.ino)?, &self.changes)?;
+        }
         cx.meta.setattr(self.ino, &self.changes)
     }
 
@@ -152,6 +196,13 @@ impl Step for SetAttr {
 
 impl Step for Create {
     fn run(&self, cx: &mut StepContext) -> Result<DirEntry> {
+        cx.check_create(self.parent, self.uid, self.gid)?;
+        if let (Some(caller), Ok(DirEntry { attr: Some(existing), .. })) = (cx.caller, cx.meta.lookup(self.parent, &self.name)) {
+            // Opening the file that is there already.
+            if self.open && !self.exclusive {
+                caller.check_open(&existing)?;
+            }
+        }
         let entry = cx.meta.create(self.parent, &self.name, self.mode, self.uid, self.gid, self.exclusive, self.open)?;
         if self.open && entry.attr.is_some() {
             opened(cx, entry.ino);
@@ -168,6 +219,7 @@ impl Step for Create {
 
 impl Step for Symlink {
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {
+        cx.check_create(self.parent, self.uid, self.gid)?;
         cx.meta.symlink(self.parent, &self.name, &self.target, self.uid, self.gid)
     }
 
@@ -194,6 +246,10 @@ impl Step for MakeDirInode {
     }
 
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {
+        // Its name, and the parent's permissions, are checked where it is linked (InsertEntry).
+        if let Some(caller) = cx.caller {
+            caller.check_new_owner(self.uid, self.gid, None)?;
+        }
         Ok(cx.meta.make_dir_inode(self.parent, self.mode, self.uid, self.gid))
     }
 
@@ -218,6 +274,10 @@ impl Step for InsertEntry {
     }
 
     fn run(&self, cx: &mut StepContext) -> Result<LinkOutcome> {
+        cx.check(self.parent, WRITE | EXEC, "link a name")?;
+        if self.replace {
+            cx.check_remove(self.parent, &self.name)?;
+        }
         cx.meta.insert_entry(self.parent, &self.name, self.ino, self.kind, self.replace, self.retired_target)
     }
 
@@ -231,6 +291,7 @@ impl Step for InsertEntry {
 
 impl Step for Unlink {
     fn run(&self, cx: &mut StepContext) -> Result<Unlinked> {
+        cx.check_remove(self.parent, &self.name)?;
         cx.meta.unlink(self.parent, &self.name)
     }
 
@@ -244,6 +305,7 @@ impl Step for Unlink {
 
 impl Step for Rmdir {
     fn run(&self, cx: &mut StepContext) -> Result<()> {
+        cx.check_remove(self.parent, &self.name)?;
         cx.meta.rmdir(self.parent, &self.name)
     }
 
@@ -272,6 +334,7 @@ impl Step for UnretireDir {
 
 impl Step for RemoveEntry {
     fn run(&self, cx: &mut StepContext) -> Result<()> {
+        cx.check_remove(self.parent, &self.name)?;
         cx.meta.remove_entry(self.parent, &self.name, self.ino)
     }
 
@@ -328,6 +391,11 @@ impl Step for Rename {
     }
 
     fn run(&self, cx: &mut StepContext) -> Result<LinkOutcome> {
+        cx.check_remove(self.src_parent, &self.src_name)?;
+        cx.check(self.dst_parent, WRITE | EXEC, "rename")?;
+        if !self.noreplace {
+            cx.check_remove(self.dst_parent, &self.dst_name)?;
+        }
         cx.meta.rename(self.src_parent, &self.src_name, self.dst_parent, &self.dst_name, self.noreplace, self.retired_target)
     }
 
@@ -344,6 +412,7 @@ impl Step for RenamePrepare {
     const WATCHED: bool = false;
 
     fn run(&self, cx: &mut StepContext) -> Result<DirEntry> {
+        cx.check_remove(self.parent, &self.name)?;
         cx.meta.rename_prepare(self.parent, &self.name)
     }
 }
@@ -369,6 +438,7 @@ impl Step for RenameFinish {
 
 impl Step for Readdir {
     fn run(&self, cx: &mut StepContext) -> Result<DirPage> {
+        cx.check(self.ino, READ, "list")?;
         let (entries, more) = cx.meta.readdir(self.ino, self.after.as_deref(), self.limit)?;
         Ok(DirPage { entries, more })
     }
@@ -378,8 +448,19 @@ impl Step for Readdir {
     }
 }
 
+impl Step for Access {
+    const WATCHED: bool = false;
+
+    fn run(&self, cx: &mut StepContext) -> Result<()> {
+        cx.check(self.ino, self.want & 7, "access")
+    }
+}
+
 impl Step for Open {
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {
+        if let Some(caller) = cx.caller {
+            caller.check_open(&cx.meta.getattr(self.ino)?)?;
+        }
         let attr = cx.meta.open(self.ino)?;
         opened(cx, self.ino);
         Ok(attr)
@@ -402,6 +483,9 @@ impl Step for Commit {
         // Only a handle this connection opened is released: another connection's stays open
         // (its file is not purged under it). A client whose connection broke and came back
         // releases nothing here, its handles went with the old connection.
+        if let (Some(caller), true) = (cx.caller, self.size.is_some() || self.mtime.is_some()) {
+            caller.check_publish(&cx.meta.getattr(self.ino)?)?;
+        }
         let mut held = false;
         if self.release {
             if let Some(count) = cx.opens.get_mut(&self.ino) {

@@ -17,6 +17,12 @@ impl Session {
                     tokio::task::spawn_blocking(move || crate::stage_copy::execute(&shared.data, shared.index, shared.count, &order));
                 work.await.map_err(|e| ServerError::new(surge_proto::ErrorCode::Io, format!("copy order failed: {e}")))
             }),
+            // What a stage creates is its submitter's (when this server knows who that is).
+            StagingRequest::StageSubmit(submit)
+                if self.caller.as_ref().is_some_and(|c| c.check_new_owner(submit.spec.uid, submit.spec.gid, None).is_err()) =>
+            {
+                Answer::Failure(ServerError::new(surge_proto::ErrorCode::NotPermitted, "a stage runs as the user who submits it"))
+            }
             StagingRequest::StageSubmit(submit) => match shared.coordinator() {
                 Ok(coordinator) => {
                     let submitted = coordinator.submit(submit.spec);

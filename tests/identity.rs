@@ -1,0 +1,162 @@
+//! Servers that check permissions themselves (`surge up --check-identity`): each client proves
+//! who it is with a MUNGE credential at its handshake (a real munged, with a key of its own),
+//! and the servers refuse what the kernel would refuse on a local file system, to clients of
+//! the native library that no kernel checks: reading or listing another user's private
+//! files, chmod or chown of them, removing another's name from a sticky directory, creating
+//! files in another user's name, and a client without a credential at all.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use surge_tests::{binary, scratch, text, Instance};
+
+const ALICE: u32 = 1001;
+const BOB: u32 = 1002;
+
+/// A munged of the test's own (key, socket, pid file under `dir`), stopped by pid when dropped.
+struct Munged {
+    socket: PathBuf,
+    pid_file: PathBuf,
+}
+
+impl Munged {
+    fn start(dir: &Path) -> Munged {
+        std::fs::create_dir_all(dir).unwrap();
+        // munged refuses a socket directory others cannot search.
+        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let key = dir.join("munge.key");
+        let made = Command::new("mungekey").arg("-c").arg("-k").arg(&key).output().expect("mungekey (apt-get install munge)");
+        assert!(made.status.success(), "{}", text(&made));
+        let munged = Munged { socket: dir.join("munge.socket"), pid_file: dir.join("munged.pid") };
+        let started = Command::new("munged")
+            .arg(format!("--key-file={}", key.display()))
+            .arg(format!("--socket={}", munged.socket.display()))
+            .arg(format!("--pid-file={}", munged.pid_file.display()))
+            .arg(format!("--log-file={}", dir.join("munged.log").display()))
+            .arg(format!("--seed-file={}", dir.join("munge.seed").display()))
+            .arg("--force")
+            .output()
+            .expect("munged");
+        assert!(started.status.success(), "{}", text(&started));
+        munged
+    }
+}
+
+impl Drop for Munged {
+    fn drop(&mut self) {
+        if let Ok(pid) = std::fs::read_to_string(&self.pid_file) {
+            if let Ok(pid) = pid.trim().parse::<i32>() {
+                // SAFETY: kill(2) of the munged this test started, by its pid file.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+            }
+        }
+    }
+}
+
+/// `uid`'s own copy of the instance's descriptor and token (0600, theirs), as an admin hands
+/// the users of a shared instance; answers the SURGE_HOME to use.
+fn home_for(inst: &Instance, dir: &Path, uid: u32) -> PathBuf {
+    let home = dir.join(format!("home-{uid}"));
+    let instances = home.join("instances");
+    std::fs::create_dir_all(&instances).unwrap();
+    let mut desc = inst.descriptor();
+    let token = instances.join(format!("{}.token", inst.name));
+    std::fs::copy(desc["token_path"].as_str().unwrap(), &token).unwrap();
+    desc["token_path"] = serde_json::Value::String(token.display().to_string());
+    std::fs::write(instances.join(format!("{}.json", inst.name)), desc.to_string()).unwrap();
+    for path in [&home, &instances, &token, &instances.join(format!("{}.json", inst.name))] {
+        std::os::unix::fs::chown(path, Some(uid), Some(uid)).unwrap();
+    }
+    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    home
+}
+
+/// Runs `ops` (see `surge-test-client try`) as `uid`, each answered on a line.
+fn try_as(inst: &Instance, home: &Path, uid: u32, env: &[(&str, &str)], ops: &[&str]) -> Vec<String> {
+    let mut command = Command::new("setpriv");
+    command
+        .args([format!("--reuid={uid}"), format!("--regid={uid}"), "--clear-groups".into()])
+        .arg(binary("surge-test-client"))
+        .arg("try")
+        .args(ops)
+        .env("SURGE_HOME", home)
+        .env("SURGE_INSTANCE", &inst.name)
+        .env("SURGE_LOCAL_IO", "0");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let out = command.output().unwrap();
+    assert!(out.status.success(), "surge-test-client try as {uid}: {}", text(&out));
+    let answers: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(|l| l.rsplit(" -> ").next().unwrap().to_string()).collect();
+    assert_eq!(answers.len(), ops.len(), "{}", text(&out));
+    answers
+}
+
+#[test]
+fn servers_refuse_what_the_callers_permissions_do_not_allow() {
+    let dir = scratch("identity");
+    let munged = Munged::start(&dir.join("munge"));
+    // Inherited by `surge up` (so by the servers) and by every client this test starts.
+    std::env::set_var("SURGE_MUNGE_SOCKET", &munged.socket);
+    let inst = Instance::up("ident", &["--servers", "2", "--capacity", "256M", "--check-identity"]);
+    assert_eq!(inst.descriptor()["check_identity"], true);
+
+    // Root (this process) lays out a shared directory and a sticky one.
+    let root = inst.client("127.0.0.1");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        for (dir, mode) in [("/open", 0o777), ("/sticky", 0o1777)] {
+            root.mkdir(dir, 0o755).await.unwrap();
+            root.chmod(dir, mode).await.unwrap();
+        }
+    });
+    let (alice, bob) = (home_for(&inst, &dir, ALICE), home_for(&inst, &dir, BOB));
+    let made = try_as(
+        &inst,
+        &alice,
+        ALICE,
+        &[],
+        &[
+            "create:/open/private:0600",
+            "create:/open/victim:0600",
+            "create:/sticky/mine:0644",
+            "mkdir:/open/closed:0700",
+            "create:/open/closed/inner:0644",
+        ],
+    );
+    assert!(made.iter().all(|a| a == "ok"), "alice lays out her files: {made:?}");
+
+    let refused = [
+        ("read:/open/private", "EACCES"),
+        ("append:/open/private:more", "EACCES"),
+        ("truncate:/open/private", "EACCES"),
+        ("chmod:/open/private:0666", "EPERM"),
+        ("chown:/open/private:1002", "EPERM"),
+        ("list:/open/closed", "EACCES"),
+        ("stat:/open/closed/inner", "EACCES"),
+        ("create:/open/closed/planted:0644", "EACCES"),
+        ("unlink:/sticky/mine", "EPERM"),
+        ("rename:/sticky/mine:/open/taken", "EPERM"),
+    ];
+    let ops: Vec<&str> = refused.iter().map(|(op, _)| *op).collect();
+    let answers = try_as(&inst, &bob, BOB, &[], &ops);
+    for ((op, expected), answer) in refused.iter().zip(&answers) {
+        assert_eq!(answer, expected, "bob: {op}");
+    }
+    // What POSIX lets him do: read a world-readable file, create his own, and (the directory
+    // being writable and not sticky) remove alice's name from it.
+    let allowed = try_as(&inst, &bob, BOB, &[], &["read:/sticky/mine", "create:/open/bobs:0644", "unlink:/open/victim"]);
+    assert_eq!(allowed, ["/sticky/mine", "ok", "ok"], "bob");
+
+    // A client that says it is alice gets nothing made in her name.
+    let forged = try_as(&inst, &bob, BOB, &[("SURGE_TEST_CLAIM_UID", &ALICE.to_string())], &["create:/open/forged:0644"]);
+    assert_eq!(forged, ["EPERM"], "a new file in another user's name");
+    // A client without a credential (no munged where it looks) is not let in at all.
+    let anonymous = try_as(&inst, &bob, BOB, &[("SURGE_MUNGE_SOCKET", "/nonexistent/munge.socket")], &["stat:/open"]);
+    assert_eq!(anonymous, ["EACCES"], "no credential");
+
+    // Alice still has all of hers.
+    let mine = try_as(&inst, &alice, ALICE, &[], &["read:/open/private", "list:/open/closed", "unlink:/sticky/mine", "stat:/open/bobs"]);
+    assert_eq!(mine, ["/open/private".to_string(), "1".into(), "ok".into(), format!("644 {BOB}")], "alice");
+    let _ = inst.surge(&["down", "ident"]);
+}
