@@ -235,6 +235,13 @@ pub struct Calibration {
     pub op_overhead: Option<Seconds>,
     pub injection_bw: Option<Rate>,
     pub link_latency: Option<Seconds>,
+    /// Share of a BB server's link rate Surge's data moves at, writing to it (TCP/IP framing,
+    /// protocol headers, acknowledgements, round trips the write-behind window does not hide):
+    /// measured by `surge sim calibrate` on servers whose links are the bottleneck. Caps each
+    /// grouped or global server at this share of its NIC bandwidth (on top of its devices).
+    pub write_efficiency: Option<f64>,
+    /// The same for reads (data from the server).
+    pub read_efficiency: Option<f64>,
 }
 
 fn default_ratio() -> String {
@@ -413,6 +420,27 @@ impl SystemConfig {
         }
         if let Some(l) = m.link_latency {
             self.network.link_latency = l;
+        }
+        // A server moves data at no more than the measured share of its link: its device
+        // model becomes the lower of the device and that share of the NIC.
+        let inj = self.network.injection_bw;
+        let bb = &mut self.burst_buffer;
+        let servers = [
+            bb.grouped.as_mut().map(|c| (Placement::Grouped, &mut c.device, c.devices_per_server, c.nic_bw.unwrap_or(inj))),
+            bb.global.as_mut().map(|c| (Placement::Global, &mut c.device, c.devices_per_server, c.nic_bw.unwrap_or(inj))),
+        ];
+        for (p, dev, count, nic) in servers.into_iter().flatten() {
+            if only.is_some_and(|o| o != p) {
+                continue;
+            }
+            // The figures are per device; a server's devices share its link.
+            let cap = |eff: f64| Rate(eff * nic.0 / count as f64);
+            if let Some(e) = m.write_efficiency {
+                dev.write_bw = Rate(dev.write_bw.0.min(cap(e).0));
+            }
+            if let Some(e) = m.read_efficiency {
+                dev.read_bw = Rate(dev.read_bw.0.min(cap(e).0));
+            }
         }
     }
 
