@@ -15,7 +15,7 @@
 # vs predicted (exit status 1 if a prediction is off by more than 15%).
 #
 #   sudo bench/sim/calibrate.sh [OUT]        default OUT: target/surgecal
-#   ROUNDS=3 PROCS=4 MIB_PER_PROC=32 CONFIGS="A:2:200 B4:4:200" bench/sim/calibrate.sh
+#   ROUNDS=2 PROCS=4 MIB_PER_PROC=32 CONFIGS="A:2:200 B4:4:200" bench/sim/calibrate.sh
 #
 # Needs root (namespaces, tc) and a release build. Everything it makes (namespaces
 # surgecal-PID-*, veths, servers, /dev/shm directory) goes away on exit, failed or not.
@@ -23,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$(pwd)
 OUT=${1:-target/surgecal}
-ROUNDS=${ROUNDS:-2}
+ROUNDS=${ROUNDS:-3}
 PROCS=${PROCS:-4}
 MIB_PER_PROC=${MIB_PER_PROC:-32}
 CONFIGS=${CONFIGS:-"A:2:200 B4:4:200 B400:2:400"}
