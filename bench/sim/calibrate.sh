@@ -11,8 +11,9 @@
 #   B400  2 servers, 400 Mbit/s links   (faster links)
 #
 # One measurement file per configuration (OUT/NAME.json); then `surge sim calibrate` turns
-# A into OUT/calibration.json and predicts B4 and B400 with the simulator, printing measured
-# vs predicted (exit status 1 if a prediction is off by more than 15%).
+# A into OUT/calibration.json (and OUT/system.toml, the instance as a system file pointing at
+# it) and predicts B4 and B400 with the simulator, printing measured vs predicted (exit
+# status 1 if a prediction is off by more than 15%).
 #
 #   sudo bench/sim/calibrate.sh [OUT]        default OUT: target/surgecal
 #   ROUNDS=2 PROCS=4 MIB_PER_PROC=32 CONFIGS="A:2:200 B4:4:200" bench/sim/calibrate.sh
@@ -181,4 +182,4 @@ for c in $CONFIGS; do
     name=${c%%:*}
     [ "$name" != "$CALIBRATE_FROM" ] && predict+=(--predict "$OUT/$name.json")
 done
-"$SURGE" sim calibrate "$OUT/$CALIBRATE_FROM.json" -o "$OUT/calibration.json" "${predict[@]}"
+"$SURGE" sim calibrate "$OUT/$CALIBRATE_FROM.json" -o "$OUT/calibration.json" --system "$OUT/system.toml" "${predict[@]}"

@@ -288,6 +288,16 @@ pub fn calibration_json(cal: &Calibration) -> String {
     serde_json::to_string_pretty(&serde_json::Value::Object(doc)).expect("a JSON map serialises") + "\n"
 }
 
+/// `target` as a system file in `system`'s directory refers to it: relative when both are in
+/// the same directory, absolute otherwise.
+pub fn relative_to(target: &Path, system: &Path) -> String {
+    let dir = |p: &Path| std::path::absolute(p.parent().unwrap_or(Path::new("."))).ok();
+    match (dir(target), dir(system), target.file_name()) {
+        (Some(a), Some(b), Some(name)) if a == b => name.to_string_lossy().into_owned(),
+        _ => std::path::absolute(target).unwrap_or_else(|_| target.to_path_buf()).display().to_string(),
+    }
+}
+
 /// One row of the comparison table.
 #[derive(Debug, Clone)]
 pub struct Row {
@@ -438,6 +448,27 @@ mod tests {
         assert!((back.write_efficiency.unwrap() - cal.write_efficiency.unwrap()).abs() < 1e-4);
         assert!((back.shared_write_efficiency.unwrap() - cal.shared_write_efficiency.unwrap()).abs() < 1e-4);
         assert!(back.device_write_bw.is_none());
+    }
+
+    #[test]
+    fn system_file_points_at_the_calibration() {
+        let m = Measurement::parse(HAND_MADE).unwrap();
+        let cal = calibrate(&m).unwrap();
+        let dir = std::env::temp_dir().join(format!("surge-sim-calibrate-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cal_path, sys_path) = (dir.join("calibration.json"), dir.join("system.toml"));
+        std::fs::write(&cal_path, calibration_json(&cal)).unwrap();
+        let from = relative_to(&cal_path, &sys_path);
+        assert_eq!(from, "calibration.json");
+        std::fs::write(&sys_path, m.system_toml(Some(&from))).unwrap();
+        let sys = SystemConfig::load(&sys_path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        // 43 of 47.68 MiB/s of a 25 MB/s link, per server (one device each); the file keeps
+        // four decimals.
+        let dev = sys.device(Placement::Global).unwrap();
+        assert!((dev.write_bw.0 / 25e6 - cal.write_efficiency.unwrap()).abs() < 1e-4, "{dev:?}");
+        assert!((sys.burst_buffer.shared_write_efficiency - cal.shared_write_efficiency.unwrap()).abs() < 1e-4);
+        assert_eq!(sys.burst_buffer.shared_read_efficiency, 1.0);
     }
 
     #[test]

@@ -58,6 +58,10 @@ enum Command {
         /// Measurement file of another configuration to predict and compare (repeatable).
         #[arg(long)]
         predict: Vec<PathBuf>,
+        /// Also write the measured instance as a system file whose `[calibration]` points at
+        /// the -o file, for `surge sim run`.
+        #[arg(long, requires = "output")]
+        system: Option<PathBuf>,
     },
     /// CAPEX/OPEX of every placement configured in a system file.
     Cost {
@@ -119,7 +123,7 @@ fn real_main() -> Result<()> {
             }
             println!("\nall {compared} compared cases within tolerance");
         }
-        Command::Calibrate { measurements, output, predict } => {
+        Command::Calibrate { measurements, output, predict, system } => {
             let base = Measurement::load(&measurements)?;
             let cal = calibrate::calibrate(&base)?;
             let json = calibrate::calibration_json(&cal);
@@ -129,6 +133,12 @@ fn real_main() -> Result<()> {
                     println!("calibration written to {}:\n{json}", path.display());
                 }
                 None => print!("{json}"),
+            }
+            if let (Some(sys_path), Some(cal_path)) = (&system, &output) {
+                let from = calibrate::relative_to(cal_path, sys_path);
+                std::fs::write(sys_path, base.system_toml(Some(&from))).with_context(|| format!("cannot write {}", sys_path.display()))?;
+                SystemConfig::load(sys_path).with_context(|| format!("checking the system file written to {}", sys_path.display()))?;
+                println!("system file written to {} (calibration from {from})", sys_path.display());
             }
             if predict.is_empty() {
                 return Ok(());
