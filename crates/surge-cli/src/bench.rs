@@ -2,8 +2,9 @@
 //! local directory (the baseline, e.g. tmpfs), with the same access pattern, so `bench/`
 //! scripts can print same-run ratios.
 //!
-//! * `seq`: file-per-process sequential write (then fsync) and read with fixed-size requests,
-//!   N processes started together;
+//! * `seq`: sequential write (then fsync) and read with fixed-size requests, N processes
+//!   started together, each on a file of its own (N-N) or, with `--shared`, each on its own
+//!   contiguous segment of one shared file (N-1);
 //! * `meta`: create (exclusive) + close, stat, unlink of N files in one directory, with
 //!   C requests in flight.
 
@@ -75,6 +76,10 @@ pub enum BenchCommand {
         /// Processes, each with a file of its own.
         #[arg(long, default_value_t = 1)]
         procs: usize,
+        /// N-1: all processes write and read one shared file, process p the bytes
+        /// [p * size, (p + 1) * size).
+        #[arg(long)]
+        shared: bool,
         /// Print one JSON line per phase.
         #[arg(long)]
         json: bool,
@@ -115,6 +120,7 @@ struct SeqReport {
     target: String,
     procs: usize,
     block: u64,
+    shared: bool,
     write_mib_s: f64,
     read_mib_s: f64,
 }
@@ -131,21 +137,26 @@ struct MetaReport {
 
 pub async fn run(command: BenchCommand) -> Result<()> {
     match command {
-        BenchCommand::Seq { on, size, block, procs, json, worker, part, start_at_ms } => {
+        BenchCommand::Seq { on, size, block, procs, shared, json, worker, part, start_at_ms } => {
+            let layout = SeqLayout { size, block, shared };
             if let Some(phase) = worker {
-                let result = seq_worker(&on, phase, part, size, block, start_at_ms).await?;
+                let result = seq_worker(&on, phase, part, layout, start_at_ms).await?;
                 outln!("{}", serde_json::to_string(&result)?);
                 return Ok(());
             }
-            let write = seq_phase(&on, Phase::Write, procs, size, block)?;
-            let read = seq_phase(&on, Phase::Read, procs, size, block)?;
-            cleanup_seq(&on, procs).await?;
-            let report = SeqReport { target: on.describe(), procs, block, write_mib_s: write, read_mib_s: read };
+            if shared {
+                create_shared(&on).await?;
+            }
+            let write = seq_phase(&on, Phase::Write, procs, layout)?;
+            let read = seq_phase(&on, Phase::Read, procs, layout)?;
+            cleanup_seq(&on, procs, shared).await?;
+            let report = SeqReport { target: on.describe(), procs, block, shared, write_mib_s: write, read_mib_s: read };
             if json {
                 outln!("{}", serde_json::to_string(&report)?);
             } else {
-                let mut t = Table::new(&["target", "procs", "block", "write MiB/s", "read MiB/s"]);
-                t.row(vec![report.target, procs.to_string(), block.to_string(), format!("{write:.0}"), format!("{read:.0}")]);
+                let mut t = Table::new(&["target", "procs", "block", "files", "write MiB/s", "read MiB/s"]);
+                let files = if shared { "1 shared" } else { "1 per proc" };
+                t.row(vec![report.target, procs.to_string(), block.to_string(), files.into(), format!("{write:.0}"), format!("{read:.0}")]);
                 out!("{}", t.render());
             }
         }
@@ -174,9 +185,31 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_millis() as u64
 }
 
+/// What each process of `seq` moves, and where.
+#[derive(Clone, Copy)]
+struct SeqLayout {
+    size: u64,
+    block: u64,
+    shared: bool,
+}
+
+impl SeqLayout {
+    /// The file process `part` works on, and where its bytes start in it.
+    fn place(&self, part: usize) -> (String, u64) {
+        if self.shared {
+            (SHARED_NAME.to_string(), part as u64 * self.size)
+        } else {
+            (seq_name(part), 0)
+        }
+    }
+}
+
+const SHARED_NAME: &str = "surge-bench-seq-shared";
+
 /// Runs one phase in `procs` child processes started at the same instant; aggregate
 /// bandwidth = all bytes / the slowest process's time.
-fn seq_phase(on: &BenchTarget, phase: Phase, procs: usize, size: u64, block: u64) -> Result<f64> {
+fn seq_phase(on: &BenchTarget, phase: Phase, procs: usize, layout: SeqLayout) -> Result<f64> {
+    let SeqLayout { size, block, shared } = layout;
     let exe = std::env::current_exe()?;
     let start_at = now_ms() + 300;
     let mut children = Vec::new();
@@ -185,6 +218,9 @@ fn seq_phase(on: &BenchTarget, phase: Phase, procs: usize, size: u64, block: u64
         cmd.args(["bench", "seq", "--size", &size.to_string(), "--block", &block.to_string()]);
         cmd.args(["--worker", if phase == Phase::Write { "write" } else { "read" }]);
         cmd.args(["--part", &part.to_string(), "--start-at-ms", &start_at.to_string()]);
+        if shared {
+            cmd.arg("--shared");
+        }
         if let Some(i) = &on.instance {
             cmd.args(["--instance", i]);
         }
@@ -214,7 +250,19 @@ fn seq_name(part: usize) -> String {
     format!("surge-bench-seq-{part}")
 }
 
-async fn seq_worker(on: &BenchTarget, phase: Phase, part: usize, size: u64, block: u64, start_at_ms: u64) -> Result<PhaseResult> {
+/// The shared file exists, empty, before the writers start (none of them creates or
+/// truncates it, so none can cut another's bytes).
+async fn create_shared(on: &BenchTarget) -> Result<()> {
+    match on.client()? {
+        Some(c) => c.create_or_truncate(&format!("/{SHARED_NAME}"), 0o644).await?.close().await?,
+        None => drop(std::fs::File::create(on.dir.as_ref().expect("dir").join(SHARED_NAME))?),
+    }
+    Ok(())
+}
+
+async fn seq_worker(on: &BenchTarget, phase: Phase, part: usize, layout: SeqLayout, start_at_ms: u64) -> Result<PhaseResult> {
+    let SeqLayout { size, block, shared } = layout;
+    let (name, base) = layout.place(part);
     let client = on.client()?;
     let pattern: Vec<u8> = (0..block).map(|i| (i * 31 + part as u64) as u8).collect();
     let pattern = Bytes::from(pattern);
@@ -224,19 +272,20 @@ async fn seq_worker(on: &BenchTarget, phase: Phase, part: usize, size: u64, bloc
     let mut moved = 0u64;
     match (&client, phase) {
         (Some(c), Phase::Write) => {
-            let f = c.create_or_truncate(&format!("/{}", seq_name(part)), 0o644).await?;
+            let f =
+                if shared { c.open(&format!("/{name}"), false).await? } else { c.create_or_truncate(&format!("/{name}"), 0o644).await? };
             f.set_write_behind(c.stream_window()).await?;
             while moved < size {
-                moved += f.pwrite_bytes(moved, pattern.clone()).await? as u64;
+                moved += f.pwrite_bytes(base + moved, pattern.clone()).await? as u64;
             }
             f.fsync().await?;
             f.close().await?;
         }
         (Some(c), Phase::Read) => {
-            let f = c.open(&format!("/{}", seq_name(part)), false).await?;
+            let f = c.open(&format!("/{name}"), false).await?;
             f.set_read_ahead(c.stream_window()).await;
             while moved < size {
-                let got = f.pread(moved, block as usize).await?;
+                let got = f.pread(base + moved, block as usize).await?;
                 if got.is_empty() {
                     break;
                 }
@@ -245,12 +294,12 @@ async fn seq_worker(on: &BenchTarget, phase: Phase, part: usize, size: u64, bloc
             f.close().await?;
         }
         (None, phase) => {
-            let path = on.dir.as_ref().expect("dir").join(seq_name(part));
+            let path = on.dir.as_ref().expect("dir").join(&name);
             tokio::task::block_in_place(|| -> Result<()> {
                 if phase == Phase::Write {
-                    let f = std::fs::File::create(&path)?;
+                    let f = if shared { std::fs::OpenOptions::new().write(true).open(&path)? } else { std::fs::File::create(&path)? };
                     while moved < size {
-                        f.write_all_at(&pattern, moved)?;
+                        f.write_all_at(&pattern, base + moved)?;
                         moved += block;
                     }
                     f.sync_all()?;
@@ -258,7 +307,7 @@ async fn seq_worker(on: &BenchTarget, phase: Phase, part: usize, size: u64, bloc
                     let f = std::fs::File::open(&path)?;
                     let mut buf = vec![0u8; block as usize];
                     while moved < size {
-                        let n = f.read_at(&mut buf, moved)?;
+                        let n = f.read_at(&mut buf, base + moved)?;
                         if n == 0 {
                             break;
                         }
@@ -272,12 +321,13 @@ async fn seq_worker(on: &BenchTarget, phase: Phase, part: usize, size: u64, bloc
     Ok(PhaseResult { bytes: moved, secs: start.elapsed().as_secs_f64() })
 }
 
-async fn cleanup_seq(on: &BenchTarget, procs: usize) -> Result<()> {
+async fn cleanup_seq(on: &BenchTarget, procs: usize, shared: bool) -> Result<()> {
     let client = on.client()?;
-    for part in 0..procs {
+    let names: Vec<String> = if shared { vec![SHARED_NAME.to_string()] } else { (0..procs).map(seq_name).collect() };
+    for name in names {
         match &client {
-            Some(c) => c.unlink(&format!("/{}", seq_name(part))).await?,
-            None => std::fs::remove_file(on.dir.as_ref().expect("dir").join(seq_name(part)))?,
+            Some(c) => c.unlink(&format!("/{name}")).await?,
+            None => std::fs::remove_file(on.dir.as_ref().expect("dir").join(name))?,
         }
     }
     Ok(())

@@ -16,7 +16,7 @@ use crate::topology::{LinkLoad, Network, Rng, Route, StorageTier};
 use crate::workload::{Job, Op, OpKind, Target, Timing};
 use anyhow::{bail, Result};
 use std::cmp::{Ordering, Reverse};
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::time::Instant;
 
 /// I/O phase of one rank: from its first operation's issue to its last operation's end.
@@ -140,6 +140,8 @@ const EPS_T: f64 = 1e-12;
 pub struct Engine<'a> {
     net: &'a Network,
     jobs: &'a [Job],
+    /// Per job, the files more than one of its ranks does I/O on (N-1).
+    shared_files: Vec<HashSet<u32>>,
     params: SimParams,
     now: f64,
     rng: Rng,
@@ -209,9 +211,25 @@ impl<'a> Engine<'a> {
                 });
             }
         }
+        let shared_files = jobs
+            .iter()
+            .map(|job| {
+                let mut first_rank: HashMap<u32, usize> = HashMap::new();
+                let mut shared = HashSet::new();
+                for (r, ops) in job.trace.ranks.iter().enumerate() {
+                    for op in ops.iter().filter(|o| matches!(o.kind, OpKind::Read | OpKind::Write)) {
+                        if *first_rank.entry(op.file).or_insert(r) != r {
+                            shared.insert(op.file);
+                        }
+                    }
+                }
+                shared
+            })
+            .collect();
         Ok(Engine {
             net,
             jobs,
+            shared_files,
             rng: Rng::new(params.seed),
             params,
             now: 0.0,
@@ -611,6 +629,17 @@ impl<'a> Engine<'a> {
             }
             if let Some((backend, cost)) = tier.backend {
                 self.scratch.push((backend, frac * cost + slot_ops[s] * tier.op_overhead / bytes));
+            }
+        }
+        // Bytes of files other ranks also use move at the tier's shared-file share of the rate
+        // (every resource of the flow is held proportionally longer).
+        let efficiency = if write { tier.shared_efficiency.0 } else { tier.shared_efficiency.1 };
+        if efficiency != 1.0 {
+            let shared = &self.shared_files[job as usize];
+            let shared_bytes: f64 = ops.iter().filter(|o| shared.contains(&o.file)).map(|o| o.size as f64).sum();
+            let factor = 1.0 + shared_bytes / bytes * (1.0 / efficiency - 1.0);
+            for u in self.scratch.iter_mut() {
+                u.1 *= factor;
             }
         }
         self.scratch.sort_unstable_by_key(|u| u.0);

@@ -15,6 +15,7 @@
 //! instead of hours on a cluster. `validate` checks it against the seed's measurements and
 //! qualitative findings.
 
+pub mod calibrate;
 pub mod cost;
 pub mod engine;
 pub mod report;

@@ -3,6 +3,7 @@
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
+use surge_sim::calibrate::{self, Measurement};
 use surge_sim::cost::{Inventory, PriceList};
 use surge_sim::report::{render, render_cost, summarize, write_outputs};
 use surge_sim::system::{Placement, SystemConfig};
@@ -44,6 +45,23 @@ enum Command {
         /// current directory).
         #[arg(long)]
         examples: Option<PathBuf>,
+    },
+    /// Turn measurements of a Surge instance (bench/sim/calibrate.sh) into the calibration a
+    /// system file's `[calibration] from` points to; with --predict, simulate other measured
+    /// configurations of the instance with it and compare (exit status 1 beyond 15%).
+    Calibrate {
+        /// Measurement file of the configuration to calibrate from (JSON).
+        measurements: PathBuf,
+        /// Write the calibration here (default: print it).
+        #[arg(short = 'o', long)]
+        output: Option<PathBuf>,
+        /// Measurement file of another configuration to predict and compare (repeatable).
+        #[arg(long)]
+        predict: Vec<PathBuf>,
+        /// Also write the measured instance as a system file whose `[calibration]` points at
+        /// the -o file, for `surge sim run`.
+        #[arg(long, requires = "output")]
+        system: Option<PathBuf>,
     },
     /// CAPEX/OPEX of every placement configured in a system file.
     Cost {
@@ -104,6 +122,41 @@ fn real_main() -> Result<()> {
                 std::process::exit(1);
             }
             println!("\nall {compared} compared cases within tolerance");
+        }
+        Command::Calibrate { measurements, output, predict, system } => {
+            let base = Measurement::load(&measurements)?;
+            let cal = calibrate::calibrate(&base)?;
+            let json = calibrate::calibration_json(&cal);
+            match &output {
+                Some(path) => {
+                    std::fs::write(path, &json).with_context(|| format!("cannot write {}", path.display()))?;
+                    println!("calibration written to {}:\n{json}", path.display());
+                }
+                None => print!("{json}"),
+            }
+            if let (Some(sys_path), Some(cal_path)) = (&system, &output) {
+                let from = calibrate::relative_to(cal_path, sys_path);
+                std::fs::write(sys_path, base.system_toml(Some(&from))).with_context(|| format!("cannot write {}", sys_path.display()))?;
+                SystemConfig::load(sys_path).with_context(|| format!("checking the system file written to {}", sys_path.display()))?;
+                println!("system file written to {} (calibration from {from})", sys_path.display());
+            }
+            if predict.is_empty() {
+                return Ok(());
+            }
+            let others = predict.iter().map(|p| Measurement::load(p)).collect::<Result<Vec<_>>>()?;
+            let mut rows = calibrate::compare(&base, &cal, true)?;
+            for m in &others {
+                rows.extend(calibrate::compare(m, &cal, false)?);
+            }
+            let described: Vec<&Measurement> = std::iter::once(&base).chain(&others).collect();
+            print!("{}", calibrate::render(&rows, &described));
+            let predicted: Vec<_> = rows.iter().filter(|r| !r.calibrated_on).collect();
+            let failed = predicted.iter().filter(|r| !r.passes()).count();
+            if failed > 0 {
+                println!("\n{failed} of {} predictions off by more than 15%", predicted.len());
+                std::process::exit(1);
+            }
+            println!("\nall {} predictions within 15%", predicted.len());
         }
         Command::Cost { system, prices } => {
             let sys = SystemConfig::load(&system)?;

@@ -137,6 +137,14 @@ pub struct BurstBufferConfig {
     pub stripe_count: usize,
     #[serde(default = "default_stripe_size")]
     pub stripe_size: Bytes,
+    /// Share of the bandwidth a file written by several ranks (N-1) gets at the grouped or
+    /// global servers, relative to a file per rank (N-N) over the same servers: 1 = none lost.
+    /// Measured on Surge by `surge sim calibrate`.
+    #[serde(default = "one_f64")]
+    pub shared_write_efficiency: f64,
+    /// The same for reads of a file several ranks read.
+    #[serde(default = "one_f64")]
+    pub shared_read_efficiency: f64,
     pub node_local: Option<NodeLocalConfig>,
     pub grouped: Option<GroupedConfig>,
     pub global: Option<GlobalConfig>,
@@ -235,6 +243,17 @@ pub struct Calibration {
     pub op_overhead: Option<Seconds>,
     pub injection_bw: Option<Rate>,
     pub link_latency: Option<Seconds>,
+    /// Share of a BB server's link rate Surge's data moves at, writing to it (TCP/IP framing,
+    /// protocol headers, acknowledgements, round trips the write-behind window does not hide):
+    /// measured by `surge sim calibrate` on servers whose links are the bottleneck. Caps each
+    /// grouped or global server at this share of its NIC bandwidth (on top of its devices).
+    pub write_efficiency: Option<f64>,
+    /// The same for reads (data from the server).
+    pub read_efficiency: Option<f64>,
+    /// N-1 over N-N bandwidth measured on the same servers, writing and reading (see
+    /// `burst_buffer.shared_write_efficiency`).
+    pub shared_write_efficiency: Option<f64>,
+    pub shared_read_efficiency: Option<f64>,
 }
 
 fn default_ratio() -> String {
@@ -260,6 +279,9 @@ fn one() -> usize {
 }
 fn one_u64() -> u64 {
     1
+}
+fn one_f64() -> f64 {
+    1.0
 }
 fn yes() -> bool {
     true
@@ -330,6 +352,11 @@ impl SystemConfig {
         let bb = &self.burst_buffer;
         if bb.stripe_count == 0 || bb.stripe_size.0 < 1.0 {
             bail!("burst_buffer: stripe_count and stripe_size must be positive");
+        }
+        for e in [bb.shared_write_efficiency, bb.shared_read_efficiency] {
+            if !(e > 0.0 && e <= 2.0) {
+                bail!("burst_buffer: shared_write_efficiency and shared_read_efficiency must be in (0, 2]");
+            }
         }
         for p in Placement::ALL {
             if p == bb.placement && self.device(p).is_none() {
@@ -408,11 +435,38 @@ impl SystemConfig {
         if let Some(o) = m.op_overhead {
             bb.op_overhead = o;
         }
+        if let Some(e) = m.shared_write_efficiency {
+            bb.shared_write_efficiency = e;
+        }
+        if let Some(e) = m.shared_read_efficiency {
+            bb.shared_read_efficiency = e;
+        }
         if let Some(i) = m.injection_bw {
             self.network.injection_bw = i;
         }
         if let Some(l) = m.link_latency {
             self.network.link_latency = l;
+        }
+        // A server moves data at no more than the measured share of its link: its device
+        // model becomes the lower of the device and that share of the NIC.
+        let inj = self.network.injection_bw;
+        let bb = &mut self.burst_buffer;
+        let servers = [
+            bb.grouped.as_mut().map(|c| (Placement::Grouped, &mut c.device, c.devices_per_server, c.nic_bw.unwrap_or(inj))),
+            bb.global.as_mut().map(|c| (Placement::Global, &mut c.device, c.devices_per_server, c.nic_bw.unwrap_or(inj))),
+        ];
+        for (p, dev, count, nic) in servers.into_iter().flatten() {
+            if only.is_some_and(|o| o != p) {
+                continue;
+            }
+            // The figures are per device; a server's devices share its link.
+            let cap = |eff: f64| Rate(eff * nic.0 / count as f64);
+            if let Some(e) = m.write_efficiency {
+                dev.write_bw = Rate(dev.write_bw.0.min(cap(e).0));
+            }
+            if let Some(e) = m.read_efficiency {
+                dev.read_bw = Rate(dev.read_bw.0.min(cap(e).0));
+            }
         }
     }
 

@@ -114,6 +114,8 @@ pub struct StorageTier {
     pub op_overhead: f64,
     /// Shared backend resource every operation also crosses (the PFS storage), with its cost per byte.
     pub backend: Option<(u32, f64)>,
+    /// Bandwidth share of a file several ranks write (N-1), and read, relative to a file per rank.
+    pub shared_efficiency: (f64, f64),
 }
 
 #[derive(Debug, Clone)]
@@ -324,6 +326,7 @@ impl Network {
                     read_cost: 1.0 / device.read_bw.0,
                     op_overhead: bb.op_overhead.0,
                     backend: None,
+                    shared_efficiency: (bb.shared_write_efficiency, bb.shared_read_efficiency),
                 });
             }
         }
@@ -345,6 +348,7 @@ impl Network {
                     read_cost: 0.0,
                     op_overhead: p.op_overhead.0,
                     backend: Some((storage, 1.0 / p.bandwidth.0)),
+                    shared_efficiency: (1.0, 1.0),
                 })
             }
         };
