@@ -3,7 +3,8 @@
 //! and the servers refuse what the kernel would refuse on a local file system, to clients of
 //! the native library that no kernel checks: reading or listing another user's private
 //! files, chmod or chown of them, removing another's name from a sticky directory, creating
-//! files in another user's name, and a client without a credential at all.
+//! files in another user's name, data requests sent without the namespace's steps (no ticket,
+//! or a forged one), and a client without a credential at all.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -99,16 +100,29 @@ fn servers_refuse_what_the_callers_permissions_do_not_allow() {
     // Inherited by `surge up` (so by the servers) and by every client this test starts.
     std::env::set_var("SURGE_MUNGE_SOCKET", &munged.socket);
     let inst = Instance::up("ident", &["--servers", "2", "--capacity", "256M", "--check-identity"]);
-    assert_eq!(inst.descriptor()["check_identity"], true);
+    assert!(inst.descriptor()["ticket_key_path"].is_string(), "the servers have a ticket key");
 
     // Root (this process) lays out a shared directory and a sticky one.
     let root = inst.client("127.0.0.1");
     let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
+    // And a shared directory homed on the other server than /open, for names that move
+    // between servers.
+    let far = rt.block_on(async {
         for (dir, mode) in [("/open", 0o777), ("/sticky", 0o1777)] {
             root.mkdir(dir, 0o755).await.unwrap();
             root.chmod(dir, mode).await.unwrap();
         }
+        let home = |attr: surge_client::surge_proto::Attr| surge_client::surge_proto::ino::home(attr.ino);
+        let open_home = home(root.stat("/open").await.unwrap());
+        for i in 0.. {
+            let dir = format!("/far{i}");
+            let attr = root.mkdir(&dir, 0o777).await.unwrap();
+            root.chmod(&dir, 0o777).await.unwrap();
+            if home(attr) != open_home {
+                return dir;
+            }
+        }
+        unreachable!()
     });
     let (alice, bob) = (home_for(&inst, &dir, ALICE), home_for(&inst, &dir, BOB));
     let made = try_as(
@@ -137,6 +151,10 @@ fn servers_refuse_what_the_callers_permissions_do_not_allow() {
         ("create:/open/closed/planted:0644", "EACCES"),
         ("unlink:/sticky/mine", "EPERM"),
         ("rename:/sticky/mine:/open/taken", "EPERM"),
+        ("rawread:/open/private", "EACCES"),
+        ("rawpurge:/open/private", "EACCES"),
+        ("forgedwrite:/open/private", "EACCES"),
+        ("rawdroplink:/open/private", "EACCES"),
     ];
     let ops: Vec<&str> = refused.iter().map(|(op, _)| *op).collect();
     let answers = try_as(&inst, &bob, BOB, &[], &ops);
@@ -147,6 +165,14 @@ fn servers_refuse_what_the_callers_permissions_do_not_allow() {
     // being writable and not sticky) remove alice's name from it.
     let allowed = try_as(&inst, &bob, BOB, &[], &["read:/sticky/mine", "create:/open/bobs:0644", "unlink:/open/victim"]);
     assert_eq!(allowed, ["/sticky/mine", "ok", "ok"], "bob");
+
+    // Alice moves a file of hers to a directory homed on the other server; bob removes its
+    // name there (a shared directory): the link is dropped on the file's home with the ticket
+    // the directory's server gave him, and its data purged.
+    let moved = try_as(&inst, &alice, ALICE, &[], &[&format!("create:{far}/moving:0600"), &format!("rename:{far}/moving:/open/moved")]);
+    assert_eq!(moved, ["ok", "ok"], "alice moves a file between servers");
+    assert_eq!(try_as(&inst, &bob, BOB, &[], &["unlink:/open/moved"]), ["ok"], "bob removes the moved name");
+    assert_eq!(try_as(&inst, &alice, ALICE, &[], &["stat:/open/moved"]), ["ENOENT"]);
 
     // A client that says it is alice gets nothing made in her name.
     let forged = try_as(&inst, &bob, BOB, &[("SURGE_TEST_CLAIM_UID", &ALICE.to_string())], &["create:/open/forged:0644"]);

@@ -172,6 +172,28 @@ async fn try_op(c: &Client, op: &str) -> String {
             "chmod" => c.chmod(path, mode()).await.map(|_| "ok".into())?,
             "chown" => c.chown(path, arg.parse().ok(), None).await.map(|_| "ok".into())?,
             "truncate" => c.truncate(path, 0).await.map(|_| "ok".into())?,
+            // A client that skips the namespace's steps and sends data requests itself, to
+            // every server: without a ticket, and with a forged one.
+            "rawdroplink" => {
+                use surge_client::surge_proto::namespace::DropLink;
+                let ino = c.stat(path).await?.ino;
+                c.call(surge_client::surge_proto::ino::home(ino), DropLink { ino, ticket: None }).await.map(|_| "ok".to_string())?
+            }
+            "rawread" | "rawpurge" | "forgedwrite" => {
+                use surge_client::surge_proto::data::{PurgeData, Read, Write};
+                use surge_client::surge_proto::ticket::{Ticket, PURGE, READ, WRITE};
+                let ino = c.stat(path).await?.ino;
+                // SAFETY: geteuid takes no arguments and cannot fail.
+                let forged = Ticket { ino, uid: unsafe { libc::geteuid() }, rights: READ | WRITE | PURGE, mac: [0; 32] };
+                for server in 0..c.server_count() {
+                    match verb {
+                        "rawread" => c.call(server, Read { ino, offset: 0, len: 64, ticket: None }).await?,
+                        "rawpurge" => c.call(server, PurgeData { ino, ticket: None }).await?,
+                        _ => c.call(server, Write { ino, offset: 0, ticket: Some(forged) }).await.map(|_| ())?,
+                    }
+                }
+                "ok".into()
+            }
             other => return Err(surge_client::Error::new(surge_client::surge_proto::ErrorCode::Invalid, format!("no verb {other}"))),
         })
     }

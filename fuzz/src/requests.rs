@@ -385,7 +385,7 @@ impl Run {
                 };
                 let fill = input.byte();
                 let payload: Vec<u8> = (0..len).map(|i| fill.wrapping_add(i as u8)).collect();
-                let answer = self.conn.call(Write { ino, offset }, &payload);
+                let answer = self.conn.call(Write { ino, offset, ticket: None }, &payload);
                 self.wrote(ino, offset, &payload, &answer);
             }
             14 => {
@@ -395,12 +395,12 @@ impl Run {
                     1 => u32::MAX,
                     _ => input.u16() as u32 * 8,
                 };
-                let answer = self.conn.call(Read { ino, offset, len }, &[]);
+                let answer = self.conn.call(Read { ino, offset, len, ticket: None }, &[]);
                 self.read(ino, offset, len, &answer);
             }
             15 => {
                 let (ino, size) = (self.ino(input), input.size());
-                if let Answer::Reply { .. } = self.conn.call(TruncateData { ino, size }, &[]) {
+                if let Answer::Reply { .. } = self.conn.call(TruncateData { ino, size, ticket: None }, &[]) {
                     if let Some(Some(data)) = self.data.get_mut(&ino) {
                         data.truncate(size.min(data.len() as u64) as usize);
                     }
@@ -412,15 +412,15 @@ impl Run {
             }
             17 => {
                 let ino = self.ino(input);
-                self.conn.call(SyncData { ino }, &[]);
+                self.conn.call(SyncData { ino, ticket: None }, &[]);
             }
             18 => {
                 let (ino, bytes) = (self.ino(input), input.size());
-                self.conn.call(ReserveLocal { ino, bytes }, &[]);
+                self.conn.call(ReserveLocal { ino, bytes, ticket: None }, &[]);
             }
             19 => {
                 let (ino, reserved) = (self.ino(input), input.size());
-                self.conn.call(LocalWritten { ino, reserved }, &[]);
+                self.conn.call(LocalWritten { ino, reserved, ticket: None }, &[]);
             }
             20 => {
                 self.conn.must(StatFs);
@@ -473,7 +473,7 @@ impl Run {
             }
             32 => {
                 let ino = self.ino(input);
-                if let Some(fate) = self.conn.call(DropLink { ino }, &[]).decode::<InodeFate>("drop-link") {
+                if let Some(fate) = self.conn.call(DropLink { ino, ticket: None }, &[]).decode::<InodeFate>("drop-link") {
                     if fate.purge {
                         self.purge(ino);
                     }
@@ -589,7 +589,11 @@ impl Run {
                 self.conn.call(DropInode { ino: unlinked.ino }, &[]);
                 return;
             }
-            purge = self.conn.call(DropLink { ino: unlinked.ino }, &[]).decode::<InodeFate>("drop-link").is_some_and(|f| f.purge);
+            purge = self
+                .conn
+                .call(DropLink { ino: unlinked.ino, ticket: unlinked.ticket }, &[])
+                .decode::<InodeFate>("drop-link")
+                .is_some_and(|f| f.purge);
         }
         if purge {
             self.purge(unlinked.ino);
@@ -612,7 +616,7 @@ impl Run {
     }
 
     fn purge(&mut self, ino: Ino) {
-        if let Answer::Reply { .. } = self.conn.call(PurgeData { ino }, &[]) {
+        if let Answer::Reply { .. } = self.conn.call(PurgeData { ino, ticket: None }, &[]) {
             self.data.remove(&ino);
         }
     }

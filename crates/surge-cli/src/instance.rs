@@ -81,6 +81,15 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
     let start = Instant::now();
     let token_path = descriptor::instances_dir().join(format!("{}.token", p.name));
     descriptor::create_token(&token_path)?;
+    // The servers' own key for data tickets (same format as a token; no client gets it).
+    let ticket_key_path = match p.check_identity {
+        true => {
+            let path = descriptor::instances_dir().join(format!("{}.servers.key", p.name));
+            descriptor::create_token(&path)?;
+            Some(path)
+        }
+        false => None,
+    };
     let instance_root = root.join(&p.name);
     let server_binary = sibling_binary("surge-server");
 
@@ -103,7 +112,7 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
                 token_path: &token_path,
                 chunk_size: p.chunk_size,
                 instance_file: &instance_file,
-                check_identity: p.check_identity,
+                ticket_key_path: ticket_key_path.as_deref(),
             };
             launched.push(launch(&server_binary, plan).await?);
         }
@@ -124,6 +133,9 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
                 let _ = l.child.wait();
             }
             let _ = std::fs::remove_file(&token_path);
+            if let Some(path) = &ticket_key_path {
+                let _ = std::fs::remove_file(path);
+            }
             return Err(e);
         }
     };
@@ -138,7 +150,7 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
         root: instance_root,
         created: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs(),
         servers,
-        check_identity: p.check_identity,
+        ticket_key_path,
     };
     // Every server must answer an authenticated request before the instance counts as up.
     for stats in probe(&desc).await {
@@ -186,7 +198,8 @@ struct ServerLaunch<'a> {
     token_path: &'a Path,
     chunk_size: u64,
     instance_file: &'a Path,
-    check_identity: bool,
+    /// The servers' ticket key file, when they check identities.
+    ticket_key_path: Option<&'a Path>,
 }
 
 /// Starts one server: on this machine as a detached process, on another host through the
@@ -234,8 +247,8 @@ async fn launch(server_binary: &Path, s: ServerLaunch<'_>) -> Result<Launched> {
     // The coordinator beside each server finds the others here once all are up.
     cmd.arg("--chunk-size").arg(s.chunk_size.to_string());
     cmd.arg("--instance-file").arg(s.instance_file);
-    if s.check_identity {
-        cmd.arg("--check-identity");
+    if let Some(path) = s.ticket_key_path {
+        cmd.arg("--ticket-key-file").arg(path);
     }
     cmd.stdin(Stdio::null());
     detach(&mut cmd);
@@ -277,7 +290,7 @@ pub async fn restart(desc: &mut InstanceDescriptor, only: Option<usize>) -> Resu
             token_path: &desc.token_path,
             chunk_size: desc.chunk_size,
             instance_file: &instance_file,
-            check_identity: desc.check_identity,
+            ticket_key_path: desc.ticket_key_path.as_deref(),
         };
         let mut launched = launch(&server_binary, plan).await?;
         let addr = wait_ready(&mut launched).await?;
@@ -402,6 +415,9 @@ pub async fn down(desc: &InstanceDescriptor, force: bool) -> Result<()> {
         let _ = std::fs::remove_dir(parent);
     }
     let _ = std::fs::remove_file(&desc.token_path);
+    if let Some(path) = &desc.ticket_key_path {
+        let _ = std::fs::remove_file(path);
+    }
     let _ = std::fs::remove_file(descriptor::descriptor_path(&desc.name));
     Ok(())
 }

@@ -69,10 +69,11 @@ pub struct InstanceDescriptor {
     /// Unix time of creation.
     pub created: u64,
     pub servers: Vec<ServerInfo>,
-    /// The servers check each request's permissions against the uid and gid MUNGE proves
-    /// for its client (an instance several users share), not the token holder's word.
-    #[serde(default)]
-    pub check_identity: bool,
+    /// Set when the servers check each request's permissions against the uid and gid MUNGE
+    /// proves for its client (an instance several users share), not the token holder's word:
+    /// the servers' key for data tickets (0600, the instance owner's; no client reads it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket_key_path: Option<PathBuf>,
 }
 
 /// `$SURGE_HOME`, or `~/.surge`.

@@ -18,7 +18,8 @@ use std::sync::Mutex;
 use bytes::Bytes;
 use surge_proto::data::{LocalWritten, Read, ReserveLocal, SyncData, Write};
 use surge_proto::namespace::Commit;
-use surge_proto::{Attr, AttrChanges, Ino, Request, Timestamp};
+use surge_proto::ticket::Ticket;
+use surge_proto::{Attr, AttrChanges, Ino, InodeFate, Request, Timestamp};
 
 use crate::conn::Pending;
 use crate::error::Result;
@@ -108,6 +109,9 @@ pub struct File {
     opened: Attr,
     /// Data files of servers on this node, for local I/O.
     local: LocalFiles,
+    /// What the data requests carry where servers check identities (see
+    /// [`surge_proto::ticket`]).
+    ticket: Option<Ticket>,
 }
 
 /// Local writes start once a handle has written this much: a small file stays one request per
@@ -115,7 +119,7 @@ pub struct File {
 const LOCAL_WRITES_AFTER: u64 = 1 << 20;
 
 impl File {
-    pub(crate) fn new(client: Client, attr: &Attr) -> File {
+    pub(crate) fn new(client: Client, attr: &Attr, ticket: Option<Ticket>) -> File {
         File {
             local: LocalFiles::new(client.clone(), attr.ino),
             client,
@@ -127,6 +131,7 @@ impl File {
             ahead: Default::default(),
             deferred_error: Mutex::new(None),
             opened: attr.clone(),
+            ticket,
         }
     }
 
@@ -206,8 +211,14 @@ impl File {
                 }
                 for piece in self.client.layout().pieces(self.ino, offset, len as u64) {
                     let payload = data.slice(piece.buf_offset..piece.buf_offset + piece.len as usize);
-                    let pending =
-                        self.client.send(piece.server, &Request::from(Write { ino: self.ino, offset: piece.file_offset }), payload).await?;
+                    let pending = self
+                        .client
+                        .send(
+                            piece.server,
+                            &Request::from(Write { ino: self.ino, offset: piece.file_offset, ticket: self.ticket }),
+                            payload,
+                        )
+                        .await?;
                     behind.push(piece.server, piece.len, pending, false);
                 }
             }
@@ -286,7 +297,7 @@ impl File {
             return Err(data);
         }
         let Some((server, conn)) = self.lone_chunk_connection(offset, len as u64) else { return Err(data) };
-        match conn.send(&Request::from(Write { ino: self.ino, offset }), data.clone()) {
+        match conn.send(&Request::from(Write { ino: self.ino, offset, ticket: self.ticket }), data.clone()) {
             Ok(pending) => behind.push(server, len as u64, pending, false),
             Err(_) => return Err(data),
         }
@@ -338,7 +349,7 @@ impl File {
             return Err(then);
         }
         let Some((_, conn)) = self.lone_chunk_connection(offset, len) else { return Err(then) };
-        let request = Request::from(Read { ino: self.ino, offset, len: len as u32 });
+        let request = Request::from(Read { ino: self.ino, offset, len: len as u32, ticket: self.ticket });
         conn.send_then(
             &request,
             self.client.timeout(),
@@ -402,13 +413,13 @@ impl File {
         // this write needs.
         let ahead = |need: u64| need.max(crate::local::RESERVATION);
         let requests: Vec<(usize, ReserveLocal)> =
-            short.iter().map(|&(server, need)| (server, ReserveLocal { ino: self.ino, bytes: ahead(need) })).collect();
+            short.iter().map(|&(server, need)| (server, ReserveLocal { ino: self.ino, bytes: ahead(need), ticket: self.ticket })).collect();
         let outcomes = self.client.send_all(requests).await;
         let mut all_reserved = true;
         for (&(server, need), outcome) in short.iter().zip(outcomes) {
             if outcome.is_ok() {
                 self.local.reserved(server, ahead(need));
-            } else if need > 0 && self.client.call(server, ReserveLocal { ino: self.ino, bytes: need }).await.is_ok() {
+            } else if need > 0 && self.client.call(server, ReserveLocal { ino: self.ino, bytes: need, ticket: self.ticket }).await.is_ok() {
                 self.local.reserved(server, need);
             } else {
                 // No room even for this write (the server says so, with how much there is,
@@ -424,7 +435,7 @@ impl File {
     async fn report_local_writes(&self) -> Result<()> {
         let done = self.local.take_unreported();
         let requests: Vec<(usize, LocalWritten)> =
-            done.into_iter().map(|(server, reserved)| (server, LocalWritten { ino: self.ino, reserved })).collect();
+            done.into_iter().map(|(server, reserved)| (server, LocalWritten { ino: self.ino, reserved, ticket: self.ticket })).collect();
         crate::client::first_failure(self.client.send_all(requests).await)
     }
 
@@ -457,7 +468,7 @@ impl File {
         let from = ahead.requested_to.max(offset);
         if horizon > from {
             for piece in self.client.layout().pieces(self.ino, from, horizon - from) {
-                let request = Request::from(Read { ino: self.ino, offset: piece.file_offset, len: piece.len as u32 });
+                let request = Request::from(Read { ino: self.ino, offset: piece.file_offset, len: piece.len as u32, ticket: self.ticket });
                 let pending = self.client.send(piece.server, &request, Bytes::new()).await?;
                 ahead.queue.push_back((piece.file_offset, piece.len, pending));
             }
@@ -504,7 +515,7 @@ impl File {
         let client = &self.client;
         let mut pending = Vec::new();
         for piece in client.layout().pieces(self.ino, offset, len) {
-            let request = Request::from(Read { ino: self.ino, offset: piece.file_offset, len: piece.len as u32 });
+            let request = Request::from(Read { ino: self.ino, offset: piece.file_offset, len: piece.len as u32, ticket: self.ticket });
             pending.push((piece.buf_offset, client.send(piece.server, &request, Bytes::new()).await?));
         }
         if pending.len() == 1 {
@@ -522,19 +533,18 @@ impl File {
         Ok(out)
     }
 
-    async fn publish(&self, release: bool) -> Result<(bool, u64)> {
+    async fn publish(&self, release: bool) -> Result<InodeFate> {
         let dirty = self.dirty.swap(false, Ordering::Relaxed);
         let written = self.written_end.load(Ordering::Relaxed);
         let commit = Commit { ino: self.ino, size: (dirty && written > 0).then_some(written), mtime: dirty.then(Timestamp::now), release };
-        let fate = self.client.call_home(self.ino, commit).await?;
-        Ok((fate.purge, fate.size))
+        self.client.call_home(self.ino, commit).await
     }
 
     /// Waits for every write, makes the data durable on the servers' devices and publishes
     /// size and mtime.
     pub async fn fsync(&self) -> Result<()> {
         self.wait_writes().await?;
-        self.client.broadcast(SyncData { ino: self.ino }).await?;
+        self.client.broadcast(SyncData { ino: self.ino, ticket: self.ticket }).await?;
         self.publish(false).await.map(|_| ())
     }
 
@@ -559,9 +569,10 @@ impl File {
     /// [`File::close`] for a handle shared behind a reference; do not use it afterwards.
     pub async fn release(&self) -> Result<()> {
         let drained = self.wait_writes().await;
-        if let (true, size) = self.publish(true).await? {
+        let fate = self.publish(true).await?;
+        if fate.purge {
             // The file was unlinked while open and this was the last handle.
-            self.client.purge_data(self.ino, size).await?;
+            self.client.purge_data(self.ino, fate.size, fate.ticket).await?;
         }
         drained
     }

@@ -289,8 +289,8 @@ impl Client {
                 }
                 Ok(())
             }
-            Finding::OrphanData { server, ino, .. } => self.call(server, PurgeData { ino }).await,
-            Finding::DataPastSize { server, ino, size, .. } => self.call(server, TruncateData { ino, size }).await,
+            Finding::OrphanData { server, ino, .. } => self.call(server, PurgeData { ino, ticket: None }).await,
+            Finding::DataPastSize { server, ino, size, .. } => self.call(server, TruncateData { ino, size, ticket: None }).await,
         }
     }
 

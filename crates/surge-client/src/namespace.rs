@@ -7,9 +7,10 @@
 use surge_proto::data::{PurgeData, TruncateData};
 use surge_proto::ino::{self, Ino};
 use surge_proto::namespace::{
-    Access, Commit, Create, DropInode, DropLink, GetAttr, InsertEntry, Lookup, MakeDirInode, Open, Readdir, Readlink, RemoveEntry, Rename,
+    Commit, Create, DropInode, DropLink, GetAttr, Grant, InsertEntry, Lookup, MakeDirInode, Open, Readdir, Readlink, RemoveEntry, Rename,
     RenameFinish, RenamePrepare, RetireDir, Rmdir, SetAttr, SetParent, Symlink, Unlink, UnretireDir,
 };
+use surge_proto::ticket::Ticket;
 use surge_proto::{check_name, Attr, AttrChanges, DirEntry, DirPage, ErrorCode, FileKind, LinkOutcome, Unlinked, ROOT_INO};
 
 use crate::error::{Error, Result};
@@ -40,15 +41,12 @@ impl Client {
     }
 
     /// Changes attributes. Shrinking a file drops its data beyond the new size on every server
-    /// first, so no stale bytes reappear if it grows again. Where servers check permissions,
-    /// the file's home says first whether this caller may write it: the other servers hold
-    /// its data without knowing its permissions.
+    /// first, so no stale bytes reappear if it grows again (where servers check identities,
+    /// with a ticket from the file's home: the others do not know its permissions).
     pub async fn setattr(&self, ino: Ino, changes: AttrChanges) -> Result<Attr> {
         if let Some(size) = changes.size {
-            if self.connection(ino::home(ino)).await?.checks_identity() {
-                self.call_home(ino, Access { ino, want: 2 }).await?;
-            }
-            self.broadcast(TruncateData { ino, size }).await?;
+            let ticket = self.ticket_for(ino).await?;
+            self.broadcast(TruncateData { ino, size, ticket }).await?;
         }
         self.call_home(ino, SetAttr { ino, changes }).await
     }
@@ -66,14 +64,35 @@ impl Client {
         if attr.kind != FileKind::File {
             return Err(Error::new(ErrorCode::Invalid, format!("'{name}' is not a regular file")));
         }
-        Ok(File::new(self.clone(), &attr))
+        self.file_with_ticket(attr).await
+    }
+
+    /// Where servers check identities, the ticket of `ino`'s data for this caller, from its
+    /// home (see [`surge_proto::ticket`]); elsewhere none is needed.
+    pub(crate) async fn ticket_for(&self, ino: Ino) -> Result<Option<Ticket>> {
+        if !self.connection(ino::home(ino)).await?.checks_identity() {
+            return Ok(None);
+        }
+        self.call_home(ino, Grant { ino }).await.map(Some)
+    }
+
+    /// A handle of a file whose open was registered, with its ticket; without one (refused)
+    /// the registration is undone.
+    async fn file_with_ticket(&self, attr: Attr) -> Result<File> {
+        match self.ticket_for(attr.ino).await {
+            Ok(ticket) => Ok(File::new(self.clone(), &attr, ticket)),
+            Err(e) => {
+                let _ = self.call_home(attr.ino, Commit { ino: attr.ino, size: None, mtime: None, release: true }).await;
+                Err(e)
+            }
+        }
     }
 
     /// Opens an existing file by inode (registers an open handle; see [`File::close`]).
     pub async fn open_ino(&self, ino: Ino) -> Result<File> {
         let attr = self.call_home(ino, Open { ino }).await?;
         if attr.kind == FileKind::File {
-            return Ok(File::new(self.clone(), &attr));
+            return self.file_with_ticket(attr).await;
         }
         // Undo the registration before refusing.
         let _ = self.call_home(ino, Commit { ino, size: None, mtime: None, release: true }).await;
@@ -107,17 +126,17 @@ impl Client {
     /// Finishes off an inode that lost a name: drops the link at its home when that is another
     /// server, and purges its chunks everywhere once nothing refers to it.
     pub async fn finish_unlinked(&self, unlinked: &Unlinked) -> Result<()> {
-        let (mut purge, mut size) = (unlinked.purge, unlinked.size);
+        let (mut purge, mut size, mut ticket) = (unlinked.purge, unlinked.size, unlinked.ticket);
         if unlinked.remote {
             if unlinked.kind == FileKind::Dir {
                 // A retired directory replaced by a rename.
                 return self.call_home(unlinked.ino, DropInode { ino: unlinked.ino }).await;
             }
-            let fate = self.call_home(unlinked.ino, DropLink { ino: unlinked.ino }).await?;
-            (purge, size) = (fate.purge, fate.size);
+            let fate = self.call_home(unlinked.ino, DropLink { ino: unlinked.ino, ticket: unlinked.ticket }).await?;
+            (purge, size, ticket) = (fate.purge, fate.size, fate.ticket);
         }
         if purge {
-            self.purge_data(unlinked.ino, size).await?;
+            self.purge_data(unlinked.ino, size, ticket).await?;
         }
         Ok(())
     }
@@ -125,10 +144,10 @@ impl Client {
     /// Deletes a gone file's chunks on the servers that can hold some: those of the chunks
     /// below its final size (none for an empty file, which makes unlinking small and empty
     /// files one round trip).
-    pub(crate) async fn purge_data(&self, ino: Ino, size: u64) -> Result<()> {
+    pub(crate) async fn purge_data(&self, ino: Ino, size: u64, ticket: Option<Ticket>) -> Result<()> {
         let chunks = size.div_ceil(self.chunk_size()).min(self.server_count() as u64);
         let servers = (0..chunks).map(|chunk| self.layout().chunk_server(ino, chunk));
-        self.send_to(servers, PurgeData { ino }).await
+        self.send_to(servers, PurgeData { ino, ticket }).await
     }
 
     pub async fn unlink_at(&self, parent: Ino, name: &str) -> Result<()> {

@@ -50,9 +50,11 @@ struct Args {
     #[arg(long)]
     instance_file: Option<PathBuf>,
     /// Check each request's permissions against the client's uid and gid as MUNGE proves
-    /// them (for an instance several users share; munged must run on every node).
+    /// them (for an instance several users share; munged must run on every node), data
+    /// requests by tickets made with the key in this file (64 hex digits, the same for every
+    /// server of the instance, readable by no client).
     #[arg(long)]
-    check_identity: bool,
+    ticket_key_file: Option<PathBuf>,
     /// Worker threads (default: number of cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -69,6 +71,13 @@ fn main() -> anyhow::Result<()> {
     anyhow::ensure!(args.index < args.count, "--index {} must be below --count {}", args.index, args.count);
     let text = std::fs::read_to_string(&args.token_file).with_context(|| format!("read token file {}", args.token_file.display()))?;
     let secret = surge_proto::auth::parse_secret(&text).context("token file does not hold 64 hex digits")?;
+    let ticket_key = match &args.ticket_key_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).with_context(|| format!("read ticket key file {}", path.display()))?;
+            Some(surge_proto::ticket::parse_key(&text).context("ticket key file does not hold 64 hex digits")?)
+        }
+        None => None,
+    };
     let config = ServerConfig {
         listen: args.listen,
         root: args.root.clone(),
@@ -78,7 +87,7 @@ fn main() -> anyhow::Result<()> {
         secret,
         owner_uid: args.owner_uid,
         owner_gid: args.owner_gid,
-        check_identity: args.check_identity,
+        ticket_key,
     };
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {

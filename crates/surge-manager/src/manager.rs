@@ -654,7 +654,7 @@ impl Manager {
             created: instance.created,
             servers: infos,
             // A job's or a reservation's servers run as its owner, for its owner alone.
-            check_identity: false,
+            ticket_key_path: None,
         })
     }
 

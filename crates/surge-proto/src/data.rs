@@ -5,12 +5,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::call::service;
 use crate::ino::Ino;
+use crate::ticket::Ticket;
 
 /// Writes the frame's payload at `offset` of the file. Answers the bytes written.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Write {
     pub ino: Ino,
     pub offset: u64,
+    /// The file's ticket, where servers check identities (see [`crate::ticket`]).
+    pub ticket: Option<Ticket>,
 }
 
 /// Reads up to `len` bytes at `offset`. The answer's payload holds them (shorter than asked
@@ -20,6 +23,8 @@ pub struct Read {
     pub ino: Ino,
     pub offset: u64,
     pub len: u32,
+    /// The file's ticket, where servers check identities (see [`crate::ticket`]).
+    pub ticket: Option<Ticket>,
 }
 
 /// Drops this server's data of `ino` beyond `size`.
@@ -27,18 +32,24 @@ pub struct Read {
 pub struct TruncateData {
     pub ino: Ino,
     pub size: u64,
+    /// The file's ticket, where servers check identities (see [`crate::ticket`]).
+    pub ticket: Option<Ticket>,
 }
 
 /// Deletes this server's data of `ino`.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct PurgeData {
     pub ino: Ino,
+    /// The file's ticket, where servers check identities (see [`crate::ticket`]).
+    pub ticket: Option<Ticket>,
 }
 
 /// Makes this server's data of `ino` durable on its device.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct SyncData {
     pub ino: Ino,
+    /// The file's ticket, where servers check identities (see [`crate::ticket`]).
+    pub ticket: Option<Ticket>,
 }
 
 /// From a client on this server's node that will write `ino`'s data file itself (a local
@@ -49,6 +60,8 @@ pub struct SyncData {
 pub struct ReserveLocal {
     pub ino: Ino,
     pub bytes: u64,
+    /// The file's ticket, where servers check identities (see [`crate::ticket`]).
+    pub ticket: Option<Ticket>,
 }
 
 /// The client stopped writing `ino`'s data file itself for now (a flush or close): the server
@@ -58,6 +71,8 @@ pub struct ReserveLocal {
 pub struct LocalWritten {
     pub ino: Ino,
     pub reserved: u64,
+    /// The file's ticket, where servers check identities (see [`crate::ticket`]).
+    pub ticket: Option<Ticket>,
 }
 
 service! {

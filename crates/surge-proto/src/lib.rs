@@ -43,6 +43,7 @@ pub mod ino;
 pub mod namespace;
 pub mod placement;
 pub mod stage;
+pub mod ticket;
 pub mod types;
 
 pub use call::{Call, Request};

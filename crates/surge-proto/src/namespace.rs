@@ -121,6 +121,8 @@ pub struct RemoveEntry {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct DropLink {
     pub ino: Ino,
+    /// From the step that removed the name, where servers check identities.
+    pub ticket: Option<crate::ticket::Ticket>,
 }
 
 /// Sets a file's link count to the number of names it has (`surge fsck`, after a rename
@@ -180,14 +182,12 @@ pub struct Open {
     pub ino: Ino,
 }
 
-/// Whether the caller has the permission bits `want` (4 read, 2 write, 1 search) on `ino`,
-/// asked of its home before a change other servers make without knowing the inode's
-/// permissions (a truncate drops data on every server). Answers AccessDenied if not; on a
-/// server that does not check identities, always yes.
+/// A ticket for a file's data (see [`crate::ticket`]), from its home, with the rights the
+/// caller has on it (read, write); AccessDenied if neither. Asked after an open, and before a
+/// truncate, by clients of servers that check identities.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
-pub struct Access {
+pub struct Grant {
     pub ino: Ino,
-    pub want: u32,
 }
 
 /// Publishes what a writer did (size grows to at least `size`, mtime) and, with `release`,
@@ -227,6 +227,6 @@ service! {
         Readdir -> DirPage, "readdir";
         Open -> Attr, "open";
         Commit -> InodeFate, "commit";
-        Access -> (), "access";
+        Grant -> crate::ticket::Ticket, "grant";
     }
 }

@@ -79,6 +79,9 @@ pub struct Unlinked {
     pub purge: bool,
     /// Its size then: only servers holding chunks below it need the purge.
     pub size: u64,
+    /// Where servers check identities: with `purge`, the ticket the purge needs; with
+    /// `remote`, the one its home wants for `DropLink`.
+    pub ticket: Option<crate::ticket::Ticket>,
 }
 
 /// What linking a name did (a rename, or the link step of a cross-server rename).
@@ -97,6 +100,8 @@ pub struct LinkOutcome {
 pub struct InodeFate {
     pub purge: bool,
     pub size: u64,
+    /// With `purge`, where servers check identities: the ticket the purge needs.
+    pub ticket: Option<crate::ticket::Ticket>,
 }
 
 /// One page of a directory's entries, in name order.

@@ -15,7 +15,7 @@ fn sample_requests() -> Vec<Request> {
         Create { parent: 5, name: "x".into(), mode: 0o644, uid: 1000, gid: 1000, exclusive: true, open: true }.into(),
         Rename { src_parent: 1, src_name: "a.tmp".into(), dst_parent: 1, dst_name: "a".into(), noreplace: false, retired_target: None }
             .into(),
-        Write { ino: 1 << 48 | 9, offset: 1 << 40 }.into(),
+        Write { ino: 1 << 48 | 9, offset: 1 << 40, ticket: None }.into(),
         Readdir { ino: 1, after: Some("m".into()), limit: 1024 }.into(),
         SetAttr { ino: 3, changes: AttrChanges { mode: Some(0o600), size: Some(12), ..Default::default() } }.into(),
         Batch {

@@ -67,7 +67,7 @@ async fn authenticate(
         challenge,
         server_index: shared.index as u32,
         server_count: shared.count as u32,
-        wants_identity: shared.check_identity,
+        wants_identity: shared.ticket_key.is_some(),
     };
     write_frame(writer, FrameKind::Reply, 0, &hello, &[]).await?;
     writer.flush().await?;
@@ -88,7 +88,7 @@ async fn authenticate(
         Ok(Hello { proof, identity, .. })
             if frame.header.kind == FrameKind::Request && auth::verify(&shared.secret, &challenge, &proof) =>
         {
-            let caller = match (shared.check_identity, identity) {
+            let caller = match (shared.ticket_key.is_some(), identity) {
                 (false, _) => None,
                 (true, None) => {
                     refuse(writer, request_id, ErrorCode::Unauthenticated, "this instance wants a MUNGE credential (is munged running?)")

@@ -54,7 +54,7 @@ impl InProcessInstance {
                 secret,
                 owner_uid,
                 owner_gid,
-                check_identity: false,
+                ticket_key: None,
             };
             servers.push(Server::bind(config).await?);
         }

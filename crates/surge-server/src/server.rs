@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use surge_proto::auth::Secret;
 use surge_proto::stage::StageService;
+use surge_proto::ticket::TicketKey;
 use surge_proto::ErrorCode;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
@@ -25,10 +26,12 @@ pub struct ServerConfig {
     pub secret: Secret,
     pub owner_uid: u32,
     pub owner_gid: u32,
-    /// Check every request's permissions against the client's MUNGE-proven uid and gid
-    /// (see [`surge_proto::identity`]); otherwise an instance-token holder is trusted as it
-    /// says (the kernel's checks on a mount, or a single-user instance).
-    pub check_identity: bool,
+    /// `Some`: check every request's permissions against the client's MUNGE-proven uid and
+    /// gid (see [`surge_proto::identity`]), data requests by tickets made with this key,
+    /// which every server of the instance and no client holds (see [`surge_proto::ticket`]).
+    /// `None`: an instance-token holder is trusted as it says (the kernel's checks on a
+    /// mount, or a single-user instance).
+    pub ticket_key: Option<TicketKey>,
 }
 
 /// State shared by all connections of one server.
@@ -36,8 +39,8 @@ pub struct Shared {
     pub index: usize,
     pub count: usize,
     pub secret: Secret,
-    /// See [`ServerConfig::check_identity`].
-    pub check_identity: bool,
+    /// See [`ServerConfig::ticket_key`].
+    pub ticket_key: Option<TicketKey>,
     pub meta: Mutex<meta::MetaStore>,
     pub data: data::DataStore,
     /// Where `data` keeps its files, for clients on this node (None: not identifiable).
@@ -107,7 +110,7 @@ impl Server {
             index: config.index,
             count: config.count,
             secret: config.secret,
-            check_identity: config.check_identity,
+            ticket_key: config.ticket_key,
             meta: Mutex::new(meta),
             journal,
             data,

@@ -80,14 +80,14 @@ async fn edge_values_and_runaway_orders_are_refused_and_the_connection_goes_on()
             let mut raw = Raw::connect(addr, &secret);
             let ino = 1 << 48 | 7;
             // A read longer than any answer can carry: refused before anything is allocated.
-            assert_eq!(raw.refused(ReadData { ino, offset: 0, len: u32::MAX }.into(), &[]).code, ErrorCode::Invalid);
+            assert_eq!(raw.refused(ReadData { ino, offset: 0, len: u32::MAX, ticket: None }.into(), &[]).code, ErrorCode::Invalid);
             // Offsets whose sum with the length overflows, or lies beyond a file's largest offset.
-            assert_eq!(raw.refused(WriteData { ino, offset: u64::MAX - 10 }.into(), &[1; 100]).code, ErrorCode::Invalid);
-            assert_eq!(raw.refused(WriteData { ino, offset: i64::MAX as u64 }.into(), &[1; 100]).code, ErrorCode::Invalid);
-            assert_eq!(raw.refused(ReadData { ino, offset: u64::MAX, len: 4096 }.into(), &[]).code, ErrorCode::Invalid);
-            assert_eq!(raw.refused(TruncateData { ino, size: u64::MAX }.into(), &[]).code, ErrorCode::Invalid);
+            assert_eq!(raw.refused(WriteData { ino, offset: u64::MAX - 10, ticket: None }.into(), &[1; 100]).code, ErrorCode::Invalid);
+            assert_eq!(raw.refused(WriteData { ino, offset: i64::MAX as u64, ticket: None }.into(), &[1; 100]).code, ErrorCode::Invalid);
+            assert_eq!(raw.refused(ReadData { ino, offset: u64::MAX, len: 4096, ticket: None }.into(), &[]).code, ErrorCode::Invalid);
+            assert_eq!(raw.refused(TruncateData { ino, size: u64::MAX, ticket: None }.into(), &[]).code, ErrorCode::Invalid);
             // Room that no sum can hold.
-            assert_eq!(raw.refused(ReserveLocal { ino, bytes: u64::MAX }.into(), &[]).code, ErrorCode::NoSpace);
+            assert_eq!(raw.refused(ReserveLocal { ino, bytes: u64::MAX, ticket: None }.into(), &[]).code, ErrorCode::NoSpace);
             raw.still_answers();
             // Copy orders that would divide by zero, or walk 2^64 chunks.
             let item = |first_chunk, end_chunk, file_size| CopyItem {
@@ -155,8 +155,8 @@ async fn a_vanished_connection_gives_back_what_it_held() {
         let create = Create { parent: ROOT_INO, name: "scratch".into(), mode: 0o644, uid: 0, gid: 0, exclusive: true, open: true };
         let (_, entry) = gone.ask(create.into(), &[]);
         let ino = decode_message::<DirEntry>(&entry).unwrap().ino;
-        assert_eq!(gone.ask(WriteData { ino, offset: 0 }.into(), &vec![7u8; 4 << 20]).0, FrameKind::Reply);
-        assert_eq!(gone.ask(ReserveLocal { ino, bytes: 32 << 20 }.into(), &[]).0, FrameKind::Reply);
+        assert_eq!(gone.ask(WriteData { ino, offset: 0, ticket: None }.into(), &vec![7u8; 4 << 20]).0, FrameKind::Reply);
+        assert_eq!(gone.ask(ReserveLocal { ino, bytes: 32 << 20, ticket: None }.into(), &[]).0, FrameKind::Reply);
         assert_eq!(gone.ask(Unlink { parent: ROOT_INO, name: "scratch".into() }.into(), &[]).0, FrameKind::Reply);
         let mut other = Raw::connect(addr, &secret);
         assert!(stats(&mut other).used >= 4 << 20, "the unlinked file's data stays while it is open");
@@ -167,7 +167,7 @@ async fn a_vanished_connection_gives_back_what_it_held() {
             std::thread::sleep(Duration::from_millis(10));
         }
         // All the room is free again: the reservation was given back.
-        assert_eq!(other.ask(ReserveLocal { ino, bytes: share }.into(), &[]).0, FrameKind::Reply);
+        assert_eq!(other.ask(ReserveLocal { ino, bytes: share, ticket: None }.into(), &[]).0, FrameKind::Reply);
     })
     .await;
     instance.stop().await;
@@ -191,7 +191,7 @@ async fn a_handle_is_released_only_by_the_connection_that_opened_it() {
             let (kind, message) = owner.ask(create.into(), &[]);
             assert_eq!(kind, FrameKind::Reply);
             let ino = decode_message::<surge_proto::DirEntry>(&message).unwrap().ino;
-            let (kind, _) = owner.ask(WriteData { ino, offset: 0 }.into(), b"still here");
+            let (kind, _) = owner.ask(WriteData { ino, offset: 0, ticket: None }.into(), b"still here");
             assert_eq!(kind, FrameKind::Reply);
             // Another connection "closes" it and removes its name.
             let (kind, _) = other.ask(Commit { ino, size: Some(10), mtime: None, release: true }.into(), &[]);

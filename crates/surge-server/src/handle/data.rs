@@ -3,7 +3,11 @@
 
 use surge_proto::data::*;
 
+use surge_proto::ticket::{Ticket, PURGE, READ, WRITE};
+use surge_proto::ErrorCode;
+
 use super::Answer;
+use crate::error::{Result, ServerError};
 use crate::session::Session;
 
 /// Reads at least this large are sent with `sendfile`: from the page cache to the socket in
@@ -12,6 +16,9 @@ const SENDFILE_MIN: u32 = 128 * 1024;
 
 impl Session {
     pub(super) fn data(&mut self, request: DataRequest, payload: Vec<u8>) -> Answer {
+        if let Err(e) = self.authorize_data(&request) {
+            return Answer::Failure(e);
+        }
         let data = &self.shared.data;
         match request {
             DataRequest::Write(w) => Answer::of::<Write>(data.write(w.ino, w.offset, &payload)),
@@ -44,6 +51,36 @@ impl Session {
                 }
                 Answer::of::<LocalWritten>(data.local_written(w.ino, released))
             }
+        }
+    }
+}
+
+impl Session {
+    /// Where this server checks identities, a data request needs a ticket from the file's
+    /// home that names this connection's caller and grants what the request does (root, the
+    /// stage coordinator beside the servers among others, needs none).
+    fn authorize_data(&self, request: &DataRequest) -> Result<()> {
+        let Some(key) = &self.shared.ticket_key else { return Ok(()) };
+        let Some(caller) = &self.caller else { return Ok(()) };
+        if caller.uid == 0 {
+            return Ok(());
+        }
+        let (ino, ticket, right): (_, &Option<Ticket>, _) = match request {
+            DataRequest::Write(w) => (w.ino, &w.ticket, WRITE),
+            DataRequest::Read(r) => (r.ino, &r.ticket, READ),
+            DataRequest::TruncateData(t) => (t.ino, &t.ticket, WRITE),
+            DataRequest::PurgeData(p) => (p.ino, &p.ticket, PURGE),
+            DataRequest::SyncData(s) => (s.ino, &s.ticket, READ | WRITE),
+            DataRequest::ReserveLocal(r) => (r.ino, &r.ticket, WRITE),
+            DataRequest::LocalWritten(w) => (w.ino, &w.ticket, WRITE),
+        };
+        match ticket {
+            Some(ticket) if ticket.allows(key, ino, caller.uid, right) => Ok(()),
+            Some(_) => Err(ServerError::new(
+                ErrorCode::AccessDenied,
+                format!("{}: the ticket does not grant it to uid {}", request.name(), caller.uid),
+            )),
+            None => Err(ServerError::new(ErrorCode::AccessDenied, format!("{}: no ticket (open the file first)", request.name()))),
         }
     }
 }

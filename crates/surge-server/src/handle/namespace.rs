@@ -10,12 +10,15 @@ use surge_proto::namespace::*;
 use surge_proto::{Call, DirEntry, DirPage, Ino, LinkOutcome, Unlinked};
 
 use super::Answer;
+use surge_proto::ticket::{Ticket, TicketKey, PURGE, UNLINK};
+
 use crate::access::{Caller, Named, EXEC, READ, WRITE};
-use crate::error::Result;
+use crate::error::{Result, ServerError};
 use crate::lock::LockRecover;
 use crate::meta::MetaStore;
 use crate::session::Session;
 use crate::watch::Effects;
+use surge_proto::ErrorCode;
 
 /// What a step may touch besides the namespace: the connection's open handles; and whom it
 /// checks permissions as (when the server checks identities).
@@ -23,15 +26,18 @@ pub(crate) struct StepContext<'a> {
     pub meta: &'a mut MetaStore,
     pub opens: &'a mut HashMap<Ino, u32>,
     pub caller: Option<&'a Caller>,
+    /// The servers' ticket key, when they check identities.
+    pub ticket_key: Option<&'a TicketKey>,
 }
 
 /// The permission checks of the steps, on the inodes this server homes. Without a caller
 /// (a server that trusts its token holders) they pass.
 ///
-/// The follow-up steps of operations spanning servers (`DropLink`, `SetParent`, `SetLinks`,
-/// `DropInode`, `RetireDir`, `UnretireDir`, `RenameFinish`) are not checked here: the
-/// step that began the operation was, on the server homing the name; binding the follow-ups
-/// to it takes a ticket from that server (as does the data path), not yet done.
+/// The follow-up steps of operations spanning servers: `DropLink` needs the ticket the
+/// server that removed the name gave; `RenameFinish` is checked as the removal it finishes;
+/// `SetParent` takes write on the moved directory, `SetLinks` (fsck's) root. `RetireDir`,
+/// `UnretireDir` and `DropInode` act only on empty directories (and unlinked inodes) and
+/// are not checked.
 impl StepContext<'_> {
     fn check(&self, ino: Ino, want: u32, what: &str) -> Result<()> {
         match self.caller {
@@ -50,6 +56,38 @@ impl StepContext<'_> {
             Some(_) => Named::Elsewhere,
         };
         caller.check_remove(&self.meta.getattr(parent)?, named)
+    }
+
+    /// The ticket a purge of `ino`'s data needs, for this caller (when servers check
+    /// identities): given with the answer of the step that left the file without names or
+    /// handles.
+    fn purge_ticket(&self, ino: Ino, purge: bool) -> Option<Ticket> {
+        match (self.ticket_key, self.caller, purge) {
+            (Some(key), Some(caller), true) => Some(Ticket::issue(key, ino, caller.uid, PURGE)),
+            _ => None,
+        }
+    }
+
+    /// An inode that lost a name here, with the ticket what remains to do needs: a purge of
+    /// its data, or the drop of its link on its home (another server).
+    fn with_ticket(&self, mut unlinked: Unlinked) -> Unlinked {
+        unlinked.ticket = match (self.ticket_key, self.caller, unlinked.remote) {
+            (Some(key), Some(caller), true) => Some(Ticket::issue(key, unlinked.ino, caller.uid, UNLINK)),
+            _ => self.purge_ticket(unlinked.ino, unlinked.purge),
+        };
+        unlinked
+    }
+
+    /// Where servers check identities, a step that finishes what another server checked
+    /// needs that server's ticket (root needs none).
+    fn check_ticket(&self, ticket: &Option<Ticket>, ino: Ino, right: u32, what: &str) -> Result<()> {
+        match (self.ticket_key, self.caller) {
+            (Some(key), Some(caller)) if caller.uid != 0 => match ticket {
+                Some(ticket) if ticket.allows(key, ino, caller.uid, right) => Ok(()),
+                _ => Err(ServerError::new(ErrorCode::AccessDenied, format!("{what}: no valid ticket for uid {}", caller.uid))),
+            },
+            _ => Ok(()),
+        }
     }
 
     /// A new name in `parent` for an inode owned by `uid:gid`.
@@ -107,7 +145,7 @@ impl Session {
             NamespaceRequest::Readdir(s) => self.answer_step(s),
             NamespaceRequest::Open(s) => self.answer_step(s),
             NamespaceRequest::Commit(s) => self.answer_step(s),
-            NamespaceRequest::Access(s) => self.answer_step(s),
+            NamespaceRequest::Grant(s) => self.answer_step(s),
         }
     }
 
@@ -134,7 +172,13 @@ impl Session {
         let mut ledger = watching.then(|| shared.watchers.lock());
         let reply = {
             let mut meta = shared.meta.lock_or_recover();
-            let reply = step.run(&mut StepContext { meta: &mut meta, opens: &mut self.opens, caller: self.caller.as_ref() });
+            let mut cx = StepContext {
+                meta: &mut meta,
+                opens: &mut self.opens,
+                caller: self.caller.as_ref(),
+                ticket_key: shared.ticket_key.as_ref(),
+            };
+            let reply = step.run(&mut cx);
             // Journaled whatever the outcome: a failed step may have changed nothing, or
             // something before it failed.
             let seq = shared.journal_changes(&mut meta);
@@ -278,7 +322,9 @@ impl Step for InsertEntry {
         if self.replace {
             cx.check_remove(self.parent, &self.name)?;
         }
-        cx.meta.insert_entry(self.parent, &self.name, self.ino, self.kind, self.replace, self.retired_target)
+        let mut outcome = cx.meta.insert_entry(self.parent, &self.name, self.ino, self.kind, self.replace, self.retired_target)?;
+        outcome.replaced = outcome.replaced.map(|unlinked| cx.with_ticket(unlinked));
+        Ok(outcome)
     }
 
     fn effects(&self, outcome: &LinkOutcome) -> Effects {
@@ -292,7 +338,8 @@ impl Step for InsertEntry {
 impl Step for Unlink {
     fn run(&self, cx: &mut StepContext) -> Result<Unlinked> {
         cx.check_remove(self.parent, &self.name)?;
-        cx.meta.unlink(self.parent, &self.name)
+        let unlinked = cx.meta.unlink(self.parent, &self.name)?;
+        Ok(cx.with_ticket(unlinked))
     }
 
     fn effects(&self, unlinked: &Unlinked) -> Effects {
@@ -347,7 +394,10 @@ impl Step for RemoveEntry {
 
 impl Step for DropLink {
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::InodeFate> {
-        cx.meta.drop_link(self.ino)
+        cx.check_ticket(&self.ticket, self.ino, UNLINK, "drop a link")?;
+        let mut fate = cx.meta.drop_link(self.ino)?;
+        fate.ticket = cx.purge_ticket(self.ino, fate.purge);
+        Ok(fate)
     }
 
     fn effects(&self, fate: &surge_proto::InodeFate) -> Effects {
@@ -361,6 +411,8 @@ impl Step for DropLink {
 
 impl Step for SetParent {
     fn run(&self, cx: &mut StepContext) -> Result<()> {
+        // A directory moved to another parent: its `..` changes, which takes write on it.
+        cx.check(self.ino, WRITE, "move a directory")?;
         cx.meta.set_parent(self.ino, self.parent)
     }
 
@@ -376,6 +428,9 @@ impl Step for SetLinks {
     }
 
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {
+        if cx.caller.is_some_and(|caller| caller.uid != 0) {
+            return Err(ServerError::new(ErrorCode::NotPermitted, "set-links is fsck's repair: root only"));
+        }
         cx.meta.set_links(self.ino, self.expected, self.nlink)
     }
 
@@ -396,7 +451,10 @@ impl Step for Rename {
         if !self.noreplace {
             cx.check_remove(self.dst_parent, &self.dst_name)?;
         }
-        cx.meta.rename(self.src_parent, &self.src_name, self.dst_parent, &self.dst_name, self.noreplace, self.retired_target)
+        let mut outcome =
+            cx.meta.rename(self.src_parent, &self.src_name, self.dst_parent, &self.dst_name, self.noreplace, self.retired_target)?;
+        outcome.replaced = outcome.replaced.map(|unlinked| cx.with_ticket(unlinked));
+        Ok(outcome)
     }
 
     fn effects(&self, outcome: &LinkOutcome) -> Effects {
@@ -424,6 +482,9 @@ impl Step for RenameFinish {
     }
 
     fn run(&self, cx: &mut StepContext) -> Result<()> {
+        if self.commit {
+            cx.check_remove(self.parent, &self.name)?;
+        }
         cx.meta.rename_finish(self.parent, &self.name, self.ino, self.commit)
     }
 
@@ -448,11 +509,24 @@ impl Step for Readdir {
     }
 }
 
-impl Step for Access {
+impl Step for Grant {
     const WATCHED: bool = false;
 
-    fn run(&self, cx: &mut StepContext) -> Result<()> {
-        cx.check(self.ino, self.want & 7, "access")
+    fn run(&self, cx: &mut StepContext) -> Result<Ticket> {
+        let (Some(key), Some(caller)) = (cx.ticket_key, cx.caller) else {
+            return Err(ServerError::new(ErrorCode::NotSupported, "this server does not check identities: no tickets"));
+        };
+        let attr = cx.meta.getattr(self.ino)?;
+        let rights = [(READ, surge_proto::ticket::READ), (WRITE, surge_proto::ticket::WRITE)]
+            .into_iter()
+            .filter(|&(bits, _)| caller.may(&attr, bits))
+            .fold(0, |rights, (_, right)| rights | right);
+        // The owner may write a file it made read-only (see Caller::check_publish).
+        let rights = if attr.uid == caller.uid { rights | surge_proto::ticket::WRITE } else { rights };
+        if rights == 0 {
+            return Err(ServerError::new(ErrorCode::AccessDenied, format!("open: permission denied to uid {}", caller.uid)));
+        }
+        Ok(Ticket::issue(key, self.ino, caller.uid, rights))
     }
 }
 
@@ -496,7 +570,9 @@ impl Step for Commit {
                 }
             }
         }
-        cx.meta.commit(self.ino, self.size, self.mtime, held)
+        let mut fate = cx.meta.commit(self.ino, self.size, self.mtime, held)?;
+        fate.ticket = cx.purge_ticket(self.ino, fate.purge);
+        Ok(fate)
     }
 
     fn effects(&self, fate: &surge_proto::InodeFate) -> Effects {
@@ -534,7 +610,7 @@ mod tests {
             ctime: Timestamp::default(),
         };
         let entry = DirEntry { name: "x".into(), ino: 7, kind: FileKind::File, attr: Some(attr.clone()) };
-        let unlinked = Unlinked { ino: 7, kind: FileKind::File, remote: false, purge: true, size: 0 };
+        let unlinked = Unlinked { ino: 7, kind: FileKind::File, remote: false, purge: true, size: 0, ticket: None };
         let replaced = LinkOutcome { replaced: Some(unlinked.clone()), reparent: None };
         let name = || "x".to_string();
         fn watched<S: Step>(step: S, reply: S::Reply) -> (bool, bool) {
@@ -569,9 +645,12 @@ mod tests {
                     LinkOutcome::default(),
                 ),
             ),
-            ("drop-link", watched(DropLink { ino: 7 }, InodeFate { purge: true, size: 0 })),
+            ("drop-link", watched(DropLink { ino: 7, ticket: None }, InodeFate { purge: true, size: 0, ticket: None })),
             ("set-parent", watched(SetParent { ino: 7, parent: 2 }, ())),
-            ("commit", watched(Commit { ino: 7, size: Some(1), mtime: None, release: false }, InodeFate { purge: false, size: 1 })),
+            (
+                "commit",
+                watched(Commit { ino: 7, size: Some(1), mtime: None, release: false }, InodeFate { purge: false, size: 1, ticket: None }),
+            ),
             ("readdir", watched(Readdir { ino: 1, after: None, limit: 10 }, DirPage::default())),
             ("readlink", watched(Readlink { ino: 7 }, "t".into())),
             ("retire-dir", watched(RetireDir { ino: 7 }, ())),

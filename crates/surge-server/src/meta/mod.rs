@@ -397,14 +397,14 @@ impl MetaStore {
         if gone {
             self.remove_inode(ino);
         }
-        Ok(Unlinked { ino, kind, remote: false, purge: gone && kind == FileKind::File, size })
+        Ok(Unlinked { ino, kind, remote: false, purge: gone && kind == FileKind::File, size, ticket: None })
     }
 
     fn unlinked_entry(&mut self, entry: &Entry) -> Result<Unlinked> {
         if self.is_local(entry.ino) {
             self.drop_link_local(entry.ino)
         } else {
-            Ok(Unlinked { ino: entry.ino, kind: entry.kind, remote: true, purge: false, size: 0 })
+            Ok(Unlinked { ino: entry.ino, kind: entry.kind, remote: true, purge: false, size: 0, ticket: None })
         }
     }
 
@@ -445,7 +445,7 @@ impl MetaStore {
                 self.remove_inode(ex_ino);
             }
             // A retired remote directory is deleted by the client with DropInode.
-            return Ok(Some(Unlinked { ino: ex_ino, kind: ex_kind, remote: !self.is_local(ex_ino), purge: false, size: 0 }));
+            return Ok(Some(Unlinked { ino: ex_ino, kind: ex_kind, remote: !self.is_local(ex_ino), purge: false, size: 0, ticket: None }));
         }
         self.unlinked_entry(&entry).map(Some)
     }
@@ -686,7 +686,7 @@ impl MetaStore {
 
     pub fn drop_link(&mut self, ino: Ino) -> Result<InodeFate> {
         let unlinked = self.drop_link_local(ino)?;
-        Ok(InodeFate { purge: unlinked.purge, size: unlinked.size })
+        Ok(InodeFate { purge: unlinked.purge, size: unlinked.size, ticket: None })
     }
 
     pub fn set_parent(&mut self, ino: Ino, parent: Ino) -> Result<()> {
@@ -827,7 +827,7 @@ impl MetaStore {
         if gone {
             self.remove_inode(ino);
         }
-        Ok(InodeFate { purge, size: final_size })
+        Ok(InodeFate { purge, size: final_size, ticket: None })
     }
 }
 
@@ -966,7 +966,7 @@ mod tests {
         let u = s.unlink(ROOT_INO, "f").unwrap();
         assert!(!u.purge);
         assert!(s.getattr(ino).is_ok());
-        assert_eq!(s.commit(ino, Some(10), None, true).unwrap(), InodeFate { purge: true, size: 10 });
+        assert_eq!(s.commit(ino, Some(10), None, true).unwrap(), InodeFate { purge: true, size: 10, ticket: None });
         assert!(s.getattr(ino).is_err());
     }
 
