@@ -174,6 +174,34 @@ fn servers_refuse_what_the_callers_permissions_do_not_allow() {
     assert_eq!(try_as(&inst, &bob, BOB, &[], &["unlink:/open/moved"]), ["ok"], "bob removes the moved name");
     assert_eq!(try_as(&inst, &alice, ALICE, &[], &["stat:/open/moved"]), ["ENOENT"]);
 
+    // Stages touch the PFS as the user who submits them, though the servers run as root: bob
+    // cannot stage in a file only root may read, nor out into a directory only root may
+    // write; what he stages out into his own is his.
+    let pfs = dir.join("pfs");
+    std::fs::create_dir_all(pfs.join("bob")).unwrap();
+    std::fs::set_permissions(&pfs, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(pfs.join("bob"), Some(BOB), Some(BOB)).unwrap();
+    std::fs::write(pfs.join("root-only.dat"), b"root's").unwrap();
+    std::fs::set_permissions(pfs.join("root-only.dat"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let p = |name: &str| pfs.join(name).display().to_string();
+    let staged = try_as(
+        &inst,
+        &bob,
+        BOB,
+        &[],
+        &[
+            &format!("stagein:/open/stolen:{}", p("root-only.dat")),
+            &format!("stageout:/open/bobs:{}", p("forbidden.dat")),
+            &format!("stageout:/open/bobs:{}", p("bob/bobs.dat")),
+        ],
+    );
+    assert!(staged[0].contains("Permission denied") || staged[0] == "EACCES", "stage-in of root's file: {}", staged[0]);
+    assert!(staged[1].contains("Permission denied"), "stage-out into root's directory: {}", staged[1]);
+    assert_eq!(staged[2], "ok");
+    let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(pfs.join("bob/bobs.dat")).unwrap());
+    assert_eq!(owner, BOB, "what bob stages out is his");
+    assert!(!pfs.join("forbidden.dat").exists());
+
     // A client that says it is alice gets nothing made in her name.
     let forged = try_as(&inst, &bob, BOB, &[("SURGE_TEST_CLAIM_UID", &ALICE.to_string())], &["create:/open/forged:0644"]);
     assert_eq!(forged, ["EPERM"], "a new file in another user's name");

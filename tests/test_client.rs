@@ -174,6 +174,23 @@ async fn try_op(c: &Client, op: &str) -> String {
             "truncate" => c.truncate(path, 0).await.map(|_| "ok".into())?,
             // A client that skips the namespace's steps and sends data requests itself, to
             // every server: without a ticket, and with a forged one.
+            // A file staged between the PFS path ARG and PATH, waited for: "ok", or why not.
+            "stagein" | "stageout" => {
+                use surge_client::surge_proto::stage::{StageDirection, StageKind, StageState, StageWhen};
+                let direction = if verb == "stagein" { StageDirection::In } else { StageDirection::Out };
+                let spec = c.stage_spec(direction, StageKind::File, StageWhen::Immediate, path, arg, false);
+                let id = c.stage_submit_checked(spec).await?.id;
+                loop {
+                    let stage = c.stage(id).await?;
+                    if stage.state.is_final() {
+                        break match stage.state {
+                            StageState::Done => "ok".into(),
+                            _ => format!("{}: {}", stage.state.label(), stage.error.unwrap_or_default()),
+                        };
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            }
             "rawdroplink" => {
                 use surge_client::surge_proto::namespace::DropLink;
                 let ino = c.stat(path).await?.ino;

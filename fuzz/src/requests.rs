@@ -688,7 +688,7 @@ impl Run {
             }
         }
         let count = items.len();
-        let order = CopyOrder { direction, chunk_size, verify: input.bool(), items };
+        let order = CopyOrder { direction, chunk_size, verify: input.bool(), items, uid: 0, gid: 0 };
         let outcomes: Vec<CopyOutcome> = self.conn.must(order);
         assert_eq!(outcomes.len(), count, "one outcome per item");
     }

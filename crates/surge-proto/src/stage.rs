@@ -152,6 +152,10 @@ pub struct CopyOrder {
     pub chunk_size: u64,
     pub verify: bool,
     pub items: Vec<CopyItem>,
+    /// Whose files on the PFS these are: the copy reads and writes them as this user (see
+    /// [`crate::host::with_fs_ids`]).
+    pub uid: u32,
+    pub gid: u32,
 }
 
 /// Per item: bytes copied, or why it failed (with a message naming the path).

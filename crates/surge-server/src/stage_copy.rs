@@ -7,6 +7,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 
+use surge_proto::host::with_fs_ids;
 use surge_proto::placement::{Layout, CHUNK_SIZES};
 use surge_proto::stage::{CopyItem, CopyOrder, CopyOutcome, StageDirection};
 use surge_proto::ErrorCode;
@@ -77,7 +78,7 @@ pub fn execute(data: &DataStore, me: usize, servers: usize, order: &CopyOrder) -
             // the whole order as one deep queue instead of one read at a time (a batch of
             // small files would otherwise pay a full PFS latency per file).
             let sources: Vec<io::Result<File>> =
-                order.items.iter().zip(&plans).map(|(item, chunks)| open_prefetched(&item.pfs_path, chunks)).collect();
+                order.items.iter().zip(&plans).map(|(item, chunks)| open_prefetched(&item.pfs_path, chunks, order)).collect();
             order
                 .items
                 .iter()
@@ -91,15 +92,22 @@ pub fn execute(data: &DataStore, me: usize, servers: usize, order: &CopyOrder) -
                 .collect()
         }
         StageDirection::Out => {
-            let copy = |(item, chunks): (&CopyItem, &Vec<(u64, usize)>)| copy_out(data, item, chunks, order.verify, &mut buf);
+            let copy = |(item, chunks): (&CopyItem, &Vec<(u64, usize)>)| copy_out(data, item, chunks, order, &mut buf);
             order.items.iter().zip(&plans).map(copy).map(|outcome| outcome.map_err(Into::into)).collect()
         }
     }
 }
 
-/// Opens a PFS file and starts reading the given chunks in the background.
-fn open_prefetched(path: &str, chunks: &[(u64, usize)]) -> io::Result<File> {
-    let file = File::open(path)?;
+/// Runs `work` on the PFS as the order's user: the paths it names are opened, made, renamed
+/// and removed as that user's (the data moves through the descriptors, this server's own).
+fn as_user<T>(order: &CopyOrder, work: impl FnOnce() -> T) -> T {
+    with_fs_ids(order.uid, order.gid, work)
+}
+
+/// Opens a PFS file (as the order's user) and starts reading the given chunks in the
+/// background.
+fn open_prefetched(path: &str, chunks: &[(u64, usize)], order: &CopyOrder) -> io::Result<File> {
+    let file = as_user(order, || File::open(path))?;
     for &(offset, len) in chunks {
         // SAFETY: plain advice on a descriptor we own; a failure only loses the hint.
         unsafe {
@@ -147,12 +155,12 @@ fn bb_or_pfs_error(e: ServerError, pfs_path: &str) -> ServerError {
 
 /// Local store -> PFS. With `publish`, this server holds the whole file: it creates the
 /// temporary file, fills it, and renames it to its final name itself.
-fn copy_out(data: &DataStore, item: &CopyItem, chunks: &[(u64, usize)], verify: bool, buf: &mut Vec<u8>) -> Result<u64> {
-    let path = item.pfs_path.as_str();
-    let target = match &item.publish {
+fn copy_out(data: &DataStore, item: &CopyItem, chunks: &[(u64, usize)], order: &CopyOrder, buf: &mut Vec<u8>) -> Result<u64> {
+    let (path, verify) = (item.pfs_path.as_str(), order.verify);
+    let target = as_user(order, || match &item.publish {
         Some(_) => OpenOptions::new().write(true).read(true).create(true).truncate(true).mode(item.mode).open(path),
         None => OpenOptions::new().write(true).read(true).open(path),
-    }
+    })
     .map_err(|e| ServerError::pfs(path, e))?;
     let result = (|| {
         let mut copied = 0;
@@ -180,13 +188,13 @@ fn copy_out(data: &DataStore, item: &CopyItem, chunks: &[(u64, usize)], verify: 
             // Trailing holes: the file must have its full size before it gets its name.
             target.set_len(item.file_size).map_err(|e| ServerError::pfs(path, e))?;
             drop(target);
-            std::fs::rename(path, final_path).map_err(|e| ServerError::pfs(final_path, e))?;
+            as_user(order, || std::fs::rename(path, final_path)).map_err(|e| ServerError::pfs(final_path, e))?;
         }
         Ok(copied)
     })();
     if result.is_err() && item.publish.is_some() {
         // Nothing half-written stays behind under any name this server made.
-        let _ = std::fs::remove_file(path);
+        let _ = as_user(order, || std::fs::remove_file(path));
     }
     result
 }

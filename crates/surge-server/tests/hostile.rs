@@ -100,9 +100,23 @@ async fn edge_values_and_runaway_orders_are_refused_and_the_connection_goes_on()
                 mode: 0o644,
             };
             for order in [
-                CopyOrder { direction: StageDirection::In, chunk_size: 0, verify: false, items: vec![item(0, 1, 10)] },
-                CopyOrder { direction: StageDirection::Out, chunk_size: 1 << 20, verify: false, items: vec![item(0, u64::MAX, u64::MAX)] },
-                CopyOrder { direction: StageDirection::Out, chunk_size: 1 << 20, verify: false, items: vec![item(5, 2, 10 << 20)] },
+                CopyOrder { direction: StageDirection::In, chunk_size: 0, verify: false, items: vec![item(0, 1, 10)], uid: 0, gid: 0 },
+                CopyOrder {
+                    direction: StageDirection::Out,
+                    chunk_size: 1 << 20,
+                    verify: false,
+                    items: vec![item(0, u64::MAX, u64::MAX)],
+                    uid: 0,
+                    gid: 0,
+                },
+                CopyOrder {
+                    direction: StageDirection::Out,
+                    chunk_size: 1 << 20,
+                    verify: false,
+                    items: vec![item(5, 2, 10 << 20)],
+                    uid: 0,
+                    gid: 0,
+                },
                 // Every chunk of the largest file in the smallest chunks: its plan alone once took
                 // the server's memory until the process died.
                 CopyOrder {
@@ -110,6 +124,8 @@ async fn edge_values_and_runaway_orders_are_refused_and_the_connection_goes_on()
                     chunk_size: 4096,
                     verify: false,
                     items: vec![item(0, (i64::MAX as u64).div_ceil(4096), i64::MAX as u64)],
+                    uid: 0,
+                    gid: 0,
                 },
             ] {
                 let (kind, message) = raw.ask(order.into(), &[]);

@@ -2,6 +2,7 @@
 //! for a stage-in, in the instance for a stage-out) or reads a list file.
 
 use std::os::unix::fs::PermissionsExt;
+use surge_client::surge_proto::host::with_fs_ids;
 
 use surge_client::Client;
 use surge_proto::stage::{StageDirection, StageKind, StageSpec};
@@ -58,7 +59,11 @@ pub(crate) async fn make(client: &Client, spec: &StageSpec) -> PlanResult<Plan> 
     match spec.direction {
         StageDirection::In => {
             let spec = spec.clone();
-            tokio::task::spawn_blocking(move || plan_in(&spec)).await.map_err(|e| invalid(format!("planning stopped: {e}")))?
+            // The PFS as the stage's user sees it.
+            let (uid, gid) = (spec.uid, spec.gid);
+            tokio::task::spawn_blocking(move || with_fs_ids(uid, gid, || plan_in(&spec)))
+                .await
+                .map_err(|e| invalid(format!("planning stopped: {e}")))?
         }
         StageDirection::Out => plan_out(client, spec).await,
     }
@@ -209,8 +214,10 @@ async fn plan_out(client: &Client, spec: &StageSpec) -> PlanResult<Plan> {
             }
         }
         StageKind::List => {
-            let list = spec.pfs_path.clone();
-            let pairs = tokio::task::spawn_blocking(move || read_list(&list)).await.map_err(|e| invalid(e.to_string()))??;
+            let (list, uid, gid) = (spec.pfs_path.clone(), spec.uid, spec.gid);
+            let pairs = tokio::task::spawn_blocking(move || with_fs_ids(uid, gid, || read_list(&list)))
+                .await
+                .map_err(|e| invalid(e.to_string()))??;
             for (source, destination) in pairs {
                 let bb = if source.starts_with('/') { source } else { join(&spec.bb_path, &source) };
                 if !destination.starts_with('/') {

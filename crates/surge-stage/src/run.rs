@@ -445,6 +445,8 @@ async fn apply_copy_outcomes(
             chunk_size: ctx.client.chunk_size(),
             verify: ctx.spec.verify,
             items: items.into_iter().map(|(_, item)| item).collect(),
+            uid: ctx.spec.uid,
+            gid: ctx.spec.gid,
         };
         requests.push((server, order));
     }
@@ -533,7 +535,15 @@ async fn copy_windows(
         let orders = owners
             .into_iter()
             .map(|server| {
-                (server, CopyOrder { direction, chunk_size: ctx.client.chunk_size(), verify: ctx.spec.verify, items: vec![item.clone()] })
+                let order = CopyOrder {
+                    direction,
+                    chunk_size: ctx.client.chunk_size(),
+                    verify: ctx.spec.verify,
+                    items: vec![item.clone()],
+                    uid: ctx.spec.uid,
+                    gid: ctx.spec.gid,
+                };
+                (server, order)
             })
             .collect::<Vec<_>>();
         let client = ctx.client.clone();
@@ -579,14 +589,13 @@ fn collect_window(ctx: &Ctx, index: usize, joined: Option<Result<RunResult<u64>,
 
 async fn stage_out(ctx: Arc<Ctx>, plan: Plan) -> RunResult<()> {
     let dirs = plan.dirs.clone();
-    tokio::task::spawn_blocking(move || {
+    on_pfs(&ctx, move || {
         for dir in &dirs {
             std::fs::create_dir_all(dir).map_err(|e| failed(format!("{dir}: {e}")))?;
         }
-        Ok::<_, Error>(())
+        Ok(())
     })
-    .await
-    .map_err(|e| failed(e.to_string()))??;
+    .await?;
     // Small files batch by the home server of their inode (for open and commit).
     let (batches, large) =
         partition(&plan, ctx.client.chunk_size(), |f| ino::home(f.ino.expect("stage-out files have inodes")).to_string());
@@ -683,7 +692,7 @@ async fn copy_out_large(ctx: &Arc<Ctx>, index: usize, file: &PlannedFile) -> Run
     let temp = pfs_temporary(&file.pfs_path, ctx.id, index);
     ctx.stage.update_file(index, |f| f.size = file.size);
     let (path, size, mode) = (temp.clone(), file.size, file.mode);
-    blocking(move || {
+    on_pfs(ctx, move || {
         use std::os::unix::fs::OpenOptionsExt;
         let f = std::fs::OpenOptions::new()
             .write(true)
@@ -697,7 +706,7 @@ async fn copy_out_large(ctx: &Arc<Ctx>, index: usize, file: &PlannedFile) -> Run
     .await?;
     let copied = copy_windows(ctx, index, file.ino.expect("inode"), file, StageDirection::Out, Some(&temp)).await;
     let (path, final_path, cancelled) = (temp.clone(), file.pfs_path.clone(), ctx.stage.cancelled());
-    let published = blocking(move || {
+    let published = on_pfs(ctx, move || {
         copied?;
         if cancelled {
             return Err(failed("cancelled"));
@@ -711,11 +720,20 @@ async fn copy_out_large(ctx: &Arc<Ctx>, index: usize, file: &PlannedFile) -> Run
     .await;
     if published.is_err() {
         let path = std::path::PathBuf::from(&temp);
-        let _ = tokio::task::spawn_blocking(move || remove_temporary(&path)).await;
+        let _ = on_pfs(ctx, move || {
+            remove_temporary(&path);
+            Ok(())
+        })
+        .await;
     }
     published
 }
 
-async fn blocking<T: Send + 'static>(work: impl FnOnce() -> RunResult<T> + Send + 'static) -> RunResult<T> {
-    tokio::task::spawn_blocking(work).await.map_err(|e| failed(format!("PFS task failed: {e}")))?
+/// Runs `work` on the PFS, on a blocking thread, as the stage's user (see
+/// [`surge_client::surge_proto::host::with_fs_ids`]).
+async fn on_pfs<T: Send + 'static>(ctx: &Ctx, work: impl FnOnce() -> RunResult<T> + Send + 'static) -> RunResult<T> {
+    let (uid, gid) = (ctx.spec.uid, ctx.spec.gid);
+    tokio::task::spawn_blocking(move || surge_client::surge_proto::host::with_fs_ids(uid, gid, work))
+        .await
+        .map_err(|e| failed(format!("PFS task failed: {e}")))?
 }
