@@ -48,6 +48,35 @@ fn tar_rsync_and_diff_reproduce_a_source_tree() {
 }
 
 #[test]
+fn times_set_after_writing_survive_the_writers_close() {
+    // cp -a, cp -p and tar x write a file, then set its times on the open descriptor
+    // (futimens), then close it: the close must not put its own time over them.
+    let inst = instance("times", 171);
+    let m = inst.mount("a", "127.0.0.171");
+    let dir = m.dir.display();
+    let src = std::env::temp_dir().join(format!("surge-times-{}", std::process::id()));
+    let s = src.display();
+    let then = 981_173_106; // 2001-02-03 04:05:06 UTC
+    sh(&format!(
+        "rm -rf {s} && mkdir -p {s}/tree/sub && head -c 3000000 /dev/urandom > {s}/tree/big && echo hi > {s}/tree/sub/small \
+         && touch -d @{then} {s}/tree/big {s}/tree/sub/small {s}/tree/sub {s}/tree"
+    ));
+    sh(&format!("cp -a {s}/tree {dir}/cpa && cp -p {s}/tree/big {dir}/cpp && mkdir {dir}/untar && tar cf - -C {s} tree | tar xf - -C {dir}/untar"));
+    // Seen from another node (this mount's kernel keeps the times its setattr answered).
+    let other = inst.mount("b", "127.0.0.175");
+    let there = other.dir.display();
+    for path in ["cpa/big", "cpa/sub/small", "cpa/sub", "cpa", "cpp", "untar/tree/big", "untar/tree/sub/small", "untar/tree/sub"] {
+        let mtime = sh(&format!("stat -c %Y {there}/{path}"));
+        assert_eq!(mtime.trim(), then.to_string(), "{path}: mtime kept");
+    }
+    // A write after the times were set sets mtime again.
+    sh(&format!("touch -d @{then} {dir}/cpp && echo more >> {dir}/cpp"));
+    let mtime: i64 = sh(&format!("stat -c %Y {there}/cpp")).trim().parse().unwrap();
+    assert!(mtime > then + 1_000_000, "a later write moves mtime on: {mtime}");
+    std::fs::remove_dir_all(&src).unwrap();
+}
+
+#[test]
 fn git_init_commit_clone_and_fsck() {
     let inst = instance("git", 31);
     let m = inst.mount("a", "127.0.0.31");

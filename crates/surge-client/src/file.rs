@@ -101,6 +101,9 @@ pub struct File {
     /// Highest end offset written through this handle.
     written_end: AtomicU64,
     dirty: AtomicBool,
+    /// Written since the last publication or since times were set explicitly: the next
+    /// publication sets mtime to its own time.
+    mtime_due: AtomicBool,
     behind: tokio::sync::Mutex<WriteBehind>,
     ahead: tokio::sync::Mutex<ReadAhead>,
     /// A write-behind failure not yet reported to the caller.
@@ -127,6 +130,7 @@ impl File {
             size: AtomicU64::new(attr.size),
             written_end: AtomicU64::new(0),
             dirty: AtomicBool::new(false),
+            mtime_due: AtomicBool::new(false),
             behind: Default::default(),
             ahead: Default::default(),
             deferred_error: Mutex::new(None),
@@ -254,6 +258,14 @@ impl File {
         self.written_end.fetch_max(end, Ordering::Relaxed);
         self.size.fetch_max(end, Ordering::Relaxed);
         self.dirty.store(true, Ordering::Relaxed);
+        self.mtime_due.store(true, Ordering::Relaxed);
+    }
+
+    /// The file's times were set explicitly (futimens, utimensat) after what this handle
+    /// wrote: its close must not replace them with its own time (as `cp -a`, `cp -p` and
+    /// `tar x` need). Writes after this set mtime again.
+    pub fn times_set_explicitly(&self) {
+        self.mtime_due.store(false, Ordering::Relaxed);
     }
 
     /// [`File::pwrite_bytes`] for a write-behind handle, when it can be done without waiting:
@@ -536,7 +548,9 @@ impl File {
     async fn publish(&self, release: bool) -> Result<InodeFate> {
         let dirty = self.dirty.swap(false, Ordering::Relaxed);
         let written = self.written_end.load(Ordering::Relaxed);
-        let commit = Commit { ino: self.ino, size: (dirty && written > 0).then_some(written), mtime: dirty.then(Timestamp::now), release };
+        let mtime_due = self.mtime_due.swap(false, Ordering::Relaxed);
+        let commit =
+            Commit { ino: self.ino, size: (dirty && written > 0).then_some(written), mtime: mtime_due.then(Timestamp::now), release };
         self.client.call_home(self.ino, commit).await
     }
 

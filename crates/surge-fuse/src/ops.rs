@@ -199,6 +199,13 @@ impl Ops {
                 other.chunks.clear();
             }
         }
+        if change.mtime.is_some() {
+            // Times set after writes (`cp -a`, `tar x`) stay: no handle here may publish its
+            // close time over them.
+            for handle in siblings(&self.files, 0, ino) {
+                handle.file.times_set_explicitly();
+            }
+        }
         let ops = self.clone();
         async move {
             let mut changes = AttrChanges { mode: change.mode.map(|m| m & 0o7777), ..change };
