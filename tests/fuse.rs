@@ -61,7 +61,9 @@ fn times_set_after_writing_survive_the_writers_close() {
         "rm -rf {s} && mkdir -p {s}/tree/sub && head -c 3000000 /dev/urandom > {s}/tree/big && echo hi > {s}/tree/sub/small \
          && touch -d @{then} {s}/tree/big {s}/tree/sub/small {s}/tree/sub {s}/tree"
     ));
-    sh(&format!("cp -a {s}/tree {dir}/cpa && cp -p {s}/tree/big {dir}/cpp && mkdir {dir}/untar && tar cf - -C {s} tree | tar xf - -C {dir}/untar"));
+    sh(&format!(
+        "cp -a {s}/tree {dir}/cpa && cp -p {s}/tree/big {dir}/cpp && mkdir {dir}/untar && tar cf - -C {s} tree | tar xf - -C {dir}/untar"
+    ));
     // Seen from another node (this mount's kernel keeps the times its setattr answered).
     let other = inst.mount("b", "127.0.0.175");
     let there = other.dir.display();
@@ -74,6 +76,24 @@ fn times_set_after_writing_survive_the_writers_close() {
     let mtime: i64 = sh(&format!("stat -c %Y {there}/cpp")).trim().parse().unwrap();
     assert!(mtime > then + 1_000_000, "a later write moves mtime on: {mtime}");
     std::fs::remove_dir_all(&src).unwrap();
+}
+
+#[test]
+fn directory_link_counts_follow_their_subdirectories() {
+    // 2 + subdirectories, as find and other tree walkers expect, on this node at once and on
+    // another.
+    let inst = instance("nlink", 181);
+    let (here, there) = (inst.mount("a", "127.0.0.181"), inst.mount("b", "127.0.0.185"));
+    let (a, b) = (here.dir.display(), there.dir.display());
+    let links = |dir: &str| sh(&format!("stat -c %h {dir}")).trim().parse::<u32>().unwrap();
+    sh(&format!("mkdir {a}/d && mkdir {a}/d/s1 {a}/d/s2 {a}/d/s3 && touch {a}/d/file"));
+    assert_eq!(links(&format!("{a}/d")), 5, "three subdirectories");
+    assert_eq!(links(&format!("{b}/d")), 5, "seen from another node");
+    sh(&format!("rmdir {a}/d/s1"));
+    assert_eq!(links(&format!("{a}/d")), 4, "after an rmdir");
+    sh(&format!("mv {a}/d/s2 {a}/moved"));
+    assert_eq!((links(&format!("{a}/d")), links(&a.to_string())), (3, 4), "after moving one up");
+    assert_eq!(sh(&format!("find {b}/d -type d | wc -l")).trim(), "2");
 }
 
 #[test]

@@ -94,6 +94,15 @@ impl KernelCache {
         }
     }
 
+    /// This node made (`+1`) or removed (`-1`) a subdirectory of `ino`: its link count (2 +
+    /// subdirectories, which `find` relies on) moves with it in what is kept here, exact
+    /// where the mtime may lag.
+    pub(crate) fn subdirectory_count_moved(&self, ino: u64, by: i32) {
+        if let Some((attr, _)) = self.directories.lock().unwrap().get_mut(&ino) {
+            attr.nlink = attr.nlink.saturating_add_signed(by).max(2);
+        }
+    }
+
     pub(crate) fn forget_directory(&self, ino: u64) {
         self.directories.lock().unwrap().remove(&ino);
     }

@@ -260,6 +260,7 @@ impl Ops {
                 let attr = ops.client.as_user(caller.uid, caller.gid).mkdir_at(parent, &name, mode & 0o7777).await?;
                 // Made here: every name in it is known (none yet).
                 ops.kernel.listings.made(attr.ino);
+                ops.kernel.subdirectory_count_moved(parent, 1);
                 Ok(attr)
             };
             ops.changed_name(parent, &name, true, made).await.map(|attr| ops.told(attr))
@@ -273,7 +274,13 @@ impl Ops {
 
     pub fn rmdir(self: &Arc<Self>, parent: u64, name: String) -> impl Future<Output = Result<()>> + Send + 'static {
         let ops = self.clone();
-        async move { ops.changed_name(parent, &name, false, ops.client.rmdir_at(parent, &name)).await }
+        async move {
+            let removed = ops.changed_name(parent, &name, false, ops.client.rmdir_at(parent, &name)).await;
+            if removed.is_ok() {
+                ops.kernel.subdirectory_count_moved(parent, -1);
+            }
+            removed
+        }
     }
 
     /// Runs `change` of `parent/name` and records what it did to the name (`exists` after it,
@@ -314,6 +321,9 @@ impl Ops {
                 return Err(Error::new(ErrorCode::Invalid, "RENAME_EXCHANGE and RENAME_WHITEOUT are not supported"));
             }
             let result = ops.client.rename_at(parent, &name, newparent, &newname, flags & libc::RENAME_NOREPLACE != 0).await;
+            // A directory moved (or one replaced) changes link counts: asked again.
+            ops.kernel.forget_directory(parent);
+            ops.kernel.forget_directory(newparent);
             ops.kernel.listings.named(parent, &name, outcome(&result, false));
             ops.kernel.listings.named(newparent, &newname, outcome(&result, true));
             result
