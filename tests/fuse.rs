@@ -97,6 +97,34 @@ fn directory_link_counts_follow_their_subdirectories() {
 }
 
 #[test]
+fn appends_from_two_nodes_all_land_whole() {
+    // O_APPEND on two nodes at once: every line lands, none over another (the offset comes
+    // from the file's home, not from each kernel's idea of the end).
+    let inst = instance("append", 191);
+    let (here, there) = (inst.mount("a", "127.0.0.191"), inst.mount("b", "127.0.0.195"));
+    let (a, b) = (here.dir.display(), there.dir.display());
+    sh(&format!("touch {a}/log"));
+    sh(&format!(
+        "(for i in $(seq 1000); do echo \"a $i of the lines appended from node a\" >> {a}/log; done) & \
+         (for i in $(seq 1000); do echo \"b $i of the lines appended from node b\" >> {b}/log; done) & wait"
+    ));
+    for (node, dir) in [("a", &a), ("b", &b)] {
+        let lines = sh(&format!("cat {dir}/log"));
+        let mut seen: Vec<&str> = lines.lines().collect();
+        assert_eq!(seen.len(), 2000, "node {node} reads every line");
+        seen.sort();
+        let twice: Vec<&str> = seen.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]).collect();
+        seen.dedup();
+        assert_eq!(seen.len(), 2000, "node {node}: no line twice: {twice:?}");
+        for from in ["a", "b"] {
+            let whole =
+                seen.iter().filter(|l| l.starts_with(&format!("{from} ")) && l.ends_with(&format!("appended from node {from}"))).count();
+            assert_eq!(whole, 1000, "node {node}: every line from {from} whole");
+        }
+    }
+}
+
+#[test]
 fn git_init_commit_clone_and_fsck() {
     let inst = instance("git", 31);
     let m = inst.mount("a", "127.0.0.31");

@@ -17,7 +17,7 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use surge_proto::data::{LocalWritten, Read, ReserveLocal, SyncData, Write};
-use surge_proto::namespace::Commit;
+use surge_proto::namespace::{Append, Commit};
 use surge_proto::ticket::Ticket;
 use surge_proto::{Attr, AttrChanges, Ino, InodeFate, Request, Timestamp};
 
@@ -259,6 +259,15 @@ impl File {
         self.size.fetch_max(end, Ordering::Relaxed);
         self.dirty.store(true, Ordering::Relaxed);
         self.mtime_due.store(true, Ordering::Relaxed);
+    }
+
+    /// Writes `data` at the end of the file as it stands on its home, whatever other clients
+    /// append meanwhile (O_APPEND across nodes): the home sets the range aside, then the
+    /// data goes there. Answers the offset it landed at.
+    pub async fn append(&self, data: Bytes) -> Result<u64> {
+        let offset = self.client.call_home(self.ino, Append { ino: self.ino, len: data.len() as u64 }).await?;
+        self.pwrite_bytes(offset, data).await?;
+        Ok(offset)
     }
 
     /// The file's times were set explicitly (futimens, utimensat) after what this handle

@@ -83,10 +83,22 @@ fn data<B: AsRef<[u8]>>(reply: ReplyData) -> impl FnOnce(Result<B>) + Send + 'st
     }
 }
 
-fn opened(reply: ReplyOpen) -> impl FnOnce(Result<u64>) + Send + 'static {
+fn opened(reply: ReplyOpen, flags: i32) -> impl FnOnce(Result<u64>) + Send + 'static {
     move |result| match result {
-        Ok(fh) => reply.opened(fh, 0),
+        Ok(fh) => reply.opened(fh, open_reply_flags(flags)),
         Err(e) => reply.error(e.errno()),
+    }
+}
+
+/// An O_APPEND descriptor bypasses the page cache: through the cache the kernel splits one
+/// write(2) into several requests where it meets a page it does not hold whole, and each
+/// would be appended on its own (another node's append could land between the pieces).
+/// Direct, a write of up to `max_write` is one request, one append.
+fn open_reply_flags(flags: i32) -> u32 {
+    if flags & libc::O_APPEND != 0 {
+        fuser::consts::FOPEN_DIRECT_IO
+    } else {
+        0
     }
 }
 
@@ -192,7 +204,7 @@ impl Filesystem for SurgeFs {
     }
 
     fn open(&mut self, req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
-        self.answer(self.ops.open(ino, flags, caller(req)), opened(reply));
+        self.answer(self.ops.open(ino, flags, caller(req)), opened(reply, flags));
     }
 
     fn read(&mut self, _req: &Request<'_>, ino: u64, fh: u64, offset: i64, size: u32, _flags: i32, _lock: Option<u64>, reply: ReplyData) {
@@ -207,11 +219,13 @@ impl Filesystem for SurgeFs {
         offset: i64,
         bytes: &[u8],
         _wflags: u32,
-        _flags: i32,
+        flags: i32,
         _lock: Option<u64>,
         reply: ReplyWrite,
     ) {
-        self.ops.write(fh, ino, offset as u64, bytes, move |result| match result {
+        // `flags`: the descriptor's open flags.
+        let append = flags & libc::O_APPEND != 0;
+        self.ops.write(fh, ino, offset as u64, bytes, append, move |result| match result {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(e.errno()),
         });
@@ -233,7 +247,7 @@ impl Filesystem for SurgeFs {
     }
 
     fn opendir(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
-        self.answer(self.ops.opendir(ino), opened(reply));
+        self.answer(self.ops.opendir(ino), opened(reply, 0));
     }
 
     fn readdir(&mut self, _req: &Request<'_>, ino: u64, fh: u64, offset: i64, mut reply: ReplyDirectory) {
@@ -277,7 +291,7 @@ impl Filesystem for SurgeFs {
         let name = name_or_reply!(name, reply);
         let (ttl, blksize) = (self.ops.ttl(), self.ops.blksize());
         self.answer(self.ops.create(parent, name, mode & !umask, flags, caller(req)), move |result| match result {
-            Ok((attr, fh)) => reply.created(&ttl, &fuse_attr(&attr, blksize), 0, fh, 0),
+            Ok((attr, fh)) => reply.created(&ttl, &fuse_attr(&attr, blksize), 0, fh, open_reply_flags(flags)),
             Err(e) => reply.error(e.errno()),
         });
     }

@@ -445,7 +445,17 @@ impl Ops {
     /// Writes through handle `fh`, answering through `done`: at once when the write could go
     /// out from this thread ([`File::write_behind_now`]: to the local writer or the chunk's
     /// server, within the write-behind window), else from a task once the window has room.
-    pub fn write(self: &Arc<Self>, fh: u64, ino: u64, offset: u64, data: &[u8], done: impl FnOnce(Result<usize>) + Send + 'static) {
+    /// `append`: the file was opened with O_APPEND: the data goes at the end of the file as
+    /// its home has it (other nodes append too), not at the kernel's idea of the end.
+    pub fn write(
+        self: &Arc<Self>,
+        fh: u64,
+        ino: u64,
+        offset: u64,
+        data: &[u8],
+        append: bool,
+        done: impl FnOnce(Result<usize>) + Send + 'static,
+    ) {
         let f = match self.open_file(fh) {
             Ok(f) => f,
             Err(e) => return done(Err(e)),
@@ -454,6 +464,11 @@ impl Ops {
         f.chunks.clear();
         for other in siblings(&self.files, fh, ino) {
             other.chunks.clear();
+        }
+        if append {
+            let data = Bytes::copy_from_slice(data);
+            let len = data.len();
+            return self.spawn(async move { done(f.file.append(data).await.map(|_| len)) });
         }
         let data = match f.file.write_behind_now(offset, Bytes::copy_from_slice(data)) {
             Ok(n) => return done(Ok(n)),

@@ -182,6 +182,15 @@ pub struct Open {
     pub ino: Ino,
 }
 
+/// Sets `len` bytes at the end of regular file `ino` aside for one appending write (the
+/// size grows by `len` at once) and answers their offset: how writes to a file opened with
+/// O_APPEND on several nodes each land whole, none over another.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Append {
+    pub ino: Ino,
+    pub len: u64,
+}
+
 /// A ticket for a file's data (see [`crate::ticket`]), from its home, with the rights the
 /// caller has on it (read, write); AccessDenied if neither. Asked after an open, and before a
 /// truncate, by clients of servers that check identities.
@@ -228,5 +237,6 @@ service! {
         Open -> Attr, "open";
         Commit -> InodeFate, "commit";
         Grant -> crate::ticket::Ticket, "grant";
+        Append -> u64, "append";
     }
 }

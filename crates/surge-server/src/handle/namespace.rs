@@ -146,6 +146,7 @@ impl Session {
             NamespaceRequest::Open(s) => self.answer_step(s),
             NamespaceRequest::Commit(s) => self.answer_step(s),
             NamespaceRequest::Grant(s) => self.answer_step(s),
+            NamespaceRequest::Append(s) => self.answer_step(s),
         }
     }
 
@@ -506,6 +507,19 @@ impl Step for Readdir {
 
     fn effects(&self, _: &DirPage) -> Effects {
         Effects { told_dirs: vec![self.ino], ..Default::default() }
+    }
+}
+
+impl Step for Append {
+    fn run(&self, cx: &mut StepContext) -> Result<u64> {
+        if let Some(caller) = cx.caller {
+            caller.check_publish(&cx.meta.getattr(self.ino)?)?;
+        }
+        cx.meta.append(self.ino, self.len)
+    }
+
+    fn effects(&self, _: &u64) -> Effects {
+        Effects { changed_attrs: vec![self.ino], ..Default::default() }
     }
 }
 

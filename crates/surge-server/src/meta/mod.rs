@@ -829,6 +829,25 @@ impl MetaStore {
         }
         Ok(InodeFate { purge, size: final_size, ticket: None })
     }
+
+    /// Sets `len` bytes at the end of a regular file aside for one appending write and
+    /// answers where they start: appends from any number of clients get ranges of their own,
+    /// in the order they reach the file's home (O_APPEND across nodes).
+    pub fn append(&mut self, ino: Ino, len: u64) -> Result<u64> {
+        let inode = self.inode_mut(ino)?;
+        if inode.attr.kind != FileKind::File {
+            return fail(ErrorCode::Invalid, "append to something that is not a regular file");
+        }
+        let offset = inode.attr.size;
+        let Some(end) = offset.checked_add(len).filter(|&end| end <= i64::MAX as u64) else {
+            return fail(ErrorCode::Invalid, format!("append of {len} bytes past the largest file size"));
+        };
+        let now = Timestamp::now();
+        inode.attr.size = end;
+        inode.attr.mtime = now;
+        inode.attr.ctime = now;
+        Ok(offset)
+    }
 }
 
 #[cfg(test)]
