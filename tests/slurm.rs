@@ -304,10 +304,11 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
                 "#!/bin/bash\n#SBATCH -N 3\n#SBATCH -o {p}/local.out\n\
                  #DW jobdw capacity=768MiB access_mode=striped,private type=scratch pool=local\n\
                  stat -c '%U %a' $DW_JOB_STRIPED $DW_JOB_PRIVATE\n\
-                 srun -N3 bash -c 'echo $SLURMD_NODENAME > $DW_JOB_PRIVATE/who; echo $SLURMD_NODENAME > $DW_JOB_STRIPED/$SLURMD_NODENAME || (stat $DW_JOB_STRIPED; id; tail -5 $SURGE_HOME/instances/*.fuse.log $SURGE_HOME/*.fuse.log)'\n\
+                 srun -N3 bash -c 'echo $SLURMD_NODENAME > $DW_JOB_PRIVATE/who; echo $SLURMD_NODENAME > $DW_JOB_STRIPED/$SLURMD_NODENAME || (stat $DW_JOB_STRIPED; id; tail -n 20 $SURGE_HOME/*.fuse.log {storage}/job-*/server.log)'\n\
                  srun -N3 bash -c 'echo $SLURMD_NODENAME sees $(cat $DW_JOB_PRIVATE/who) and $(ls $DW_JOB_STRIPED | tr \"\\n\" \" \")'\n\
                  sleep 4\n",
-                p = p.display()
+                p = p.display(),
+                storage = bed.dir.join("storage").display()
             ),
         )
         .unwrap();

@@ -10,8 +10,8 @@ use fuser::{
     FileType, Filesystem, KernelConfig, Notifier, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
     ReplyStatfs, ReplyWrite, Request, TimeOrNow,
 };
-use surge_client::surge_proto::{Attr, AttrChanges};
-use surge_client::{Client, Result};
+use surge_client::surge_proto::{Attr, AttrChanges, ErrorCode};
+use surge_client::{Client, Error, Result};
 use tokio::runtime::Handle;
 
 use crate::convert::{file_type, fuse_attr, name_of, to_timestamp};
@@ -44,7 +44,13 @@ impl SurgeFs {
         work: impl std::future::Future<Output = Result<T>> + Send + 'static,
         reply: impl FnOnce(Result<T>) + Send + 'static,
     ) {
-        self.ops.spawn(async move { reply(work.await) });
+        self.ops.spawn(async move {
+            let result = work.await;
+            if let Err(e) = &result {
+                log_failure(e);
+            }
+            reply(result)
+        });
     }
 
     fn entry(&self, reply: ReplyEntry) -> impl FnOnce(Result<Attr>) + Send + 'static {
@@ -80,6 +86,16 @@ fn data<B: AsRef<[u8]>>(reply: ReplyData) -> impl FnOnce(Result<B>) + Send + 'st
     move |result| match result {
         Ok(bytes) => reply.data(bytes.as_ref()),
         Err(e) => reply.error(e.errno()),
+    }
+}
+
+/// The errors a file system answers all day (a name that is not there, or is) only at debug
+/// level; any other one at info, with what the client said of it, for whoever reads the
+/// mount's log after a program failed.
+fn log_failure(e: &Error) {
+    match e.code {
+        ErrorCode::NotFound | ErrorCode::Exists | ErrorCode::NotEmpty | ErrorCode::NameTooLong => tracing::debug!("answered: {e}"),
+        _ => tracing::info!(errno = e.errno(), "answered an error: {e}"),
     }
 }
 
