@@ -66,7 +66,7 @@ def load_sweep(sweep: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _grouped_bars(df: pd.DataFrame, value: str, ylabel: str, title: str, out: str) -> str:
+def _grouped_bars(df: pd.DataFrame, value: str, ylabel: str, title: str, out: str, log: bool = False) -> str:
     systems = sorted(df["system"].unique())
     fig, axes = plt.subplots(1, len(systems), figsize=(4.5 * len(systems), 3.6), sharey=True, squeeze=False)
     for ax, system in zip(axes[0], systems):
@@ -84,6 +84,9 @@ def _grouped_bars(df: pd.DataFrame, value: str, ylabel: str, title: str, out: st
         ax.set_xticks([x + width for x in range(len(labels))])
         ax.set_xticklabels(labels, rotation=20, ha="right")
         ax.set_title(system)
+        if log:
+            # Jobs whose phases differ by orders of magnitude (0.2 s next to 80 s) all visible.
+            ax.set_yscale("log")
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].set_ylabel(ylabel)
     axes[0][-1].legend(fontsize=8)
@@ -101,7 +104,7 @@ def plot_hops(df: pd.DataFrame, out: str) -> str:
 
 def plot_phase_lengths(df: pd.DataFrame, out: str) -> str:
     """Fig. 8: I/O phase length (sum over phases) per application and configuration."""
-    return _grouped_bars(df, "io_time", "I/O phase length (s)", "I/O phase length per configuration", out)
+    return _grouped_bars(df, "io_time", "I/O phase length (s, log scale)", "I/O phase length per configuration", out, log=True)
 
 
 def plot_rank_phases(df: pd.DataFrame, workload: str, out: str, phase: int = 0, max_ranks: int = 4000) -> str:
