@@ -113,6 +113,29 @@ impl Testbed {
         self.wait_until(&format!("job {job} finished"), Duration::from_secs(90), || self.queued(job).is_none());
     }
 
+    /// Waits until Surge holds no instance any more (every buffer released).
+    fn wait_all_released(&self, what: &str) {
+        self.wait_until(what, Duration::from_secs(30), || self.status()["instances"].as_array().unwrap().is_empty());
+    }
+
+    /// Waits until a stage of `job` is copying.
+    fn wait_stage_running(&self, job: u64) {
+        self.wait_until("the stage-in running", Duration::from_secs(60), || {
+            self.status()["stages"].as_array().unwrap().iter().any(|s| s["job"] == job && s["state"] == "running")
+        });
+    }
+
+    /// Checks that the burst-buffer nodes' storage holds nothing but the agents' (empty)
+    /// record directory.
+    fn assert_bb_storage_empty(&self, after: &str) {
+        for node in ["bb1", "bb2"] {
+            let storage = self.on_node(node, &["ls", "-A", self.dir.join("storage").to_str().unwrap()]);
+            let agent = self.on_node(node, &["ls", "-A", self.dir.join("storage/.agent").to_str().unwrap()]);
+            let left = format!("{}{}", String::from_utf8_lossy(&storage.stdout), String::from_utf8_lossy(&agent.stdout));
+            assert_eq!(left.trim(), ".agent", "{node}'s storage after {after}");
+        }
+    }
+
     fn status(&self) -> serde_json::Value {
         let surge = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/surge");
         let out = self.command(surge.to_str().unwrap()).args(["status", "--json"]).output().unwrap();
@@ -290,7 +313,7 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
     let expected: String = restart.chunks(1 << 20).map(sha256_line).collect();
     assert_eq!(movie, expected, "the movie on the PFS is every frame, in order");
     // Slurm tears down just after the job leaves the queue.
-    bed.wait_until("torn down after the job", Duration::from_secs(30), || bed.status()["instances"].as_array().unwrap().is_empty());
+    bed.wait_all_released("torn down after the job");
     let status = bed.status();
     assert_eq!(status["pools"][0]["free"], status["pools"][0]["quantity"], "capacity released: {status}");
 
@@ -357,7 +380,7 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
     assert_eq!(reservations(bed.status()), 1);
     let d = bed.submit("d.sh", &with("d", "#DW destroy_persistent name=ckpt", "echo destroyed")).unwrap();
     bed.wait_gone(d);
-    bed.wait_until("the reservation gone", Duration::from_secs(30), || bed.status()["instances"].as_array().unwrap().is_empty());
+    bed.wait_all_released("the reservation gone");
 
     section("persistent reservation, four jobs");
     // ----- the manager killed in the middle of a setup, then of a teardown: the hooks ask
@@ -380,13 +403,8 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
     assert_eq!(std::fs::read_to_string(bed.pfs("crash.out")).unwrap_or_default(), "1048576\n", "{}", bed.logs());
     bed.restart_manager();
     bed.wait_gone(crashing);
-    bed.wait_until("the crashed teardown finished", Duration::from_secs(30), || bed.status()["instances"].as_array().unwrap().is_empty());
-    for node in ["bb1", "bb2"] {
-        let storage = bed.on_node(node, &["ls", "-A", bed.dir.join("storage").to_str().unwrap()]);
-        let agent = bed.on_node(node, &["ls", "-A", bed.dir.join("storage/.agent").to_str().unwrap()]);
-        let left = format!("{}{}", String::from_utf8_lossy(&storage.stdout), String::from_utf8_lossy(&agent.stdout));
-        assert_eq!(left.trim(), ".agent", "{node}'s storage after the crashes");
-    }
+    bed.wait_all_released("the crashed teardown finished");
+    bed.assert_bb_storage_empty("the crashes");
     section("manager killed mid-setup and mid-teardown");
     // ----- a full pool: the second job waits for the first's capacity -----
     let x = bed
@@ -513,7 +531,7 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
     bed.wait_gone(missing);
     bed.wait_gone(lost);
     bed.wait_gone(retried);
-    bed.wait_until("everything released", Duration::from_secs(30), || bed.status()["instances"].as_array().unwrap().is_empty());
+    bed.wait_all_released("everything released");
     section("stage failures");
 
     // ----- the manager killed (-9) during a stage-in: the job goes on once it is back -----
@@ -530,9 +548,7 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
             ),
         )
         .unwrap();
-    bed.wait_until("the stage-in running", Duration::from_secs(60), || {
-        bed.status()["stages"].as_array().unwrap().iter().any(|s| s["job"] == survivor && s["state"] == "running")
-    });
+    bed.wait_stage_running(survivor);
     bed.restart_manager();
     bed.wait_gone(survivor);
     assert_eq!(std::fs::read_to_string(bed.pfs("survivor.out")).unwrap_or_default(), format!("{}\n", 2u64 << 30), "{}", bed.logs());
@@ -545,19 +561,12 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
             &format!("#!/bin/bash\n#DW jobdw capacity=3GiB access_mode=striped type=scratch\n#DW stage_in type=file source={} destination=$DW_JOB_STRIPED/huge.h5\necho never\n", huge.display()),
         )
         .unwrap();
-    bed.wait_until("the stage-in running", Duration::from_secs(60), || {
-        bed.status()["stages"].as_array().unwrap().iter().any(|s| s["job"] == staging && s["state"] == "running")
-    });
+    bed.wait_stage_running(staging);
     let cancel = bed.command("scancel").arg(staging.to_string()).output().unwrap();
     assert!(cancel.status.success(), "{}", text(&cancel));
     bed.wait_gone(staging);
-    bed.wait_until("the cancelled job's buffer released", Duration::from_secs(30), || {
-        bed.status()["instances"].as_array().unwrap().is_empty()
-    });
-    for node in ["bb1", "bb2"] {
-        let storage = bed.on_node(node, &["ls", "-A", bed.dir.join("storage").to_str().unwrap()]);
-        assert_eq!(String::from_utf8_lossy(&storage.stdout).trim(), ".agent", "{node}'s storage after the cancel");
-    }
+    bed.wait_all_released("the cancelled job's buffer released");
+    bed.assert_bb_storage_empty("the cancel");
     section("scancel during stage-in");
 
     // ----- a server killed under a running job: I/O errors within seconds, never a hang -----
@@ -594,7 +603,7 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
         took.as_secs_f64(),
         out.lines().next().unwrap_or("")
     );
-    bed.wait_until("the writer's buffer released", Duration::from_secs(30), || bed.status()["instances"].as_array().unwrap().is_empty());
+    bed.wait_all_released("the writer's buffer released");
     section("server killed under a job");
     println!("scenarios ran in {:.1} s", started.elapsed().as_secs_f64());
 
@@ -641,7 +650,7 @@ cat $DW_JOB_STRIPED/part-0 $DW_JOB_STRIPED/part-1 > $DW_JOB_STRIPED/output.h5
     assert!(out.starts_with("nobody 700\n"), "the buffer is the user's, mode 0700: {out}\n{}", bed.logs());
     let output = std::fs::read(bed.pfs("output.h5")).unwrap_or_default();
     assert!(output.len() == 2 * input.len() && output.chunks(input.len()).all(|c| c == input), "staged out whole: {out}");
-    bed.wait_until("torn down after the job", Duration::from_secs(30), || bed.status()["instances"].as_array().unwrap().is_empty());
+    bed.wait_all_released("torn down after the job");
     section("datawarp: a job with stage-in and stage-out");
 
     // A persistent reservation the plugin creates and destroys from `#BB` lines.
@@ -666,7 +675,7 @@ cat $DW_JOB_STRIPED/part-0 $DW_JOB_STRIPED/part-1 > $DW_JOB_STRIPED/output.h5
     assert!(String::from_utf8_lossy(&bbstat.stdout).contains("bb "), "scontrol show bbstat: {}", text(&bbstat));
     let destroy = bed.submit("rm.sh", "#!/bin/bash\n#BB destroy_persistent name=dwres\nhostname\n").unwrap();
     bed.wait_gone(destroy);
-    bed.wait_until("the reservation destroyed", Duration::from_secs(30), || bed.status()["instances"].as_array().unwrap().is_empty());
+    bed.wait_all_released("the reservation destroyed");
     section("datawarp: a persistent reservation over three jobs");
     bed.down_leaving_nothing();
 }

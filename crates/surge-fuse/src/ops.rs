@@ -193,17 +193,17 @@ impl Ops {
     ) -> impl Future<Output = Result<Attr>> + Send + 'static {
         self.kernel.forget_directory(ino);
         let open = fh.and_then(|fh| self.open_file(fh).ok());
-        if change.size.is_some() {
-            // New contents for every reader on this node.
-            for other in siblings(&self.files, 0, ino) {
-                other.chunks.clear();
-            }
-        }
-        if change.mtime.is_some() {
-            // Times set after writes (`cp -a`, `tar x`) stay: no handle here may publish its
-            // close time over them.
+        if change.size.is_some() || change.mtime.is_some() {
             for handle in siblings(&self.files, 0, ino) {
-                handle.file.times_set_explicitly();
+                if change.size.is_some() {
+                    // New contents for every reader on this node.
+                    handle.chunks.clear();
+                }
+                if change.mtime.is_some() {
+                    // Times set after writes (`cp -a`, `tar x`) stay: no handle here may
+                    // publish its close time over them.
+                    handle.file.times_set_explicitly();
+                }
             }
         }
         let ops = self.clone();

@@ -400,7 +400,7 @@ impl Manager {
         mode: &str,
         capacity: u64,
     ) -> Result<(InstanceRecord, Vec<ServerRecord>)> {
-        let charged = pools::units(capacity, pool.granularity) * pool.granularity;
+        let charged = pools::charged(capacity, pool.granularity);
         let servers = match pool.kind {
             PoolKindConfig::Standing => pools::place_standing(pool, used, capacity).map_err(|e| anyhow!(e))?,
             // On the job's nodes, once they are known.
@@ -438,9 +438,8 @@ impl Manager {
         let _placing = self.placement.lock().await;
         let existing = self.store().persistent(name)?;
         if let Some(existing) = existing {
-            let same_pool = self.config.pool_for(pool).is_ok_and(|p| p.name == existing.pool);
-            let charged = self.config.pool(&existing.pool).map(|p| pools::units(capacity, p.granularity) * p.granularity);
-            if existing.uid == uid && same_pool && charged == Some(existing.capacity) {
+            let asked = self.config.pool_for(pool).ok().filter(|p| p.name == existing.pool);
+            if existing.uid == uid && asked.is_some_and(|p| pools::charged(capacity, p.granularity) == existing.capacity) {
                 tracing::info!(name, "create_persistent again: the reservation exists as asked");
                 return if existing.state == "ready" { Ok(()) } else { self.start_instance(&existing.name).await };
             }

@@ -10,6 +10,11 @@ pub fn units(capacity: u64, granularity: u64) -> u64 {
     capacity.div_ceil(granularity)
 }
 
+/// What a request of `capacity` bytes is charged: whole units, in bytes.
+pub fn charged(capacity: u64, granularity: u64) -> u64 {
+    units(capacity, granularity) * granularity
+}
+
 /// Where a standing-pool instance of `capacity` bytes goes (DataWarp's rule): rounded up to
 /// the pool's unit, and spread one unit at a time over the nodes with the most free units, so
 /// that it is striped over as many nodes as its units allow. Returns each chosen node with the
