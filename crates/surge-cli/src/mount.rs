@@ -88,7 +88,22 @@ pub async fn start_mount_daemon(mut cmd: Command, dir: &Path, log_path: &Path) -
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    settle_root(dir);
     Ok(())
+}
+
+/// Makes the kernel take the root's real attributes. fusermount mounts with a placeholder
+/// root (no permission bits) that stays until a GETATTR reply is accepted, and the kernel
+/// drops a reply that crosses an invalidation from the servers: a first access racing one
+/// would be refused (EACCES). A few stats until the bits show settle it before anyone uses it.
+fn settle_root(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for _ in 0..10 {
+        match std::fs::metadata(dir) {
+            Ok(m) if m.permissions().mode() & 0o7777 == 0 => continue,
+            _ => return,
+        }
+    }
 }
 
 /// Mounts `dir` for one user as root does for a job (no readable /dev/fuse or fusermount
@@ -103,7 +118,11 @@ pub async fn mount_for_user(mut cmd: Command, instance: &str, dir: &Path, (uid, 
     use std::os::unix::process::CommandExt;
     // The descriptor the daemon serves; it gets it as descriptor 3 (see below).
     let device: OwnedFd = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").context("open /dev/fuse")?.into();
-    let options = format!("fd={},rootmode=40000,user_id={uid},group_id={gid},default_permissions,allow_other", device.as_raw_fd());
+    // The kernel gives the root these attributes until a GETATTR reply replaces them, and it
+    // drops a reply that crosses an invalidation (another node creating a file in the root
+    // sends one): a placeholder without permission bits then fails the job's first create with
+    // EACCES. The buffer's root is the user's with mode 0700, so that is the placeholder.
+    let options = format!("fd={},rootmode=40700,user_id={uid},group_id={gid},default_permissions,allow_other", device.as_raw_fd());
     let c = |s: &str| std::ffi::CString::new(s).context("NUL in a mount argument");
     let (source, target, fstype, data) = (c(&format!("surge:{instance}"))?, c(&dir.to_string_lossy())?, c("fuse.surge")?, c(&options)?);
     // SAFETY: every pointer is a NUL-terminated string that outlives the call.
