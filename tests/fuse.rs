@@ -125,6 +125,42 @@ fn appends_from_two_nodes_all_land_whole() {
 }
 
 #[test]
+fn hard_links_span_directories_on_any_server() {
+    // Names in directories homed on different servers, one inode: the count, the data and the
+    // inode number agree on both nodes, and the data stays until the last name goes.
+    let inst = instance("links", 211);
+    let (here, there) = (inst.mount("a", "127.0.0.211"), inst.mount("b", "127.0.0.215"));
+    let (a, b) = (here.dir.display(), there.dir.display());
+    let stat = |path: String| sh(&format!("stat -c '%h %i %s' {path}")).trim().to_string();
+    sh(&format!("mkdir {a}/d1 {a}/d2 {a}/d3 {a}/d4 && echo first > {a}/f"));
+    let ctime_before = sh(&format!("stat -c %z {a}/f"));
+    for d in ["d1", "d2", "d3", "d4"] {
+        sh(&format!("ln {a}/f {a}/{d}/g"));
+    }
+    let ino = sh(&format!("stat -c %i {a}/f")).trim().to_string();
+    for path in [format!("{a}/f"), format!("{b}/f"), format!("{b}/d3/g"), format!("{a}/d4/g")] {
+        assert_eq!(stat(path.clone()), format!("5 {ino} 6"), "{path}");
+    }
+    assert_ne!(sh(&format!("stat -c %z {b}/f")), ctime_before, "a link changes the inode's ctime");
+    sh(&format!("echo second >> {b}/d2/g"));
+    assert_eq!(sh(&format!("cat {a}/d1/g")), "first\nsecond\n", "one file's data under every name");
+    sh(&format!("rm {a}/f {b}/d1/g {a}/d2/g"));
+    assert_eq!(stat(format!("{b}/d4/g")), format!("2 {ino} 13"), "two names left");
+    assert_eq!(sh(&format!("cat {b}/d3/g")), "first\nsecond\n");
+    // What ln refuses, with the errno Linux gives.
+    let refused = |cmd: String| sh(&format!("{cmd} 2>&1 && echo allowed || true"));
+    assert!(refused(format!("ln {a}/d1 {a}/dirlink")).contains("hard link not allowed for directory"), "no links to directories");
+    assert!(refused(format!("ln {a}/d3/g {a}/d4/g")).contains("File exists"), "an existing name, the same file's too");
+    assert_eq!(stat(format!("{a}/d3/g")), format!("2 {ino} 13"), "a refused link leaves the count");
+    sh(&format!("rm {a}/d3/g {b}/d4/g"));
+    assert_eq!(sh(&format!("find {b}/d1 {b}/d2 {b}/d3 {b}/d4 -type f | wc -l")).trim(), "0", "every name gone");
+    // Tools that keep links: tar.
+    sh(&format!("mkdir {a}/src && echo x > {a}/src/one && ln {a}/src/one {a}/src/two && tar -C {a} -cf {a}/t.tar src"));
+    sh(&format!("mkdir {b}/out && tar -C {b}/out -xf {b}/t.tar"));
+    assert_eq!(sh(&format!("stat -c %i {a}/out/src/one")), sh(&format!("stat -c %i {a}/out/src/two")), "tar made a link, not a copy");
+}
+
+#[test]
 fn git_init_commit_clone_and_fsck() {
     let inst = instance("git", 31);
     let m = inst.mount("a", "127.0.0.31");

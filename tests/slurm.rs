@@ -327,7 +327,7 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
                 "#!/bin/bash\n#SBATCH -N 3\n#SBATCH -o {p}/local.out\n\
                  #DW jobdw capacity=768MiB access_mode=striped,private type=scratch pool=local\n\
                  stat -c '%U %a' $DW_JOB_STRIPED $DW_JOB_PRIVATE\n\
-                 srun -N3 bash -c 'echo $SLURMD_NODENAME > $DW_JOB_PRIVATE/who; echo $SLURMD_NODENAME > $DW_JOB_STRIPED/$SLURMD_NODENAME || (stat $DW_JOB_STRIPED; id; tail -n 20 $SURGE_HOME/*.fuse.log {storage}/job-*/server.log)'\n\
+                 srun -N3 bash -c 'echo $SLURMD_NODENAME > $DW_JOB_PRIVATE/who; echo $SLURMD_NODENAME > $DW_JOB_STRIPED/$SLURMD_NODENAME || (date +%T.%N; stat $DW_JOB_STRIPED; id; grep -h striped /proc/self/mountinfo; echo retry; echo again > $DW_JOB_STRIPED/$SLURMD_NODENAME.2 && echo retry-ok; ls -la $DW_JOB_STRIPED; tail -n 20 $SURGE_HOME/*.fuse.log {storage}/job-*/server.log; cat /proc/$$/status | grep -i -E \"uid|gid|groups|cap\")'\n\
                  srun -N3 bash -c 'echo $SLURMD_NODENAME sees $(cat $DW_JOB_PRIVATE/who) and $(ls $DW_JOB_STRIPED | tr \"\\n\" \" \")'\n\
                  sleep 4\n",
                 p = p.display(),
@@ -638,7 +638,7 @@ fn slurm_datawarp_plugin_drives_surge() {
 #DW stage_in type=file source={p}/input.h5 destination=$DW_JOB_STRIPED/input.h5
 #DW stage_out type=file source=$DW_JOB_STRIPED/output.h5 destination={p}/output.h5
 stat -c '%U %a' $DW_JOB_STRIPED
-srun -N2 bash -c 'cat $DW_JOB_STRIPED/input.h5 > $DW_JOB_STRIPED/part-$SLURM_PROCID'
+srun -N2 bash -c 'cat $DW_JOB_STRIPED/input.h5 > $DW_JOB_STRIPED/part-$SLURM_PROCID || (date +%T.%N; stat $DW_JOB_STRIPED; id; grep -h $SLURM_JOB_ID /proc/self/mountinfo; ls -la $DW_JOB_STRIPED)'
 cat $DW_JOB_STRIPED/part-0 $DW_JOB_STRIPED/part-1 > $DW_JOB_STRIPED/output.h5
 ",
                 p = p.display()

@@ -7,8 +7,8 @@
 use surge_proto::data::{PurgeData, TruncateData};
 use surge_proto::ino::{self, Ino};
 use surge_proto::namespace::{
-    Commit, Create, DropInode, DropLink, GetAttr, Grant, InsertEntry, Lookup, MakeDirInode, Open, Readdir, Readlink, RemoveEntry, Rename,
-    RenameFinish, RenamePrepare, RetireDir, Rmdir, SetAttr, SetParent, Symlink, Unlink, UnretireDir,
+    AddLink, Commit, Create, DropInode, DropLink, GetAttr, Grant, InsertEntry, Lookup, MakeDirInode, Open, Readdir, Readlink, RemoveEntry,
+    Rename, RenameFinish, RenamePrepare, RetireDir, Rmdir, SetAttr, SetParent, Symlink, Unlink, UnretireDir,
 };
 use surge_proto::ticket::Ticket;
 use surge_proto::{check_name, Attr, AttrChanges, DirEntry, DirPage, ErrorCode, FileKind, LinkOutcome, Unlinked, ROOT_INO};
@@ -117,6 +117,21 @@ impl Client {
     pub async fn symlink_at(&self, parent: Ino, name: &str, target: &str) -> Result<Attr> {
         let (uid, gid) = self.identity();
         self.call_home(parent, Symlink { parent, name: name.to_string(), target: target.to_string(), uid, gid }).await
+    }
+
+    /// A hard link: a new name `parent/name` for the non-directory `ino`, in any directory
+    /// on any server. Its link count goes up first on its home, then the name is made; if
+    /// the name cannot be made, the count goes back down.
+    pub async fn link_at(&self, ino: Ino, parent: Ino, name: &str) -> Result<Attr> {
+        check_name(name)?;
+        let added = self.call_home(ino, AddLink { ino }).await?;
+        let kind = added.attr.kind;
+        let insert = InsertEntry { parent, name: name.to_string(), ino, kind, replace: false, retired_target: None };
+        if let Err(e) = self.call_home(parent, insert).await {
+            let _ = self.call_home(ino, DropLink { ino, ticket: added.undo }).await;
+            return Err(e);
+        }
+        Ok(added.attr)
     }
 
     pub async fn readlink_ino(&self, ino: Ino) -> Result<String> {

@@ -213,6 +213,11 @@ impl Filesystem for SurgeFs {
         self.answer(self.ops.symlink(parent, name, target, caller(req)), self.entry(reply));
     }
 
+    fn link(&mut self, _req: &Request<'_>, ino: u64, newparent: u64, newname: &OsStr, reply: ReplyEntry) {
+        let name = name_or_reply!(newname, reply);
+        self.answer(self.ops.link(ino, newparent, name), self.entry(reply));
+    }
+
     fn rename(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, newparent: u64, newname: &OsStr, flags: u32, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
         let newname = name_or_reply!(newname, reply);

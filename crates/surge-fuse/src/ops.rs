@@ -306,6 +306,15 @@ impl Ops {
         }
     }
 
+    /// A hard link `newparent/newname` to `ino`.
+    pub fn link(self: &Arc<Self>, ino: u64, newparent: u64, newname: String) -> impl Future<Output = Result<Attr>> + Send + 'static {
+        let (ops, local) = (self.clone(), local_size(&self.files, ino));
+        async move {
+            let attr = ops.changed_name(newparent, &newname, true, ops.client.link_at(ino, newparent, &newname)).await?;
+            Ok(ops.told(Attr { size: attr.size.max(local), ..attr }))
+        }
+    }
+
     /// `flags`: RENAME_NOREPLACE, or nothing; RENAME_EXCHANGE and RENAME_WHITEOUT are refused.
     pub fn rename(
         self: &Arc<Self>,

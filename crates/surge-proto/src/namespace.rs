@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::call::service;
 use crate::ino::Ino;
-use crate::types::{Attr, AttrChanges, DirEntry, DirPage, FileKind, InodeFate, LinkOutcome, Timestamp, Unlinked};
+use crate::types::{Attr, AttrChanges, DirEntry, DirPage, FileKind, InodeFate, LinkAdded, LinkOutcome, Timestamp, Unlinked};
 
 /// Looks `name` up in directory `parent`.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -125,6 +125,15 @@ pub struct DropLink {
     pub ticket: Option<crate::ticket::Ticket>,
 }
 
+/// Hard link step 1: one more link to the non-directory inode `ino`, homed here. Its new name
+/// goes in next (`InsertEntry`, on the new parent's home); `DropLink` with the answered ticket
+/// undoes this one if that fails. In this order a crash between the steps leaves a link count
+/// one too high (fsck lowers it), never a name its count does not know of.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct AddLink {
+    pub ino: Ino,
+}
+
 /// Sets a file's link count to the number of names it has (`surge fsck`, after a rename
 /// between servers stopped halfway left it two): refused as stale unless it is `expected` now.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -227,7 +236,8 @@ service! {
         UnretireDir -> (), "unretire-dir";
         RemoveEntry -> (), "remove-entry";
         DropLink -> InodeFate, "drop-link";
-                SetParent -> (), "set-parent";
+        AddLink -> LinkAdded, "add-link";
+        SetParent -> (), "set-parent";
         SetLinks -> Attr, "set-links";
 
         Rename -> LinkOutcome, "rename";

@@ -104,6 +104,15 @@ pub struct InodeFate {
     pub ticket: Option<crate::ticket::Ticket>,
 }
 
+/// A link added to an inode (`AddLink`): its attributes now, and where servers check
+/// identities the ticket that lets the caller drop that link again (`DropLink`) when its name
+/// cannot be made.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct LinkAdded {
+    pub attr: Attr,
+    pub undo: Option<crate::ticket::Ticket>,
+}
+
 /// One page of a directory's entries, in name order.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
 pub struct DirPage {

@@ -118,6 +118,19 @@ impl Caller {
         Ok(())
     }
 
+    /// A hard link to `attr`'s file, as Linux allows it with `protected_hardlinks` (the
+    /// distributions' default): its owner, or a caller who may read and write it, or root.
+    pub fn check_link(&self, attr: &Attr) -> Result<()> {
+        if self.is_root() || attr.uid == self.uid || self.may(attr, READ | WRITE) {
+            Ok(())
+        } else {
+            Err(ServerError::new(
+                ErrorCode::NotPermitted,
+                format!("uid {} may not link another user's file it cannot read and write", self.uid),
+            ))
+        }
+    }
+
     /// A new inode's owner, as the client asks it: the caller, in one of its groups (or the
     /// directory's group, which a set-group-id directory hands down). Root may give any.
     pub fn check_new_owner(&self, uid: u32, gid: u32, parent_gid: Option<u32>) -> Result<()> {

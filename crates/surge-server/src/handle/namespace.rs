@@ -136,6 +136,7 @@ impl Session {
             NamespaceRequest::UnretireDir(s) => self.answer_step(s),
             NamespaceRequest::RemoveEntry(s) => self.answer_step(s),
             NamespaceRequest::DropLink(s) => self.answer_step(s),
+            NamespaceRequest::AddLink(s) => self.answer_step(s),
             NamespaceRequest::SetParent(s) => self.answer_step(s),
             NamespaceRequest::SetLinks(s) => self.answer_step(s),
 
@@ -407,6 +408,24 @@ impl Step for DropLink {
             fx.gone.push(self.ino);
         }
         fx
+    }
+}
+
+impl Step for AddLink {
+    fn run(&self, cx: &mut StepContext) -> Result<surge_proto::LinkAdded> {
+        if let Some(caller) = cx.caller {
+            caller.check_link(&cx.meta.getattr(self.ino)?)?;
+        }
+        let attr = cx.meta.add_link(self.ino)?;
+        let undo = match (cx.ticket_key, cx.caller) {
+            (Some(key), Some(caller)) => Some(Ticket::issue(key, self.ino, caller.uid, UNLINK)),
+            _ => None,
+        };
+        Ok(surge_proto::LinkAdded { attr, undo })
+    }
+
+    fn effects(&self, _: &surge_proto::LinkAdded) -> Effects {
+        Effects { changed_attrs: vec![self.ino], told_attrs: vec![self.ino], ..Default::default() }
     }
 }
 

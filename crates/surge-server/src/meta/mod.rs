@@ -26,6 +26,9 @@ mod scan;
 const RENAME_LOCK_TTL: Duration = Duration::from_secs(30);
 /// Largest readdir page, whatever the client asks for.
 const MAX_READDIR_PAGE: usize = 4096;
+
+/// Links one inode may have (ext4's limit).
+const MAX_LINKS: u32 = 65_000;
 /// What a readdir page's entries may take encoded: half a frame, so that a page of 255-byte
 /// names (with their attributes) always fits one (a page of 4,096 such entries would not).
 const READDIR_PAGE_BYTES: usize = surge_proto::MAX_MESSAGE_LEN / 2;
@@ -593,11 +596,13 @@ impl MetaStore {
             }
         }
         if let Some(existing) = self.dir(parent)?.entries.get(name) {
-            if existing.ino == ino {
-                return Ok(LinkOutcome::default());
-            }
+            // A new name (mkdir, a hard link, a rename that must not replace) must be new,
+            // even where the name there is the same inode's (`ln a a`).
             if !replace {
                 return fail(ErrorCode::Exists, format!("'{name}' exists"));
+            }
+            if existing.ino == ino {
+                return Ok(LinkOutcome::default());
             }
         }
         if kind == FileKind::Dir && ino == parent {
@@ -689,6 +694,25 @@ impl MetaStore {
         Ok(InodeFate { purge: unlinked.purge, size: unlinked.size, ticket: None })
     }
 
+    /// One more link to a file, symlink or other non-directory homed here (hard link step 1).
+    pub fn add_link(&mut self, ino: Ino) -> Result<Attr> {
+        let attr = &self.inode(ino)?.attr;
+        if attr.kind == FileKind::Dir {
+            return fail(ErrorCode::NotPermitted, "a directory cannot have hard links");
+        }
+        if attr.nlink == 0 {
+            // Unlinked while open (linkat of an open descriptor): it may not come back.
+            return fail(ErrorCode::NotFound, "the file has no name any more");
+        }
+        if attr.nlink >= MAX_LINKS {
+            return fail(ErrorCode::TooManyLinks, format!("inode {ino:#x} has {MAX_LINKS} links"));
+        }
+        let inode = self.inode_mut(ino)?;
+        inode.attr.nlink += 1;
+        inode.attr.ctime = Timestamp::now();
+        Ok(inode.attr.clone())
+    }
+
     pub fn set_parent(&mut self, ino: Ino, parent: Ino) -> Result<()> {
         Self::not_root(ino)?;
         match &mut self.inode_mut(ino)?.body {
@@ -723,11 +747,13 @@ impl MetaStore {
             return fail(ErrorCode::Invalid, "cannot move a directory into itself");
         }
         if let Some(existing) = self.dir(dst_parent)?.entries.get(dst_name) {
-            if existing.ino == ino {
-                return Ok(LinkOutcome::default());
-            }
+            // RENAME_NOREPLACE refuses any existing name, a link of the same file too (as
+            // Linux does); a plain rename onto another link of the same file does nothing.
             if noreplace {
                 return fail(ErrorCode::Exists, format!("'{dst_name}' exists"));
+            }
+            if existing.ino == ino {
+                return Ok(LinkOutcome::default());
             }
         }
         let replaced = self.replace_existing(dst_parent, dst_name, kind, retired_target)?;
@@ -987,6 +1013,26 @@ mod tests {
         assert!(s.getattr(ino).is_ok());
         assert_eq!(s.commit(ino, Some(10), None, true).unwrap(), InodeFate { purge: true, size: 10, ticket: None });
         assert!(s.getattr(ino).is_err());
+    }
+
+    /// Hard links: the count follows the names; the file goes with its last name; what
+    /// link(2) refuses is refused, also a name that is there already as the same file.
+    #[test]
+    fn hard_links_count_names() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let ino = s.create(ROOT_INO, "f", 0o644, 0, 0, true, false).unwrap().ino;
+        assert_eq!(s.add_link(ino).unwrap().nlink, 2);
+        s.insert_entry(ROOT_INO, "g", ino, FileKind::File, false, None).unwrap();
+        assert_eq!(s.insert_entry(ROOT_INO, "g", ino, FileKind::File, false, None).unwrap_err().code, ErrorCode::Exists);
+        assert!(!s.unlink(ROOT_INO, "f").unwrap().purge, "one name left");
+        assert_eq!(s.getattr(ino).unwrap().nlink, 1);
+        assert!(s.unlink(ROOT_INO, "g").unwrap().purge, "the last name took the file");
+        assert_eq!(s.add_link(ino).unwrap_err().code, ErrorCode::NotFound);
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0).ino;
+        assert_eq!(s.add_link(dir).unwrap_err().code, ErrorCode::NotPermitted);
+        let open = s.create(ROOT_INO, "open", 0o644, 0, 0, true, true).unwrap().ino;
+        s.unlink(ROOT_INO, "open").unwrap();
+        assert_eq!(s.add_link(open).unwrap_err().code, ErrorCode::NotFound, "an unlinked open file stays nameless");
     }
 
     #[test]
