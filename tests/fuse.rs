@@ -160,6 +160,89 @@ fn hard_links_span_directories_on_any_server() {
     assert_eq!(sh(&format!("stat -c %i {a}/out/src/one")), sh(&format!("stat -c %i {a}/out/src/two")), "tar made a link, not a copy");
 }
 
+/// fcntl from Python: `lock.py FILE SPEC...`, each SPEC `w:START:LEN`, `r:START:LEN`,
+/// `u:START:LEN` (F_SETLK), `W:START:LEN` (F_SETLKW), `?w:START:LEN` (F_GETLK, prints the
+/// holder's pid or "free"), `sleep:SECONDS`; prints "ok" or "EAGAIN" per lock.
+const LOCK_PY: &str = r#"
+import fcntl, os, struct, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR)
+kinds = {"r": fcntl.F_RDLCK, "w": fcntl.F_WRLCK, "u": fcntl.F_UNLCK}
+for spec in sys.argv[2:]:
+    if spec.startswith("sleep:"):
+        time.sleep(float(spec[6:])); continue
+    op, start, length = spec.split(":")
+    if op.startswith("?"):
+        got = fcntl.fcntl(fd, fcntl.F_GETLK, struct.pack("hhqqi", kinds[op[1]], 0, int(start), int(length), 0))
+        typ, _, _, _, pid = struct.unpack("hhqqi", got)
+        print("free" if typ == fcntl.F_UNLCK else pid, flush=True); continue
+    cmd = fcntl.F_SETLKW if op == "W" else fcntl.F_SETLK
+    try:
+        fcntl.fcntl(fd, cmd, struct.pack("hhqqi", kinds[op.lower()], 0, int(start), int(length), 0))
+        print("ok", flush=True)
+    except BlockingIOError:
+        print("EAGAIN", flush=True)
+"#;
+
+#[test]
+fn locks_exclude_across_nodes_and_go_with_their_holders() {
+    let inst = instance("locks", 216);
+    let (here, there) = (inst.mount("a", "127.0.0.216"), inst.mount("b", "127.0.0.220"));
+    let (a, b) = (here.dir.display(), there.dir.display());
+    let py = here.path("lock.py");
+    std::fs::write(&py, LOCK_PY).unwrap();
+    let py = py.display();
+    sh(&format!("head -c 4096 /dev/zero > {a}/data"));
+
+    // fcntl byte ranges: node a holds 0-99 for writing; node b is refused there, told who
+    // holds it, and free elsewhere; a's close gives everything back.
+    let holder = std::process::Command::new("python3")
+        .args([&py.to_string(), &format!("{a}/data"), "w:0:100", "sleep:30"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let seen = sh(&format!("python3 {py} {b}/data w:50:10 r:99:1 ?w:0:0 w:100:100 ?r:100:1"));
+    assert_eq!(seen, format!("EAGAIN\nEAGAIN\n{}\nok\nfree\n", holder.id()), "node b beside node a's lock");
+    // A waiter on node b gets the lock once the holder on node a dies (kill -9: the kernel
+    // closes its files, which gives its locks back).
+    let started = std::time::Instant::now();
+    let waiter = std::process::Command::new("python3")
+        .args([&py.to_string(), &format!("{b}/data"), "W:0:10"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let mut holder = holder;
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let out = waiter.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n", "the waiter got the lock");
+    assert!(started.elapsed() >= Duration::from_millis(500), "it waited for the holder");
+
+    // flock: exclusive across nodes; a blocking flock on node b waits for node a's to end.
+    let timed = sh(&format!(
+        "flock -x {a}/data -c 'sleep 1.5' & sleep 0.3; \
+         flock -n {b}/data -c true && echo got-it || echo refused; \
+         s=$(date +%s%N); flock -x {b}/data -c true; echo $(( ($(date +%s%N) - s) / 1000000 )); wait"
+    ));
+    let mut lines = timed.lines();
+    assert_eq!(lines.next(), Some("refused"), "flock -n on node b while node a holds it");
+    let waited: u64 = lines.next().unwrap().parse().unwrap();
+    assert!(waited >= 800, "flock on node b waited for node a's ({waited} ms)");
+    sh(&format!("flock -s {a}/data -c 'flock -s -n {b}/data -c true'"));
+
+    // A mount that dies takes its locks with it (its connections to the servers end).
+    let mut holder = std::process::Command::new("flock").args(["-x", &format!("{a}/data"), "-c", "sleep 60"]).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!sh(&format!("flock -n {b}/data -c true && echo got-it || echo refused")).contains("got-it"));
+    let daemon = sh(&format!("pgrep -f 'surge-fuse locks {a} '"));
+    sh(&format!("kill -9 {}", daemon.trim()));
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let took = sh(&format!("timeout 10 flock -x {b}/data -c 'echo got-it' || echo timed-out"));
+    assert_eq!(took.trim(), "got-it", "node a's mount died: its lock went with it");
+}
+
 #[test]
 fn git_init_commit_clone_and_fsck() {
     let inst = instance("git", 31);

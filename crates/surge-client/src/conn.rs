@@ -224,6 +224,11 @@ impl Pending {
         }
     }
 
+    /// The reply, however long it takes (a wait for a lock); a connection lost ends it.
+    pub async fn wait_untimed(self) -> Response {
+        self.rx.await.unwrap_or_else(|_| Err(connection_lost(self.op, &self.server)))
+    }
+
     pub async fn wait(self, timeout: Duration) -> Response {
         match tokio::time::timeout(timeout, self.rx).await {
             Ok(Ok(response)) => response,

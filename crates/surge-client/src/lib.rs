@@ -37,6 +37,7 @@ pub mod file;
 pub mod fsck;
 
 mod local;
+pub mod locks;
 pub mod namespace;
 pub mod options;
 pub mod paths;
@@ -48,6 +49,7 @@ pub use conn::Watcher;
 pub use descriptor::{InstanceDescriptor, Mode};
 pub use error::{Error, Result};
 pub use file::File;
+pub use locks::LockRange;
 pub use options::{ClientOptions, DEFAULT_TIMEOUT};
 pub use surge_proto;
 pub use surge_proto::placement::Layout;

@@ -7,14 +7,15 @@ use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
 use fuser::{
-    FileType, Filesystem, KernelConfig, Notifier, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    FileType, Filesystem, KernelConfig, Notifier, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock,
+    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
 };
 use surge_client::surge_proto::{Attr, AttrChanges, ErrorCode};
-use surge_client::{Client, Error, Result};
+use surge_client::{Client, Error, LockRange, Result};
 use tokio::runtime::Handle;
 
 use crate::convert::{file_type, fuse_attr, name_of, to_timestamp};
+use crate::locks;
 use crate::ops::{Caller, Ops, STATFS_BLOCK};
 
 /// The kernel's largest write request.
@@ -130,13 +131,14 @@ macro_rules! name_or_reply {
 
 impl Filesystem for SurgeFs {
     fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> std::result::Result<(), libc::c_int> {
-        use fuser::consts::{FUSE_ATOMIC_O_TRUNC, FUSE_AUTO_INVAL_DATA, FUSE_PARALLEL_DIROPS};
+        use fuser::consts::{FUSE_ATOMIC_O_TRUNC, FUSE_AUTO_INVAL_DATA, FUSE_FLOCK_LOCKS, FUSE_PARALLEL_DIROPS, FUSE_POSIX_LOCKS};
         let _ = config.set_max_write(MAX_WRITE);
         let _ = config.set_max_readahead(MAX_WRITE);
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
         // Capabilities the running kernel lacks are simply not used.
-        for capability in [FUSE_PARALLEL_DIROPS, FUSE_AUTO_INVAL_DATA, FUSE_ATOMIC_O_TRUNC] {
+        // Locks go to the files' home servers (see `locks`), so they exclude across nodes.
+        for capability in [FUSE_PARALLEL_DIROPS, FUSE_AUTO_INVAL_DATA, FUSE_ATOMIC_O_TRUNC, FUSE_POSIX_LOCKS, FUSE_FLOCK_LOCKS] {
             let _ = config.add_capabilities(capability);
         }
         Ok(())
@@ -252,15 +254,55 @@ impl Filesystem for SurgeFs {
         });
     }
 
-    fn flush(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _lock_owner: u64, reply: ReplyEmpty) {
-        if let Some(result) = self.ops.flush_now(fh) {
+    fn flush(&mut self, _req: &Request<'_>, ino: u64, fh: u64, lock_owner: u64, reply: ReplyEmpty) {
+        if let Some(result) = self.ops.flush_now(ino, fh, lock_owner) {
             return empty(reply)(result);
         }
-        self.answer(self.ops.flush(fh), empty(reply));
+        self.answer(self.ops.flush(ino, fh, lock_owner), empty(reply));
     }
 
-    fn release(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _flags: i32, _lock: Option<u64>, _flush: bool, reply: ReplyEmpty) {
-        self.answer(self.ops.release(fh), empty(reply));
+    fn release(&mut self, _req: &Request<'_>, ino: u64, fh: u64, _flags: i32, _lock: Option<u64>, _flush: bool, reply: ReplyEmpty) {
+        self.answer(self.ops.release(ino, fh), empty(reply));
+    }
+
+    fn getlk(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        _fh: u64,
+        lock_owner: u64,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: ReplyLock,
+    ) {
+        let Some(kind) = locks::kind_from_kernel(typ) else { return reply.error(libc::EINVAL) };
+        let lock = LockRange { owner: lock_owner, pid, kind, start, end: locks::end_from_kernel(end) };
+        self.answer(self.ops.get_lock(ino, lock), move |result| match result {
+            Ok(Some(h)) => reply.locked(h.start, locks::end_to_kernel(h.end), locks::kind_to_kernel(h.kind), h.pid),
+            // Nothing in the way: F_GETLK answers F_UNLCK.
+            Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
+            Err(e) => reply.error(e.errno()),
+        });
+    }
+
+    fn setlk(
+        &mut self,
+        _req: &Request<'_>,
+        ino: u64,
+        fh: u64,
+        lock_owner: u64,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let Some(kind) = locks::kind_from_kernel(typ) else { return reply.error(libc::EINVAL) };
+        let lock = LockRange { owner: lock_owner, pid, kind, start, end: locks::end_from_kernel(end) };
+        self.answer(self.ops.set_lock(ino, fh, lock, sleep), empty(reply));
     }
 
     fn fsync(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _datasync: bool, reply: ReplyEmpty) {

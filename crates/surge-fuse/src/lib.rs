@@ -40,6 +40,7 @@ mod convert;
 mod handles;
 pub mod kernel;
 mod listings;
+mod locks;
 pub mod ops;
 
 pub use adapter::SurgeFs;

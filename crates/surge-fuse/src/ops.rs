@@ -16,13 +16,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode};
-use surge_client::{Client, Error, File, Result};
+use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, LockHolder, LockKind};
+use surge_client::{Client, Error, File, LockRange, Result};
 use tokio::runtime::Handle;
 
 use crate::chunks::{Budget, ChunkCache, Route};
 use crate::handles::{local_size, siblings, Files, OpenFile};
 use crate::kernel::{Invalidations, KernelCache};
+use crate::locks::LockOwners;
 
 /// What all read caches of the mount may hold together.
 const READ_CACHE_BUDGET: u64 = 512 << 20;
@@ -56,6 +57,7 @@ pub struct Ops {
     files: Files,
     dirs: Arc<Mutex<std::collections::HashMap<u64, Arc<Vec<DirEntry>>>>>,
     next_handle: AtomicU64,
+    lock_owners: Arc<LockOwners>,
 }
 
 /// What a namespace change did to its name, for `Listings::named`: `exists` once it
@@ -79,6 +81,7 @@ impl Ops {
             files: Default::default(),
             dirs: Default::default(),
             next_handle: AtomicU64::new(1),
+            lock_owners: Default::default(),
         })
     }
 
@@ -488,7 +491,10 @@ impl Ops {
 
     /// A flush answered on the spot: nothing was written through the handle (a read, or a
     /// create then close).
-    pub fn flush_now(&self, fh: u64) -> Option<Result<()>> {
+    pub fn flush_now(&self, ino: u64, fh: u64, lock_owner: u64) -> Option<Result<()>> {
+        if self.lock_owners.holds(ino, lock_owner) {
+            return None;
+        }
         match self.open_file(fh) {
             Ok(f) if f.file.is_clean() => Some(Ok(())),
             Ok(_) => None,
@@ -498,14 +504,22 @@ impl Ops {
 
     /// Every close(2): waits for the handle's writes and publishes size and mtime, so the
     /// close-to-open promise holds when close returns (and write errors reach close).
-    pub fn flush(self: &Arc<Self>, fh: u64) -> impl Future<Output = Result<()>> + Send + 'static {
-        let f = self.open_file(fh);
-        async move { f?.file.flush().await }
+    /// A process's POSIX locks on the file go with any close of it by that process.
+    pub fn flush(self: &Arc<Self>, ino: u64, fh: u64, lock_owner: u64) -> impl Future<Output = Result<()>> + Send + 'static {
+        let owners = if self.lock_owners.let_go(ino, lock_owner) { vec![lock_owner] } else { Vec::new() };
+        let (ops, f) = (self.clone(), self.open_file(fh));
+        async move {
+            ops.give_back_locks(ino, owners).await;
+            f?.file.flush().await
+        }
     }
 
-    pub fn release(self: &Arc<Self>, fh: u64) -> impl Future<Output = Result<()>> + Send + 'static {
+    pub fn release(self: &Arc<Self>, ino: u64, fh: u64) -> impl Future<Output = Result<()>> + Send + 'static {
+        // flock and OFD locks belong to the open file, whose last close this is.
+        let (ops, owners) = (self.clone(), self.lock_owners.closed(ino, fh));
         let f = self.files.lock().unwrap().remove(fh);
         async move {
+            ops.give_back_locks(ino, owners).await;
             match f {
                 Some(f) => f.file.release().await,
                 None => Err(Error::new(ErrorCode::BadHandle, format!("handle {fh} is not open"))),
@@ -516,6 +530,38 @@ impl Ops {
     pub fn fsync(self: &Arc<Self>, fh: u64) -> impl Future<Output = Result<()>> + Send + 'static {
         let f = self.open_file(fh);
         async move { f?.file.fsync().await }
+    }
+
+    // ------------------------------------------------------------ locks
+
+    /// Takes, changes or gives back a lock (fcntl's F_SETLK/F_SETLKW, flock) through `fh`.
+    pub fn set_lock(self: &Arc<Self>, ino: u64, fh: u64, lock: LockRange, wait: bool) -> impl Future<Output = Result<()>> + Send + 'static {
+        let whole_file = lock.start == 0 && lock.end == u64::MAX;
+        if lock.kind != LockKind::Unlock {
+            self.lock_owners.took(ino, lock.owner, fh);
+        } else if whole_file {
+            self.lock_owners.let_go(ino, lock.owner);
+        }
+        let ops = self.clone();
+        async move { ops.client.set_lock(ino, lock, wait).await }
+    }
+
+    /// The lock of another owner in the way of `lock` (F_GETLK).
+    pub fn get_lock(self: &Arc<Self>, ino: u64, lock: LockRange) -> impl Future<Output = Result<Option<LockHolder>>> + Send + 'static {
+        let ops = self.clone();
+        async move { ops.client.get_lock(ino, lock).await }
+    }
+
+    /// Gives back every lock of `owners` on `ino` (their holders closed the file) before the
+    /// close returns, so another node may take them at once. A failure is logged, not the
+    /// close's: the locks then stay until this mount's connection to the server ends.
+    async fn give_back_locks(&self, ino: u64, owners: Vec<u64>) {
+        for owner in owners {
+            let unlock = LockRange { owner, pid: 0, kind: LockKind::Unlock, start: 0, end: u64::MAX };
+            if let Err(e) = self.client.set_lock(ino, unlock, false).await {
+                tracing::warn!(ino = format!("{ino:#x}"), "a closed file's locks were not given back: {e}");
+            }
+        }
     }
 
     // ------------------------------------------------------------ directories

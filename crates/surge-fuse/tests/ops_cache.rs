@@ -109,7 +109,7 @@ async fn directory_attributes_are_answered_locally_until_changed() {
 async fn an_open_through_a_stale_name_is_retried_once() {
     let fx = Fixture::new("stale", 2).await;
     let (attr, fh) = fx.ops.create(ROOT_INO, "ckpt".into(), 0o644, 0, me()).await.unwrap();
-    fx.ops.release(fh).await.unwrap();
+    fx.ops.release(attr.ino, fh).await.unwrap();
     fx.other.unlink("/ckpt").await.unwrap();
     let first = fx.ops.open(attr.ino, 0, me()).await.unwrap_err();
     assert_eq!(first.code, ErrorCode::Stale);
@@ -132,10 +132,10 @@ async fn unpublished_writes_are_seen_through_other_handles_on_this_node() {
     assert_eq!(seen, body[(1 << 20) - 5..(1 << 20) - 5 + (64 << 10)]);
     // Another node sees nothing until the writer flushes (close-to-open), then everything.
     assert_eq!(fx.other.getattr(attr.ino).await.unwrap().size, 0);
-    fx.ops.flush(writer).await.unwrap();
+    fx.ops.flush(attr.ino, writer, 0).await.unwrap();
     assert_eq!(fx.other.getattr(attr.ino).await.unwrap().size, body.len() as u64);
-    fx.ops.release(writer).await.unwrap();
-    fx.ops.release(reader).await.unwrap();
-    assert_eq!(fx.ops.release(reader).await.unwrap_err().code, ErrorCode::BadHandle);
+    fx.ops.release(attr.ino, writer).await.unwrap();
+    fx.ops.release(attr.ino, reader).await.unwrap();
+    assert_eq!(fx.ops.release(attr.ino, reader).await.unwrap_err().code, ErrorCode::BadHandle);
     fx.stop().await;
 }

@@ -32,6 +32,10 @@ pub enum ErrorCode {
     TooManyLinks,
     /// A file handle that is not open (a client-side failure: the FUSE mount's EBADF).
     BadHandle,
+    /// A lock another owner holds (a lock asked for without waiting).
+    Locked,
+    /// A wait for a lock ended without it (its owner let go of the file meanwhile).
+    Interrupted,
 }
 
 impl ErrorCode {
@@ -58,6 +62,8 @@ impl ErrorCode {
             ErrorCode::TimedOut => libc::ETIMEDOUT,
             ErrorCode::TooManyLinks => libc::EMLINK,
             ErrorCode::BadHandle => libc::EBADF,
+            ErrorCode::Locked => libc::EAGAIN,
+            ErrorCode::Interrupted => libc::EINTR,
         }
     }
 
@@ -84,6 +90,8 @@ impl ErrorCode {
             ErrorCode::TimedOut => "server did not answer in time",
             ErrorCode::TooManyLinks => "too many links",
             ErrorCode::BadHandle => "bad file handle",
+            ErrorCode::Locked => "locked by another owner",
+            ErrorCode::Interrupted => "wait for a lock given up",
         }
     }
 }

@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::call::service;
 use crate::ino::Ino;
-use crate::types::{Attr, AttrChanges, DirEntry, DirPage, FileKind, InodeFate, LinkAdded, LinkOutcome, Timestamp, Unlinked};
+use crate::types::{
+    Attr, AttrChanges, DirEntry, DirPage, FileKind, InodeFate, LinkAdded, LinkOutcome, LockHolder, LockKind, Timestamp, Unlinked,
+};
 
 /// Looks `name` up in directory `parent`.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -218,6 +220,35 @@ pub struct Commit {
     pub release: bool,
 }
 
+/// Takes, changes or gives back a byte-range lock on file `ino` (homed here) for `owner`, an
+/// owner of this connection's (a process for fcntl's POSIX locks, an open file for flock and
+/// OFD locks: the mount passes on the kernel's lock owner). Bytes `start..=end` (`end ==
+/// u64::MAX`: to any end of file). Locks of different owners exclude each other where they
+/// overlap and one is a write lock; an owner's own locks merge and split as POSIX says.
+/// Without `wait`, a lock in the way fails with `Locked`; with it the answer comes once the
+/// lock is taken, or `Interrupted` if the owner let go of the whole file meanwhile (its
+/// process died). Every lock of a connection goes with it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct SetLock {
+    pub ino: Ino,
+    pub owner: u64,
+    pub pid: u32,
+    pub kind: LockKind,
+    pub start: u64,
+    pub end: u64,
+    pub wait: bool,
+}
+
+/// The first lock of another owner in the way of the lock described (F_GETLK), if any.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct GetLock {
+    pub ino: Ino,
+    pub owner: u64,
+    pub kind: LockKind,
+    pub start: u64,
+    pub end: u64,
+}
+
 service! {
     /// A namespace step.
     NamespaceRequest => Namespace {
@@ -248,5 +279,7 @@ service! {
         Commit -> InodeFate, "commit";
         Grant -> crate::ticket::Ticket, "grant";
         Append -> u64, "append";
+        SetLock -> (), "set-lock";
+        GetLock -> Option<LockHolder>, "get-lock";
     }
 }

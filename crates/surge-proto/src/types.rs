@@ -113,6 +113,25 @@ pub struct LinkAdded {
     pub undo: Option<crate::ticket::Ticket>,
 }
 
+/// What a lock request asks for: a shared (read) or exclusive (write) lock, or to let go.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LockKind {
+    Read,
+    Write,
+    Unlock,
+}
+
+/// A lock in the way of another (fcntl's F_GETLK answer): its kind, its byte range
+/// (`end` inclusive; `u64::MAX` reaches past any end of file) and its holder's process id on
+/// the holder's node.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockHolder {
+    pub kind: LockKind,
+    pub start: u64,
+    pub end: u64,
+    pub pid: u32,
+}
+
 /// One page of a directory's entries, in name order.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
 pub struct DirPage {

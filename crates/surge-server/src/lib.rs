@@ -27,6 +27,7 @@ mod handle;
 pub mod in_process;
 pub mod journal;
 mod lock;
+mod locks;
 pub mod meta;
 mod server;
 mod session;

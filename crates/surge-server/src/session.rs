@@ -29,11 +29,14 @@ pub(crate) struct Session {
     pub durable: Option<u64>,
     /// Whom this connection's requests are checked as (when the server checks identities).
     pub caller: Option<Caller>,
+    /// This connection's number among lock holders (its locks go with it).
+    pub lock_connection: u64,
 }
 
 impl Session {
     pub fn new(shared: Arc<Shared>, writer: SharedWriter) -> Session {
         Session {
+            lock_connection: shared.locks.connection(),
             shared,
             writer,
             opens: HashMap::new(),
@@ -87,5 +90,6 @@ impl Drop for Session {
         if let Some(id) = self.watcher {
             self.shared.watchers.unregister(id);
         }
+        self.shared.locks.drop_connection(self.lock_connection);
     }
 }

@@ -15,6 +15,7 @@ use surge_proto::ticket::{Ticket, TicketKey, PURGE, UNLINK};
 use crate::access::{Caller, Named, EXEC, READ, WRITE};
 use crate::error::{Result, ServerError};
 use crate::lock::LockRecover;
+use crate::locks::{Owner, Wanted};
 use crate::meta::MetaStore;
 use crate::session::Session;
 use crate::watch::Effects;
@@ -148,6 +149,46 @@ impl Session {
             NamespaceRequest::Commit(s) => self.answer_step(s),
             NamespaceRequest::Grant(s) => self.answer_step(s),
             NamespaceRequest::Append(s) => self.answer_step(s),
+            NamespaceRequest::SetLock(s) => self.set_lock(s),
+            NamespaceRequest::GetLock(s) => Answer::of::<GetLock>(self.lockable(s.ino).map(|()| {
+                let wanted = self.wanted(s.owner, 0, s.kind, s.start, s.end);
+                self.shared.locks.conflict(s.ino, &wanted)
+            })),
+        }
+    }
+
+    /// A lock as the lock table takes it: an owner of this connection's.
+    fn wanted(&self, owner: u64, pid: u32, kind: surge_proto::LockKind, start: u64, end: u64) -> Wanted {
+        Wanted { owner: Owner { connection: self.lock_connection, owner }, pid, kind, start, end }
+    }
+
+    /// Locks are taken on regular files homed here that the caller may open.
+    fn lockable(&self, ino: Ino) -> Result<()> {
+        let attr = self.shared.meta.lock_or_recover().getattr(ino)?;
+        if attr.kind != surge_proto::FileKind::File {
+            return Err(ServerError::new(ErrorCode::Invalid, "locks are taken on regular files"));
+        }
+        match &self.caller {
+            Some(caller) => caller.check_open(&attr),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes or gives back a lock; a wait for one is answered later, by a task of its own,
+    /// so this connection's other requests go on meanwhile.
+    fn set_lock(&mut self, s: SetLock) -> Answer {
+        if s.kind != surge_proto::LockKind::Unlock {
+            if let Err(e) = self.lockable(s.ino) {
+                return Answer::Failure(e);
+            }
+        }
+        let wanted = self.wanted(s.owner, s.pid, s.kind, s.start, s.end);
+        match self.shared.locks.set(s.ino, &wanted) {
+            Err(e) if e.code == ErrorCode::Locked && s.wait => {
+                let shared = self.shared.clone();
+                Answer::later::<SetLock>(async move { shared.locks.wait(s.ino, wanted).await })
+            }
+            other => Answer::of::<SetLock>(other),
         }
     }
 
