@@ -243,6 +243,60 @@ fn locks_exclude_across_nodes_and_go_with_their_holders() {
     assert_eq!(took.trim(), "got-it", "node a's mount died: its lock went with it");
 }
 
+/// renameat2 from Python: `rename2.py FLAGS OLD NEW` prints "ok" or the errno's name.
+const RENAME2_PY: &str = r#"
+import ctypes, errno, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD = -100
+rc = libc.renameat2(AT_FDCWD, sys.argv[2].encode(), AT_FDCWD, sys.argv[3].encode(), int(sys.argv[1]))
+print("ok" if rc == 0 else errno.errorcode[ctypes.get_errno()])
+"#;
+
+#[test]
+fn rename_exchange_swaps_names_within_and_across_servers() {
+    let inst = instance("exchange", 206);
+    let (here, there) = (inst.mount("a", "127.0.0.206"), inst.mount("b", "127.0.0.210"));
+    let (a, b) = (here.dir.display(), there.dir.display());
+    let py = here.path("rename2.py");
+    std::fs::write(&py, RENAME2_PY).unwrap();
+    let exchange = |from: String, to: String| sh(&format!("python3 {} 2 {from} {to}", py.display())).trim().to_string();
+    let noreplace = |from: String, to: String| sh(&format!("python3 {} 1 {from} {to}", py.display())).trim().to_string();
+    let ino = |path: String| sh(&format!("stat -c %i {path}")).trim().to_string();
+    let links = |path: String| sh(&format!("stat -c %h {path}")).trim().to_string();
+
+    // In one directory: a file and a directory change places.
+    sh(&format!("echo file > {a}/x && mkdir {a}/y && echo inside > {a}/y/z"));
+    assert_eq!(exchange(format!("{a}/x"), format!("{a}/y")), "ok");
+    assert_eq!(sh(&format!("cat {b}/y; cat {b}/x/z")), "file\ninside\n", "seen from another node");
+    // Across directories homed on different servers, directories' `..` and link counts follow.
+    sh(&format!(
+        "mkdir {a}/d1 {a}/d2 {a}/d3 {a}/d4 && echo one > {a}/d1/f && echo two > {a}/d2/f && \
+         mkdir {a}/d3/sub {a}/d4/sub && echo g > {a}/d3/sub/g && echo h > {a}/d4/sub/h"
+    ));
+    let homes: std::collections::HashSet<u64> =
+        ["d1", "d2", "d3", "d4"].iter().map(|d| ino(format!("{a}/{d}")).parse::<u64>().unwrap() >> 48).collect();
+    assert!(homes.len() > 1, "the directories are homed on several servers");
+    // (directory holding a file, name; directory holding a directory, name)
+    for (file_dir, file_name, dir_dir, dir_name) in [("d1", "f", "d3", "sub"), ("d2", "f", "d4", "sub"), ("d4", "sub", "d1", "f")] {
+        let (f, d) = (format!("{a}/{file_dir}"), format!("{a}/{dir_dir}"));
+        let (file_links, dir_links) = (links(f.clone()), links(d.clone()));
+        assert_eq!(exchange(format!("{f}/{file_name}"), format!("{d}/{dir_name}")), "ok", "{file_dir} <-> {dir_dir}");
+        assert_eq!(ino(format!("{f}/{file_name}/..")), ino(f.clone()), "the moved directory's .. is its new parent");
+        assert_eq!(ino(format!("{b}/{file_dir}/{file_name}/..")), ino(format!("{b}/{file_dir}")), "also on another node");
+        let expect = |n: String, by: i32| (n.parse::<i32>().unwrap() + by).to_string();
+        assert_eq!((links(f.clone()), links(d.clone())), (expect(file_links, 1), expect(dir_links, -1)), "link counts");
+        assert!(sh(&format!("test -f {b}/{dir_dir}/{dir_name} && echo file")).contains("file"));
+    }
+    assert_eq!(sh(&format!("cat {b}/d4/sub/g {b}/d2/f/h {b}/d1/f {b}/d3/sub")), "g\nh\ntwo\none\n", "every file where the swaps put it");
+    // What renameat2 refuses.
+    assert_eq!(exchange(format!("{a}/x"), format!("{a}/missing")), "ENOENT");
+    sh(&format!("mkdir -p {a}/outer/inner"));
+    assert_eq!(exchange(format!("{a}/outer"), format!("{a}/outer/inner")), "EINVAL", "a directory with its own subdirectory");
+    assert_eq!(noreplace(format!("{a}/y"), format!("{a}/x")), "EEXIST", "RENAME_NOREPLACE onto a name");
+    // y, x/z, the script, and the four files of the swaps.
+    assert_eq!(sh(&format!("find {a} -type f | wc -l")).trim(), "7", "nothing lost or doubled");
+}
+
 #[test]
 fn git_init_commit_clone_and_fsck() {
     let inst = instance("git", 31);

@@ -7,8 +7,8 @@
 use surge_proto::data::{PurgeData, TruncateData};
 use surge_proto::ino::{self, Ino};
 use surge_proto::namespace::{
-    AddLink, Commit, Create, DropInode, DropLink, GetAttr, Grant, InsertEntry, Lookup, MakeDirInode, Open, Readdir, Readlink, RemoveEntry,
-    Rename, RenameFinish, RenamePrepare, RetireDir, Rmdir, SetAttr, SetParent, Symlink, Unlink, UnretireDir,
+    AddLink, Commit, Create, DropInode, DropLink, Exchange, GetAttr, Grant, InsertEntry, Lookup, MakeDirInode, Open, Readdir, Readlink,
+    RemoveEntry, Rename, RenameFinish, RenamePrepare, RetireDir, Rmdir, SetAttr, SetParent, SwapEntry, Symlink, Unlink, UnretireDir,
 };
 use surge_proto::ticket::Ticket;
 use surge_proto::{check_name, Attr, AttrChanges, DirEntry, DirPage, ErrorCode, FileKind, LinkOutcome, Unlinked, ROOT_INO};
@@ -270,6 +270,76 @@ impl Client {
             }
             Err(e) => {
                 let _ = self.call_home(src_parent, finish(false)).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// RENAME_EXCHANGE: `parent_a/name_a` and `parent_b/name_b` swap what they name. One
+    /// step when both directories are homed on one server; otherwise both names are locked
+    /// (as a rename between servers locks its source), then each is pointed at the other's
+    /// inode. Programs see either the old pair or the new one: a name locked for the swap
+    /// makes lookups wait (Busy) until it is done. A failure between the two pointings puts
+    /// the first back; a crash there leaves both names on one inode, which `surge fsck`
+    /// reports (the other inode goes to /lost+found).
+    pub async fn exchange_at(&self, parent_a: Ino, name_a: &str, parent_b: Ino, name_b: &str) -> Result<()> {
+        check_name(name_a)?;
+        check_name(name_b)?;
+        let moved = if ino::home(parent_a) == ino::home(parent_b) {
+            let exchange = Exchange { parent_a, name_a: name_a.to_string(), parent_b, name_b: name_b.to_string() };
+            self.call_home(parent_a, exchange).await?
+        } else {
+            self.exchange_across(parent_a, name_a, parent_b, name_b).await?
+        };
+        for (dir, parent) in moved {
+            self.call_home(dir, SetParent { ino: dir, parent }).await?;
+        }
+        Ok(())
+    }
+
+    async fn exchange_across(&self, parent_a: Ino, name_a: &str, parent_b: Ino, name_b: &str) -> Result<Vec<(Ino, Ino)>> {
+        let unlock = |parent: Ino, name: &str, ino: Ino| RenameFinish { parent, name: name.to_string(), ino, commit: false };
+        let a = self.call_home(parent_a, RenamePrepare { parent: parent_a, name: name_a.to_string() }).await?;
+        let b = match self.call_home(parent_b, RenamePrepare { parent: parent_b, name: name_b.to_string() }).await {
+            Ok(b) => b,
+            Err(e) => {
+                let _ = self.call_home(parent_a, unlock(parent_a, name_a, a.ino)).await;
+                return Err(e);
+            }
+        };
+        let swap = |parent: Ino, name: &str, expected: &DirEntry, to: &DirEntry| SwapEntry {
+            parent,
+            name: name.to_string(),
+            expected: expected.ino,
+            ino: to.ino,
+            kind: to.kind,
+        };
+        let first = async {
+            if a.ino == b.ino {
+                return Ok(None);
+            }
+            if a.kind == FileKind::Dir {
+                self.check_not_ancestor(a.ino, parent_b).await?;
+            }
+            if b.kind == FileKind::Dir {
+                self.check_not_ancestor(b.ino, parent_a).await?;
+            }
+            self.call_home(parent_a, swap(parent_a, name_a, &a, &b)).await.map(Some)
+        }
+        .await;
+        let moved_b = match first {
+            Ok(Some(moved)) => moved,
+            other => {
+                let _ = self.call_home(parent_a, unlock(parent_a, name_a, a.ino)).await;
+                let _ = self.call_home(parent_b, unlock(parent_b, name_b, b.ino)).await;
+                return other.map(|_| Vec::new());
+            }
+        };
+        match self.call_home(parent_b, swap(parent_b, name_b, &b, &a)).await {
+            Ok(moved_a) => Ok(moved_a.map(|dir| (dir, parent_b)).into_iter().chain(moved_b.map(|dir| (dir, parent_a))).collect()),
+            Err(e) => {
+                let _ = self.call_home(parent_a, swap(parent_a, name_a, &b, &a)).await;
+                let _ = self.call_home(parent_b, unlock(parent_b, name_b, b.ino)).await;
                 Err(e)
             }
         }

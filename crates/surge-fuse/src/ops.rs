@@ -318,7 +318,7 @@ impl Ops {
         }
     }
 
-    /// `flags`: RENAME_NOREPLACE, or nothing; RENAME_EXCHANGE and RENAME_WHITEOUT are refused.
+    /// `flags`: RENAME_NOREPLACE, RENAME_EXCHANGE, or nothing; RENAME_WHITEOUT is refused.
     pub fn rename(
         self: &Arc<Self>,
         parent: u64,
@@ -329,10 +329,21 @@ impl Ops {
     ) -> impl Future<Output = Result<()>> + Send + 'static {
         let ops = self.clone();
         async move {
-            if flags & !libc::RENAME_NOREPLACE != 0 {
-                return Err(Error::new(ErrorCode::Invalid, "RENAME_EXCHANGE and RENAME_WHITEOUT are not supported"));
+            let result = if flags == libc::RENAME_EXCHANGE {
+                ops.client.exchange_at(parent, &name, newparent, &newname).await
+            } else if flags & !libc::RENAME_NOREPLACE != 0 {
+                return Err(Error::new(ErrorCode::Invalid, "RENAME_WHITEOUT is not supported"));
+            } else {
+                ops.client.rename_at(parent, &name, newparent, &newname, flags & libc::RENAME_NOREPLACE != 0).await
+            };
+            if flags == libc::RENAME_EXCHANGE {
+                // Both names stay; what they name changed.
+                ops.kernel.forget_directory(parent);
+                ops.kernel.forget_directory(newparent);
+                ops.kernel.listings.named(parent, &name, outcome(&result, true));
+                ops.kernel.listings.named(newparent, &newname, outcome(&result, true));
+                return result;
             }
-            let result = ops.client.rename_at(parent, &name, newparent, &newname, flags & libc::RENAME_NOREPLACE != 0).await;
             // A directory moved (or one replaced) changes link counts: asked again.
             ops.kernel.forget_directory(parent);
             ops.kernel.forget_directory(newparent);

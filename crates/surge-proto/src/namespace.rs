@@ -163,6 +163,29 @@ pub struct Rename {
     pub retired_target: Option<Ino>,
 }
 
+/// RENAME_EXCHANGE when both parents are homed on this server: the two names swap the inodes
+/// they name, atomically here. Answers the directories homed elsewhere whose `..` must now
+/// name another parent: `(directory, new parent)`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Exchange {
+    pub parent_a: Ino,
+    pub name_a: String,
+    pub parent_b: Ino,
+    pub name_b: String,
+}
+
+/// Cross-server RENAME_EXCHANGE, after both names were locked (`RenamePrepare`): points the
+/// locked `parent/name`, which must still name `expected`, at `ino` of kind `kind`, and
+/// unlocks it. Answers `ino` if it is a directory homed elsewhere whose `..` must change.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct SwapEntry {
+    pub parent: Ino,
+    pub name: String,
+    pub expected: Ino,
+    pub ino: Ino,
+    pub kind: FileKind,
+}
+
 /// Cross-server rename step 1: lock `parent/name` against other changes and answer it.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct RenamePrepare {
@@ -279,6 +302,8 @@ service! {
         Commit -> InodeFate, "commit";
         Grant -> crate::ticket::Ticket, "grant";
         Append -> u64, "append";
+        Exchange -> Vec<(Ino, Ino)>, "exchange";
+        SwapEntry -> Option<Ino>, "swap-entry";
         SetLock -> (), "set-lock";
         GetLock -> Option<LockHolder>, "get-lock";
     }

@@ -142,6 +142,8 @@ impl Session {
             NamespaceRequest::SetLinks(s) => self.answer_step(s),
 
             NamespaceRequest::Rename(s) => self.answer_step(s),
+            NamespaceRequest::Exchange(s) => self.answer_step(s),
+            NamespaceRequest::SwapEntry(s) => self.answer_step(s),
             NamespaceRequest::RenamePrepare(s) => self.answer_step(s),
             NamespaceRequest::RenameFinish(s) => self.answer_step(s),
             NamespaceRequest::Readdir(s) => self.answer_step(s),
@@ -523,6 +525,44 @@ impl Step for Rename {
         fx.removed_name(self.src_parent, &self.src_name);
         fx.new_name(self.dst_parent, &self.dst_name, None);
         fx.lost_link(outcome.replaced.as_ref());
+        fx
+    }
+}
+
+impl Step for Exchange {
+    /// Like a rename: durable once answered.
+    fn durable(&self) -> bool {
+        true
+    }
+
+    fn run(&self, cx: &mut StepContext) -> Result<Vec<(Ino, Ino)>> {
+        // Each name is replaced: the rules of removing it apply to both.
+        cx.check_remove(self.parent_a, &self.name_a)?;
+        cx.check_remove(self.parent_b, &self.name_b)?;
+        cx.meta.exchange(self.parent_a, &self.name_a, self.parent_b, &self.name_b)
+    }
+
+    fn effects(&self, _: &Vec<(Ino, Ino)>) -> Effects {
+        let mut fx = Effects::default();
+        fx.new_name(self.parent_a, &self.name_a, None);
+        fx.new_name(self.parent_b, &self.name_b, None);
+        fx
+    }
+}
+
+impl Step for SwapEntry {
+    fn durable(&self) -> bool {
+        true
+    }
+
+    fn run(&self, cx: &mut StepContext) -> Result<Option<Ino>> {
+        cx.check_remove(self.parent, &self.name)?;
+        cx.meta.swap_entry(self.parent, &self.name, self.expected, self.ino, self.kind)
+    }
+
+    fn effects(&self, _: &Option<Ino>) -> Effects {
+        let mut fx = Effects::default();
+        fx.new_name(self.parent, &self.name, None);
         fx
     }
 }

@@ -767,6 +767,60 @@ impl MetaStore {
         Ok(LinkOutcome { replaced, reparent })
     }
 
+    /// RENAME_EXCHANGE when both parents are homed here: `parent_a/name_a` and
+    /// `parent_b/name_b` swap the inodes they name in one step. Returns the directories homed
+    /// elsewhere whose `..` must be set to their new parent there.
+    pub fn exchange(&mut self, parent_a: Ino, name_a: &str, parent_b: Ino, name_b: &str) -> Result<Vec<(Ino, Ino)>> {
+        let (ino_a, kind_a, locked_a) = self.entry_of(parent_a, name_a)?;
+        let (ino_b, kind_b, locked_b) = self.entry_of(parent_b, name_b)?;
+        Self::check_not_locked(locked_a, name_a)?;
+        Self::check_not_locked(locked_b, name_b)?;
+        if ino_a == ino_b {
+            return Ok(Vec::new()); // One file under both names (or one name twice): nothing moves.
+        }
+        if (kind_a == FileKind::Dir && self.is_ancestor_or_self(ino_a, parent_b))
+            || (kind_b == FileKind::Dir && self.is_ancestor_or_self(ino_b, parent_a))
+        {
+            return fail(ErrorCode::Invalid, "cannot exchange a directory with something inside it");
+        }
+        self.point_entry(parent_a, name_a, ino_b, kind_b, kind_a)?;
+        self.point_entry(parent_b, name_b, ino_a, kind_a, kind_b)?;
+        let mut elsewhere = Vec::new();
+        if parent_a != parent_b {
+            elsewhere.extend(self.reparent(ino_a, kind_a, parent_b).map(|dir| (dir, parent_b)));
+            elsewhere.extend(self.reparent(ino_b, kind_b, parent_a).map(|dir| (dir, parent_a)));
+        }
+        Ok(elsewhere)
+    }
+
+    /// Cross-server RENAME_EXCHANGE's step on each side: the locked `parent/name`, still
+    /// naming `expected`, now names `ino` (unlocked). Returns `ino` when it is a directory
+    /// homed elsewhere whose `..` must be set to `parent` there.
+    pub fn swap_entry(&mut self, parent: Ino, name: &str, expected: Ino, ino: Ino, kind: FileKind) -> Result<Option<Ino>> {
+        check_name(name)?;
+        let (found, old_kind, _) = self.entry_of(parent, name)?;
+        if found != expected {
+            return fail(ErrorCode::Stale, format!("'{name}' changed meanwhile"));
+        }
+        self.point_entry(parent, name, ino, kind, old_kind)?;
+        Ok(self.reparent(ino, kind, parent))
+    }
+
+    /// Points the existing entry `parent/name` (of kind `old_kind`) at `ino`, unlocked; the
+    /// directory's subdirectory count and times and the inode's ctime follow.
+    fn point_entry(&mut self, parent: Ino, name: &str, ino: Ino, kind: FileKind, old_kind: FileKind) -> Result<()> {
+        let dir = self.dir_mut(parent)?;
+        dir.entries.insert(name.to_string(), Entry { ino, kind, locked_until: None });
+        dir.subdirs = dir.subdirs + u32::from(kind == FileKind::Dir) - u32::from(old_kind == FileKind::Dir);
+        self.changed_entry(parent, name);
+        self.touch_dir(parent);
+        if let Some(inode) = self.inodes.get_mut(&ino) {
+            inode.attr.ctime = Timestamp::now();
+            self.changed(ino);
+        }
+        Ok(())
+    }
+
     /// Walks `..` from `dir` as far as this server knows it, looking for `ancestor`. The
     /// client checks the rest of the chain; this catches the common local case cheaply.
     fn is_ancestor_or_self(&self, ancestor: Ino, mut dir: Ino) -> bool {
