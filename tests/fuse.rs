@@ -298,6 +298,26 @@ fn rename_exchange_swaps_names_within_and_across_servers() {
 }
 
 #[test]
+fn fifos_sockets_and_device_nodes_are_names_every_node_sees_and_uses_locally() {
+    let inst = instance("special", 152);
+    let (here, there) = (inst.mount("a", "127.0.0.152"), inst.mount("b", "127.0.0.156"));
+    let (a, b) = (here.dir.display(), there.dir.display());
+    sh(&format!("mkfifo -m 0640 {a}/pipe && mknod {a}/null c 1 3 && mknod {a}/loop b 7 0"));
+    sh(&format!("python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('{a}/sock')\""));
+    let described = sh(&format!("stat -c '%n %F %a %t:%T' {b}/pipe {b}/null {b}/loop {b}/sock"));
+    assert_eq!(
+        described.replace(&format!("{b}/"), ""),
+        "pipe fifo 640 0:0\nnull character special file 644 1:3\nloop block special file 644 7:0\nsock socket 755 0:0\n",
+        "seen from another node with their types and device numbers"
+    );
+    // A pipe is each node's own: a writer and a reader on node b meet in it.
+    assert_eq!(sh(&format!("(echo through > {b}/pipe &) ; cat {b}/pipe")), "through\n");
+    assert_eq!(sh(&format!("ls -l {a} | tail -n +2 | cut -c1 | sort | tr -d '\\n'")), "bcps", "ls -l shows their kinds");
+    sh(&format!("ln {a}/pipe {a}/pipe2 && rm {a}/pipe {b}/null {a}/loop {b}/sock"));
+    assert_eq!(sh(&format!("stat -c '%h %F' {b}/pipe2")), "1 fifo\n", "linked and unlinked like files");
+}
+
+#[test]
 fn git_init_commit_clone_and_fsck() {
     let inst = instance("git", 31);
     let m = inst.mount("a", "127.0.0.31");

@@ -109,6 +109,10 @@ pub fn mode_string(kind: FileKind, mode: u32) -> String {
         FileKind::File => '-',
         FileKind::Dir => 'd',
         FileKind::Symlink => 'l',
+        FileKind::Fifo => 'p',
+        FileKind::Socket => 's',
+        FileKind::CharDevice { .. } => 'c',
+        FileKind::BlockDevice { .. } => 'b',
     });
     // (who's bits, the special bit that shows in their execute place, its letter)
     for (shift, special, letter) in [(6, 0o4000, 's'), (3, 0o2000, 's'), (0, 0o1000, 't')] {

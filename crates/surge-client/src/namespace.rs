@@ -7,8 +7,9 @@
 use surge_proto::data::{PurgeData, TruncateData};
 use surge_proto::ino::{self, Ino};
 use surge_proto::namespace::{
-    AddLink, Commit, Create, DropInode, DropLink, Exchange, GetAttr, Grant, InsertEntry, Lookup, MakeDirInode, Open, Readdir, Readlink,
-    RemoveEntry, Rename, RenameFinish, RenamePrepare, RetireDir, Rmdir, SetAttr, SetParent, SwapEntry, Symlink, Unlink, UnretireDir,
+    AddLink, Commit, Create, DropInode, DropLink, Exchange, GetAttr, Grant, InsertEntry, Lookup, MakeDirInode, MakeNode, Open, Readdir,
+    Readlink, RemoveEntry, Rename, RenameFinish, RenamePrepare, RetireDir, Rmdir, SetAttr, SetParent, SwapEntry, Symlink, Unlink,
+    UnretireDir,
 };
 use surge_proto::ticket::Ticket;
 use surge_proto::{check_name, Attr, AttrChanges, DirEntry, DirPage, ErrorCode, FileKind, LinkOutcome, Unlinked, ROOT_INO};
@@ -132,6 +133,12 @@ impl Client {
             return Err(e);
         }
         Ok(added.attr)
+    }
+
+    /// mknod of a FIFO, socket or device node (`kind`), owned by this client's identity.
+    pub async fn mknod_at(&self, parent: Ino, name: &str, kind: FileKind, mode: u32) -> Result<Attr> {
+        let (uid, gid) = self.identity();
+        self.call_home(parent, MakeNode { parent, name: name.to_string(), kind, mode, uid, gid }).await
     }
 
     pub async fn readlink_ino(&self, ino: Ino) -> Result<String> {

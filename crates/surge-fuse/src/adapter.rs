@@ -189,9 +189,9 @@ impl Filesystem for SurgeFs {
         self.answer(self.ops.readlink(ino), data(reply));
     }
 
-    fn mknod(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, _rdev: u32, reply: ReplyEntry) {
+    fn mknod(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
-        self.answer(self.ops.mknod(parent, name, mode & !umask, caller(req)), self.entry(reply));
+        self.answer(self.ops.mknod(parent, name, mode & !umask, rdev, caller(req)), self.entry(reply));
     }
 
     fn mkdir(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {

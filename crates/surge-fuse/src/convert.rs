@@ -36,6 +36,21 @@ pub(crate) fn file_type(kind: FileKind) -> FileType {
         FileKind::File => FileType::RegularFile,
         FileKind::Dir => FileType::Directory,
         FileKind::Symlink => FileType::Symlink,
+        FileKind::Fifo => FileType::NamedPipe,
+        FileKind::Socket => FileType::Socket,
+        FileKind::CharDevice { .. } => FileType::CharDevice,
+        FileKind::BlockDevice { .. } => FileType::BlockDevice,
+    }
+}
+
+/// The kind a mknod mode asks for (regular files are made by create).
+pub(crate) fn special_kind(mode: u32, rdev: u32) -> Option<FileKind> {
+    match mode & libc::S_IFMT {
+        libc::S_IFIFO => Some(FileKind::Fifo),
+        libc::S_IFSOCK => Some(FileKind::Socket),
+        libc::S_IFCHR => Some(FileKind::CharDevice { rdev }),
+        libc::S_IFBLK => Some(FileKind::BlockDevice { rdev }),
+        _ => None,
     }
 }
 
@@ -53,7 +68,10 @@ pub(crate) fn fuse_attr(a: &Attr, blksize: u32) -> FileAttr {
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
-        rdev: 0,
+        rdev: match a.kind {
+            FileKind::CharDevice { rdev } | FileKind::BlockDevice { rdev } => rdev,
+            _ => 0,
+        },
         blksize,
         flags: 0,
     }

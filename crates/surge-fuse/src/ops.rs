@@ -225,21 +225,26 @@ impl Ops {
         async move { ops.client.readlink_ino(ino).await }
     }
 
-    /// A regular file made without opening it. Devices, FIFOs and sockets have no place in a
-    /// burst buffer: EPERM.
+    /// A regular file made without opening it, or a FIFO, socket or device node (each node
+    /// uses it as its own: the kernel runs the pipe or opens the device, as on NFS).
     pub fn mknod(
         self: &Arc<Self>,
         parent: u64,
         name: String,
         mode: u32,
+        rdev: u32,
         caller: Caller,
     ) -> impl Future<Output = Result<Attr>> + Send + 'static {
         let ops = self.clone();
         async move {
-            if mode & libc::S_IFMT != libc::S_IFREG {
-                return Err(Error::new(ErrorCode::NotPermitted, "only regular files, directories and symlinks"));
-            }
             let client = ops.client.as_user(caller.uid, caller.gid);
+            if let Some(kind) = crate::convert::special_kind(mode, rdev) {
+                let made = client.mknod_at(parent, &name, kind, mode & 0o7777);
+                return ops.changed_name(parent, &name, true, made).await.map(|attr| ops.told(attr));
+            }
+            if mode & libc::S_IFMT != libc::S_IFREG {
+                return Err(Error::new(ErrorCode::Invalid, format!("mknod of an unknown file type {:o}", mode & libc::S_IFMT)));
+            }
             let made = async {
                 let f = client.create_at(parent, &name, mode & 0o7777, true).await?;
                 let ino = f.ino();

@@ -52,6 +52,17 @@ pub struct Symlink {
     pub gid: u32,
 }
 
+/// Makes a FIFO, socket or device node `parent/name` (mknod), homed with its directory.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct MakeNode {
+    pub parent: Ino,
+    pub name: String,
+    pub kind: FileKind,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Readlink {
     pub ino: Ino,
@@ -304,6 +315,7 @@ service! {
         Append -> u64, "append";
         Exchange -> Vec<(Ino, Ino)>, "exchange";
         SwapEntry -> Option<Ino>, "swap-entry";
+        MakeNode -> Attr, "make-node";
         SetLock -> (), "set-lock";
         GetLock -> Option<LockHolder>, "get-lock";
     }

@@ -16,6 +16,24 @@ pub enum FileKind {
     File,
     Dir,
     Symlink,
+    /// A named pipe, a socket or a device node: a name and attributes here; what it does
+    /// (the pipe, the socket's listener, the device) is each node's own, as on NFS.
+    Fifo,
+    Socket,
+    /// `rdev`: the device number as the kernel encodes it (`makedev`).
+    CharDevice {
+        rdev: u32,
+    },
+    BlockDevice {
+        rdev: u32,
+    },
+}
+
+impl FileKind {
+    /// A FIFO, socket or device node.
+    pub fn is_special(self) -> bool {
+        matches!(self, FileKind::Fifo | FileKind::Socket | FileKind::CharDevice { .. } | FileKind::BlockDevice { .. })
+    }
 }
 
 /// Seconds and nanoseconds since the Unix epoch.

@@ -208,7 +208,12 @@ async fn plan_out(client: &Client, spec: &StageSpec) -> PlanResult<Plan> {
                                 ino: Some(attr.ino),
                             });
                         }
-                        FileKind::Symlink => plan.skipped.push(join(&spec.bb_path, &child_rel)),
+                        // Links and node-local special files are not data to stage.
+                        FileKind::Symlink
+                        | FileKind::Fifo
+                        | FileKind::Socket
+                        | FileKind::CharDevice { .. }
+                        | FileKind::BlockDevice { .. } => plan.skipped.push(join(&spec.bb_path, &child_rel)),
                     }
                 }
             }

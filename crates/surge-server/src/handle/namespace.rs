@@ -127,6 +127,7 @@ impl Session {
             NamespaceRequest::SetAttr(s) => self.answer_step(s),
             NamespaceRequest::Create(s) => self.answer_step(s),
             NamespaceRequest::Symlink(s) => self.answer_step(s),
+            NamespaceRequest::MakeNode(s) => self.answer_step(s),
             NamespaceRequest::Readlink(s) => self.answer_step(s),
             NamespaceRequest::MakeDirInode(s) => self.answer_step(s),
             NamespaceRequest::DropInode(s) => self.answer_step(s),
@@ -302,6 +303,24 @@ impl Step for Create {
     fn effects(&self, entry: &DirEntry) -> Effects {
         let mut fx = Effects::default();
         fx.new_name(self.parent, &self.name, Some(entry.ino));
+        fx
+    }
+}
+
+impl Step for MakeNode {
+    fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {
+        cx.check_create(self.parent, self.uid, self.gid)?;
+        if matches!(self.kind, surge_proto::FileKind::CharDevice { .. } | surge_proto::FileKind::BlockDevice { .. })
+            && cx.caller.is_some_and(|c| c.uid != 0)
+        {
+            return Err(ServerError::new(ErrorCode::NotPermitted, "only root makes device nodes"));
+        }
+        cx.meta.make_node(self.parent, &self.name, self.kind, self.mode, self.uid, self.gid)
+    }
+
+    fn effects(&self, attr: &surge_proto::Attr) -> Effects {
+        let mut fx = Effects::default();
+        fx.new_name(self.parent, &self.name, Some(attr.ino));
         fx
     }
 }

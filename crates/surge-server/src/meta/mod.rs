@@ -535,6 +535,21 @@ impl MetaStore {
         Ok(DirEntry { name: name.to_string(), ino, kind: FileKind::File, attr: Some(attr) })
     }
 
+    /// A FIFO, socket or device node: an inode without data.
+    pub fn make_node(&mut self, parent: Ino, name: &str, kind: FileKind, mode: u32, uid: u32, gid: u32) -> Result<Attr> {
+        check_name(name)?;
+        if !kind.is_special() {
+            return fail(ErrorCode::Invalid, format!("mknod makes FIFOs, sockets and devices, not a {kind:?}"));
+        }
+        if self.dir(parent)?.entries.contains_key(name) {
+            return fail(ErrorCode::Exists, format!("'{name}' exists"));
+        }
+        let ino = self.alloc_ino();
+        let attr = self.insert_inode(ino, kind, mode & 0o7777, uid, gid, Body::File);
+        self.link_entry(parent, name, ino, kind)?;
+        Ok(attr)
+    }
+
     pub fn symlink(&mut self, parent: Ino, name: &str, target: &str, uid: u32, gid: u32) -> Result<Attr> {
         check_name(name)?;
         if target.is_empty() || target.len() > MAX_SYMLINK_LEN {
