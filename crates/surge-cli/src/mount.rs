@@ -88,19 +88,24 @@ pub async fn start_mount_daemon(mut cmd: Command, dir: &Path, log_path: &Path) -
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    settle_root(dir);
+    settle_root(dir, None);
     Ok(())
 }
 
-/// Makes the kernel take the root's real attributes. fusermount mounts with a placeholder
-/// root (no permission bits) that stays until a GETATTR reply is accepted, and the kernel
-/// drops a reply that crosses an invalidation from the servers: a first access racing one
-/// would be refused (EACCES). A few stats until the bits show settle it before anyone uses it.
-fn settle_root(dir: &Path) {
-    use std::os::unix::fs::PermissionsExt;
+/// Makes the kernel take the root's real attributes before anyone uses the mount. Until a
+/// GETATTR reply for it is accepted, the kernel checks permissions (default_permissions)
+/// against a placeholder root: owned by root, without permission bits. And it drops a reply
+/// that crosses an invalidation of the root, which the servers send whenever another node
+/// creates or removes a name there: a job's first create on one node, racing the other
+/// nodes' first creates, was refused with EACCES that way (and the same create a moment
+/// later went through). A stat settles the root while nothing else happens in it; a few more
+/// if a reply was dropped all the same, until the real owner (`owner`, when known) and
+/// permission bits show.
+fn settle_root(dir: &Path, owner: Option<u32>) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     for _ in 0..10 {
         match std::fs::metadata(dir) {
-            Ok(m) if m.permissions().mode() & 0o7777 == 0 => continue,
+            Ok(m) if m.permissions().mode() & 0o7777 == 0 || owner.is_some_and(|uid| m.uid() != uid) => continue,
             _ => return,
         }
     }
@@ -118,11 +123,7 @@ pub async fn mount_for_user(mut cmd: Command, instance: &str, dir: &Path, (uid, 
     use std::os::unix::process::CommandExt;
     // The descriptor the daemon serves; it gets it as descriptor 3 (see below).
     let device: OwnedFd = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").context("open /dev/fuse")?.into();
-    // The kernel gives the root these attributes until a GETATTR reply replaces them, and it
-    // drops a reply that crosses an invalidation (another node creating a file in the root
-    // sends one): a placeholder without permission bits then fails the job's first create with
-    // EACCES. The buffer's root is the user's with mode 0700, so that is the placeholder.
-    let options = format!("fd={},rootmode=40700,user_id={uid},group_id={gid},default_permissions,allow_other", device.as_raw_fd());
+    let options = format!("fd={},rootmode=40000,user_id={uid},group_id={gid},default_permissions,allow_other", device.as_raw_fd());
     let c = |s: &str| std::ffi::CString::new(s).context("NUL in a mount argument");
     let (source, target, fstype, data) = (c(&format!("surge:{instance}"))?, c(&dir.to_string_lossy())?, c("fuse.surge")?, c(&options)?);
     // SAFETY: every pointer is a NUL-terminated string that outlives the call.
@@ -169,6 +170,11 @@ pub async fn mount_for_user(mut cmd: Command, instance: &str, dir: &Path, (uid, 
     }
     .await;
     drop(device);
+    if started.is_ok() {
+        // Before the job's first step: see `settle_root`.
+        let root = dir.to_path_buf();
+        let _ = tokio::time::timeout(MOUNT_TIMEOUT, tokio::task::spawn_blocking(move || settle_root(&root, Some(uid)))).await;
+    }
     if started.is_err() {
         let _ = Command::new("umount").arg("-l").arg(dir).status();
     }
