@@ -208,7 +208,7 @@ def test_cautious_calibration_sees_no_test_job():
     class Recorder(Cautious):
         def fit(self, train):
             super().fit(train)
-            calibrations.append((self.grace, self.k, train.jobs["job_id"].max()))
+            calibrations.append((self.grace, self.rule, train.jobs["job_id"].max()))
             return self
 
     bounds = np.linspace(0, len(trace.jobs), 3).astype(int)
