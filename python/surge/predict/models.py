@@ -217,13 +217,15 @@ class Cautious(WalltimeModel):
     the lowest mean absolute error over the cuts is applied to the pair refitted on the
     whole window. It competes with the model's former rule, ``quantile + k x spread`` with
     the smallest k that meets the same bound at every cut (always feasible), which is kept
-    when it is tighter (``self.rule`` says which was chosen). No test job is used. Several
+    when it is tighter (``self.rule`` says which was chosen). Each allocation candidate must
+    meet the bound with a binomial margin for its cut's job count: the best of many
+    candidates is partly the luckiest on those jobs. No test job is used. Several
     cuts, because one period's calibration is a noisy, often too loose, estimate of the
     next one's. With ``allocate=False`` only the former rule is used.
 
-    Measured (RESULTS.md section 1): the allocation cut RICC's MAE from 1076 to about 470
-    min and wagap's from 2461 to about 1950, at 4.3% of the jobs under-estimated instead of
-    3.0% and 2.5%. The price is that the under-estimates concentrate on the jobs the model
+    Measured (RESULTS.md section 1): the allocation cut RICC's MAE from 1076 to 495 min and
+    wagap's from 2461 to 1814, at 4.0% and 4.7% of the jobs under-estimated instead of 3.0%
+    and 2.5%. The price is that the under-estimates concentrate on the jobs the model
     is least sure about; a test period's share stays <= 5%, a single fold's did not always
     (``evaluate`` shows the worst fold's share, ``under_rate_worst_fold``).
 
