@@ -55,6 +55,8 @@ def evaluation_tables(out: Path) -> str:
             **({"users": table["users"].astype(int)} if "users" in table else {}),
             "MAE [min]": table["MAE_min"].map("{:.0f}".format),
             "under-estimated": (100 * table["under_rate"]).map("{:.1f}%".format),
+            **({"worst fold": (100 * table["under_rate_worst_fold"]).map("{:.1f}%".format)}
+               if "under_rate_worst_fold" in table else {}),
             "within 10 min": (100 * table["within_10min"]).map("{:.1f}%".format),
             "fit+predict [s]": table["fit_s"].map("{:.0f}".format),
         })
@@ -77,6 +79,17 @@ def lead_time_tables(out: Path) -> str:
     return "\n".join(parts)
 
 
+def seed_range(out: Path, trace: str, model: str) -> str:
+    """The min-max of a model's under-estimated share over the seeds it was fitted with."""
+    path = out / f"{trace}-metrics-seeds.csv"
+    if not path.exists():
+        return "-"
+    rates = pd.read_csv(path).query("model == @model")["under_rate"]
+    if len(rates) < 2:
+        return "-"
+    return f"{100 * rates.min():.1f}-{100 * rates.max():.1f}% ({len(rates)} seeds)"
+
+
 def cautious_table(out: Path) -> str:
     """The cautious model against the best median model (by MAE) on every trace."""
     rows = []
@@ -88,6 +101,9 @@ def cautious_table(out: Path) -> str:
         rows.append({
             "trace": trace,
             "cautious under-estimated": f"{100 * cautious['under_rate']:.1f}%",
+            **({"worst fold": f"{100 * cautious['under_rate_worst_fold']:.1f}%"}
+               if "under_rate_worst_fold" in table else {}),
+            "under-estimated over seeds (min-max)": seed_range(out, trace, "cautious"),
             "cautious MAE [min]": f"{cautious['MAE_min']:.0f}",
             "best median model (MAE)": best,
             "its MAE [min]": f"{table.loc[best, 'MAE_min']:.0f}",

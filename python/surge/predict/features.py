@@ -8,6 +8,8 @@ This is what keeps the evaluation honest (no look-ahead) and it is done with sor
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
@@ -17,11 +19,49 @@ MODEL_FEATURES = [
     "hist_count", "log_last1", "log_last2", "log_user_mean", "user_ratio_mean",
     "user_ratio_last5_max", "user_ratio_last20_max", "user_ratio_max",
     "log_user_median_req_ratio", "queue_code", "user_code",
+    "same_count", "log_same_last1", "log_same_last2", "log_same_median3", "log_samereq_last1",
 ]
+
+#: The cautious model's features: those of the models before the same-job features existed.
+CAUTIOUS_FEATURES = [f for f in MODEL_FEATURES if not f.endswith(("same_count", "same_last1",
+                     "same_last2", "same_median3", "samereq_last1"))]
+
+#: A job's "same job" is one of the user's earlier jobs with the same requested time and node
+#: count (the traces record no job names or scripts; a user resubmitting a job script
+#: resubmits its request). ``samereq`` matches on the requested time alone.
+SAME_JOB_KEYS = ("user", "req_time", "nodes")
+SAME_REQUEST_KEYS = ("user", "req_time")
 
 
 def _log(values: np.ndarray) -> np.ndarray:
     return np.log1p(np.maximum(values, 0.0))
+
+
+def _ended_lags(submit: np.ndarray, end: np.ndarray, run: np.ndarray, group: np.ndarray,
+                lags: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """For every job: how many jobs of its ``group`` had ended by its submission, and the
+    runtimes of the ``lags`` most recently ended ones (NaN where there are fewer)."""
+    scale = np.int64(1) << np.int64(36)            # > any trace duration in seconds
+    t0 = min(submit.min(), end.min())
+    end_key = group * scale + (end - t0).astype(np.int64)
+    order = np.argsort(end_key, kind="stable")
+    sorted_key = end_key[order]
+    pos = np.searchsorted(sorted_key, group * scale + np.floor(submit - t0).astype(np.int64),
+                          side="right")
+    count = pos - np.searchsorted(sorted_key, group * scale, side="left")
+    run_sorted = run[order]
+    out = []
+    for k in range(1, lags + 1):
+        lag = np.full(len(submit), np.nan)
+        has = count >= k
+        lag[has] = run_sorted[pos[has] - k]
+        out.append(lag)
+    return count, out
+
+
+def _group_codes(jobs: pd.DataFrame, keys) -> np.ndarray:
+    columns = [c for c in keys if c in jobs]
+    return jobs.groupby(columns, sort=False, dropna=False).ngroup().to_numpy(np.int64)
 
 
 def history_features(jobs: pd.DataFrame) -> pd.DataFrame:
@@ -73,7 +113,16 @@ def history_features(jobs: pd.DataFrame) -> pd.DataFrame:
     # evidence of how close to the limit their jobs can get (the cautious model's input).
     ratio_cummax = pd.Series(ratio_sorted).groupby(user[order]).cummax().to_numpy()
     ratio_max = np.where(count > 0, ratio_cummax[np.maximum(pos - 1, 0)], np.nan)
+    # The same user's earlier runs of the "same job" (SAME_JOB_KEYS), ended before submission.
+    same_count, (same1, same2, same3) = _ended_lags(submit, end, run,
+                                                    _group_codes(jobs, SAME_JOB_KEYS), 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)          # all-NaN rows: no history
+        same_median3 = np.nanmedian(np.vstack([same1, same2, same3]), axis=0)
+    _, (samereq1,) = _ended_lags(submit, end, run, _group_codes(jobs, SAME_REQUEST_KEYS), 1)
     return pd.DataFrame({
+        "same_count": same_count, "same_last1": same1, "same_last2": same2,
+        "same_median3": same_median3, "samereq_last1": samereq1,
         "hist_count": count, "last1": lag(1, run_sorted), "last2": lag(2, run_sorted),
         "user_mean": user_mean, "ratio_mean": ratio_mean,
         "ratio_last5_max": last_max(5, ratio_sorted), "ratio_last20_max": last_max(20, ratio_sorted),
@@ -115,4 +164,9 @@ def model_frame(jobs: pd.DataFrame, history: pd.DataFrame | None = None,
         "log_user_median_req_ratio": _log(req) - _log(user_median_req.to_numpy(np.float64)),
         "queue_code": pd.factorize(jobs["queue"])[0],
         "user_code": pd.factorize(jobs["user"])[0],
+        "same_count": _log(history["same_count"].to_numpy(np.float64)),
+        "log_same_last1": _log(history["same_last1"].to_numpy()),
+        "log_same_last2": _log(history["same_last2"].to_numpy()),
+        "log_same_median3": _log(history["same_median3"].to_numpy()),
+        "log_samereq_last1": _log(history["samereq_last1"].to_numpy()),
     }, index=jobs.index)
