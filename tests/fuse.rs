@@ -160,6 +160,13 @@ fn hard_links_span_directories_on_any_server() {
     assert_eq!(sh(&format!("stat -c %i {a}/out/src/one")), sh(&format!("stat -c %i {a}/out/src/two")), "tar made a link, not a copy");
 }
 
+/// A helper script written into a mount, for the tests to run.
+fn script(mount: &surge_tests::Mount, name: &str, text: &str) -> std::path::PathBuf {
+    let path = mount.path(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
 /// fcntl from Python: `lock.py FILE SPEC...`, each SPEC `w:START:LEN`, `r:START:LEN`,
 /// `u:START:LEN` (F_SETLK), `W:START:LEN` (F_SETLKW), `?w:START:LEN` (F_GETLK, prints the
 /// holder's pid or "free"), `sleep:SECONDS`; prints "ok" or "EAGAIN" per lock.
@@ -188,8 +195,7 @@ fn locks_exclude_across_nodes_and_go_with_their_holders() {
     let inst = instance("locks", 216);
     let (here, there) = (inst.mount("a", "127.0.0.216"), inst.mount("b", "127.0.0.220"));
     let (a, b) = (here.dir.display(), there.dir.display());
-    let py = here.path("lock.py");
-    std::fs::write(&py, LOCK_PY).unwrap();
+    let py = script(&here, "lock.py", LOCK_PY);
     let py = py.display();
     sh(&format!("head -c 4096 /dev/zero > {a}/data"));
 
@@ -257,8 +263,7 @@ fn rename_exchange_swaps_names_within_and_across_servers() {
     let inst = instance("exchange", 206);
     let (here, there) = (inst.mount("a", "127.0.0.206"), inst.mount("b", "127.0.0.210"));
     let (a, b) = (here.dir.display(), there.dir.display());
-    let py = here.path("rename2.py");
-    std::fs::write(&py, RENAME2_PY).unwrap();
+    let py = script(&here, "rename2.py", RENAME2_PY);
     let exchange = |from: String, to: String| sh(&format!("python3 {} 2 {from} {to}", py.display())).trim().to_string();
     let noreplace = |from: String, to: String| sh(&format!("python3 {} 1 {from} {to}", py.display())).trim().to_string();
     let ino = |path: String| sh(&format!("stat -c %i {path}")).trim().to_string();

@@ -11,7 +11,7 @@ use fuser::{
     ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
 };
 use surge_client::surge_proto::{Attr, AttrChanges, ErrorCode};
-use surge_client::{Client, Error, LockRange, Result};
+use surge_client::{Client, Error, Result};
 use tokio::runtime::Handle;
 
 use crate::convert::{file_type, fuse_attr, name_of, to_timestamp};
@@ -277,8 +277,7 @@ impl Filesystem for SurgeFs {
         pid: u32,
         reply: ReplyLock,
     ) {
-        let Some(kind) = locks::kind_from_kernel(typ) else { return reply.error(libc::EINVAL) };
-        let lock = LockRange { owner: lock_owner, pid, kind, start, end: locks::end_from_kernel(end) };
+        let Some(lock) = locks::range_from_kernel(lock_owner, pid, typ, start, end) else { return reply.error(libc::EINVAL) };
         self.answer(self.ops.get_lock(ino, lock), move |result| match result {
             Ok(Some(h)) => reply.locked(h.start, locks::end_to_kernel(h.end), locks::kind_to_kernel(h.kind), h.pid),
             // Nothing in the way: F_GETLK answers F_UNLCK.
@@ -300,8 +299,7 @@ impl Filesystem for SurgeFs {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
-        let Some(kind) = locks::kind_from_kernel(typ) else { return reply.error(libc::EINVAL) };
-        let lock = LockRange { owner: lock_owner, pid, kind, start, end: locks::end_from_kernel(end) };
+        let Some(lock) = locks::range_from_kernel(lock_owner, pid, typ, start, end) else { return reply.error(libc::EINVAL) };
         self.answer(self.ops.set_lock(ino, fh, lock, sleep), empty(reply));
     }
 

@@ -15,6 +15,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use surge_client::surge_proto::LockKind;
+use surge_client::LockRange;
 
 /// The kernel's "to any end of file" (`OFFSET_MAX`), and what the servers call it.
 const KERNEL_EOF: u64 = i64::MAX as u64;
@@ -33,8 +34,13 @@ pub(crate) fn end_to_kernel(end: u64) -> u64 {
     end.min(KERNEL_EOF)
 }
 
+/// A lock request as the kernel describes it (None: an unknown `l_type`).
+pub(crate) fn range_from_kernel(owner: u64, pid: u32, typ: i32, start: u64, end: u64) -> Option<LockRange> {
+    Some(LockRange { owner, pid, kind: kind_from_kernel(typ)?, start, end: end_from_kernel(end) })
+}
+
 /// A lock kind from fcntl's `l_type`.
-pub(crate) fn kind_from_kernel(typ: i32) -> Option<LockKind> {
+fn kind_from_kernel(typ: i32) -> Option<LockKind> {
     match typ {
         libc::F_RDLCK => Some(LockKind::Read),
         libc::F_WRLCK => Some(LockKind::Write),

@@ -251,6 +251,18 @@ mod tests {
         Wanted { owner, pid: owner.connection as u32, kind, start, end }
     }
 
+    /// A holds the whole file for writing; B waits for `wanted` (given a moment to start).
+    async fn b_waiting_on_a(wanted: Wanted) -> (std::sync::Arc<Locks>, tokio::task::JoinHandle<Result<()>>) {
+        let locks = std::sync::Arc::new(Locks::default());
+        locks.set(7, &want(A, LockKind::Write, 0, u64::MAX)).unwrap();
+        let waiter = {
+            let locks = locks.clone();
+            tokio::spawn(async move { locks.wait(7, wanted).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        (locks, waiter)
+    }
+
     #[test]
     fn readers_share_and_writers_exclude_where_ranges_overlap() {
         let locks = Locks::default();
@@ -279,13 +291,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiter_gets_the_lock_when_it_goes_or_its_holder_disconnects() {
-        let locks = std::sync::Arc::new(Locks::default());
-        locks.set(7, &want(A, LockKind::Write, 0, u64::MAX)).unwrap();
-        let waiter = {
-            let locks = locks.clone();
-            tokio::spawn(async move { locks.wait(7, want(B, LockKind::Write, 0, 9)).await })
-        };
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let (locks, waiter) = b_waiting_on_a(want(B, LockKind::Write, 0, 9)).await;
         assert!(!waiter.is_finished(), "waits while the lock is held");
         locks.drop_connection(A.connection);
         waiter.await.unwrap().unwrap();
@@ -294,13 +300,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_wait_ends_with_its_connection() {
-        let locks = std::sync::Arc::new(Locks::default());
-        locks.set(7, &want(A, LockKind::Write, 0, u64::MAX)).unwrap();
-        let waiter = {
-            let locks = locks.clone();
-            tokio::spawn(async move { locks.wait(7, want(B, LockKind::Write, 0, 0)).await })
-        };
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let (locks, waiter) = b_waiting_on_a(want(B, LockKind::Write, 0, 0)).await;
         locks.drop_connection(B.connection);
         assert_eq!(waiter.await.unwrap().unwrap_err().code, ErrorCode::Interrupted);
         assert!(locks.table.lock().unwrap().waiting.is_empty(), "no wait left registered");
@@ -308,13 +308,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_wait_ends_when_its_owner_lets_go_of_the_file() {
-        let locks = std::sync::Arc::new(Locks::default());
-        locks.set(7, &want(A, LockKind::Write, 0, u64::MAX)).unwrap();
-        let waiter = {
-            let locks = locks.clone();
-            tokio::spawn(async move { locks.wait(7, want(B, LockKind::Read, 0, 0)).await })
-        };
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let (locks, waiter) = b_waiting_on_a(want(B, LockKind::Read, 0, 0)).await;
         locks.set(7, &want(B, LockKind::Unlock, 0, u64::MAX)).unwrap();
         assert_eq!(waiter.await.unwrap().unwrap_err().code, ErrorCode::Interrupted);
         assert!(locks.conflict(7, &want(B, LockKind::Write, 0, 0)).is_some(), "A still holds it");
