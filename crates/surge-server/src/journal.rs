@@ -16,6 +16,12 @@
 //! the snapshot and the journal are replayed, then written as a new snapshot and the journal
 //! emptied; the same happens at a clean stop, and when the journal grows past
 //! [`SNAPSHOT_AFTER`].
+//!
+//! `format` names the records' layout ([`FORMAT`]). A directory of another layout, or a
+//! record that is whole (its checksum holds) yet does not read, stops the server with an
+//! error rather than being replayed in part: folding a partial replay into a new snapshot
+//! would lose the rest for good. Only the journal's last record may be cut short (a crash in
+//! the middle of its write); the snapshot is always whole (written aside, then renamed).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -73,24 +79,59 @@ fn frame(record: &Record, out: &mut Vec<u8>) {
     out.extend_from_slice(&payload);
 }
 
-/// The whole records in `bytes`, in order; stops at the first that is cut short or damaged
-/// (a crash in the middle of a write).
-fn records(bytes: &[u8]) -> Vec<Record> {
+/// The layout of the records this build writes, kept in `meta/format`. Raise it when a
+/// record's layout changes in a way older records cannot be read with (a new field; new enum
+/// variants appended at the end read old records as before).
+pub const FORMAT: &str = "surge-meta 1";
+
+/// The records in `bytes` (the file `path`), in order. A record cut short or failing its
+/// checksum ends them where a crash may leave one (`torn_tail_allowed`: the journal's end);
+/// anywhere else, and for a whole record that does not read, the answer is an error.
+fn records(bytes: &[u8], path: &Path, torn_tail_allowed: bool) -> io::Result<Vec<Record>> {
+    let damaged =
+        |at: usize, what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("{}: the record at byte {at} {what}", path.display()));
     let mut out = Vec::new();
     let mut at = 0;
-    while at + 12 <= bytes.len() {
-        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
-        let Some(payload) = bytes.get(at + 12..at + 12 + len) else { break };
-        if blake3::hash(payload).as_bytes()[..8] != bytes[at + 4..at + 12] {
-            break;
-        }
-        match postcard::from_bytes(payload) {
-            Ok(record) => out.push(record),
-            Err(_) => break,
-        }
-        at += 12 + len;
+    while at < bytes.len() {
+        let whole = bytes.get(at..at + 12).and_then(|head| {
+            let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+            let payload = bytes.get(at + 12..at + 12 + len)?;
+            (blake3::hash(payload).as_bytes()[..8] == head[4..12]).then_some(payload)
+        });
+        let Some(payload) = whole else {
+            if torn_tail_allowed {
+                break; // The last write before a crash.
+            }
+            return Err(damaged(at, "is cut short or damaged"));
+        };
+        let record = postcard::from_bytes(payload)
+            .map_err(|e| damaged(at, &format!("is whole but does not read ({e}): written by another Surge version?")))?;
+        out.push(record);
+        at += 12 + payload.len();
     }
-    out
+    Ok(out)
+}
+
+/// Checks `dir`'s format marker, writing it for a new directory. A directory with records
+/// and no marker predates the marker and has format 1's layout.
+fn check_format(dir: &Path) -> io::Result<()> {
+    let marker = dir.join("format");
+    match std::fs::read_to_string(&marker) {
+        Ok(found) if found.trim() == FORMAT => Ok(()),
+        Ok(found) => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{}: metadata in format '{}', this server reads '{FORMAT}': start it with the Surge version that wrote them",
+                dir.display(),
+                found.trim()
+            ),
+        )),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            std::fs::write(&marker, format!("{FORMAT}\n"))?;
+            File::open(dir)?.sync_all()
+        }
+        Err(e) => Err(e),
+    }
 }
 
 fn read_all(path: &Path) -> io::Result<Vec<u8>> {
@@ -112,9 +153,10 @@ impl Journal {
     pub fn open(root: &Path, store: &mut MetaStore) -> io::Result<(Arc<Journal>, Vec<surge_proto::Ino>)> {
         let dir = root.join("meta");
         std::fs::create_dir_all(&dir)?;
+        check_format(&dir)?;
         let mut replayed = 0;
-        for path in [dir.join("snapshot"), dir.join("journal")] {
-            for record in records(&read_all(&path)?) {
+        for (path, torn_tail_allowed) in [(dir.join("snapshot"), false), (dir.join("journal"), true)] {
+            for record in records(&read_all(&path)?, &path, torn_tail_allowed)? {
                 store.apply(record);
                 replayed += 1;
             }
@@ -264,18 +306,47 @@ mod tests {
     use surge_proto::{FileKind, ROOT_INO};
 
     #[test]
-    fn a_record_cut_short_ends_the_replay_and_the_ones_before_survive() {
+    fn a_record_cut_short_ends_the_journal_and_the_ones_before_survive() {
+        let path = Path::new("journal");
         let mut bytes = Vec::new();
         let one = Record { next_local: 5, ..Record::default() };
         let two = Record { next_local: 9, ..Record::default() };
         frame(&one, &mut bytes);
         frame(&two, &mut bytes);
-        assert_eq!(records(&bytes), vec![one.clone(), two]);
+        assert_eq!(records(&bytes, path, true).unwrap(), vec![one.clone(), two]);
         bytes.truncate(bytes.len() - 1);
-        assert_eq!(records(&bytes), vec![one.clone()], "a torn last record is dropped");
+        assert_eq!(records(&bytes, path, true).unwrap(), vec![one.clone()], "a torn last record is dropped");
         let n = bytes.len();
         bytes[n - 3] ^= 0xff;
-        assert_eq!(records(&bytes), vec![one], "a damaged record ends the replay");
+        assert_eq!(records(&bytes, path, true).unwrap(), vec![one], "a damaged last record too");
+        let err = records(&bytes, Path::new("snapshot"), false).unwrap_err();
+        assert!(err.to_string().contains("cut short or damaged"), "a snapshot is whole or refused: {err}");
+    }
+
+    /// A record whose checksum holds but whose layout this build does not know (another
+    /// version wrote it) stops the replay with an error: replaying the records before it and
+    /// folding them into a snapshot would lose the rest for good.
+    #[test]
+    fn a_whole_record_that_does_not_read_is_an_error_not_an_end() {
+        let mut bytes = Vec::new();
+        frame(&Record { next_local: 5, ..Record::default() }, &mut bytes);
+        let unreadable = [0xffu8; 16];
+        bytes.extend_from_slice(&(unreadable.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(&blake3::hash(&unreadable).as_bytes()[..8]);
+        bytes.extend_from_slice(&unreadable);
+        let err = records(&bytes, Path::new("journal"), true).unwrap_err();
+        assert!(err.to_string().contains("another Surge version"), "{err}");
+    }
+
+    #[test]
+    fn metadata_of_another_format_is_refused() {
+        let root = std::env::temp_dir().join(format!("surge-format-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("meta")).unwrap();
+        std::fs::write(root.join("meta/format"), "surge-meta 99\n").unwrap();
+        let err = Journal::open(&root, &mut MetaStore::new(0, 0, 0)).err().expect("refused");
+        assert!(err.to_string().contains("surge-meta 99"), "{err}");
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
