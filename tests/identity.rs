@@ -155,6 +155,12 @@ fn servers_refuse_what_the_callers_permissions_do_not_allow() {
         ("rawpurge:/open/private", "EACCES"),
         ("forgedwrite:/open/private", "EACCES"),
         ("rawdroplink:/open/private", "EACCES"),
+        // Hard links as protected_hardlinks allows them: not to another's file he cannot
+        // both read and write.
+        ("link:/open/private:/open/bobs-link", "EPERM"),
+        ("link:/sticky/mine:/open/bobs-link", "EPERM"),
+        ("mknodc:/open/bobs-device", "EPERM"),
+        ("lock:/open/private", "EACCES"),
     ];
     let ops: Vec<&str> = refused.iter().map(|(op, _)| *op).collect();
     let answers = try_as(&inst, &bob, BOB, &[], &ops);
@@ -163,8 +169,22 @@ fn servers_refuse_what_the_callers_permissions_do_not_allow() {
     }
     // What POSIX lets him do: read a world-readable file, create his own, and (the directory
     // being writable and not sticky) remove alice's name from it.
-    let allowed = try_as(&inst, &bob, BOB, &[], &["read:/sticky/mine", "create:/open/bobs:0644", "unlink:/open/victim"]);
-    assert_eq!(allowed, ["/sticky/mine", "ok", "ok"], "bob");
+    let allowed = try_as(
+        &inst,
+        &bob,
+        BOB,
+        &[],
+        &[
+            "read:/sticky/mine",
+            "create:/open/bobs:0644",
+            "unlink:/open/victim",
+            "link:/open/bobs:/open/bobs-too",
+            "mkfifo:/open/pipe",
+            "lock:/sticky/mine",
+        ],
+    );
+    assert_eq!(allowed, ["/sticky/mine", "ok", "ok", "ok", "ok", "ok"], "bob");
+    assert_eq!(try_as(&inst, &alice, ALICE, &[], &["link:/open/private:/open/alices-link"]), ["ok"], "alice links her own file");
 
     // Alice moves a file of hers to a directory homed on the other server; bob removes its
     // name there (a shared directory): the link is dropped on the file's home with the ticket

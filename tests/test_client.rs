@@ -15,6 +15,7 @@
 
 use std::process::ExitCode;
 
+use surge_client::surge_proto::{FileKind, LockKind};
 use surge_client::{Client, ClientOptions};
 use surge_tests::pattern;
 
@@ -164,6 +165,14 @@ async fn try_op(c: &Client, op: &str) -> String {
                 "ok".into()
             }
             "mkdir" => c.mkdir(path, mode()).await.map(|_| "ok".into())?,
+            "link" => c.link(path, arg).await.map(|_| "ok".into())?,
+            "mkfifo" => c.mknod(path, FileKind::Fifo, 0o644).await.map(|_| "ok".into())?,
+            "mknodc" => c.mknod(path, FileKind::CharDevice { rdev: 0x103 }, 0o644).await.map(|_| "ok".into())?,
+            "lock" => {
+                let ino = c.stat(path).await?.ino;
+                let whole = surge_client::LockRange { owner: 1, pid: std::process::id(), kind: LockKind::Write, start: 0, end: u64::MAX };
+                c.set_lock(ino, whole, false).await.map(|()| "ok".into())?
+            }
             "list" => c.readdir(path).await?.len().to_string(),
             "stat" => c.stat(path).await.map(|a| format!("{:o} {}", a.mode, a.uid))?,
             "unlink" => c.unlink(path).await.map(|()| "ok".into())?,

@@ -124,6 +124,20 @@ impl Client {
         self.symlink_at(parent, name, target).await.map_err(|e| with_path(e, link))
     }
 
+    /// A hard link `new` to the file at `existing` (not followed if it is a symlink).
+    pub async fn link(&self, existing: &str, new: &str) -> Result<Attr> {
+        let (parent, name) = self.resolve_parent(existing).await?;
+        let ino = self.lookup(parent, name).await.map_err(|e| with_path(e, existing))?.ino;
+        let (new_parent, new_name) = self.resolve_parent(new).await?;
+        self.link_at(ino, new_parent, new_name).await.map_err(|e| with_path(e, &format!("{existing} -> {new}")))
+    }
+
+    /// A FIFO, socket or device node at `path`.
+    pub async fn mknod(&self, path: &str, kind: FileKind, mode: u32) -> Result<Attr> {
+        let (parent, name) = self.resolve_parent(path).await?;
+        self.mknod_at(parent, name, kind, mode).await.map_err(|e| with_path(e, path))
+    }
+
     pub async fn readlink(&self, path: &str) -> Result<String> {
         let attr = self.stat(path).await?;
         self.readlink_ino(attr.ino).await.map_err(|e| with_path(e, path))
