@@ -281,8 +281,29 @@ impl Run {
 
     /// One step: a request, or a client's operation of a few.
     fn step(&mut self, input: &mut Input) {
-        let steps = if self.raw { 44 } else { 29 };
-        match input.below(steps) {
+        // Client steps 0-28 and 44-47 (links, exchange, mknod, locks, added later: numbered
+        // after the rest so that kept inputs mean what they meant); raw steps 29-43 and 48.
+        let steps = if self.raw { 49 } else { 33 };
+        let mut n = input.below(steps);
+        if !self.raw && n >= 29 {
+            n += 15;
+        }
+        match n {
+            44..=47 => return self.posix_step(n - 44, input),
+            48 => {
+                // The middle of a cross-server exchange, out of turn.
+                let (parent, name, expected, ino) = (self.ino(input), self.name(input), self.ino(input), self.ino(input));
+                let kind = [FileKind::File, FileKind::Dir, FileKind::Symlink, FileKind::Fifo][input.below(4)];
+                if let Some(Some(dir)) =
+                    self.conn.call(SwapEntry { parent, name, expected, ino, kind }, &[]).decode::<Option<Ino>>("swap-entry")
+                {
+                    self.conn.call(SetParent { ino: dir, parent }, &[]);
+                }
+                return;
+            }
+            _ => {}
+        }
+        match n {
             0 => {
                 let (parent, name) = (self.ino(input), self.name(input));
                 let answer = self.conn.call(Lookup { parent, name }, &[]);
@@ -533,6 +554,55 @@ impl Run {
                     if fate.purge {
                         self.purge(ino);
                     }
+                }
+            }
+        }
+    }
+
+    /// The steps of hard links, RENAME_EXCHANGE, mknod and locks, as a client sends them.
+    fn posix_step(&mut self, which: usize, input: &mut Input) {
+        match which {
+            0 => {
+                // A hard link: the count first, then the name; the count back if the name fails.
+                let (ino, parent, name) = (self.ino(input), self.ino(input), self.name(input));
+                let Some(added) = self.conn.call(AddLink { ino }, &[]).decode::<LinkAdded>("add-link") else { return };
+                let insert = InsertEntry { parent, name, ino, kind: added.attr.kind, replace: false, retired_target: None };
+                if self.conn.call(insert, &[]).decode::<LinkOutcome>("insert-entry").is_none() {
+                    let fate = self.conn.call(DropLink { ino, ticket: added.undo }, &[]).decode::<InodeFate>("drop-link");
+                    assert!(fate.is_some_and(|f| !f.purge), "undoing a link leaves the file its names");
+                }
+            }
+            1 => {
+                let exchange =
+                    Exchange { parent_a: self.ino(input), name_a: self.name(input), parent_b: self.ino(input), name_b: self.name(input) };
+                if let Some(moved) = self.conn.call(exchange, &[]).decode::<Vec<(Ino, Ino)>>("exchange") {
+                    for (ino, parent) in moved {
+                        self.conn.call(SetParent { ino, parent }, &[]);
+                    }
+                }
+            }
+            2 => {
+                let (parent, name) = (self.ino(input), self.name(input));
+                let kind = match input.below(5) {
+                    0 => FileKind::Fifo,
+                    1 => FileKind::Socket,
+                    2 => FileKind::CharDevice { rdev: input.u32() },
+                    3 => FileKind::BlockDevice { rdev: input.u32() },
+                    _ => FileKind::File, // refused: files are made by create
+                };
+                let answer = self.conn.call(MakeNode { parent, name, kind, mode: input.u32(), uid: 0, gid: 0 }, &[]);
+                self.attr(&answer);
+            }
+            _ => {
+                // Locks, never waiting: two owners of this one connection could wait on
+                // each other for ever, which is theirs to avoid, not the server's.
+                let (ino, owner) = (self.ino(input), input.below(3) as u64);
+                let kind = [LockKind::Read, LockKind::Write, LockKind::Unlock][input.below(3)];
+                let (start, end) = (input.size(), if input.bool() { u64::MAX } else { input.size() });
+                if input.bool() {
+                    self.conn.call(GetLock { ino, owner, kind, start, end }, &[]);
+                } else {
+                    self.conn.call(SetLock { ino, owner, pid: 1, kind, start, end, wait: false }, &[]);
                 }
             }
         }
