@@ -7,11 +7,17 @@
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use surge_tests::{sh, Instance};
+use surge_tests::{sh, Instance, Mount};
 
 fn instance(name: &str, base: u8) -> Instance {
     let hosts: Vec<String> = (0..4).map(|i| format!("127.0.0.{}", base + i)).collect();
     Instance::up(name, &["--capacity", "4G", "--hosts", &hosts.join(",")])
+}
+
+/// Mounts of `inst` (made by `instance(_, base)`) on two nodes: "a" on the first server's
+/// address (it reads chunks from the data directories), "b" on an address of its own.
+fn two_nodes(inst: &Instance, base: u8) -> (Mount<'_>, Mount<'_>) {
+    (inst.mount("a", &format!("127.0.0.{base}")), inst.mount("b", &format!("127.0.0.{}", base + 4)))
 }
 
 #[test]
@@ -83,7 +89,7 @@ fn directory_link_counts_follow_their_subdirectories() {
     // 2 + subdirectories, as find and other tree walkers expect, on this node at once and on
     // another.
     let inst = instance("nlink", 181);
-    let (here, there) = (inst.mount("a", "127.0.0.181"), inst.mount("b", "127.0.0.185"));
+    let (here, there) = two_nodes(&inst, 181);
     let (a, b) = (here.dir.display(), there.dir.display());
     let links = |dir: &str| sh(&format!("stat -c %h {dir}")).trim().parse::<u32>().unwrap();
     sh(&format!("mkdir {a}/d && mkdir {a}/d/s1 {a}/d/s2 {a}/d/s3 && touch {a}/d/file"));
@@ -101,7 +107,7 @@ fn appends_from_two_nodes_all_land_whole() {
     // O_APPEND on two nodes at once: every line lands, none over another (the offset comes
     // from the file's home, not from each kernel's idea of the end).
     let inst = instance("append", 191);
-    let (here, there) = (inst.mount("a", "127.0.0.191"), inst.mount("b", "127.0.0.195"));
+    let (here, there) = two_nodes(&inst, 191);
     let (a, b) = (here.dir.display(), there.dir.display());
     sh(&format!("touch {a}/log"));
     sh(&format!(
@@ -129,7 +135,7 @@ fn hard_links_span_directories_on_any_server() {
     // Names in directories homed on different servers, one inode: the count, the data and the
     // inode number agree on both nodes, and the data stays until the last name goes.
     let inst = instance("links", 211);
-    let (here, there) = (inst.mount("a", "127.0.0.211"), inst.mount("b", "127.0.0.215"));
+    let (here, there) = two_nodes(&inst, 211);
     let (a, b) = (here.dir.display(), there.dir.display());
     let stat = |path: String| sh(&format!("stat -c '%h %i %s' {path}")).trim().to_string();
     sh(&format!("mkdir {a}/d1 {a}/d2 {a}/d3 {a}/d4 && echo first > {a}/f"));
@@ -161,7 +167,7 @@ fn hard_links_span_directories_on_any_server() {
 }
 
 /// A helper script written into a mount, for the tests to run.
-fn script(mount: &surge_tests::Mount, name: &str, text: &str) -> std::path::PathBuf {
+fn script(mount: &Mount, name: &str, text: &str) -> std::path::PathBuf {
     let path = mount.path(name);
     std::fs::write(&path, text).unwrap();
     path
@@ -193,7 +199,7 @@ for spec in sys.argv[2:]:
 #[test]
 fn locks_exclude_across_nodes_and_go_with_their_holders() {
     let inst = instance("locks", 216);
-    let (here, there) = (inst.mount("a", "127.0.0.216"), inst.mount("b", "127.0.0.220"));
+    let (here, there) = two_nodes(&inst, 216);
     let (a, b) = (here.dir.display(), there.dir.display());
     let py = script(&here, "lock.py", LOCK_PY);
     let py = py.display();
@@ -261,7 +267,7 @@ print("ok" if rc == 0 else errno.errorcode[ctypes.get_errno()])
 #[test]
 fn rename_exchange_swaps_names_within_and_across_servers() {
     let inst = instance("exchange", 206);
-    let (here, there) = (inst.mount("a", "127.0.0.206"), inst.mount("b", "127.0.0.210"));
+    let (here, there) = two_nodes(&inst, 206);
     let (a, b) = (here.dir.display(), there.dir.display());
     let py = script(&here, "rename2.py", RENAME2_PY);
     let exchange = |from: String, to: String| sh(&format!("python3 {} 2 {from} {to}", py.display())).trim().to_string();
@@ -305,7 +311,7 @@ fn rename_exchange_swaps_names_within_and_across_servers() {
 #[test]
 fn fifos_sockets_and_device_nodes_are_names_every_node_sees_and_uses_locally() {
     let inst = instance("special", 152);
-    let (here, there) = (inst.mount("a", "127.0.0.152"), inst.mount("b", "127.0.0.156"));
+    let (here, there) = two_nodes(&inst, 152);
     let (a, b) = (here.dir.display(), there.dir.display());
     sh(&format!("mkfifo -m 0640 {a}/pipe && mknod {a}/null c 1 3 && mknod {a}/loop b 7 0"));
     sh(&format!("python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('{a}/sock')\""));

@@ -174,8 +174,7 @@ pub async fn mount_for_user(mut cmd: Command, instance: &str, dir: &Path, (uid, 
         // Before the job's first step: see `settle_root`.
         let root = dir.to_path_buf();
         let _ = tokio::time::timeout(MOUNT_TIMEOUT, tokio::task::spawn_blocking(move || settle_root(&root, Some(uid)))).await;
-    }
-    if started.is_err() {
+    } else {
         let _ = Command::new("umount").arg("-l").arg(dir).status();
     }
     started

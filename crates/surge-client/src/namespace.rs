@@ -322,18 +322,16 @@ impl Client {
             kind: to.kind,
         };
         let first = async {
-            if a.ino == b.ino {
-                return Ok(None);
-            }
             if a.kind == FileKind::Dir {
                 self.check_not_ancestor(a.ino, parent_b).await?;
             }
             if b.kind == FileKind::Dir {
                 self.check_not_ancestor(b.ino, parent_a).await?;
             }
-            self.call_home(parent_a, swap(parent_a, name_a, &a, &b)).await.map(Some)
-        }
-        .await;
+            self.call_home(parent_a, swap(parent_a, name_a, &a, &b)).await
+        };
+        // One file under both names: nothing to swap.
+        let first = if a.ino == b.ino { Ok(None) } else { first.await.map(Some) };
         let moved_b = match first {
             Ok(Some(moved)) => moved,
             other => {

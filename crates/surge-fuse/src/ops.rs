@@ -334,25 +334,19 @@ impl Ops {
     ) -> impl Future<Output = Result<()>> + Send + 'static {
         let ops = self.clone();
         async move {
-            let result = if flags == libc::RENAME_EXCHANGE {
+            let exchange = flags == libc::RENAME_EXCHANGE;
+            let result = if exchange {
                 ops.client.exchange_at(parent, &name, newparent, &newname).await
             } else if flags & !libc::RENAME_NOREPLACE != 0 {
                 return Err(Error::new(ErrorCode::Invalid, "RENAME_WHITEOUT is not supported"));
             } else {
                 ops.client.rename_at(parent, &name, newparent, &newname, flags & libc::RENAME_NOREPLACE != 0).await
             };
-            if flags == libc::RENAME_EXCHANGE {
-                // Both names stay; what they name changed.
-                ops.kernel.forget_directory(parent);
-                ops.kernel.forget_directory(newparent);
-                ops.kernel.listings.named(parent, &name, outcome(&result, true));
-                ops.kernel.listings.named(newparent, &newname, outcome(&result, true));
-                return result;
-            }
-            // A directory moved (or one replaced) changes link counts: asked again.
+            // A directory moved, replaced or swapped changes link counts: asked again.
             ops.kernel.forget_directory(parent);
             ops.kernel.forget_directory(newparent);
-            ops.kernel.listings.named(parent, &name, outcome(&result, false));
+            // After an exchange both names still stand; after a rename only the new one.
+            ops.kernel.listings.named(parent, &name, outcome(&result, exchange));
             ops.kernel.listings.named(newparent, &newname, outcome(&result, true));
             result
         }

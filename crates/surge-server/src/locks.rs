@@ -96,13 +96,10 @@ impl Locks {
 
     fn set_in(&self, table: &mut Table, ino: Ino, w: &Wanted) -> Result<()> {
         let Table { held, waiting } = table;
-        let locks = held.entry(ino).or_default();
-        if w.kind != LockKind::Unlock && first_conflict(locks, w).is_some() {
-            if locks.is_empty() {
-                held.remove(&ino);
-            }
+        if w.kind != LockKind::Unlock && held.get(&ino).is_some_and(|locks| first_conflict(locks, w).is_some()) {
             return Err(ServerError::new(ErrorCode::Locked, "a lock of another owner is in the way"));
         }
+        let locks = held.entry(ino).or_default();
         let mut released = carve(locks, w.owner, w.start, w.end);
         if w.kind != LockKind::Unlock {
             locks.push(Held { owner: w.owner, pid: w.pid, exclusive: w.kind == LockKind::Write, start: w.start, end: w.end });

@@ -63,8 +63,13 @@ impl StepContext<'_> {
     /// identities): given with the answer of the step that left the file without names or
     /// handles.
     fn purge_ticket(&self, ino: Ino, purge: bool) -> Option<Ticket> {
-        match (self.ticket_key, self.caller, purge) {
-            (Some(key), Some(caller), true) => Some(Ticket::issue(key, ino, caller.uid, PURGE)),
+        self.ticket(ino, PURGE).filter(|_| purge)
+    }
+
+    /// A ticket for `right` on `ino`, for this caller (where servers check identities).
+    fn ticket(&self, ino: Ino, right: u32) -> Option<Ticket> {
+        match (self.ticket_key, self.caller) {
+            (Some(key), Some(caller)) => Some(Ticket::issue(key, ino, caller.uid, right)),
             _ => None,
         }
     }
@@ -72,10 +77,7 @@ impl StepContext<'_> {
     /// An inode that lost a name here, with the ticket what remains to do needs: a purge of
     /// its data, or the drop of its link on its home (another server).
     fn with_ticket(&self, mut unlinked: Unlinked) -> Unlinked {
-        unlinked.ticket = match (self.ticket_key, self.caller, unlinked.remote) {
-            (Some(key), Some(caller), true) => Some(Ticket::issue(key, unlinked.ino, caller.uid, UNLINK)),
-            _ => self.purge_ticket(unlinked.ino, unlinked.purge),
-        };
+        unlinked.ticket = if unlinked.remote { self.ticket(unlinked.ino, UNLINK) } else { self.purge_ticket(unlinked.ino, unlinked.purge) };
         unlinked
     }
 
@@ -479,11 +481,7 @@ impl Step for AddLink {
             caller.check_link(&cx.meta.getattr(self.ino)?)?;
         }
         let attr = cx.meta.add_link(self.ino)?;
-        let undo = match (cx.ticket_key, cx.caller) {
-            (Some(key), Some(caller)) => Some(Ticket::issue(key, self.ino, caller.uid, UNLINK)),
-            _ => None,
-        };
-        Ok(surge_proto::LinkAdded { attr, undo })
+        Ok(surge_proto::LinkAdded { attr, undo: cx.ticket(self.ino, UNLINK) })
     }
 
     fn effects(&self, _: &surge_proto::LinkAdded) -> Effects {

@@ -541,13 +541,7 @@ impl MetaStore {
         if !kind.is_special() {
             return fail(ErrorCode::Invalid, format!("mknod makes FIFOs, sockets and devices, not a {kind:?}"));
         }
-        if self.dir(parent)?.entries.contains_key(name) {
-            return fail(ErrorCode::Exists, format!("'{name}' exists"));
-        }
-        let ino = self.alloc_ino();
-        let attr = self.insert_inode(ino, kind, mode & 0o7777, uid, gid, Body::File);
-        self.link_entry(parent, name, ino, kind)?;
-        Ok(attr)
+        self.make_named(parent, name, kind, mode & 0o7777, uid, gid, Body::File)
     }
 
     pub fn symlink(&mut self, parent: Ino, name: &str, target: &str, uid: u32, gid: u32) -> Result<Attr> {
@@ -555,12 +549,19 @@ impl MetaStore {
         if target.is_empty() || target.len() > MAX_SYMLINK_LEN {
             return fail(ErrorCode::NameTooLong, "symlink target empty or too long");
         }
+        self.make_named(parent, name, FileKind::Symlink, 0o777, uid, gid, Body::Symlink(target.to_string()))
+    }
+
+    /// A new inode under the new name `parent/name` (symlinks and special files; files and
+    /// directories have steps of their own).
+    #[allow(clippy::too_many_arguments)]
+    fn make_named(&mut self, parent: Ino, name: &str, kind: FileKind, mode: u32, uid: u32, gid: u32, body: Body) -> Result<Attr> {
         if self.dir(parent)?.entries.contains_key(name) {
             return fail(ErrorCode::Exists, format!("'{name}' exists"));
         }
         let ino = self.alloc_ino();
-        let attr = self.insert_inode(ino, FileKind::Symlink, 0o777, uid, gid, Body::Symlink(target.to_string()));
-        self.link_entry(parent, name, ino, FileKind::Symlink)?;
+        let attr = self.insert_inode(ino, kind, mode, uid, gid, body);
+        self.link_entry(parent, name, ino, kind)?;
         Ok(attr)
     }
 
