@@ -7,8 +7,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
 use fuser::{
-    FileType, Filesystem, KernelConfig, Notifier, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock,
-    ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    BsdFileFlags, Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, Notifier,
+    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs,
+    ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use surge_client::surge_proto::{Attr, AttrChanges, ErrorCode};
 use surge_client::{Client, Error, Result};
@@ -34,9 +35,24 @@ impl SurgeFs {
         SurgeFs { ops: Ops::new(client, runtime, ttl) }
     }
 
+    /// The operations layer, on a thread that can start work on the runtime: fuser calls
+    /// from threads of its own, and chunk fetches and replies are started on the calling one.
+    fn ops(&self) -> &Arc<Ops> {
+        thread_local! {
+            static IN_RUNTIME: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        }
+        if !IN_RUNTIME.get() {
+            // Kept for the thread's life: its guard is never dropped, so the thread stays in
+            // the runtime's context whatever runs on it later.
+            std::mem::forget(self.ops.runtime().enter());
+            IN_RUNTIME.set(true);
+        }
+        &self.ops
+    }
+
     /// Where to put the session's notifier once the session exists.
     pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
-        self.ops.kernel.notifier.clone()
+        self.ops().kernel.notifier.clone()
     }
 
     /// Runs `work` on the runtime and answers with `reply` when it is done.
@@ -45,7 +61,7 @@ impl SurgeFs {
         work: impl std::future::Future<Output = Result<T>> + Send + 'static,
         reply: impl FnOnce(Result<T>) + Send + 'static,
     ) {
-        self.ops.spawn(async move {
+        self.ops().spawn(async move {
             let result = work.await;
             if let Err(e) = &result {
                 log_failure(e);
@@ -55,38 +71,43 @@ impl SurgeFs {
     }
 
     fn entry(&self, reply: ReplyEntry) -> impl FnOnce(Result<Attr>) + Send + 'static {
-        let (ttl, blksize) = (self.ops.ttl(), self.ops.blksize());
+        let (ttl, blksize) = (self.ops().ttl(), self.ops().blksize());
         // Only positive entries are cached by the kernel: an error leaves no negative entry.
         move |result| match result {
-            Ok(attr) => reply.entry(&ttl, &fuse_attr(&attr, blksize), 0),
-            Err(e) => reply.error(e.errno()),
+            Ok(attr) => reply.entry(&ttl, &fuse_attr(&attr, blksize), Generation(0)),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn attr(&self, reply: ReplyAttr) -> impl FnOnce(Result<Attr>) + Send + 'static {
-        let (ttl, blksize) = (self.ops.ttl(), self.ops.blksize());
+        let (ttl, blksize) = (self.ops().ttl(), self.ops().blksize());
         move |result| match result {
             Ok(attr) => reply.attr(&ttl, &fuse_attr(&attr, blksize)),
-            Err(e) => reply.error(e.errno()),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 }
 
-fn caller(req: &Request<'_>) -> Caller {
+/// The kernel's form of a Surge error.
+fn errno(e: &Error) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+fn caller(req: &Request) -> Caller {
     Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() }
 }
 
 fn empty(reply: ReplyEmpty) -> impl FnOnce(Result<()>) + Send + 'static {
     move |result| match result {
         Ok(()) => reply.ok(),
-        Err(e) => reply.error(e.errno()),
+        Err(e) => reply.error(errno(&e)),
     }
 }
 
 fn data<B: AsRef<[u8]>>(reply: ReplyData) -> impl FnOnce(Result<B>) + Send + 'static {
     move |result| match result {
         Ok(bytes) => reply.data(bytes.as_ref()),
-        Err(e) => reply.error(e.errno()),
+        Err(e) => reply.error(errno(&e)),
     }
 }
 
@@ -102,8 +123,8 @@ fn log_failure(e: &Error) {
 
 fn opened(reply: ReplyOpen, flags: i32) -> impl FnOnce(Result<u64>) + Send + 'static {
     move |result| match result {
-        Ok(fh) => reply.opened(fh, open_reply_flags(flags)),
-        Err(e) => reply.error(e.errno()),
+        Ok(fh) => reply.opened(FileHandle(fh), open_reply_flags(flags)),
+        Err(e) => reply.error(errno(&e)),
     }
 }
 
@@ -111,11 +132,11 @@ fn opened(reply: ReplyOpen, flags: i32) -> impl FnOnce(Result<u64>) + Send + 'st
 /// write(2) into several requests where it meets a page it does not hold whole, and each
 /// would be appended on its own (another node's append could land between the pieces).
 /// Direct, a write of up to `max_write` is one request, one append.
-fn open_reply_flags(flags: i32) -> u32 {
+fn open_reply_flags(flags: i32) -> FopenFlags {
     if flags & libc::O_APPEND != 0 {
-        fuser::consts::FOPEN_DIRECT_IO
+        FopenFlags::FOPEN_DIRECT_IO
     } else {
-        0
+        FopenFlags::empty()
     }
 }
 
@@ -124,49 +145,54 @@ macro_rules! name_or_reply {
     ($name:expr, $reply:expr) => {
         match name_of($name) {
             Ok(n) => n,
-            Err(e) => return $reply.error(e.errno()),
+            Err(e) => return $reply.error(errno(&e)),
         }
     };
 }
 
 impl Filesystem for SurgeFs {
-    fn init(&mut self, _req: &Request<'_>, config: &mut KernelConfig) -> std::result::Result<(), libc::c_int> {
-        use fuser::consts::{FUSE_ATOMIC_O_TRUNC, FUSE_AUTO_INVAL_DATA, FUSE_FLOCK_LOCKS, FUSE_PARALLEL_DIROPS, FUSE_POSIX_LOCKS};
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let _ = config.set_max_write(MAX_WRITE);
         let _ = config.set_max_readahead(MAX_WRITE);
         let _ = config.set_max_background(64);
         let _ = config.set_congestion_threshold(48);
         // Capabilities the running kernel lacks are simply not used.
         // Locks go to the files' home servers (see `locks`), so they exclude across nodes.
-        for capability in [FUSE_PARALLEL_DIROPS, FUSE_AUTO_INVAL_DATA, FUSE_ATOMIC_O_TRUNC, FUSE_POSIX_LOCKS, FUSE_FLOCK_LOCKS] {
+        for capability in [
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_AUTO_INVAL_DATA,
+            InitFlags::FUSE_ATOMIC_O_TRUNC,
+            InitFlags::FUSE_POSIX_LOCKS,
+            InitFlags::FUSE_FLOCK_LOCKS,
+        ] {
             let _ = config.add_capabilities(capability);
         }
         Ok(())
     }
 
-    fn forget(&mut self, _req: &Request<'_>, ino: u64, _nlookup: u64) {
-        self.ops.forget(ino);
+    fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
+        self.ops().forget(ino.0);
     }
 
-    fn lookup(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
-        if let Some(result) = self.ops.lookup_now(parent, &name, caller(req)) {
+        if let Some(result) = self.ops().lookup_now(parent.0, &name, caller(req)) {
             return self.entry(reply)(result);
         }
-        self.answer(self.ops.lookup(parent, name, caller(req)), self.entry(reply));
+        self.answer(self.ops().lookup(parent.0, name, caller(req)), self.entry(reply));
     }
 
-    fn getattr(&mut self, req: &Request<'_>, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
-        if let Some(attr) = self.ops.getattr_now(ino) {
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        if let Some(attr) = self.ops().getattr_now(ino.0) {
             return self.attr(reply)(Ok(attr));
         }
-        self.answer(self.ops.getattr(ino, caller(req)), self.attr(reply));
+        self.answer(self.ops().getattr(ino.0, caller(req)), self.attr(reply));
     }
 
     fn setattr(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
         gid: Option<u32>,
@@ -174,124 +200,152 @@ impl Filesystem for SurgeFs {
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
-        fh: Option<u64>,
+        fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
         _bkuptime: Option<SystemTime>,
-        _flags: Option<u32>,
+        _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
         let change = AttrChanges { mode, uid, gid, size, atime: atime.map(to_timestamp), mtime: mtime.map(to_timestamp) };
-        self.answer(self.ops.setattr(ino, change, fh), self.attr(reply));
+        self.answer(self.ops().setattr(ino.0, change, fh.map(|fh| fh.0)), self.attr(reply));
     }
 
-    fn readlink(&mut self, _req: &Request<'_>, ino: u64, reply: ReplyData) {
-        self.answer(self.ops.readlink(ino), data(reply));
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.answer(self.ops().readlink(ino.0), data(reply));
     }
 
-    fn mknod(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
-        self.answer(self.ops.mknod(parent, name, mode & !umask, rdev, caller(req)), self.entry(reply));
+        self.answer(self.ops().mknod(parent.0, name, mode & !umask, rdev, caller(req)), self.entry(reply));
     }
 
-    fn mkdir(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
-        self.answer(self.ops.mkdir(parent, name, mode & !umask, caller(req)), self.entry(reply));
+        self.answer(self.ops().mkdir(parent.0, name, mode & !umask, caller(req)), self.entry(reply));
     }
 
-    fn unlink(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
-        self.answer(self.ops.unlink(parent, name), empty(reply));
+        self.answer(self.ops().unlink(parent.0, name), empty(reply));
     }
 
-    fn rmdir(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
-        self.answer(self.ops.rmdir(parent, name), empty(reply));
+        self.answer(self.ops().rmdir(parent.0, name), empty(reply));
     }
 
-    fn symlink(&mut self, req: &Request<'_>, parent: u64, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
+    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
         let name = name_or_reply!(link_name, reply);
         let target = name_or_reply!(target.as_os_str(), reply);
-        self.answer(self.ops.symlink(parent, name, target, caller(req)), self.entry(reply));
+        self.answer(self.ops().symlink(parent.0, name, target, caller(req)), self.entry(reply));
     }
 
-    fn link(&mut self, _req: &Request<'_>, ino: u64, newparent: u64, newname: &OsStr, reply: ReplyEntry) {
+    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         let name = name_or_reply!(newname, reply);
-        self.answer(self.ops.link(ino, newparent, name), self.entry(reply));
+        self.answer(self.ops().link(ino.0, newparent.0, name), self.entry(reply));
     }
 
-    fn rename(&mut self, _req: &Request<'_>, parent: u64, name: &OsStr, newparent: u64, newname: &OsStr, flags: u32, reply: ReplyEmpty) {
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
         let name = name_or_reply!(name, reply);
         let newname = name_or_reply!(newname, reply);
-        self.answer(self.ops.rename(parent, name, newparent, newname, flags), empty(reply));
+        self.answer(self.ops().rename(parent.0, name, newparent.0, newname, flags.bits()), empty(reply));
     }
 
-    fn open(&mut self, req: &Request<'_>, ino: u64, flags: i32, reply: ReplyOpen) {
-        self.answer(self.ops.open(ino, flags, caller(req)), opened(reply, flags));
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.answer(self.ops().open(ino.0, flags.0, caller(req)), opened(reply, flags.0));
     }
 
-    fn read(&mut self, _req: &Request<'_>, ino: u64, fh: u64, offset: i64, size: u32, _flags: i32, _lock: Option<u64>, reply: ReplyData) {
-        self.ops.read(fh, ino, offset as u64, size, data(reply));
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        self.ops().read(fh.0, ino.0, offset, size, data(reply));
     }
 
     fn write(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        fh: u64,
-        offset: i64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
         bytes: &[u8],
-        _wflags: u32,
-        flags: i32,
-        _lock: Option<u64>,
+        _write_flags: WriteFlags,
+        flags: OpenFlags,
+        _lock: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         // `flags`: the descriptor's open flags.
-        let append = flags & libc::O_APPEND != 0;
-        self.ops.write(fh, ino, offset as u64, bytes, append, move |result| match result {
+        let append = flags.0 & libc::O_APPEND != 0;
+        self.ops().write(fh.0, ino.0, offset, bytes, append, move |result| match result {
             Ok(n) => reply.written(n as u32),
-            Err(e) => reply.error(e.errno()),
+            Err(e) => reply.error(errno(&e)),
         });
     }
 
-    fn flush(&mut self, _req: &Request<'_>, ino: u64, fh: u64, lock_owner: u64, reply: ReplyEmpty) {
-        if let Some(result) = self.ops.flush_now(ino, fh, lock_owner) {
+    fn flush(&self, _req: &Request, ino: INodeNo, fh: FileHandle, lock_owner: LockOwner, reply: ReplyEmpty) {
+        if let Some(result) = self.ops().flush_now(ino.0, fh.0, lock_owner.0) {
             return empty(reply)(result);
         }
-        self.answer(self.ops.flush(ino, fh, lock_owner), empty(reply));
+        self.answer(self.ops().flush(ino.0, fh.0, lock_owner.0), empty(reply));
     }
 
-    fn release(&mut self, _req: &Request<'_>, ino: u64, fh: u64, _flags: i32, _lock: Option<u64>, _flush: bool, reply: ReplyEmpty) {
-        self.answer(self.ops.release(ino, fh), empty(reply));
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.answer(self.ops().release(ino.0, fh.0), empty(reply));
     }
 
     fn getlk(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        _fh: u64,
-        lock_owner: u64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
         start: u64,
         end: u64,
         typ: i32,
         pid: u32,
         reply: ReplyLock,
     ) {
-        let Some(lock) = locks::range_from_kernel(lock_owner, pid, typ, start, end) else { return reply.error(libc::EINVAL) };
-        self.answer(self.ops.get_lock(ino, lock), move |result| match result {
+        let Some(lock) = locks::range_from_kernel(lock_owner.0, pid, typ, start, end) else { return reply.error(Errno::EINVAL) };
+        self.answer(self.ops().get_lock(ino.0, lock), move |result| match result {
             Ok(Some(h)) => reply.locked(h.start, locks::end_to_kernel(h.end), locks::kind_to_kernel(h.kind), h.pid),
             // Nothing in the way: F_GETLK answers F_UNLCK.
             Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
-            Err(e) => reply.error(e.errno()),
+            Err(e) => reply.error(errno(&e)),
         });
     }
 
     fn setlk(
-        &mut self,
-        _req: &Request<'_>,
-        ino: u64,
-        fh: u64,
-        lock_owner: u64,
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
         start: u64,
         end: u64,
         typ: i32,
@@ -299,22 +353,22 @@ impl Filesystem for SurgeFs {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
-        let Some(lock) = locks::range_from_kernel(lock_owner, pid, typ, start, end) else { return reply.error(libc::EINVAL) };
-        self.answer(self.ops.set_lock(ino, fh, lock, sleep), empty(reply));
+        let Some(lock) = locks::range_from_kernel(lock_owner.0, pid, typ, start, end) else { return reply.error(Errno::EINVAL) };
+        self.answer(self.ops().set_lock(ino.0, fh.0, lock, sleep), empty(reply));
     }
 
-    fn fsync(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _datasync: bool, reply: ReplyEmpty) {
-        self.answer(self.ops.fsync(fh), empty(reply));
+    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.answer(self.ops().fsync(fh.0), empty(reply));
     }
 
-    fn opendir(&mut self, _req: &Request<'_>, ino: u64, _flags: i32, reply: ReplyOpen) {
-        self.answer(self.ops.opendir(ino), opened(reply, 0));
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        self.answer(self.ops().opendir(ino.0), opened(reply, 0));
     }
 
-    fn readdir(&mut self, _req: &Request<'_>, ino: u64, fh: u64, offset: i64, mut reply: ReplyDirectory) {
-        let entries = match self.ops.dir_entries(fh) {
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let entries = match self.ops().dir_entries(fh.0) {
             Ok(entries) => entries,
-            Err(e) => return reply.error(e.errno()),
+            Err(e) => return reply.error(errno(&e)),
         };
         // Offsets: 1 = ".", 2 = "..", 2 + i + 1 = entries[i].
         let mut next = offset;
@@ -323,7 +377,7 @@ impl Filesystem for SurgeFs {
                 0 => reply.add(ino, 1, FileType::Directory, "."),
                 1 => reply.add(ino, 2, FileType::Directory, ".."),
                 n => match entries.get((n - 2) as usize) {
-                    Some(e) => reply.add(e.ino, n + 1, file_type(e.kind), &e.name),
+                    Some(e) => reply.add(INodeNo(e.ino), n + 1, file_type(e.kind), &e.name),
                     None => break,
                 },
             };
@@ -335,25 +389,25 @@ impl Filesystem for SurgeFs {
         reply.ok();
     }
 
-    fn releasedir(&mut self, _req: &Request<'_>, _ino: u64, fh: u64, _flags: i32, reply: ReplyEmpty) {
-        self.ops.releasedir(fh);
+    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
+        self.ops().releasedir(fh.0);
         reply.ok();
     }
 
-    fn statfs(&mut self, _req: &Request<'_>, _ino: u64, reply: ReplyStatfs) {
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let block = STATFS_BLOCK as u32;
-        self.answer(self.ops.statfs(), move |result| match result {
+        self.answer(self.ops().statfs(), move |result| match result {
             Ok(s) => reply.statfs(s.blocks, s.free, s.free, s.files, s.files_free, block, 255, block),
-            Err(e) => reply.error(e.errno()),
+            Err(e) => reply.error(errno(&e)),
         });
     }
 
-    fn create(&mut self, req: &Request<'_>, parent: u64, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
         let name = name_or_reply!(name, reply);
-        let (ttl, blksize) = (self.ops.ttl(), self.ops.blksize());
-        self.answer(self.ops.create(parent, name, mode & !umask, flags, caller(req)), move |result| match result {
-            Ok((attr, fh)) => reply.created(&ttl, &fuse_attr(&attr, blksize), 0, fh, open_reply_flags(flags)),
-            Err(e) => reply.error(e.errno()),
+        let (ttl, blksize) = (self.ops().ttl(), self.ops().blksize());
+        self.answer(self.ops().create(parent.0, name, mode & !umask, flags, caller(req)), move |result| match result {
+            Ok((attr, fh)) => reply.created(&ttl, &fuse_attr(&attr, blksize), Generation(0), FileHandle(fh), open_reply_flags(flags)),
+            Err(e) => reply.error(errno(&e)),
         });
     }
 }

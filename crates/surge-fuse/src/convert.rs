@@ -56,7 +56,7 @@ pub(crate) fn special_kind(mode: u32, rdev: u32) -> Option<FileKind> {
 
 pub(crate) fn fuse_attr(a: &Attr, blksize: u32) -> FileAttr {
     FileAttr {
-        ino: a.ino,
+        ino: fuser::INodeNo(a.ino),
         size: a.size,
         blocks: a.size.div_ceil(512),
         atime: to_system_time(a.atime),

@@ -118,7 +118,7 @@ impl KernelCache {
         if let Some(notifier) = self.notifier.get() {
             // Offset -1: attributes only; the page cache is dropped at open anyway. Fails
             // harmlessly when the kernel has already forgotten the inode.
-            let _ = notifier.inval_inode(fresh.ino, -1, 0);
+            let _ = notifier.inval_inode(fuser::INodeNo(fresh.ino), -1, 0);
         }
     }
 
@@ -200,8 +200,8 @@ impl Invalidations {
                     // Errors say the kernel no longer holds the inode or name: nothing to drop.
                     let _ = match what {
                         // Offset -1: attributes only; the page cache is dropped at every open.
-                        Invalidation::Attr(ino) => notifier.inval_inode(ino, -1, 0),
-                        Invalidation::Entry(parent, name) => notifier.inval_entry(parent, OsStr::new(&name)),
+                        Invalidation::Attr(ino) => notifier.inval_inode(fuser::INodeNo(ino), -1, 0),
+                        Invalidation::Entry(parent, name) => notifier.inval_entry(fuser::INodeNo(parent), OsStr::new(&name)),
                     };
                 }
             })

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use fuser::MountOption;
+use fuser::{MountOption, SessionACL};
 use surge_client::{Client, ClientOptions};
 
 #[derive(Parser)]
@@ -64,24 +64,23 @@ fn main() -> anyhow::Result<()> {
         println!("ready");
     }
     let notifier = fs.notifier_slot();
-    let mut options = vec![
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
         MountOption::FSName(format!("surge:{}", args.instance)),
         MountOption::Subtype("surge".into()),
         MountOption::DefaultPermissions,
         MountOption::RW,
     ];
-    if !args.owner_only {
-        options.push(MountOption::AllowOther);
-    }
-    let mut session = match args.fuse_fd {
+    config.acl = if args.owner_only { SessionACL::Owner } else { SessionACL::All };
+    let session = match args.fuse_fd {
         Some(fd) => {
             use std::os::fd::FromRawFd;
             // SAFETY: the descriptor was handed to this process open, for it alone, by the
             // helper that mounted it (the command line says which); nothing else here uses it.
             let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-            fuser::Session::from_fd(fs, fd, fuser::SessionACL::All)
+            fuser::Session::from_fd(fs, fd, SessionACL::All, config).context("serve the mount handed over")?
         }
-        None => fuser::Session::new(fs, &args.mountpoint, &options).with_context(|| format!("mount {}", args.mountpoint.display()))?,
+        None => fuser::Session::new(fs, &args.mountpoint, &config).with_context(|| format!("mount {}", args.mountpoint.display()))?,
     };
     let _ = notifier.set(session.notifier());
     if args.read_ahead_kb > 0 && args.fuse_fd.is_none() {
@@ -92,8 +91,6 @@ fn main() -> anyhow::Result<()> {
             }
         });
     }
-    // Requests are routed on the session thread, and a stream's chunk fetches start there.
-    let _in_runtime = runtime.enter();
     session.run().with_context(|| format!("serve {}", args.mountpoint.display()))?;
     Ok(())
 }

@@ -86,6 +86,11 @@ impl Ops {
     }
 
     /// How long the kernel may keep what it is told.
+    /// The runtime requests are answered on.
+    pub fn runtime(&self) -> &Handle {
+        &self.runtime
+    }
+
     pub fn ttl(&self) -> Duration {
         self.kernel.ttl
     }

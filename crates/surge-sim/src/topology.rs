@@ -497,7 +497,7 @@ impl Network {
                 out.clear();
                 let h = segment(ga, ra, gb, rb, m, out);
                 let l = load.of_path(&self.resources, out);
-                if best.map_or(true, |b| l < b.0) {
+                if best.is_none_or(|b| l < b.0) {
                     best = Some((l, h, m));
                 }
                 if ga == gb {
@@ -547,7 +547,7 @@ impl Network {
                 let entry = endpoint(gi, g1, m);
                 let h = segment(g1, r1, gi, entry, m, &mut leg);
                 let l = load.of_path(&self.resources, &leg);
-                if best_first.as_ref().map_or(true, |b| l < b.0) {
+                if best_first.as_ref().is_none_or(|b| l < b.0) {
                     best_first = Some((l, h, entry, leg.clone()));
                 }
             }
@@ -557,7 +557,7 @@ impl Network {
             path.extend_from_slice(&leg);
             let hops = h1 + h2;
             let cost = load.delay(&self.resources, &path);
-            if best_nm.as_ref().map_or(true, |b| cost < b.0) {
+            if best_nm.as_ref().is_none_or(|b| cost < b.0) {
                 best_nm = Some((cost, hops, path.clone()));
             }
         }
