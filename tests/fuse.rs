@@ -749,3 +749,70 @@ fn a_restarted_server_serves_its_files_to_a_mount_that_stayed() {
     let again = inst.surge(&["restart", &inst.name]);
     assert!(String::from_utf8_lossy(&again.stdout).contains("every server"), "{}", surge_tests::text(&again));
 }
+
+/// The mount daemon serving `m`.
+fn daemon_of(m: &Mount) -> u32 {
+    let wanted = m.dir.to_str().unwrap();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+            args.first().is_some_and(|a| a.ends_with(b"surge-fuse")) && args.contains(&wanted.as_bytes())
+        })
+        .expect("the mount's surge-fuse process")
+}
+
+/// Bytes process `pid` has read and written through system calls (/dev/fuse included).
+fn bytes_through(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+    io.lines().filter(|l| l.starts_with("rchar:") || l.starts_with("wchar:")).map(|l| l[6..].trim().parse::<u64>().unwrap()).sum()
+}
+
+/// A file held whole by this node's server is passed through to the kernel (FUSE
+/// passthrough): its bytes never cross the mount daemon, yet `stat` on the writer's node
+/// follows the writes, another node sees everything exactly after close, and the server's
+/// books count the bytes.
+#[test]
+fn passthrough_moves_a_node_local_file_without_the_daemon() {
+    use std::io::Write;
+    use std::os::unix::fs::FileExt;
+    let inst = Instance::up("passthrough", &["--capacity", "1G", "--hosts", "127.0.0.43"]);
+    let (a, b) = (inst.mount("a", "127.0.0.43"), inst.mount("b", "127.0.0.47"));
+    let daemon = daemon_of(&a);
+    let data = surge_tests::pattern(43, 48 << 20);
+    let before = bytes_through(daemon);
+    {
+        let mut f = std::fs::File::create(a.path("big")).unwrap();
+        f.write_all(&data[..32 << 20]).unwrap();
+        assert_eq!(std::fs::metadata(a.path("big")).unwrap().len(), 32 << 20, "stat on the writer's node, file still open");
+        f.write_all(&data[32 << 20..]).unwrap();
+    }
+    let through = bytes_through(daemon) - before;
+    assert!(through < 4 << 20, "the daemon moved {through} bytes of a 48 MiB passthrough write");
+    assert!(std::fs::read(b.path("big")).unwrap() == data, "another node reads what was written, after close");
+    let before = bytes_through(daemon);
+    assert!(std::fs::read(a.path("big")).unwrap() == data);
+    assert!(bytes_through(daemon) - before < 4 << 20, "reads pass through too");
+    let used = |m: &Mount| {
+        let out = sh(&format!("stat -f -c '%b %f %S' {}", m.dir.display()));
+        let v: Vec<u64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        (v[0] - v[1]) * v[2]
+    };
+    assert!(used(&b) >= 48 << 20, "the server counts the passthrough bytes: {} used", used(&b));
+
+    // A truncate and a rewrite through a passthrough handle, seen from the other node.
+    {
+        let f = std::fs::OpenOptions::new().write(true).open(a.path("big")).unwrap();
+        f.set_len(10 << 20).unwrap();
+        f.write_at(b"rewritten", 5 << 20).unwrap();
+    }
+    let seen = std::fs::read(b.path("big")).unwrap();
+    assert_eq!(seen.len(), 10 << 20);
+    assert_eq!(&seen[5 << 20..(5 << 20) + 9], b"rewritten");
+    assert!(seen[..5 << 20] == data[..5 << 20]);
+    // Times stay exact: a time set after writing wins over the close.
+    sh(&format!("touch -d '2001-02-03 04:05:06' {}", a.path("big").display()));
+    assert_eq!(sh(&format!("stat -c %Y {}", b.path("big").display())).trim(), sh("date -d '2001-02-03 04:05:06' +%s").trim());
+}

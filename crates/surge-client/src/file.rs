@@ -115,6 +115,8 @@ pub struct File {
     /// What the data requests carry where servers check identities (see
     /// [`surge_proto::ticket`]).
     ticket: Option<Ticket>,
+    /// Set when the kernel reads and writes the data file itself ([`crate::passthrough`]).
+    pub(crate) passthrough: Mutex<Option<crate::passthrough::Passthrough>>,
 }
 
 /// Local writes start once a handle has written this much: a small file stays one request per
@@ -136,7 +138,16 @@ impl File {
             deferred_error: Mutex::new(None),
             opened: attr.clone(),
             ticket,
+            passthrough: Mutex::new(None),
         }
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub(crate) fn ticket(&self) -> Option<Ticket> {
+        self.ticket
     }
 
     pub fn ino(&self) -> Ino {
@@ -150,7 +161,9 @@ impl File {
 
     /// The file's size as this handle knows it.
     pub fn size(&self) -> u64 {
-        self.size.load(Ordering::Relaxed)
+        let size = self.size.load(Ordering::Relaxed);
+        // Under passthrough the kernel's writes are in the data file alone.
+        self.passthrough_len().map_or(size, |len| size.max(len))
     }
 
     /// Lets up to `window` bytes of writes be in flight unacknowledged (0: off).
@@ -329,7 +342,7 @@ impl File {
     /// True when [`File::flush`] would have nothing to do: no write in flight or unpublished,
     /// no failure to report. Lets a caller on a latency-critical path skip it.
     pub fn is_clean(&self) -> bool {
-        !self.dirty.load(Ordering::Relaxed) && self.writes_settled()
+        !self.dirty.load(Ordering::Relaxed) && self.writes_settled() && !self.passthrough_unreported()
     }
 
     /// No write of this handle in flight (as far as can be told without waiting), no failure
@@ -455,8 +468,18 @@ impl File {
     /// then serves those bytes to other nodes, and gets its set-aside room back).
     async fn report_local_writes(&self) -> Result<()> {
         let done = self.local.take_unreported();
-        let requests: Vec<(usize, LocalWritten)> =
+        let mut requests: Vec<(usize, LocalWritten)> =
             done.into_iter().map(|(server, reserved)| (server, LocalWritten { ino: self.ino, reserved, ticket: self.ticket })).collect();
+        if let Some((server, report, written)) = self.take_passthrough_report() {
+            requests.push((server, report));
+            if let Some(len) = written {
+                // The kernel wrote: publish as for a write through this handle.
+                self.written_end.fetch_max(len, Ordering::Relaxed);
+                self.size.fetch_max(len, Ordering::Relaxed);
+                self.dirty.store(true, Ordering::Relaxed);
+                self.mtime_due.store(true, Ordering::Relaxed);
+            }
+        }
         crate::client::first_failure(self.client.send_all(requests).await)
     }
 
@@ -606,6 +629,7 @@ impl File {
         self.client.setattr(self.ino, AttrChanges { size: Some(size), ..Default::default() }).await?;
         self.size.store(size, Ordering::Relaxed);
         self.written_end.store(self.written_end.load(Ordering::Relaxed).min(size), Ordering::Relaxed);
+        self.passthrough_resized();
         self.ahead.lock().await.queue.clear();
         Ok(())
     }

@@ -40,6 +40,7 @@ mod local;
 pub mod locks;
 pub mod namespace;
 pub mod options;
+pub mod passthrough;
 pub mod paths;
 pub mod stage;
 pub mod target;

@@ -2,14 +2,15 @@
 //! ([`crate::ops`]), its outcome one reply. Arguments are converted here (names, times, the
 //! umask) and nothing else is decided here.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::SystemTime;
 
 use fuser::{
-    BsdFileFlags, Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, Notifier,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen, ReplyStatfs,
-    ReplyWrite, Request, TimeOrNow, WriteFlags,
+    BackingId, BsdFileFlags, Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen,
+    ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use surge_client::surge_proto::{Attr, AttrChanges, ErrorCode};
 use surge_client::{Client, Error, Result};
@@ -17,7 +18,7 @@ use tokio::runtime::Handle;
 
 use crate::convert::{file_type, fuse_attr, name_of, to_timestamp};
 use crate::locks;
-use crate::ops::{Caller, Ops, STATFS_BLOCK};
+use crate::ops::{Caller, Opened, Ops, STATFS_BLOCK};
 
 /// The kernel's largest write request.
 const MAX_WRITE: u32 = 1 << 20;
@@ -25,14 +26,89 @@ const MAX_WRITE: u32 = 1 << 20;
 /// A Surge instance as a fuser file system.
 pub struct SurgeFs {
     ops: Arc<Ops>,
+    /// Ask the kernel for passthrough (see [`SurgeFs::new`]).
+    want_passthrough: bool,
+    backings: Arc<Backings>,
+}
+
+/// The backing files handed to the kernel for passthrough, held until the handles that use
+/// them are released. The kernel wants one backing file per inode for all its open handles.
+#[derive(Default)]
+struct Backings {
+    by_handle: Mutex<HashMap<u64, Arc<BackingId>>>,
+    by_ino: Mutex<HashMap<u64, Weak<BackingId>>>,
+}
+
+impl Backings {
+    /// The backing id of `ino` for handle `fh`: the one its other handles use, else a new one
+    /// made from `file`.
+    fn for_handle(&self, ino: u64, fh: u64, file: &std::fs::File, reply: &ReplyOpenOrCreate) -> std::io::Result<Arc<BackingId>> {
+        let mut by_ino = self.by_ino.lock().unwrap();
+        let id = match by_ino.get(&ino).and_then(Weak::upgrade) {
+            Some(id) => id,
+            None => {
+                let id = Arc::new(match reply {
+                    ReplyOpenOrCreate::Open(r) => r.open_backing(file)?,
+                    ReplyOpenOrCreate::Create(r) => r.open_backing(file)?,
+                });
+                by_ino.insert(ino, Arc::downgrade(&id));
+                id
+            }
+        };
+        self.by_handle.lock().unwrap().insert(fh, id.clone());
+        Ok(id)
+    }
+
+    fn released(&self, ino: u64, fh: u64) {
+        if self.by_handle.lock().unwrap().remove(&fh).is_some() {
+            let mut by_ino = self.by_ino.lock().unwrap();
+            if by_ino.get(&ino).is_some_and(|id| id.strong_count() == 0) {
+                by_ino.remove(&ino);
+            }
+        }
+    }
+}
+
+/// Either reply that can carry a backing file.
+enum ReplyOpenOrCreate<'a> {
+    Open(&'a ReplyOpen),
+    Create(&'a ReplyCreate),
+}
+
+/// Whether this process holds CAP_SYS_ADMIN, which the kernel wants of a FUSE server that
+/// hands it backing files.
+fn may_pass_through() -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let effective = status.lines().find_map(|l| l.strip_prefix("CapEff:")).and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok());
+    effective.is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
 }
 
 impl SurgeFs {
     /// `ttl`: how long the kernel may use attributes and names without asking (see the crate
     /// documentation for how they are kept exact). Call before `client` sends anything: only
     /// connections opened afterwards bring change notices.
-    pub fn new(client: Client, runtime: Handle, ttl: std::time::Duration) -> Self {
-        SurgeFs { ops: Ops::new(client, runtime, ttl) }
+    /// `passthrough`: hand the kernel the data files of files held whole by this node's
+    /// server, when the kernel and this process's privileges allow (said in the log).
+    pub fn new(client: Client, runtime: Handle, ttl: std::time::Duration, passthrough: bool) -> Self {
+        SurgeFs { ops: Ops::new(client, runtime, ttl), want_passthrough: passthrough, backings: Default::default() }
+    }
+
+    /// Answers an open: passed through when the operations layer gave a data file and the
+    /// kernel takes it; the plain way otherwise.
+    fn opened_file(&self, ino: u64, reply: ReplyOpen, flags: i32) -> impl FnOnce(Result<Opened>) + Send + 'static {
+        let backings = self.backings.clone();
+        move |result| match result {
+            Ok(Opened { fh, backing: Some(file) }) => match backings.for_handle(ino, fh, &file, &ReplyOpenOrCreate::Open(&reply)) {
+                Ok(id) => reply.opened_passthrough(FileHandle(fh), open_reply_flags(flags), &id),
+                Err(e) => {
+                    tracing::info!("inode {ino:#x}: the kernel took no backing file ({e}); served without passthrough");
+                    reply.opened(FileHandle(fh), open_reply_flags(flags))
+                }
+            },
+            Ok(Opened { fh, backing: None }) => reply.opened(FileHandle(fh), open_reply_flags(flags)),
+            Err(e) => reply.error(errno(&e)),
+        }
     }
 
     /// The operations layer, on a thread that can start work on the runtime: fuser calls
@@ -158,6 +234,19 @@ impl Filesystem for SurgeFs {
         let _ = config.set_congestion_threshold(48);
         // Capabilities the running kernel lacks are simply not used.
         // Locks go to the files' home servers (see `locks`), so they exclude across nodes.
+        if self.want_passthrough {
+            let privileged = may_pass_through();
+            let agreed =
+                privileged && config.set_max_stack_depth(1).is_ok() && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok();
+            if agreed {
+                self.ops.enable_passthrough();
+                tracing::info!("kernel passthrough on for files held whole by this node's server");
+            } else if !privileged {
+                tracing::info!("kernel passthrough off: this mount lacks CAP_SYS_ADMIN (every read and write goes through the mount)");
+            } else {
+                tracing::info!("kernel passthrough off: the kernel does not offer it (Linux 6.9 or later does)");
+            }
+        }
         for capability in [
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_AUTO_INVAL_DATA,
@@ -262,7 +351,7 @@ impl Filesystem for SurgeFs {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.answer(self.ops().open(ino.0, flags.0, caller(req)), opened(reply, flags.0));
+        self.answer(self.ops().open(ino.0, flags.0, caller(req)), self.opened_file(ino.0, reply, flags.0));
     }
 
     fn read(
@@ -316,6 +405,7 @@ impl Filesystem for SurgeFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.backings.released(ino.0, fh.0);
         self.answer(self.ops().release(ino.0, fh.0), empty(reply));
     }
 
@@ -404,10 +494,22 @@ impl Filesystem for SurgeFs {
 
     fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
         let name = name_or_reply!(name, reply);
-        let (ttl, blksize) = (self.ops().ttl(), self.ops().blksize());
-        self.answer(self.ops().create(parent.0, name, mode & !umask, flags, caller(req)), move |result| match result {
-            Ok((attr, fh)) => reply.created(&ttl, &fuse_attr(&attr, blksize), Generation(0), FileHandle(fh), open_reply_flags(flags)),
-            Err(e) => reply.error(errno(&e)),
+        let (ttl, blksize, backings) = (self.ops().ttl(), self.ops().blksize(), self.backings.clone());
+        self.answer(self.ops().create(parent.0, name, mode & !umask, flags, caller(req)), move |result| {
+            let (attr, Opened { fh, backing }) = match result {
+                Ok(created) => created,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            let (attr, fh, open_flags) = (fuse_attr(&attr, blksize), FileHandle(fh), open_reply_flags(flags));
+            let ino = attr.ino.0;
+            match backing.map(|file| backings.for_handle(ino, fh.0, &file, &ReplyOpenOrCreate::Create(&reply))) {
+                Some(Ok(id)) => reply.created_passthrough(&ttl, &attr, Generation(0), fh, open_flags, &id),
+                Some(Err(e)) => {
+                    tracing::info!("inode {ino:#x}: the kernel took no backing file ({e}); served without passthrough");
+                    reply.created(&ttl, &attr, Generation(0), fh, open_flags)
+                }
+                None => reply.created(&ttl, &attr, Generation(0), fh, open_flags),
+            }
         });
     }
 }

@@ -52,6 +52,11 @@ impl OpenFiles {
     pub fn get(&self, fh: u64) -> Option<Arc<OpenFile>> {
         self.by_handle.get(&fh).cloned()
     }
+
+    /// The handles whose I/O the kernel passes through to a data file.
+    pub fn passed_through(&self) -> Vec<Arc<OpenFile>> {
+        self.by_handle.values().filter(|f| f.file.is_passthrough()).cloned().collect()
+    }
 }
 
 /// The largest size any open handle on this node knows for `ino`: writes not yet published

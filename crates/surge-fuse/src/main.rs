@@ -38,6 +38,11 @@ struct Args {
     /// is the files' permissions' business (the helper mounts with default_permissions).
     #[arg(long)]
     fuse_fd: Option<i32>,
+    /// Never hand the kernel a data file (FUSE passthrough): every read and write then goes
+    /// through this daemon. Passthrough needs CAP_SYS_ADMIN and Linux 6.9+, and is used for
+    /// files whose chunks all live on this node's server.
+    #[arg(long, env = "SURGE_FUSE_NO_PASSTHROUGH", value_parser = clap::builder::FalseyValueParser::new())]
+    no_passthrough: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -56,7 +61,12 @@ fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(args.threads).enable_all().build()?;
     let client = Client::for_instance(&args.instance, ClientOptions { node: args.node, ..Default::default() })
         .with_context(|| format!("instance '{}'", args.instance))?;
-    let fs = surge_fuse::SurgeFs::new(client.clone(), runtime.handle().clone(), std::time::Duration::from_secs_f64(args.cache_secs));
+    let fs = surge_fuse::SurgeFs::new(
+        client.clone(),
+        runtime.handle().clone(),
+        std::time::Duration::from_secs_f64(args.cache_secs),
+        !args.no_passthrough,
+    );
     // Fail before mounting when the instance does not answer.
     runtime.block_on(client.getattr(surge_client::surge_proto::ROOT_INO)).context("instance root not reachable")?;
     if args.fuse_fd.is_some() {

@@ -11,7 +11,7 @@
 //! this thread and answered by the connection's reader, or handed to a task.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -58,7 +58,22 @@ pub struct Ops {
     dirs: Arc<Mutex<std::collections::HashMap<u64, Arc<Vec<DirEntry>>>>>,
     next_handle: AtomicU64,
     lock_owners: Arc<LockOwners>,
+    /// The kernel agreed to pass I/O through to backing files and this process may ask it to.
+    passthrough: AtomicBool,
+    /// The task keeping capacity set aside for passthrough handles runs.
+    passthrough_guard: AtomicBool,
 }
+
+/// A file opened: its handle, and the data file to hand to the kernel when its I/O is passed
+/// through (see [`surge_client::passthrough`]).
+pub struct Opened {
+    pub fh: u64,
+    pub backing: Option<Arc<std::fs::File>>,
+}
+
+/// How often the capacity set aside for passthrough handles is checked: what a writer can
+/// outgrow it by is what it writes in this time.
+const PASSTHROUGH_GUARD_PERIOD: Duration = Duration::from_millis(10);
 
 /// What a namespace change did to its name, for `Listings::named`: `exists` once it
 /// succeeded, unknown after a failure.
@@ -82,10 +97,31 @@ impl Ops {
             dirs: Default::default(),
             next_handle: AtomicU64::new(1),
             lock_owners: Default::default(),
+            passthrough: AtomicBool::new(false),
+            passthrough_guard: AtomicBool::new(false),
         })
     }
 
     /// How long the kernel may keep what it is told.
+    /// Opens files in passthrough mode from now on, where their data allows it.
+    pub fn enable_passthrough(&self) {
+        self.passthrough.store(true, Ordering::Relaxed);
+    }
+
+    /// Hands `f`'s data file to the kernel when every chunk is on this node's server (not for
+    /// O_APPEND: appends go through the file's server, which orders them across nodes).
+    async fn passthrough_for(self: &Arc<Self>, f: &File, flags: i32) -> Option<Arc<std::fs::File>> {
+        if !self.passthrough.load(Ordering::Relaxed) || flags & libc::O_APPEND != 0 {
+            return None;
+        }
+        let backing = f.begin_passthrough().await?;
+        if !self.passthrough_guard.swap(true, Ordering::Relaxed) {
+            let ops = Arc::downgrade(self);
+            self.runtime.spawn(keep_passthrough_room(ops));
+        }
+        Some(backing)
+    }
+
     /// The runtime requests are answered on.
     pub fn runtime(&self) -> &Handle {
         &self.runtime
@@ -377,7 +413,7 @@ impl Ops {
     /// Close-to-open: the attributes come fresh from the file's home server; what the kernel
     /// cached is dropped if it differs, and so is the page cache (no FOPEN_KEEP_CACHE).
     /// Answers the new handle.
-    pub fn open(self: &Arc<Self>, ino: u64, flags: i32, caller: Caller) -> impl Future<Output = Result<u64>> + Send + 'static {
+    pub fn open(self: &Arc<Self>, ino: u64, flags: i32, caller: Caller) -> impl Future<Output = Result<Opened>> + Send + 'static {
         let ops = self.clone();
         async move {
             let kernel = &ops.kernel;
@@ -396,7 +432,8 @@ impl Ops {
                 f.set_len(0).await?;
             }
             f.set_write_behind(ops.client.stream_window()).await?;
-            Ok(ops.register(f))
+            let backing = ops.passthrough_for(&f, flags).await;
+            Ok(Opened { fh: ops.register(f), backing })
         }
     }
 
@@ -408,7 +445,7 @@ impl Ops {
         mode: u32,
         flags: i32,
         caller: Caller,
-    ) -> impl Future<Output = Result<(Attr, u64)>> + Send + 'static {
+    ) -> impl Future<Output = Result<(Attr, Opened)>> + Send + 'static {
         let ops = self.clone();
         async move {
             let client = ops.client.as_user(caller.uid, caller.gid);
@@ -422,7 +459,8 @@ impl Ops {
             };
             let f = ops.changed_name(parent, &name, true, created).await?;
             let attr = Attr { size: f.size(), ..f.attr_at_open().clone() };
-            Ok((ops.told(attr), ops.register(f)))
+            let backing = ops.passthrough_for(&f, flags).await;
+            Ok((ops.told(attr), Opened { fh: ops.register(f), backing }))
         }
     }
 
@@ -603,5 +641,35 @@ impl Ops {
 
     pub fn releasedir(&self, fh: u64) {
         self.dirs.lock().unwrap().remove(&fh);
+    }
+}
+
+/// Keeps capacity set aside for every passthrough handle ([`File::keep_passthrough_room`])
+/// while there are any; started again by the next passthrough open.
+async fn keep_passthrough_room(ops: std::sync::Weak<Ops>) {
+    let mut tick = tokio::time::interval(PASSTHROUGH_GUARD_PERIOD);
+    // Said once per file: a full server refuses again at every tick.
+    let mut refused = std::collections::HashSet::new();
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Some(ops) = ops.upgrade() else { return };
+        let handles = ops.files.lock().unwrap().passed_through();
+        if handles.is_empty() {
+            ops.passthrough_guard.store(false, Ordering::Relaxed);
+            // A handle opened since the list was taken finds the flag down and starts a guard.
+            if ops.files.lock().unwrap().passed_through().is_empty() || ops.passthrough_guard.swap(true, Ordering::Relaxed) {
+                return;
+            }
+            continue;
+        }
+        for open in handles {
+            match open.file.keep_passthrough_room().await {
+                Err(e) if refused.insert(open.file.ino()) => {
+                    tracing::warn!("inode {:#x}: no capacity set aside for its passthrough writes: {e}", open.file.ino())
+                }
+                _ => {}
+            }
+        }
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use surge_client::surge_proto::AttrChanges;
 use surge_client::surge_proto::{ErrorCode, ROOT_INO};
 use surge_client::{Client, ClientOptions};
-use surge_fuse::ops::{Caller, Ops};
+use surge_fuse::ops::{Caller, Opened, Ops};
 use surge_server::in_process::InProcessInstance;
 
 const TTL: Duration = Duration::from_secs(600);
@@ -108,12 +108,12 @@ async fn directory_attributes_are_answered_locally_until_changed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_through_a_stale_name_is_retried_once() {
     let fx = Fixture::new("stale", 2).await;
-    let (attr, fh) = fx.ops.create(ROOT_INO, "ckpt".into(), 0o644, 0, me()).await.unwrap();
+    let (attr, Opened { fh, .. }) = fx.ops.create(ROOT_INO, "ckpt".into(), 0o644, 0, me()).await.unwrap();
     fx.ops.release(attr.ino, fh).await.unwrap();
     fx.other.unlink("/ckpt").await.unwrap();
-    let first = fx.ops.open(attr.ino, 0, me()).await.unwrap_err();
+    let first = fx.ops.open(attr.ino, 0, me()).await.err().expect("refused");
     assert_eq!(first.code, ErrorCode::Stale);
-    let retry = fx.ops.open(attr.ino, 0, me()).await.unwrap_err();
+    let retry = fx.ops.open(attr.ino, 0, me()).await.err().expect("refused");
     assert_eq!(retry.code, ErrorCode::NotFound);
     fx.stop().await;
 }
@@ -123,8 +123,8 @@ async fn an_open_through_a_stale_name_is_retried_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unpublished_writes_are_seen_through_other_handles_on_this_node() {
     let fx = Fixture::new("siblings", 3).await;
-    let (attr, writer) = fx.ops.create(ROOT_INO, "out".into(), 0o644, 0, me()).await.unwrap();
-    let reader = fx.ops.open(attr.ino, 0, me()).await.unwrap();
+    let (attr, Opened { fh: writer, .. }) = fx.ops.create(ROOT_INO, "out".into(), 0o644, 0, me()).await.unwrap();
+    let reader = fx.ops.open(attr.ino, 0, me()).await.unwrap().fh;
     let body: Vec<u8> = (0..3 * (1 << 20) + 17).map(|i| (i % 251) as u8).collect();
     assert_eq!(write(&fx.ops, writer, attr.ino, 0, &body).await.unwrap(), body.len());
     assert_eq!(fx.ops.getattr(attr.ino, me()).await.unwrap().size, body.len() as u64, "local size before any flush");

@@ -42,6 +42,12 @@ impl Layout {
         ((spread(ino) % self.servers as u64 + chunk % self.servers as u64) % self.servers as u64) as usize
     }
 
+    /// The one server holding every chunk of `ino`, if there is one (an instance of one
+    /// server: each node's namespace in private mode).
+    pub fn sole_server(&self, _ino: Ino) -> Option<usize> {
+        (self.servers == 1).then_some(0)
+    }
+
     /// Splits `[offset, offset + len)` at chunk boundaries.
     pub fn pieces(&self, ino: Ino, offset: u64, len: u64) -> impl Iterator<Item = Piece> + '_ {
         let end = offset + len;

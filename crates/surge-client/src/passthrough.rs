@@ -1,0 +1,141 @@
+//! Kernel passthrough for a file whose chunks all live on a server of this node: the FUSE
+//! mount hands the server's data file to the kernel, which then reads and writes it without
+//! calling the mount (FUSE passthrough). The data file holds the file's bytes at their own
+//! offsets, so it *is* the file.
+//!
+//! The kernel's writes bypass every request, so this handle keeps the server's books the way
+//! local writes do ([`crate::local`]): capacity is set aside in steps before the data file may
+//! grow into it ([`File::keep_passthrough_room`], called by the mount while the handle is
+//! open), and once the handle flushes or closes, the server is told (`LocalWritten`) and takes
+//! the file's new length and allocation, and size and mtime are published as for any write.
+//! Whether the kernel wrote is read from the data file itself (its length and mtime).
+
+use std::fs::File as StdFile;
+use std::sync::Arc;
+
+use surge_proto::data::{LocalWritten, ReserveLocal};
+use surge_proto::data_file_name;
+
+use crate::error::Result;
+use crate::file::File;
+
+/// Capacity set aside at a time for a passthrough handle's growth. The kernel writes without
+/// asking, so the mount tops it up while the handle is open: between two checks a writer can
+/// outgrow it by what it writes in that time (it is never refused: see docs/consistency.md).
+pub const PASSTHROUGH_STEP: u64 = 256 << 20;
+
+/// A handle's data file under kernel passthrough, and what the server has been told of it.
+pub(crate) struct Passthrough {
+    server: usize,
+    file: Arc<StdFile>,
+    /// The data file's length and mtime when the server last took them.
+    reported: (u64, (i64, i64)),
+    /// Set aside for growth beyond `reported.0` and not given back yet.
+    reserved: u64,
+}
+
+/// A data file's length and mtime now.
+fn state(file: &StdFile) -> std::io::Result<(u64, (i64, i64))> {
+    use std::os::unix::fs::MetadataExt;
+    let m = file.metadata()?;
+    Ok((m.len(), (m.mtime(), m.mtime_nsec())))
+}
+
+impl File {
+    /// Starts kernel passthrough for this handle when every chunk of the file is held by a
+    /// server whose data directory is on this node and this process may write its data file:
+    /// answers the data file to hand to the kernel. None otherwise (the handle stays on the
+    /// request path).
+    pub async fn begin_passthrough(&self) -> Option<Arc<StdFile>> {
+        let client = self.client();
+        if !client.options().local_io {
+            return None;
+        }
+        let server = client.layout().sole_server(self.ino())?;
+        let dir = client.connection(server).await.ok()?.local_dir()?.to_path_buf();
+        // The reservation also makes sure the data file exists.
+        let reserve = ReserveLocal { ino: self.ino(), bytes: PASSTHROUGH_STEP, ticket: self.ticket() };
+        client.call(server, reserve).await.ok()?;
+        let opened = StdFile::options().read(true).write(true).open(dir.join(data_file_name(self.ino())));
+        let file = match opened.and_then(|file| Ok((state(&file)?, file))) {
+            Ok((now, file)) => {
+                let file = Arc::new(file);
+                *self.passthrough.lock().unwrap() =
+                    Some(Passthrough { server, file: file.clone(), reported: now, reserved: PASSTHROUGH_STEP });
+                file
+            }
+            Err(e) => {
+                tracing::debug!("no passthrough for inode {:#x}: {e}", self.ino());
+                let give_back = LocalWritten { ino: self.ino(), reserved: PASSTHROUGH_STEP, ticket: self.ticket() };
+                let _ = client.call(server, give_back).await;
+                return None;
+            }
+        };
+        Some(file)
+    }
+
+    /// Whether the kernel passes this handle's I/O through.
+    pub fn is_passthrough(&self) -> bool {
+        self.passthrough.lock().unwrap().is_some()
+    }
+
+    /// For a passthrough handle: sets more capacity aside when the data file has grown into
+    /// most of what is set aside. Called by the mount every few milliseconds while the
+    /// handle is open. A server out of room refuses (the error comes back); the kernel's
+    /// writes go on regardless, and are counted when the handle reports.
+    pub async fn keep_passthrough_room(&self) -> Result<()> {
+        let (server, grown, reserved) = {
+            let guard = self.passthrough.lock().unwrap();
+            let Some(p) = guard.as_ref() else { return Ok(()) };
+            let len = state(&p.file).map(|(len, _)| len).unwrap_or(p.reported.0);
+            (p.server, len.saturating_sub(p.reported.0), p.reserved)
+        };
+        if reserved >= grown + PASSTHROUGH_STEP / 2 {
+            return Ok(());
+        }
+        let reserve = ReserveLocal { ino: self.ino(), bytes: PASSTHROUGH_STEP, ticket: self.ticket() };
+        self.client().call(server, reserve).await?;
+        if let Some(p) = self.passthrough.lock().unwrap().as_mut() {
+            p.reserved += PASSTHROUGH_STEP;
+        }
+        Ok(())
+    }
+
+    /// The data file's length, for a passthrough handle (what the kernel wrote is there).
+    pub(crate) fn passthrough_len(&self) -> Option<u64> {
+        let guard = self.passthrough.lock().unwrap();
+        let p = guard.as_ref()?;
+        state(&p.file).ok().map(|(len, _)| len)
+    }
+
+    /// The data file changed since the server last took it.
+    pub(crate) fn passthrough_unreported(&self) -> bool {
+        let guard = self.passthrough.lock().unwrap();
+        guard.as_ref().is_some_and(|p| p.reserved > 0 || state(&p.file).is_ok_and(|now| now != p.reported))
+    }
+
+    /// Tells the server what the kernel wrote (it takes the data file's length and gives back
+    /// what was set aside) and notes it for the publication that follows. Returns the
+    /// request to send, if any.
+    pub(crate) fn take_passthrough_report(&self) -> Option<(usize, LocalWritten, Option<u64>)> {
+        let mut guard = self.passthrough.lock().unwrap();
+        let p = guard.as_mut()?;
+        let now = state(&p.file).ok()?;
+        let written = (now != p.reported).then_some(now.0);
+        if written.is_none() && p.reserved == 0 {
+            return None;
+        }
+        let report = LocalWritten { ino: self.ino(), reserved: p.reserved, ticket: self.ticket() };
+        (p.reported, p.reserved) = (now, 0);
+        Some((p.server, report, written))
+    }
+
+    /// The server changed the data file's length (a truncate through this handle).
+    pub(crate) fn passthrough_resized(&self) {
+        if let Some(p) = self.passthrough.lock().unwrap().as_mut() {
+            if let Ok(now) = state(&p.file) {
+                p.reported = now;
+            }
+        }
+    }
+}
