@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Kernel passthrough benchmark: file-per-process 1 MiB sequential write (fsync at the end) and
+# read, IOR's file-per-process pattern run with fio, 1 and 2 jobs, on (1) tmpfs, (2) a Surge
+# mount of a one-server instance whose files are passed through to the kernel, (3) the same
+# instance mounted with --no-passthrough, (4) bindfs over tmpfs. Rounds are interleaved (the
+# machine is noisy); the table gives the median of the rounds and their range, and Surge's
+# ratio to tmpfs.
+#
+#   bench/passthrough.sh [SIZE_PER_JOB] [ROUNDS]      defaults: 1G 3
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SIZE=${1:-1G}
+ROUNDS=${2:-3}
+SURGE=${SURGE_BIN:-$PWD/target/release/surge}
+export SURGE_HOME=$(mktemp -d /tmp/surge-bench-home.XXXX)
+WORK=/dev/shm/surge-passthrough-bench-$$
+NAME=ptbench$$
+mkdir -p "$WORK/tmpfs" "$WORK/bind-src" "$WORK/bind" "$WORK/surge" "$WORK/surge-nopt"
+cleanup() {
+    fusermount3 -u "$WORK/bind" 2>/dev/null || true
+    $SURGE umount "$WORK/surge-nopt" >/dev/null 2>&1 || true
+    for d in "$SURGE_HOME"/instances/*.json; do
+        [ -e "$d" ] && $SURGE down "$(basename "$d" .json)" >/dev/null 2>&1
+    done
+    rm -rf "$WORK" "$SURGE_HOME"
+}
+trap cleanup EXIT
+
+$SURGE up --name "$NAME" --capacity 8G --root "$WORK/servers" --servers 1 --mount "$WORK/surge" >/dev/null
+SURGE_FUSE_NO_PASSTHROUGH=1 $SURGE mount "$NAME" "$WORK/surge-nopt" >/dev/null
+bindfs -o big_writes --multithreaded "$WORK/bind-src" "$WORK/bind"
+grep -q "passthrough on" "$SURGE_HOME/instances/$NAME.fuse.log" 2>/dev/null || grep -rq "passthrough on" "$SURGE_HOME" ||
+    echo "note: the mount did not turn passthrough on (needs root and Linux 6.9+)" >&2
+
+# fio_bw DIR RW JOBS -> MiB/s
+fio_bw() {
+    local extra=""
+    [ "$2" = write ] && extra=--end_fsync=1
+    fio --name=fpp --directory="$1" --rw="$2" --bs=1M --size="$SIZE" --numjobs="$3" --ioengine=psync \
+        --group_reporting --output-format=json $extra 2>/dev/null |
+        python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print(round(j[sys.argv[1]]["bw"]/1024))' "$2"
+}
+
+SYSTEMS="tmpfs surge surge-nopt bind"
+declare -A results
+for round in $(seq "$ROUNDS"); do
+    for jobs in 1 2; do
+        for t in $SYSTEMS; do
+            results[$t,write,$jobs]+="$(fio_bw "$WORK/$t" write $jobs) "
+            results[$t,read,$jobs]+="$(fio_bw "$WORK/$t" read $jobs) "
+            rm -f "$WORK/$t"/fpp.*
+        done
+    done
+    echo "round $round of $ROUNDS done" >&2
+done
+
+# cell "V1 V2 ..." -> "median (min-max)"
+cell() { python3 -c 'import statistics,sys; v=sorted(map(int,sys.argv[1:])); print(f"{statistics.median(v):.0f} ({v[0]}-{v[-1]})")' $1; }
+ratio() { python3 -c 'import statistics,sys; a=statistics.median(map(int,sys.argv[1].split())); b=statistics.median(map(int,sys.argv[2].split())); print(f"{a/b:.2f}")' "$1" "$2"; }
+printf '| fio file-per-process, 1 MiB, MiB/s (median of %s, range) | tmpfs | Surge, passthrough | Surge, no passthrough | bindfs | passthrough / tmpfs |\n|---|---|---|---|---|---|\n' "$ROUNDS"
+for jobs in 1 2; do
+    for rw in write read; do
+        printf '| %s, %s job(s) | %s | %s | %s | %s | %s |\n' "$rw" "$jobs" \
+            "$(cell "${results[tmpfs,$rw,$jobs]}")" "$(cell "${results[surge,$rw,$jobs]}")" \
+            "$(cell "${results[surge-nopt,$rw,$jobs]}")" "$(cell "${results[bind,$rw,$jobs]}")" \
+            "$(ratio "${results[surge,$rw,$jobs]}" "${results[tmpfs,$rw,$jobs]}")"
+    done
+done
