@@ -23,6 +23,27 @@ pub fn make(server: usize, local: u64) -> Ino {
     ((server as u64) << HOME_SHIFT) | local
 }
 
+/// Marks an inode whose chunks all live on one server (the node-local layout); that server's
+/// index is in the 15 bits above the 32-bit local counter such an inode then has.
+const PLACED: u64 = 1 << (HOME_SHIFT - 1);
+const PLACED_SHIFT: u32 = 32;
+/// Servers a placed inode can name.
+pub const MAX_PLACED_SERVERS: usize = 1 << (HOME_SHIFT - 1 - PLACED_SHIFT);
+
+/// Builds the number of an inode homed on `server` whose chunks all live on `data_server`,
+/// from the `local`-th number `server` allocated (only its low 32 bits are kept: the
+/// allocator skips numbers in use).
+pub fn make_placed(server: usize, data_server: usize, local: u64) -> Ino {
+    assert!(data_server < MAX_PLACED_SERVERS, "server index {data_server} does not fit a placed inode number");
+    let counter = local & ((1 << PLACED_SHIFT) - 1);
+    make(server, PLACED | ((data_server as u64) << PLACED_SHIFT) | counter.max(1))
+}
+
+/// The server holding every chunk of `ino`, for an inode made with [`make_placed`].
+pub fn data_server(ino: Ino) -> Option<usize> {
+    (ino & PLACED != 0).then(|| ((ino & (PLACED - 1)) >> PLACED_SHIFT) as usize)
+}
+
 /// A well-mixed hash of an inode number, used to pick the server of a file's first chunk so
 /// that files created by one server do not all start on the same server.
 pub fn spread(ino: Ino) -> u64 {
@@ -44,5 +65,17 @@ mod tests {
             assert_eq!(home(ino), server);
         }
         assert_eq!(home(ROOT_INO), 0);
+    }
+
+    #[test]
+    fn placed_inodes_name_their_data_server_and_home() {
+        for (home_server, data) in [(0usize, 0usize), (3, 1), (65535, MAX_PLACED_SERVERS - 1)] {
+            let ino = make_placed(home_server, data, (7 << 32) | 42);
+            assert_eq!(home(ino), home_server);
+            assert_eq!(data_server(ino), Some(data));
+            assert_ne!(ino, make_placed(home_server, data, 43));
+        }
+        assert_eq!(data_server(make(2, 1 << 40)), None, "a striped inode names no data server");
+        assert_eq!(data_server(ROOT_INO), None);
     }
 }

@@ -39,13 +39,21 @@ impl Layout {
     }
 
     pub fn chunk_server(&self, ino: Ino, chunk: u64) -> usize {
+        if let Some(server) = self.sole_server(ino) {
+            return server;
+        }
         ((spread(ino) % self.servers as u64 + chunk % self.servers as u64) % self.servers as u64) as usize
     }
 
-    /// The one server holding every chunk of `ino`, if there is one (an instance of one
-    /// server: each node's namespace in private mode).
-    pub fn sole_server(&self, _ino: Ino) -> Option<usize> {
-        (self.servers == 1).then_some(0)
+    /// The one server holding every chunk of `ino`, if there is one: in an instance of one
+    /// server (each node's namespace in private mode), and for a file made in the node-local
+    /// layout ([`crate::ino::data_server`]; a number naming no server of this instance, which
+    /// only a corrupt request can carry, falls back to striping rather than to a bad index).
+    pub fn sole_server(&self, ino: Ino) -> Option<usize> {
+        if self.servers == 1 {
+            return Some(0);
+        }
+        crate::ino::data_server(ino).filter(|&s| s < self.servers)
     }
 
     /// Splits `[offset, offset + len)` at chunk boundaries.
@@ -94,6 +102,16 @@ mod tests {
         unique.sort();
         unique.dedup();
         assert_eq!(unique.len(), 4, "four consecutive chunks land on four servers");
+    }
+
+    #[test]
+    fn a_placed_file_keeps_every_chunk_on_its_server() {
+        let layout = Layout::new(1024, 4);
+        let ino = crate::ino::make_placed(0, 2, 9);
+        assert!(layout.pieces(ino, 0, 10_000).all(|p| p.server == 2));
+        assert_eq!(layout.sole_server(ino), Some(2));
+        assert_eq!(layout.sole_server(crate::ino::make_placed(0, 9, 9)), None, "no server 9 here");
+        assert_eq!(layout.sole_server(crate::ino::make(0, 9)), None);
     }
 
     #[test]
