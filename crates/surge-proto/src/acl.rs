@@ -17,6 +17,26 @@ const ENTRY_LEN: usize = 8;
 /// The id of an entry that names nobody (the base entries and the mask).
 const UNDEFINED_ID: u32 = u32::MAX;
 
+/// Which of an inode's two ACLs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AclKind {
+    /// What permission checks read.
+    Access,
+    /// A directory's: what is made in it inherits (files as their access ACL, directories as
+    /// both).
+    Default,
+}
+
+impl AclKind {
+    /// The extended attribute it is read and written through.
+    pub fn xattr_name(self) -> &'static str {
+        match self {
+            AclKind::Access => "system.posix_acl_access",
+            AclKind::Default => "system.posix_acl_default",
+        }
+    }
+}
+
 /// Who an entry is for. Declared in the canonical order, so that sorting entries by tag puts
 /// them in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

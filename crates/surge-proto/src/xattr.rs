@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::acl::AclKind;
 use crate::error::{Error, ErrorCode};
 
 /// Longest attribute name, prefix included (Linux's XATTR_NAME_MAX).
@@ -19,11 +20,6 @@ pub const MAX_XATTR_LIST_LEN: usize = 65536;
 /// block cannot take. A quarter of a frame's message, so that whatever carries them fits.
 pub const MAX_XATTR_BYTES: usize = crate::frame::MAX_MESSAGE_LEN / 4;
 
-/// The name of the access ACL's attribute.
-pub const ACL_ACCESS_XATTR: &str = "system.posix_acl_access";
-/// The name of a directory's default ACL's attribute.
-pub const ACL_DEFAULT_XATTR: &str = "system.posix_acl_default";
-
 /// The namespaces of the attributes a server keeps; a name of any other is not supported
 /// (EOPNOTSUPP).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,10 +31,9 @@ pub enum XattrNamespace {
     Trusted,
     /// `security.*`: readable by all, set by root.
     Security,
-    /// `system.posix_acl_access`: the inode's access ACL (see [`crate::acl`]).
-    AccessAcl,
-    /// `system.posix_acl_default`: a directory's default ACL, which what is made in it inherits.
-    DefaultAcl,
+    /// `system.posix_acl_access` and `system.posix_acl_default`: the inode's ACLs (see
+    /// [`crate::acl`]).
+    Acl(AclKind),
 }
 
 impl XattrNamespace {
@@ -52,10 +47,8 @@ impl XattrNamespace {
         if name.contains('\0') {
             return Err(Error::new(ErrorCode::Invalid, "attribute name with a NUL in it"));
         }
-        match name {
-            ACL_ACCESS_XATTR => return Ok(XattrNamespace::AccessAcl),
-            ACL_DEFAULT_XATTR => return Ok(XattrNamespace::DefaultAcl),
-            _ => {}
+        if let Some(kind) = [AclKind::Access, AclKind::Default].into_iter().find(|kind| kind.xattr_name() == name) {
+            return Ok(XattrNamespace::Acl(kind));
         }
         let prefixed = [("user.", XattrNamespace::User), ("trusted.", XattrNamespace::Trusted), ("security.", XattrNamespace::Security)];
         for (prefix, namespace) in prefixed {
@@ -67,11 +60,6 @@ impl XattrNamespace {
             }
         }
         Err(Error::new(ErrorCode::NotSupported, format!("attribute '{name}': only user., trusted., security. and POSIX ACLs are kept")))
-    }
-
-    /// One of the two ACLs, whose values the server reads and acts on.
-    pub fn is_acl(self) -> bool {
-        matches!(self, XattrNamespace::AccessAcl | XattrNamespace::DefaultAcl)
     }
 }
 
@@ -122,8 +110,8 @@ mod tests {
         assert_eq!(XattrNamespace::of("user.mime_type").unwrap(), XattrNamespace::User);
         assert_eq!(XattrNamespace::of("trusted.overlay.opaque").unwrap(), XattrNamespace::Trusted);
         assert_eq!(XattrNamespace::of("security.selinux").unwrap(), XattrNamespace::Security);
-        assert_eq!(XattrNamespace::of(ACL_ACCESS_XATTR).unwrap(), XattrNamespace::AccessAcl);
-        assert_eq!(XattrNamespace::of(ACL_DEFAULT_XATTR).unwrap(), XattrNamespace::DefaultAcl);
+        assert_eq!(XattrNamespace::of("system.posix_acl_access").unwrap(), XattrNamespace::Acl(AclKind::Access));
+        assert_eq!(XattrNamespace::of("system.posix_acl_default").unwrap(), XattrNamespace::Acl(AclKind::Default));
         assert_eq!(code(""), ErrorCode::OutOfRange);
         assert_eq!(code(&format!("user.{}", "n".repeat(251))), ErrorCode::OutOfRange);
         assert!(XattrNamespace::of(&format!("user.{}", "n".repeat(250))).is_ok(), "255 bytes in all");

@@ -19,7 +19,11 @@ use surge_proto::{
     check_name, Attr, AttrChanges, DirEntry, ErrorCode, FileKind, InodeFate, LinkOutcome, Timestamp, Unlinked, MAX_SYMLINK_LEN,
 };
 
+pub mod format1;
 mod scan;
+mod xattrs;
+
+use xattrs::Xattrs;
 
 /// How long a cross-server rename may hold its source entry before the lock is ignored
 /// (the client that took it has died).
@@ -72,6 +76,14 @@ struct Inode {
     body: Body,
     /// Open handles registered by clients; an unlinked file stays until the last is released.
     opens: u32,
+    /// Extended attributes and ACLs; most inodes have none, and pay a pointer for the room.
+    xattrs: Option<Box<Xattrs>>,
+}
+
+impl Inode {
+    fn new(attr: Attr, body: Body) -> Inode {
+        Inode { attr, body, opens: 0, xattrs: None }
+    }
 }
 
 pub struct MetaStore {
@@ -84,15 +96,18 @@ pub struct MetaStore {
     changes: Option<Changes>,
 }
 
-/// Inodes and directory entries changed since the journal last took them.
+/// Inodes, directory entries and extended attributes changed since the journal last took
+/// them.
 #[derive(Default)]
 struct Changes {
     inodes: BTreeSet<Ino>,
     entries: BTreeSet<(Ino, String)>,
+    xattrs: BTreeSet<(Ino, String)>,
 }
 
-/// What the journal keeps of an inode: everything but a directory's entries (kept one by one)
-/// and the open handles (which a restart does not carry over).
+/// What the journal keeps of an inode: everything but a directory's entries and its extended
+/// attributes (each kept one by one) and the open handles (which a restart does not carry
+/// over).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct InodeState {
     pub attr: Attr,
@@ -114,19 +129,32 @@ pub struct EntryState {
     pub target: Option<(Ino, FileKind)>,
 }
 
+/// A change of one extended attribute of an inode: its value now (an ACL in its xattr form;
+/// None: removed). Kept apart from the inode's state so that a step that changes the inode
+/// does not write all its attributes again, nor a step that sets one all the others.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct XattrState {
+    pub ino: Ino,
+    pub name: String,
+    pub value: Option<Vec<u8>>,
+}
+
 /// One journal record: the state, after a step, of what the step changed. Applied in order to
 /// an empty store, the records (a snapshot is one big record) rebuild the namespace share.
+/// (Its layout is the journal's format, [`crate::journal::FORMAT`]; [`format1`] reads the
+/// records of the first.)
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 pub struct Record {
     pub next_local: u64,
     pub inodes: Vec<InodeState>,
     pub removed: Vec<Ino>,
     pub entries: Vec<EntryState>,
+    pub xattrs: Vec<XattrState>,
 }
 
 impl Record {
     pub fn is_empty(&self) -> bool {
-        self.inodes.is_empty() && self.removed.is_empty() && self.entries.is_empty()
+        self.inodes.is_empty() && self.removed.is_empty() && self.entries.is_empty() && self.xattrs.is_empty()
     }
 }
 
@@ -193,6 +221,13 @@ impl MetaStore {
             };
             record.entries.push(EntryState { dir, name, target });
         }
+        for (ino, name) in changes.xattrs {
+            // An inode that went has taken its attributes with it (its removal says so).
+            if let Some(inode) = self.inodes.get(&ino) {
+                let value = inode.xattrs.as_ref().and_then(|x| x.get(&name));
+                record.xattrs.push(XattrState { ino, name, value });
+            }
+        }
         record
     }
 
@@ -206,25 +241,31 @@ impl MetaStore {
                     record.entries.push(EntryState { dir: ino, name: name.clone(), target: Some((e.ino, e.kind)) });
                 }
             }
+            for (name, value) in inode.xattrs.iter().flat_map(|x| x.all()) {
+                record.xattrs.push(XattrState { ino, name: name.to_string(), value: Some(value) });
+            }
         }
         record
     }
 
-    /// Applies a record (replaying the journal at start).
-    pub fn apply(&mut self, record: Record) {
+    /// Applies a record (replaying the journal at start). Fails only on an attribute whose
+    /// value cannot be what was written (an ACL that does not read).
+    pub fn apply(&mut self, record: Record) -> std::result::Result<(), String> {
         self.next_local = self.next_local.max(record.next_local);
         for state in record.inodes {
             let ino = state.attr.ino;
-            let entries = match self.inodes.remove(&ino).map(|i| i.body) {
-                Some(Body::Dir(dir)) => dir.entries,
-                _ => BTreeMap::new(),
+            // What the inode's state leaves out stays: a directory's entries, the attributes.
+            let (entries, xattrs) = match self.inodes.remove(&ino) {
+                Some(Inode { body: Body::Dir(dir), xattrs, .. }) => (dir.entries, xattrs),
+                Some(inode) => (BTreeMap::new(), inode.xattrs),
+                None => (BTreeMap::new(), None),
             };
             let body = match state.body {
                 BodyState::File => Body::File,
                 BodyState::Symlink(target) => Body::Symlink(target),
                 BodyState::Dir { parent, subdirs, retired } => Body::Dir(Dir { parent, entries, subdirs, retired }),
             };
-            self.inodes.insert(ino, Inode { attr: state.attr, body, opens: 0 });
+            self.inodes.insert(ino, Inode { xattrs, ..Inode::new(state.attr, body) });
         }
         for e in record.entries {
             if let Some(Inode { body: Body::Dir(dir), .. }) = self.inodes.get_mut(&e.dir) {
@@ -234,9 +275,19 @@ impl MetaStore {
                 }
             }
         }
+        for x in record.xattrs {
+            if let Some(inode) = self.inodes.get_mut(&x.ino) {
+                let xattrs = inode.xattrs.get_or_insert_with(Box::default);
+                xattrs.restore(x.name, x.value)?;
+                if xattrs.is_empty() {
+                    inode.xattrs = None;
+                }
+            }
+        }
         for ino in record.removed {
             self.inodes.remove(&ino);
         }
+        Ok(())
     }
 
     /// After replay: recounts, and drops the files that had lost their last name while a
@@ -285,7 +336,7 @@ impl MetaStore {
             FileKind::Dir => self.dirs += 1,
             _ => self.files += 1,
         }
-        self.inodes.insert(ino, Inode { attr: attr.clone(), body, opens: 0 });
+        self.inodes.insert(ino, Inode::new(attr.clone(), body));
         self.changed(ino);
         attr
     }
@@ -952,6 +1003,7 @@ mod tests {
     fn canonical(mut r: Record) -> Record {
         r.inodes.sort_by_key(|i| i.attr.ino);
         r.entries.sort_by(|a, b| (a.dir, &a.name).cmp(&(b.dir, &b.name)));
+        r.xattrs.sort_by(|a, b| (a.ino, &a.name).cmp(&(b.ino, &b.name)));
         r
     }
 
@@ -988,12 +1040,20 @@ mod tests {
         s.insert_entry(ROOT_INO, "gone", empty.ino, FileKind::Dir, false, None).unwrap();
         s.rmdir(ROOT_INO, "gone").unwrap();
         step(&mut s, &mut journal);
+        s.set_xattr(kept.ino, "user.kept", b"v1".to_vec(), XattrSetMode::Either).unwrap();
+        s.set_xattr(kept.ino, "user.replaced", b"old".to_vec(), XattrSetMode::Either).unwrap();
+        s.set_xattr(a.ino, "user.gone", b"x".to_vec(), XattrSetMode::Either).unwrap();
+        step(&mut s, &mut journal);
+        s.set_xattr(kept.ino, "user.replaced", b"new".to_vec(), XattrSetMode::Replace).unwrap();
+        s.remove_xattr(a.ino, "user.gone").unwrap();
+        s.setattr(kept.ino, &AttrChanges { mode: Some(0o600), ..Default::default() }).unwrap();
+        step(&mut s, &mut journal);
         let sizes: usize = journal.iter().map(|r| postcard::to_allocvec(r).unwrap().len()).sum();
         assert!(sizes < 64 * 1024, "records hold what changed, not the store ({sizes} bytes)");
 
         let mut replayed = MetaStore::new(0, 0, 0);
         for record in journal {
-            replayed.apply(record);
+            replayed.apply(record).unwrap();
         }
         let orphans = replayed.settle();
         assert_eq!(orphans, vec![open.ino], "the unlinked open file goes, for its data to be purged");
@@ -1002,13 +1062,16 @@ mod tests {
         assert_eq!(canonical(replayed.snapshot()), canonical(expected.snapshot()));
         assert_eq!(replayed.getattr(kept.ino).unwrap().size, 12345);
         assert_eq!(replayed.lookup(ROOT_INO, "moved").unwrap().kind, FileKind::File);
+        assert_eq!(replayed.get_xattr(kept.ino, "user.kept").unwrap(), b"v1", "an inode changed after its attribute keeps it");
+        assert_eq!(replayed.get_xattr(kept.ino, "user.replaced").unwrap(), b"new");
+        assert_eq!(replayed.get_xattr(a.ino, "user.gone").unwrap_err().code, ErrorCode::NoData);
         // The counter goes on where it was: no inode number is handed out twice.
         let next = replayed.create(ROOT_INO, "new", 0o644, 0, 0, true, false).unwrap();
         assert!(expected.getattr(next.ino).is_err());
     }
 
     use surge_proto::call::encode_reply;
-    use surge_proto::{DirPage, Timestamp};
+    use surge_proto::{DirPage, Timestamp, XattrSetMode};
 
     /// ENTRY_OVERHEAD bounds an entry's encoding beyond its name, even at the widest values.
     #[test]
