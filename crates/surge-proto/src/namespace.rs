@@ -10,6 +10,7 @@ use crate::ino::Ino;
 use crate::types::{
     Attr, AttrChanges, DirEntry, DirPage, FileKind, InodeFate, LinkAdded, LinkOutcome, LockHolder, LockKind, Timestamp, Unlinked,
 };
+use crate::xattr::XattrSetMode;
 
 /// Looks `name` up in directory `parent`.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -283,6 +284,40 @@ pub struct GetLock {
     pub end: u64,
 }
 
+/// The value of extended attribute `name` of `ino` (ENODATA if it has none; an ACL in its
+/// xattr form, see [`crate::acl`]).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct GetXattr {
+    pub ino: Ino,
+    pub name: String,
+}
+
+/// Sets extended attribute `name` of `ino` to `value`, as `mode` allows (an ACL's set ignores
+/// it, as Linux's does). Answers the inode's attributes after it: its ctime, and for an access
+/// ACL the mode the ACL makes.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct SetXattr {
+    pub ino: Ino,
+    pub name: String,
+    pub value: Vec<u8>,
+    pub mode: XattrSetMode,
+}
+
+/// The names of `ino`'s extended attributes (the caller may not be shown all, see the server's
+/// `access`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ListXattr {
+    pub ino: Ino,
+}
+
+/// Removes extended attribute `name` of `ino` (ENODATA if it has none; removing an ACL that
+/// is not there does nothing, as on Linux). Answers the inode's attributes after it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct RemoveXattr {
+    pub ino: Ino,
+    pub name: String,
+}
+
 service! {
     /// A namespace step.
     NamespaceRequest => Namespace {
@@ -318,5 +353,9 @@ service! {
         MakeNode -> Attr, "make-node";
         SetLock -> (), "set-lock";
         GetLock -> Option<LockHolder>, "get-lock";
+        GetXattr -> Vec<u8>, "get-xattr";
+        SetXattr -> Attr, "set-xattr";
+        ListXattr -> Vec<String>, "list-xattr";
+        RemoveXattr -> Attr, "remove-xattr";
     }
 }

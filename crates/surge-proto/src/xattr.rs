@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::acl::AclKind;
 use crate::error::{Error, ErrorCode};
+use crate::types::FileKind;
 
 /// Longest attribute name, prefix included (Linux's XATTR_NAME_MAX).
 pub const MAX_XATTR_NAME_LEN: usize = 255;
@@ -60,6 +61,13 @@ impl XattrNamespace {
             }
         }
         Err(Error::new(ErrorCode::NotSupported, format!("attribute '{name}': only user., trusted., security. and POSIX ACLs are kept")))
+    }
+
+    /// Whether an inode of `kind` may have attributes of this namespace: `user.*` only
+    /// regular files and directories, as on Linux (the permission bits of the others do not
+    /// say who may write there).
+    pub fn allowed_on(self, kind: FileKind) -> bool {
+        self != XattrNamespace::User || matches!(kind, FileKind::File | FileKind::Dir)
     }
 }
 

@@ -42,7 +42,7 @@ pub(crate) struct StepContext<'a> {
 impl StepContext<'_> {
     fn check(&self, ino: Ino, want: u32, what: &str) -> Result<()> {
         match self.caller {
-            Some(caller) => caller.check(&self.meta.getattr(ino)?, want, what),
+            Some(caller) => caller.check(self.meta.perms(ino)?, want, what),
             None => Ok(()),
         }
     }
@@ -56,7 +56,7 @@ impl StepContext<'_> {
             Some(DirEntry { attr: Some(attr), .. }) => Named::Here(attr),
             Some(_) => Named::Elsewhere,
         };
-        caller.check_remove(&self.meta.getattr(parent)?, named)
+        caller.check_remove(self.meta.perms(parent)?, named)
     }
 
     /// The ticket a purge of `ino`'s data needs, for this caller (when servers check
@@ -96,9 +96,9 @@ impl StepContext<'_> {
     /// A new name in `parent` for an inode owned by `uid:gid`.
     fn check_create(&self, parent: Ino, uid: u32, gid: u32) -> Result<()> {
         let Some(caller) = self.caller else { return Ok(()) };
-        let dir = self.meta.getattr(parent)?;
-        caller.check(&dir, WRITE | EXEC, "create")?;
-        caller.check_new_owner(uid, gid, Some(dir.gid))
+        let dir = self.meta.perms(parent)?;
+        caller.check(dir, WRITE | EXEC, "create")?;
+        caller.check_new_owner(uid, gid, Some(dir.attr.gid))
     }
 }
 
@@ -154,6 +154,10 @@ impl Session {
             NamespaceRequest::Commit(s) => self.answer_step(s),
             NamespaceRequest::Grant(s) => self.answer_step(s),
             NamespaceRequest::Append(s) => self.answer_step(s),
+            NamespaceRequest::GetXattr(s) => self.answer_step(s),
+            NamespaceRequest::SetXattr(s) => self.answer_step(s),
+            NamespaceRequest::ListXattr(s) => self.answer_step(s),
+            NamespaceRequest::RemoveXattr(s) => self.answer_step(s),
             NamespaceRequest::SetLock(s) => self.set_lock(s),
             NamespaceRequest::GetLock(s) => Answer::of::<GetLock>(self.lockable(s.ino).map(|()| {
                 let wanted = self.wanted(s.owner, 0, s.kind, s.start, s.end);
@@ -169,12 +173,13 @@ impl Session {
 
     /// Locks are taken on regular files homed here that the caller may open.
     fn lockable(&self, ino: Ino) -> Result<()> {
-        let attr = self.shared.meta.lock_or_recover().getattr(ino)?;
-        if attr.kind != surge_proto::FileKind::File {
+        let meta = self.shared.meta.lock_or_recover();
+        let perms = meta.perms(ino)?;
+        if perms.attr.kind != surge_proto::FileKind::File {
             return Err(ServerError::new(ErrorCode::Invalid, "locks are taken on regular files"));
         }
         match &self.caller {
-            Some(caller) => caller.check_open(&attr),
+            Some(caller) => caller.check_open(perms),
             None => Ok(()),
         }
     }
@@ -276,7 +281,7 @@ impl Step for GetAttr {
 impl Step for SetAttr {
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {
         if let Some(caller) = cx.caller {
-            caller.check_setattr(&cx.meta.getattr(self.ino)?, &self.changes)?;
+            caller.check_setattr(cx.meta.perms(self.ino)?, &self.changes)?;
         }
         cx.meta.setattr(self.ino, &self.changes)
     }
@@ -292,7 +297,7 @@ impl Step for Create {
         if let (Some(caller), Ok(DirEntry { attr: Some(existing), .. })) = (cx.caller, cx.meta.lookup(self.parent, &self.name)) {
             // Opening the file that is there already.
             if self.open && !self.exclusive {
-                caller.check_open(&existing)?;
+                caller.check_open(cx.meta.perms(existing.ino)?)?;
             }
         }
         let entry = cx.meta.create(self.parent, &self.name, self.mode, self.uid, self.gid, self.exclusive, self.open)?;
@@ -478,7 +483,7 @@ impl Step for DropLink {
 impl Step for AddLink {
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::LinkAdded> {
         if let Some(caller) = cx.caller {
-            caller.check_link(&cx.meta.getattr(self.ino)?)?;
+            caller.check_link(cx.meta.perms(self.ino)?)?;
         }
         let attr = cx.meta.add_link(self.ino)?;
         Ok(surge_proto::LinkAdded { attr, undo: cx.ticket(self.ino, UNLINK) })
@@ -630,7 +635,7 @@ impl Step for Readdir {
 impl Step for Append {
     fn run(&self, cx: &mut StepContext) -> Result<u64> {
         if let Some(caller) = cx.caller {
-            caller.check_publish(&cx.meta.getattr(self.ino)?)?;
+            caller.check_publish(cx.meta.perms(self.ino)?)?;
         }
         cx.meta.append(self.ino, self.len)
     }
@@ -647,13 +652,13 @@ impl Step for Grant {
         let (Some(key), Some(caller)) = (cx.ticket_key, cx.caller) else {
             return Err(ServerError::new(ErrorCode::NotSupported, "this server does not check identities: no tickets"));
         };
-        let attr = cx.meta.getattr(self.ino)?;
+        let perms = cx.meta.perms(self.ino)?;
         let mut rights = 0;
-        if caller.may(&attr, READ) {
+        if caller.may(perms, READ) {
             rights |= surge_proto::ticket::READ;
         }
         // The owner may write a file it made read-only (see Caller::check_publish).
-        if caller.may(&attr, WRITE) || attr.uid == caller.uid {
+        if caller.may(perms, WRITE) || perms.attr.uid == caller.uid {
             rights |= surge_proto::ticket::WRITE;
         }
         if rights == 0 {
@@ -666,7 +671,7 @@ impl Step for Grant {
 impl Step for Open {
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {
         if let Some(caller) = cx.caller {
-            caller.check_open(&cx.meta.getattr(self.ino)?)?;
+            caller.check_open(cx.meta.perms(self.ino)?)?;
         }
         let attr = cx.meta.open(self.ino)?;
         opened(cx, self.ino);
@@ -691,7 +696,7 @@ impl Step for Commit {
         // (its file is not purged under it). A client whose connection broke and came back
         // releases nothing here, its handles went with the old connection.
         if let (Some(caller), true) = (cx.caller, self.size.is_some() || self.mtime.is_some()) {
-            caller.check_publish(&cx.meta.getattr(self.ino)?)?;
+            caller.check_publish(cx.meta.perms(self.ino)?)?;
         }
         let mut held = false;
         if self.release {
@@ -790,11 +795,21 @@ mod tests {
             ("unretire-dir", watched(UnretireDir { ino: 7 }, ())),
             ("drop-inode", watched(DropInode { ino: 7 }, ())),
             ("rename-prepare", watched(RenamePrepare { parent: 1, name: name() }, entry.clone())),
+            ("get-xattr", watched(GetXattr { ino: 7, name: "user.x".into() }, Vec::new())),
+            ("list-xattr", watched(ListXattr { ino: 7 }, Vec::new())),
+            (
+                "set-xattr",
+                watched(
+                    SetXattr { ino: 7, name: "user.x".into(), value: Vec::new(), mode: surge_proto::XattrSetMode::Either },
+                    attr.clone(),
+                ),
+            ),
+            ("remove-xattr", watched(RemoveXattr { ino: 7, name: "user.x".into() }, attr.clone())),
         ];
         for (name, (is_watched, has_effects)) in cases {
             assert!(!has_effects || is_watched, "{name} has effects and must take the ledger");
         }
         let with_effects = cases.iter().filter(|(_, (_, fx))| *fx).count();
-        assert_eq!(with_effects, 17, "the steps that tell or change what watchers hold");
+        assert_eq!(with_effects, 19, "the steps that tell or change what watchers hold");
     }
 }

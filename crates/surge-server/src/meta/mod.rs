@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use surge_proto::ino::{self, Ino};
 
+use crate::access;
 use crate::error::{Result, ServerError};
+use surge_proto::acl::AclKind;
 use surge_proto::{
     check_name, Attr, AttrChanges, DirEntry, ErrorCode, FileKind, InodeFate, LinkOutcome, Timestamp, Unlinked, MAX_SYMLINK_LEN,
 };
@@ -180,6 +182,12 @@ impl MetaStore {
     fn changed(&mut self, ino: Ino) {
         if let Some(changes) = self.changes.as_mut() {
             changes.inodes.insert(ino);
+        }
+    }
+
+    fn changed_xattr(&mut self, ino: Ino, name: &str) {
+        if let Some(changes) = self.changes.as_mut() {
+            changes.xattrs.insert((ino, name.to_string()));
         }
     }
 
@@ -535,7 +543,15 @@ impl MetaStore {
                 "size can only be set on a file",
             );
         }
-        let attr = &mut inode.attr;
+        if let (Some(mode), Some(xattrs)) = (changes.mode, inode.xattrs.as_deref_mut()) {
+            // chmod sets the access ACL's owner, mask (or owning group) and other entries.
+            if let Some(acl) = xattrs.acl(AclKind::Access) {
+                let acl = access::chmod_acl(acl, mode);
+                xattrs.set_acl(AclKind::Access, Some(acl));
+                self.changed_xattr(ino, AclKind::Access.xattr_name());
+            }
+        }
+        let attr = &mut self.inode_mut(ino)?.attr;
         if let Some(mode) = changes.mode {
             attr.mode = mode & 0o7777;
         }

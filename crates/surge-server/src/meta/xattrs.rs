@@ -11,6 +11,7 @@ use surge_proto::xattr::{xattr_list_len, XattrNamespace, MAX_XATTR_BYTES, MAX_XA
 use surge_proto::{Attr, ErrorCode, FileKind, Ino, Timestamp, XattrSetMode};
 
 use super::{fail, MetaStore};
+use crate::access::{self, Perms};
 use crate::error::Result;
 
 /// An inode's extended attributes. The ACLs are kept decoded: permission checks and creates
@@ -108,9 +109,7 @@ impl Xattrs {
 impl MetaStore {
     /// The inode's attributes, to change: recorded as changed for the journal under `name`.
     pub(super) fn xattrs_mut(&mut self, ino: Ino, name: &str) -> Result<&mut Xattrs> {
-        if let Some(changes) = self.changes.as_mut() {
-            changes.xattrs.insert((ino, name.to_string()));
-        }
+        self.changed_xattr(ino, name);
         Ok(self.inode_mut(ino)?.xattrs.get_or_insert_with(Box::default))
     }
 
@@ -123,6 +122,12 @@ impl MetaStore {
         }
         inode.attr.ctime = Timestamp::now();
         Ok(inode.attr.clone())
+    }
+
+    /// The inode as permission checks see it: its attributes and its access ACL.
+    pub fn perms(&self, ino: Ino) -> Result<Perms<'_>> {
+        let inode = self.inode(ino)?;
+        Ok(Perms { attr: &inode.attr, acl: inode.xattrs.as_ref().and_then(|x| x.acl(AclKind::Access)) })
     }
 
     /// The value of `name` (ENODATA if it has none).
@@ -145,12 +150,11 @@ impl MetaStore {
         let namespace = XattrNamespace::of(name)?;
         surge_proto::xattr::check_xattr_value(&value)?;
         let inode = self.inode(ino)?;
-        match namespace {
-            XattrNamespace::Acl(_) => return fail(ErrorCode::Invalid, "an ACL is set as an ACL"),
-            XattrNamespace::User if !matches!(inode.attr.kind, FileKind::File | FileKind::Dir) => {
-                return fail(ErrorCode::NotPermitted, "user attributes are for regular files and directories");
-            }
-            _ => {}
+        if let XattrNamespace::Acl(_) = namespace {
+            return fail(ErrorCode::Invalid, "an ACL is set as an ACL");
+        }
+        if !namespace.allowed_on(inode.attr.kind) {
+            return fail(ErrorCode::NotPermitted, "user attributes are for regular files and directories");
         }
         let existing = inode.xattrs.as_ref().is_some_and(|x| x.named.contains_key(name));
         match mode {
@@ -162,6 +166,37 @@ impl MetaStore {
             xattrs.check_room(name, value.len())?;
         }
         self.xattrs_mut(ino, name)?.named.insert(name.to_string(), value);
+        self.xattrs_changed(ino)
+    }
+
+    /// Sets (or with None removes) an ACL, once the caller was found to be allowed and the
+    /// ACL valid. An access ACL sets the mode's permission bits (see
+    /// [`access::mode_of_acl`]), and the set-group-id bit goes unless `keeps_setgid`; one that
+    /// says no more than the mode is not kept, as on Linux. Removing one changes no mode.
+    pub fn set_acl(&mut self, ino: Ino, kind: AclKind, acl: Option<Acl>, keeps_setgid: bool) -> Result<Attr> {
+        let inode = self.inode(ino)?;
+        if kind == AclKind::Default && inode.attr.kind != FileKind::Dir {
+            return fail(ErrorCode::AccessDenied, "a default ACL is for directories");
+        }
+        if acl.is_none() && inode.xattrs.as_ref().and_then(|x| x.acl(kind)).is_none() {
+            return Ok(inode.attr.clone()); // Nothing to remove: nothing changes, as on ext4.
+        }
+        let name = kind.xattr_name();
+        if let (Some(acl), Some(xattrs)) = (&acl, &inode.xattrs) {
+            xattrs.check_room(name, acl.encoded_len())?;
+        }
+        let kept = match (kind, acl) {
+            (AclKind::Access, Some(acl)) => {
+                let attr = &mut self.inode_mut(ino)?.attr;
+                attr.mode = (attr.mode & !0o777) | access::mode_of_acl(&acl);
+                if !keeps_setgid {
+                    attr.mode &= !0o2000;
+                }
+                (!acl.is_minimal()).then_some(acl)
+            }
+            (_, acl) => acl,
+        };
+        self.xattrs_mut(ino, name)?.set_acl(kind, kept);
         self.xattrs_changed(ino)
     }
 
@@ -182,7 +217,7 @@ impl MetaStore {
 mod tests {
     use super::*;
     use surge_proto::xattr::MAX_XATTR_VALUE_LEN;
-    use surge_proto::ROOT_INO;
+    use surge_proto::{AttrChanges, ROOT_INO};
 
     fn code<T: std::fmt::Debug>(outcome: Result<T>) -> ErrorCode {
         outcome.unwrap_err().code
@@ -250,5 +285,48 @@ mod tests {
         assert_eq!(code(s.set_xattr(other, &long(fitting), Vec::new(), XattrSetMode::Either)), ErrorCode::NoSpace, "the list is full");
         let listed: usize = s.list_xattr(other).unwrap().iter().map(|n| n.len() + 1).sum();
         assert!(listed <= surge_proto::xattr::MAX_XATTR_LIST_LEN);
+    }
+
+    fn named_acl(uid: u32, perm: u32, mask: u32) -> Acl {
+        use surge_proto::acl::{Entry, Tag};
+        let entry = |tag, perm| Entry { tag, perm };
+        Acl::new(vec![
+            entry(Tag::UserObj, 6),
+            entry(Tag::User(uid), perm),
+            entry(Tag::GroupObj, 4),
+            entry(Tag::Mask, mask),
+            entry(Tag::Other, 0),
+        ])
+        .unwrap()
+    }
+
+    /// An access ACL sets the mode (and takes set-group-id from whom may not keep it); one
+    /// that says no more than a mode is not kept; chmod changes the kept one; a default ACL
+    /// is for directories; removing an ACL leaves the mode.
+    #[test]
+    fn acls_and_the_mode_follow_each_other() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let file = s.create(ROOT_INO, "f", 0o2644, 0, 0, true, false).unwrap().ino;
+        let attr = s.set_acl(file, AclKind::Access, Some(named_acl(1002, 6, 6)), true).unwrap();
+        assert_eq!(attr.mode, 0o2660, "group bits from the mask, set-group-id kept");
+        assert_eq!(Acl::decode(&s.get_xattr(file, AclKind::Access.xattr_name()).unwrap()).unwrap(), Some(named_acl(1002, 6, 6)));
+        assert_eq!(s.list_xattr(file).unwrap(), [AclKind::Access.xattr_name()]);
+        assert_eq!(s.perms(file).unwrap().acl, Some(&named_acl(1002, 6, 6)));
+
+        let attr = s.setattr(file, &AttrChanges { mode: Some(0o640), ..Default::default() }).unwrap();
+        assert_eq!(attr.mode, 0o640);
+        assert_eq!(s.perms(file).unwrap().acl, Some(&named_acl(1002, 6, 4)), "chmod masks the named entry");
+
+        let attr = s.set_acl(file, AclKind::Access, Some(Acl::from_mode(0o2751)), false).unwrap();
+        assert_eq!(attr.mode, 0o751, "the mode's bits, set-group-id gone for a caller outside the group");
+        assert_eq!(s.get_xattr(file, AclKind::Access.xattr_name()).unwrap_err().code, ErrorCode::NoData, "a mode's ACL is the mode");
+        s.set_acl(file, AclKind::Access, Some(named_acl(7, 4, 4)), true).unwrap();
+        let attr = s.set_acl(file, AclKind::Access, None, true).unwrap();
+        assert_eq!((attr.mode, s.perms(file).unwrap().acl), (0o640, None), "removal keeps the mode the ACL made");
+
+        assert_eq!(code(s.set_acl(file, AclKind::Default, Some(Acl::from_mode(0o755)), true)), ErrorCode::AccessDenied);
+        s.set_acl(ROOT_INO, AclKind::Default, Some(Acl::from_mode(0o750)), true).unwrap();
+        assert_eq!(s.getattr(ROOT_INO).unwrap().mode, 0o755, "a default ACL leaves its directory's mode");
+        assert!(s.get_xattr(ROOT_INO, AclKind::Default.xattr_name()).is_ok(), "a default ACL is kept even if it is three entries");
     }
 }
