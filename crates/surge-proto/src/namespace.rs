@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::call::service;
 use crate::ino::Ino;
 use crate::types::{
-    Attr, AttrChanges, DirEntry, DirPage, FileKind, InodeFate, LinkAdded, LinkOutcome, LockHolder, LockKind, Timestamp, Unlinked,
+    Attr, AttrChanges, DirEntry, DirPage, FileKind, InodeFate, LinkAdded, LinkOutcome, LockHolder, LockKind, NewDirAcl, Timestamp, Unlinked,
 };
 use crate::xattr::XattrSetMode;
 
@@ -33,11 +33,16 @@ pub struct SetAttr {
 /// Creates a regular file whose inode is homed on the same server as `parent`. Not
 /// `exclusive` and the name exists as a file: answers the existing file. `open` registers an
 /// open handle (ended by `Commit { release: true }`).
+///
+/// `mode` is what the program asked for and `umask` the caller's: the new inode's mode is
+/// `mode & !umask`, unless `parent` has a default ACL, which then decides with `mode` alone
+/// (the umask does not apply, as on Linux; the same for `MakeNode` and `MakeDirInode`).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Create {
     pub parent: Ino,
     pub name: String,
     pub mode: u32,
+    pub umask: u32,
     pub uid: u32,
     pub gid: u32,
     pub exclusive: bool,
@@ -60,6 +65,7 @@ pub struct MakeNode {
     pub name: String,
     pub kind: FileKind,
     pub mode: u32,
+    pub umask: u32,
     pub uid: u32,
     pub gid: u32,
 }
@@ -69,13 +75,19 @@ pub struct Readlink {
     pub ino: Ino,
 }
 
-/// Allocates a directory inode on this server, not yet linked anywhere (mkdir step 1).
+/// Allocates a directory inode on this server, not yet linked anywhere (mkdir step 1), with
+/// `mode` less `umask`, or what the parent's default ACL makes of `mode` (see `Create`).
+/// Where `parent` is homed here, its server reads that ACL itself; otherwise the client says
+/// what it is (`parent_default_acl`, in its xattr form; None: the parent has none), and the
+/// link step checks it was so ([`NewDirAcl`]).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct MakeDirInode {
     pub parent: Ino,
     pub mode: u32,
+    pub umask: u32,
     pub uid: u32,
     pub gid: u32,
+    pub parent_default_acl: Option<Vec<u8>>,
 }
 
 /// Removes an inode that never got linked (mkdir step 2 failed), or a retired directory.
@@ -86,7 +98,8 @@ pub struct DropInode {
 
 /// Links `ino` under `parent/name` (mkdir step 2, cross-server rename step 2). `replace`: an
 /// existing target may be replaced under rename's rules (`retired_target`: the directory
-/// there, retired on its own home first).
+/// there, retired on its own home first). `new_dir`: the step links a directory made on
+/// another server (mkdir), with the default ACL it inherited.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct InsertEntry {
     pub parent: Ino,
@@ -95,6 +108,7 @@ pub struct InsertEntry {
     pub kind: FileKind,
     pub replace: bool,
     pub retired_target: Option<Ino>,
+    pub new_dir: Option<NewDirAcl>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

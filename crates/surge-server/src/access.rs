@@ -286,6 +286,44 @@ pub fn chmod_acl(acl: &Acl, mode: u32) -> Acl {
     })
 }
 
+/// What a new inode gets: its mode, and its ACLs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inherited {
+    pub mode: u32,
+    pub access_acl: Option<Acl>,
+    pub default_acl: Option<Acl>,
+}
+
+/// What a new inode of `kind`, asked for with `mode`, gets in a directory whose default ACL is
+/// `default`, as Linux's posix_acl_create has it. Without one: `mode` less the umask. With one,
+/// the umask does not apply: the default ACL, each entry within what `mode` grants that class
+/// (the mask, or the owning group's entry if there is no mask, within the group bits), is the
+/// new inode's access ACL — none if it says no more than a mode — and its permission bits the
+/// mode's; a directory keeps the default ACL as its own. Symlinks have neither ACL nor umask.
+pub fn inherit(kind: FileKind, mode: u32, umask: u32, default: Option<&Acl>) -> Inherited {
+    let mode = mode & 0o7777;
+    let default = match default {
+        Some(default) if kind != FileKind::Symlink => default,
+        _ => {
+            let mode = if kind == FileKind::Symlink { mode } else { mode & !umask };
+            return Inherited { mode, access_acl: None, default_acl: None };
+        }
+    };
+    let has_mask = default.perm(Tag::Mask).is_some();
+    let access = default.with_perms(|tag, perm| match tag {
+        Tag::UserObj => perm & (mode >> 6),
+        Tag::Mask => perm & (mode >> 3),
+        Tag::GroupObj if !has_mask => perm & (mode >> 3),
+        Tag::Other => perm & mode,
+        _ => perm,
+    });
+    Inherited {
+        mode: (mode & !0o777) | mode_of_acl(&access),
+        access_acl: (!access.is_minimal()).then_some(access),
+        default_acl: (kind == FileKind::Dir).then(|| default.clone()),
+    }
+}
+
 /// The groups `uid` is in on this node (its primary `gid` at least).
 fn groups_of(uid: u32, gid: u32) -> Vec<u32> {
     let mut groups = vec![gid];
@@ -509,5 +547,36 @@ mod tests {
         assert!(owner.check_owner(&private, "set an ACL").is_ok() && root.check_owner(&private, "set an ACL").is_ok());
         assert_eq!(other.check_owner(&private, "set an ACL").unwrap_err().code, ErrorCode::NotPermitted);
         assert!(caller(1003, 1003, &[100]).keeps_setgid(100) && !other.keeps_setgid(100) && root.keeps_setgid(100));
+    }
+
+    /// What is made in a directory with a default ACL inherits it, as posix_acl_create: each
+    /// class within what the mode asked for grants, the umask not applied; a directory keeps
+    /// it as its default; a result that says no more than a mode is no ACL. Without a default
+    /// ACL the umask applies; symlinks have neither.
+    #[test]
+    fn new_inodes_inherit_the_default_acl() {
+        let default = shared_acl(); // u::rw, u:1002:rw, g::r, g:200:rwx, m::r, o::-
+        let file = inherit(FileKind::File, 0o666, 0o077, Some(&default));
+        let access = file.access_acl.clone().expect("named entries make an access ACL");
+        assert_eq!(access.perm(Tag::User(1002)), Some(6), "named entries as they were");
+        assert_eq!(access.perm(Tag::Mask), Some(4), "the mask within the mode's group bits (rw) and its own (r)");
+        assert_eq!(file.mode, 0o640, "the umask 077 did not apply");
+        assert_eq!(file.default_acl, None, "a file has no default ACL");
+        let narrow = inherit(FileKind::File, 0o600, 0, Some(&default));
+        assert_eq!((narrow.mode, narrow.access_acl.unwrap().perm(Tag::Mask)), (0o600, Some(0)), "the mode masks the mask");
+
+        let dir = inherit(FileKind::Dir, 0o2777, 0o022, Some(&default));
+        assert_eq!(dir.mode, 0o2640, "special bits kept, permission bits from the ACL");
+        assert_eq!(dir.default_acl.as_ref(), Some(&default), "a directory passes it on");
+        let node = inherit(FileKind::Fifo, 0o644, 0, Some(&default));
+        assert!(node.access_acl.is_some());
+
+        let minimal = Acl::from_mode(0o750);
+        let plain = inherit(FileKind::File, 0o666, 0o022, Some(&minimal));
+        assert_eq!((plain.mode, plain.access_acl), (0o640, None), "a base-only default makes a mode, not an ACL");
+        let umasked = inherit(FileKind::Dir, 0o777, 0o027, None);
+        assert_eq!(umasked, Inherited { mode: 0o750, access_acl: None, default_acl: None });
+        let link = inherit(FileKind::Symlink, 0o777, 0o077, Some(&default));
+        assert_eq!(link, Inherited { mode: 0o777, access_acl: None, default_acl: None });
     }
 }

@@ -471,11 +471,11 @@ mod tests {
     fn a_format_1_directory_comes_back_and_is_rewritten_as_format_2() {
         let root = Root::new("format1");
         let mut old = MetaStore::new(0, 0, 0);
-        let dir = old.make_dir_inode(ROOT_INO, 0o750, 7, 7);
+        let dir = old.make_dir_inode(ROOT_INO, 0o750, 0, 7, 7, None);
         old.insert_entry(ROOT_INO, "dir", dir.ino, FileKind::Dir, false, None).unwrap();
         let snapshot = format1(old.snapshot());
         old.track_changes();
-        let file = old.create(dir.ino, "file", 0o640, 7, 7, true, false).unwrap();
+        let file = old.create(dir.ino, "file", 0o640, 0, 7, 7, true, false).unwrap();
         let journal = format1(old.take_changes());
         std::fs::write(root.meta("format"), "surge-meta 1\n").unwrap();
         std::fs::write(root.meta("snapshot"), framed(&[snapshot])).unwrap();
@@ -503,7 +503,7 @@ mod tests {
     fn a_directory_without_marker_is_format_1() {
         let root = Root::new("unmarked");
         let mut old = MetaStore::new(0, 0, 0);
-        old.create(ROOT_INO, "kept", 0o644, 0, 0, true, false).unwrap();
+        old.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, false).unwrap();
         std::fs::write(root.meta("snapshot"), framed(&[format1(old.snapshot())])).unwrap();
         let mut store = MetaStore::new(0, 0, 0);
         let (journal, _) = Journal::open(&root.0, &mut store).unwrap();
@@ -519,12 +519,12 @@ mod tests {
     fn an_upgrade_cut_short_after_its_marker_is_finished_at_the_next_start() {
         let root = Root::new("upgrade-cut");
         let mut old = MetaStore::new(0, 0, 0);
-        old.create(ROOT_INO, "kept", 0o644, 0, 0, true, false).unwrap();
+        old.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, false).unwrap();
         std::fs::write(root.meta("format"), format!("{FORMAT}\n")).unwrap();
         std::fs::write(root.meta(NEXT_SNAPSHOT), framed(&[old.snapshot()])).unwrap();
         std::fs::write(root.meta("snapshot"), framed(&[format1(MetaStore::new(0, 0, 0).snapshot())])).unwrap();
         old.track_changes();
-        old.create(ROOT_INO, "also", 0o644, 0, 0, true, false).unwrap();
+        old.create(ROOT_INO, "also", 0o644, 0, 0, 0, true, false).unwrap();
         std::fs::write(root.meta("journal"), framed(&[format1(old.take_changes())])).unwrap();
         let mut store = MetaStore::new(0, 0, 0);
         let (journal, _) = Journal::open(&root.0, &mut store).unwrap();
@@ -539,7 +539,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
         let mut store = MetaStore::new(0, 0, 0);
         let (journal, _) = Journal::open(&root, &mut store).unwrap();
-        let file = store.create(ROOT_INO, "kept", 0o644, 0, 0, true, false).unwrap();
+        let file = store.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, false).unwrap();
         let seq = journal.append(store.take_changes()).seq;
         journal.durable(seq).await;
         // A crash: no clean stop, the journal as written.

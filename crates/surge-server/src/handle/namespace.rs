@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use surge_proto::acl::Acl;
 use surge_proto::admin::BatchOutcome;
 use surge_proto::namespace::*;
 use surge_proto::{Call, DirEntry, DirPage, Ino, LinkOutcome, Unlinked};
@@ -248,6 +249,11 @@ impl Session {
     }
 }
 
+/// An ACL a client sends in its xattr form (a header alone: none).
+fn decode_acl(value: &Option<Vec<u8>>) -> Result<Option<Acl>> {
+    Ok(value.as_deref().map(Acl::decode).transpose()?.flatten())
+}
+
 /// An open handle registered by this connection.
 fn opened(cx: &mut StepContext, ino: Ino) {
     *cx.opens.entry(ino).or_default() += 1;
@@ -300,7 +306,7 @@ impl Step for Create {
                 caller.check_open(cx.meta.perms(existing.ino)?)?;
             }
         }
-        let entry = cx.meta.create(self.parent, &self.name, self.mode, self.uid, self.gid, self.exclusive, self.open)?;
+        let entry = cx.meta.create(self.parent, &self.name, self.mode, self.umask, self.uid, self.gid, self.exclusive, self.open)?;
         if self.open && entry.attr.is_some() {
             opened(cx, entry.ino);
         }
@@ -322,7 +328,7 @@ impl Step for MakeNode {
         {
             return Err(ServerError::new(ErrorCode::NotPermitted, "only root makes device nodes"));
         }
-        cx.meta.make_node(self.parent, &self.name, self.kind, self.mode, self.uid, self.gid)
+        cx.meta.make_node(self.parent, &self.name, self.kind, self.mode, self.umask, self.uid, self.gid)
     }
 
     fn effects(&self, attr: &surge_proto::Attr) -> Effects {
@@ -365,7 +371,8 @@ impl Step for MakeDirInode {
         if let Some(caller) = cx.caller {
             caller.check_new_owner(self.uid, self.gid, None)?;
         }
-        Ok(cx.meta.make_dir_inode(self.parent, self.mode, self.uid, self.gid))
+        let remote_default = decode_acl(&self.parent_default_acl)?;
+        Ok(cx.meta.make_dir_inode(self.parent, self.mode, self.umask, self.uid, self.gid, remote_default.as_ref()))
     }
 
     /// Watched from birth: a client that made a directory may know all its names.
@@ -392,6 +399,13 @@ impl Step for InsertEntry {
         cx.check(self.parent, WRITE | EXEC, "link a name")?;
         if self.replace {
             cx.check_remove(self.parent, &self.name)?;
+        }
+        if let Some(new_dir) = &self.new_dir {
+            // A new directory made elsewhere is linked only with the default ACL it should
+            // have inherited (the client asks again, and makes it again, on Stale).
+            if decode_acl(&new_dir.parent_default_acl)?.as_ref() != cx.meta.default_acl_of(self.parent) {
+                return Err(ServerError::new(ErrorCode::Stale, "the new directory did not inherit its parent's default ACL"));
+            }
         }
         let mut outcome = cx.meta.insert_entry(self.parent, &self.name, self.ino, self.kind, self.replace, self.retired_target)?;
         outcome.replaced = outcome.replaced.map(|unlinked| cx.with_ticket(unlinked));
@@ -761,14 +775,28 @@ mod tests {
             ("setattr", watched(SetAttr { ino: 7, changes: AttrChanges::default() }, attr.clone())),
             (
                 "create",
-                watched(Create { parent: 1, name: name(), mode: 0o644, uid: 0, gid: 0, exclusive: true, open: true }, entry.clone()),
+                watched(
+                    Create { parent: 1, name: name(), mode: 0o644, umask: 0, uid: 0, gid: 0, exclusive: true, open: true },
+                    entry.clone(),
+                ),
             ),
             ("symlink", watched(Symlink { parent: 1, name: name(), target: "t".into(), uid: 0, gid: 0 }, attr.clone())),
-            ("mkdir-inode", watched(MakeDirInode { parent: 1, mode: 0o755, uid: 0, gid: 0 }, attr.clone())),
+            (
+                "mkdir-inode",
+                watched(MakeDirInode { parent: 1, mode: 0o755, umask: 0, uid: 0, gid: 0, parent_default_acl: None }, attr.clone()),
+            ),
             (
                 "insert-entry",
                 watched(
-                    InsertEntry { parent: 1, name: name(), ino: 7, kind: FileKind::File, replace: true, retired_target: None },
+                    InsertEntry {
+                        parent: 1,
+                        name: name(),
+                        ino: 7,
+                        kind: FileKind::File,
+                        replace: true,
+                        retired_target: None,
+                        new_dir: None,
+                    },
                     replaced.clone(),
                 ),
             ),
