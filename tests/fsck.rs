@@ -30,7 +30,11 @@ async fn fsck_finds_and_repairs_what_a_client_dying_between_steps_leaves() {
     let (a, b) = pair_on_two_servers(&dirs);
 
     // 1. mkdir stopped after its first step: an empty directory inode nothing names.
-    let lonely = c.call(ino::home(b), MakeDirInode { parent: a, mode: 0o755, uid: 0, gid: 0 }).await.unwrap().ino;
+    let lonely = c
+        .call(ino::home(b), MakeDirInode { parent: a, mode: 0o755, umask: 0, uid: 0, gid: 0, parent_default_acl: None })
+        .await
+        .unwrap()
+        .ino;
 
     // 2. A rename between servers stopped after linking the target: a file with two names.
     let body = pattern(1, 3 << 20);
@@ -38,7 +42,15 @@ async fn fsck_finds_and_repairs_what_a_client_dying_between_steps_leaves() {
     f.pwrite(0, &body).await.unwrap();
     f.close().await.unwrap();
     let twice = c.stat(&format!("/d{}/twice", idx(&dirs, a))).await.unwrap().ino;
-    let insert = InsertEntry { parent: b, name: "twice".into(), ino: twice, kind: FileKind::File, replace: false, retired_target: None };
+    let insert = InsertEntry {
+        parent: b,
+        name: "twice".into(),
+        ino: twice,
+        kind: FileKind::File,
+        replace: false,
+        retired_target: None,
+        new_dir: None,
+    };
     c.call(ino::home(b), insert).await.unwrap();
 
     // 3. rmdir of a directory homed elsewhere stopped after retiring it: named, but refused.
@@ -68,7 +80,15 @@ async fn fsck_finds_and_repairs_what_a_client_dying_between_steps_leaves() {
     let ghost = ino::make(2, 999_999);
     c.call(
         0,
-        InsertEntry { parent: ROOT_INO, name: "ghost".into(), ino: ghost, kind: FileKind::File, replace: false, retired_target: None },
+        InsertEntry {
+            parent: ROOT_INO,
+            name: "ghost".into(),
+            ino: ghost,
+            kind: FileKind::File,
+            replace: false,
+            retired_target: None,
+            new_dir: None,
+        },
     )
     .await
     .unwrap();

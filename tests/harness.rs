@@ -328,3 +328,28 @@ pub fn write_local(dir: &Path, name: &str, data: &[u8]) -> PathBuf {
     std::fs::write(&p, data).unwrap();
     p
 }
+
+/// An access or default ACL in its xattr form, from entries written as setfacl's short form
+/// with octal permissions: `u::6,u:1002:4,g::4,g:100:5,m::6,o::0`. Panics on an invalid one.
+pub fn acl(text: &str) -> Vec<u8> {
+    use surge_client::surge_proto::acl::{Acl, Entry, Tag};
+    let entries = text
+        .split(',')
+        .map(|entry| {
+            let fields: Vec<&str> = entry.split(':').collect();
+            let [class, id, perm] = fields[..] else { panic!("ACL entry '{entry}': class:id:perm") };
+            let uid_or_gid = || id.parse::<u32>().unwrap_or_else(|_| panic!("ACL entry '{entry}': a numeric id"));
+            let tag = match (class, !id.is_empty()) {
+                ("u", false) => Tag::UserObj,
+                ("u", true) => Tag::User(uid_or_gid()),
+                ("g", false) => Tag::GroupObj,
+                ("g", true) => Tag::Group(uid_or_gid()),
+                ("m", false) => Tag::Mask,
+                ("o", false) => Tag::Other,
+                _ => panic!("ACL entry '{entry}'"),
+            };
+            Entry { tag, perm: u32::from_str_radix(perm, 8).unwrap_or_else(|_| panic!("ACL entry '{entry}': octal permissions")) }
+        })
+        .collect();
+    Acl::new(entries).unwrap_or_else(|e| panic!("ACL '{text}': {e}")).encode()
+}

@@ -4,11 +4,13 @@
 //! the native library that no kernel checks: reading or listing another user's private
 //! files, chmod or chown of them, removing another's name from a sticky directory, creating
 //! files in another user's name, data requests sent without the namespace's steps (no ticket,
-//! or a forged one), and a client without a credential at all.
+//! or a forged one), another's extended attributes and ACLs, and a client without a
+//! credential at all; and what an ACL grants, it allows.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use surge_client::surge_proto::XattrSetMode;
 use surge_tests::{binary, scratch, text, Instance};
 
 const ALICE: u32 = 1001;
@@ -185,6 +187,50 @@ fn servers_refuse_what_the_callers_permissions_do_not_allow() {
     );
     assert_eq!(allowed, ["/sticky/mine", "ok", "ok", "ok", "ok", "ok"], "bob");
     assert_eq!(try_as(&inst, &alice, ALICE, &[], &["link:/open/private:/open/alices-link"]), ["ok"], "alice links her own file");
+
+    // Extended attributes and ACLs, as Linux checks them. Bob cannot read or set the user
+    // attributes of alice's 0600 file, nor set its ACL; once she grants him read with one, he
+    // reads the file and its attributes, and writes neither. Trusted attributes are root's:
+    // bob is told there are none, and cannot set one; security ones are set by root only.
+    let grant = "u::6,u:1002:4,g::0,m::4,o::0";
+    assert_eq!(try_as(&inst, &alice, ALICE, &[], &["setxattr:/open/private:user.note=hers"]), ["ok"]);
+    let before = try_as(
+        &inst,
+        &bob,
+        BOB,
+        &[],
+        &["getxattr:/open/private:user.note", "setxattr:/open/private:user.x=1", &format!("setacl:/open/private:{grant}")],
+    );
+    assert_eq!(before, ["EACCES", "EACCES", "EPERM"], "bob, before the ACL");
+    assert_eq!(
+        try_as(&inst, &alice, ALICE, &[], &[&format!("setacl:/open/private:{grant}")]),
+        ["640"],
+        "alice's ACL, the mask in the mode"
+    );
+    let granted = try_as(
+        &inst,
+        &bob,
+        BOB,
+        &[],
+        &["getxattr:/open/private:user.note", "read:/open/private", "append:/open/private:more", "setxattr:/open/private:user.x=1"],
+    );
+    assert_eq!(granted, ["hers", "/open/private", "EACCES", "EACCES"], "bob, granted read by the ACL");
+    rt.block_on(root.setxattr("/open/bobs", "trusted.root", b"root's", XattrSetMode::Either)).unwrap();
+    assert_eq!(rt.block_on(root.getxattr("/open/bobs", "trusted.root")).unwrap(), b"root's");
+    let namespaces = try_as(
+        &inst,
+        &bob,
+        BOB,
+        &[],
+        &[
+            "setxattr:/open/bobs:user.his=1",
+            "getxattr:/open/bobs:trusted.root",
+            "setxattr:/open/bobs:trusted.his=1",
+            "setxattr:/open/bobs:security.his=1",
+            "listxattr:/open/bobs",
+        ],
+    );
+    assert_eq!(namespaces, ["ok", "ENODATA", "EPERM", "EPERM", "user.his"], "bob on his own file");
 
     // Alice moves a file of hers to a directory homed on the other server; bob removes its
     // name there (a shared directory): the link is dropped on the file's home with the ticket

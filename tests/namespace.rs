@@ -1,7 +1,11 @@
 //! Namespace semantics through the client library against real servers: the POSIX rules a
 //! file system must keep, including across servers (directories are homed all over).
 
-use surge_client::surge_proto::{ErrorCode, FileKind, Timestamp};
+use surge_client::surge_proto::acl::{Acl, AclKind, Tag};
+use surge_client::surge_proto::admin::SyncMetadata;
+use surge_client::surge_proto::ino;
+use surge_client::surge_proto::xattr::MAX_XATTR_VALUE_LEN;
+use surge_client::surge_proto::{ErrorCode, FileKind, Timestamp, XattrSetMode};
 use surge_tests::Instance;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,4 +136,188 @@ async fn write_behind_and_read_ahead_keep_bytes_and_report_errors() {
     let f = c.open("/stream", false).await.unwrap();
     assert!(f.pread(0, 4 << 20).await.unwrap() == data, "earlier file damaged");
     f.close().await.unwrap();
+}
+
+/// Extended attributes as Linux keeps them, on files and directories homed on any server:
+/// XATTR_CREATE and XATTR_REPLACE, lists, removal, ctime, Linux's limits and the bound per
+/// inode, and which namespaces exist and on what.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_attributes_keep_linux_rules() {
+    let inst = Instance::up_on("xattrs", "127.0.4", 11, 4, &["--capacity", "1G"]);
+    let c = inst.client("127.0.4.15");
+    let code = |e: surge_client::Error| e.code;
+    c.create("/f", 0o644).await.unwrap().close().await.unwrap();
+    let before = c.stat("/f").await.unwrap().ctime;
+    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    let after = c.setxattr("/f", "user.a", b"one", XattrSetMode::Create).await.unwrap();
+    assert!(after.ctime > before, "a set changes ctime");
+    assert_eq!(c.getxattr("/f", "user.a").await.unwrap(), b"one");
+    assert_eq!(c.setxattr("/f", "user.a", b"two", XattrSetMode::Create).await.map_err(code).unwrap_err(), ErrorCode::Exists);
+    assert_eq!(c.setxattr("/f", "user.b", b"two", XattrSetMode::Replace).await.map_err(code).unwrap_err(), ErrorCode::NoData);
+    c.setxattr("/f", "user.a", b"two", XattrSetMode::Replace).await.unwrap();
+    c.setxattr("/f", "trusted.t", b"", XattrSetMode::Either).await.unwrap();
+    c.setxattr("/f", "security.s", b"label", XattrSetMode::Either).await.unwrap();
+    assert_eq!(c.getxattr("/f", "user.a").await.unwrap(), b"two");
+    assert_eq!(c.listxattr("/f").await.unwrap(), ["security.s", "trusted.t", "user.a"], "root is shown trusted ones too");
+    let ctime = c.stat("/f").await.unwrap().ctime;
+    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    assert!(c.removexattr("/f", "user.a").await.unwrap().ctime > ctime, "a removal changes ctime");
+    assert_eq!(c.removexattr("/f", "user.a").await.map_err(code).unwrap_err(), ErrorCode::NoData);
+    assert_eq!(c.getxattr("/f", "user.a").await.map_err(code).unwrap_err(), ErrorCode::NoData);
+    assert_eq!(c.getxattr("/f", "user.never").await.map_err(code).unwrap_err(), ErrorCode::NoData);
+
+    // Names and values as Linux bounds them.
+    let longest = format!("user.{}", "n".repeat(250));
+    c.setxattr("/f", &longest, b"x", XattrSetMode::Either).await.unwrap();
+    assert_eq!(
+        c.setxattr("/f", &format!("{longest}n"), b"x", XattrSetMode::Either).await.map_err(code).unwrap_err(),
+        ErrorCode::OutOfRange
+    );
+    assert_eq!(c.getxattr("/f", "").await.map_err(code).unwrap_err(), ErrorCode::OutOfRange);
+    c.setxattr("/f", "user.largest", &vec![1; MAX_XATTR_VALUE_LEN], XattrSetMode::Either).await.unwrap();
+    assert_eq!(c.getxattr("/f", "user.largest").await.unwrap().len(), MAX_XATTR_VALUE_LEN);
+    let too_large = vec![1; MAX_XATTR_VALUE_LEN + 1];
+    assert_eq!(c.setxattr("/f", "user.big", &too_large, XattrSetMode::Either).await.map_err(code).unwrap_err(), ErrorCode::TooBig);
+    // The bound of an inode's attributes in all: four largest values do not fit with names.
+    c.mkdir("/full", 0o755).await.unwrap();
+    for i in 0..3 {
+        c.setxattr("/full", &format!("user.{i}"), &vec![2; MAX_XATTR_VALUE_LEN], XattrSetMode::Either).await.unwrap();
+    }
+    let fourth = c.setxattr("/full", "user.3", &vec![2; MAX_XATTR_VALUE_LEN], XattrSetMode::Either).await;
+    assert_eq!(fourth.map_err(code).unwrap_err(), ErrorCode::NoSpace);
+    assert_eq!(c.listxattr("/full").await.unwrap().len(), 3, "a directory's, on its own home");
+
+    // Namespaces: only four, and user attributes only on regular files and directories.
+    assert_eq!(c.setxattr("/f", "os2.name", b"x", XattrSetMode::Either).await.map_err(code).unwrap_err(), ErrorCode::NotSupported);
+    assert_eq!(c.setxattr("/f", "system.other", b"x", XattrSetMode::Either).await.map_err(code).unwrap_err(), ErrorCode::NotSupported);
+    assert_eq!(c.setxattr("/f", "user.", b"x", XattrSetMode::Either).await.map_err(code).unwrap_err(), ErrorCode::Invalid);
+    c.symlink("/f", "/link").await.unwrap();
+    assert_eq!(c.setxattr("/link", "user.a", b"x", XattrSetMode::Either).await.map_err(code).unwrap_err(), ErrorCode::NotPermitted);
+    assert_eq!(c.getxattr("/link", "user.a").await.map_err(code).unwrap_err(), ErrorCode::NoData);
+    c.setxattr("/link", "trusted.a", b"x", XattrSetMode::Either).await.unwrap();
+    assert_eq!(c.listxattr("/link").await.unwrap(), ["trusted.a"]);
+    // A client acting as another user is not shown trusted attributes.
+    assert_eq!(c.as_user(1234, 1234).listxattr("/f").await.unwrap(), ["security.s", "user.largest", longest.as_str()]);
+}
+
+/// POSIX ACLs: an access ACL sets the mode and chmod sets it back; an ACL that says no more
+/// than a mode is only the mode; malformed ones are refused; a directory's default ACL is
+/// inherited by what is made in it (the umask then not applied), by directories homed on
+/// other servers than their parent too, and passed on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acls_set_the_mode_and_are_inherited_across_servers() {
+    let inst = Instance::up_on("acls", "127.0.4", 21, 4, &["--capacity", "1G"]);
+    let c = inst.client("127.0.4.25");
+    let code = |e: surge_client::Error| e.code;
+    let (access, default) = (AclKind::Access.xattr_name(), AclKind::Default.xattr_name());
+    let acl_of = |bytes: Vec<u8>| Acl::decode(&bytes).unwrap().unwrap();
+    c.create("/f", 0o640).await.unwrap().close().await.unwrap();
+    let shared = surge_tests::acl("u::6,u:1002:6,g::4,m::6,o::0");
+    assert_eq!(c.setxattr("/f", access, &shared, XattrSetMode::Either).await.unwrap().mode, 0o660, "group bits from the mask");
+    assert_eq!(c.getxattr("/f", access).await.unwrap(), shared);
+    assert_eq!(c.listxattr("/f").await.unwrap(), [access]);
+    c.chmod("/f", 0o600).await.unwrap();
+    let chmodded = acl_of(c.getxattr("/f", access).await.unwrap());
+    assert_eq!((chmodded.perm(Tag::Mask), chmodded.perm(Tag::User(1002))), (Some(0), Some(6)), "chmod sets the mask");
+    let minimal = surge_tests::acl("u::7,g::5,o::4");
+    assert_eq!(c.setxattr("/f", access, &minimal, XattrSetMode::Either).await.unwrap().mode, 0o754);
+    assert_eq!(c.getxattr("/f", access).await.map_err(code).unwrap_err(), ErrorCode::NoData, "a mode's ACL is kept as the mode");
+    c.removexattr("/f", access).await.unwrap(); // As on Linux: removing none is no error.
+
+    let mut other_version = shared.clone();
+    other_version[0] = 1;
+    assert_eq!(c.setxattr("/f", access, &other_version, XattrSetMode::Either).await.map_err(code).unwrap_err(), ErrorCode::NotSupported);
+    let no_mask = [&shared[..28], &shared[36..]].concat(); // u::, u:1002:, g::, o::, without m::
+    assert_eq!(c.setxattr("/f", access, &no_mask, XattrSetMode::Either).await.map_err(code).unwrap_err(), ErrorCode::Invalid);
+    let unsorted = [&shared[..4], &shared[12..20], &shared[4..12], &shared[20..]].concat();
+    assert_eq!(c.setxattr("/f", access, &unsorted, XattrSetMode::Either).await.map_err(code).unwrap_err(), ErrorCode::Invalid);
+    let on_a_file = c.setxattr("/f", default, &minimal, XattrSetMode::Either).await;
+    assert_eq!(on_a_file.map_err(code).unwrap_err(), ErrorCode::AccessDenied, "a default ACL is for directories");
+
+    // A directory with a default ACL, and what is made in it with a umask of 077.
+    let d = c.mkdir("/d", 0o755).await.unwrap();
+    let inherited = surge_tests::acl("u::7,u:1002:7,g::5,m::7,o::0");
+    c.setxattr("/d", default, &inherited, XattrSetMode::Either).await.unwrap();
+    let file = c.create_at_with_umask(d.ino, "file", 0o666, 0o077, true).await.unwrap();
+    file.close().await.unwrap();
+    let file = c.stat("/d/file").await.unwrap();
+    assert_eq!(file.mode, 0o660, "the ACL within the mode, the umask not applied");
+    assert_eq!(acl_of(c.get_xattr(file.ino, access).await.unwrap()).perm(Tag::User(1002)), Some(7));
+    let node = c.mknod_at_with_umask(d.ino, "pipe", FileKind::Fifo, 0o600, 0o077).await.unwrap();
+    assert_eq!((node.mode, c.get_xattr(node.ino, access).await.is_ok()), (0o600, true));
+    let link = c.symlink("/d/file", "/d/link").await.unwrap();
+    assert!(c.list_xattr(link.ino).await.unwrap().is_empty(), "symlinks get no ACL");
+    let mut apart = 0;
+    for i in 0..12 {
+        let name = format!("sub{i}");
+        let sub = c.mkdir_at_with_umask(d.ino, &name, 0o777, 0o077).await.unwrap();
+        apart += usize::from(ino::home(sub.ino) != ino::home(d.ino));
+        assert_eq!(sub.mode, 0o770, "{name}");
+        assert_eq!(c.get_xattr(sub.ino, default).await.unwrap(), inherited, "{name} passes the default ACL on");
+        assert!(c.get_xattr(sub.ino, access).await.is_ok(), "{name} has it as its access ACL");
+        let deeper = c.mkdir_at_with_umask(sub.ino, "deeper", 0o700, 0o077).await.unwrap();
+        assert_eq!((deeper.mode, c.get_xattr(deeper.ino, default).await.unwrap()), (0o700, inherited.clone()), "{name}/deeper");
+    }
+    assert!(apart > 0, "some directories were made on another server than their parent's");
+
+    // Without a default ACL, the umask applies.
+    c.removexattr("/d", default).await.unwrap();
+    assert_eq!(c.mkdir_at_with_umask(d.ino, "plain", 0o777, 0o027).await.unwrap().mode, 0o750);
+    let plain = c.create_at_with_umask(d.ino, "plain-file", 0o666, 0o027, true).await.unwrap();
+    plain.close().await.unwrap();
+    assert_eq!(c.stat("/d/plain-file").await.unwrap().mode, 0o640);
+    assert_eq!(c.mkdir("/d/no-umask", 0o777).await.unwrap().mode, 0o777, "the methods without a umask apply none");
+}
+
+/// Attributes and ACLs survive servers killed with SIGKILL and started again, from the
+/// journal, and again from the snapshot that restart folded them into.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_attributes_survive_a_restart() {
+    let inst = Instance::up_on("xdurable", "127.0.4", 31, 4, &["--capacity", "1G"]);
+    let c = inst.client("127.0.4.35");
+    let (access, default) = (AclKind::Access.xattr_name(), AclKind::Default.xattr_name());
+    let dirs: Vec<String> = (0..6).map(|i| format!("/d{i}")).collect();
+    let acl = surge_tests::acl("u::7,u:1002:5,g::5,m::5,o::0");
+    for dir in &dirs {
+        c.mkdir(dir, 0o755).await.unwrap();
+        c.setxattr(dir, "user.dir", dir.as_bytes(), XattrSetMode::Either).await.unwrap();
+        c.setxattr(dir, default, &acl, XattrSetMode::Either).await.unwrap();
+        c.create(&format!("{dir}/f"), 0o644).await.unwrap().close().await.unwrap();
+        c.setxattr(&format!("{dir}/f"), "user.file", b"v1", XattrSetMode::Either).await.unwrap();
+        c.setxattr(&format!("{dir}/f"), "user.file", b"v2", XattrSetMode::Replace).await.unwrap();
+        c.setxattr(&format!("{dir}/f"), "trusted.gone", b"x", XattrSetMode::Either).await.unwrap();
+        c.removexattr(&format!("{dir}/f"), "trusted.gone").await.unwrap();
+    }
+    // Attribute changes are durable within the journal's flush period; make them so now.
+    for server in 0..4 {
+        c.call(server, SyncMetadata).await.unwrap();
+    }
+    let check = |c: surge_client::Client| {
+        let (dirs, acl) = (dirs.clone(), acl.clone());
+        async move {
+            for dir in &dirs {
+                assert_eq!(c.getxattr(dir, "user.dir").await.unwrap(), dir.as_bytes());
+                assert_eq!(c.getxattr(dir, default).await.unwrap(), acl);
+                let file = format!("{dir}/f");
+                assert_eq!(c.getxattr(&file, "user.file").await.unwrap(), b"v2", "{file}");
+                assert_eq!(c.listxattr(&file).await.unwrap(), [access, "user.file"], "{file}: inherited, set, not the removed one");
+                assert_eq!(c.stat(&file).await.unwrap().mode, 0o640, "{file}: the inherited ACL's mode");
+            }
+        }
+    };
+    check(c.clone()).await;
+    let mut restarted = Vec::new();
+    for round in 0..2 {
+        let children = tokio::task::block_in_place(|| {
+            (0..4).for_each(|index| inst.kill_server(index));
+            (0..4).map(|index| inst.restart_server(index)).collect::<Vec<_>>()
+        });
+        restarted.extend(children);
+        check(inst.client("127.0.4.35")).await;
+        eprintln!("round {round}: attributes back");
+    }
+    drop(inst);
+    for mut child in restarted {
+        let _ = child.wait();
+    }
 }

@@ -15,7 +15,8 @@
 
 use std::process::ExitCode;
 
-use surge_client::surge_proto::{FileKind, LockKind};
+use surge_client::surge_proto::acl::AclKind;
+use surge_client::surge_proto::{FileKind, LockKind, XattrSetMode};
 use surge_client::{Client, ClientOptions};
 use surge_tests::pattern;
 
@@ -174,6 +175,19 @@ async fn try_op(c: &Client, op: &str) -> String {
                 c.set_lock(ino, whole, false).await.map(|()| "ok".into())?
             }
             "list" => c.readdir(path).await?.len().to_string(),
+            // Extended attributes: ARG is NAME (or NAME=VALUE to set); an ACL is given as
+            // `surge_tests::acl` reads it.
+            "getxattr" => String::from_utf8_lossy(&c.getxattr(path, arg).await?).into_owned(),
+            "setxattr" => {
+                let (name, value) = arg.split_once('=').unwrap_or((arg, ""));
+                c.setxattr(path, name, value.as_bytes(), XattrSetMode::Either).await.map(|_| "ok".into())?
+            }
+            "listxattr" => c.listxattr(path).await?.join(","),
+            "removexattr" => c.removexattr(path, arg).await.map(|_| "ok".into())?,
+            "setacl" => {
+                let name = AclKind::Access.xattr_name();
+                c.setxattr(path, name, &surge_tests::acl(arg), XattrSetMode::Either).await.map(|a| format!("{:o}", a.mode))?
+            }
             "stat" => c.stat(path).await.map(|a| format!("{:o} {}", a.mode, a.uid))?,
             "unlink" => c.unlink(path).await.map(|()| "ok".into())?,
             "rmdir" => c.rmdir(path).await.map(|()| "ok".into())?,
@@ -228,6 +242,7 @@ async fn try_op(c: &Client, op: &str) -> String {
         libc::EACCES => "EACCES".into(),
         libc::EPERM => "EPERM".into(),
         libc::ENOENT => "ENOENT".into(),
+        libc::ENODATA => "ENODATA".into(),
         errno => format!("errno {errno}: {e}"),
     })
 }

@@ -330,7 +330,7 @@ impl Run {
             3 => {
                 let (parent, name) = (self.ino(input), self.name(input));
                 let (mode, exclusive, open) = (input.u32(), input.bool(), input.bool());
-                let answer = self.conn.call(Create { parent, name, mode, uid: 1000, gid: 1000, exclusive, open }, &[]);
+                let answer = self.conn.call(Create { parent, name, mode, umask: 0o022, uid: 1000, gid: 1000, exclusive, open }, &[]);
                 if let Some(entry) = self.entry(&answer) {
                     if open && entry.attr.is_some() {
                         *self.held.entry(entry.ino).or_default() += 1;
@@ -483,7 +483,7 @@ impl Run {
                 let (parent, name, ino) = (self.ino(input), self.name(input), self.ino(input));
                 let kind = [FileKind::File, FileKind::Dir, FileKind::Symlink][input.below(3)];
                 let retired_target = Self::opt(input, |i| self.ino(i));
-                let insert = InsertEntry { parent, name, ino, kind, replace: input.bool(), retired_target };
+                let insert = InsertEntry { parent, name, ino, kind, replace: input.bool(), retired_target, new_dir: None };
                 if let Some(outcome) = self.conn.call(insert, &[]).decode::<LinkOutcome>("insert-entry") {
                     self.finish_link(outcome, parent);
                 }
@@ -527,7 +527,7 @@ impl Run {
             }
             39 => {
                 let parent = self.ino(input);
-                let answer = self.conn.call(MakeDirInode { parent, mode: 0o755, uid: 0, gid: 0 }, &[]);
+                let answer = self.conn.call(MakeDirInode { parent, mode: 0o755, umask: 0, uid: 0, gid: 0, parent_default_acl: None }, &[]);
                 self.attr(&answer);
             }
             40 => {
@@ -566,7 +566,7 @@ impl Run {
                 // A hard link: the count first, then the name; the count back if the name fails.
                 let (ino, parent, name) = (self.ino(input), self.ino(input), self.name(input));
                 let Some(added) = self.conn.call(AddLink { ino }, &[]).decode::<LinkAdded>("add-link") else { return };
-                let insert = InsertEntry { parent, name, ino, kind: added.attr.kind, replace: false, retired_target: None };
+                let insert = InsertEntry { parent, name, ino, kind: added.attr.kind, replace: false, retired_target: None, new_dir: None };
                 if self.conn.call(insert, &[]).decode::<LinkOutcome>("insert-entry").is_none() {
                     let fate = self.conn.call(DropLink { ino, ticket: added.undo }, &[]).decode::<InodeFate>("drop-link");
                     assert!(fate.is_some_and(|f| !f.purge), "undoing a link leaves the file its names");
@@ -590,7 +590,7 @@ impl Run {
                     3 => FileKind::BlockDevice { rdev: input.u32() },
                     _ => FileKind::File, // refused: files are made by create
                 };
-                let answer = self.conn.call(MakeNode { parent, name, kind, mode: input.u32(), uid: 0, gid: 0 }, &[]);
+                let answer = self.conn.call(MakeNode { parent, name, kind, mode: input.u32(), umask: 0o022, uid: 0, gid: 0 }, &[]);
                 self.attr(&answer);
             }
             _ => {
@@ -625,11 +625,11 @@ impl Run {
 
     /// mkdir as the client does it on one server.
     fn mkdir(&mut self, parent: Ino, name: String, mode: u32) {
-        let answer = self.conn.call(MakeDirInode { parent, mode, uid: 0, gid: 0 }, &[]);
+        let answer = self.conn.call(MakeDirInode { parent, mode, umask: 0, uid: 0, gid: 0, parent_default_acl: None }, &[]);
         let Some(attr) = self.attr(&answer) else {
             panic!("mkdir-inode failed");
         };
-        let insert = InsertEntry { parent, name, ino: attr.ino, kind: FileKind::Dir, replace: false, retired_target: None };
+        let insert = InsertEntry { parent, name, ino: attr.ino, kind: FileKind::Dir, replace: false, retired_target: None, new_dir: None };
         match self.conn.call(insert, &[]).decode::<LinkOutcome>("insert-entry") {
             Some(outcome) => assert_eq!(outcome, LinkOutcome::default(), "a new name replaces nothing"),
             None => {
@@ -699,7 +699,7 @@ impl Run {
             requests.push(match input.below(5) {
                 0 => Lookup { parent, name }.into(),
                 1 => GetAttr { ino: parent }.into(),
-                2 => Create { parent, name, mode: 0o644, uid: 0, gid: 0, exclusive: input.bool(), open: false }.into(),
+                2 => Create { parent, name, mode: 0o644, umask: 0, uid: 0, gid: 0, exclusive: input.bool(), open: false }.into(),
                 3 => Unlink { parent, name }.into(),
                 _ => Readdir { ino: parent, after: None, limit: 3 }.into(),
             });

@@ -283,7 +283,8 @@ impl Client {
             Finding::OrphanEmptyDir { ino } => self.call_home(ino, DropInode { ino }).await,
             Finding::OrphanInode { ino, kind, .. } => {
                 let lost = self.lost_and_found().await?;
-                let insert = InsertEntry { parent: lost, name: format!("#{ino:x}"), ino, kind, replace: false, retired_target: None };
+                let insert =
+                    InsertEntry { parent: lost, name: format!("#{ino:x}"), ino, kind, replace: false, retired_target: None, new_dir: None };
                 if let Some(moved) = self.call_home(lost, insert).await?.reparent {
                     self.call_home(moved, SetParent { ino: moved, parent: lost }).await?;
                 }

@@ -21,7 +21,8 @@
 //!
 //! ## Modules
 //! * [`client`]: the [`Client`], its connections ([`conn`]) and the calls sent over them;
-//! * [`namespace`] (by inode) and [`paths`] (by path): the namespace API;
+//! * [`namespace`] (by inode) and [`paths`] (by path): the namespace API; [`xattrs`]: extended
+//!   attributes and POSIX ACLs;
 //! * [`file`]: open files, striped I/O, write-behind and read-ahead, and local I/O on a
 //!   server's own node (`local`);
 //! * [`stage`]: staging between the PFS and the instance, through its stage coordinator;
@@ -44,6 +45,7 @@ pub mod passthrough;
 pub mod paths;
 pub mod stage;
 pub mod target;
+pub mod xattrs;
 
 pub use client::Client;
 pub use conn::Watcher;

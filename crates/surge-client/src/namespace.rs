@@ -4,6 +4,7 @@
 //! directories homed on different servers) are sequenced here from atomic steps, so that a
 //! failure half-way undoes what was done and no name ever points at something half-made.
 
+use surge_proto::acl::AclKind;
 use surge_proto::data::{PurgeData, TruncateData};
 use surge_proto::ino::{self, Ino};
 use surge_proto::namespace::{
@@ -12,7 +13,7 @@ use surge_proto::namespace::{
     UnretireDir,
 };
 use surge_proto::ticket::Ticket;
-use surge_proto::{check_name, Attr, AttrChanges, DirEntry, DirPage, ErrorCode, FileKind, LinkOutcome, Unlinked, ROOT_INO};
+use surge_proto::{check_name, Attr, AttrChanges, DirEntry, DirPage, ErrorCode, FileKind, LinkOutcome, NewDirAcl, Unlinked, ROOT_INO};
 
 use crate::error::{Error, Result};
 use crate::{Client, File};
@@ -53,10 +54,18 @@ impl Client {
     }
 
     /// Creates (or with `exclusive == false` opens an existing) regular file and registers an
-    /// open handle on it.
+    /// open handle on it. Its mode is `mode`, or what the directory's default ACL makes of it.
     pub async fn create_at(&self, parent: Ino, name: &str, mode: u32, exclusive: bool) -> Result<File> {
+        self.create_at_with_umask(parent, name, mode, 0, exclusive).await
+    }
+
+    /// [`Client::create_at`] for a caller with a umask, applied as the kernel would: `mode`
+    /// less `umask`, unless the directory has a default ACL, which then decides with `mode`
+    /// alone. (Pass the mode as asked, not already masked.)
+    pub async fn create_at_with_umask(&self, parent: Ino, name: &str, mode: u32, umask: u32, exclusive: bool) -> Result<File> {
         let (uid, gid) = self.identity();
-        let entry = self.call_home(parent, Create { parent, name: name.to_string(), mode, uid, gid, exclusive, open: true }).await?;
+        let create = Create { parent, name: name.to_string(), mode, umask, uid, gid, exclusive, open: true };
+        let entry = self.call_home(parent, create).await?;
         let attr = match entry.attr {
             Some(attr) => attr,
             // An existing file homed elsewhere (renamed in from another directory).
@@ -100,19 +109,62 @@ impl Client {
         Err(Error::new(if attr.kind == FileKind::Dir { ErrorCode::IsDir } else { ErrorCode::Invalid }, "not a regular file"))
     }
 
+    /// A directory `parent/name` with `mode`, or what the parent's default ACL makes of it.
     pub async fn mkdir_at(&self, parent: Ino, name: &str, mode: u32) -> Result<Attr> {
+        self.mkdir_at_with_umask(parent, name, mode, 0).await
+    }
+
+    /// [`Client::mkdir_at`] for a caller with a umask (see [`Client::create_at_with_umask`]).
+    ///
+    /// The new directory is homed by a hash of (parent, name), often not with its parent;
+    /// the parent's default ACL must reach whichever server makes it. That server reads it
+    /// itself when the parent is homed there. Otherwise this first supposes the parent has
+    /// none (so the common mkdir stays two steps), and the parent's home, linking the name,
+    /// checks that: if the parent has one, the directory made without it is dropped, and
+    /// made again with the ACL read from the parent.
+    pub async fn mkdir_at_with_umask(&self, parent: Ino, name: &str, mode: u32, umask: u32) -> Result<Attr> {
         check_name(name)?;
         // Spread directories over servers by (parent, name), so a tree's metadata load spreads.
         let target = self.layout().dir_home(parent, name);
         let (uid, gid) = self.identity();
-        let attr = self.call(target, MakeDirInode { parent, mode, uid, gid }).await?;
-        let insert =
-            InsertEntry { parent, name: name.to_string(), ino: attr.ino, kind: FileKind::Dir, replace: false, retired_target: None };
-        if let Err(e) = self.call_home(parent, insert).await {
-            let _ = self.call(target, DropInode { ino: attr.ino }).await;
-            return Err(e);
+        let homed_apart = target != ino::home(parent);
+        let (mut parent_default_acl, mut attempts) = (None, 0);
+        loop {
+            attempts += 1;
+            let make = MakeDirInode { parent, mode, umask, uid, gid, parent_default_acl: parent_default_acl.clone() };
+            let attr = self.call(target, make).await?;
+            let new_dir = homed_apart.then(|| NewDirAcl { parent_default_acl: parent_default_acl.clone() });
+            let insert = InsertEntry {
+                parent,
+                name: name.to_string(),
+                ino: attr.ino,
+                kind: FileKind::Dir,
+                replace: false,
+                retired_target: None,
+                new_dir,
+            };
+            match self.call_home(parent, insert).await {
+                Ok(_) => return Ok(attr),
+                Err(e) => {
+                    let _ = self.call(target, DropInode { ino: attr.ino }).await;
+                    // The parent's default ACL was not what the directory inherited (or it
+                    // changed meanwhile, again and again: give up after a few).
+                    if e.code != ErrorCode::Stale || !homed_apart || attempts == 3 {
+                        return Err(e);
+                    }
+                    parent_default_acl = self.default_acl_of(parent).await?;
+                }
+            }
         }
-        Ok(attr)
+    }
+
+    /// A directory's default ACL, in its xattr form (None: it has none).
+    async fn default_acl_of(&self, dir: Ino) -> Result<Option<Vec<u8>>> {
+        match self.get_xattr(dir, AclKind::Default.xattr_name()).await {
+            Ok(acl) => Ok(Some(acl)),
+            Err(e) if e.code == ErrorCode::NoData => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     pub async fn symlink_at(&self, parent: Ino, name: &str, target: &str) -> Result<Attr> {
@@ -127,7 +179,7 @@ impl Client {
         check_name(name)?;
         let added = self.call_home(ino, AddLink { ino }).await?;
         let kind = added.attr.kind;
-        let insert = InsertEntry { parent, name: name.to_string(), ino, kind, replace: false, retired_target: None };
+        let insert = InsertEntry { parent, name: name.to_string(), ino, kind, replace: false, retired_target: None, new_dir: None };
         if let Err(e) = self.call_home(parent, insert).await {
             let _ = self.call_home(ino, DropLink { ino, ticket: added.undo }).await;
             return Err(e);
@@ -137,8 +189,13 @@ impl Client {
 
     /// mknod of a FIFO, socket or device node (`kind`), owned by this client's identity.
     pub async fn mknod_at(&self, parent: Ino, name: &str, kind: FileKind, mode: u32) -> Result<Attr> {
+        self.mknod_at_with_umask(parent, name, kind, mode, 0).await
+    }
+
+    /// [`Client::mknod_at`] for a caller with a umask (see [`Client::create_at_with_umask`]).
+    pub async fn mknod_at_with_umask(&self, parent: Ino, name: &str, kind: FileKind, mode: u32, umask: u32) -> Result<Attr> {
         let (uid, gid) = self.identity();
-        self.call_home(parent, MakeNode { parent, name: name.to_string(), kind, mode, uid, gid }).await
+        self.call_home(parent, MakeNode { parent, name: name.to_string(), kind, mode, umask, uid, gid }).await
     }
 
     pub async fn readlink_ino(&self, ino: Ino) -> Result<String> {
@@ -266,6 +323,7 @@ impl Client {
                 kind: entry.kind,
                 replace: !noreplace,
                 retired_target: retired,
+                new_dir: None,
             };
             self.call_home(dst_parent, insert).await
         }

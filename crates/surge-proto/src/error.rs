@@ -36,6 +36,13 @@ pub enum ErrorCode {
     Locked,
     /// A wait for a lock ended without it (its owner let go of the file meanwhile).
     Interrupted,
+    /// No such extended attribute (ENODATA, as getxattr and removexattr say it).
+    NoData,
+    /// An extended attribute's value larger than any may be (E2BIG).
+    TooBig,
+    /// An extended attribute's name empty or longer than any may be (ERANGE, as Linux answers
+    /// it).
+    OutOfRange,
 }
 
 impl ErrorCode {
@@ -64,6 +71,9 @@ impl ErrorCode {
             ErrorCode::BadHandle => libc::EBADF,
             ErrorCode::Locked => libc::EAGAIN,
             ErrorCode::Interrupted => libc::EINTR,
+            ErrorCode::NoData => libc::ENODATA,
+            ErrorCode::TooBig => libc::E2BIG,
+            ErrorCode::OutOfRange => libc::ERANGE,
         }
     }
 
@@ -92,6 +102,9 @@ impl ErrorCode {
             ErrorCode::BadHandle => "bad file handle",
             ErrorCode::Locked => "locked by another owner",
             ErrorCode::Interrupted => "wait for a lock given up",
+            ErrorCode::NoData => "no such attribute",
+            ErrorCode::TooBig => "attribute value too large",
+            ErrorCode::OutOfRange => "attribute name empty or too long",
         }
     }
 }
@@ -116,6 +129,9 @@ impl ErrorCode {
             Some(libc::ETIMEDOUT) => ErrorCode::TimedOut,
             Some(libc::EMLINK) => ErrorCode::TooManyLinks,
             Some(libc::EBADF) => ErrorCode::BadHandle,
+            Some(libc::ENODATA) => ErrorCode::NoData,
+            Some(libc::E2BIG) => ErrorCode::TooBig,
+            Some(libc::ERANGE) => ErrorCode::OutOfRange,
             _ => match err.kind() {
                 std::io::ErrorKind::NotFound => ErrorCode::NotFound,
                 std::io::ErrorKind::PermissionDenied => ErrorCode::AccessDenied,
@@ -180,9 +196,17 @@ mod tests {
         assert_eq!(of(libc::EDQUOT), ErrorCode::NoSpace);
         assert_eq!(of(libc::EACCES), ErrorCode::AccessDenied);
         assert_eq!(of(libc::EIO), ErrorCode::Io);
-        for code in
-            [ErrorCode::NotFound, ErrorCode::Exists, ErrorCode::NoSpace, ErrorCode::IsDir, ErrorCode::NotDir, ErrorCode::TooManyLinks]
-        {
+        for code in [
+            ErrorCode::NotFound,
+            ErrorCode::Exists,
+            ErrorCode::NoSpace,
+            ErrorCode::IsDir,
+            ErrorCode::NotDir,
+            ErrorCode::TooManyLinks,
+            ErrorCode::NoData,
+            ErrorCode::TooBig,
+            ErrorCode::OutOfRange,
+        ] {
             assert_eq!(of(code.errno()), code, "{code:?} survives errno and back");
         }
     }

@@ -18,7 +18,9 @@
 //! * [`placement`]: which server holds which chunk of a file, and which homes a new directory;
 //! * [`auth`]: the challenge/response that proves a client holds the instance's secret without
 //!   sending the secret over the wire;
-//! * [`stage`]: what staging between the PFS and an instance asks of the servers and reports.
+//! * [`stage`]: what staging between the PFS and an instance asks of the servers and reports;
+//! * [`xattr`]: extended attributes' namespaces and limits; [`acl`]: POSIX ACLs in their xattr
+//!   form.
 //!
 //! A frame is `header (20 bytes) | message (postcard, <= MAX_MESSAGE_LEN) | payload (raw bytes,
 //! <= MAX_PAYLOAD_LEN)`. Bulk file data travels only in the payload, never inside the encoded
@@ -26,6 +28,7 @@
 //! [`Request`]; its answer is a reply frame with the call's reply, or a failure frame with an
 //! [`Error`].
 
+pub mod acl;
 pub mod admin;
 pub mod auth;
 pub mod call;
@@ -45,13 +48,15 @@ pub mod placement;
 pub mod stage;
 pub mod ticket;
 pub mod types;
+pub mod xattr;
 
 pub use call::{Call, Request};
 pub use error::{Error, ErrorCode};
 pub use frame::{FrameError, FrameHeader, FrameKind, FRAME_HEADER_LEN, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
 pub use ino::{Ino, ROOT_INO};
 pub use types::*;
+pub use xattr::{XattrNamespace, XattrSetMode};
 
 /// Version of the protocol spoken by this build. A peer announcing another version is refused
 /// at the first frame, with an error that names both versions.
-pub const PROTOCOL_VERSION: u8 = 7;
+pub const PROTOCOL_VERSION: u8 = 8;

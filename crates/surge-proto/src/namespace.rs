@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 use crate::call::service;
 use crate::ino::Ino;
 use crate::types::{
-    Attr, AttrChanges, DirEntry, DirPage, FileKind, InodeFate, LinkAdded, LinkOutcome, LockHolder, LockKind, Timestamp, Unlinked,
+    Attr, AttrChanges, DirEntry, DirPage, FileKind, InodeFate, LinkAdded, LinkOutcome, LockHolder, LockKind, NewDirAcl, Timestamp, Unlinked,
 };
+use crate::xattr::XattrSetMode;
 
 /// Looks `name` up in directory `parent`.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -32,11 +33,16 @@ pub struct SetAttr {
 /// Creates a regular file whose inode is homed on the same server as `parent`. Not
 /// `exclusive` and the name exists as a file: answers the existing file. `open` registers an
 /// open handle (ended by `Commit { release: true }`).
+///
+/// `mode` is what the program asked for and `umask` the caller's: the new inode's mode is
+/// `mode & !umask`, unless `parent` has a default ACL, which then decides with `mode` alone
+/// (the umask does not apply, as on Linux; the same for `MakeNode` and `MakeDirInode`).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Create {
     pub parent: Ino,
     pub name: String,
     pub mode: u32,
+    pub umask: u32,
     pub uid: u32,
     pub gid: u32,
     pub exclusive: bool,
@@ -59,6 +65,7 @@ pub struct MakeNode {
     pub name: String,
     pub kind: FileKind,
     pub mode: u32,
+    pub umask: u32,
     pub uid: u32,
     pub gid: u32,
 }
@@ -68,13 +75,19 @@ pub struct Readlink {
     pub ino: Ino,
 }
 
-/// Allocates a directory inode on this server, not yet linked anywhere (mkdir step 1).
+/// Allocates a directory inode on this server, not yet linked anywhere (mkdir step 1), with
+/// `mode` less `umask`, or what the parent's default ACL makes of `mode` (see `Create`).
+/// Where `parent` is homed here, its server reads that ACL itself; otherwise the client says
+/// what it is (`parent_default_acl`, in its xattr form; None: the parent has none), and the
+/// link step checks it was so ([`NewDirAcl`]).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct MakeDirInode {
     pub parent: Ino,
     pub mode: u32,
+    pub umask: u32,
     pub uid: u32,
     pub gid: u32,
+    pub parent_default_acl: Option<Vec<u8>>,
 }
 
 /// Removes an inode that never got linked (mkdir step 2 failed), or a retired directory.
@@ -85,7 +98,8 @@ pub struct DropInode {
 
 /// Links `ino` under `parent/name` (mkdir step 2, cross-server rename step 2). `replace`: an
 /// existing target may be replaced under rename's rules (`retired_target`: the directory
-/// there, retired on its own home first).
+/// there, retired on its own home first). `new_dir`: the step links a directory made on
+/// another server (mkdir), with the default ACL it inherited.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct InsertEntry {
     pub parent: Ino,
@@ -94,6 +108,7 @@ pub struct InsertEntry {
     pub kind: FileKind,
     pub replace: bool,
     pub retired_target: Option<Ino>,
+    pub new_dir: Option<NewDirAcl>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -283,6 +298,40 @@ pub struct GetLock {
     pub end: u64,
 }
 
+/// The value of extended attribute `name` of `ino` (ENODATA if it has none; an ACL in its
+/// xattr form, see [`crate::acl`]).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct GetXattr {
+    pub ino: Ino,
+    pub name: String,
+}
+
+/// Sets extended attribute `name` of `ino` to `value`, as `mode` allows (an ACL's set ignores
+/// it, as Linux's does). Answers the inode's attributes after it: its ctime, and for an access
+/// ACL the mode the ACL makes.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct SetXattr {
+    pub ino: Ino,
+    pub name: String,
+    pub value: Vec<u8>,
+    pub mode: XattrSetMode,
+}
+
+/// The names of `ino`'s extended attributes (the caller may not be shown all, see the server's
+/// `access`).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ListXattr {
+    pub ino: Ino,
+}
+
+/// Removes extended attribute `name` of `ino` (ENODATA if it has none; removing an ACL that
+/// is not there does nothing, as on Linux). Answers the inode's attributes after it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct RemoveXattr {
+    pub ino: Ino,
+    pub name: String,
+}
+
 service! {
     /// A namespace step.
     NamespaceRequest => Namespace {
@@ -318,5 +367,9 @@ service! {
         MakeNode -> Attr, "make-node";
         SetLock -> (), "set-lock";
         GetLock -> Option<LockHolder>, "get-lock";
+        GetXattr -> Vec<u8>, "get-xattr";
+        SetXattr -> Attr, "set-xattr";
+        ListXattr -> Vec<String>, "list-xattr";
+        RemoveXattr -> Attr, "remove-xattr";
     }
 }

@@ -131,6 +131,16 @@ pub struct LinkAdded {
     pub undo: Option<crate::ticket::Ticket>,
 }
 
+/// What mkdir's link step (`InsertEntry`) says of a directory made on another server than its
+/// parent's: the parent's default ACL it inherited, in its xattr form (None: none), as the
+/// client read it. The parent's home links the name only if that is still the parent's
+/// default ACL, and answers Stale otherwise: the client then reads the ACL, and makes the
+/// directory again. (Where none is, the common case, a mkdir costs no round trip more.)
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct NewDirAcl {
+    pub parent_default_acl: Option<Vec<u8>>,
+}
+
 /// What a lock request asks for: a shared (read) or exclusive (write) lock, or to let go.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LockKind {

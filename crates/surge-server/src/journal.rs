@@ -22,14 +22,27 @@
 //! error rather than being replayed in part: folding a partial replay into a new snapshot
 //! would lose the rest for good. Only the journal's last record may be cut short (a crash in
 //! the middle of its write); the snapshot is always whole (written aside, then renamed).
+//!
+//! Format 2 (`surge-meta 2`) added extended attributes: a record carries the attributes a
+//! step changed, one by one ([`crate::meta::XattrState`]). A directory of format 1 (the
+//! release before; also one with records and no marker, which predates the marker) is read
+//! through format 1's record type ([`crate::meta::format1`]) and rewritten at once: the new
+//! snapshot is written aside (`snapshot.next`), then the marker changes — the moment the
+//! directory is format 2 —, then the journal of format-1 records (all in the snapshot) is
+//! emptied and the snapshot put in place. A crash before the marker leaves format 1 whole;
+//! one after it leaves `snapshot.next`, which the next start puts in place the same way
+//! before it replays anything.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
 
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
 use crate::lock::LockRecover;
-use crate::meta::{MetaStore, Record};
+use crate::meta::{format1, MetaStore, Record};
 
 /// A journal this long is folded into a new snapshot.
 pub const SNAPSHOT_AFTER: u64 = 64 << 20;
@@ -72,7 +85,7 @@ pub struct Journal {
     durable: tokio::sync::watch::Sender<u64>,
 }
 
-fn frame(record: &Record, out: &mut Vec<u8>) {
+fn frame(record: &impl Serialize, out: &mut Vec<u8>) {
     let payload = postcard::to_allocvec(record).expect("a record serializes");
     out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     out.extend_from_slice(&blake3::hash(&payload).as_bytes()[..8]);
@@ -81,13 +94,25 @@ fn frame(record: &Record, out: &mut Vec<u8>) {
 
 /// The layout of the records this build writes, kept in `meta/format`. Raise it when a
 /// record's layout changes in a way older records cannot be read with (a new field; new enum
-/// variants appended at the end read old records as before).
-pub const FORMAT: &str = "surge-meta 1";
+/// variants appended at the end read old records as before), and read the older layout
+/// through types of its own (see the module notes).
+pub const FORMAT: &str = "surge-meta 2";
+/// The layout before extended attributes.
+const FORMAT_1: &str = "surge-meta 1";
+/// Where an upgrade from format 1 writes the new snapshot before the marker changes.
+const NEXT_SNAPSHOT: &str = "snapshot.next";
+
+/// The layout of a directory's records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    Current,
+    Format1,
+}
 
 /// The records in `bytes` (the file `path`), in order. A record cut short or failing its
 /// checksum ends them where a crash may leave one (`torn_tail_allowed`: the journal's end);
 /// anywhere else, and for a whole record that does not read, the answer is an error.
-fn records(bytes: &[u8], path: &Path, torn_tail_allowed: bool) -> io::Result<Vec<Record>> {
+fn records<R: DeserializeOwned>(bytes: &[u8], path: &Path, torn_tail_allowed: bool) -> io::Result<Vec<R>> {
     let damaged =
         |at: usize, what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("{}: the record at byte {at} {what}", path.display()));
     let mut out = Vec::new();
@@ -112,26 +137,63 @@ fn records(bytes: &[u8], path: &Path, torn_tail_allowed: bool) -> io::Result<Vec
     Ok(out)
 }
 
-/// Checks `dir`'s format marker, writing it for a new directory. A directory with records
-/// and no marker predates the marker and has format 1's layout.
-fn check_format(dir: &Path) -> io::Result<()> {
-    let marker = dir.join("format");
-    match std::fs::read_to_string(&marker) {
-        Ok(found) if found.trim() == FORMAT => Ok(()),
+/// The records of the file `path` in `layout`, as this build's records.
+fn read_records(path: &Path, torn_tail_allowed: bool, layout: Layout) -> io::Result<Vec<Record>> {
+    let bytes = read_all(path)?;
+    match layout {
+        Layout::Current => records(&bytes, path, torn_tail_allowed),
+        Layout::Format1 => Ok(records::<format1::Record>(&bytes, path, torn_tail_allowed)?.into_iter().map(Record::from).collect()),
+    }
+}
+
+/// The layout of `dir`'s records, by its format marker; a new directory gets the marker of
+/// this build's. A directory with records and no marker predates the marker: format 1.
+fn layout_of(dir: &Path) -> io::Result<Layout> {
+    match std::fs::read_to_string(dir.join("format")) {
+        Ok(found) if found.trim() == FORMAT => Ok(Layout::Current),
+        Ok(found) if found.trim() == FORMAT_1 => Ok(Layout::Format1),
         Ok(found) => Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!(
-                "{}: metadata in format '{}', this server reads '{FORMAT}': start it with the Surge version that wrote them",
+                "{}: metadata in format '{}', this server reads '{FORMAT}' and '{FORMAT_1}': start it with the Surge version that wrote them",
                 dir.display(),
                 found.trim()
             ),
         )),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            std::fs::write(&marker, format!("{FORMAT}\n"))?;
-            File::open(dir)?.sync_all()
+            let holds_records = ["snapshot", "journal"].iter().any(|name| std::fs::metadata(dir.join(name)).is_ok_and(|m| m.len() > 0));
+            if holds_records {
+                return Ok(Layout::Format1);
+            }
+            write_marker(dir)?;
+            Ok(Layout::Current)
         }
         Err(e) => Err(e),
     }
+}
+
+/// Marks `dir` as holding this build's format, in one step (written aside, then renamed).
+fn write_marker(dir: &Path) -> io::Result<()> {
+    let tmp = dir.join("format.tmp");
+    let mut file = File::create(&tmp)?;
+    file.write_all(format!("{FORMAT}\n").as_bytes())?;
+    file.sync_all()?;
+    std::fs::rename(&tmp, dir.join("format"))?;
+    File::open(dir)?.sync_all()
+}
+
+/// The end of an upgrade from format 1 whose marker changed (see the module notes): the
+/// journal's records, format 1's, are all in the new snapshot, which goes in place.
+fn finish_upgrade(dir: &Path) -> io::Result<()> {
+    let next = dir.join(NEXT_SNAPSHOT);
+    if !next.exists() {
+        return Ok(());
+    }
+    let journal = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("journal"))?;
+    journal.set_len(0)?;
+    journal.sync_all()?;
+    std::fs::rename(&next, dir.join("snapshot"))?;
+    File::open(dir)?.sync_all()
 }
 
 fn read_all(path: &Path) -> io::Result<Vec<u8>> {
@@ -153,11 +215,14 @@ impl Journal {
     pub fn open(root: &Path, store: &mut MetaStore) -> io::Result<(Arc<Journal>, Vec<surge_proto::Ino>)> {
         let dir = root.join("meta");
         std::fs::create_dir_all(&dir)?;
-        check_format(&dir)?;
+        let layout = layout_of(&dir)?;
+        if layout == Layout::Current {
+            finish_upgrade(&dir)?;
+        }
         let mut replayed = 0;
         for (path, torn_tail_allowed) in [(dir.join("snapshot"), false), (dir.join("journal"), true)] {
-            for record in records(&read_all(&path)?, &path, torn_tail_allowed)? {
-                store.apply(record);
+            for record in read_records(&path, torn_tail_allowed, layout)? {
+                store.apply(record).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display())))?;
                 replayed += 1;
             }
         }
@@ -168,7 +233,15 @@ impl Journal {
         let (durable, _) = tokio::sync::watch::channel(0);
         let journal =
             Arc::new(Journal { dir, pending: Mutex::new(Pending::default()), work: Condvar::new(), file: Mutex::new(file), durable });
-        journal.fold(store)?;
+        match layout {
+            Layout::Current => journal.fold(store)?,
+            Layout::Format1 => {
+                journal.write_snapshot(store, NEXT_SNAPSHOT)?;
+                write_marker(&journal.dir)?;
+                finish_upgrade(&journal.dir)?;
+                tracing::info!("metadata rewritten from {FORMAT_1} to {FORMAT}");
+            }
+        }
         if replayed > 0 {
             tracing::info!(records = replayed, orphans = orphans.len(), "namespace share replayed from the journal");
         }
@@ -221,20 +294,26 @@ impl Journal {
             pending.journal_len = 0;
             pending.appended
         };
-        let mut bytes = Vec::new();
-        frame(&store.snapshot(), &mut bytes);
-        let tmp = self.dir.join("snapshot.tmp");
-        let mut snapshot = File::create(&tmp)?;
-        snapshot.write_all(&bytes)?;
-        snapshot.sync_all()?;
-        std::fs::rename(&tmp, self.dir.join("snapshot"))?;
-        File::open(&self.dir)?.sync_all()?;
+        self.write_snapshot(store, "snapshot")?;
         // Only once the snapshot is in place: a crash before this leaves the old journal,
         // whose records re-applied over the new snapshot change nothing.
         file.set_len(0)?;
         file.sync_all()?;
         self.durable.send_replace(appended);
         Ok(())
+    }
+
+    /// Writes `store` as one record to the file `name` in one step (written aside, then
+    /// renamed): it is there whole or not at all.
+    fn write_snapshot(&self, store: &MetaStore, name: &str) -> io::Result<()> {
+        let mut bytes = Vec::new();
+        frame(&store.snapshot(), &mut bytes);
+        let tmp = self.dir.join("snapshot.tmp");
+        let mut snapshot = File::create(&tmp)?;
+        snapshot.write_all(&bytes)?;
+        snapshot.sync_all()?;
+        std::fs::rename(&tmp, self.dir.join(name))?;
+        File::open(&self.dir)?.sync_all()
     }
 
     fn flush_loop(&self) {
@@ -313,13 +392,13 @@ mod tests {
         let two = Record { next_local: 9, ..Record::default() };
         frame(&one, &mut bytes);
         frame(&two, &mut bytes);
-        assert_eq!(records(&bytes, path, true).unwrap(), vec![one.clone(), two]);
+        assert_eq!(records::<Record>(&bytes, path, true).unwrap(), vec![one.clone(), two]);
         bytes.truncate(bytes.len() - 1);
-        assert_eq!(records(&bytes, path, true).unwrap(), vec![one.clone()], "a torn last record is dropped");
+        assert_eq!(records::<Record>(&bytes, path, true).unwrap(), vec![one.clone()], "a torn last record is dropped");
         let n = bytes.len();
         bytes[n - 3] ^= 0xff;
-        assert_eq!(records(&bytes, path, true).unwrap(), vec![one], "a damaged last record too");
-        let err = records(&bytes, Path::new("snapshot"), false).unwrap_err();
+        assert_eq!(records::<Record>(&bytes, path, true).unwrap(), vec![one], "a damaged last record too");
+        let err = records::<Record>(&bytes, Path::new("snapshot"), false).unwrap_err();
         assert!(err.to_string().contains("cut short or damaged"), "a snapshot is whole or refused: {err}");
     }
 
@@ -334,7 +413,7 @@ mod tests {
         bytes.extend_from_slice(&(unreadable.len() as u32).to_le_bytes());
         bytes.extend_from_slice(&blake3::hash(&unreadable).as_bytes()[..8]);
         bytes.extend_from_slice(&unreadable);
-        let err = records(&bytes, Path::new("journal"), true).unwrap_err();
+        let err = records::<Record>(&bytes, Path::new("journal"), true).unwrap_err();
         assert!(err.to_string().contains("another Surge version"), "{err}");
     }
 
@@ -349,13 +428,118 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
     }
 
+    /// A scratch root of a test's own, removed when dropped.
+    struct Root(std::path::PathBuf);
+
+    impl Root {
+        fn new(test: &str) -> Root {
+            let root = std::env::temp_dir().join(format!("surge-journal-{test}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&root);
+            std::fs::create_dir_all(root.join("meta")).unwrap();
+            Root(root)
+        }
+
+        fn meta(&self, name: &str) -> std::path::PathBuf {
+            self.0.join("meta").join(name)
+        }
+    }
+
+    impl Drop for Root {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A record as format 1 wrote it (the same, less the attributes).
+    fn format1(record: Record) -> format1::Record {
+        assert!(record.xattrs.is_empty(), "format 1 had no attributes");
+        format1::Record { next_local: record.next_local, inodes: record.inodes, removed: record.removed, entries: record.entries }
+    }
+
+    fn framed(records: &[impl Serialize]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for record in records {
+            frame(record, &mut bytes);
+        }
+        bytes
+    }
+
+    /// A directory the release before extended attributes wrote (format 1's marker, its
+    /// snapshot and journal records) comes back whole, and is rewritten as format 2 at once:
+    /// the next start reads it as such, with an attribute set meanwhile.
+    #[test]
+    fn a_format_1_directory_comes_back_and_is_rewritten_as_format_2() {
+        let root = Root::new("format1");
+        let mut old = MetaStore::new(0, 0, 0);
+        let dir = old.make_dir_inode(ROOT_INO, 0o750, 0, 7, 7, None);
+        old.insert_entry(ROOT_INO, "dir", dir.ino, FileKind::Dir, false, None).unwrap();
+        let snapshot = format1(old.snapshot());
+        old.track_changes();
+        let file = old.create(dir.ino, "file", 0o640, 0, 7, 7, true, false).unwrap();
+        let journal = format1(old.take_changes());
+        std::fs::write(root.meta("format"), "surge-meta 1\n").unwrap();
+        std::fs::write(root.meta("snapshot"), framed(&[snapshot])).unwrap();
+        std::fs::write(root.meta("journal"), framed(&[journal])).unwrap();
+
+        let mut store = MetaStore::new(0, 0, 0);
+        let (journal, _) = Journal::open(&root.0, &mut store).unwrap();
+        assert_eq!(store.lookup(ROOT_INO, "dir").unwrap().attr.unwrap().mode, 0o750);
+        assert_eq!(store.lookup(dir.ino, "file").unwrap().ino, file.ino, "the journal's record too");
+        assert_eq!(std::fs::read_to_string(root.meta("format")).unwrap().trim(), FORMAT);
+        assert_eq!(std::fs::metadata(root.meta("journal")).unwrap().len(), 0, "format 1's records are all in the snapshot");
+        assert!(!root.meta(NEXT_SNAPSHOT).exists());
+        store.set_xattr(file.ino, "user.new", b"v".to_vec(), surge_proto::XattrSetMode::Either).unwrap();
+        journal.close(&store).unwrap();
+
+        let mut again = MetaStore::new(0, 0, 0);
+        let (journal, _) = Journal::open(&root.0, &mut again).unwrap();
+        assert_eq!(again.lookup(dir.ino, "file").unwrap().ino, file.ino);
+        assert_eq!(again.get_xattr(file.ino, "user.new").unwrap(), b"v");
+        journal.close(&again).unwrap();
+    }
+
+    /// Records and no marker: a directory from before the marker, format 1.
+    #[test]
+    fn a_directory_without_marker_is_format_1() {
+        let root = Root::new("unmarked");
+        let mut old = MetaStore::new(0, 0, 0);
+        old.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, false).unwrap();
+        std::fs::write(root.meta("snapshot"), framed(&[format1(old.snapshot())])).unwrap();
+        let mut store = MetaStore::new(0, 0, 0);
+        let (journal, _) = Journal::open(&root.0, &mut store).unwrap();
+        assert!(store.lookup(ROOT_INO, "kept").is_ok());
+        assert_eq!(std::fs::read_to_string(root.meta("format")).unwrap().trim(), FORMAT);
+        journal.close(&store).unwrap();
+    }
+
+    /// An upgrade that crashed after its marker changed: the new snapshot waits aside and the
+    /// journal still holds format 1's records (which do not read as format 2's). The next
+    /// start puts the snapshot in place and drops them.
+    #[test]
+    fn an_upgrade_cut_short_after_its_marker_is_finished_at_the_next_start() {
+        let root = Root::new("upgrade-cut");
+        let mut old = MetaStore::new(0, 0, 0);
+        old.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, false).unwrap();
+        std::fs::write(root.meta("format"), format!("{FORMAT}\n")).unwrap();
+        std::fs::write(root.meta(NEXT_SNAPSHOT), framed(&[old.snapshot()])).unwrap();
+        std::fs::write(root.meta("snapshot"), framed(&[format1(MetaStore::new(0, 0, 0).snapshot())])).unwrap();
+        old.track_changes();
+        old.create(ROOT_INO, "also", 0o644, 0, 0, 0, true, false).unwrap();
+        std::fs::write(root.meta("journal"), framed(&[format1(old.take_changes())])).unwrap();
+        let mut store = MetaStore::new(0, 0, 0);
+        let (journal, _) = Journal::open(&root.0, &mut store).unwrap();
+        assert!(store.lookup(ROOT_INO, "kept").is_ok(), "the new snapshot is in place");
+        assert!(!root.meta(NEXT_SNAPSHOT).exists());
+        journal.close(&store).unwrap();
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_store_comes_back_from_its_journal() {
         let root = std::env::temp_dir().join(format!("surge-journal-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let mut store = MetaStore::new(0, 0, 0);
         let (journal, _) = Journal::open(&root, &mut store).unwrap();
-        let file = store.create(ROOT_INO, "kept", 0o644, 0, 0, true, false).unwrap();
+        let file = store.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, false).unwrap();
         let seq = journal.append(store.take_changes()).seq;
         journal.durable(seq).await;
         // A crash: no clean stop, the journal as written.

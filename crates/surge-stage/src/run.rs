@@ -308,9 +308,19 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
     for &i in &files {
         started(&ctx, i);
     }
+    // A staged file keeps its PFS mode, as a copy would: no umask.
     let creates = files
         .iter()
-        .map(|&i| Create { parent, name: temporary_name(ctx.id, i), mode: plan.files[i].mode, uid, gid, exclusive: true, open: true })
+        .map(|&i| Create {
+            parent,
+            name: temporary_name(ctx.id, i),
+            mode: plan.files[i].mode,
+            umask: 0,
+            uid,
+            gid,
+            exclusive: true,
+            open: true,
+        })
         .collect();
     let created = batch_each(client, home, creates, |entry| entry.ino).await;
     // Copy: one order per server holding first chunks.
@@ -476,7 +486,8 @@ async fn stage_in_large(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, index: usiz
     let client = &ctx.client;
     started(&ctx, index);
     let temp = temporary_name(ctx.id, index);
-    let create = Create { parent, name: temp.clone(), mode: file.mode, uid: ctx.spec.uid, gid: ctx.spec.gid, exclusive: true, open: true };
+    let (uid, gid) = (ctx.spec.uid, ctx.spec.gid);
+    let create = Create { parent, name: temp.clone(), mode: file.mode, umask: 0, uid, gid, exclusive: true, open: true };
     let ino = match client.call(ino::home(parent), create).await {
         Ok(entry) => entry.ino,
         Err(e) => return finished(&ctx, index, Err(failed(format!("burst buffer: {e}")))),

@@ -7,6 +7,7 @@ mod admin;
 mod data;
 mod namespace;
 mod staging;
+mod xattrs;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use surge_proto::acl::Acl;
 use surge_proto::admin::BatchOutcome;
 use surge_proto::namespace::*;
 use surge_proto::{Call, DirEntry, DirPage, Ino, LinkOutcome, Unlinked};
@@ -42,7 +43,7 @@ pub(crate) struct StepContext<'a> {
 impl StepContext<'_> {
     fn check(&self, ino: Ino, want: u32, what: &str) -> Result<()> {
         match self.caller {
-            Some(caller) => caller.check(&self.meta.getattr(ino)?, want, what),
+            Some(caller) => caller.check(self.meta.perms(ino)?, want, what),
             None => Ok(()),
         }
     }
@@ -56,7 +57,7 @@ impl StepContext<'_> {
             Some(DirEntry { attr: Some(attr), .. }) => Named::Here(attr),
             Some(_) => Named::Elsewhere,
         };
-        caller.check_remove(&self.meta.getattr(parent)?, named)
+        caller.check_remove(self.meta.perms(parent)?, named)
     }
 
     /// The ticket a purge of `ino`'s data needs, for this caller (when servers check
@@ -96,9 +97,9 @@ impl StepContext<'_> {
     /// A new name in `parent` for an inode owned by `uid:gid`.
     fn check_create(&self, parent: Ino, uid: u32, gid: u32) -> Result<()> {
         let Some(caller) = self.caller else { return Ok(()) };
-        let dir = self.meta.getattr(parent)?;
-        caller.check(&dir, WRITE | EXEC, "create")?;
-        caller.check_new_owner(uid, gid, Some(dir.gid))
+        let dir = self.meta.perms(parent)?;
+        caller.check(dir, WRITE | EXEC, "create")?;
+        caller.check_new_owner(uid, gid, Some(dir.attr.gid))
     }
 }
 
@@ -154,6 +155,10 @@ impl Session {
             NamespaceRequest::Commit(s) => self.answer_step(s),
             NamespaceRequest::Grant(s) => self.answer_step(s),
             NamespaceRequest::Append(s) => self.answer_step(s),
+            NamespaceRequest::GetXattr(s) => self.answer_step(s),
+            NamespaceRequest::SetXattr(s) => self.answer_step(s),
+            NamespaceRequest::ListXattr(s) => self.answer_step(s),
+            NamespaceRequest::RemoveXattr(s) => self.answer_step(s),
             NamespaceRequest::SetLock(s) => self.set_lock(s),
             NamespaceRequest::GetLock(s) => Answer::of::<GetLock>(self.lockable(s.ino).map(|()| {
                 let wanted = self.wanted(s.owner, 0, s.kind, s.start, s.end);
@@ -169,12 +174,13 @@ impl Session {
 
     /// Locks are taken on regular files homed here that the caller may open.
     fn lockable(&self, ino: Ino) -> Result<()> {
-        let attr = self.shared.meta.lock_or_recover().getattr(ino)?;
-        if attr.kind != surge_proto::FileKind::File {
+        let meta = self.shared.meta.lock_or_recover();
+        let perms = meta.perms(ino)?;
+        if perms.attr.kind != surge_proto::FileKind::File {
             return Err(ServerError::new(ErrorCode::Invalid, "locks are taken on regular files"));
         }
         match &self.caller {
-            Some(caller) => caller.check_open(&attr),
+            Some(caller) => caller.check_open(perms),
             None => Ok(()),
         }
     }
@@ -243,6 +249,11 @@ impl Session {
     }
 }
 
+/// An ACL a client sends in its xattr form (a header alone: none).
+fn decode_acl(value: &Option<Vec<u8>>) -> Result<Option<Acl>> {
+    Ok(value.as_deref().map(Acl::decode).transpose()?.flatten())
+}
+
 /// An open handle registered by this connection.
 fn opened(cx: &mut StepContext, ino: Ino) {
     *cx.opens.entry(ino).or_default() += 1;
@@ -276,7 +287,7 @@ impl Step for GetAttr {
 impl Step for SetAttr {
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {
         if let Some(caller) = cx.caller {
-            caller.check_setattr(&cx.meta.getattr(self.ino)?, &self.changes)?;
+            caller.check_setattr(cx.meta.perms(self.ino)?, &self.changes)?;
         }
         cx.meta.setattr(self.ino, &self.changes)
     }
@@ -292,10 +303,10 @@ impl Step for Create {
         if let (Some(caller), Ok(DirEntry { attr: Some(existing), .. })) = (cx.caller, cx.meta.lookup(self.parent, &self.name)) {
             // Opening the file that is there already.
             if self.open && !self.exclusive {
-                caller.check_open(&existing)?;
+                caller.check_open(cx.meta.perms(existing.ino)?)?;
             }
         }
-        let entry = cx.meta.create(self.parent, &self.name, self.mode, self.uid, self.gid, self.exclusive, self.open)?;
+        let entry = cx.meta.create(self.parent, &self.name, self.mode, self.umask, self.uid, self.gid, self.exclusive, self.open)?;
         if self.open && entry.attr.is_some() {
             opened(cx, entry.ino);
         }
@@ -317,7 +328,7 @@ impl Step for MakeNode {
         {
             return Err(ServerError::new(ErrorCode::NotPermitted, "only root makes device nodes"));
         }
-        cx.meta.make_node(self.parent, &self.name, self.kind, self.mode, self.uid, self.gid)
+        cx.meta.make_node(self.parent, &self.name, self.kind, self.mode, self.umask, self.uid, self.gid)
     }
 
     fn effects(&self, attr: &surge_proto::Attr) -> Effects {
@@ -360,7 +371,8 @@ impl Step for MakeDirInode {
         if let Some(caller) = cx.caller {
             caller.check_new_owner(self.uid, self.gid, None)?;
         }
-        Ok(cx.meta.make_dir_inode(self.parent, self.mode, self.uid, self.gid))
+        let remote_default = decode_acl(&self.parent_default_acl)?;
+        Ok(cx.meta.make_dir_inode(self.parent, self.mode, self.umask, self.uid, self.gid, remote_default.as_ref()))
     }
 
     /// Watched from birth: a client that made a directory may know all its names.
@@ -387,6 +399,13 @@ impl Step for InsertEntry {
         cx.check(self.parent, WRITE | EXEC, "link a name")?;
         if self.replace {
             cx.check_remove(self.parent, &self.name)?;
+        }
+        if let Some(new_dir) = &self.new_dir {
+            // A new directory made elsewhere is linked only with the default ACL it should
+            // have inherited (the client asks again, and makes it again, on Stale).
+            if decode_acl(&new_dir.parent_default_acl)?.as_ref() != cx.meta.default_acl_of(self.parent) {
+                return Err(ServerError::new(ErrorCode::Stale, "the new directory did not inherit its parent's default ACL"));
+            }
         }
         let mut outcome = cx.meta.insert_entry(self.parent, &self.name, self.ino, self.kind, self.replace, self.retired_target)?;
         outcome.replaced = outcome.replaced.map(|unlinked| cx.with_ticket(unlinked));
@@ -478,7 +497,7 @@ impl Step for DropLink {
 impl Step for AddLink {
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::LinkAdded> {
         if let Some(caller) = cx.caller {
-            caller.check_link(&cx.meta.getattr(self.ino)?)?;
+            caller.check_link(cx.meta.perms(self.ino)?)?;
         }
         let attr = cx.meta.add_link(self.ino)?;
         Ok(surge_proto::LinkAdded { attr, undo: cx.ticket(self.ino, UNLINK) })
@@ -630,7 +649,7 @@ impl Step for Readdir {
 impl Step for Append {
     fn run(&self, cx: &mut StepContext) -> Result<u64> {
         if let Some(caller) = cx.caller {
-            caller.check_publish(&cx.meta.getattr(self.ino)?)?;
+            caller.check_publish(cx.meta.perms(self.ino)?)?;
         }
         cx.meta.append(self.ino, self.len)
     }
@@ -647,13 +666,13 @@ impl Step for Grant {
         let (Some(key), Some(caller)) = (cx.ticket_key, cx.caller) else {
             return Err(ServerError::new(ErrorCode::NotSupported, "this server does not check identities: no tickets"));
         };
-        let attr = cx.meta.getattr(self.ino)?;
+        let perms = cx.meta.perms(self.ino)?;
         let mut rights = 0;
-        if caller.may(&attr, READ) {
+        if caller.may(perms, READ) {
             rights |= surge_proto::ticket::READ;
         }
         // The owner may write a file it made read-only (see Caller::check_publish).
-        if caller.may(&attr, WRITE) || attr.uid == caller.uid {
+        if caller.may(perms, WRITE) || perms.attr.uid == caller.uid {
             rights |= surge_proto::ticket::WRITE;
         }
         if rights == 0 {
@@ -666,7 +685,7 @@ impl Step for Grant {
 impl Step for Open {
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {
         if let Some(caller) = cx.caller {
-            caller.check_open(&cx.meta.getattr(self.ino)?)?;
+            caller.check_open(cx.meta.perms(self.ino)?)?;
         }
         let attr = cx.meta.open(self.ino)?;
         opened(cx, self.ino);
@@ -691,7 +710,7 @@ impl Step for Commit {
         // (its file is not purged under it). A client whose connection broke and came back
         // releases nothing here, its handles went with the old connection.
         if let (Some(caller), true) = (cx.caller, self.size.is_some() || self.mtime.is_some()) {
-            caller.check_publish(&cx.meta.getattr(self.ino)?)?;
+            caller.check_publish(cx.meta.perms(self.ino)?)?;
         }
         let mut held = false;
         if self.release {
@@ -756,14 +775,28 @@ mod tests {
             ("setattr", watched(SetAttr { ino: 7, changes: AttrChanges::default() }, attr.clone())),
             (
                 "create",
-                watched(Create { parent: 1, name: name(), mode: 0o644, uid: 0, gid: 0, exclusive: true, open: true }, entry.clone()),
+                watched(
+                    Create { parent: 1, name: name(), mode: 0o644, umask: 0, uid: 0, gid: 0, exclusive: true, open: true },
+                    entry.clone(),
+                ),
             ),
             ("symlink", watched(Symlink { parent: 1, name: name(), target: "t".into(), uid: 0, gid: 0 }, attr.clone())),
-            ("mkdir-inode", watched(MakeDirInode { parent: 1, mode: 0o755, uid: 0, gid: 0 }, attr.clone())),
+            (
+                "mkdir-inode",
+                watched(MakeDirInode { parent: 1, mode: 0o755, umask: 0, uid: 0, gid: 0, parent_default_acl: None }, attr.clone()),
+            ),
             (
                 "insert-entry",
                 watched(
-                    InsertEntry { parent: 1, name: name(), ino: 7, kind: FileKind::File, replace: true, retired_target: None },
+                    InsertEntry {
+                        parent: 1,
+                        name: name(),
+                        ino: 7,
+                        kind: FileKind::File,
+                        replace: true,
+                        retired_target: None,
+                        new_dir: None,
+                    },
                     replaced.clone(),
                 ),
             ),
@@ -790,11 +823,21 @@ mod tests {
             ("unretire-dir", watched(UnretireDir { ino: 7 }, ())),
             ("drop-inode", watched(DropInode { ino: 7 }, ())),
             ("rename-prepare", watched(RenamePrepare { parent: 1, name: name() }, entry.clone())),
+            ("get-xattr", watched(GetXattr { ino: 7, name: "user.x".into() }, Vec::new())),
+            ("list-xattr", watched(ListXattr { ino: 7 }, Vec::new())),
+            (
+                "set-xattr",
+                watched(
+                    SetXattr { ino: 7, name: "user.x".into(), value: Vec::new(), mode: surge_proto::XattrSetMode::Either },
+                    attr.clone(),
+                ),
+            ),
+            ("remove-xattr", watched(RemoveXattr { ino: 7, name: "user.x".into() }, attr.clone())),
         ];
         for (name, (is_watched, has_effects)) in cases {
             assert!(!has_effects || is_watched, "{name} has effects and must take the ledger");
         }
         let with_effects = cases.iter().filter(|(_, (_, fx))| *fx).count();
-        assert_eq!(with_effects, 17, "the steps that tell or change what watchers hold");
+        assert_eq!(with_effects, 19, "the steps that tell or change what watchers hold");
     }
 }

@@ -14,12 +14,18 @@ use std::time::{Duration, Instant};
 
 use surge_proto::ino::{self, Ino};
 
+use crate::access::{self, Inherited};
 use crate::error::{Result, ServerError};
+use surge_proto::acl::{Acl, AclKind};
 use surge_proto::{
     check_name, Attr, AttrChanges, DirEntry, ErrorCode, FileKind, InodeFate, LinkOutcome, Timestamp, Unlinked, MAX_SYMLINK_LEN,
 };
 
+pub mod format1;
 mod scan;
+mod xattrs;
+
+use xattrs::Xattrs;
 
 /// How long a cross-server rename may hold its source entry before the lock is ignored
 /// (the client that took it has died).
@@ -72,6 +78,14 @@ struct Inode {
     body: Body,
     /// Open handles registered by clients; an unlinked file stays until the last is released.
     opens: u32,
+    /// Extended attributes and ACLs; most inodes have none, and pay a pointer for the room.
+    xattrs: Option<Box<Xattrs>>,
+}
+
+impl Inode {
+    fn new(attr: Attr, body: Body) -> Inode {
+        Inode { attr, body, opens: 0, xattrs: None }
+    }
 }
 
 pub struct MetaStore {
@@ -84,15 +98,18 @@ pub struct MetaStore {
     changes: Option<Changes>,
 }
 
-/// Inodes and directory entries changed since the journal last took them.
+/// Inodes, directory entries and extended attributes changed since the journal last took
+/// them.
 #[derive(Default)]
 struct Changes {
     inodes: BTreeSet<Ino>,
     entries: BTreeSet<(Ino, String)>,
+    xattrs: BTreeSet<(Ino, String)>,
 }
 
-/// What the journal keeps of an inode: everything but a directory's entries (kept one by one)
-/// and the open handles (which a restart does not carry over).
+/// What the journal keeps of an inode: everything but a directory's entries and its extended
+/// attributes (each kept one by one) and the open handles (which a restart does not carry
+/// over).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct InodeState {
     pub attr: Attr,
@@ -114,19 +131,32 @@ pub struct EntryState {
     pub target: Option<(Ino, FileKind)>,
 }
 
+/// A change of one extended attribute of an inode: its value now (an ACL in its xattr form;
+/// None: removed). Kept apart from the inode's state so that a step that changes the inode
+/// does not write all its attributes again, nor a step that sets one all the others.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct XattrState {
+    pub ino: Ino,
+    pub name: String,
+    pub value: Option<Vec<u8>>,
+}
+
 /// One journal record: the state, after a step, of what the step changed. Applied in order to
 /// an empty store, the records (a snapshot is one big record) rebuild the namespace share.
+/// (Its layout is the journal's format, [`crate::journal::FORMAT`]; [`format1`] reads the
+/// records of the first.)
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 pub struct Record {
     pub next_local: u64,
     pub inodes: Vec<InodeState>,
     pub removed: Vec<Ino>,
     pub entries: Vec<EntryState>,
+    pub xattrs: Vec<XattrState>,
 }
 
 impl Record {
     pub fn is_empty(&self) -> bool {
-        self.inodes.is_empty() && self.removed.is_empty() && self.entries.is_empty()
+        self.inodes.is_empty() && self.removed.is_empty() && self.entries.is_empty() && self.xattrs.is_empty()
     }
 }
 
@@ -138,7 +168,7 @@ impl MetaStore {
             let root = store.alloc_ino();
             debug_assert_eq!(root, ino::ROOT_INO);
             let dir = Dir { parent: root, entries: BTreeMap::new(), subdirs: 0, retired: false };
-            store.insert_inode(root, FileKind::Dir, 0o755, owner_uid, owner_gid, Body::Dir(dir));
+            store.insert_inode(root, FileKind::Dir, access::inherit(FileKind::Dir, 0o755, 0, None), owner_uid, owner_gid, Body::Dir(dir));
         }
         store
     }
@@ -152,6 +182,12 @@ impl MetaStore {
     fn changed(&mut self, ino: Ino) {
         if let Some(changes) = self.changes.as_mut() {
             changes.inodes.insert(ino);
+        }
+    }
+
+    fn changed_xattr(&mut self, ino: Ino, name: &str) {
+        if let Some(changes) = self.changes.as_mut() {
+            changes.xattrs.insert((ino, name.to_string()));
         }
     }
 
@@ -193,6 +229,13 @@ impl MetaStore {
             };
             record.entries.push(EntryState { dir, name, target });
         }
+        for (ino, name) in changes.xattrs {
+            // An inode that went has taken its attributes with it (its removal says so).
+            if let Some(inode) = self.inodes.get(&ino) {
+                let value = inode.xattrs.as_ref().and_then(|x| x.get(&name));
+                record.xattrs.push(XattrState { ino, name, value });
+            }
+        }
         record
     }
 
@@ -206,25 +249,31 @@ impl MetaStore {
                     record.entries.push(EntryState { dir: ino, name: name.clone(), target: Some((e.ino, e.kind)) });
                 }
             }
+            for (name, value) in inode.xattrs.iter().flat_map(|x| x.all()) {
+                record.xattrs.push(XattrState { ino, name: name.to_string(), value: Some(value) });
+            }
         }
         record
     }
 
-    /// Applies a record (replaying the journal at start).
-    pub fn apply(&mut self, record: Record) {
+    /// Applies a record (replaying the journal at start). Fails only on an attribute whose
+    /// value cannot be what was written (an ACL that does not read).
+    pub fn apply(&mut self, record: Record) -> std::result::Result<(), String> {
         self.next_local = self.next_local.max(record.next_local);
         for state in record.inodes {
             let ino = state.attr.ino;
-            let entries = match self.inodes.remove(&ino).map(|i| i.body) {
-                Some(Body::Dir(dir)) => dir.entries,
-                _ => BTreeMap::new(),
+            // What the inode's state leaves out stays: a directory's entries, the attributes.
+            let (entries, xattrs) = match self.inodes.remove(&ino) {
+                Some(Inode { body: Body::Dir(dir), xattrs, .. }) => (dir.entries, xattrs),
+                Some(inode) => (BTreeMap::new(), inode.xattrs),
+                None => (BTreeMap::new(), None),
             };
             let body = match state.body {
                 BodyState::File => Body::File,
                 BodyState::Symlink(target) => Body::Symlink(target),
                 BodyState::Dir { parent, subdirs, retired } => Body::Dir(Dir { parent, entries, subdirs, retired }),
             };
-            self.inodes.insert(ino, Inode { attr: state.attr, body, opens: 0 });
+            self.inodes.insert(ino, Inode { xattrs, ..Inode::new(state.attr, body) });
         }
         for e in record.entries {
             if let Some(Inode { body: Body::Dir(dir), .. }) = self.inodes.get_mut(&e.dir) {
@@ -234,9 +283,19 @@ impl MetaStore {
                 }
             }
         }
+        for x in record.xattrs {
+            if let Some(inode) = self.inodes.get_mut(&x.ino) {
+                let xattrs = inode.xattrs.get_or_insert_with(Box::default);
+                xattrs.restore(x.name, x.value)?;
+                if xattrs.is_empty() {
+                    inode.xattrs = None;
+                }
+            }
+        }
         for ino in record.removed {
             self.inodes.remove(&ino);
         }
+        Ok(())
     }
 
     /// After replay: recounts, and drops the files that had lost their last name while a
@@ -264,12 +323,13 @@ impl MetaStore {
         ino::home(ino) == self.server_index
     }
 
-    fn insert_inode(&mut self, ino: Ino, kind: FileKind, mode: u32, uid: u32, gid: u32, body: Body) -> Attr {
+    /// A new inode, with the mode and ACLs it got (see [`access::inherit`]).
+    fn insert_inode(&mut self, ino: Ino, kind: FileKind, perms: Inherited, uid: u32, gid: u32, body: Body) -> Attr {
         let now = Timestamp::now();
         let attr = Attr {
             ino,
             kind,
-            mode: mode & 0o7777,
+            mode: perms.mode & 0o7777,
             uid,
             gid,
             size: match &body {
@@ -285,9 +345,19 @@ impl MetaStore {
             FileKind::Dir => self.dirs += 1,
             _ => self.files += 1,
         }
-        self.inodes.insert(ino, Inode { attr: attr.clone(), body, opens: 0 });
+        self.inodes.insert(ino, Inode::new(attr.clone(), body));
         self.changed(ino);
+        for (kind, acl) in [(AclKind::Access, perms.access_acl), (AclKind::Default, perms.default_acl)] {
+            if let Some(acl) = acl {
+                self.xattrs_mut(ino, kind.xattr_name()).expect("just inserted").set_acl(kind, Some(acl));
+            }
+        }
         attr
+    }
+
+    /// A directory's default ACL, which what is made in it inherits.
+    pub fn default_acl_of(&self, dir: Ino) -> Option<&Acl> {
+        self.inodes.get(&dir)?.xattrs.as_ref()?.acl(AclKind::Default)
     }
 
     fn remove_inode(&mut self, ino: Ino) {
@@ -484,7 +554,15 @@ impl MetaStore {
                 "size can only be set on a file",
             );
         }
-        let attr = &mut inode.attr;
+        if let (Some(mode), Some(xattrs)) = (changes.mode, inode.xattrs.as_deref_mut()) {
+            // chmod sets the access ACL's owner, mask (or owning group) and other entries.
+            if let Some(acl) = xattrs.acl(AclKind::Access) {
+                let acl = access::chmod_acl(acl, mode);
+                xattrs.set_acl(AclKind::Access, Some(acl));
+                self.changed_xattr(ino, AclKind::Access.xattr_name());
+            }
+        }
+        let attr = &mut self.inode_mut(ino)?.attr;
         if let Some(mode) = changes.mode {
             attr.mode = mode & 0o7777;
         }
@@ -508,8 +586,20 @@ impl MetaStore {
         Ok(attr.clone())
     }
 
+    /// A regular file `parent/name` (or with `exclusive` false, the one there), with `mode`
+    /// less `umask` or what the directory's default ACL makes of `mode`.
     #[allow(clippy::too_many_arguments)]
-    pub fn create(&mut self, parent: Ino, name: &str, mode: u32, uid: u32, gid: u32, exclusive: bool, open: bool) -> Result<DirEntry> {
+    pub fn create(
+        &mut self,
+        parent: Ino,
+        name: &str,
+        mode: u32,
+        umask: u32,
+        uid: u32,
+        gid: u32,
+        exclusive: bool,
+        open: bool,
+    ) -> Result<DirEntry> {
         check_name(name)?;
         if let Some(existing) = self.dir(parent)?.entries.get(name) {
             let (ino, kind) = (existing.ino, existing.kind);
@@ -526,8 +616,9 @@ impl MetaStore {
             }
             return Ok(self.dir_entry(name, ino, kind));
         }
+        let perms = access::inherit(FileKind::File, mode, umask, self.default_acl_of(parent));
         let ino = self.alloc_ino();
-        let attr = self.insert_inode(ino, FileKind::File, mode, uid, gid, Body::File);
+        let attr = self.insert_inode(ino, FileKind::File, perms, uid, gid, Body::File);
         self.link_entry(parent, name, ino, FileKind::File)?;
         if open {
             self.inode_mut(ino)?.opens += 1;
@@ -536,12 +627,14 @@ impl MetaStore {
     }
 
     /// A FIFO, socket or device node: an inode without data.
-    pub fn make_node(&mut self, parent: Ino, name: &str, kind: FileKind, mode: u32, uid: u32, gid: u32) -> Result<Attr> {
+    #[allow(clippy::too_many_arguments)]
+    pub fn make_node(&mut self, parent: Ino, name: &str, kind: FileKind, mode: u32, umask: u32, uid: u32, gid: u32) -> Result<Attr> {
         check_name(name)?;
         if !kind.is_special() {
             return fail(ErrorCode::Invalid, format!("mknod makes FIFOs, sockets and devices, not a {kind:?}"));
         }
-        self.make_named(parent, name, kind, mode & 0o7777, uid, gid, Body::File)
+        let perms = access::inherit(kind, mode, umask, self.default_acl_of(parent));
+        self.make_named(parent, name, kind, perms, uid, gid, Body::File)
     }
 
     pub fn symlink(&mut self, parent: Ino, name: &str, target: &str, uid: u32, gid: u32) -> Result<Attr> {
@@ -549,18 +642,19 @@ impl MetaStore {
         if target.is_empty() || target.len() > MAX_SYMLINK_LEN {
             return fail(ErrorCode::NameTooLong, "symlink target empty or too long");
         }
-        self.make_named(parent, name, FileKind::Symlink, 0o777, uid, gid, Body::Symlink(target.to_string()))
+        let perms = access::inherit(FileKind::Symlink, 0o777, 0, None);
+        self.make_named(parent, name, FileKind::Symlink, perms, uid, gid, Body::Symlink(target.to_string()))
     }
 
     /// A new inode under the new name `parent/name` (symlinks and special files; files and
     /// directories have steps of their own).
     #[allow(clippy::too_many_arguments)]
-    fn make_named(&mut self, parent: Ino, name: &str, kind: FileKind, mode: u32, uid: u32, gid: u32, body: Body) -> Result<Attr> {
+    fn make_named(&mut self, parent: Ino, name: &str, kind: FileKind, perms: Inherited, uid: u32, gid: u32, body: Body) -> Result<Attr> {
         if self.dir(parent)?.entries.contains_key(name) {
             return fail(ErrorCode::Exists, format!("'{name}' exists"));
         }
         let ino = self.alloc_ino();
-        let attr = self.insert_inode(ino, kind, mode, uid, gid, body);
+        let attr = self.insert_inode(ino, kind, perms, uid, gid, body);
         self.link_entry(parent, name, ino, kind)?;
         Ok(attr)
     }
@@ -572,10 +666,15 @@ impl MetaStore {
         }
     }
 
-    pub fn make_dir_inode(&mut self, parent: Ino, mode: u32, uid: u32, gid: u32) -> Attr {
+    /// A directory's inode (mkdir step 1), with `mode` less `umask` or what the parent's
+    /// default ACL makes of `mode`: the parent's own if it is homed here, else
+    /// `remote_default`, the one the client says it has.
+    pub fn make_dir_inode(&mut self, parent: Ino, mode: u32, umask: u32, uid: u32, gid: u32, remote_default: Option<&Acl>) -> Attr {
+        let default = if self.is_local(parent) { self.default_acl_of(parent) } else { remote_default };
+        let perms = access::inherit(FileKind::Dir, mode, umask, default);
         let ino = self.alloc_ino();
         let dir = Dir { parent, entries: BTreeMap::new(), subdirs: 0, retired: false };
-        self.insert_inode(ino, FileKind::Dir, mode, uid, gid, Body::Dir(dir))
+        self.insert_inode(ino, FileKind::Dir, perms, uid, gid, Body::Dir(dir))
     }
 
     /// Deletes a directory inode whose name is elsewhere (a mkdir undone, a directory removed
@@ -952,6 +1051,7 @@ mod tests {
     fn canonical(mut r: Record) -> Record {
         r.inodes.sort_by_key(|i| i.attr.ino);
         r.entries.sort_by(|a, b| (a.dir, &a.name).cmp(&(b.dir, &b.name)));
+        r.xattrs.sort_by(|a, b| (a.ino, &a.name).cmp(&(b.ino, &b.name)));
         r
     }
 
@@ -964,14 +1064,14 @@ mod tests {
         s.track_changes();
         let mut journal = vec![s.take_changes()];
         let step = |s: &mut MetaStore, journal: &mut Vec<Record>| journal.push(s.take_changes());
-        let a = s.make_dir_inode(ROOT_INO, 0o755, 1, 1);
+        let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 1, 1, None);
         s.insert_entry(ROOT_INO, "a", a.ino, FileKind::Dir, false, None).unwrap();
         step(&mut s, &mut journal);
         for i in 0..50 {
-            s.create(a.ino, &format!("f{i}"), 0o644, 1, 1, true, false).unwrap();
+            s.create(a.ino, &format!("f{i}"), 0o644, 0, 1, 1, true, false).unwrap();
             step(&mut s, &mut journal);
         }
-        let kept = s.create(a.ino, "kept", 0o600, 1, 1, true, true).unwrap();
+        let kept = s.create(a.ino, "kept", 0o600, 0, 1, 1, true, true).unwrap();
         s.commit(kept.ino, Some(12345), Some(Timestamp { secs: 7, nanos: 8 }), true).unwrap();
         step(&mut s, &mut journal);
         s.rename(a.ino, "f1", ROOT_INO, "moved", false, None).unwrap();
@@ -981,19 +1081,27 @@ mod tests {
         s.symlink(ROOT_INO, "link", "a/kept", 1, 1).unwrap();
         s.setattr(kept.ino, &AttrChanges { mode: Some(0o640), ..Default::default() }).unwrap();
         step(&mut s, &mut journal);
-        let open = s.create(ROOT_INO, "open-then-unlinked", 0o644, 1, 1, true, true).unwrap();
+        let open = s.create(ROOT_INO, "open-then-unlinked", 0o644, 0, 1, 1, true, true).unwrap();
         s.unlink(ROOT_INO, "open-then-unlinked").unwrap();
         step(&mut s, &mut journal);
-        let empty = s.make_dir_inode(ROOT_INO, 0o755, 1, 1);
+        let empty = s.make_dir_inode(ROOT_INO, 0o755, 0, 1, 1, None);
         s.insert_entry(ROOT_INO, "gone", empty.ino, FileKind::Dir, false, None).unwrap();
         s.rmdir(ROOT_INO, "gone").unwrap();
+        step(&mut s, &mut journal);
+        s.set_xattr(kept.ino, "user.kept", b"v1".to_vec(), XattrSetMode::Either).unwrap();
+        s.set_xattr(kept.ino, "user.replaced", b"old".to_vec(), XattrSetMode::Either).unwrap();
+        s.set_xattr(a.ino, "user.gone", b"x".to_vec(), XattrSetMode::Either).unwrap();
+        step(&mut s, &mut journal);
+        s.set_xattr(kept.ino, "user.replaced", b"new".to_vec(), XattrSetMode::Replace).unwrap();
+        s.remove_xattr(a.ino, "user.gone").unwrap();
+        s.setattr(kept.ino, &AttrChanges { mode: Some(0o600), ..Default::default() }).unwrap();
         step(&mut s, &mut journal);
         let sizes: usize = journal.iter().map(|r| postcard::to_allocvec(r).unwrap().len()).sum();
         assert!(sizes < 64 * 1024, "records hold what changed, not the store ({sizes} bytes)");
 
         let mut replayed = MetaStore::new(0, 0, 0);
         for record in journal {
-            replayed.apply(record);
+            replayed.apply(record).unwrap();
         }
         let orphans = replayed.settle();
         assert_eq!(orphans, vec![open.ino], "the unlinked open file goes, for its data to be purged");
@@ -1002,13 +1110,16 @@ mod tests {
         assert_eq!(canonical(replayed.snapshot()), canonical(expected.snapshot()));
         assert_eq!(replayed.getattr(kept.ino).unwrap().size, 12345);
         assert_eq!(replayed.lookup(ROOT_INO, "moved").unwrap().kind, FileKind::File);
+        assert_eq!(replayed.get_xattr(kept.ino, "user.kept").unwrap(), b"v1", "an inode changed after its attribute keeps it");
+        assert_eq!(replayed.get_xattr(kept.ino, "user.replaced").unwrap(), b"new");
+        assert_eq!(replayed.get_xattr(a.ino, "user.gone").unwrap_err().code, ErrorCode::NoData);
         // The counter goes on where it was: no inode number is handed out twice.
-        let next = replayed.create(ROOT_INO, "new", 0o644, 0, 0, true, false).unwrap();
+        let next = replayed.create(ROOT_INO, "new", 0o644, 0, 0, 0, true, false).unwrap();
         assert!(expected.getattr(next.ino).is_err());
     }
 
     use surge_proto::call::encode_reply;
-    use surge_proto::{DirPage, Timestamp};
+    use surge_proto::{DirPage, Timestamp, XattrSetMode};
 
     /// ENTRY_OVERHEAD bounds an entry's encoding beyond its name, even at the widest values.
     #[test]
@@ -1036,7 +1147,7 @@ mod tests {
         let mut s = MetaStore::new(0, 0, 0);
         let names: Vec<String> = (0..5000).map(|i| format!("{i:06}{}", "x".repeat(249))).collect();
         for name in &names {
-            s.create(ROOT_INO, name, 0o644, 0, 0, true, false).unwrap();
+            s.create(ROOT_INO, name, 0o644, 0, 0, 0, true, false).unwrap();
         }
         let (mut listed, mut after, mut pages) = (Vec::new(), None::<String>, 0);
         loop {
@@ -1058,7 +1169,7 @@ mod tests {
     use surge_proto::ROOT_INO;
 
     fn file(store: &mut MetaStore, parent: Ino, name: &str) -> Ino {
-        store.create(parent, name, 0o644, 0, 0, true, false).unwrap().ino
+        store.create(parent, name, 0o644, 0, 0, 0, true, false).unwrap().ino
     }
 
     #[test]
@@ -1077,7 +1188,7 @@ mod tests {
     #[test]
     fn unlinked_open_file_survives_until_release() {
         let mut s = MetaStore::new(0, 0, 0);
-        let ino = s.create(ROOT_INO, "f", 0o644, 0, 0, true, true).unwrap().ino;
+        let ino = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, true).unwrap().ino;
         let u = s.unlink(ROOT_INO, "f").unwrap();
         assert!(!u.purge);
         assert!(s.getattr(ino).is_ok());
@@ -1090,7 +1201,7 @@ mod tests {
     #[test]
     fn hard_links_count_names() {
         let mut s = MetaStore::new(0, 0, 0);
-        let ino = s.create(ROOT_INO, "f", 0o644, 0, 0, true, false).unwrap().ino;
+        let ino = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, false).unwrap().ino;
         assert_eq!(s.add_link(ino).unwrap().nlink, 2);
         s.insert_entry(ROOT_INO, "g", ino, FileKind::File, false, None).unwrap();
         assert_eq!(s.insert_entry(ROOT_INO, "g", ino, FileKind::File, false, None).unwrap_err().code, ErrorCode::Exists);
@@ -1098,9 +1209,9 @@ mod tests {
         assert_eq!(s.getattr(ino).unwrap().nlink, 1);
         assert!(s.unlink(ROOT_INO, "g").unwrap().purge, "the last name took the file");
         assert_eq!(s.add_link(ino).unwrap_err().code, ErrorCode::NotFound);
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0).ino;
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None).ino;
         assert_eq!(s.add_link(dir).unwrap_err().code, ErrorCode::NotPermitted);
-        let open = s.create(ROOT_INO, "open", 0o644, 0, 0, true, true).unwrap().ino;
+        let open = s.create(ROOT_INO, "open", 0o644, 0, 0, 0, true, true).unwrap().ino;
         s.unlink(ROOT_INO, "open").unwrap();
         assert_eq!(s.add_link(open).unwrap_err().code, ErrorCode::NotFound, "an unlinked open file stays nameless");
     }
@@ -1108,23 +1219,23 @@ mod tests {
     #[test]
     fn directory_rules() {
         let mut s = MetaStore::new(0, 0, 0);
-        let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 0).ino;
+        let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None).ino;
         s.insert_entry(ROOT_INO, "a", a, FileKind::Dir, false, None).unwrap();
         file(&mut s, a, "x");
         assert_eq!(s.rmdir(ROOT_INO, "a").unwrap_err().code, ErrorCode::NotEmpty);
         assert_eq!(s.getattr(ROOT_INO).unwrap().nlink, 3);
-        let b = s.make_dir_inode(a, 0o755, 0, 0).ino;
+        let b = s.make_dir_inode(a, 0o755, 0, 0, 0, None).ino;
         s.insert_entry(a, "b", b, FileKind::Dir, false, None).unwrap();
         assert_eq!(s.rename(ROOT_INO, "a", b, "a2", false, None).unwrap_err().code, ErrorCode::Invalid);
         assert_eq!(s.rename(a, "x", ROOT_INO, "a", false, None).unwrap_err().code, ErrorCode::IsDir);
-        assert_eq!(s.create(ROOT_INO, &"n".repeat(256), 0o644, 0, 0, true, false).unwrap_err().code, ErrorCode::NameTooLong);
+        assert_eq!(s.create(ROOT_INO, &"n".repeat(256), 0o644, 0, 0, 0, true, false).unwrap_err().code, ErrorCode::NameTooLong);
     }
 
     /// A name for an inode homed here must name it as what it is, and something that exists.
     #[test]
     fn insert_entry_refuses_a_kind_its_inode_does_not_have() {
         let mut s = MetaStore::new(0, 0, 0);
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0).ino;
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None).ino;
         assert_eq!(s.insert_entry(ROOT_INO, "d", dir, FileKind::File, false, None).unwrap_err().code, ErrorCode::Invalid);
         assert_eq!(s.insert_entry(ROOT_INO, "x", ino::make(0, 999), FileKind::File, false, None).unwrap_err().code, ErrorCode::NotFound);
         s.insert_entry(ROOT_INO, "d", dir, FileKind::Dir, false, None).unwrap();
@@ -1149,13 +1260,13 @@ mod tests {
     #[test]
     fn the_root_and_files_are_not_dropped_moved_or_retired() {
         let mut s = MetaStore::new(0, 0, 0);
-        let file = s.create(ROOT_INO, "f", 0o644, 0, 0, true, false).unwrap();
+        let file = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, false).unwrap();
         for outcome in [s.drop_inode(ROOT_INO), s.set_parent(ROOT_INO, file.ino), s.set_retired(ROOT_INO, true)] {
             assert_eq!(outcome.unwrap_err().code, ErrorCode::Invalid);
         }
         assert_eq!(s.drop_inode(file.ino).unwrap_err().code, ErrorCode::Invalid);
         assert_eq!(s.lookup(ROOT_INO, "f").unwrap().ino, file.ino, "the file is still there");
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0);
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None);
         s.drop_inode(dir.ino).unwrap();
     }
 }
