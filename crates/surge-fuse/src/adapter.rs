@@ -10,7 +10,7 @@ use std::time::SystemTime;
 use fuser::{
     BackingId, BsdFileFlags, Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
     Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen,
-    ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use surge_client::surge_proto::{Attr, AttrChanges, ErrorCode};
 use surge_client::{Client, Error, Result};
@@ -187,6 +187,17 @@ fn data<B: AsRef<[u8]>>(reply: ReplyData) -> impl FnOnce(Result<B>) + Send + 'st
     }
 }
 
+/// An attribute value or name list, as getxattr and listxattr answer: its length when the
+/// caller asked for it (`size` 0), ERANGE when it does not fit the caller's buffer.
+fn xattr(reply: ReplyXattr, size: u32) -> impl FnOnce(Result<Vec<u8>>) + Send + 'static {
+    move |result| match result {
+        Ok(bytes) if size == 0 => reply.size(bytes.len() as u32),
+        Ok(bytes) if bytes.len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(bytes) => reply.data(&bytes),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
 /// The errors a file system answers all day (a name that is not there, or is) only at debug
 /// level; any other one at info, with what the client said of it, for whoever reads the
 /// mount's log after a program failed.
@@ -253,6 +264,14 @@ impl Filesystem for SurgeFs {
             InitFlags::FUSE_ATOMIC_O_TRUNC,
             InitFlags::FUSE_POSIX_LOCKS,
             InitFlags::FUSE_FLOCK_LOCKS,
+            // The kernel enforces POSIX ACLs (the servers keep them and apply a directory's
+            // default ACL to what is made in it, for which the mode comes unmasked, with the
+            // umask beside it).
+            InitFlags::FUSE_POSIX_ACL,
+            InitFlags::FUSE_DONT_MASK,
+            // Clearing set-id bits on a write is the mount's (see `write`), so the kernel
+            // need not ask for security.capability before every write.
+            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
         ] {
             let _ = config.add_capabilities(capability);
         }
@@ -306,12 +325,12 @@ impl Filesystem for SurgeFs {
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
-        self.answer(self.ops().mknod(parent.0, name, mode & !umask, rdev, caller(req)), self.entry(reply));
+        self.answer(self.ops().mknod(parent.0, name, mode, umask, rdev, caller(req)), self.entry(reply));
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
-        self.answer(self.ops().mkdir(parent.0, name, mode & !umask, caller(req)), self.entry(reply));
+        self.answer(self.ops().mkdir(parent.0, name, mode, umask, caller(req)), self.entry(reply));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -375,11 +394,15 @@ impl Filesystem for SurgeFs {
         fh: FileHandle,
         offset: u64,
         bytes: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         flags: OpenFlags,
         _lock: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            // A write by someone else than root to a set-id file drops its set-id bits.
+            self.answer(self.ops().drop_set_id_bits(ino.0), |_| {});
+        }
         // `flags`: the descriptor's open flags.
         let append = flags.0 & libc::O_APPEND != 0;
         self.ops().write(fh.0, ino.0, offset, bytes, append, move |result| match result {
@@ -484,6 +507,25 @@ impl Filesystem for SurgeFs {
         reply.ok();
     }
 
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let name = name_or_reply!(name, reply);
+        self.answer(self.ops().get_xattr(ino.0, name, caller(req)), xattr(reply, size));
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.answer(self.ops().list_xattr(ino.0, caller(req)), xattr(reply, size));
+    }
+
+    fn setxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+        let name = name_or_reply!(name, reply);
+        self.answer(self.ops().set_xattr(ino.0, name, value.to_vec(), flags, caller(req)), empty(reply));
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let name = name_or_reply!(name, reply);
+        self.answer(self.ops().remove_xattr(ino.0, name, caller(req)), empty(reply));
+    }
+
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
         let block = STATFS_BLOCK as u32;
         self.answer(self.ops().statfs(), move |result| match result {
@@ -495,7 +537,7 @@ impl Filesystem for SurgeFs {
     fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
         let name = name_or_reply!(name, reply);
         let (ttl, blksize, backings) = (self.ops().ttl(), self.ops().blksize(), self.backings.clone());
-        self.answer(self.ops().create(parent.0, name, mode & !umask, flags, caller(req)), move |result| {
+        self.answer(self.ops().create(parent.0, name, mode, umask, flags, caller(req)), move |result| {
             let (attr, Opened { fh, backing }) = match result {
                 Ok(created) => created,
                 Err(e) => return reply.error(errno(&e)),

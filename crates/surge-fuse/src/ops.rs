@@ -273,6 +273,7 @@ impl Ops {
         parent: u64,
         name: String,
         mode: u32,
+        umask: u32,
         rdev: u32,
         caller: Caller,
     ) -> impl Future<Output = Result<Attr>> + Send + 'static {
@@ -280,14 +281,14 @@ impl Ops {
         async move {
             let client = ops.client.as_user(caller.uid, caller.gid);
             if let Some(kind) = crate::convert::special_kind(mode, rdev) {
-                let made = client.mknod_at(parent, &name, kind, mode & 0o7777);
+                let made = client.mknod_at_with_umask(parent, &name, kind, mode & 0o7777, umask);
                 return ops.changed_name(parent, &name, true, made).await.map(|attr| ops.told(attr));
             }
             if mode & libc::S_IFMT != libc::S_IFREG {
                 return Err(Error::new(ErrorCode::Invalid, format!("mknod of an unknown file type {:o}", mode & libc::S_IFMT)));
             }
             let made = async {
-                let f = client.create_at(parent, &name, mode & 0o7777, true).await?;
+                let f = client.create_at_with_umask(parent, &name, mode & 0o7777, umask, true).await?;
                 let ino = f.ino();
                 f.close().await?;
                 client.getattr(ino).await
@@ -301,12 +302,13 @@ impl Ops {
         parent: u64,
         name: String,
         mode: u32,
+        umask: u32,
         caller: Caller,
     ) -> impl Future<Output = Result<Attr>> + Send + 'static {
         let ops = self.clone();
         async move {
             let made = async {
-                let attr = ops.client.as_user(caller.uid, caller.gid).mkdir_at(parent, &name, mode & 0o7777).await?;
+                let attr = ops.client.as_user(caller.uid, caller.gid).mkdir_at_with_umask(parent, &name, mode & 0o7777, umask).await?;
                 // Made here: every name in it is known (none yet).
                 ops.kernel.listings.made(attr.ino);
                 ops.kernel.subdirectory_count_moved(parent, 1);
@@ -443,6 +445,7 @@ impl Ops {
         parent: u64,
         name: String,
         mode: u32,
+        umask: u32,
         flags: i32,
         caller: Caller,
     ) -> impl Future<Output = Result<(Attr, Opened)>> + Send + 'static {
@@ -450,7 +453,7 @@ impl Ops {
         async move {
             let client = ops.client.as_user(caller.uid, caller.gid);
             let created = async {
-                let f = client.create_at(parent, &name, mode & 0o7777, flags & libc::O_EXCL != 0).await?;
+                let f = client.create_at_with_umask(parent, &name, mode & 0o7777, umask, flags & libc::O_EXCL != 0).await?;
                 if flags & libc::O_TRUNC != 0 && f.size() > 0 {
                     f.set_len(0).await?;
                 }
@@ -641,6 +644,69 @@ impl Ops {
 
     pub fn releasedir(&self, fh: u64) {
         self.dirs.lock().unwrap().remove(&fh);
+    }
+
+    /// Drops a file's set-user-id and set-group-id bits (a write by someone else than root;
+    /// the kernel leaves this to the file system, see the adapter's `init`).
+    pub fn drop_set_id_bits(self: &Arc<Self>, ino: u64) -> impl Future<Output = Result<Attr>> + Send + 'static {
+        let ops = self.clone();
+        async move {
+            let attr = ops.client.getattr(ino).await?;
+            let mode = attr.mode & !(libc::S_ISUID | libc::S_ISGID);
+            if mode == attr.mode {
+                return Ok(attr);
+            }
+            let attr = ops.client.setattr(ino, AttrChanges { mode: Some(mode), ..Default::default() }).await?;
+            ops.kernel.attr_changed(ino);
+            Ok(attr)
+        }
+    }
+
+    // ------------------------------------------------------------ extended attributes
+
+    /// The kernel checks who may read or change which namespace (user.* by the file's
+    /// permissions, trusted.* for root) before asking; the servers check again where they
+    /// check identities.
+    pub fn get_xattr(self: &Arc<Self>, ino: u64, name: String, caller: Caller) -> impl Future<Output = Result<Vec<u8>>> + Send + 'static {
+        let client = self.client.as_user(caller.uid, caller.gid);
+        async move { client.get_xattr(ino, &name).await }
+    }
+
+    /// The names, each followed by a NUL (listxattr's form).
+    pub fn list_xattr(self: &Arc<Self>, ino: u64, caller: Caller) -> impl Future<Output = Result<Vec<u8>>> + Send + 'static {
+        let client = self.client.as_user(caller.uid, caller.gid);
+        async move {
+            let names = client.list_xattr(ino).await?;
+            Ok(names.iter().flat_map(|n| n.bytes().chain(std::iter::once(0))).collect())
+        }
+    }
+
+    /// `flags`: setxattr's XATTR_CREATE / XATTR_REPLACE. An ACL set here may change the mode:
+    /// the kernel is told the new attributes.
+    pub fn set_xattr(
+        self: &Arc<Self>,
+        ino: u64,
+        name: String,
+        value: Vec<u8>,
+        flags: i32,
+        caller: Caller,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        let (ops, client) = (self.clone(), self.client.as_user(caller.uid, caller.gid));
+        async move {
+            let mode = surge_client::surge_proto::XattrSetMode::from_flags(flags)?;
+            let attr = client.set_xattr(ino, &name, &value, mode).await?;
+            ops.kernel.attr_changed(attr.ino);
+            Ok(())
+        }
+    }
+
+    pub fn remove_xattr(self: &Arc<Self>, ino: u64, name: String, caller: Caller) -> impl Future<Output = Result<()>> + Send + 'static {
+        let (ops, client) = (self.clone(), self.client.as_user(caller.uid, caller.gid));
+        async move {
+            let attr = client.remove_xattr(ino, &name).await?;
+            ops.kernel.attr_changed(attr.ino);
+            Ok(())
+        }
     }
 }
 

@@ -72,7 +72,7 @@ async fn read(ops: &Arc<Ops>, fh: u64, ino: u64, offset: u64, size: u32) -> surg
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_created_elsewhere_is_never_answered_missing() {
     let fx = Fixture::new("missing", 3).await;
-    let dir = fx.ops.mkdir(ROOT_INO, "run".into(), 0o755, me()).await.unwrap();
+    let dir = fx.ops.mkdir(ROOT_INO, "run".into(), 0o755, 0, me()).await.unwrap();
     assert!(
         matches!(fx.ops.lookup_now(dir.ino, "plot.h5", me()), Some(Err(e)) if e.code == ErrorCode::NotFound),
         "a name missing from a directory made here is known missing"
@@ -91,7 +91,7 @@ async fn a_name_created_elsewhere_is_never_answered_missing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn directory_attributes_are_answered_locally_until_changed() {
     let fx = Fixture::new("dirattr", 2).await;
-    let dir = fx.ops.mkdir(ROOT_INO, "d".into(), 0o755, me()).await.unwrap();
+    let dir = fx.ops.mkdir(ROOT_INO, "d".into(), 0o755, 0, me()).await.unwrap();
     assert_eq!(fx.ops.getattr_now(dir.ino).map(|a| a.mode), Some(0o755));
     let changed = fx.ops.setattr(dir.ino, AttrChanges { mode: Some(0o700), ..Default::default() }, None).await.unwrap();
     assert_eq!(changed.mode, 0o700);
@@ -108,7 +108,7 @@ async fn directory_attributes_are_answered_locally_until_changed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_open_through_a_stale_name_is_retried_once() {
     let fx = Fixture::new("stale", 2).await;
-    let (attr, Opened { fh, .. }) = fx.ops.create(ROOT_INO, "ckpt".into(), 0o644, 0, me()).await.unwrap();
+    let (attr, Opened { fh, .. }) = fx.ops.create(ROOT_INO, "ckpt".into(), 0o644, 0, 0, me()).await.unwrap();
     fx.ops.release(attr.ino, fh).await.unwrap();
     fx.other.unlink("/ckpt").await.unwrap();
     let first = fx.ops.open(attr.ino, 0, me()).await.err().expect("refused");
@@ -123,7 +123,7 @@ async fn an_open_through_a_stale_name_is_retried_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unpublished_writes_are_seen_through_other_handles_on_this_node() {
     let fx = Fixture::new("siblings", 3).await;
-    let (attr, Opened { fh: writer, .. }) = fx.ops.create(ROOT_INO, "out".into(), 0o644, 0, me()).await.unwrap();
+    let (attr, Opened { fh: writer, .. }) = fx.ops.create(ROOT_INO, "out".into(), 0o644, 0, 0, me()).await.unwrap();
     let reader = fx.ops.open(attr.ino, 0, me()).await.unwrap().fh;
     let body: Vec<u8> = (0..3 * (1 << 20) + 17).map(|i| (i % 251) as u8).collect();
     assert_eq!(write(&fx.ops, writer, attr.ino, 0, &body).await.unwrap(), body.len());

@@ -41,7 +41,7 @@ pub fn make_placed(server: usize, data_server: usize, local: u64) -> Ino {
 
 /// The server holding every chunk of `ino`, for an inode made with [`make_placed`].
 pub fn data_server(ino: Ino) -> Option<usize> {
-    (ino & PLACED != 0).then(|| ((ino & (PLACED - 1)) >> PLACED_SHIFT) as usize)
+    (ino & PLACED != 0).then_some(((ino & (PLACED - 1)) >> PLACED_SHIFT) as usize)
 }
 
 /// A well-mixed hash of an inode number, used to pick the server of a file's first chunk so
