@@ -21,7 +21,9 @@
 //!
 //! In both modes the data a connection wrote reads back as written (a model of every file
 //! written below 4 MiB), and the bytes the server accounts as used are those its data files
-//! hold. Each run starts a fresh instance, so a finding replays on its own.
+//! hold; and every inode's extended attributes are within their limits, on inodes that may
+//! have them, an access ACL shown in the mode. Each run starts a fresh instance, so a finding
+//! replays on its own.
 
 use std::collections::HashMap;
 use std::io::{Read as _, Write as _};
@@ -32,12 +34,14 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
+use surge_proto::acl::{Acl, AclKind, Entry, Tag};
 use surge_proto::admin::*;
 use surge_proto::data::{LocalWritten, PurgeData, Read, ReserveLocal, SyncData, TruncateData, Write};
 use surge_proto::frame::{decode_message, encode_frame};
 use surge_proto::handshake::{Challenge, Hello};
 use surge_proto::namespace::*;
 use surge_proto::stage::{CopyItem, CopyOrder, CopyOutcome, StageCancel, StageDirection, StageFiles, StageJobEnd, StageList, StageRevoke};
+use surge_proto::xattr::{self, MAX_XATTR_VALUE_LEN};
 use surge_proto::*;
 use surge_server::in_process::InProcessInstance;
 
@@ -281,15 +285,32 @@ impl Run {
 
     /// One step: a request, or a client's operation of a few.
     fn step(&mut self, input: &mut Input) {
-        // Client steps 0-28 and 44-47 (links, exchange, mknod, locks, added later: numbered
-        // after the rest so that kept inputs mean what they meant); raw steps 29-43 and 48.
-        let steps = if self.raw { 49 } else { 33 };
+        // Client steps 0-28, 44-47 (links, exchange, mknod, locks) and 49-50 (extended
+        // attributes, ACLs), added later: numbered after the rest so that kept inputs mean
+        // what they meant; raw steps 29-43, 48 and 51.
+        let steps = if self.raw { 52 } else { 35 };
         let mut n = input.below(steps);
         if !self.raw && n >= 29 {
-            n += 15;
+            n += if n < 33 { 15 } else { 16 };
         }
         match n {
             44..=47 => return self.posix_step(n - 44, input),
+            49 | 50 => return self.xattr_step(n - 49, input),
+            51 => {
+                // mkdir's steps with a default ACL to inherit, and a link that claims one.
+                let (parent, name, mode, umask) = (self.ino(input), self.name(input), input.u32(), input.u32());
+                let parent_default_acl = Self::opt(input, Self::acl_value);
+                let answer = self.conn.call(MakeDirInode { parent, mode, umask, uid: 0, gid: 0, parent_default_acl }, &[]);
+                if let Some(attr) = self.attr(&answer) {
+                    let new_dir = Self::opt(input, |i| NewDirAcl { parent_default_acl: Self::opt(i, Self::acl_value) });
+                    let insert =
+                        InsertEntry { parent, name, ino: attr.ino, kind: FileKind::Dir, replace: false, retired_target: None, new_dir };
+                    if self.conn.call(insert, &[]).decode::<LinkOutcome>("insert-entry").is_none() {
+                        self.conn.call(DropInode { ino: attr.ino }, &[]);
+                    }
+                }
+                return;
+            }
             48 => {
                 // The middle of a cross-server exchange, out of turn.
                 let (parent, name, expected, ino) = (self.ino(input), self.name(input), self.ino(input), self.ino(input));
@@ -608,6 +629,89 @@ impl Run {
         }
     }
 
+    /// The extended attribute steps, as a client sends them: get, set, list and remove
+    /// attributes of every namespace (and of none), and set or remove ACLs, valid or not.
+    fn xattr_step(&mut self, which: usize, input: &mut Input) {
+        let ino = self.ino(input);
+        if which == 1 {
+            let kind = if input.bool() { AclKind::Access } else { AclKind::Default };
+            let name = kind.xattr_name().to_string();
+            let answer = if input.one_in(4) {
+                self.conn.call(RemoveXattr { ino, name }, &[])
+            } else {
+                self.conn.call(SetXattr { ino, name, value: Self::acl_value(input), mode: XattrSetMode::Either }, &[])
+            };
+            self.attr(&answer);
+            return;
+        }
+        let name = Self::xattr_name(input);
+        match input.below(4) {
+            0 => {
+                if let Some(value) = self.conn.call(GetXattr { ino, name }, &[]).decode::<Vec<u8>>("get-xattr") {
+                    assert!(value.len() <= MAX_XATTR_VALUE_LEN, "a value larger than any may be set");
+                }
+            }
+            1 => {
+                let value = match input.below(8) {
+                    0 => vec![0; MAX_XATTR_VALUE_LEN + input.below(2)],
+                    _ => input.bytes(24).to_vec(),
+                };
+                let mode = [XattrSetMode::Either, XattrSetMode::Create, XattrSetMode::Replace][input.below(3)];
+                let answer = self.conn.call(SetXattr { ino, name, value, mode }, &[]);
+                self.attr(&answer);
+            }
+            2 => drop(self.conn.call(ListXattr { ino }, &[]).decode::<Vec<String>>("list-xattr")),
+            _ => {
+                let answer = self.conn.call(RemoveXattr { ino, name }, &[]);
+                self.attr(&answer);
+            }
+        }
+    }
+
+    /// Mostly a name of the pool of every namespace; sometimes one the server must refuse.
+    fn xattr_name(input: &mut Input) -> String {
+        const XATTR_NAMES: [&str; 6] =
+            ["user.a", "user.b", "trusted.t", "security.s", "system.posix_acl_access", "system.posix_acl_default"];
+        if !input.one_in(8) {
+            return XATTR_NAMES[input.below(XATTR_NAMES.len())].to_string();
+        }
+        match input.below(6) {
+            0 => String::new(),
+            1 => "user.".into(),
+            2 => "os2.a".into(),
+            3 => format!("user.{}", "n".repeat(250)),
+            4 => format!("user.{}", "n".repeat(251)),
+            _ => "user.a\0".into(),
+        }
+    }
+
+    /// An ACL's xattr form: mostly a valid ACL of any entries, sometimes a header alone, a
+    /// valid one with a byte changed, or any bytes.
+    fn acl_value(input: &mut Input) -> Vec<u8> {
+        let perm = |i: &mut Input| i.below(8) as u32;
+        let mut entries = vec![Entry { tag: Tag::UserObj, perm: perm(input) }];
+        let named = input.bool();
+        if named {
+            entries.push(Entry { tag: Tag::User(1000 + input.below(3) as u32), perm: perm(input) });
+        }
+        entries.push(Entry { tag: Tag::GroupObj, perm: perm(input) });
+        if named || input.bool() {
+            entries.push(Entry { tag: Tag::Mask, perm: perm(input) });
+        }
+        entries.push(Entry { tag: Tag::Other, perm: perm(input) });
+        let mut value = Acl::new(entries).expect("a valid ACL").encode();
+        match input.below(8) {
+            0 => value.truncate(4),
+            1 => {
+                let at = input.below(value.len());
+                value[at] ^= input.byte() | 1;
+            }
+            2 => value = input.bytes(40).to_vec(),
+            _ => {}
+        }
+        value
+    }
+
     fn entry(&mut self, answer: &Answer) -> Option<DirEntry> {
         let entry = answer.decode::<DirEntry>("a step answering an entry")?;
         self.learn(entry.ino);
@@ -862,9 +966,44 @@ impl Run {
                 assert_eq!(len, data.len() as u64, "data file of {ino:#x} as long as written");
             }
         }
+        for inode in &inodes {
+            self.check_xattrs(inode);
+        }
         if !self.raw {
             check_namespace(&inodes, &entries);
         }
+    }
+
+    /// What any inode's attributes must be, whatever was sent: within Linux's limits and the
+    /// bound per inode, each listed name readable, user attributes only on files and
+    /// directories, a default ACL only on a directory, and an access ACL valid and shown in
+    /// the mode's permission bits (owner, mask or owning group, other).
+    fn check_xattrs(&mut self, inode: &InodeSummary) {
+        let names = self.conn.must(ListXattr { ino: inode.ino });
+        assert!(xattr::xattr_list_len(names.iter().map(String::as_str)) <= xattr::MAX_XATTR_LIST_LEN, "{:#x}: {names:?}", inode.ino);
+        let mut total = 0;
+        for name in &names {
+            let value = self.conn.must(GetXattr { ino: inode.ino, name: name.clone() });
+            total += name.len() + value.len();
+            assert!(value.len() <= MAX_XATTR_VALUE_LEN, "{:#x}: {name} of {} bytes", inode.ino, value.len());
+            match XattrNamespace::of(name).unwrap_or_else(|e| panic!("{:#x}: a name no set may make: {name}: {e}", inode.ino)) {
+                XattrNamespace::User => {
+                    assert!(matches!(inode.kind, FileKind::File | FileKind::Dir), "{:#x}: {name} on a {:?}", inode.ino, inode.kind)
+                }
+                XattrNamespace::Acl(AclKind::Default) => assert_eq!(inode.kind, FileKind::Dir, "{:#x}: a default ACL", inode.ino),
+                XattrNamespace::Acl(AclKind::Access) => {
+                    let acl =
+                        Acl::decode(&value).ok().flatten().unwrap_or_else(|| panic!("{:#x}: an access ACL that does not read", inode.ino));
+                    let perm = |tag| acl.perm(tag).unwrap_or(0);
+                    let group = acl.perm(Tag::Mask).unwrap_or_else(|| perm(Tag::GroupObj));
+                    let shown = (perm(Tag::UserObj) << 6) | (group << 3) | perm(Tag::Other);
+                    let mode = self.conn.must(GetAttr { ino: inode.ino }).mode;
+                    assert_eq!(mode & 0o777, shown, "{:#x}: mode {mode:o} and its ACL {acl:?}", inode.ino);
+                }
+                _ => {}
+            }
+        }
+        assert!(total <= xattr::MAX_XATTR_BYTES, "{:#x}: {total} bytes of attributes", inode.ino);
     }
 }
 

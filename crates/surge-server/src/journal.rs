@@ -10,8 +10,8 @@
 //! group ([`Journal::durable`]); others are answered at once and are durable a moment later:
 //! after a crash, a change is there whole or not at all.
 //!
-//! Files in `<root>/meta`: `snapshot` (everything, as one record) and `journal` (the records
-//! after it). Each record is framed `length (u32) | checksum (first 8 bytes of BLAKE3) |
+//! Files in `<root>/meta`: `snapshot` (everything, as a few records: one would not fit a
+//! frame's length once inodes hold large attributes) and `journal` (the records after it). Each record is framed `length (u32) | checksum (first 8 bytes of BLAKE3) |
 //! postcard`: a record cut short by a crash fails its checksum and ends the replay. At open
 //! the snapshot and the journal are replayed, then written as a new snapshot and the journal
 //! emptied; the same happens at a clean stop, and when the journal grows past
@@ -303,11 +303,13 @@ impl Journal {
         Ok(())
     }
 
-    /// Writes `store` as one record to the file `name` in one step (written aside, then
-    /// renamed): it is there whole or not at all.
+    /// Writes `store` to the file `name` in one step (written aside, then renamed): it is
+    /// there whole or not at all. A few records, each small enough for its frame.
     fn write_snapshot(&self, store: &MetaStore, name: &str) -> io::Result<()> {
         let mut bytes = Vec::new();
-        frame(&store.snapshot(), &mut bytes);
+        for piece in store.snapshot().split() {
+            frame(&piece, &mut bytes);
+        }
         let tmp = self.dir.join("snapshot.tmp");
         let mut snapshot = File::create(&tmp)?;
         snapshot.write_all(&bytes)?;

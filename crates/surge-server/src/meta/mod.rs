@@ -154,9 +154,31 @@ pub struct Record {
     pub xattrs: Vec<XattrState>,
 }
 
+/// Items per record when one is written as several ([`Record::split`]), each record far
+/// below the 4 GiB its frame's length can say: an inode's state is at most a few KiB (a
+/// symlink's target), an entry a few hundred bytes, an attribute 64 KiB and its name.
+const INODES_PER_RECORD: usize = 65536;
+const ENTRIES_PER_RECORD: usize = 65536;
+const XATTRS_PER_RECORD: usize = 1024;
+
 impl Record {
     pub fn is_empty(&self) -> bool {
         self.inodes.is_empty() && self.removed.is_empty() && self.entries.is_empty() && self.xattrs.is_empty()
+    }
+
+    /// The same changes as several records, applied one after the other: inodes first, then
+    /// names, attributes and removals (each needs what comes before it), each small enough
+    /// for a journal frame. How a snapshot is written: a share whose inodes hold their 256 KiB
+    /// of attributes each would not fit one. At least one record, which keeps `next_local`.
+    pub fn split(self) -> Vec<Record> {
+        let next_local = self.next_local;
+        let piece = || Record { next_local, ..Record::default() };
+        let mut pieces: Vec<Record> = Vec::new();
+        pieces.extend(self.inodes.chunks(INODES_PER_RECORD).map(|inodes| Record { inodes: inodes.to_vec(), ..piece() }));
+        pieces.extend(self.entries.chunks(ENTRIES_PER_RECORD).map(|entries| Record { entries: entries.to_vec(), ..piece() }));
+        pieces.extend(self.xattrs.chunks(XATTRS_PER_RECORD).map(|xattrs| Record { xattrs: xattrs.to_vec(), ..piece() }));
+        pieces.push(Record { removed: self.removed, ..piece() });
+        pieces
     }
 }
 
@@ -1094,7 +1116,15 @@ mod tests {
         step(&mut s, &mut journal);
         s.set_xattr(kept.ino, "user.replaced", b"new".to_vec(), XattrSetMode::Replace).unwrap();
         s.remove_xattr(a.ino, "user.gone").unwrap();
+        let entry = |tag, perm| surge_proto::acl::Entry { tag, perm };
+        let entries =
+            vec![entry(Tag::UserObj, 6), entry(Tag::User(9), 6), entry(Tag::GroupObj, 4), entry(Tag::Mask, 6), entry(Tag::Other, 0)];
+        s.set_acl(kept.ino, AclKind::Access, Some(Acl::new(entries).unwrap()), true).unwrap();
+        s.set_acl(a.ino, AclKind::Default, Some(Acl::from_mode(0o750)), true).unwrap();
+        step(&mut s, &mut journal);
+        // chmod changes the ACL too: replayed, the mask is the new group bits.
         s.setattr(kept.ino, &AttrChanges { mode: Some(0o600), ..Default::default() }).unwrap();
+        let inherits = s.create(a.ino, "inherits", 0o666, 0o022, 1, 1, true, false).unwrap();
         step(&mut s, &mut journal);
         let sizes: usize = journal.iter().map(|r| postcard::to_allocvec(r).unwrap().len()).sum();
         assert!(sizes < 64 * 1024, "records hold what changed, not the store ({sizes} bytes)");
@@ -1113,11 +1143,37 @@ mod tests {
         assert_eq!(replayed.get_xattr(kept.ino, "user.kept").unwrap(), b"v1", "an inode changed after its attribute keeps it");
         assert_eq!(replayed.get_xattr(kept.ino, "user.replaced").unwrap(), b"new");
         assert_eq!(replayed.get_xattr(a.ino, "user.gone").unwrap_err().code, ErrorCode::NoData);
+        assert_eq!(replayed.perms(kept.ino).unwrap().acl.and_then(|acl| acl.perm(Tag::Mask)), Some(0));
+        assert_eq!(replayed.getattr(inherits.ino).unwrap().mode, 0o640, "made under the replayed default ACL");
         // The counter goes on where it was: no inode number is handed out twice.
         let next = replayed.create(ROOT_INO, "new", 0o644, 0, 0, 0, true, false).unwrap();
         assert!(expected.getattr(next.ino).is_err());
     }
 
+    /// A snapshot written as several records (as the journal writes it) rebuilds the same
+    /// store, each record within its bound.
+    #[test]
+    fn a_split_snapshot_rebuilds_the_store() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None);
+        s.insert_entry(ROOT_INO, "d", dir.ino, FileKind::Dir, false, None).unwrap();
+        for i in 0..XATTRS_PER_RECORD + 10 {
+            let file = s.create(dir.ino, &format!("f{i}"), 0o644, 0, 0, 0, true, false).unwrap();
+            s.set_xattr(file.ino, "user.i", i.to_string().into_bytes(), XattrSetMode::Either).unwrap();
+        }
+        let pieces = s.snapshot().split();
+        assert!(pieces.iter().filter(|p| !p.xattrs.is_empty()).count() >= 2, "the attributes take more than one record");
+        assert!(pieces.iter().all(|p| p.xattrs.len() <= XATTRS_PER_RECORD && p.inodes.len() <= INODES_PER_RECORD));
+        let mut rebuilt = MetaStore::new(0, 0, 0);
+        for piece in pieces {
+            rebuilt.apply(piece).unwrap();
+        }
+        assert_eq!(canonical(rebuilt.snapshot()), canonical(s.snapshot()));
+        let empty = MetaStore::new(3, 0, 0);
+        assert_eq!(empty.snapshot().split().len(), 1, "a share without inodes keeps its counter all the same");
+    }
+
+    use surge_proto::acl::Tag;
     use surge_proto::call::encode_reply;
     use surge_proto::{DirPage, Timestamp, XattrSetMode};
 
