@@ -20,6 +20,9 @@ use crate::{Client, File};
 
 /// Entries asked for per readdir page.
 const READDIR_PAGE: u32 = 4096;
+/// Times a mkdir makes its directory before it gives up on a parent whose default ACL keeps
+/// changing under it (once is the rule, twice where the parent has one).
+const MKDIR_ATTEMPTS: u32 = 3;
 
 impl Client {
     pub async fn getattr(&self, ino: Ino) -> Result<Attr> {
@@ -147,9 +150,8 @@ impl Client {
                 Ok(_) => return Ok(attr),
                 Err(e) => {
                     let _ = self.call(target, DropInode { ino: attr.ino }).await;
-                    // The parent's default ACL was not what the directory inherited (or it
-                    // changed meanwhile, again and again: give up after a few).
-                    if e.code != ErrorCode::Stale || !homed_apart || attempts == 3 {
+                    // Stale: the parent's default ACL was not what the directory inherited.
+                    if e.code != ErrorCode::Stale || !homed_apart || attempts == MKDIR_ATTEMPTS {
                         return Err(e);
                     }
                     parent_default_acl = self.default_acl_of(parent).await?;

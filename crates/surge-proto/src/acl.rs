@@ -28,6 +28,8 @@ pub enum AclKind {
 }
 
 impl AclKind {
+    pub const ALL: [AclKind; 2] = [AclKind::Access, AclKind::Default];
+
     /// The extended attribute it is read and written through.
     pub fn xattr_name(self) -> &'static str {
         match self {

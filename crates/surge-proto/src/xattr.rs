@@ -48,7 +48,7 @@ impl XattrNamespace {
         if name.contains('\0') {
             return Err(Error::new(ErrorCode::Invalid, "attribute name with a NUL in it"));
         }
-        if let Some(kind) = [AclKind::Access, AclKind::Default].into_iter().find(|kind| kind.xattr_name() == name) {
+        if let Some(kind) = AclKind::ALL.into_iter().find(|kind| kind.xattr_name() == name) {
             return Ok(XattrNamespace::Acl(kind));
         }
         let prefixed = [("user.", XattrNamespace::User), ("trusted.", XattrNamespace::Trusted), ("security.", XattrNamespace::Security)];

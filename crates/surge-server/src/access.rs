@@ -273,17 +273,24 @@ pub fn mode_of_acl(acl: &Acl) -> u32 {
     (perm(Tag::UserObj) << 6) | (group << 3) | perm(Tag::Other)
 }
 
-/// An access ACL after chmod to `mode`: the owner's, the mask's (or the owning group's, if no
-/// mask) and the other entry follow the mode; named entries stay.
-pub fn chmod_acl(acl: &Acl, mode: u32) -> Acl {
+/// `acl` with the entries a mode shows (the owner's; the mask, or the owning group's if there
+/// is no mask; the other) set to what `f` makes of each one's permissions and its class's
+/// bits in `mode`; the named entries, and the owning group's behind a mask, as they are.
+fn with_mode_classes(acl: &Acl, mode: u32, f: impl Fn(u32, u32) -> u32) -> Acl {
     let has_mask = acl.perm(Tag::Mask).is_some();
     acl.with_perms(|tag, perm| match tag {
-        Tag::UserObj => mode >> 6,
-        Tag::Mask => mode >> 3,
-        Tag::GroupObj if !has_mask => mode >> 3,
-        Tag::Other => mode,
+        Tag::UserObj => f(perm, mode >> 6),
+        Tag::Mask => f(perm, mode >> 3),
+        Tag::GroupObj if !has_mask => f(perm, mode >> 3),
+        Tag::Other => f(perm, mode),
         _ => perm,
     })
+}
+
+/// An access ACL after chmod to `mode`: the entries the mode shows follow it; named entries
+/// stay.
+pub fn chmod_acl(acl: &Acl, mode: u32) -> Acl {
+    with_mode_classes(acl, mode, |_, bits| bits)
 }
 
 /// What a new inode gets: its mode, and its ACLs.
@@ -309,14 +316,7 @@ pub fn inherit(kind: FileKind, mode: u32, umask: u32, default: Option<&Acl>) -> 
             return Inherited { mode, access_acl: None, default_acl: None };
         }
     };
-    let has_mask = default.perm(Tag::Mask).is_some();
-    let access = default.with_perms(|tag, perm| match tag {
-        Tag::UserObj => perm & (mode >> 6),
-        Tag::Mask => perm & (mode >> 3),
-        Tag::GroupObj if !has_mask => perm & (mode >> 3),
-        Tag::Other => perm & mode,
-        _ => perm,
-    });
+    let access = with_mode_classes(default, mode, |perm, bits| perm & bits);
     Inherited {
         mode: (mode & !0o777) | mode_of_acl(&access),
         access_acl: (!access.is_minimal()).then_some(access),

@@ -45,12 +45,12 @@ impl Xattrs {
 
     /// Every attribute, by name, each with its value (an ACL in its xattr form).
     pub(super) fn all(&self) -> impl Iterator<Item = (&str, Vec<u8>)> {
-        let acls = [AclKind::Access, AclKind::Default].into_iter().filter_map(|kind| Some((kind.xattr_name(), self.acl(kind)?.encode())));
+        let acls = AclKind::ALL.into_iter().filter_map(|kind| Some((kind.xattr_name(), self.acl(kind)?.encode())));
         acls.chain(self.named.iter().map(|(name, value)| (name.as_str(), value.clone())))
     }
 
     fn names(&self) -> impl Iterator<Item = &str> {
-        let acls = [AclKind::Access, AclKind::Default].into_iter().filter_map(|kind| self.acl(kind).map(|_| kind.xattr_name()));
+        let acls = AclKind::ALL.into_iter().filter_map(|kind| self.acl(kind).map(|_| kind.xattr_name()));
         acls.chain(self.named.keys().map(String::as_str))
     }
 
