@@ -40,23 +40,35 @@ struct Backings {
 }
 
 impl Backings {
-    /// The backing id of `ino` for handle `fh`: the one its other handles use, else a new one
-    /// made from `file`.
-    fn for_handle(&self, ino: u64, fh: u64, file: &std::fs::File, reply: &ReplyOpenOrCreate) -> std::io::Result<Arc<BackingId>> {
+    /// The backing id of `ino` for handle `fh`, when the operations layer gave a data file
+    /// (`backing`): the one its other handles use, else a new one made by `open` from the
+    /// data file. None when there is no data file or the kernel refused it (said in the log):
+    /// the handle is then served the plain way.
+    fn for_handle(
+        &self,
+        ino: u64,
+        fh: u64,
+        backing: Option<Arc<std::fs::File>>,
+        open: impl FnOnce(&std::fs::File) -> std::io::Result<BackingId>,
+    ) -> Option<Arc<BackingId>> {
+        let file = backing?;
         let mut by_ino = self.by_ino.lock().unwrap();
         let id = match by_ino.get(&ino).and_then(Weak::upgrade) {
             Some(id) => id,
-            None => {
-                let id = Arc::new(match reply {
-                    ReplyOpenOrCreate::Open(r) => r.open_backing(file)?,
-                    ReplyOpenOrCreate::Create(r) => r.open_backing(file)?,
-                });
-                by_ino.insert(ino, Arc::downgrade(&id));
-                id
-            }
+            None => match open(&file) {
+                Ok(id) => {
+                    let id = Arc::new(id);
+                    by_ino.insert(ino, Arc::downgrade(&id));
+                    id
+                }
+                Err(e) => {
+                    tracing::info!("inode {ino:#x}: the kernel took no backing file ({e}); served without passthrough");
+                    return None;
+                }
+            },
         };
         self.by_handle.lock().unwrap().insert(fh, id.clone());
-        Ok(id)
+        Some(id)
     }
 
     fn released(&self, ino: u64, fh: u64) {
@@ -67,12 +79,6 @@ impl Backings {
             }
         }
     }
-}
-
-/// Either reply that can carry a backing file.
-enum ReplyOpenOrCreate<'a> {
-    Open(&'a ReplyOpen),
-    Create(&'a ReplyCreate),
 }
 
 /// Whether this process holds CAP_SYS_ADMIN, which the kernel wants of a FUSE server that
@@ -99,14 +105,10 @@ impl SurgeFs {
     fn opened_file(&self, ino: u64, reply: ReplyOpen, flags: i32) -> impl FnOnce(Result<Opened>) + Send + 'static {
         let backings = self.backings.clone();
         move |result| match result {
-            Ok(Opened { fh, backing: Some(file) }) => match backings.for_handle(ino, fh, &file, &ReplyOpenOrCreate::Open(&reply)) {
-                Ok(id) => reply.opened_passthrough(FileHandle(fh), open_reply_flags(flags), &id),
-                Err(e) => {
-                    tracing::info!("inode {ino:#x}: the kernel took no backing file ({e}); served without passthrough");
-                    reply.opened(FileHandle(fh), open_reply_flags(flags))
-                }
+            Ok(Opened { fh, backing }) => match backings.for_handle(ino, fh, backing, |file| reply.open_backing(file)) {
+                Some(id) => reply.opened_passthrough(FileHandle(fh), open_reply_flags(flags), &id),
+                None => reply.opened(FileHandle(fh), open_reply_flags(flags)),
             },
-            Ok(Opened { fh, backing: None }) => reply.opened(FileHandle(fh), open_reply_flags(flags)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -544,12 +546,8 @@ impl Filesystem for SurgeFs {
             };
             let (attr, fh, open_flags) = (fuse_attr(&attr, blksize), FileHandle(fh), open_reply_flags(flags));
             let ino = attr.ino.0;
-            match backing.map(|file| backings.for_handle(ino, fh.0, &file, &ReplyOpenOrCreate::Create(&reply))) {
-                Some(Ok(id)) => reply.created_passthrough(&ttl, &attr, Generation(0), fh, open_flags, &id),
-                Some(Err(e)) => {
-                    tracing::info!("inode {ino:#x}: the kernel took no backing file ({e}); served without passthrough");
-                    reply.created(&ttl, &attr, Generation(0), fh, open_flags)
-                }
+            match backings.for_handle(ino, fh.0, backing, |file| reply.open_backing(file)) {
+                Some(id) => reply.created_passthrough(&ttl, &attr, Generation(0), fh, open_flags, &id),
                 None => reply.created(&ttl, &attr, Generation(0), fh, open_flags),
             }
         });
