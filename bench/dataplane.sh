@@ -7,18 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE=${1:-1G}
 FILES=${2:-20000}
-# SURGE_BIN: another build's `surge` (with its surge-server and surge-fuse beside it), for A/B runs.
-SURGE=${SURGE_BIN:-./target/release/surge}
-export SURGE_HOME=$(mktemp -d /tmp/surge-bench-home.XXXX)
+source bench/lib.sh
 ROOT=/dev/shm/surge-bench-$$
 BASE=/dev/shm/surge-bench-baseline-$$
 mkdir -p "$BASE"
 NAME=bench$$
-# Take down every instance this run created, whatever step failed.
 cleanup() {
-    for d in "$SURGE_HOME"/instances/*.json; do
-        [ -e "$d" ] && $SURGE down "$(basename "$d" .json)" >/dev/null 2>&1
-    done
+    down_all_instances
     rm -rf "$ROOT" "$BASE" "$SURGE_HOME"
 }
 trap cleanup EXIT

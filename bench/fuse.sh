@@ -11,18 +11,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE=${1:-1G}
 FILES=${2:-20000}
-# SURGE_BIN: another build's `surge` (with its surge-server and surge-fuse beside it), for A/B runs.
-SURGE=${SURGE_BIN:-$PWD/target/release/surge}
-export SURGE_HOME=$(mktemp -d /tmp/surge-bench-home.XXXX)
+source bench/lib.sh
 WORK=/dev/shm/surge-fuse-bench-$$
 NAME=fusebench$$
 mkdir -p "$WORK/tmpfs" "$WORK/bind-src" "$WORK/bind" "$WORK/surge" "$WORK/surge-net"
 cleanup() {
     fusermount3 -u "$WORK/bind" 2>/dev/null || true
     $SURGE umount "$WORK/surge-net" >/dev/null 2>&1 || true
-    for d in "$SURGE_HOME"/instances/*.json; do
-        [ -e "$d" ] && $SURGE down "$(basename "$d" .json)" >/dev/null 2>&1
-    done
+    down_all_instances
     rm -rf "$WORK" "$SURGE_HOME"
 }
 trap cleanup EXIT
@@ -30,17 +26,6 @@ trap cleanup EXIT
 $SURGE up --name "$NAME" --capacity 16G --root "$WORK/servers" --servers 4 --mount "$WORK/surge" >/dev/null
 SURGE_LOCAL_IO=0 $SURGE mount "$NAME" "$WORK/surge-net" >/dev/null
 bindfs -o big_writes --multithreaded "$WORK/bind-src" "$WORK/bind" 2>/dev/null || bindfs --multithreaded "$WORK/bind-src" "$WORK/bind"
-
-# fio_bw DIR RW BS SIZE JOBS -> MiB/s or IOPS (random), from fio's JSON
-fio_run() {
-    local dir=$1 rw=$2 bs=$3 size=$4 jobs=$5 extra=${6:-}
-    fio --name=b --directory="$dir" --rw="$rw" --bs="$bs" --size="$size" --numjobs="$jobs" --ioengine=psync \
-        --group_reporting --output-format=json $extra 2>/dev/null | python3 -c '
-import json, sys
-j = json.load(sys.stdin)["jobs"][0]
-side = "write" if "write" in sys.argv[1] else "read"
-print(round(j[side]["iops"]) if sys.argv[1].startswith("rand") else round(j[side]["bw"] / 1024))' "$rw"
-}
 
 printf '| benchmark | Surge mount | Surge, network I/O | tmpfs | bindfs | Surge/tmpfs | Surge/bindfs |\n|---|---|---|---|---|---|---|\n'
 # row NAME SURGE TMPFS BINDFS [SURGE_NETWORK_READS]

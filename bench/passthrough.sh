@@ -11,44 +11,35 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE=${1:-1G}
 ROUNDS=${2:-3}
-SURGE=${SURGE_BIN:-$PWD/target/release/surge}
-export SURGE_HOME=$(mktemp -d /tmp/surge-bench-home.XXXX)
+source bench/lib.sh
 WORK=/dev/shm/surge-passthrough-bench-$$
 NAME=ptbench$$
 mkdir -p "$WORK/tmpfs" "$WORK/bind-src" "$WORK/bind" "$WORK/surge" "$WORK/surge-nopt"
 cleanup() {
     fusermount3 -u "$WORK/bind" 2>/dev/null || true
+    $SURGE umount "$WORK/surge" >/dev/null 2>&1 || true
     $SURGE umount "$WORK/surge-nopt" >/dev/null 2>&1 || true
-    for d in "$SURGE_HOME"/instances/*.json; do
-        [ -e "$d" ] && $SURGE down "$(basename "$d" .json)" >/dev/null 2>&1
-    done
+    down_all_instances
     rm -rf "$WORK" "$SURGE_HOME"
 }
 trap cleanup EXIT
 
-$SURGE up --name "$NAME" --capacity 8G --root "$WORK/servers" --servers 1 --mount "$WORK/surge" >/dev/null
+$SURGE up --name "$NAME" --capacity 8G --root "$WORK/servers" --servers 1 >/dev/null
+# At info level the mount's log says whether the kernel took passthrough.
+SURGE_LOG=info $SURGE mount "$NAME" "$WORK/surge" >/dev/null
 SURGE_FUSE_NO_PASSTHROUGH=1 $SURGE mount "$NAME" "$WORK/surge-nopt" >/dev/null
 bindfs -o big_writes --multithreaded "$WORK/bind-src" "$WORK/bind"
-grep -q "passthrough on" "$SURGE_HOME/instances/$NAME.fuse.log" 2>/dev/null || grep -rq "passthrough on" "$SURGE_HOME" ||
+grep -q "passthrough on" "$SURGE_HOME/instances/$NAME.fuse.log" ||
     echo "note: the mount did not turn passthrough on (needs root and Linux 6.9+)" >&2
-
-# fio_bw DIR RW JOBS -> MiB/s
-fio_bw() {
-    local extra=""
-    [ "$2" = write ] && extra=--end_fsync=1
-    fio --name=fpp --directory="$1" --rw="$2" --bs=1M --size="$SIZE" --numjobs="$3" --ioengine=psync \
-        --group_reporting --output-format=json $extra 2>/dev/null |
-        python3 -c 'import json,sys; j=json.load(sys.stdin)["jobs"][0]; print(round(j[sys.argv[1]]["bw"]/1024))' "$2"
-}
 
 SYSTEMS="tmpfs surge surge-nopt bind"
 declare -A results
 for round in $(seq "$ROUNDS"); do
     for jobs in 1 2; do
         for t in $SYSTEMS; do
-            results[$t,write,$jobs]+="$(fio_bw "$WORK/$t" write $jobs) "
-            results[$t,read,$jobs]+="$(fio_bw "$WORK/$t" read $jobs) "
-            rm -f "$WORK/$t"/fpp.*
+            results[$t,write,$jobs]+="$(fio_run "$WORK/$t" write 1M "$SIZE" $jobs --end_fsync=1) "
+            results[$t,read,$jobs]+="$(fio_run "$WORK/$t" read 1M "$SIZE" $jobs) "
+            rm -f "$WORK/$t"/b.*
         done
     done
     echo "round $round of $ROUNDS done" >&2

@@ -1,0 +1,26 @@
+# Sourced by the benchmark scripts (from the repository's root): the `surge` to measure, a
+# private SURGE_HOME, taking down what a run started, and one fio job's result as a number.
+
+# SURGE_BIN: another build's `surge` (with its surge-server and surge-fuse beside it), for A/B runs.
+SURGE=${SURGE_BIN:-$PWD/target/release/surge}
+export SURGE_HOME=$(mktemp -d /tmp/surge-bench-home.XXXX)
+
+# Takes down every instance this run created: call it from the script's EXIT trap, so that it
+# happens whatever step failed.
+down_all_instances() {
+    for d in "$SURGE_HOME"/instances/*.json; do
+        [ -e "$d" ] && $SURGE down "$(basename "$d" .json)" >/dev/null 2>&1
+    done
+}
+
+# fio_run DIR RW BS SIZE JOBS [EXTRA] -> MiB/s, or IOPS for random patterns, from fio's JSON.
+# The files are DIR/b.*.
+fio_run() {
+    local dir=$1 rw=$2 bs=$3 size=$4 jobs=$5 extra=${6:-}
+    fio --name=b --directory="$dir" --rw="$rw" --bs="$bs" --size="$size" --numjobs="$jobs" --ioengine=psync \
+        --group_reporting --output-format=json $extra 2>/dev/null | python3 -c '
+import json, sys
+j = json.load(sys.stdin)["jobs"][0]
+side = "write" if "write" in sys.argv[1] else "read"
+print(round(j[side]["iops"]) if sys.argv[1].startswith("rand") else round(j[side]["bw"] / 1024))' "$rw"
+}
