@@ -31,7 +31,7 @@ async fn fsck_finds_and_repairs_what_a_client_dying_between_steps_leaves() {
 
     // 1. mkdir stopped after its first step: an empty directory inode nothing names.
     let lonely = c
-        .call(ino::home(b), MakeDirInode { parent: a, mode: 0o755, umask: 0, uid: 0, gid: 0, parent_default_acl: None })
+        .call(ino::home(b), MakeDirInode { parent: a, mode: 0o755, umask: 0, uid: 0, gid: 0, inherited: Default::default() })
         .await
         .unwrap()
         .ino;

@@ -713,7 +713,17 @@ fn a_huge_directory_of_long_names_lists_in_full() {
         // 10,000 steps per call: the client splits them into frames whose answers fit.
         for start in (0..FILES).step_by(10_000) {
             let creates: Vec<Create> = (start..start + 10_000)
-                .map(|i| Create { parent: dir.ino, name: name(i), mode: 0o644, umask: 0, uid, gid, exclusive: true, open: false })
+                .map(|i| Create {
+                    parent: dir.ino,
+                    name: name(i),
+                    mode: 0o644,
+                    umask: 0,
+                    uid,
+                    gid,
+                    exclusive: true,
+                    open: false,
+                    place_on: None,
+                })
                 .collect();
             for outcome in client.batch(home, creates).await.unwrap() {
                 outcome.unwrap();
@@ -866,4 +876,55 @@ fn xattrs_and_acls_cross_nodes() {
         "44",
         "d/g inherited the 5-entry ACL"
     );
+}
+
+/// Bytes in the data directory of each server of `inst`, in server order.
+fn data_per_server(inst: &Instance) -> Vec<u64> {
+    let servers = inst.descriptor()["servers"].as_array().unwrap().clone();
+    servers
+        .iter()
+        .map(|s| {
+            let data = std::path::Path::new(s["root"].as_str().unwrap()).join("data");
+            sh(&format!("du -s --block-size=1 {}", data.display())).split_whitespace().next().unwrap().parse().unwrap()
+        })
+        .collect()
+}
+
+/// A striped instance whose files are node-local (`surge up --layout node-local`): each
+/// node's files land whole on its own server and are passed through to the kernel there,
+/// the other node reads them exactly over the network, and a directory set back to striped
+/// (`surge layout`) puts its files on every server, through the daemon.
+#[test]
+fn node_local_files_stay_on_their_node_and_pass_through() {
+    use std::io::Write;
+    let hosts = "127.0.0.52,127.0.0.53,127.0.0.54,127.0.0.55";
+    let inst = Instance::up("nodelocal-fuse", &["--capacity", "2G", "--hosts", hosts, "--layout", "node-local"]);
+    let (a, b) = (inst.mount("a", "127.0.0.52"), inst.mount("b", "127.0.0.54"));
+    let shown = inst.surge(&["layout", a.dir.to_str().unwrap()]);
+    assert_eq!(String::from_utf8_lossy(&shown.stdout).trim(), format!("{}: node-local", a.dir.display()));
+
+    let data = surge_tests::pattern(52, 24 << 20);
+    let before = data_per_server(&inst);
+    for (m, name) in [(&a, "from-a"), (&b, "from-b")] {
+        let daemon = daemon_of(m);
+        let moved = bytes_through(daemon);
+        std::fs::File::create(m.path(name)).unwrap().write_all(&data).unwrap();
+        let through = bytes_through(daemon) - moved;
+        assert!(through < 4 << 20, "{name}: the daemon moved {through} bytes of a 24 MiB node-local write");
+    }
+    let grew: Vec<u64> = data_per_server(&inst).iter().zip(&before).map(|(now, then)| (now - then) >> 20).collect();
+    assert_eq!(grew, [24, 0, 24, 0], "each file whole on its writer's server (MiB per server)");
+    assert!(std::fs::read(b.path("from-a")).unwrap() == data, "b reads a's file over the network");
+    assert!(std::fs::read(a.path("from-b")).unwrap() == data, "a reads b's file over the network");
+
+    std::fs::create_dir(a.path("wide")).unwrap();
+    let set = inst.surge(&["layout", a.path("wide").to_str().unwrap(), "striped"]);
+    assert!(set.status.success(), "{}", surge_tests::text(&set));
+    let bad = inst.surge(&["layout", a.path("wide").to_str().unwrap(), "local"]);
+    assert!(!bad.status.success() && surge_tests::text(&bad).contains("striped, node-local"), "{}", surge_tests::text(&bad));
+    let before = data_per_server(&inst);
+    std::fs::write(a.path("wide/striped"), &data).unwrap();
+    let grew: Vec<u64> = data_per_server(&inst).iter().zip(&before).map(|(now, then)| now - then).collect();
+    assert!(grew.iter().all(|&g| g >= 4 << 20), "a striped file's chunks on every server: {grew:?}");
+    assert!(std::fs::read(b.path("wide/striped")).unwrap() == data);
 }

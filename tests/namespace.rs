@@ -321,3 +321,71 @@ async fn extended_attributes_survive_a_restart() {
         let _ = child.wait();
     }
 }
+
+/// Data each server holds, in server order.
+async fn used_per_server(c: &surge_client::Client) -> Vec<u64> {
+    c.statfs().await.into_iter().map(|s| s.unwrap().used).collect()
+}
+
+/// `surge up --layout node-local`: a file's chunks all go to the server of the node that
+/// makes it (a node without a server stripes), any node reads and writes it, and the layout is
+/// a directory's, inherited by the directories made in it and changed per directory, even when
+/// the new directory is homed away from its parent (whose home then corrects the client's
+/// supposition).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_local_layout_keeps_a_file_on_its_creators_server() {
+    use surge_client::surge_proto::placement::DirLayout;
+    let hosts = "127.0.0.22,127.0.0.23,127.0.0.24,127.0.0.25";
+    let inst = Instance::up("nodelocal", &["--capacity", "1G", "--chunk-size", "64K", "--hosts", hosts, "--layout", "node-local"]);
+    assert_eq!(inst.descriptor()["layout"], "node-local");
+    let (a, b) = (inst.client("127.0.0.23"), inst.client("127.0.0.26"));
+    assert_eq!((a.near_server(), b.near_server()), (Some(1), None));
+    assert_eq!(a.dir_layout("/").await.unwrap(), DirLayout::NodeLocal);
+
+    let data = surge_tests::pattern(22, 1 << 20); // 16 chunks: striped, every server holds some
+    let before = used_per_server(&a).await;
+    let f = a.create("/from-a", 0o644).await.unwrap();
+    f.pwrite(0, &data).await.unwrap();
+    let placed = f.ino();
+    f.close().await.unwrap();
+    assert_eq!(ino::data_server(placed), Some(1));
+    let after = used_per_server(&a).await;
+    let grew: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+    assert_eq!(grew, [0, 1 << 20, 0, 0], "all of it on the creator's server");
+
+    let f = b.create("/from-b", 0o644).await.unwrap();
+    f.pwrite(0, &data).await.unwrap();
+    let striped_file = f.ino();
+    f.close().await.unwrap();
+    assert_eq!(ino::data_server(striped_file), None, "no server on b's node: striped");
+    let striped = used_per_server(&a).await;
+    assert!(striped.iter().zip(&after).all(|(now, then)| now > then), "every server holds some of it: {striped:?}");
+    for (reader, name) in [(&b, "/from-a"), (&a, "/from-b")] {
+        let f = reader.open(name, false).await.unwrap();
+        assert!(f.pread(0, 2 << 20).await.unwrap() == data, "{name} read back exactly");
+        f.close().await.unwrap();
+    }
+    // Another node writes into a node-local file: to its server, wherever that is.
+    let f = b.open("/from-a", false).await.unwrap();
+    f.pwrite(1 << 20, b"appended by b").await.unwrap();
+    f.close().await.unwrap();
+    let grew: Vec<bool> = used_per_server(&a).await.iter().zip(&striped).map(|(now, then)| now > then).collect();
+    assert_eq!(grew, [false, true, false, false], "b's write went to server 1");
+
+    // Directories inherit; one set striped stripes, and so do the directories made in it,
+    // wherever they are homed (eight names: some are homed away from their parent).
+    a.mkdir("/sub", 0o755).await.unwrap();
+    assert_eq!(a.dir_layout("/sub").await.unwrap(), DirLayout::NodeLocal);
+    assert_eq!(a.set_dir_layout("/sub", DirLayout::Striped).await.unwrap(), DirLayout::Striped);
+    let mut homes = std::collections::BTreeSet::new();
+    for i in 0..8 {
+        let dir = a.mkdir(&format!("/sub/d{i}"), 0o755).await.unwrap();
+        homes.insert(ino::home(dir.ino));
+        assert_eq!(a.layout_of(dir.ino).await.unwrap(), DirLayout::Striped, "d{i} inherits its parent's, not the instance's");
+        let f = a.create(&format!("/sub/d{i}/f"), 0o644).await.unwrap();
+        assert_eq!(ino::data_server(f.ino()), None);
+        f.close().await.unwrap();
+    }
+    assert!(homes.len() > 1, "directories homed apart from each other: {homes:?}");
+    assert_eq!(a.set_dir_layout("/from-a", DirLayout::Striped).await.unwrap_err().code, ErrorCode::NotDir);
+}

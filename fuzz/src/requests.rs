@@ -275,6 +275,10 @@ impl Run {
         }
     }
 
+    fn layout(input: &mut Input) -> placement::DirLayout {
+        placement::DirLayout::ALL[input.below(placement::DirLayout::ALL.len())]
+    }
+
     fn opt<'a, T>(input: &mut Input<'a>, value: impl FnOnce(&mut Input<'a>) -> T) -> Option<T> {
         if input.bool() {
             Some(value(input))
@@ -285,13 +289,17 @@ impl Run {
 
     /// One step: a request, or a client's operation of a few.
     fn step(&mut self, input: &mut Input) {
-        // Client steps 0-28, 44-47 (links, exchange, mknod, locks) and 49-50 (extended
-        // attributes, ACLs), added later: numbered after the rest so that kept inputs mean
-        // what they meant; raw steps 29-43, 48 and 51.
-        let steps = if self.raw { 52 } else { 35 };
+        // Client steps 0-28, 44-47 (links, exchange, mknod, locks), 49-50 (extended
+        // attributes, ACLs) and 52 (layouts), added later: numbered after the rest so that
+        // kept inputs mean what they meant; raw steps 29-43, 48 and 51.
+        let steps = if self.raw { 53 } else { 36 };
         let mut n = input.below(steps);
         if !self.raw && n >= 29 {
-            n += if n < 33 { 15 } else { 16 };
+            n += match n {
+                29..=32 => 15,
+                33 | 34 => 16,
+                _ => 17,
+            };
         }
         match n {
             44..=47 => return self.posix_step(n - 44, input),
@@ -299,14 +307,32 @@ impl Run {
             51 => {
                 // mkdir's steps with a default ACL to inherit, and a link that claims one.
                 let (parent, name, mode, umask) = (self.ino(input), self.name(input), input.u32(), input.u32());
-                let parent_default_acl = Self::opt(input, Self::acl_value);
-                let answer = self.conn.call(MakeDirInode { parent, mode, umask, uid: 0, gid: 0, parent_default_acl }, &[]);
+                let inherited = DirInheritance { default_acl: Self::opt(input, Self::acl_value), layout: Self::layout(input) };
+                let answer = self.conn.call(MakeDirInode { parent, mode, umask, uid: 0, gid: 0, inherited }, &[]);
                 if let Some(attr) = self.attr(&answer) {
-                    let new_dir = Self::opt(input, |i| NewDirAcl { parent_default_acl: Self::opt(i, Self::acl_value) });
+                    let new_dir =
+                        Self::opt(input, |i| DirInheritance { default_acl: Self::opt(i, Self::acl_value), layout: Self::layout(i) });
                     let insert =
                         InsertEntry { parent, name, ino: attr.ino, kind: FileKind::Dir, replace: false, retired_target: None, new_dir };
                     if self.conn.call(insert, &[]).decode::<LinkOutcome>("insert-entry").is_none() {
                         self.conn.call(DropInode { ino: attr.ino }, &[]);
+                    }
+                }
+                return;
+            }
+            52 => {
+                // A directory's layout asked or set, then a file made there for a server
+                // that may or may not exist.
+                let dir = self.ino(input);
+                let set = Self::opt(input, Self::layout);
+                self.conn.call(LayoutOf { dir, set }, &[]).decode::<placement::DirLayout>("layout");
+                let place_on = Self::opt(input, |i| if i.bool() { i.below(8) as u32 } else { i.u32() });
+                let (name, open) = (self.name(input), input.bool());
+                let create = Create { parent: dir, name, mode: 0o644, umask: 0, uid: 0, gid: 0, exclusive: true, open, place_on };
+                let answer = self.conn.call(create, &[]);
+                if let Some(entry) = self.entry(&answer) {
+                    if open && entry.attr.is_some() {
+                        *self.held.entry(entry.ino).or_default() += 1;
                     }
                 }
                 return;
@@ -351,7 +377,8 @@ impl Run {
             3 => {
                 let (parent, name) = (self.ino(input), self.name(input));
                 let (mode, exclusive, open) = (input.u32(), input.bool(), input.bool());
-                let answer = self.conn.call(Create { parent, name, mode, umask: 0o022, uid: 1000, gid: 1000, exclusive, open }, &[]);
+                let create = Create { parent, name, mode, umask: 0o022, uid: 1000, gid: 1000, exclusive, open, place_on: None };
+                let answer = self.conn.call(create, &[]);
                 if let Some(entry) = self.entry(&answer) {
                     if open && entry.attr.is_some() {
                         *self.held.entry(entry.ino).or_default() += 1;
@@ -548,7 +575,8 @@ impl Run {
             }
             39 => {
                 let parent = self.ino(input);
-                let answer = self.conn.call(MakeDirInode { parent, mode: 0o755, umask: 0, uid: 0, gid: 0, parent_default_acl: None }, &[]);
+                let answer =
+                    self.conn.call(MakeDirInode { parent, mode: 0o755, umask: 0, uid: 0, gid: 0, inherited: Default::default() }, &[]);
                 self.attr(&answer);
             }
             40 => {
@@ -729,7 +757,7 @@ impl Run {
 
     /// mkdir as the client does it on one server.
     fn mkdir(&mut self, parent: Ino, name: String, mode: u32) {
-        let answer = self.conn.call(MakeDirInode { parent, mode, umask: 0, uid: 0, gid: 0, parent_default_acl: None }, &[]);
+        let answer = self.conn.call(MakeDirInode { parent, mode, umask: 0, uid: 0, gid: 0, inherited: Default::default() }, &[]);
         let Some(attr) = self.attr(&answer) else {
             panic!("mkdir-inode failed");
         };
@@ -803,7 +831,8 @@ impl Run {
             requests.push(match input.below(5) {
                 0 => Lookup { parent, name }.into(),
                 1 => GetAttr { ino: parent }.into(),
-                2 => Create { parent, name, mode: 0o644, umask: 0, uid: 0, gid: 0, exclusive: input.bool(), open: false }.into(),
+                2 => Create { parent, name, mode: 0o644, umask: 0, uid: 0, gid: 0, exclusive: input.bool(), open: false, place_on: None }
+                    .into(),
                 3 => Unlink { parent, name }.into(),
                 _ => Readdir { ino: parent, after: None, limit: 3 }.into(),
             });

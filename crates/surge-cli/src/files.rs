@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use indicatif::{ProgressBar, ProgressStyle};
+use surge_client::surge_proto::placement::DirLayout;
 use surge_client::surge_proto::{Attr, FileKind, Timestamp};
 use surge_client::Client;
 
@@ -219,6 +220,17 @@ pub async fn stat(client: &Client, path: &str, json: bool) -> Result<()> {
     if attr.kind == FileKind::Symlink {
         outln!("  -> {}", client.readlink_ino(attr.ino).await?);
     }
+    Ok(())
+}
+
+/// `surge layout`: the layout of directory `inner` (`shown` as the user named it), set first
+/// to `set` when given.
+pub async fn layout(client: &Client, shown: &str, inner: &str, set: Option<DirLayout>) -> Result<()> {
+    let layout = match set {
+        Some(layout) => client.set_dir_layout(inner, layout).await?,
+        None => client.dir_layout(inner).await?,
+    };
+    outln!("{shown}: {layout}");
     Ok(())
 }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use surge_client::descriptor::{self, ServerInfo};
-use surge_client::surge_proto::placement::CHUNK_SIZES;
+use surge_client::surge_proto::placement::{DirLayout, CHUNK_SIZES};
 use surge_client::{Client, ClientOptions, InstanceDescriptor, Mode};
 
 use crate::table::{human_bytes, Table};
@@ -31,6 +31,8 @@ pub struct UpParams {
     pub chunk_size: u64,
     /// Servers check permissions against MUNGE-proven identities (`--check-identity`).
     pub check_identity: bool,
+    /// The root directory's layout, which directories made in it inherit (`--layout`).
+    pub layout: DirLayout,
 }
 
 /// Default hosts: loopback aliases 127.0.0.11, .12, ... — one address per "node".
@@ -113,6 +115,7 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
                 chunk_size: p.chunk_size,
                 instance_file: &instance_file,
                 ticket_key_path: ticket_key_path.as_deref(),
+                layout: p.layout,
             };
             launched.push(launch(&server_binary, plan).await?);
         }
@@ -151,6 +154,7 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
         created: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs(),
         servers,
         ticket_key_path,
+        layout: p.layout,
     };
     // Every server must answer an authenticated request before the instance counts as up.
     for stats in probe(&desc).await {
@@ -200,6 +204,8 @@ struct ServerLaunch<'a> {
     instance_file: &'a Path,
     /// The servers' ticket key file, when they check identities.
     ticket_key_path: Option<&'a Path>,
+    /// The instance's default layout (a fresh root's).
+    layout: DirLayout,
 }
 
 /// Starts one server: on this machine as a detached process, on another host through the
@@ -250,6 +256,7 @@ async fn launch(server_binary: &Path, s: ServerLaunch<'_>) -> Result<Launched> {
     if let Some(path) = s.ticket_key_path {
         cmd.arg("--ticket-key-file").arg(path);
     }
+    cmd.arg("--layout").arg(s.layout.name());
     cmd.stdin(Stdio::null());
     detach(&mut cmd);
     let child = cmd.spawn().with_context(|| format!("start {}", server_binary.display()))?;
@@ -291,6 +298,7 @@ pub async fn restart(desc: &mut InstanceDescriptor, only: Option<usize>) -> Resu
             chunk_size: desc.chunk_size,
             instance_file: &instance_file,
             ticket_key_path: desc.ticket_key_path.as_deref(),
+            layout: desc.layout,
         };
         let mut launched = launch(&server_binary, plan).await?;
         let addr = wait_ready(&mut launched).await?;

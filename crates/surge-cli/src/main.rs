@@ -25,6 +25,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use surge_client::surge_proto::placement::DirLayout;
 use surge_client::{Client, ClientOptions, InstanceDescriptor, Mode};
 
 use crate::output::{out, outln};
@@ -61,6 +62,15 @@ impl Target {
         let name = surge_client::target::default_instance(self.instance.as_deref())?;
         let opts = ClientOptions { node: self.node, ..Default::default() };
         Client::for_instance(&name, opts).with_context(|| format!("instance '{name}'"))
+    }
+
+    /// A client of the instance `path` is in (a path on a Surge mount, else a path inside the
+    /// named or only instance), and the path inside it.
+    fn client_at(&self, path: &str) -> Result<(Client, String)> {
+        let at = surge_client::target::resolve_bb_path(path, self.instance.as_deref(), surge_client::target::Unnamed::OnlyInstance)?;
+        let opts = ClientOptions { node: self.node, ..Default::default() };
+        let client = Client::for_instance(&at.instance, opts).with_context(|| format!("instance '{}'", at.instance))?;
+        Ok((client, at.inner))
     }
 }
 
@@ -103,6 +113,11 @@ enum Command {
         /// on every node; `SURGE_MUNGE_SOCKET` names its socket if not the default).
         #[arg(long)]
         check_identity: bool,
+        /// Where the files of the root directory go, inherited by the directories made in it
+        /// (`surge layout` changes it per directory): striped over all servers, or
+        /// node-local: all of a file's chunks on the server of the node that creates it.
+        #[arg(long, default_value_t = DirLayout::Striped)]
+        layout: DirLayout,
     },
     /// Mount an instance as a directory (FUSE), in the background.
     Mount {
@@ -239,6 +254,16 @@ enum Command {
         #[command(flatten)]
         target: Target,
     },
+    /// Show a directory's layout, or set it for the files made in it from now on (and the
+    /// directories made in it, which inherit it): striped over all servers, or node-local.
+    Layout {
+        /// The directory: on a Surge mount, or a path inside the instance.
+        dir: String,
+        /// The layout to set (default: only show it).
+        layout: Option<DirLayout>,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Show a path's attributes.
     Stat {
         /// A path inside the instance.
@@ -315,20 +340,21 @@ fn main() -> ExitCode {
 
 async fn run(command: Command) -> Result<()> {
     match command {
-        Command::Up { name, servers, capacity, root, hosts, mode, chunk_size, json, mount, check_identity } => {
+        Command::Up { name, servers, capacity, root, hosts, mode, chunk_size, json, mount, check_identity, layout } => {
             let servers = servers.unwrap_or(if hosts.is_empty() { 4 } else { hosts.len() });
             let mode: Mode = mode.parse().map_err(anyhow::Error::msg)?;
-            let params = instance::UpParams { name, servers, capacity, root, hosts, mode, chunk_size, check_identity };
+            let params = instance::UpParams { name, servers, capacity, root, hosts, mode, chunk_size, check_identity, layout };
             let (desc, took) = instance::up(&params).await?;
             if json {
                 outln!("{}", serde_json::to_string_pretty(&desc)?);
             } else {
                 outln!(
-                    "instance '{}' up in {:.3} s: {} servers, {} mode, {} chunks, {} capacity",
+                    "instance '{}' up in {:.3} s: {} servers, {} mode, {} layout, {} chunks, {} capacity",
                     desc.name,
                     took.as_secs_f64(),
                     desc.servers.len(),
                     desc.mode,
+                    desc.layout,
                     table::human_bytes(desc.chunk_size),
                     table::human_bytes(desc.capacity)
                 );
@@ -433,6 +459,10 @@ async fn run(command: Command) -> Result<()> {
             } else {
                 client.mkdir(&path, 0o755).await?;
             }
+        }
+        Command::Layout { dir, layout, target } => {
+            let (client, inner) = target.client_at(&dir)?;
+            files::layout(&client, &dir, &inner, layout).await?
         }
         Command::Stat { path, json, target } => files::stat(&target.client()?, &path, json).await?,
         Command::Bb(command) => bb::run(command).await?,

@@ -12,7 +12,7 @@ use surge_proto::admin::{Batch, Shutdown, StatFs};
 use surge_proto::auth::Secret;
 use surge_proto::ino::{self, Ino};
 use surge_proto::namespace::NamespaceRequest;
-use surge_proto::placement::Layout;
+use surge_proto::placement::{DirLayout, Layout};
 use surge_proto::{Call, ErrorCode, Request, ServerStats};
 use tokio::sync::Mutex as AsyncMutex;
 
@@ -46,6 +46,11 @@ struct Inner {
     local_files: std::sync::atomic::AtomicUsize,
     /// Started on the first local write.
     local_writer: std::sync::OnceLock<local::LocalWriter>,
+    /// What the directories of this instance are supposed to have ([`InstanceDescriptor::layout`]).
+    default_layout: DirLayout,
+    /// The server of this node that holds the files it creates in node-local directories
+    /// (None: no server runs here); found on first need ([`Client::near_server`]).
+    near_server: std::sync::OnceLock<Option<usize>>,
 }
 
 /// Most server data files held open for local I/O at once. This machine class allows 20,000
@@ -86,12 +91,18 @@ impl Client {
                 vec![local.addr]
             }
         };
-        Client::from_parts(addrs, desc.chunk_size, desc.read_secret()?, opts)
+        Client::assemble(addrs, desc.chunk_size, desc.read_secret()?, opts, desc.layout)
     }
 
     /// Connects to the servers at `addrs` (in server-index order) of an instance with this
     /// chunk size and secret: what the stage coordinator uses to reach the servers.
     pub fn from_parts(addrs: Vec<SocketAddr>, chunk_size: u64, secret: Secret, opts: ClientOptions) -> Result<Client> {
+        Client::assemble(addrs, chunk_size, secret, opts, DirLayout::default())
+    }
+
+    /// [`Client::from_parts`], supposing directories lay files out `default_layout` (the
+    /// instance's) until a server says otherwise.
+    fn assemble(addrs: Vec<SocketAddr>, chunk_size: u64, secret: Secret, opts: ClientOptions, default_layout: DirLayout) -> Result<Client> {
         if addrs.is_empty() {
             return Err(Error::new(ErrorCode::Invalid, "instance has no servers"));
         }
@@ -113,6 +124,8 @@ impl Client {
                 opts,
                 local_files: Default::default(),
                 local_writer: Default::default(),
+                default_layout,
+                near_server: Default::default(),
             }),
             uid,
             gid,
@@ -167,6 +180,32 @@ impl Client {
 
     pub fn layout(&self) -> &Layout {
         &self.inner.layout
+    }
+
+    /// The layout new directories are supposed to inherit until their parent's home says
+    /// otherwise (see [`surge_proto::DirInheritance`]).
+    pub(crate) fn default_layout(&self) -> DirLayout {
+        self.inner.default_layout
+    }
+
+    /// This node's server, to which the files this client creates in a node-local directory
+    /// go: one whose address is this node's (`ClientOptions::node` when set, else any address
+    /// this host holds). Where several are (one machine running a whole instance), each
+    /// client takes one of them by its session, so that clients spread over them. None in an
+    /// instance of one server (which holds everything anyway) and where no server runs here.
+    pub fn near_server(&self) -> Option<usize> {
+        *self.inner.near_server.get_or_init(|| {
+            let addrs = self.server_addrs();
+            if addrs.len() == 1 {
+                return None;
+            }
+            let here = |ip: std::net::IpAddr| match self.inner.opts.node {
+                Some(node) => ip == node,
+                None => crate::layouts::is_this_hosts(ip),
+            };
+            let near: Vec<usize> = addrs.iter().enumerate().filter(|(_, addr)| here(addr.ip())).map(|(i, _)| i).collect();
+            (!near.is_empty()).then(|| near[(self.inner.session % near.len() as u64) as usize])
+        })
     }
 
     pub(crate) fn timeout(&self) -> Duration {

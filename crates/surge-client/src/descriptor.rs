@@ -74,6 +74,10 @@ pub struct InstanceDescriptor {
     /// the servers' key for data tickets (0600, the instance owner's; no client reads it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ticket_key_path: Option<PathBuf>,
+    /// The layout the instance's root was made with (`surge up --layout`); directories may
+    /// have another since (`surge layout`). Clients suppose it of a new directory's parent.
+    #[serde(default)]
+    pub layout: surge_proto::placement::DirLayout,
 }
 
 /// `$SURGE_HOME`, or `~/.surge`.

@@ -36,6 +36,7 @@ pub mod descriptor;
 pub mod error;
 pub mod file;
 pub mod fsck;
+pub mod layouts;
 
 mod local;
 pub mod locks;

@@ -13,7 +13,7 @@ use surge_proto::namespace::{
     UnretireDir,
 };
 use surge_proto::ticket::Ticket;
-use surge_proto::{check_name, Attr, AttrChanges, DirEntry, DirPage, ErrorCode, FileKind, LinkOutcome, NewDirAcl, Unlinked, ROOT_INO};
+use surge_proto::{check_name, Attr, AttrChanges, DirEntry, DirInheritance, DirPage, ErrorCode, FileKind, LinkOutcome, Unlinked, ROOT_INO};
 
 use crate::error::{Error, Result};
 use crate::{Client, File};
@@ -67,7 +67,8 @@ impl Client {
     /// alone. (Pass the mode as asked, not already masked.)
     pub async fn create_at_with_umask(&self, parent: Ino, name: &str, mode: u32, umask: u32, exclusive: bool) -> Result<File> {
         let (uid, gid) = self.identity();
-        let create = Create { parent, name: name.to_string(), mode, umask, uid, gid, exclusive, open: true };
+        let place_on = self.near_server().map(|server| server as u32);
+        let create = Create { parent, name: name.to_string(), mode, umask, uid, gid, exclusive, open: true, place_on };
         let entry = self.call_home(parent, create).await?;
         let attr = match entry.attr {
             Some(attr) => attr,
@@ -120,23 +121,25 @@ impl Client {
     /// [`Client::mkdir_at`] for a caller with a umask (see [`Client::create_at_with_umask`]).
     ///
     /// The new directory is homed by a hash of (parent, name), often not with its parent;
-    /// the parent's default ACL must reach whichever server makes it. That server reads it
-    /// itself when the parent is homed there. Otherwise this first supposes the parent has
-    /// none (so the common mkdir stays two steps), and the parent's home, linking the name,
-    /// checks that: if the parent has one, the directory made without it is dropped, and
-    /// made again with the ACL read from the parent.
+    /// the parent's default ACL and layout must reach whichever server makes it. That server
+    /// reads them itself when the parent is homed there. Otherwise this first supposes the
+    /// parent has no default ACL and the instance's default layout (so the common mkdir
+    /// stays two steps), and the parent's home, linking the name, checks that: if the parent
+    /// has others, the directory made without them is dropped, and made again with them as
+    /// read from the parent.
     pub async fn mkdir_at_with_umask(&self, parent: Ino, name: &str, mode: u32, umask: u32) -> Result<Attr> {
         check_name(name)?;
         // Spread directories over servers by (parent, name), so a tree's metadata load spreads.
         let target = self.layout().dir_home(parent, name);
         let (uid, gid) = self.identity();
         let homed_apart = target != ino::home(parent);
-        let (mut parent_default_acl, mut attempts) = (None, 0);
+        let mut inherited = DirInheritance { default_acl: None, layout: self.default_layout() };
+        let mut attempts = 0;
         loop {
             attempts += 1;
-            let make = MakeDirInode { parent, mode, umask, uid, gid, parent_default_acl: parent_default_acl.clone() };
+            let make = MakeDirInode { parent, mode, umask, uid, gid, inherited: inherited.clone() };
             let attr = self.call(target, make).await?;
-            let new_dir = homed_apart.then(|| NewDirAcl { parent_default_acl: parent_default_acl.clone() });
+            let new_dir = homed_apart.then(|| inherited.clone());
             let insert = InsertEntry {
                 parent,
                 name: name.to_string(),
@@ -150,11 +153,12 @@ impl Client {
                 Ok(_) => return Ok(attr),
                 Err(e) => {
                     let _ = self.call(target, DropInode { ino: attr.ino }).await;
-                    // Stale: the parent's default ACL was not what the directory inherited.
+                    // Stale: the parent's default ACL or layout was not what the directory
+                    // inherited.
                     if e.code != ErrorCode::Stale || !homed_apart || attempts == MKDIR_ATTEMPTS {
                         return Err(e);
                     }
-                    parent_default_acl = self.default_acl_of(parent).await?;
+                    inherited = DirInheritance { default_acl: self.default_acl_of(parent).await?, layout: self.layout_of(parent).await? };
                 }
             }
         }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Parser;
+use surge_proto::placement::DirLayout;
 use surge_server::{Server, ServerConfig};
 use surge_stage::{Coordinator, CoordinatorConfig, Peers};
 
@@ -55,6 +56,11 @@ struct Args {
     /// server of the instance, readable by no client).
     #[arg(long)]
     ticket_key_file: Option<PathBuf>,
+    /// Where the files of a fresh instance's root directory go (its directories inherit it):
+    /// `striped` over all servers, or `node-local` on the creating node's server. A server
+    /// restarted on its directory keeps what the root has.
+    #[arg(long, default_value_t = DirLayout::Striped)]
+    layout: DirLayout,
     /// Worker threads (default: number of cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -88,6 +94,7 @@ fn main() -> anyhow::Result<()> {
         owner_uid: args.owner_uid,
         owner_gid: args.owner_gid,
         ticket_key,
+        root_layout: args.layout,
     };
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {

@@ -654,6 +654,8 @@ impl Manager {
             servers: infos,
             // A job's or a reservation's servers run as its owner, for its owner alone.
             ticket_key_path: None,
+            // Its servers start with their default (striped); `surge layout` changes it.
+            layout: Default::default(),
         })
     }
 

@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use crate::call::service;
 use crate::ino::Ino;
 use crate::types::{
-    Attr, AttrChanges, DirEntry, DirPage, FileKind, InodeFate, LinkAdded, LinkOutcome, LockHolder, LockKind, NewDirAcl, Timestamp, Unlinked,
+    Attr, AttrChanges, DirEntry, DirInheritance, DirPage, FileKind, InodeFate, LinkAdded, LinkOutcome, LockHolder, LockKind, Timestamp,
+    Unlinked,
 };
 use crate::xattr::XattrSetMode;
 
@@ -47,6 +48,9 @@ pub struct Create {
     pub gid: u32,
     pub exclusive: bool,
     pub open: bool,
+    /// The server of the creating node, for a directory of the node-local layout (None: the
+    /// creator has no server on its node, the file is striped).
+    pub place_on: Option<u32>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -77,9 +81,9 @@ pub struct Readlink {
 
 /// Allocates a directory inode on this server, not yet linked anywhere (mkdir step 1), with
 /// `mode` less `umask`, or what the parent's default ACL makes of `mode` (see `Create`).
-/// Where `parent` is homed here, its server reads that ACL itself; otherwise the client says
-/// what it is (`parent_default_acl`, in its xattr form; None: the parent has none), and the
-/// link step checks it was so ([`NewDirAcl`]).
+/// The directory inherits its parent's layout too. Where `parent` is homed here, its server
+/// reads both itself; otherwise it takes what the client says (`inherited`), and the link step
+/// checks it was so ([`DirInheritance`]).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct MakeDirInode {
     pub parent: Ino,
@@ -87,7 +91,7 @@ pub struct MakeDirInode {
     pub umask: u32,
     pub uid: u32,
     pub gid: u32,
-    pub parent_default_acl: Option<Vec<u8>>,
+    pub inherited: DirInheritance,
 }
 
 /// Removes an inode that never got linked (mkdir step 2 failed), or a retired directory.
@@ -108,7 +112,7 @@ pub struct InsertEntry {
     pub kind: FileKind,
     pub replace: bool,
     pub retired_target: Option<Ino>,
-    pub new_dir: Option<NewDirAcl>,
+    pub new_dir: Option<DirInheritance>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
@@ -332,6 +336,14 @@ pub struct RemoveXattr {
     pub name: String,
 }
 
+/// A directory's layout for the files made in it from now on (`set`; None: only asks). Set
+/// by the directory's owner or root; files already there keep theirs.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct LayoutOf {
+    pub dir: Ino,
+    pub set: Option<crate::placement::DirLayout>,
+}
+
 service! {
     /// A namespace step.
     NamespaceRequest => Namespace {
@@ -371,5 +383,6 @@ service! {
         SetXattr -> Attr, "set-xattr";
         ListXattr -> Vec<String>, "list-xattr";
         RemoveXattr -> Attr, "remove-xattr";
+        LayoutOf -> crate::placement::DirLayout, "layout";
     }
 }

@@ -6,8 +6,60 @@
 //! sequential request keeps every server busy, and the start server differs per file, so many
 //! small files spread evenly. Directories are homed by a hash of (parent, name); an inode's
 //! home is in its number ([`crate::ino`]).
+//!
+//! A directory may instead lay its new files out node-local ([`DirLayout::NodeLocal`]): each
+//! file created there keeps all its chunks on the server of the node that creates it (its
+//! number says which, [`crate::ino::make_placed`]), so a file-per-process writer writes to its
+//! own node's storage, as seed 004 finds fastest for bursty output, and the mount can hand the
+//! file to the kernel (passthrough).
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
 
 use crate::ino::{spread, Ino};
+
+/// Where the files a directory gets are put; set per directory, inherited by the directories
+/// made in it (as Lustre's stripe settings), the root's from the instance's default.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum DirLayout {
+    /// A file's chunks go round the servers (bandwidth of all of them for one file).
+    #[default]
+    Striped,
+    /// A file's chunks all go to the server of the node that creates it; a file created
+    /// where no server runs (or by stage-in, which has no node of its own) is striped.
+    NodeLocal,
+}
+
+impl DirLayout {
+    pub const ALL: [DirLayout; 2] = [DirLayout::Striped, DirLayout::NodeLocal];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            DirLayout::Striped => "striped",
+            DirLayout::NodeLocal => "node-local",
+        }
+    }
+}
+
+impl fmt::Display for DirLayout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for DirLayout {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        DirLayout::ALL.into_iter().find(|l| l.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = DirLayout::ALL.iter().map(|l| l.name()).collect();
+            format!("unknown layout '{s}' (one of: {})", names.join(", "))
+        })
+    }
+}
 
 /// The chunk sizes an instance may have, 4 KiB to 64 MiB: `surge up` accepts these, and a
 /// server refuses a copy order outside them.
@@ -88,6 +140,15 @@ fn name_hash(bytes: &[u8]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn layouts_read_back_their_names() {
+        for layout in DirLayout::ALL {
+            assert_eq!(layout.name().parse::<DirLayout>(), Ok(layout));
+        }
+        let err = "local".parse::<DirLayout>().unwrap_err();
+        assert!(err.contains("striped, node-local"), "{err}");
+    }
 
     #[test]
     fn pieces_cover_the_range_at_chunk_boundaries() {

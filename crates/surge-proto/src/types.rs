@@ -131,14 +131,18 @@ pub struct LinkAdded {
     pub undo: Option<crate::ticket::Ticket>,
 }
 
-/// What mkdir's link step (`InsertEntry`) says of a directory made on another server than its
-/// parent's: the parent's default ACL it inherited, in its xattr form (None: none), as the
-/// client read it. The parent's home links the name only if that is still the parent's
-/// default ACL, and answers Stale otherwise: the client then reads the ACL, and makes the
-/// directory again. (Where none is, the common case, a mkdir costs no round trip more.)
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
-pub struct NewDirAcl {
-    pub parent_default_acl: Option<Vec<u8>>,
+/// What a new directory inherits from its parent: the parent's default ACL (in its xattr
+/// form; None: none) and its layout. A server making a directory whose parent it homes reads
+/// them itself; one making a directory for a parent homed elsewhere takes them from the
+/// request, as the client supposes them (no default ACL, the instance's default layout), and
+/// mkdir's link step (`InsertEntry`) carries the same supposition to the parent's home, which
+/// links the name only if it still holds and answers Stale otherwise: the client then reads
+/// them, and makes the directory again. (Where the supposition holds, the common case, a
+/// mkdir costs no round trip more.)
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct DirInheritance {
+    pub default_acl: Option<Vec<u8>>,
+    pub layout: crate::placement::DirLayout,
 }
 
 /// What a lock request asks for: a shared (read) or exclusive (write) lock, or to let go.

@@ -12,7 +12,8 @@ use surge_proto::*;
 fn sample_requests() -> Vec<Request> {
     vec![
         Lookup { parent: ROOT_INO, name: "plot_0001.h5".into() }.into(),
-        Create { parent: 5, name: "x".into(), mode: 0o644, umask: 0, uid: 1000, gid: 1000, exclusive: true, open: true }.into(),
+        Create { parent: 5, name: "x".into(), mode: 0o644, umask: 0, uid: 1000, gid: 1000, exclusive: true, open: true, place_on: None }
+            .into(),
         Rename { src_parent: 1, src_name: "a.tmp".into(), dst_parent: 1, dst_name: "a".into(), noreplace: false, retired_target: None }
             .into(),
         Write { ino: 1 << 48 | 9, offset: 1 << 40, ticket: None }.into(),
@@ -21,7 +22,18 @@ fn sample_requests() -> Vec<Request> {
         Batch {
             requests: vec![
                 Lookup { parent: 1, name: "a".into() }.into(),
-                Create { parent: 1, name: "b".into(), mode: 0o600, umask: 0o022, uid: 0, gid: 0, exclusive: false, open: false }.into(),
+                Create {
+                    parent: 1,
+                    name: "b".into(),
+                    mode: 0o600,
+                    umask: 0o022,
+                    uid: 0,
+                    gid: 0,
+                    exclusive: false,
+                    open: false,
+                    place_on: Some(3),
+                }
+                .into(),
             ],
         }
         .into(),

@@ -55,6 +55,7 @@ impl InProcessInstance {
                 owner_uid,
                 owner_gid,
                 ticket_key: None,
+                root_layout: Default::default(),
             };
             servers.push(Server::bind(config).await?);
         }

@@ -24,14 +24,15 @@
 //! the middle of its write); the snapshot is always whole (written aside, then renamed).
 //!
 //! Format 2 (`surge-meta 2`) added extended attributes: a record carries the attributes a
-//! step changed, one by one ([`crate::meta::XattrState`]). A directory of format 1 (the
-//! release before; also one with records and no marker, which predates the marker) is read
-//! through format 1's record type ([`crate::meta::format1`]) and rewritten at once: the new
+//! step changed, one by one ([`crate::meta::XattrState`]). Format 3 (`surge-meta 3`) added a
+//! directory's layout to its state. A directory of an earlier format (format 1 also when it
+//! has records and no marker, which predates the marker) is read through that format's record
+//! type ([`crate::meta::format1`], [`crate::meta::format2`]) and rewritten at once: the new
 //! snapshot is written aside (`snapshot.next`), then the marker changes — the moment the
-//! directory is format 2 —, then the journal of format-1 records (all in the snapshot) is
-//! emptied and the snapshot put in place. A crash before the marker leaves format 1 whole;
-//! one after it leaves `snapshot.next`, which the next start puts in place the same way
-//! before it replays anything.
+//! directory is of this build's format —, then the journal of older records (all in the
+//! snapshot) is emptied and the snapshot put in place. A crash before the marker leaves the
+//! older format whole; one after it leaves `snapshot.next`, which the next start puts in place
+//! the same way before it replays anything.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -42,7 +43,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::lock::LockRecover;
-use crate::meta::{format1, MetaStore, Record};
+use crate::meta::{format1, format2, MetaStore, Record};
 
 /// A journal this long is folded into a new snapshot.
 pub const SNAPSHOT_AFTER: u64 = 64 << 20;
@@ -96,17 +97,30 @@ fn frame(record: &impl Serialize, out: &mut Vec<u8>) {
 /// record's layout changes in a way older records cannot be read with (a new field; new enum
 /// variants appended at the end read old records as before), and read the older layout
 /// through types of its own (see the module notes).
-pub const FORMAT: &str = "surge-meta 2";
-/// The layout before extended attributes.
-const FORMAT_1: &str = "surge-meta 1";
-/// Where an upgrade from format 1 writes the new snapshot before the marker changes.
+pub const FORMAT: &str = "surge-meta 3";
+/// Where an upgrade from an earlier format writes the new snapshot before the marker changes.
 const NEXT_SNAPSHOT: &str = "snapshot.next";
 
 /// The layout of a directory's records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Layout {
     Current,
+    /// Before directory layouts.
+    Format2,
+    /// Before extended attributes.
     Format1,
+}
+
+impl Layout {
+    const ALL: [Layout; 3] = [Layout::Current, Layout::Format2, Layout::Format1];
+
+    fn marker(self) -> &'static str {
+        match self {
+            Layout::Current => FORMAT,
+            Layout::Format2 => "surge-meta 2",
+            Layout::Format1 => "surge-meta 1",
+        }
+    }
 }
 
 /// The records in `bytes` (the file `path`), in order. A record cut short or failing its
@@ -142,6 +156,7 @@ fn read_records(path: &Path, torn_tail_allowed: bool, layout: Layout) -> io::Res
     let bytes = read_all(path)?;
     match layout {
         Layout::Current => records(&bytes, path, torn_tail_allowed),
+        Layout::Format2 => Ok(records::<format2::Record>(&bytes, path, torn_tail_allowed)?.into_iter().map(Record::from).collect()),
         Layout::Format1 => Ok(records::<format1::Record>(&bytes, path, torn_tail_allowed)?.into_iter().map(Record::from).collect()),
     }
 }
@@ -150,16 +165,18 @@ fn read_records(path: &Path, torn_tail_allowed: bool, layout: Layout) -> io::Res
 /// this build's. A directory with records and no marker predates the marker: format 1.
 fn layout_of(dir: &Path) -> io::Result<Layout> {
     match std::fs::read_to_string(dir.join("format")) {
-        Ok(found) if found.trim() == FORMAT => Ok(Layout::Current),
-        Ok(found) if found.trim() == FORMAT_1 => Ok(Layout::Format1),
-        Ok(found) => Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!(
-                "{}: metadata in format '{}', this server reads '{FORMAT}' and '{FORMAT_1}': start it with the Surge version that wrote them",
-                dir.display(),
-                found.trim()
-            ),
-        )),
+        Ok(found) => Layout::ALL.into_iter().find(|layout| layout.marker() == found.trim()).ok_or_else(|| {
+            let known: Vec<String> = Layout::ALL.iter().map(|layout| format!("'{}'", layout.marker())).collect();
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: metadata in format '{}', this server reads {}: start it with the Surge version that wrote them",
+                    dir.display(),
+                    found.trim(),
+                    known.join(", ")
+                ),
+            )
+        }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             let holds_records = ["snapshot", "journal"].iter().any(|name| std::fs::metadata(dir.join(name)).is_ok_and(|m| m.len() > 0));
             if holds_records {
@@ -182,8 +199,8 @@ fn write_marker(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// The end of an upgrade from format 1 whose marker changed (see the module notes): the
-/// journal's records, format 1's, are all in the new snapshot, which goes in place.
+/// The end of an upgrade from an earlier format whose marker changed (see the module notes):
+/// the journal's records, the older format's, are all in the new snapshot, which goes in place.
 fn finish_upgrade(dir: &Path) -> io::Result<()> {
     let next = dir.join(NEXT_SNAPSHOT);
     if !next.exists() {
@@ -235,11 +252,11 @@ impl Journal {
             Arc::new(Journal { dir, pending: Mutex::new(Pending::default()), work: Condvar::new(), file: Mutex::new(file), durable });
         match layout {
             Layout::Current => journal.fold(store)?,
-            Layout::Format1 => {
+            older => {
                 journal.write_snapshot(store, NEXT_SNAPSHOT)?;
                 write_marker(&journal.dir)?;
                 finish_upgrade(&journal.dir)?;
-                tracing::info!("metadata rewritten from {FORMAT_1} to {FORMAT}");
+                tracing::info!("metadata rewritten from {} to {FORMAT}", older.marker());
             }
         }
         if replayed > 0 {
@@ -384,6 +401,7 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use surge_proto::placement::DirLayout;
     use surge_proto::{FileKind, ROOT_INO};
 
     #[test]
@@ -455,7 +473,8 @@ mod tests {
     /// A record as format 1 wrote it (the same, less the attributes).
     fn format1(record: Record) -> format1::Record {
         assert!(record.xattrs.is_empty(), "format 1 had no attributes");
-        format1::Record { next_local: record.next_local, inodes: record.inodes, removed: record.removed, entries: record.entries }
+        let old = format2::Record::from(record);
+        format1::Record { next_local: old.next_local, inodes: old.inodes, removed: old.removed, entries: old.entries }
     }
 
     fn framed(records: &[impl Serialize]) -> Vec<u8> {
@@ -473,11 +492,11 @@ mod tests {
     fn a_format_1_directory_comes_back_and_is_rewritten_as_format_2() {
         let root = Root::new("format1");
         let mut old = MetaStore::new(0, 0, 0);
-        let dir = old.make_dir_inode(ROOT_INO, 0o750, 0, 7, 7, None);
+        let dir = old.make_dir_inode(ROOT_INO, 0o750, 0, 7, 7, None, DirLayout::Striped);
         old.insert_entry(ROOT_INO, "dir", dir.ino, FileKind::Dir, false, None).unwrap();
         let snapshot = format1(old.snapshot());
         old.track_changes();
-        let file = old.create(dir.ino, "file", 0o640, 0, 7, 7, true, false).unwrap();
+        let file = old.create(dir.ino, "file", 0o640, 0, 7, 7, true, false, None).unwrap();
         let journal = format1(old.take_changes());
         std::fs::write(root.meta("format"), "surge-meta 1\n").unwrap();
         std::fs::write(root.meta("snapshot"), framed(&[snapshot])).unwrap();
@@ -500,12 +519,42 @@ mod tests {
         journal.close(&again).unwrap();
     }
 
+    /// A directory the release before layouts wrote (format 2) comes back with its
+    /// attributes, every directory striped, and takes a layout once rewritten as format 3.
+    #[test]
+    fn a_format_2_directory_comes_back_striped_and_is_rewritten() {
+        let root = Root::new("format2");
+        let mut old = MetaStore::new(0, 0, 0);
+        old.track_changes();
+        let dir = old.make_dir_inode(ROOT_INO, 0o750, 0, 7, 7, None, DirLayout::Striped);
+        old.insert_entry(ROOT_INO, "dir", dir.ino, FileKind::Dir, false, None).unwrap();
+        old.set_xattr(dir.ino, "user.kept", b"yes".to_vec(), surge_proto::XattrSetMode::Either).unwrap();
+        std::fs::write(root.meta("format"), "surge-meta 2\n").unwrap();
+        std::fs::write(root.meta("snapshot"), framed(&[format2::Record::from(MetaStore::new(0, 0, 0).snapshot())])).unwrap();
+        std::fs::write(root.meta("journal"), framed(&[format2::Record::from(old.take_changes())])).unwrap();
+
+        let mut store = MetaStore::with_root_layout(0, 0, 0, DirLayout::NodeLocal);
+        let (journal, _) = Journal::open(&root.0, &mut store).unwrap();
+        assert_eq!(store.get_xattr(dir.ino, "user.kept").unwrap(), b"yes");
+        assert_eq!(store.layout_of(dir.ino).unwrap(), DirLayout::Striped);
+        assert_eq!(store.layout_of(ROOT_INO).unwrap(), DirLayout::Striped, "the replayed root, not a fresh one's default");
+        assert_eq!(std::fs::read_to_string(root.meta("format")).unwrap().trim(), FORMAT);
+        store.set_layout(dir.ino, DirLayout::NodeLocal).unwrap();
+        journal.append(store.take_changes());
+        journal.close(&store).unwrap();
+
+        let mut again = MetaStore::new(0, 0, 0);
+        let (journal, _) = Journal::open(&root.0, &mut again).unwrap();
+        assert_eq!(again.layout_of(dir.ino).unwrap(), DirLayout::NodeLocal);
+        journal.close(&again).unwrap();
+    }
+
     /// Records and no marker: a directory from before the marker, format 1.
     #[test]
     fn a_directory_without_marker_is_format_1() {
         let root = Root::new("unmarked");
         let mut old = MetaStore::new(0, 0, 0);
-        old.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, false).unwrap();
+        old.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, false, None).unwrap();
         std::fs::write(root.meta("snapshot"), framed(&[format1(old.snapshot())])).unwrap();
         let mut store = MetaStore::new(0, 0, 0);
         let (journal, _) = Journal::open(&root.0, &mut store).unwrap();
@@ -521,12 +570,12 @@ mod tests {
     fn an_upgrade_cut_short_after_its_marker_is_finished_at_the_next_start() {
         let root = Root::new("upgrade-cut");
         let mut old = MetaStore::new(0, 0, 0);
-        old.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, false).unwrap();
+        old.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, false, None).unwrap();
         std::fs::write(root.meta("format"), format!("{FORMAT}\n")).unwrap();
         std::fs::write(root.meta(NEXT_SNAPSHOT), framed(&[old.snapshot()])).unwrap();
         std::fs::write(root.meta("snapshot"), framed(&[format1(MetaStore::new(0, 0, 0).snapshot())])).unwrap();
         old.track_changes();
-        old.create(ROOT_INO, "also", 0o644, 0, 0, 0, true, false).unwrap();
+        old.create(ROOT_INO, "also", 0o644, 0, 0, 0, true, false, None).unwrap();
         std::fs::write(root.meta("journal"), framed(&[format1(old.take_changes())])).unwrap();
         let mut store = MetaStore::new(0, 0, 0);
         let (journal, _) = Journal::open(&root.0, &mut store).unwrap();
@@ -541,7 +590,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
         let mut store = MetaStore::new(0, 0, 0);
         let (journal, _) = Journal::open(&root, &mut store).unwrap();
-        let file = store.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, false).unwrap();
+        let file = store.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, false, None).unwrap();
         let seq = journal.append(store.take_changes()).seq;
         journal.durable(seq).await;
         // A crash: no clean stop, the journal as written.

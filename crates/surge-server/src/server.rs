@@ -32,6 +32,9 @@ pub struct ServerConfig {
     /// `None`: an instance-token holder is trusted as it says (the kernel's checks on a
     /// mount, or a single-user instance).
     pub ticket_key: Option<TicketKey>,
+    /// The layout a fresh instance's root directory gets (the instance's default; one
+    /// replayed from its journal keeps the root's own).
+    pub root_layout: surge_proto::placement::DirLayout,
 }
 
 /// State shared by all connections of one server.
@@ -101,7 +104,7 @@ impl Server {
             }
         };
         // The namespace share as the journal left it (a fresh one the first time).
-        let mut meta = meta::MetaStore::new(config.index, config.owner_uid, config.owner_gid);
+        let mut meta = meta::MetaStore::with_root_layout(config.index, config.owner_uid, config.owner_gid, config.root_layout);
         let (journal, orphans) = journal::Journal::open(&config.root, &mut meta)
             .map_err(|e| ServerError::os(&format!("replay the metadata journal under {}", config.root.display()), e))?;
         for ino in orphans {

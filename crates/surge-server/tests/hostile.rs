@@ -168,8 +168,17 @@ async fn a_vanished_connection_gives_back_what_it_held() {
         let stats = |raw: &mut Raw| -> ServerStats { decode_message(&raw.ask(StatFs.into(), &[]).1).unwrap() };
         let mut gone = Raw::connect(addr, &secret);
         assert_eq!(gone.ask(Watch.into(), &[]).0, FrameKind::Reply);
-        let create =
-            Create { parent: ROOT_INO, name: "scratch".into(), mode: 0o644, umask: 0, uid: 0, gid: 0, exclusive: true, open: true };
+        let create = Create {
+            parent: ROOT_INO,
+            name: "scratch".into(),
+            mode: 0o644,
+            umask: 0,
+            uid: 0,
+            gid: 0,
+            exclusive: true,
+            open: true,
+            place_on: None,
+        };
         let (_, entry) = gone.ask(create.into(), &[]);
         let ino = decode_message::<DirEntry>(&entry).unwrap().ino;
         assert_eq!(gone.ask(WriteData { ino, offset: 0, ticket: None }.into(), &vec![7u8; 4 << 20]).0, FrameKind::Reply);
@@ -204,8 +213,17 @@ async fn a_handle_is_released_only_by_the_connection_that_opened_it() {
         move || {
             let mut owner = Raw::connect(addr, &secret);
             let mut other = Raw::connect(addr, &secret);
-            let create =
-                Create { parent: ROOT_INO, name: "held".into(), mode: 0o644, umask: 0, uid: 0, gid: 0, exclusive: true, open: true };
+            let create = Create {
+                parent: ROOT_INO,
+                name: "held".into(),
+                mode: 0o644,
+                umask: 0,
+                uid: 0,
+                gid: 0,
+                exclusive: true,
+                open: true,
+                place_on: None,
+            };
             let (kind, message) = owner.ask(create.into(), &[]);
             assert_eq!(kind, FrameKind::Reply);
             let ino = decode_message::<surge_proto::DirEntry>(&message).unwrap().ino;

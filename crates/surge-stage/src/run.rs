@@ -320,6 +320,9 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
             gid,
             exclusive: true,
             open: true,
+            // Staged files are striped whatever the directory's layout: stage-in has no node
+            // of its own, and every server's bandwidth reads them back fastest.
+            place_on: None,
         })
         .collect();
     let created = batch_each(client, home, creates, |entry| entry.ino).await;
@@ -487,7 +490,7 @@ async fn stage_in_large(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, index: usiz
     started(&ctx, index);
     let temp = temporary_name(ctx.id, index);
     let (uid, gid) = (ctx.spec.uid, ctx.spec.gid);
-    let create = Create { parent, name: temp.clone(), mode: file.mode, umask: 0, uid, gid, exclusive: true, open: true };
+    let create = Create { parent, name: temp.clone(), mode: file.mode, umask: 0, uid, gid, exclusive: true, open: true, place_on: None };
     let ino = match client.call(ino::home(parent), create).await {
         Ok(entry) => entry.ino,
         Err(e) => return finished(&ctx, index, Err(failed(format!("burst buffer: {e}")))),

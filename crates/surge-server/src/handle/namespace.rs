@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use surge_proto::acl::Acl;
 use surge_proto::admin::BatchOutcome;
 use surge_proto::namespace::*;
+use surge_proto::placement::DirLayout;
 use surge_proto::{Call, DirEntry, DirPage, Ino, LinkOutcome, Unlinked};
 
 use super::Answer;
@@ -159,6 +160,7 @@ impl Session {
             NamespaceRequest::SetXattr(s) => self.answer_step(s),
             NamespaceRequest::ListXattr(s) => self.answer_step(s),
             NamespaceRequest::RemoveXattr(s) => self.answer_step(s),
+            NamespaceRequest::LayoutOf(s) => self.answer_step(s),
             NamespaceRequest::SetLock(s) => self.set_lock(s),
             NamespaceRequest::GetLock(s) => Answer::of::<GetLock>(self.lockable(s.ino).map(|()| {
                 let wanted = self.wanted(s.owner, 0, s.kind, s.start, s.end);
@@ -306,7 +308,9 @@ impl Step for Create {
                 caller.check_open(cx.meta.perms(existing.ino)?)?;
             }
         }
-        let entry = cx.meta.create(self.parent, &self.name, self.mode, self.umask, self.uid, self.gid, self.exclusive, self.open)?;
+        let place_on = self.place_on.map(|server| server as usize);
+        let entry =
+            cx.meta.create(self.parent, &self.name, self.mode, self.umask, self.uid, self.gid, self.exclusive, self.open, place_on)?;
         if self.open && entry.attr.is_some() {
             opened(cx, entry.ino);
         }
@@ -371,13 +375,29 @@ impl Step for MakeDirInode {
         if let Some(caller) = cx.caller {
             caller.check_new_owner(self.uid, self.gid, None)?;
         }
-        let remote_default = decode_acl(&self.parent_default_acl)?;
-        Ok(cx.meta.make_dir_inode(self.parent, self.mode, self.umask, self.uid, self.gid, remote_default.as_ref()))
+        let remote_default = decode_acl(&self.inherited.default_acl)?;
+        let remote_layout = self.inherited.layout;
+        Ok(cx.meta.make_dir_inode(self.parent, self.mode, self.umask, self.uid, self.gid, remote_default.as_ref(), remote_layout))
     }
 
     /// Watched from birth: a client that made a directory may know all its names.
     fn effects(&self, attr: &surge_proto::Attr) -> Effects {
         Effects { told_attrs: vec![attr.ino], told_dirs: vec![attr.ino], ..Default::default() }
+    }
+}
+
+impl Step for LayoutOf {
+    /// Watchers hold no layouts.
+    const WATCHED: bool = false;
+
+    fn run(&self, cx: &mut StepContext) -> Result<DirLayout> {
+        if let Some(layout) = self.set {
+            if let Some(caller) = cx.caller {
+                caller.check_owner(&cx.meta.getattr(self.dir)?, "set a directory's layout")?;
+            }
+            cx.meta.set_layout(self.dir, layout)?;
+        }
+        cx.meta.layout_of(self.dir)
     }
 }
 
@@ -400,11 +420,14 @@ impl Step for InsertEntry {
         if self.replace {
             cx.check_remove(self.parent, &self.name)?;
         }
-        if let Some(new_dir) = &self.new_dir {
-            // A new directory made elsewhere is linked only with the default ACL it should
-            // have inherited (the client asks again, and makes it again, on Stale).
-            if decode_acl(&new_dir.parent_default_acl)?.as_ref() != cx.meta.default_acl_of(self.parent) {
+        if let Some(inherited) = &self.new_dir {
+            // A new directory made elsewhere is linked only with the default ACL and layout
+            // it should have inherited (the client asks again, and makes it again, on Stale).
+            if decode_acl(&inherited.default_acl)?.as_ref() != cx.meta.default_acl_of(self.parent) {
                 return Err(ServerError::new(ErrorCode::Stale, "the new directory did not inherit its parent's default ACL"));
+            }
+            if inherited.layout != cx.meta.layout_of(self.parent)? {
+                return Err(ServerError::new(ErrorCode::Stale, "the new directory did not inherit its parent's layout"));
             }
         }
         let mut outcome = cx.meta.insert_entry(self.parent, &self.name, self.ino, self.kind, self.replace, self.retired_target)?;
@@ -776,14 +799,14 @@ mod tests {
             (
                 "create",
                 watched(
-                    Create { parent: 1, name: name(), mode: 0o644, umask: 0, uid: 0, gid: 0, exclusive: true, open: true },
+                    Create { parent: 1, name: name(), mode: 0o644, umask: 0, uid: 0, gid: 0, exclusive: true, open: true, place_on: None },
                     entry.clone(),
                 ),
             ),
             ("symlink", watched(Symlink { parent: 1, name: name(), target: "t".into(), uid: 0, gid: 0 }, attr.clone())),
             (
                 "mkdir-inode",
-                watched(MakeDirInode { parent: 1, mode: 0o755, umask: 0, uid: 0, gid: 0, parent_default_acl: None }, attr.clone()),
+                watched(MakeDirInode { parent: 1, mode: 0o755, umask: 0, uid: 0, gid: 0, inherited: Default::default() }, attr.clone()),
             ),
             (
                 "insert-entry",

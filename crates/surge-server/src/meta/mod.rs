@@ -17,11 +17,13 @@ use surge_proto::ino::{self, Ino};
 use crate::access::{self, Inherited};
 use crate::error::{Result, ServerError};
 use surge_proto::acl::{Acl, AclKind};
+use surge_proto::placement::DirLayout;
 use surge_proto::{
     check_name, Attr, AttrChanges, DirEntry, ErrorCode, FileKind, InodeFate, LinkOutcome, Timestamp, Unlinked, MAX_SYMLINK_LEN,
 };
 
 pub mod format1;
+pub mod format2;
 mod scan;
 mod xattrs;
 
@@ -65,6 +67,8 @@ struct Dir {
     subdirs: u32,
     /// An empty directory being removed by a cross-server rmdir/rename: refuses new entries.
     retired: bool,
+    /// Where the files made here are put; directories made here inherit it.
+    layout: DirLayout,
 }
 
 enum Body {
@@ -120,7 +124,7 @@ pub struct InodeState {
 pub enum BodyState {
     File,
     Symlink(String),
-    Dir { parent: Ino, subdirs: u32, retired: bool },
+    Dir { parent: Ino, subdirs: u32, retired: bool, layout: DirLayout },
 }
 
 /// A change of one name: what `dir/name` names now (None: nothing).
@@ -143,8 +147,8 @@ pub struct XattrState {
 
 /// One journal record: the state, after a step, of what the step changed. Applied in order to
 /// an empty store, the records (a snapshot is one big record) rebuild the namespace share.
-/// (Its layout is the journal's format, [`crate::journal::FORMAT`]; [`format1`] reads the
-/// records of the first.)
+/// (Its layout is the journal's format, [`crate::journal::FORMAT`]; [`format1`] and
+/// [`format2`] read the records of the earlier ones.)
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 pub struct Record {
     pub next_local: u64,
@@ -185,11 +189,17 @@ impl Record {
 impl MetaStore {
     /// A fresh namespace share. Server 0 also creates the root directory.
     pub fn new(server_index: usize, owner_uid: u32, owner_gid: u32) -> Self {
+        Self::with_root_layout(server_index, owner_uid, owner_gid, DirLayout::default())
+    }
+
+    /// A fresh namespace share whose root (on server 0) lays files out `root_layout`: the
+    /// instance's default. (A share replayed from its journal has the root's own.)
+    pub fn with_root_layout(server_index: usize, owner_uid: u32, owner_gid: u32, root_layout: DirLayout) -> Self {
         let mut store = MetaStore { server_index, next_local: 1, inodes: HashMap::new(), files: 0, dirs: 0, changes: None };
         if server_index == 0 {
             let root = store.alloc_ino();
             debug_assert_eq!(root, ino::ROOT_INO);
-            let dir = Dir { parent: root, entries: BTreeMap::new(), subdirs: 0, retired: false };
+            let dir = Dir { parent: root, entries: BTreeMap::new(), subdirs: 0, retired: false, layout: root_layout };
             store.insert_inode(root, FileKind::Dir, access::inherit(FileKind::Dir, 0o755, 0, None), owner_uid, owner_gid, Body::Dir(dir));
         }
         store
@@ -229,7 +239,7 @@ impl MetaStore {
         let body = match &inode.body {
             Body::File => BodyState::File,
             Body::Symlink(target) => BodyState::Symlink(target.clone()),
-            Body::Dir(dir) => BodyState::Dir { parent: dir.parent, subdirs: dir.subdirs, retired: dir.retired },
+            Body::Dir(dir) => BodyState::Dir { parent: dir.parent, subdirs: dir.subdirs, retired: dir.retired, layout: dir.layout },
         };
         Some(InodeState { attr: inode.attr.clone(), body })
     }
@@ -293,7 +303,7 @@ impl MetaStore {
             let body = match state.body {
                 BodyState::File => Body::File,
                 BodyState::Symlink(target) => Body::Symlink(target),
-                BodyState::Dir { parent, subdirs, retired } => Body::Dir(Dir { parent, entries, subdirs, retired }),
+                BodyState::Dir { parent, subdirs, retired, layout } => Body::Dir(Dir { parent, entries, subdirs, retired, layout }),
             };
             self.inodes.insert(ino, Inode { xattrs, ..Inode::new(state.attr, body) });
         }
@@ -341,6 +351,18 @@ impl MetaStore {
         ino
     }
 
+    /// A number for a file whose chunks all go to `data_server`. Such numbers keep 32 bits of
+    /// the counter: after 2^32 allocations they come round, and one still in use is skipped.
+    fn alloc_placed_ino(&mut self, data_server: usize) -> Ino {
+        loop {
+            let ino = ino::make_placed(self.server_index, data_server, self.next_local);
+            self.next_local += 1;
+            if !self.inodes.contains_key(&ino) {
+                return ino;
+            }
+        }
+    }
+
     fn is_local(&self, ino: Ino) -> bool {
         ino::home(ino) == self.server_index
     }
@@ -380,6 +402,18 @@ impl MetaStore {
     /// A directory's default ACL, which what is made in it inherits.
     pub fn default_acl_of(&self, dir: Ino) -> Option<&Acl> {
         self.inodes.get(&dir)?.xattrs.as_ref()?.acl(AclKind::Default)
+    }
+
+    /// Where the files made in `dir` are put.
+    pub fn layout_of(&self, dir: Ino) -> Result<DirLayout> {
+        Ok(self.dir(dir)?.layout)
+    }
+
+    /// Puts the files made in `dir` from now on `layout`; those there keep theirs.
+    pub fn set_layout(&mut self, dir: Ino, layout: DirLayout) -> Result<()> {
+        self.dir_mut(dir)?.layout = layout;
+        self.changed(dir);
+        Ok(())
     }
 
     fn remove_inode(&mut self, ino: Ino) {
@@ -609,7 +643,9 @@ impl MetaStore {
     }
 
     /// A regular file `parent/name` (or with `exclusive` false, the one there), with `mode`
-    /// less `umask` or what the directory's default ACL makes of `mode`.
+    /// less `umask` or what the directory's default ACL makes of `mode`. In a directory of the
+    /// node-local layout, its chunks all go to server `place_on` (the creator's; None: it has
+    /// none, the file is striped).
     #[allow(clippy::too_many_arguments)]
     pub fn create(
         &mut self,
@@ -621,6 +657,7 @@ impl MetaStore {
         gid: u32,
         exclusive: bool,
         open: bool,
+        place_on: Option<usize>,
     ) -> Result<DirEntry> {
         check_name(name)?;
         if let Some(existing) = self.dir(parent)?.entries.get(name) {
@@ -638,8 +675,18 @@ impl MetaStore {
             }
             return Ok(self.dir_entry(name, ino, kind));
         }
+        let data_server = match self.dir(parent)?.layout {
+            DirLayout::NodeLocal => place_on,
+            DirLayout::Striped => None,
+        };
+        if let Some(server) = data_server.filter(|&s| s >= ino::MAX_PLACED_SERVERS) {
+            return fail(ErrorCode::Invalid, format!("server {server} cannot hold a file's chunks (at most {})", ino::MAX_PLACED_SERVERS));
+        }
         let perms = access::inherit(FileKind::File, mode, umask, self.default_acl_of(parent));
-        let ino = self.alloc_ino();
+        let ino = match data_server {
+            Some(server) => self.alloc_placed_ino(server),
+            None => self.alloc_ino(),
+        };
         let attr = self.insert_inode(ino, FileKind::File, perms, uid, gid, Body::File);
         self.link_entry(parent, name, ino, FileKind::File)?;
         if open {
@@ -689,13 +736,26 @@ impl MetaStore {
     }
 
     /// A directory's inode (mkdir step 1), with `mode` less `umask` or what the parent's
-    /// default ACL makes of `mode`: the parent's own if it is homed here, else
-    /// `remote_default`, the one the client says it has.
-    pub fn make_dir_inode(&mut self, parent: Ino, mode: u32, umask: u32, uid: u32, gid: u32, remote_default: Option<&Acl>) -> Attr {
-        let default = if self.is_local(parent) { self.default_acl_of(parent) } else { remote_default };
+    /// default ACL makes of `mode`, and the parent's layout: the parent's own if it is homed
+    /// here, else `remote_default` and `remote_layout`, what the client says it has.
+    #[allow(clippy::too_many_arguments)]
+    pub fn make_dir_inode(
+        &mut self,
+        parent: Ino,
+        mode: u32,
+        umask: u32,
+        uid: u32,
+        gid: u32,
+        remote_default: Option<&Acl>,
+        remote_layout: DirLayout,
+    ) -> Attr {
+        let (default, layout) = match self.dir(parent) {
+            Ok(dir) if self.is_local(parent) => (self.default_acl_of(parent), dir.layout),
+            _ => (remote_default, remote_layout),
+        };
         let perms = access::inherit(FileKind::Dir, mode, umask, default);
         let ino = self.alloc_ino();
-        let dir = Dir { parent, entries: BTreeMap::new(), subdirs: 0, retired: false };
+        let dir = Dir { parent, entries: BTreeMap::new(), subdirs: 0, retired: false, layout };
         self.insert_inode(ino, FileKind::Dir, perms, uid, gid, Body::Dir(dir))
     }
 
@@ -1086,14 +1146,14 @@ mod tests {
         s.track_changes();
         let mut journal = vec![s.take_changes()];
         let step = |s: &mut MetaStore, journal: &mut Vec<Record>| journal.push(s.take_changes());
-        let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 1, 1, None);
+        let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 1, 1, None, DirLayout::Striped);
         s.insert_entry(ROOT_INO, "a", a.ino, FileKind::Dir, false, None).unwrap();
         step(&mut s, &mut journal);
         for i in 0..50 {
-            s.create(a.ino, &format!("f{i}"), 0o644, 0, 1, 1, true, false).unwrap();
+            s.create(a.ino, &format!("f{i}"), 0o644, 0, 1, 1, true, false, None).unwrap();
             step(&mut s, &mut journal);
         }
-        let kept = s.create(a.ino, "kept", 0o600, 0, 1, 1, true, true).unwrap();
+        let kept = s.create(a.ino, "kept", 0o600, 0, 1, 1, true, true, None).unwrap();
         s.commit(kept.ino, Some(12345), Some(Timestamp { secs: 7, nanos: 8 }), true).unwrap();
         step(&mut s, &mut journal);
         s.rename(a.ino, "f1", ROOT_INO, "moved", false, None).unwrap();
@@ -1103,10 +1163,10 @@ mod tests {
         s.symlink(ROOT_INO, "link", "a/kept", 1, 1).unwrap();
         s.setattr(kept.ino, &AttrChanges { mode: Some(0o640), ..Default::default() }).unwrap();
         step(&mut s, &mut journal);
-        let open = s.create(ROOT_INO, "open-then-unlinked", 0o644, 0, 1, 1, true, true).unwrap();
+        let open = s.create(ROOT_INO, "open-then-unlinked", 0o644, 0, 1, 1, true, true, None).unwrap();
         s.unlink(ROOT_INO, "open-then-unlinked").unwrap();
         step(&mut s, &mut journal);
-        let empty = s.make_dir_inode(ROOT_INO, 0o755, 0, 1, 1, None);
+        let empty = s.make_dir_inode(ROOT_INO, 0o755, 0, 1, 1, None, DirLayout::Striped);
         s.insert_entry(ROOT_INO, "gone", empty.ino, FileKind::Dir, false, None).unwrap();
         s.rmdir(ROOT_INO, "gone").unwrap();
         step(&mut s, &mut journal);
@@ -1124,7 +1184,7 @@ mod tests {
         step(&mut s, &mut journal);
         // chmod changes the ACL too: replayed, the mask is the new group bits.
         s.setattr(kept.ino, &AttrChanges { mode: Some(0o600), ..Default::default() }).unwrap();
-        let inherits = s.create(a.ino, "inherits", 0o666, 0o022, 1, 1, true, false).unwrap();
+        let inherits = s.create(a.ino, "inherits", 0o666, 0o022, 1, 1, true, false, None).unwrap();
         step(&mut s, &mut journal);
         let sizes: usize = journal.iter().map(|r| postcard::to_allocvec(r).unwrap().len()).sum();
         assert!(sizes < 64 * 1024, "records hold what changed, not the store ({sizes} bytes)");
@@ -1146,7 +1206,7 @@ mod tests {
         assert_eq!(replayed.perms(kept.ino).unwrap().acl.and_then(|acl| acl.perm(Tag::Mask)), Some(0));
         assert_eq!(replayed.getattr(inherits.ino).unwrap().mode, 0o640, "made under the replayed default ACL");
         // The counter goes on where it was: no inode number is handed out twice.
-        let next = replayed.create(ROOT_INO, "new", 0o644, 0, 0, 0, true, false).unwrap();
+        let next = replayed.create(ROOT_INO, "new", 0o644, 0, 0, 0, true, false, None).unwrap();
         assert!(expected.getattr(next.ino).is_err());
     }
 
@@ -1155,10 +1215,10 @@ mod tests {
     #[test]
     fn a_split_snapshot_rebuilds_the_store() {
         let mut s = MetaStore::new(0, 0, 0);
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None);
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped);
         s.insert_entry(ROOT_INO, "d", dir.ino, FileKind::Dir, false, None).unwrap();
         for i in 0..XATTRS_PER_RECORD + 10 {
-            let file = s.create(dir.ino, &format!("f{i}"), 0o644, 0, 0, 0, true, false).unwrap();
+            let file = s.create(dir.ino, &format!("f{i}"), 0o644, 0, 0, 0, true, false, None).unwrap();
             s.set_xattr(file.ino, "user.i", i.to_string().into_bytes(), XattrSetMode::Either).unwrap();
         }
         let pieces = s.snapshot().split();
@@ -1203,7 +1263,7 @@ mod tests {
         let mut s = MetaStore::new(0, 0, 0);
         let names: Vec<String> = (0..5000).map(|i| format!("{i:06}{}", "x".repeat(249))).collect();
         for name in &names {
-            s.create(ROOT_INO, name, 0o644, 0, 0, 0, true, false).unwrap();
+            s.create(ROOT_INO, name, 0o644, 0, 0, 0, true, false, None).unwrap();
         }
         let (mut listed, mut after, mut pages) = (Vec::new(), None::<String>, 0);
         loop {
@@ -1225,7 +1285,7 @@ mod tests {
     use surge_proto::ROOT_INO;
 
     fn file(store: &mut MetaStore, parent: Ino, name: &str) -> Ino {
-        store.create(parent, name, 0o644, 0, 0, 0, true, false).unwrap().ino
+        store.create(parent, name, 0o644, 0, 0, 0, true, false, None).unwrap().ino
     }
 
     #[test]
@@ -1244,7 +1304,7 @@ mod tests {
     #[test]
     fn unlinked_open_file_survives_until_release() {
         let mut s = MetaStore::new(0, 0, 0);
-        let ino = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, true).unwrap().ino;
+        let ino = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, true, None).unwrap().ino;
         let u = s.unlink(ROOT_INO, "f").unwrap();
         assert!(!u.purge);
         assert!(s.getattr(ino).is_ok());
@@ -1257,7 +1317,7 @@ mod tests {
     #[test]
     fn hard_links_count_names() {
         let mut s = MetaStore::new(0, 0, 0);
-        let ino = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, false).unwrap().ino;
+        let ino = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, false, None).unwrap().ino;
         assert_eq!(s.add_link(ino).unwrap().nlink, 2);
         s.insert_entry(ROOT_INO, "g", ino, FileKind::File, false, None).unwrap();
         assert_eq!(s.insert_entry(ROOT_INO, "g", ino, FileKind::File, false, None).unwrap_err().code, ErrorCode::Exists);
@@ -1265,9 +1325,9 @@ mod tests {
         assert_eq!(s.getattr(ino).unwrap().nlink, 1);
         assert!(s.unlink(ROOT_INO, "g").unwrap().purge, "the last name took the file");
         assert_eq!(s.add_link(ino).unwrap_err().code, ErrorCode::NotFound);
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None).ino;
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).ino;
         assert_eq!(s.add_link(dir).unwrap_err().code, ErrorCode::NotPermitted);
-        let open = s.create(ROOT_INO, "open", 0o644, 0, 0, 0, true, true).unwrap().ino;
+        let open = s.create(ROOT_INO, "open", 0o644, 0, 0, 0, true, true, None).unwrap().ino;
         s.unlink(ROOT_INO, "open").unwrap();
         assert_eq!(s.add_link(open).unwrap_err().code, ErrorCode::NotFound, "an unlinked open file stays nameless");
     }
@@ -1275,23 +1335,23 @@ mod tests {
     #[test]
     fn directory_rules() {
         let mut s = MetaStore::new(0, 0, 0);
-        let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None).ino;
+        let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).ino;
         s.insert_entry(ROOT_INO, "a", a, FileKind::Dir, false, None).unwrap();
         file(&mut s, a, "x");
         assert_eq!(s.rmdir(ROOT_INO, "a").unwrap_err().code, ErrorCode::NotEmpty);
         assert_eq!(s.getattr(ROOT_INO).unwrap().nlink, 3);
-        let b = s.make_dir_inode(a, 0o755, 0, 0, 0, None).ino;
+        let b = s.make_dir_inode(a, 0o755, 0, 0, 0, None, DirLayout::Striped).ino;
         s.insert_entry(a, "b", b, FileKind::Dir, false, None).unwrap();
         assert_eq!(s.rename(ROOT_INO, "a", b, "a2", false, None).unwrap_err().code, ErrorCode::Invalid);
         assert_eq!(s.rename(a, "x", ROOT_INO, "a", false, None).unwrap_err().code, ErrorCode::IsDir);
-        assert_eq!(s.create(ROOT_INO, &"n".repeat(256), 0o644, 0, 0, 0, true, false).unwrap_err().code, ErrorCode::NameTooLong);
+        assert_eq!(s.create(ROOT_INO, &"n".repeat(256), 0o644, 0, 0, 0, true, false, None).unwrap_err().code, ErrorCode::NameTooLong);
     }
 
     /// A name for an inode homed here must name it as what it is, and something that exists.
     #[test]
     fn insert_entry_refuses_a_kind_its_inode_does_not_have() {
         let mut s = MetaStore::new(0, 0, 0);
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None).ino;
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).ino;
         assert_eq!(s.insert_entry(ROOT_INO, "d", dir, FileKind::File, false, None).unwrap_err().code, ErrorCode::Invalid);
         assert_eq!(s.insert_entry(ROOT_INO, "x", ino::make(0, 999), FileKind::File, false, None).unwrap_err().code, ErrorCode::NotFound);
         s.insert_entry(ROOT_INO, "d", dir, FileKind::Dir, false, None).unwrap();
@@ -1316,13 +1376,54 @@ mod tests {
     #[test]
     fn the_root_and_files_are_not_dropped_moved_or_retired() {
         let mut s = MetaStore::new(0, 0, 0);
-        let file = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, false).unwrap();
+        let file = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, false, None).unwrap();
         for outcome in [s.drop_inode(ROOT_INO), s.set_parent(ROOT_INO, file.ino), s.set_retired(ROOT_INO, true)] {
             assert_eq!(outcome.unwrap_err().code, ErrorCode::Invalid);
         }
         assert_eq!(s.drop_inode(file.ino).unwrap_err().code, ErrorCode::Invalid);
         assert_eq!(s.lookup(ROOT_INO, "f").unwrap().ino, file.ino, "the file is still there");
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None);
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped);
         s.drop_inode(dir.ino).unwrap();
+    }
+
+    /// In a node-local directory a file's number names the creator's server, which then holds
+    /// all its chunks; elsewhere, or from a creator without a server, files are striped. A
+    /// directory made here inherits its parent's layout, one made for a parent elsewhere what
+    /// the client says.
+    #[test]
+    fn node_local_directories_place_their_files() {
+        let mut s = MetaStore::with_root_layout(0, 0, 0, DirLayout::NodeLocal);
+        let placed = s.create(ROOT_INO, "placed", 0o644, 0, 0, 0, true, false, Some(3)).unwrap().ino;
+        assert_eq!((ino::home(placed), ino::data_server(placed)), (0, Some(3)));
+        let unplaced = s.create(ROOT_INO, "from-afar", 0o644, 0, 0, 0, true, false, None).unwrap().ino;
+        assert_eq!(ino::data_server(unplaced), None);
+        let too_far = s.create(ROOT_INO, "bad", 0o644, 0, 0, 0, true, false, Some(ino::MAX_PLACED_SERVERS)).unwrap_err();
+        assert_eq!(too_far.code, ErrorCode::Invalid);
+        assert!(s.lookup(ROOT_INO, "bad").is_err(), "nothing made");
+
+        let inherits = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).ino;
+        assert_eq!(s.layout_of(inherits).unwrap(), DirLayout::NodeLocal, "the parent here says, not the client");
+        s.insert_entry(ROOT_INO, "sub", inherits, FileKind::Dir, false, None).unwrap();
+        s.set_layout(inherits, DirLayout::Striped).unwrap();
+        let striped = s.create(inherits, "f", 0o644, 0, 0, 0, true, false, Some(3)).unwrap().ino;
+        assert_eq!(ino::data_server(striped), None);
+        assert_eq!(s.layout_of(striped).unwrap_err().code, ErrorCode::NotDir);
+
+        let mut elsewhere = MetaStore::new(1, 0, 0);
+        let told = elsewhere.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::NodeLocal).ino;
+        assert_eq!(elsewhere.layout_of(told).unwrap(), DirLayout::NodeLocal);
+    }
+
+    /// Placed numbers keep 32 bits of the counter: when it comes round, a number still in use
+    /// is skipped, never handed out twice.
+    #[test]
+    fn placed_numbers_in_use_are_skipped_when_the_counter_comes_round() {
+        let mut s = MetaStore::with_root_layout(0, 0, 0, DirLayout::NodeLocal);
+        let first = s.create(ROOT_INO, "first", 0o644, 0, 0, 0, true, false, Some(1)).unwrap().ino;
+        s.next_local += (1 << 32) - 1; // the counter comes round to the first file's
+        let second = s.create(ROOT_INO, "second", 0o644, 0, 0, 0, true, false, Some(1)).unwrap().ino;
+        assert_ne!(first, second);
+        assert_eq!(ino::data_server(second), Some(1));
+        assert_eq!(s.lookup(ROOT_INO, "first").unwrap().ino, first);
     }
 }

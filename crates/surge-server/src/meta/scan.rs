@@ -92,7 +92,7 @@ mod tests {
         let mut store = MetaStore::new(0, 0, 0);
         for i in 0..n {
             let name = format!("{i:0>200}");
-            store.create(surge_proto::ROOT_INO, &name, 0o644, 0, 0, 0, true, false).unwrap();
+            store.create(surge_proto::ROOT_INO, &name, 0o644, 0, 0, 0, true, false, None).unwrap();
         }
         store
     }

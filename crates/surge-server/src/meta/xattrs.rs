@@ -216,6 +216,7 @@ impl MetaStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use surge_proto::placement::DirLayout;
     use surge_proto::xattr::MAX_XATTR_VALUE_LEN;
     use surge_proto::{AttrChanges, ROOT_INO};
 
@@ -226,7 +227,7 @@ mod tests {
     #[test]
     fn set_get_list_remove_as_setxattr_does() {
         let mut s = MetaStore::new(0, 0, 0);
-        let file = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, false).unwrap().ino;
+        let file = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, false, None).unwrap().ino;
         let before = s.getattr(file).unwrap().ctime;
         std::thread::sleep(std::time::Duration::from_millis(2));
         let attr = s.set_xattr(file, "user.a", b"one".to_vec(), XattrSetMode::Create).unwrap();
@@ -263,7 +264,7 @@ mod tests {
     #[test]
     fn limits_hold() {
         let mut s = MetaStore::new(0, 0, 0);
-        let file = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, false).unwrap().ino;
+        let file = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, false, None).unwrap().ino;
         let set = |s: &mut MetaStore, name: &str, len: usize| s.set_xattr(file, name, vec![7; len], XattrSetMode::Either);
         assert_eq!(code(set(&mut s, "user.big", MAX_XATTR_VALUE_LEN + 1)), ErrorCode::TooBig);
         assert_eq!(code(set(&mut s, &format!("user.{}", "n".repeat(251)), 1)), ErrorCode::OutOfRange);
@@ -276,7 +277,7 @@ mod tests {
         set(&mut s, "user.3", MAX_XATTR_VALUE_LEN - 100).unwrap(); // A replacement of the same size still fits.
         assert_eq!(code(set(&mut s, "user.3", MAX_XATTR_VALUE_LEN)), ErrorCode::NoSpace, "a replacement counts what it adds");
 
-        let other = s.create(ROOT_INO, "g", 0o644, 0, 0, 0, true, false).unwrap().ino;
+        let other = s.create(ROOT_INO, "g", 0o644, 0, 0, 0, true, false, None).unwrap().ino;
         let long = |i: usize| format!("user.{i:04}{}", "n".repeat(246));
         let fitting = surge_proto::xattr::MAX_XATTR_LIST_LEN / (long(0).len() + 1);
         for i in 0..fitting {
@@ -306,7 +307,7 @@ mod tests {
     #[test]
     fn acls_and_the_mode_follow_each_other() {
         let mut s = MetaStore::new(0, 0, 0);
-        let file = s.create(ROOT_INO, "f", 0o2644, 0, 0, 0, true, false).unwrap().ino;
+        let file = s.create(ROOT_INO, "f", 0o2644, 0, 0, 0, true, false, None).unwrap().ino;
         let attr = s.set_acl(file, AclKind::Access, Some(named_acl(1002, 6, 6)), true).unwrap();
         assert_eq!(attr.mode, 0o2660, "group bits from the mask, set-group-id kept");
         assert_eq!(Acl::decode(&s.get_xattr(file, AclKind::Access.xattr_name()).unwrap()).unwrap(), Some(named_acl(1002, 6, 6)));
@@ -338,21 +339,21 @@ mod tests {
         let mut s = MetaStore::new(0, 0, 0);
         let default = named_acl(1002, 7, 7);
         s.set_acl(ROOT_INO, AclKind::Default, Some(default.clone()), true).unwrap();
-        let file = s.create(ROOT_INO, "f", 0o664, 0o077, 0, 0, true, false).unwrap().attr.unwrap();
+        let file = s.create(ROOT_INO, "f", 0o664, 0o077, 0, 0, true, false, None).unwrap().attr.unwrap();
         assert_eq!(file.mode, 0o660, "the umask does not apply, the ACL does");
         assert_eq!(s.perms(file.ino).unwrap().acl.unwrap().perm(surge_proto::acl::Tag::User(1002)), Some(7));
         let node = s.make_node(ROOT_INO, "p", FileKind::Fifo, 0o600, 0o077, 0, 0).unwrap();
         assert_eq!((node.mode, s.perms(node.ino).unwrap().acl.is_some()), (0o600, true));
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0o077, 0, 0, None);
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0o077, 0, 0, None, DirLayout::Striped);
         assert_eq!(dir.mode, 0o650, "the owner's entry rw, the mask within r-x, others none");
         assert_eq!(s.default_acl_of(dir.ino), Some(&default), "a directory passes it on");
         let link = s.symlink(ROOT_INO, "l", "f", 0, 0).unwrap();
         assert!(s.list_xattr(link.ino).unwrap().is_empty(), "symlinks get no ACL");
 
         let mut elsewhere = MetaStore::new(1, 0, 0);
-        let told = elsewhere.make_dir_inode(ROOT_INO, 0o777, 0o022, 0, 0, Some(&default));
+        let told = elsewhere.make_dir_inode(ROOT_INO, 0o777, 0o022, 0, 0, Some(&default), DirLayout::Striped);
         assert_eq!(elsewhere.default_acl_of(told.ino), Some(&default), "the parent's, as the client said");
-        let untold = elsewhere.make_dir_inode(ROOT_INO, 0o777, 0o022, 0, 0, None);
+        let untold = elsewhere.make_dir_inode(ROOT_INO, 0o777, 0o022, 0, 0, None, DirLayout::Striped);
         assert_eq!((untold.mode, elsewhere.default_acl_of(untold.ino)), (0o755, None));
     }
 }

@@ -1,0 +1,79 @@
+//! The journal records of format 2 (`surge-meta 2`), as the release before directory layouts
+//! wrote them: read through these types and converted (every directory then lays its files
+//! out striped, as all did). Frozen, like [`super::format1`], which builds on them.
+
+use serde::{Deserialize, Serialize};
+
+use surge_proto::placement::DirLayout;
+use surge_proto::{Attr, Ino};
+
+use super::{EntryState, XattrState};
+
+/// Format 2's inode state: a directory without its layout.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct InodeState {
+    pub attr: Attr,
+    pub body: BodyState,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub enum BodyState {
+    File,
+    Symlink(String),
+    Dir { parent: Ino, subdirs: u32, retired: bool },
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct Record {
+    pub next_local: u64,
+    pub inodes: Vec<InodeState>,
+    pub removed: Vec<Ino>,
+    pub entries: Vec<EntryState>,
+    pub xattrs: Vec<XattrState>,
+}
+
+impl From<InodeState> for super::InodeState {
+    fn from(old: InodeState) -> super::InodeState {
+        let body = match old.body {
+            BodyState::File => super::BodyState::File,
+            BodyState::Symlink(target) => super::BodyState::Symlink(target),
+            BodyState::Dir { parent, subdirs, retired } => super::BodyState::Dir { parent, subdirs, retired, layout: DirLayout::Striped },
+        };
+        super::InodeState { attr: old.attr, body }
+    }
+}
+
+impl From<Record> for super::Record {
+    fn from(old: Record) -> super::Record {
+        super::Record {
+            next_local: old.next_local,
+            inodes: old.inodes.into_iter().map(Into::into).collect(),
+            removed: old.removed,
+            entries: old.entries,
+            xattrs: old.xattrs,
+        }
+    }
+}
+
+/// The same record as format 2 wrote it (tests write older directories with it).
+#[cfg(test)]
+impl From<super::Record> for Record {
+    fn from(new: super::Record) -> Record {
+        let inodes = new
+            .inodes
+            .into_iter()
+            .map(|state| {
+                let body = match state.body {
+                    super::BodyState::File => BodyState::File,
+                    super::BodyState::Symlink(target) => BodyState::Symlink(target),
+                    super::BodyState::Dir { parent, subdirs, retired, layout } => {
+                        assert_eq!(layout, DirLayout::Striped, "format 2 had no other layout");
+                        BodyState::Dir { parent, subdirs, retired }
+                    }
+                };
+                InodeState { attr: state.attr, body }
+            })
+            .collect();
+        Record { next_local: new.next_local, inodes, removed: new.removed, entries: new.entries, xattrs: new.xattrs }
+    }
+}
