@@ -916,6 +916,21 @@ fn node_local_files_stay_on_their_node_and_pass_through() {
     assert_eq!(grew, [24, 0, 24, 0], "each file whole on its writer's server (MiB per server)");
     assert!(std::fs::read(b.path("from-a")).unwrap() == data, "b reads a's file over the network");
     assert!(std::fs::read(a.path("from-b")).unwrap() == data, "a reads b's file over the network");
+    // Removal frees the creator's server; empty files made under passthrough (their data
+    // file made at open) leave nothing behind either.
+    let data_files = |server: usize| {
+        let root = inst.descriptor()["servers"][server]["root"].as_str().unwrap().to_string();
+        std::fs::read_dir(std::path::Path::new(&root).join("data")).unwrap().count()
+    };
+    let files_before = data_files(0);
+    for i in 0..20 {
+        std::fs::File::create(a.path(&format!("empty{i}"))).unwrap();
+        std::fs::remove_file(a.path(&format!("empty{i}"))).unwrap();
+    }
+    std::fs::remove_file(b.path("from-a")).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200)); // the purges nobody waits for
+    assert_eq!(data_files(0), files_before - 1, "no data file left by the empty files, from-a's gone");
+    assert_eq!(data_per_server(&inst)[0] >> 20, before[0] >> 20);
 
     std::fs::create_dir(a.path("wide")).unwrap();
     let set = inst.surge(&["layout", a.path("wide").to_str().unwrap(), "striped"]);

@@ -51,6 +51,9 @@ struct Inner {
     /// The server of this node that holds the files it creates in node-local directories
     /// (None: no server runs here); found on first need ([`Client::near_server`]).
     near_server: std::sync::OnceLock<Option<usize>>,
+    /// When each server last refused to set capacity aside for a passthrough handle (its
+    /// share was full; see [`crate::passthrough`]).
+    refusals: std::sync::Mutex<std::collections::HashMap<usize, std::time::Instant>>,
 }
 
 /// Most server data files held open for local I/O at once. This machine class allows 20,000
@@ -126,6 +129,7 @@ impl Client {
                 local_writer: Default::default(),
                 default_layout,
                 near_server: Default::default(),
+                refusals: Default::default(),
             }),
             uid,
             gid,
@@ -206,6 +210,16 @@ impl Client {
             let near: Vec<usize> = addrs.iter().enumerate().filter(|(_, addr)| here(addr.ip())).map(|(i, _)| i).collect();
             (!near.is_empty()).then(|| near[(self.inner.session % near.len() as u64) as usize])
         })
+    }
+
+    /// Server `server` refused to set capacity aside: its share is full.
+    pub(crate) fn note_refusal(&self, server: usize) {
+        self.inner.refusals.lock().unwrap().insert(server, std::time::Instant::now());
+    }
+
+    /// Whether `server` refused to set capacity aside within the last `within`.
+    pub(crate) fn refused_lately(&self, server: usize, within: Duration) -> bool {
+        self.inner.refusals.lock().unwrap().get(&server).is_some_and(|at| at.elapsed() < within)
     }
 
     pub(crate) fn timeout(&self) -> Duration {

@@ -400,6 +400,9 @@ impl Connection {
     /// (unless the reader already failed it).
     fn send_for(&self, request: &Request, payload: Bytes, waiter: Waiter) -> std::result::Result<u64, (Error, Option<Waiter>)> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        // Every request, by name (SURGE_LOG=surge_client=trace): what an operation costs in
+        // round trips.
+        tracing::trace!(server = %self.server, op = request.name(), id, "request");
         let lost = || connection_lost(request.name(), &self.server);
         if self.is_broken() {
             return Err((lost(), Some(waiter)));

@@ -227,9 +227,18 @@ impl Client {
     }
 
     /// Deletes a gone file's chunks on the servers that can hold some: those of the chunks
-    /// below its final size (none for an empty file, which makes unlinking small and empty
-    /// files one round trip).
+    /// below its final size (none for an empty striped file, which makes unlinking small and
+    /// empty files one round trip). A file held whole by one server may have a data file
+    /// there even when empty (a passthrough handle makes it at open): that server is told in
+    /// any case, and for an empty file the answer is not waited for.
     pub(crate) async fn purge_data(&self, ino: Ino, size: u64, ticket: Option<Ticket>) -> Result<()> {
+        if let Some(server) = self.layout().sole_server(ino) {
+            let pending = self.send(server, &PurgeData { ino, ticket }.into(), bytes::Bytes::new()).await?;
+            if size == 0 {
+                return Ok(());
+            }
+            return pending.wait(self.timeout()).await?.reply::<PurgeData>();
+        }
         let chunks = size.div_ceil(self.chunk_size()).min(self.server_count() as u64);
         let servers = (0..chunks).map(|chunk| self.layout().chunk_server(ino, chunk));
         self.send_to(servers, PurgeData { ino, ticket }).await

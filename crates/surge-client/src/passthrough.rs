@@ -4,14 +4,21 @@
 //! offsets, so it *is* the file.
 //!
 //! The kernel's writes bypass every request, so this handle keeps the server's books the way
-//! local writes do ([`crate::local`]): capacity is set aside in steps before the data file may
-//! grow into it ([`File::keep_passthrough_room`], called by the mount while the handle is
-//! open), and once the handle flushes or closes, the server is told (`LocalWritten`) and takes
-//! the file's new length and allocation, and size and mtime are published as for any write.
-//! Whether the kernel wrote is read from the data file itself (its length and mtime).
+//! local writes do ([`crate::local`]): capacity is set aside in steps as the data file grows
+//! ([`File::keep_passthrough_room`], called by the mount every few milliseconds while the
+//! handle is open), and once the handle flushes or closes, the server is told (`LocalWritten`)
+//! and takes the file's new length and allocation, and size and mtime are published as for any
+//! write. Whether the kernel wrote is read from the data file itself (its length and mtime).
+//!
+//! Opening costs no request: the first step is set aside once the file has started to grow,
+//! so a file created and closed, or only read, costs the server nothing more than on the
+//! request path (mdtest's creates, a reader of a large file). Once a server has refused a
+//! step (its share is full), new handles of its files stay on the request path for a while,
+//! where every write is checked against the share.
 
 use std::fs::File as StdFile;
 use std::sync::Arc;
+use std::time::Duration;
 
 use surge_proto::data::{LocalWritten, ReserveLocal};
 use surge_proto::data_file_name;
@@ -23,6 +30,9 @@ use crate::file::File;
 /// asking, so the mount tops it up while the handle is open: between two checks a writer can
 /// outgrow it by what it writes in that time (it is never refused: see docs/consistency.md).
 pub const PASSTHROUGH_STEP: u64 = 256 << 20;
+
+/// How long the files of a server that refused a step stay off passthrough.
+const AFTER_REFUSAL: Duration = Duration::from_secs(2);
 
 /// A handle's data file under kernel passthrough, and what the server has been told of it.
 pub(crate) struct Passthrough {
@@ -52,26 +62,24 @@ impl File {
             return None;
         }
         let server = client.layout().sole_server(self.ino())?;
+        if client.refused_lately(server, AFTER_REFUSAL) {
+            return None;
+        }
         let dir = client.connection(server).await.ok()?.local_dir()?.to_path_buf();
-        // The reservation also makes sure the data file exists.
-        let reserve = ReserveLocal { ino: self.ino(), bytes: PASSTHROUGH_STEP, ticket: self.ticket() };
-        client.call(server, reserve).await.ok()?;
-        let opened = StdFile::options().read(true).write(true).open(dir.join(data_file_name(self.ino())));
-        let file = match opened.and_then(|file| Ok((state(&file)?, file))) {
+        // A new file's data file may not exist yet: the server takes one made here as its own
+        // (as it does a local write's), at the handle's first report.
+        let opened = StdFile::options().read(true).write(true).create(true).truncate(false).open(dir.join(data_file_name(self.ino())));
+        match opened.and_then(|file| Ok((state(&file)?, file))) {
             Ok((now, file)) => {
                 let file = Arc::new(file);
-                *self.passthrough.lock().unwrap() =
-                    Some(Passthrough { server, file: file.clone(), reported: now, reserved: PASSTHROUGH_STEP });
-                file
+                *self.passthrough.lock().unwrap() = Some(Passthrough { server, file: file.clone(), reported: now, reserved: 0 });
+                Some(file)
             }
             Err(e) => {
                 tracing::debug!("no passthrough for inode {:#x}: {e}", self.ino());
-                let give_back = LocalWritten { ino: self.ino(), reserved: PASSTHROUGH_STEP, ticket: self.ticket() };
-                let _ = client.call(server, give_back).await;
-                return None;
+                None
             }
-        };
-        Some(file)
+        }
     }
 
     /// Whether the kernel passes this handle's I/O through.
@@ -79,10 +87,11 @@ impl File {
         self.passthrough.lock().unwrap().is_some()
     }
 
-    /// For a passthrough handle: sets more capacity aside when the data file has grown into
-    /// most of what is set aside. Called by the mount every few milliseconds while the
-    /// handle is open. A server out of room refuses (the error comes back); the kernel's
-    /// writes go on regardless, and are counted when the handle reports.
+    /// For a passthrough handle: sets more capacity aside once the data file has started to
+    /// grow, and again when it has grown into most of what is set aside. Called by the mount
+    /// every few milliseconds while the handle is open. A server out of room refuses (the
+    /// error comes back, and the server's files stay off passthrough for a while); the
+    /// kernel's writes go on regardless, and are counted when the handle reports.
     pub async fn keep_passthrough_room(&self) -> Result<()> {
         let (server, grown, reserved) = {
             let guard = self.passthrough.lock().unwrap();
@@ -90,11 +99,17 @@ impl File {
             let len = state(&p.file).map(|(len, _)| len).unwrap_or(p.reported.0);
             (p.server, len.saturating_sub(p.reported.0), p.reserved)
         };
-        if reserved >= grown + PASSTHROUGH_STEP / 2 {
+        let idle = grown == 0 && reserved == 0;
+        if idle || reserved >= grown + PASSTHROUGH_STEP / 2 {
             return Ok(());
         }
         let reserve = ReserveLocal { ino: self.ino(), bytes: PASSTHROUGH_STEP, ticket: self.ticket() };
-        self.client().call(server, reserve).await?;
+        if let Err(e) = self.client().call(server, reserve).await {
+            if e.code == surge_proto::ErrorCode::NoSpace {
+                self.client().note_refusal(server);
+            }
+            return Err(e);
+        }
         if let Some(p) = self.passthrough.lock().unwrap().as_mut() {
             p.reserved += PASSTHROUGH_STEP;
         }

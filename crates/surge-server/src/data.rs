@@ -53,6 +53,10 @@ pub struct DataStore {
     /// Set aside for clients on this node writing data files themselves (`reserve_local`).
     reserved: AtomicU64,
     open: Mutex<HashMap<Ino, Arc<LocalFile>>>,
+    /// The allocation accounted in `used` for each data file not in `open` (found at start,
+    /// or dropped from `open`). A data file in neither was made by a client on this node
+    /// (under kernel passthrough) and is accounted from nothing once it is opened here.
+    accounted: Mutex<HashMap<Ino, u64>>,
     /// Bytes sent in answer to reads and received in writes (statistics).
     read_bytes: AtomicU64,
     written_bytes: AtomicU64,
@@ -62,9 +66,14 @@ impl DataStore {
     pub fn open(dir: &Path, capacity: u64) -> io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         // A restarted server finds its earlier data: account for it.
-        let mut used = 0;
+        let (mut used, mut accounted) = (0, HashMap::new());
         for entry in std::fs::read_dir(dir)? {
-            used += entry?.metadata()?.blocks() * 512;
+            let entry = entry?;
+            let allocated = entry.metadata()?.blocks() * 512;
+            used += allocated;
+            if let Some(ino) = data_file_ino(&entry.file_name()) {
+                accounted.insert(ino, allocated);
+            }
         }
         // A share the device cannot hold would be promised to users (and reported by `df`)
         // and fail with a device error mid-write instead of a clean ENOSPC at the limit.
@@ -83,6 +92,7 @@ impl DataStore {
             used: AtomicU64::new(used),
             reserved: AtomicU64::new(0),
             open: Mutex::new(HashMap::new()),
+            accounted: Mutex::new(accounted),
             read_bytes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(0),
         })
@@ -126,8 +136,7 @@ impl DataStore {
         for entry in listing {
             let entry = entry.map_err(|e| ServerError::store("list data directory", e))?;
             // Anything not named like a data file is not Surge's: left alone, not listed.
-            let parsed = entry.file_name().to_str().filter(|n| n.len() == 16).and_then(|n| Ino::from_str_radix(n, 16).ok());
-            if let Some(ino) = parsed.filter(|&ino| after.is_none_or(|a| ino > a)) {
+            if let Some(ino) = data_file_ino(&entry.file_name()).filter(|&ino| after.is_none_or(|a| ino > a)) {
                 inos.push(ino);
             }
         }
@@ -160,16 +169,25 @@ impl DataStore {
             Err(e) => return Err(ServerError::store("open chunk file", e)),
         };
         let meta = file.metadata().map_err(|e| ServerError::store("stat chunk file", e))?;
-        let local = Arc::new(LocalFile { file, allocated: AtomicU64::new(meta.blocks() * 512), len: AtomicU64::new(meta.len()) });
         let mut open = self.open.lock_or_recover();
+        if let Some(f) = open.get(&ino) {
+            return Ok(Some(f.clone())); // opened meanwhile by another request
+        }
+        let mut accounted = self.accounted.lock_or_recover();
+        let allocated = accounted.remove(&ino).unwrap_or(0);
+        let local = Arc::new(LocalFile { file, allocated: AtomicU64::new(allocated), len: AtomicU64::new(meta.len()) });
         if open.len() >= MAX_OPEN_FILES {
-            // Forget an arbitrary half; in-flight users keep their Arc alive.
+            // Forget an arbitrary half; in-flight users keep their Arc alive, and what each
+            // has accounted is kept for its next opening.
             let victims: Vec<Ino> = open.keys().take(MAX_OPEN_FILES / 2).copied().collect();
             for v in victims {
-                open.remove(&v);
+                if let Some(f) = open.remove(&v) {
+                    accounted.insert(v, f.allocated.load(Ordering::Relaxed));
+                }
             }
         }
-        Ok(Some(open.entry(ino).or_insert(local).clone()))
+        open.insert(ino, local.clone());
+        Ok(Some(local))
     }
 
     /// Re-reads a local file's allocation after it changed and moves the difference into `used`.
@@ -349,10 +367,7 @@ impl DataStore {
         let cached = self.open.lock_or_recover().remove(&ino);
         let allocated = match cached {
             Some(local) => local.allocated.load(Ordering::Relaxed),
-            None => match std::fs::metadata(self.path(ino)) {
-                Ok(m) => m.blocks() * 512,
-                Err(_) => return Ok(()),
-            },
+            None => self.accounted.lock_or_recover().remove(&ino).unwrap_or(0),
         };
         match std::fs::remove_file(self.path(ino)) {
             Ok(()) => {
@@ -370,6 +385,11 @@ impl DataStore {
             None => Ok(()),
         }
     }
+}
+
+/// The inode a data file's name names (None: not a data file; left alone).
+fn data_file_ino(name: &std::ffi::OsStr) -> Option<Ino> {
+    name.to_str().filter(|n| n.len() == 16).and_then(|n| Ino::from_str_radix(n, 16).ok())
 }
 
 /// `copy_file_range` of `[offset, offset + len)` between two files at the same offsets.
@@ -434,6 +454,31 @@ mod tests {
         assert_eq!(store.write(1, 1 << 40, &[]).unwrap(), 0);
         assert!(store.read(1, 0, 4096).unwrap().is_empty());
         assert_eq!(store.write(1, 0, &vec![1u8; 2 << 20]).unwrap_err().code, ErrorCode::NoSpace);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A data file a client on this node made and wrote itself (kernel passthrough) is
+    /// accounted in full once the client reports it, and given back in full at purge; one
+    /// found at start is accounted once, not again when it is opened.
+    #[test]
+    fn a_data_file_made_by_a_client_is_accounted_once() {
+        let dir = std::env::temp_dir().join(format!("surge-data-client-made-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = DataStore::open(&dir, 16 << 20).unwrap();
+        std::fs::write(dir.join(data_file_name(7)), vec![1u8; 1 << 20]).unwrap();
+        assert_eq!(store.used(), 0, "not reported yet");
+        store.local_written(7, 0).unwrap();
+        assert_eq!(store.used(), 1 << 20);
+        store.local_written(7, 0).unwrap();
+        assert_eq!(store.used(), 1 << 20, "counted once");
+        drop(store);
+
+        let again = DataStore::open(&dir, 16 << 20).unwrap();
+        assert_eq!(again.used(), 1 << 20, "found at start");
+        again.write(7, 1 << 20, &[2u8; 4096]).unwrap();
+        assert_eq!(again.used(), (1 << 20) + 4096, "only the growth added");
+        again.purge(7).unwrap();
+        assert_eq!(again.used(), 0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
