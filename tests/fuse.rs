@@ -943,3 +943,33 @@ fn node_local_files_stay_on_their_node_and_pass_through() {
     assert!(grew.iter().all(|&g| g >= 4 << 20), "a striped file's chunks on every server: {grew:?}");
     assert!(std::fs::read(b.path("wide/striped")).unwrap() == data);
 }
+
+/// fallocate(1) and lseek's SEEK_DATA/SEEK_HOLE through the mount, across nodes: a hole
+/// punched on one node reads as zeros on the other, which finds data and holes where they are
+/// (the kernel's generic answer would call the whole file data); posix_fallocate grows a file.
+#[test]
+fn holes_punched_and_found_through_the_mount() {
+    let inst = instance("holes", 232);
+    let (a, b) = two_nodes(&inst, 232);
+    let file = a.path("sparse");
+    // 4 MiB of data, then punch 1-3 MiB: two chunks on two servers.
+    std::fs::write(&file, vec![9u8; 4 << 20]).unwrap();
+    sh(&format!("fallocate --punch-hole --offset 1MiB --length 2MiB {}", file.display()));
+    let seen = std::fs::read(b.path("sparse")).unwrap();
+    assert_eq!(seen.len(), 4 << 20, "punching keeps the size");
+    assert!(seen[1 << 20..3 << 20].iter().all(|&x| x == 0) && seen[..1 << 20].iter().all(|&x| x == 9));
+    assert!(seen[3 << 20..].iter().all(|&x| x == 9));
+    let seek = |m: &Mount| {
+        let code = "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); \
+                    print(os.lseek(fd, 0, os.SEEK_HOLE), os.lseek(fd, 1<<20, os.SEEK_DATA), os.lseek(fd, 3<<20, os.SEEK_HOLE))";
+        sh(&format!("python3 -c '{code}' {}", m.path("sparse").display()))
+    };
+    let expected = format!("{} {} {}", 1 << 20, 3 << 20, 4 << 20);
+    assert_eq!(seek(&a).trim(), expected);
+    assert_eq!(seek(&b).trim(), expected, "the other node finds the same holes");
+    // cp --sparse=always keeps the hole: the copy holds less than its size.
+    sh(&format!("cp --sparse=always {} {}", b.path("sparse").display(), b.path("copy").display()));
+    assert!(std::fs::read(a.path("copy")).unwrap() == seen);
+    sh(&format!("python3 -c 'import os; fd=os.open(\"{}\", os.O_RDWR); os.posix_fallocate(fd, 0, 6<<20)'", a.path("sparse").display()));
+    assert_eq!(std::fs::metadata(b.path("sparse")).unwrap().len(), 6 << 20, "posix_fallocate grows the file");
+}

@@ -389,3 +389,54 @@ async fn node_local_layout_keeps_a_file_on_its_creators_server() {
     assert!(homes.len() > 1, "directories homed apart from each other: {homes:?}");
     assert_eq!(a.set_dir_layout("/from-a", DirLayout::Striped).await.unwrap_err().code, ErrorCode::NotDir);
 }
+
+/// fallocate(2) and SEEK_DATA/SEEK_HOLE over a file striped on four servers: holes punched
+/// and ranges zeroed read as zeros and free the servers' space, space set aside past the end
+/// grows the file unless asked not to, and data and holes are found across chunk and server
+/// boundaries (64 KiB chunks: every server holds some of a 1 MiB file).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fallocate_and_seek_data_follow_the_servers_data_files() {
+    use surge_client::surge_proto::data::AllocateMode;
+    let hosts = "127.0.0.57,127.0.0.58,127.0.0.59,127.0.0.60";
+    let inst = Instance::up("alloc", &["--capacity", "1G", "--chunk-size", "64K", "--hosts", hosts]);
+    let c = inst.client("127.0.0.61");
+    const K: u64 = 1024;
+    let f = c.create("/sparse", 0o644).await.unwrap();
+    // Data in chunks 0, 4-5 (two servers side by side) and 9; holes between; 1 MiB long.
+    for (at, len) in [(0, 64 * K), (256 * K, 128 * K), (600 * K, 10 * K)] {
+        f.pwrite(at, &vec![7u8; len as usize]).await.unwrap();
+    }
+    f.set_len(1024 * K).await.unwrap();
+    let seek = |at: u64, hole: bool| f.seek_data(at, hole);
+    assert_eq!(seek(0, false).await.unwrap(), 0);
+    assert_eq!(seek(0, true).await.unwrap(), 64 * K);
+    assert_eq!(seek(64 * K, false).await.unwrap(), 256 * K);
+    assert_eq!(seek(300 * K, true).await.unwrap(), 384 * K, "one run of data over two servers' chunks");
+    assert_eq!(seek(400 * K, false).await.unwrap() / (4 * K), 600 / 4, "the page holding 600 KiB");
+    assert_eq!(seek(700 * K, true).await.unwrap(), 700 * K);
+    assert_eq!(seek(700 * K, false).await.unwrap_err().code, ErrorCode::PastEnd, "only holes to the end");
+    assert_eq!(seek(1024 * K, true).await.unwrap_err().code, ErrorCode::PastEnd);
+
+    let used = |c: &surge_client::Client| {
+        let c = c.clone();
+        async move { c.statfs().await.into_iter().map(|s| s.unwrap().used).sum::<u64>() }
+    };
+    let before = used(&c).await;
+    f.allocate(256 * K, 128 * K, AllocateMode::PunchHole, true).await.unwrap();
+    assert_eq!(before - used(&c).await, 128 * K, "the punched chunks' space given back");
+    assert_eq!(seek(64 * K, false).await.unwrap() / (4 * K), 600 / 4);
+    assert!(f.pread(250 * K, 140 * K as usize).await.unwrap().iter().all(|&b| b == 0), "a punched hole reads as zeros");
+    f.allocate(10 * K, 20 * K, AllocateMode::ZeroRange, true).await.unwrap();
+    let head = f.pread(0, 64 * K as usize).await.unwrap();
+    assert!(head[..10 * K as usize].iter().all(|&b| b == 7) && head[10 * K as usize..30 * K as usize].iter().all(|&b| b == 0));
+    assert!(head[30 * K as usize..].iter().all(|&b| b == 7));
+
+    let before = used(&c).await;
+    f.allocate(1024 * K, 256 * K, AllocateMode::Reserve, true).await.unwrap();
+    assert_eq!(used(&c).await - before, 256 * K, "space set aside");
+    assert_eq!(f.size(), 1024 * K, "KEEP_SIZE");
+    f.allocate(1024 * K, 512 * K, AllocateMode::Reserve, false).await.unwrap();
+    assert_eq!(c.stat("/sparse").await.unwrap().size, 1536 * K, "grown to the range's end");
+    assert_eq!(f.allocate(0, 0, AllocateMode::Reserve, false).await.unwrap_err().code, ErrorCode::Invalid);
+    f.close().await.unwrap();
+}

@@ -36,7 +36,9 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use surge_proto::acl::{Acl, AclKind, Entry, Tag};
 use surge_proto::admin::*;
-use surge_proto::data::{LocalWritten, PurgeData, Read, ReserveLocal, SyncData, TruncateData, Write};
+use surge_proto::data::{
+    Allocate, AllocateMode, DataExtents, Extents, LocalWritten, PurgeData, Read, ReserveLocal, SyncData, TruncateData, Write,
+};
 use surge_proto::frame::{decode_message, encode_frame};
 use surge_proto::handshake::{Challenge, Hello};
 use surge_proto::namespace::*;
@@ -290,9 +292,10 @@ impl Run {
     /// One step: a request, or a client's operation of a few.
     fn step(&mut self, input: &mut Input) {
         // Client steps 0-28, 44-47 (links, exchange, mknod, locks), 49-50 (extended
-        // attributes, ACLs) and 52 (layouts), added later: numbered after the rest so that
-        // kept inputs mean what they meant; raw steps 29-43, 48 and 51.
-        let steps = if self.raw { 53 } else { 36 };
+        // attributes, ACLs), 52 (layouts) and 53 (fallocate, data extents), added later:
+        // numbered after the rest so that kept inputs mean what they meant; raw steps 29-43,
+        // 48 and 51.
+        let steps = if self.raw { 54 } else { 37 };
         let mut n = input.below(steps);
         if !self.raw && n >= 29 {
             n += match n {
@@ -317,6 +320,27 @@ impl Run {
                     if self.conn.call(insert, &[]).decode::<LinkOutcome>("insert-entry").is_none() {
                         self.conn.call(DropInode { ino: attr.ino }, &[]);
                     }
+                }
+                return;
+            }
+            53 => {
+                // A range set aside, punched or zeroed (the model follows: punched and zeroed
+                // bytes read as zeros), then the data ranges of a range asked for.
+                let (ino, offset, len) = (self.ino(input), input.size(), input.size());
+                let mode = [AllocateMode::Reserve, AllocateMode::PunchHole, AllocateMode::ZeroRange][input.below(3)];
+                if let Answer::Reply { .. } = self.conn.call(Allocate { ino, offset, len, mode, ticket: None }, &[]) {
+                    if let (AllocateMode::PunchHole | AllocateMode::ZeroRange, Some(Some(data))) = (mode, self.data.get_mut(&ino)) {
+                        let end = offset.saturating_add(len).min(data.len() as u64) as usize;
+                        if (offset as usize) < end {
+                            data[offset as usize..end].fill(0);
+                        }
+                    }
+                }
+                let (from, to) = (input.size(), input.size());
+                if let Some(extents) = self.conn.call(DataExtents { ino, from, to, ticket: None }, &[]).decode::<Extents>("data-extents") {
+                    let in_order = extents.ranges.windows(2).all(|w| w[0].1 <= w[1].0);
+                    let inside = extents.ranges.iter().all(|&(start, end)| from <= start && start < end && end <= to);
+                    assert!(in_order && inside, "data extents of [{from}, {to}) out of order or outside it: {:?}", extents.ranges);
                 }
                 return;
             }

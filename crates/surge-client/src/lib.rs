@@ -30,6 +30,7 @@
 //! * [`descriptor`]: instance descriptors and token files; [`options`]: how a client behaves;
 //! * [`fsck`]: checking an instance's consistency across its servers, and repairing it.
 
+mod allocation;
 pub mod client;
 pub mod conn;
 pub mod descriptor;

@@ -9,8 +9,8 @@ use std::time::SystemTime;
 
 use fuser::{
     BackingId, BsdFileFlags, Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
-    Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use surge_client::surge_proto::{Attr, AttrChanges, ErrorCode};
 use surge_client::{Client, Error, Result};
@@ -474,6 +474,17 @@ impl Filesystem for SurgeFs {
 
     fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
         self.answer(self.ops().fsync(fh.0), empty(reply));
+    }
+
+    fn fallocate(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        self.answer(self.ops().fallocate(ino.0, fh.0, offset, length, mode), empty(reply));
+    }
+
+    fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        self.answer(self.ops().seek_data(fh.0, offset, whence), move |found| match found {
+            Ok(offset) => reply.offset(offset as i64),
+            Err(e) => reply.error(errno(&e)),
+        });
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use surge_client::surge_proto::data::AllocateMode;
 use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, LockHolder, LockKind};
 use surge_client::{Client, Error, File, LockRange, Result};
 use tokio::runtime::Handle;
@@ -580,6 +581,50 @@ impl Ops {
                 Some(f) => f.file.release().await,
                 None => Err(Error::new(ErrorCode::BadHandle, format!("handle {fh} is not open"))),
             }
+        }
+    }
+
+    /// fallocate(2) through handle `fh` (the modes the kernel passes on: mode 0, KEEP_SIZE,
+    /// PUNCH_HOLE, ZERO_RANGE). Chunks cached here forget the range's old bytes.
+    pub fn fallocate(
+        self: &Arc<Self>,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        len: u64,
+        mode: i32,
+    ) -> impl Future<Output = Result<()>> + Send + 'static {
+        let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
+        let kind = if mode & !known != 0 {
+            Err(Error::new(ErrorCode::NotSupported, format!("fallocate mode {mode:#x}")))
+        } else if mode & libc::FALLOC_FL_PUNCH_HOLE != 0 {
+            Ok(AllocateMode::PunchHole)
+        } else if mode & libc::FALLOC_FL_ZERO_RANGE != 0 {
+            Ok(AllocateMode::ZeroRange)
+        } else {
+            Ok(AllocateMode::Reserve)
+        };
+        let f = self.open_file(fh);
+        if let Ok(f) = &f {
+            f.chunks.clear();
+        }
+        for other in siblings(&self.files, fh, ino) {
+            other.chunks.clear();
+        }
+        async move { f?.file.allocate(offset, len, kind?, mode & libc::FALLOC_FL_KEEP_SIZE != 0).await }
+    }
+
+    /// lseek(2)'s SEEK_DATA and SEEK_HOLE (the kernel answers the other kinds itself).
+    pub fn seek_data(self: &Arc<Self>, fh: u64, offset: i64, whence: i32) -> impl Future<Output = Result<u64>> + Send + 'static {
+        let f = self.open_file(fh);
+        async move {
+            let hole = match whence {
+                libc::SEEK_DATA => false,
+                libc::SEEK_HOLE => true,
+                _ => return Err(Error::new(ErrorCode::Invalid, format!("lseek whence {whence}"))),
+            };
+            let offset = u64::try_from(offset).map_err(|_| Error::new(ErrorCode::Invalid, "negative lseek offset"))?;
+            f?.file.seek_data(offset, hole).await
         }
     }
 

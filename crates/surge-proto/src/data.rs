@@ -75,6 +75,52 @@ pub struct LocalWritten {
     pub ticket: Option<Ticket>,
 }
 
+/// What `Allocate` does to a byte range (the fallocate(2) modes Surge keeps).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllocateMode {
+    /// Sets space aside for the range (what is there stays): mode 0 and KEEP_SIZE.
+    Reserve,
+    /// Frees the range, which then reads as zeros: PUNCH_HOLE.
+    PunchHole,
+    /// Makes the range read as zeros, with space set aside: ZERO_RANGE.
+    ZeroRange,
+}
+
+/// Allocates, punches or zeroes `[offset, offset + len)` of this server's data of `ino` (the
+/// client sends each server the pieces in its chunks). The data file's length stays: the
+/// file's size is its home's, changed apart.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Allocate {
+    pub ino: Ino,
+    pub offset: u64,
+    pub len: u64,
+    pub mode: AllocateMode,
+    /// The file's ticket, where servers check identities (see [`crate::ticket`]).
+    pub ticket: Option<Ticket>,
+}
+
+/// The ranges of this server's data of `ino` in `[from, to)` that hold data (the rest are
+/// holes), for SEEK_DATA and SEEK_HOLE.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct DataExtents {
+    pub ino: Ino,
+    pub from: u64,
+    pub to: u64,
+    /// The file's ticket, where servers check identities (see [`crate::ticket`]).
+    pub ticket: Option<Ticket>,
+}
+
+/// Most ranges one `DataExtents` answer holds (a frame's worth, far below its limit).
+pub const MAX_EXTENTS: usize = 4096;
+
+/// The answer to `DataExtents`: data ranges `[start, end)` in order, found up to `scanned_to`
+/// (below `to` when the answer is full: ask again from there).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
+pub struct Extents {
+    pub ranges: Vec<(u64, u64)>,
+    pub scanned_to: u64,
+}
+
 service! {
     /// A data request.
     DataRequest => Data {
@@ -85,5 +131,7 @@ service! {
         SyncData -> (), "sync-data";
         ReserveLocal -> (), "reserve-local";
         LocalWritten -> (), "local-written";
+        Allocate -> (), "allocate";
+        DataExtents -> Extents, "data-extents";
     }
 }

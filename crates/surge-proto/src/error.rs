@@ -43,6 +43,9 @@ pub enum ErrorCode {
     /// An extended attribute's name empty or longer than any may be (ERANGE, as Linux answers
     /// it).
     OutOfRange,
+    /// No data or hole at or past an offset at or past the file's end (SEEK_DATA and
+    /// SEEK_HOLE's ENXIO).
+    PastEnd,
 }
 
 impl ErrorCode {
@@ -74,6 +77,7 @@ impl ErrorCode {
             ErrorCode::NoData => libc::ENODATA,
             ErrorCode::TooBig => libc::E2BIG,
             ErrorCode::OutOfRange => libc::ERANGE,
+            ErrorCode::PastEnd => libc::ENXIO,
         }
     }
 
@@ -105,6 +109,7 @@ impl ErrorCode {
             ErrorCode::NoData => "no such attribute",
             ErrorCode::TooBig => "attribute value too large",
             ErrorCode::OutOfRange => "attribute name empty or too long",
+            ErrorCode::PastEnd => "no data past this offset",
         }
     }
 }
@@ -132,6 +137,7 @@ impl ErrorCode {
             Some(libc::ENODATA) => ErrorCode::NoData,
             Some(libc::E2BIG) => ErrorCode::TooBig,
             Some(libc::ERANGE) => ErrorCode::OutOfRange,
+            Some(libc::ENXIO) => ErrorCode::PastEnd,
             _ => match err.kind() {
                 std::io::ErrorKind::NotFound => ErrorCode::NotFound,
                 std::io::ErrorKind::PermissionDenied => ErrorCode::AccessDenied,

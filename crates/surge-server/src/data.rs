@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use surge_proto::admin::{DataFilePage, DataFileSummary};
+use surge_proto::data::{AllocateMode, Extents, MAX_EXTENTS};
 use surge_proto::{data_file_name, write_growth, ErrorCode, Ino, LocalData};
 
 use crate::error::{Result, ServerError};
@@ -377,6 +378,83 @@ impl DataStore {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(ServerError::store("remove chunk file", e)),
         }
+    }
+
+    /// Sets space aside for, punches or zeroes `[offset, offset + len)` of `ino`'s file here
+    /// (fallocate(2), the file's length kept). Setting space aside is checked against the
+    /// share first, as a write of `len` bytes would be.
+    pub fn allocate(&self, ino: Ino, offset: u64, len: u64, mode: AllocateMode) -> Result<()> {
+        check_range(offset, len)?;
+        if len == 0 {
+            return Err(ServerError::new(ErrorCode::Invalid, "fallocate of no bytes"));
+        }
+        let punching = mode == AllocateMode::PunchHole;
+        let Some(local) = self.local_file(ino, !punching)? else {
+            return Ok(()); // nothing here to punch
+        };
+        if !punching {
+            self.fits(len)?;
+        }
+        // Zeroing is a punch and an allocation: one step where the device has ZERO_RANGE,
+        // but tmpfs (where burst buffers often live) has not, and readers of a hole see
+        // zeros too.
+        let steps: &[libc::c_int] = match mode {
+            AllocateMode::Reserve => &[0],
+            AllocateMode::PunchHole => &[libc::FALLOC_FL_PUNCH_HOLE],
+            AllocateMode::ZeroRange => &[libc::FALLOC_FL_PUNCH_HOLE, 0],
+        };
+        use std::os::fd::AsRawFd;
+        let mut outcome = Ok(());
+        for &step in steps {
+            let flags = libc::FALLOC_FL_KEEP_SIZE | step;
+            // SAFETY: fallocate on a descriptor this store owns, with offsets checked above;
+            // no memory is passed.
+            let done = unsafe { libc::fallocate(local.file.as_raw_fd(), flags, offset as libc::off_t, len as libc::off_t) };
+            if done != 0 {
+                let e = io::Error::last_os_error();
+                outcome = Err(match e.raw_os_error() {
+                    Some(libc::EOPNOTSUPP) => ServerError::new(ErrorCode::NotSupported, format!("the data directory's file system: {e}")),
+                    _ => ServerError::store("fallocate chunk file", e),
+                });
+                break;
+            }
+        }
+        self.reaccount(&local);
+        outcome
+    }
+
+    /// The ranges of `ino`'s file here in `[from, to)` that hold data (SEEK_DATA / SEEK_HOLE
+    /// on the data file), at most [`MAX_EXTENTS`] of them.
+    pub fn extents(&self, ino: Ino, from: u64, to: u64) -> Result<Extents> {
+        check_range(from, to.saturating_sub(from))?;
+        let mut extents = Extents { ranges: Vec::new(), scanned_to: to };
+        let Some(local) = self.local_file(ino, false)? else { return Ok(extents) };
+        use std::os::fd::AsRawFd;
+        let fd = local.file.as_raw_fd();
+        let seek = |at: u64, whence: libc::c_int| -> Result<Option<u64>> {
+            // SAFETY: lseek on a descriptor this store owns; no memory is passed.
+            let found = unsafe { libc::lseek(fd, at as libc::off_t, whence) };
+            if found >= 0 {
+                return Ok(Some(found as u64));
+            }
+            match io::Error::last_os_error() {
+                e if e.raw_os_error() == Some(libc::ENXIO) => Ok(None), // no data at or after `at`
+                e => Err(ServerError::store("seek chunk file", e)),
+            }
+        };
+        let mut at = from;
+        while at < to {
+            if extents.ranges.len() == MAX_EXTENTS {
+                extents.scanned_to = at;
+                break;
+            }
+            let Some(start) = seek(at, libc::SEEK_DATA)?.filter(|&start| start < to) else { break };
+            // Every file ends in a hole (its end), so SEEK_HOLE from data always answers.
+            let end = seek(start, libc::SEEK_HOLE)?.unwrap_or(to).min(to);
+            extents.ranges.push((start, end));
+            at = end;
+        }
+        Ok(extents)
     }
 
     pub fn sync(&self, ino: Ino) -> Result<()> {

@@ -34,6 +34,8 @@ impl Session {
             DataRequest::TruncateData(t) => Answer::of::<TruncateData>(data.truncate(t.ino, t.size)),
             DataRequest::PurgeData(p) => Answer::of::<PurgeData>(data.purge(p.ino)),
             DataRequest::SyncData(s) => Answer::of::<SyncData>(data.sync(s.ino)),
+            DataRequest::Allocate(a) => Answer::of::<Allocate>(data.allocate(a.ino, a.offset, a.len, a.mode)),
+            DataRequest::DataExtents(e) => Answer::of::<DataExtents>(data.extents(e.ino, e.from, e.to)),
             DataRequest::ReserveLocal(r) => {
                 let outcome = data.reserve_local(r.ino, r.bytes);
                 if outcome.is_ok() {
@@ -73,6 +75,8 @@ impl Session {
             DataRequest::SyncData(s) => (s.ino, &s.ticket, READ | WRITE),
             DataRequest::ReserveLocal(r) => (r.ino, &r.ticket, WRITE),
             DataRequest::LocalWritten(w) => (w.ino, &w.ticket, WRITE),
+            DataRequest::Allocate(a) => (a.ino, &a.ticket, WRITE),
+            DataRequest::DataExtents(e) => (e.ino, &e.ticket, READ),
         };
         match ticket {
             Some(ticket) if ticket.allows(key, ino, caller.uid, right) => Ok(()),
