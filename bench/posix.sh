@@ -72,7 +72,8 @@ md_run() {
     mpirun -np 2 --oversubscribe mdtest -n "$ITEMS" -d "$dir/md" "$@" 2>&1 | awk -v rows="$MD_ROWS" '
         { line = $1 "_" $2 } $3 ~ /^[0-9.]+$/ { rate[line] = $5 }
         END { n = split(rows, r, " "); for (i = 1; i <= n; i++) printf "%d ", rate[r[i]]; print "" }'
-    rm -rf "$dir/md"
+    # passthrough_hp's rm -rf leaves directories "not empty": clear what is left from beneath.
+    rm -rf "$dir/md" 2>/dev/null || rm -rf "$dir-src/md"
 }
 
 declare -A results
@@ -98,9 +99,17 @@ for round in $(seq "$ROUNDS"); do
     done
 done
 
-# cell "V1 V2 ..." -> "median (min-max)"; ratio A B -> median(A) / median(B)
-cell() { python3 -c 'import statistics,sys; v=sorted(map(int,sys.argv[1:])); print(f"{statistics.median(v):.0f} ({v[0]}-{v[-1]})")' $1; }
-ratio() { python3 -c 'import statistics,sys; a=statistics.median(map(int,sys.argv[1].split())); b=statistics.median(map(int,sys.argv[2].split())); print(f"{a/b:.2f}" if b else "-")' "$1" "$2"; }
+# cell "V1 V2 ..." -> "median (min-max)" of the runs that gave a figure (a run that failed
+# gives 0, and is counted as such); ratio A B -> median(A) / median(B)
+cell() { python3 -c '
+import statistics, sys
+runs = list(map(int, sys.argv[1:])); v = sorted(x for x in runs if x > 0)
+failed = f", {len(runs) - len(v)} failed" if len(v) < len(runs) else ""
+print(f"{statistics.median(v):.0f} ({v[0]}-{v[-1]}{failed})" if v else "failed")' $1; }
+ratio() { python3 -c '
+import statistics, sys
+a, b = ([x for x in map(int, s.split()) if x > 0] for s in sys.argv[1:3])
+print(f"{statistics.median(a) / statistics.median(b):.2f}" if a and b else "-")' "$1" "$2"; }
 header="| 2 ranks (median of $ROUNDS, range) |"
 rule="|---|"
 for t in $SYSTEMS; do header+=" $t |"; rule+="---|"; done
