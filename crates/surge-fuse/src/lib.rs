@@ -31,8 +31,14 @@
 //!   the kernel look the name up again; attributes that differ from what the kernel was told
 //!   are invalidated (`inval_inode`), and the page cache is dropped. `flush` (every `close(2)`)
 //!   waits for the handle's writes and publishes size and mtime.
-//! * **Extended attributes** are not supported and say so with ENOSYS, which the kernel
-//!   remembers: without that it asks `getxattr(security.capability)` before every write.
+//! * **Extended attributes and POSIX ACLs** are the inodes' homes' (the kernel enforces the
+//!   ACLs). With FUSE_HANDLE_KILLPRIV_V2 the mount clears set-id bits on a write itself, so
+//!   the kernel does not ask for `security.capability` before every write.
+//! * **Kernel passthrough**: a file held whole by this node's server (an instance of one, a
+//!   node-local file) is opened with the server's data file as the kernel's backing file; its
+//!   reads and writes never reach the mount (see [`surge_client::passthrough`]).
+//! * **Allocation**: `fallocate` (mode 0, KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE) and `lseek`'s
+//!   SEEK_DATA/SEEK_HOLE go to every server holding part of the range.
 
 pub mod adapter;
 mod chunks;
