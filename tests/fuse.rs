@@ -973,3 +973,29 @@ fn holes_punched_and_found_through_the_mount() {
     sh(&format!("python3 -c 'import os; fd=os.open(\"{}\", os.O_RDWR); os.posix_fallocate(fd, 0, 6<<20)'", a.path("sparse").display()));
     assert_eq!(std::fs::metadata(b.path("sparse")).unwrap().len(), 6 << 20, "posix_fallocate grows the file");
 }
+
+/// A node that reopens a file nobody changed since keeps the pages its kernel holds (they
+/// are read again without the mount), and one whose file another node rewrote in place —
+/// same size, the old mtime set back — drops them and reads the new bytes (ctime moved).
+#[test]
+fn reopened_files_keep_their_pages_until_another_node_changes_them() {
+    let inst = instance("keepcache", 246);
+    let (a, b) = two_nodes(&inst, 246);
+    let old = surge_tests::pattern(246, 32 << 20);
+    std::fs::write(a.path("data"), &old).unwrap();
+    let daemon = daemon_of(&a);
+    assert!(std::fs::read(a.path("data")).unwrap() == old);
+    let before = bytes_through(daemon);
+    assert!(std::fs::read(a.path("data")).unwrap() == old);
+    let moved = bytes_through(daemon) - before;
+    assert!(moved < 1 << 20, "the written pages were kept: the mount moved {moved} bytes for a 32 MiB reread");
+
+    let mtime = sh(&format!("stat -c %y {}", a.path("data").display()));
+    let new = surge_tests::pattern(247, 32 << 20);
+    std::fs::write(b.path("data"), &new).unwrap();
+    sh(&format!("touch -d '{}' {}", mtime.trim(), b.path("data").display()));
+    assert!(std::fs::read(a.path("data")).unwrap() == new, "a reads b's bytes, not its kept pages");
+    let before = bytes_through(daemon);
+    assert!(std::fs::read(a.path("data")).unwrap() == new);
+    assert!(bytes_through(daemon) - before < 1 << 20, "and keeps those in turn");
+}

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use surge_proto::data::{LocalWritten, Read, ReserveLocal, SyncData, Write};
 use surge_proto::namespace::{Append, Commit};
 use surge_proto::ticket::Ticket;
-use surge_proto::{Attr, AttrChanges, Ino, InodeFate, Request, Timestamp};
+use surge_proto::{Attr, AttrChanges, ContentVersion, Ino, InodeFate, Request, Timestamp};
 
 use crate::conn::Pending;
 use crate::error::Result;
@@ -117,6 +117,9 @@ pub struct File {
     ticket: Option<Ticket>,
     /// Set when the kernel reads and writes the data file itself ([`crate::passthrough`]).
     pub(crate) passthrough: Mutex<Option<crate::passthrough::Passthrough>>,
+    /// The file's content version before and after this handle's last publication (see
+    /// [`File::take_publication`]).
+    publication: Mutex<Option<(ContentVersion, ContentVersion)>>,
 }
 
 /// Local writes start once a handle has written this much: a small file stays one request per
@@ -139,7 +142,16 @@ impl File {
             opened: attr.clone(),
             ticket,
             passthrough: Mutex::new(None),
+            publication: Mutex::new(None),
         }
+    }
+
+    /// The file's content version before and after this handle's last publication of a
+    /// size or mtime, taken once (None: none since the last take). A node that keeps the
+    /// bytes it wrote (the kernel's page cache) may keep them as the file's at the "after"
+    /// version if it held them at the "before" one: nobody else changed the file between.
+    pub fn take_publication(&self) -> Option<(ContentVersion, ContentVersion)> {
+        self.publication.lock().unwrap().take()
     }
 
     pub(crate) fn client(&self) -> &Client {
@@ -583,7 +595,11 @@ impl File {
         let mtime_due = self.mtime_due.swap(false, Ordering::Relaxed);
         let commit =
             Commit { ino: self.ino, size: (dirty && written > 0).then_some(written), mtime: mtime_due.then(Timestamp::now), release };
-        self.client.call_home(self.ino, commit).await
+        let fate = self.client.call_home(self.ino, commit).await?;
+        if fate.published.is_some() {
+            *self.publication.lock().unwrap() = fate.published;
+        }
+        Ok(fate)
     }
 
     /// Waits for every write, makes the data durable on the servers' devices and publishes

@@ -105,9 +105,9 @@ impl SurgeFs {
     fn opened_file(&self, ino: u64, reply: ReplyOpen, flags: i32) -> impl FnOnce(Result<Opened>) + Send + 'static {
         let backings = self.backings.clone();
         move |result| match result {
-            Ok(Opened { fh, backing }) => match backings.for_handle(ino, fh, backing, |file| reply.open_backing(file)) {
-                Some(id) => reply.opened_passthrough(FileHandle(fh), open_reply_flags(flags), &id),
-                None => reply.opened(FileHandle(fh), open_reply_flags(flags)),
+            Ok(Opened { fh, backing, keep_cache }) => match backings.for_handle(ino, fh, backing, |file| reply.open_backing(file)) {
+                Some(id) => reply.opened_passthrough(FileHandle(fh), open_reply_flags(flags, false), &id),
+                None => reply.opened(FileHandle(fh), open_reply_flags(flags, keep_cache)),
             },
             Err(e) => reply.error(errno(&e)),
         }
@@ -212,7 +212,7 @@ fn log_failure(e: &Error) {
 
 fn opened(reply: ReplyOpen, flags: i32) -> impl FnOnce(Result<u64>) + Send + 'static {
     move |result| match result {
-        Ok(fh) => reply.opened(FileHandle(fh), open_reply_flags(flags)),
+        Ok(fh) => reply.opened(FileHandle(fh), open_reply_flags(flags, false)),
         Err(e) => reply.error(errno(&e)),
     }
 }
@@ -221,9 +221,11 @@ fn opened(reply: ReplyOpen, flags: i32) -> impl FnOnce(Result<u64>) + Send + 'st
 /// write(2) into several requests where it meets a page it does not hold whole, and each
 /// would be appended on its own (another node's append could land between the pieces).
 /// Direct, a write of up to `max_write` is one request, one append.
-fn open_reply_flags(flags: i32) -> FopenFlags {
+fn open_reply_flags(flags: i32, keep_cache: bool) -> FopenFlags {
     if flags & libc::O_APPEND != 0 {
         FopenFlags::FOPEN_DIRECT_IO
+    } else if keep_cache {
+        FopenFlags::FOPEN_KEEP_CACHE
     } else {
         FopenFlags::empty()
     }
@@ -551,11 +553,11 @@ impl Filesystem for SurgeFs {
         let name = name_or_reply!(name, reply);
         let (ttl, blksize, backings) = (self.ops().ttl(), self.ops().blksize(), self.backings.clone());
         self.answer(self.ops().create(parent.0, name, mode, umask, flags, caller(req)), move |result| {
-            let (attr, Opened { fh, backing }) = match result {
+            let (attr, Opened { fh, backing, keep_cache }) = match result {
                 Ok(created) => created,
                 Err(e) => return reply.error(errno(&e)),
             };
-            let (attr, fh, open_flags) = (fuse_attr(&attr, blksize), FileHandle(fh), open_reply_flags(flags));
+            let (attr, fh, open_flags) = (fuse_attr(&attr, blksize), FileHandle(fh), open_reply_flags(flags, keep_cache));
             let ino = attr.ino.0;
             match backings.for_handle(ino, fh.0, backing, |file| reply.open_backing(file)) {
                 Some(id) => reply.created_passthrough(&ttl, &attr, Generation(0), fh, open_flags, &id),

@@ -12,6 +12,9 @@ use crate::chunks::ChunkCache;
 pub(crate) struct OpenFile {
     pub file: Arc<File>,
     pub chunks: ChunkCache,
+    /// Its reads and writes go through the kernel's page cache (not passed through to a
+    /// data file, not O_APPEND's direct I/O): see [`crate::kernel::KernelCache::open_pages`].
+    pub paged: bool,
 }
 
 /// The open handles, by handle and by inode: every read and write asks for the other handles

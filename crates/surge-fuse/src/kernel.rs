@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use fuser::Notifier;
 use surge_client::surge_proto::admin::Notice;
-use surge_client::surge_proto::{Attr, ErrorCode, FileKind, Timestamp};
+use surge_client::surge_proto::{Attr, ContentVersion, ErrorCode, FileKind, Timestamp};
 
 use crate::listings::Listings;
 
@@ -42,6 +42,9 @@ pub(crate) struct KernelCache {
     pub(crate) invalidations: OnceLock<std::sync::mpsc::Sender<Invalidation>>,
     /// Directories whose every name this mount knows ([`listings`]).
     pub(crate) listings: Listings,
+    /// The content version whose bytes the kernel's page cache holds, per inode opened on
+    /// the request path (see [`KernelCache::open_pages`]).
+    pages: Mutex<HashMap<u64, ContentVersion>>,
 }
 
 impl KernelCache {
@@ -56,7 +59,44 @@ impl KernelCache {
             directories: Default::default(),
             invalidations: Default::default(),
             listings: Default::default(),
+            pages: Default::default(),
         }
+    }
+
+    /// An open of `ino` on the request path, at content version `now`: whether the kernel
+    /// may keep the pages it holds (FOPEN_KEEP_CACHE), because they are the bytes of this
+    /// very version — read or written here since an open at it, with nobody else changing
+    /// the file between (see [`KernelCache::published_pages`]). Otherwise the kernel drops
+    /// them at this open, and what it reads from now on is of this version. Close-to-open
+    /// stays exact: another node's publication changes the version (ctime moves with every
+    /// one), so the next open here drops the pages.
+    pub(crate) fn open_pages(&self, ino: u64, now: ContentVersion) -> bool {
+        self.pages.lock().unwrap().insert(ino, now) == Some(now)
+    }
+
+    /// A handle on the request path published what it wrote (`publication`: the version
+    /// before and after; written through the kernel's page cache, so the pages hold it): the
+    /// pages stay good at the new version if they were good at the old one. `clean`: the
+    /// handle's writes all landed. Anything else — a failure, writes that bypassed the page
+    /// cache (passthrough, O_APPEND's direct I/O), someone else's change between — and the
+    /// next open drops the pages.
+    pub(crate) fn published_pages(&self, ino: u64, publication: Option<(ContentVersion, ContentVersion)>, clean: bool) {
+        let mut pages = self.pages.lock().unwrap();
+        match publication {
+            Some((before, after)) if clean && pages.get(&ino) == Some(&before) => {
+                pages.insert(ino, after);
+            }
+            None if clean => {}
+            _ => {
+                pages.remove(&ino);
+            }
+        }
+    }
+
+    /// The kernel's pages of `ino` may not be the file's bytes (another node changed them,
+    /// or they were written around the page cache): the next open drops them.
+    pub(crate) fn forget_pages(&self, ino: u64) {
+        self.pages.lock().unwrap().remove(&ino);
     }
 
     /// The kernel is about to be told `a`: remembered so that `revalidate` knows what it holds.
@@ -70,6 +110,7 @@ impl KernelCache {
     /// The kernel evicted the inode: it holds nothing of it any more.
     pub(crate) fn forgotten(&self, ino: u64) {
         self.reported.lock().unwrap().remove(&ino);
+        self.forget_pages(ino);
         self.refused.lock().unwrap().remove(&ino);
         self.forget_directory(ino);
         self.listings.forget(ino);
@@ -165,6 +206,7 @@ impl KernelCache {
     /// The attributes of `ino` changed elsewhere: nothing here may answer with the old ones.
     pub(crate) fn attr_changed(&self, ino: u64) {
         self.reported.lock().unwrap().remove(&ino);
+        self.forget_pages(ino);
         self.forget_directory(ino);
         self.invalidate(Invalidation::Attr(ino));
     }
@@ -231,5 +273,35 @@ impl surge_client::Watcher for Invalidations {
         for ino in inos {
             self.kernel.attr_changed(ino);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn version(n: i64) -> ContentVersion {
+        let at = Timestamp { secs: n, nanos: 0 };
+        ContentVersion { size: 10, mtime: at, ctime: at }
+    }
+
+    /// Pages are kept only at the version they were taken at, carried over a publication
+    /// only from the version before it, and dropped after anything else.
+    #[test]
+    fn pages_are_kept_only_at_their_own_version() {
+        let cache = KernelCache::new(Duration::from_secs(1), 4096);
+        assert!(!cache.open_pages(7, version(1)), "nothing held yet");
+        assert!(cache.open_pages(7, version(1)));
+        assert!(!cache.open_pages(7, version(2)), "changed elsewhere: dropped, now held at 2");
+        cache.published_pages(7, Some((version(2), version(3))), true);
+        assert!(cache.open_pages(7, version(3)), "our own publication carries the pages over");
+        cache.published_pages(7, Some((version(5), version(6))), true);
+        assert!(!cache.open_pages(7, version(6)), "someone else published between");
+        cache.published_pages(7, None, true);
+        assert!(cache.open_pages(7, version(6)), "a clean close without a publication changes nothing");
+        cache.published_pages(7, Some((version(6), version(7))), false);
+        assert!(!cache.open_pages(7, version(7)), "a failed write: the pages may hold what the servers refused");
+        cache.forgotten(7);
+        assert!(!cache.open_pages(7, version(7)), "an inode the kernel forgot has no pages");
     }
 }

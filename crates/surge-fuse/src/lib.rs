@@ -29,7 +29,8 @@
 //!   asks the file's home server; an inode that is gone or unlinked (its name was replaced or
 //!   removed on another node while the kernel cached it) is refused with ESTALE, which makes
 //!   the kernel look the name up again; attributes that differ from what the kernel was told
-//!   are invalidated (`inval_inode`), and the page cache is dropped. `flush` (every `close(2)`)
+//!   are invalidated (`inval_inode`), and the page cache is dropped unless the file's content
+//!   version is the one its pages hold ([`kernel::KernelCache::open_pages`]). `flush` (every `close(2)`)
 //!   waits for the handle's writes and publishes size and mtime.
 //! * **Extended attributes and POSIX ACLs** are the inodes' homes' (the kernel enforces the
 //!   ACLs). With FUSE_HANDLE_KILLPRIV_V2 the mount clears set-id bits on a write itself, so

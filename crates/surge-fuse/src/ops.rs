@@ -70,6 +70,8 @@ pub struct Ops {
 pub struct Opened {
     pub fh: u64,
     pub backing: Option<Arc<std::fs::File>>,
+    /// The kernel's cached pages of the file are its bytes now: keep them (FOPEN_KEEP_CACHE).
+    pub keep_cache: bool,
 }
 
 /// How often the capacity set aside for passthrough handles is checked: what a writer can
@@ -156,12 +158,33 @@ impl Ops {
         self.files.lock().unwrap().get(fh).ok_or_else(|| Error::new(ErrorCode::BadHandle, format!("handle {fh} is not open")))
     }
 
-    /// Registers `file` under a new handle.
-    fn register(&self, file: File) -> u64 {
+    /// Registers `file` under a new handle, opened with `flags` and passed through to
+    /// `backing` or not; says whether the kernel may keep its cached pages of the file.
+    fn register(&self, file: File, flags: i32, backing: Option<Arc<std::fs::File>>) -> Opened {
         let fh = self.handle();
+        let ino = file.ino();
+        let paged = backing.is_none() && flags & libc::O_APPEND == 0;
+        let keep_cache = if paged {
+            flags & libc::O_TRUNC == 0 && self.kernel.open_pages(ino, file.attr_at_open().content_version())
+        } else {
+            // Its writes go around the kernel's pages of the file.
+            self.kernel.forget_pages(ino);
+            false
+        };
         let chunks = ChunkCache::new(self.client.chunk_size(), self.client.stream_window(), self.budget.clone());
-        self.files.lock().unwrap().insert(fh, Arc::new(OpenFile { file: Arc::new(file), chunks }));
-        fh
+        self.files.lock().unwrap().insert(fh, Arc::new(OpenFile { file: Arc::new(file), chunks, paged }));
+        Opened { fh, backing, keep_cache }
+    }
+
+    /// After a flush, fsync or release of `open` that ended with `outcome`: what its
+    /// publication means for the kernel's pages of the file.
+    fn published(&self, open: &OpenFile, outcome: &Result<()>) {
+        let publication = open.file.take_publication();
+        if open.paged {
+            self.kernel.published_pages(open.file.ino(), publication, outcome.is_ok());
+        } else if publication.is_some() || outcome.is_err() {
+            self.kernel.forget_pages(open.file.ino());
+        }
     }
 
     /// `result` for an inode the kernel names, where NotFound means the servers no longer have
@@ -436,7 +459,7 @@ impl Ops {
             }
             f.set_write_behind(ops.client.stream_window()).await?;
             let backing = ops.passthrough_for(&f, flags).await;
-            Ok(Opened { fh: ops.register(f), backing })
+            Ok(ops.register(f, flags, backing))
         }
     }
 
@@ -464,7 +487,7 @@ impl Ops {
             let f = ops.changed_name(parent, &name, true, created).await?;
             let attr = Attr { size: f.size(), ..f.attr_at_open().clone() };
             let backing = ops.passthrough_for(&f, flags).await;
-            Ok((ops.told(attr), Opened { fh: ops.register(f), backing }))
+            Ok((ops.told(attr), ops.register(f, flags, backing)))
         }
     }
 
@@ -567,7 +590,10 @@ impl Ops {
         let (ops, f) = (self.clone(), self.open_file(fh));
         async move {
             ops.give_back_locks(ino, owners).await;
-            f?.file.flush().await
+            let f = f?;
+            let outcome = f.file.flush().await;
+            ops.published(&f, &outcome);
+            outcome
         }
     }
 
@@ -578,7 +604,11 @@ impl Ops {
         async move {
             ops.give_back_locks(ino, owners).await;
             match f {
-                Some(f) => f.file.release().await,
+                Some(f) => {
+                    let outcome = f.file.release().await;
+                    ops.published(&f, &outcome);
+                    outcome
+                }
                 None => Err(Error::new(ErrorCode::BadHandle, format!("handle {fh} is not open"))),
             }
         }
@@ -629,8 +659,13 @@ impl Ops {
     }
 
     pub fn fsync(self: &Arc<Self>, fh: u64) -> impl Future<Output = Result<()>> + Send + 'static {
-        let f = self.open_file(fh);
-        async move { f?.file.fsync().await }
+        let (ops, f) = (self.clone(), self.open_file(fh));
+        async move {
+            let f = f?;
+            let outcome = f.file.fsync().await;
+            ops.published(&f, &outcome);
+            outcome
+        }
     }
 
     // ------------------------------------------------------------ locks

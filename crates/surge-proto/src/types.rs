@@ -65,6 +65,23 @@ pub struct Attr {
     pub ctime: Timestamp,
 }
 
+impl Attr {
+    /// What says whether the file's bytes may have changed ([`ContentVersion`]).
+    pub fn content_version(&self) -> ContentVersion {
+        ContentVersion { size: self.size, mtime: self.mtime, ctime: self.ctime }
+    }
+}
+
+/// A file's size, mtime and ctime: every publication of written bytes, truncate or
+/// fallocate changes ctime (which no user can set), so a node holding the bytes it read or
+/// wrote at one version may keep them while the file still has it (close-to-open).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContentVersion {
+    pub size: u64,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
+}
+
 /// Attribute changes of a setattr; `None` leaves a field alone.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
 pub struct AttrChanges {
@@ -120,6 +137,9 @@ pub struct InodeFate {
     pub size: u64,
     /// With `purge`, where servers check identities: the ticket the purge needs.
     pub ticket: Option<crate::ticket::Ticket>,
+    /// For a `Commit` that published a size or mtime: the file's content version before and
+    /// after it (the publisher's pages stay good if nobody else changed the file between).
+    pub published: Option<(ContentVersion, ContentVersion)>,
 }
 
 /// A link added to an inode (`AddLink`): its attributes now, and where servers check

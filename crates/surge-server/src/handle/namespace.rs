@@ -834,11 +834,14 @@ mod tests {
                     LinkOutcome::default(),
                 ),
             ),
-            ("drop-link", watched(DropLink { ino: 7, ticket: None }, InodeFate { purge: true, size: 0, ticket: None })),
+            ("drop-link", watched(DropLink { ino: 7, ticket: None }, InodeFate { purge: true, size: 0, ticket: None, published: None })),
             ("set-parent", watched(SetParent { ino: 7, parent: 2 }, ())),
             (
                 "commit",
-                watched(Commit { ino: 7, size: Some(1), mtime: None, release: false }, InodeFate { purge: false, size: 1, ticket: None }),
+                watched(
+                    Commit { ino: 7, size: Some(1), mtime: None, release: false },
+                    InodeFate { purge: false, size: 1, ticket: None, published: None },
+                ),
             ),
             ("readdir", watched(Readdir { ino: 1, after: None, limit: 10 }, DirPage::default())),
             ("readlink", watched(Readlink { ino: 7 }, "t".into())),

@@ -888,7 +888,7 @@ impl MetaStore {
 
     pub fn drop_link(&mut self, ino: Ino) -> Result<InodeFate> {
         let unlinked = self.drop_link_local(ino)?;
-        Ok(InodeFate { purge: unlinked.purge, size: unlinked.size, ticket: None })
+        Ok(InodeFate { purge: unlinked.purge, size: unlinked.size, ticket: None, published: None })
     }
 
     /// One more link to a file, symlink or other non-directory homed here (hard link step 1).
@@ -1088,7 +1088,9 @@ impl MetaStore {
     /// whether the file is now gone (unlinked earlier, last handle closed) and must be purged.
     pub fn commit(&mut self, ino: Ino, size: Option<u64>, mtime: Option<Timestamp>, release: bool) -> Result<InodeFate> {
         // Releasing a handle changes nothing a restart keeps; publishing a size or time does.
-        let inode = if size.is_some() || mtime.is_some() { self.inode_mut(ino)? } else { self.inode_untracked(ino)? };
+        let publishes = size.is_some() || mtime.is_some();
+        let inode = if publishes { self.inode_mut(ino)? } else { self.inode_untracked(ino)? };
+        let before = inode.attr.content_version();
         if let Some(size) = size {
             inode.attr.size = inode.attr.size.max(size);
         }
@@ -1101,10 +1103,11 @@ impl MetaStore {
         }
         let gone = inode.attr.nlink == 0 && inode.opens == 0;
         let (purge, final_size) = (gone && inode.attr.kind == FileKind::File, inode.attr.size);
+        let published = publishes.then(|| (before, inode.attr.content_version()));
         if gone {
             self.remove_inode(ino);
         }
-        Ok(InodeFate { purge, size: final_size, ticket: None })
+        Ok(InodeFate { purge, size: final_size, ticket: None, published })
     }
 
     /// Sets `len` bytes at the end of a regular file aside for one appending write and
@@ -1308,7 +1311,8 @@ mod tests {
         let u = s.unlink(ROOT_INO, "f").unwrap();
         assert!(!u.purge);
         assert!(s.getattr(ino).is_ok());
-        assert_eq!(s.commit(ino, Some(10), None, true).unwrap(), InodeFate { purge: true, size: 10, ticket: None });
+        let fate = s.commit(ino, Some(10), None, true).unwrap();
+        assert_eq!((fate.purge, fate.size, fate.published.unwrap().1.size), (true, 10, 10));
         assert!(s.getattr(ino).is_err());
     }
 
