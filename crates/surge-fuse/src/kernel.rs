@@ -44,8 +44,19 @@ pub(crate) struct KernelCache {
     pub(crate) listings: Listings,
     /// The content version whose bytes the kernel's page cache holds, per inode opened on
     /// the request path (see [`KernelCache::open_pages`]).
-    pages: Mutex<HashMap<u64, ContentVersion>>,
+    pages: Mutex<HashMap<u64, HeldPages>>,
 }
+
+/// The version the kernel's pages of a file hold, and this node's publications whose answers
+/// came back before the one they follow (handles of one file closing at once).
+struct HeldPages {
+    version: ContentVersion,
+    early: Vec<(ContentVersion, ContentVersion)>,
+}
+
+/// Publications kept waiting for the one before them, per file: handles of one file on one
+/// node rarely close more at once than this (IOR's ranks, a job's threads).
+const MAX_EARLY_PUBLICATIONS: usize = 64;
 
 impl KernelCache {
     pub(crate) fn new(ttl: Duration, blksize: u32) -> KernelCache {
@@ -71,25 +82,38 @@ impl KernelCache {
     /// stays exact: another node's publication changes the version (ctime moves with every
     /// one), so the next open here drops the pages.
     pub(crate) fn open_pages(&self, ino: u64, now: ContentVersion) -> bool {
-        self.pages.lock().unwrap().insert(ino, now) == Some(now)
+        let held = self.pages.lock().unwrap().insert(ino, HeldPages { version: now, early: Vec::new() });
+        held.is_some_and(|held| held.version == now)
     }
 
     /// A handle on the request path published what it wrote (`publication`: the version
     /// before and after; written through the kernel's page cache, so the pages hold it): the
-    /// pages stay good at the new version if they were good at the old one. `clean`: the
-    /// handle's writes all landed. Anything else — a failure, writes that bypassed the page
-    /// cache (passthrough, O_APPEND's direct I/O), someone else's change between — and the
-    /// next open drops the pages.
+    /// pages stay good at the new version if they were good at the old one. A publication
+    /// that follows one whose answer has not come back yet waits for it (several handles
+    /// closing at once); one that follows someone else's change never applies, and the next
+    /// open drops the pages. `clean`: the handle's writes all landed; a failure, like writes
+    /// that went around the page cache (passthrough, O_APPEND's direct I/O), drops them.
     pub(crate) fn published_pages(&self, ino: u64, publication: Option<(ContentVersion, ContentVersion)>, clean: bool) {
         let mut pages = self.pages.lock().unwrap();
-        match publication {
-            Some((before, after)) if clean && pages.get(&ino) == Some(&before) => {
-                pages.insert(ino, after);
-            }
-            None if clean => {}
-            _ => {
+        let (Some((before, after)), true) = (publication, clean) else {
+            if !clean {
                 pages.remove(&ino);
             }
+            return;
+        };
+        let Some(held) = pages.get_mut(&ino) else { return };
+        if held.version != before {
+            if held.early.len() == MAX_EARLY_PUBLICATIONS {
+                pages.remove(&ino);
+            } else {
+                held.early.push((before, after));
+            }
+            return;
+        }
+        held.version = after;
+        // Publications that came back early and follow this one, in turn.
+        while let Some(next) = held.early.iter().position(|&(before, _)| before == held.version) {
+            held.version = held.early.swap_remove(next).1;
         }
     }
 
@@ -297,11 +321,15 @@ mod tests {
         assert!(cache.open_pages(7, version(3)), "our own publication carries the pages over");
         cache.published_pages(7, Some((version(5), version(6))), true);
         assert!(!cache.open_pages(7, version(6)), "someone else published between");
+        // Two handles closing at once: the second publication's answer comes back first.
+        cache.published_pages(7, Some((version(7), version(8))), true);
+        cache.published_pages(7, Some((version(6), version(7))), true);
+        assert!(cache.open_pages(7, version(8)), "both carried over, in their order");
         cache.published_pages(7, None, true);
-        assert!(cache.open_pages(7, version(6)), "a clean close without a publication changes nothing");
-        cache.published_pages(7, Some((version(6), version(7))), false);
-        assert!(!cache.open_pages(7, version(7)), "a failed write: the pages may hold what the servers refused");
+        assert!(cache.open_pages(7, version(8)), "a clean close without a publication changes nothing");
+        cache.published_pages(7, Some((version(8), version(9))), false);
+        assert!(!cache.open_pages(7, version(9)), "a failed write: the pages may hold what the servers refused");
         cache.forgotten(7);
-        assert!(!cache.open_pages(7, version(7)), "an inode the kernel forgot has no pages");
+        assert!(!cache.open_pages(7, version(9)), "an inode the kernel forgot has no pages");
     }
 }
