@@ -83,7 +83,9 @@ impl KernelCache {
     /// one), so the next open here drops the pages.
     pub(crate) fn open_pages(&self, ino: u64, now: ContentVersion) -> bool {
         let held = self.pages.lock().unwrap().insert(ino, HeldPages { version: now, early: Vec::new() });
-        held.is_some_and(|held| held.version == now)
+        let keep = held.as_ref().is_some_and(|held| held.version == now);
+        tracing::trace!(ino, keep, held = ?held.map(|h| h.version), ?now, "open: the kernel's pages");
+        keep
     }
 
     /// A handle on the request path published what it wrote (`publication`: the version
@@ -95,6 +97,7 @@ impl KernelCache {
     /// that went around the page cache (passthrough, O_APPEND's direct I/O), drops them.
     pub(crate) fn published_pages(&self, ino: u64, publication: Option<(ContentVersion, ContentVersion)>, clean: bool) {
         let mut pages = self.pages.lock().unwrap();
+        tracing::trace!(ino, ?publication, clean, held = ?pages.get(&ino).map(|h| h.version), "published");
         let (Some((before, after)), true) = (publication, clean) else {
             if !clean {
                 pages.remove(&ino);
