@@ -51,8 +51,9 @@ pub fn sibling_binary(name: &str) -> PathBuf {
     PathBuf::from(name)
 }
 
+/// A host this machine is: one of its addresses, or the unspecified address (listen on all).
 fn is_local(ip: IpAddr) -> bool {
-    ip.is_loopback() || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+    ip.is_loopback() || ip.is_unspecified() || surge_client::is_this_hosts(ip)
 }
 
 struct Launched {

@@ -205,7 +205,7 @@ impl Client {
             }
             let here = |ip: std::net::IpAddr| match self.inner.opts.node {
                 Some(node) => ip == node,
-                None => crate::layouts::is_this_hosts(ip),
+                None => crate::options::is_this_hosts(ip),
             };
             let near: Vec<usize> = addrs.iter().enumerate().filter(|(_, addr)| here(addr.ip())).map(|(i, _)| i).collect();
             (!near.is_empty()).then(|| near[(self.inner.session % near.len() as u64) as usize])

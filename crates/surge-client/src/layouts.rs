@@ -1,7 +1,5 @@
 //! Directory layouts ([`DirLayout`]): read and set per directory, by inode and by path.
 
-use std::net::{IpAddr, UdpSocket};
-
 use surge_proto::ino::Ino;
 use surge_proto::namespace::LayoutOf;
 use surge_proto::placement::DirLayout;
@@ -31,25 +29,5 @@ impl Client {
     pub async fn set_dir_layout(&self, path: &str, layout: DirLayout) -> Result<DirLayout> {
         let ino = self.stat(path).await?.ino;
         self.set_layout(ino, layout).await.map_err(|e| e.context(path))
-    }
-}
-
-/// Whether `ip` is an address of this host: only then can a socket be bound to it (without
-/// the non-local bind that no burst-buffer node needs).
-pub(crate) fn is_this_hosts(ip: IpAddr) -> bool {
-    !ip.is_unspecified() && UdpSocket::bind((ip, 0)).is_ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_this_hosts_addresses_are_its_own() {
-        assert!(is_this_hosts("127.0.0.1".parse().unwrap()));
-        assert!(is_this_hosts("127.0.3.9".parse().unwrap()), "all of 127/8 is loopback");
-        // TEST-NET-1 (RFC 5737) is never assigned to a host.
-        assert!(!is_this_hosts("192.0.2.1".parse().unwrap()));
-        assert!(!is_this_hosts("0.0.0.0".parse().unwrap()));
     }
 }

@@ -55,6 +55,6 @@ pub use descriptor::{InstanceDescriptor, Mode};
 pub use error::{Error, Result};
 pub use file::File;
 pub use locks::LockRange;
-pub use options::{ClientOptions, DEFAULT_TIMEOUT};
+pub use options::{is_this_hosts, ClientOptions, DEFAULT_TIMEOUT};
 pub use surge_proto;
 pub use surge_proto::placement::Layout;

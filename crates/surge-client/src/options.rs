@@ -2,8 +2,14 @@
 //! it reads and writes chunks held on its own node itself. Defaults come from the environment
 //! (`SURGE_NODE`, `SURGE_TIMEOUT_SECS`, `SURGE_LOCAL_IO`).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, UdpSocket};
 use std::time::Duration;
+
+/// Whether `ip` is an address of this host: only then can a socket be bound to it (without
+/// the non-local bind that no burst-buffer node needs). The unspecified address names none.
+pub fn is_this_hosts(ip: IpAddr) -> bool {
+    !ip.is_unspecified() && UdpSocket::bind((ip, 0)).is_ok()
+}
 
 /// How long a request may wait for its reply before it fails with TimedOut.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(20);
@@ -32,5 +38,19 @@ impl Default for ClientOptions {
         // SAFETY: geteuid/getegid take no arguments and cannot fail.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         ClientOptions { node, timeout, uid, gid, local_io }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_this_hosts_addresses_are_its_own() {
+        assert!(is_this_hosts("127.0.0.1".parse().unwrap()));
+        assert!(is_this_hosts("127.0.3.9".parse().unwrap()), "all of 127/8 is loopback");
+        // TEST-NET-1 (RFC 5737) is never assigned to a host.
+        assert!(!is_this_hosts("192.0.2.1".parse().unwrap()));
+        assert!(!is_this_hosts("0.0.0.0".parse().unwrap()));
     }
 }
