@@ -94,11 +94,7 @@ impl File {
     async fn data_ranges(&self, from: u64, to: u64) -> Result<(Vec<(u64, u64)>, u64)> {
         let client = self.client();
         let chunk = client.chunk_size();
-        let first = from / chunk;
-        let chunks = (to.div_ceil(chunk) - first).min(client.server_count() as u64);
-        let mut servers: Vec<usize> = (first..first + chunks).map(|c| client.layout().chunk_server(self.ino(), c)).collect();
-        servers.sort_unstable();
-        servers.dedup();
+        let servers = client.layout().chunk_servers(self.ino(), from / chunk..to.div_ceil(chunk));
         let mut pending = Vec::with_capacity(servers.len());
         for server in servers {
             let ask = DataExtents { ino: self.ino(), from, to, ticket: self.ticket() };

@@ -239,9 +239,8 @@ impl Client {
             }
             return pending.wait(self.timeout()).await?.reply::<PurgeData>();
         }
-        let chunks = size.div_ceil(self.chunk_size()).min(self.server_count() as u64);
-        let servers = (0..chunks).map(|chunk| self.layout().chunk_server(ino, chunk));
-        self.send_to(servers, PurgeData { ino, ticket }).await
+        let servers = self.layout().chunk_servers(ino, 0..size.div_ceil(self.chunk_size()));
+        self.send_to(servers.into_iter(), PurgeData { ino, ticket }).await
     }
 
     pub async fn unlink_at(&self, parent: Ino, name: &str) -> Result<()> {

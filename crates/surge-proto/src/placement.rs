@@ -108,6 +108,14 @@ impl Layout {
         crate::ino::data_server(ino).filter(|&s| s < self.servers)
     }
 
+    /// The servers holding chunks `chunks` of `ino`, each once. Consecutive chunks go to
+    /// consecutive servers, so at most as many chunks as servers are looked at, however long
+    /// the range.
+    pub fn chunk_servers(&self, ino: Ino, chunks: std::ops::Range<u64>) -> std::collections::BTreeSet<usize> {
+        let end = chunks.end.min(chunks.start.saturating_add(self.servers as u64));
+        (chunks.start..end).map(|chunk| self.chunk_server(ino, chunk)).collect()
+    }
+
     /// Splits `[offset, offset + len)` at chunk boundaries.
     pub fn pieces(&self, ino: Ino, offset: u64, len: u64) -> impl Iterator<Item = Piece> + '_ {
         let end = offset + len;
@@ -148,6 +156,16 @@ mod tests {
         }
         let err = "local".parse::<DirLayout>().unwrap_err();
         assert!(err.contains("striped, node-local"), "{err}");
+    }
+
+    #[test]
+    fn chunk_servers_name_each_holder_once() {
+        let layout = Layout::new(1024, 4);
+        assert_eq!(layout.chunk_servers(7, 0..0).len(), 0);
+        assert_eq!(layout.chunk_servers(7, 3..5).len(), 2);
+        assert_eq!(layout.chunk_servers(7, 10..u64::MAX), (0..4).collect(), "every server, without walking the range");
+        let placed = crate::ino::make_placed(0, 2, 9);
+        assert_eq!(layout.chunk_servers(placed, 0..1000), [2].into());
     }
 
     #[test]

@@ -545,7 +545,7 @@ async fn copy_windows(
             publish: None,
             mode: file.mode,
         };
-        let owners: std::collections::BTreeSet<usize> = (first..end).map(|c| ctx.client.layout().chunk_server(ino, c)).collect();
+        let owners = ctx.client.layout().chunk_servers(ino, first..end);
         let orders = owners
             .into_iter()
             .map(|server| {
