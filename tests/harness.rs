@@ -190,6 +190,18 @@ impl Instance {
         self.on_node(Command::new(binary("surge")), node).args(args).output().expect("run surge")
     }
 
+    /// A `surge` command on node `node`, to spawn.
+    pub fn surge_command(&self, node: &str) -> Command {
+        self.on_node(Command::new(binary("surge")), node)
+    }
+
+    /// `bash -c script` on node `node`, with `$SURGE` naming the `surge` binary.
+    pub fn shell_on(&self, node: &str, script: &str) -> Command {
+        let mut cmd = self.on_node(Command::new("bash"), node);
+        cmd.arg("-c").arg(script).env("SURGE", binary("surge"));
+        cmd
+    }
+
     /// A `surge-test-client` command on node `node`.
     pub fn test_client(&self, node: &str) -> Command {
         self.on_node(Command::new(binary("surge-test-client")), node)

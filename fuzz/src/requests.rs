@@ -289,13 +289,42 @@ impl Run {
         }
     }
 
+    /// A directory's publications read, a file claimed or acknowledged in a group, the
+    /// groups' status: never waiting (the server answers at once with nothing to give).
+    fn workflow_step(&mut self, input: &mut Input) {
+        use surge_proto::workflow::{Claim, Claimed, Done, GroupStatus, PublicationPage, Publications, QueueStatus};
+        let dir = self.ino(input);
+        let pattern = Self::opt(input, |i| ["*", "f*", ".*", "[", "**/x", "?"][i.below(6)].to_string());
+        match input.below(4) {
+            0 => {
+                let (after, limit) = (if input.bool() { input.below(8) as u64 } else { input.u64() }, input.u32());
+                let read = Publications { dir, after, limit, pattern, wait_ms: 0 };
+                self.conn.call(read, &[]).decode::<PublicationPage>("publications");
+            }
+            1 => {
+                let group = if input.bool() { "g".to_string() } else { self.name(input) };
+                let consumer = self.name(input);
+                let lease_ms = if input.bool() { 1 + input.below(1000) as u64 } else { input.u64() };
+                let claim = Claim { dir, group, pattern, consumer, lease_ms, wait_ms: 0 };
+                self.conn.call(claim, &[]).decode::<Option<Claimed>>("claim");
+            }
+            2 => {
+                let group = Self::opt(input, |i| ["g", "f", ""][i.below(3)].to_string());
+                let token = Self::opt(input, |i| i.below(4) as u64);
+                let done = Done { dir, group, name: self.name(input), token };
+                self.conn.call(done, &[]).decode::<String>("done");
+            }
+            _ => drop(self.conn.call(QueueStatus { dir }, &[]).decode::<Vec<GroupStatus>>("queue-status")),
+        }
+    }
+
     /// One step: a request, or a client's operation of a few.
     fn step(&mut self, input: &mut Input) {
         // Client steps 0-28, 44-47 (links, exchange, mknod, locks), 49-50 (extended
-        // attributes, ACLs), 52 (layouts) and 53 (fallocate, data extents), added later:
-        // numbered after the rest so that kept inputs mean what they meant; raw steps 29-43,
-        // 48 and 51.
-        let steps = if self.raw { 54 } else { 37 };
+        // attributes, ACLs), 52 (layouts), 53 (fallocate, data extents) and 54 (publication
+        // logs, consumer groups), added later: numbered after the rest so that kept inputs
+        // mean what they meant; raw steps 29-43, 48 and 51.
+        let steps = if self.raw { 55 } else { 38 };
         let mut n = input.below(steps);
         if !self.raw && n >= 29 {
             n += match n {
@@ -307,6 +336,7 @@ impl Run {
         match n {
             44..=47 => return self.posix_step(n - 44, input),
             49 | 50 => return self.xattr_step(n - 49, input),
+            54 => return self.workflow_step(input),
             51 => {
                 // mkdir's steps with a default ACL to inherit, and a link that claims one.
                 let (parent, name, mode, umask) = (self.ino(input), self.name(input), input.u32(), input.u32());
@@ -467,7 +497,7 @@ impl Run {
                 let ino = self.ino(input);
                 let release = input.bool() && self.held.get(&ino).is_some_and(|&n| n > 0);
                 let (size, mtime) = (Self::opt(input, Input::size), Self::opt(input, Self::timestamp));
-                self.commit(Commit { ino, size, mtime, release });
+                self.commit(Commit { ino, size, mtime, release, wrote: size.is_some() });
             }
             13 => {
                 let (ino, offset) = (self.ino(input), input.size());
@@ -606,7 +636,7 @@ impl Run {
             40 => {
                 // A close by a connection that never opened.
                 let (ino, release) = (self.ino(input), input.bool());
-                self.commit(Commit { ino, size: None, mtime: None, release });
+                self.commit(Commit { ino, size: None, mtime: None, release, wrote: false });
             }
             41 => {
                 // Bytes where a request should be: refused, and the connection goes on.
@@ -622,7 +652,7 @@ impl Run {
             }
             _ => {
                 let ino = self.ino(input);
-                let answer = self.conn.call(Commit { ino, size: Some(input.size()), mtime: None, release: false }, &[]);
+                let answer = self.conn.call(Commit { ino, size: Some(input.size()), mtime: None, release: false, wrote: true }, &[]);
                 if let Some(fate) = answer.decode::<InodeFate>("commit") {
                     if fate.purge {
                         self.purge(ino);

@@ -19,6 +19,7 @@ mod mount;
 mod output;
 mod stage;
 mod table;
+mod workflow;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -264,6 +265,35 @@ enum Command {
         #[command(flatten)]
         target: Target,
     },
+    /// Print the files published in a directory as they are published — closed after
+    /// writing, or renamed or linked into it; never one still being written —, one path per
+    /// line, in publication order. Waits for the next one without polling.
+    Watch {
+        /// The directory: on a Surge mount, or a path inside the instance.
+        dir: String,
+        /// Only names matching this glob (default '*': every name not starting with '.', so
+        /// temporary names such as '.plt00001.h5.tmp' stay hidden).
+        #[arg(long)]
+        pattern: Option<String>,
+        /// Resume after this cursor (as --json prints it; default 0: from the oldest
+        /// publication the directory's log holds).
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// One JSON object per line: path, name, size, mtime, cursor.
+        #[arg(long)]
+        json: bool,
+        /// Stop after this many.
+        #[arg(long)]
+        count: Option<u64>,
+        /// Stop once no publication came for this many seconds.
+        #[arg(long)]
+        timeout: Option<f64>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Consumer groups: hand each file published in a directory to one consumer of a group.
+    #[command(subcommand)]
+    Queue(QueueCommand),
     /// Show a path's attributes.
     Stat {
         /// A path inside the instance.
@@ -330,7 +360,7 @@ fn main() -> ExitCode {
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     match runtime.block_on(run(cli.command)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("surge: {e:#}");
             ExitCode::FAILURE
@@ -338,7 +368,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(command: Command) -> Result<()> {
+async fn run(command: Command) -> Result<ExitCode> {
     match command {
         Command::Up { name, servers, capacity, root, hosts, mode, chunk_size, json, mount, check_identity, layout } => {
             let servers = servers.unwrap_or(if hosts.is_empty() { 4 } else { hosts.len() });
@@ -464,16 +494,133 @@ async fn run(command: Command) -> Result<()> {
             let (client, inner) = target.client_at(&dir)?;
             files::layout(&client, &dir, &inner, layout).await?
         }
+        Command::Watch { dir, pattern, from, json, count, timeout, target } => {
+            let (client, inner) = target.client_at(&dir)?;
+            let timeout = timeout.map(std::time::Duration::try_from_secs_f64).transpose().context("--timeout")?;
+            let args = workflow::WatchArgs { shown: &dir, inner: &inner, pattern: pattern.as_deref(), from, json, count, timeout };
+            workflow::watch(&client, args).await?
+        }
         Command::Stat { path, json, target } => files::stat(&target.client()?, &path, json).await?,
         Command::Bb(command) => bb::run(command).await?,
         Command::DwWlmCli(args) => datawarp::dw_wlm_cli(args).await?,
         Command::Dwstat { views } => datawarp::dwstat(&views).await?,
         Command::Stage(cmd) => stage::run(cmd).await?,
+        Command::Queue(cmd) => return queue(cmd).await,
         Command::Bench(cmd) => bench::run(cmd).await?,
         Command::Demo { root } => demo::run(root).await?,
         Command::External(_) => unreachable!("handled before the runtime starts"),
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Subcommand)]
+enum QueueCommand {
+    /// Take the next file published in DIR that the group has not had, print its path and
+    /// hold it for --lease seconds (waits until there is one; after --timeout exits 1 with
+    /// nothing printed). The group is made by its first claim, with --pattern.
+    Claim {
+        /// The directory: on a Surge mount, or a path inside the instance.
+        dir: String,
+        #[arg(long)]
+        group: String,
+        /// The files the group takes (a glob; default '*': names not starting with '.').
+        #[arg(long)]
+        pattern: Option<String>,
+        /// Seconds the file is this consumer's; not acknowledged by then, it goes back to
+        /// the group.
+        #[arg(long, default_value_t = 300.0)]
+        lease: f64,
+        /// Give up after this many seconds.
+        #[arg(long)]
+        timeout: Option<f64>,
+        /// The consumer's name in `surge queue status` (default: node:pid of the caller).
+        #[arg(long)]
+        consumer: Option<String>,
+        /// JSON with the claim's token (for `surge queue done --token`).
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Acknowledge a claimed file: the group is done with it.
+    Done {
+        /// The file, as `surge queue claim` printed it.
+        file: String,
+        /// The group that handed it out (default: the one group holding a claim on it).
+        #[arg(long)]
+        group: Option<String>,
+        /// Only if the claim is still this one (its lease did not run out and go to another).
+        #[arg(long)]
+        token: Option<u64>,
+        /// Then remove the file from the burst buffer.
+        #[arg(long, conflicts_with = "stage_out")]
+        delete: bool,
+        /// Stage the file out to this PFS path first (waits for it), then acknowledge.
+        #[arg(long)]
+        stage_out: Option<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Every consumer group of DIR: files produced, claimed, done, waiting, expired claims,
+    /// production and consumption rates (last minute) and kappa (their ratio).
+    Status {
+        dir: String,
+        #[arg(long)]
+        json: bool,
+        /// Print again every this many seconds.
+        #[arg(long)]
+        watch: Option<f64>,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// Seconds given on the command line as a duration.
+fn seconds_arg(seconds: f64, what: &str) -> Result<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(seconds).with_context(|| format!("{what}: {seconds} is not a number of seconds"))
+}
+
+async fn queue(command: QueueCommand) -> Result<ExitCode> {
+    match command {
+        QueueCommand::Claim { dir, group, pattern, lease, timeout, consumer, json, target } => {
+            let (client, inner) = target.client_at(&dir)?;
+            let args = workflow::ClaimArgs {
+                shown: &dir,
+                inner: &inner,
+                group: &group,
+                pattern: pattern.as_deref(),
+                consumer: consumer.unwrap_or_else(workflow::default_consumer),
+                lease: seconds_arg(lease, "--lease")?,
+                timeout: timeout.map(|t| seconds_arg(t, "--timeout")).transpose()?,
+                json,
+            };
+            let claimed = workflow::claim(&client, args).await?;
+            return Ok(if claimed { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+        }
+        QueueCommand::Done { file, group, token, delete, stage_out, target } => {
+            let (client, inner) = target.client_at(&file)?;
+            if let Some(dest) = stage_out {
+                let at =
+                    surge_client::target::resolve_bb_path(&file, target.instance.as_deref(), surge_client::target::Unnamed::OnlyInstance)?;
+                stage::stage_out_file(&client, &at.instance, &inner, &dest).await?;
+            }
+            let group = client.claim_done(&inner, group.as_deref(), token).await?;
+            if delete {
+                client.unlink(&inner).await.with_context(|| format!("acknowledged in group '{group}', but not removed"))?;
+            }
+        }
+        QueueCommand::Status { dir, json, watch, target } => {
+            let (client, inner) = target.client_at(&dir)?;
+            let every = watch.map(|w| seconds_arg(w, "--watch")).transpose()?;
+            loop {
+                workflow::queue_status(&client, &inner, json).await?;
+                let Some(every) = every else { break };
+                tokio::time::sleep(every).await;
+                outln!();
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `, did you mean 'stage'?` for a mistyped command, or nothing.

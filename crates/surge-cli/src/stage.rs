@@ -272,6 +272,15 @@ fn bar(total: u64, what: &str) -> ProgressBar {
     bar
 }
 
+/// Stages the burst-buffer file `bb_path` out to `pfs_path` now and waits for it (what
+/// `surge queue done --stage-out` does before acknowledging the file).
+pub async fn stage_out_file(client: &Client, instance: &str, bb_path: &str, pfs_path: &str) -> Result<()> {
+    let pfs_path = target::absolute_pfs_path(pfs_path)?;
+    let spec = client.stage_spec(StageDirection::Out, StageKind::File, StageWhen::Immediate, bb_path, &pfs_path, false);
+    let stage = client.stage_submit_checked(spec).await.with_context(|| format!("stage out {bb_path}"))?;
+    wait(client, stage.id, &BbView::of(instance)).await.map(|_| ())
+}
+
 /// Waits for one stage with a progress bar; fails unless it ends done.
 async fn wait(client: &Client, id: u64, view: &BbView) -> Result<StageSummary> {
     let mut progress: Option<ProgressBar> = None;

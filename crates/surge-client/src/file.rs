@@ -104,6 +104,9 @@ pub struct File {
     /// Written since the last publication or since times were set explicitly: the next
     /// publication sets mtime to its own time.
     mtime_due: AtomicBool,
+    /// The handle was opened for writing, or something written through it was published: its
+    /// release publishes the file in its directory's log (close after writing).
+    writer: AtomicBool,
     behind: tokio::sync::Mutex<WriteBehind>,
     ahead: tokio::sync::Mutex<ReadAhead>,
     /// A write-behind failure not yet reported to the caller.
@@ -136,6 +139,7 @@ impl File {
             written_end: AtomicU64::new(0),
             dirty: AtomicBool::new(false),
             mtime_due: AtomicBool::new(false),
+            writer: AtomicBool::new(false),
             behind: Default::default(),
             ahead: Default::default(),
             deferred_error: Mutex::new(None),
@@ -593,8 +597,14 @@ impl File {
         let dirty = self.dirty.swap(false, Ordering::Relaxed);
         let written = self.written_end.load(Ordering::Relaxed);
         let mtime_due = self.mtime_due.swap(false, Ordering::Relaxed);
-        let commit =
-            Commit { ino: self.ino, size: (dirty && written > 0).then_some(written), mtime: mtime_due.then(Timestamp::now), release };
+        let wrote = self.writer.fetch_or(dirty, Ordering::Relaxed) || dirty;
+        let commit = Commit {
+            ino: self.ino,
+            size: (dirty && written > 0).then_some(written),
+            mtime: mtime_due.then(Timestamp::now),
+            release,
+            wrote: release && wrote,
+        };
         let fate = self.client.call_home(self.ino, commit).await?;
         if fate.published.is_some() {
             *self.publication.lock().unwrap() = fate.published;
@@ -648,6 +658,12 @@ impl File {
         self.passthrough_resized();
         self.ahead.lock().await.queue.clear();
         Ok(())
+    }
+
+    /// The handle was opened for writing (O_WRONLY or O_RDWR, or made by a create): its
+    /// release publishes the file even if nothing was written (as inotify's IN_CLOSE_WRITE).
+    pub fn opened_for_writing(&self) {
+        self.writer.store(true, Ordering::Relaxed);
     }
 
     /// Raises this handle's idea of the size (another handle on this node wrote further).

@@ -25,6 +25,8 @@
 //!   attributes and POSIX ACLs;
 //! * [`file`]: open files, striped I/O, write-behind and read-ahead, and local I/O on a
 //!   server's own node (`local`);
+//! * [`workflow`]: following the files published in a directory (closed after writing, or
+//!   renamed into it), resumable from a cursor, and handing them to consumer groups;
 //! * [`stage`]: staging between the PFS and the instance, through its stage coordinator;
 //!   [`target`]: where a burst-buffer path a user gives is, and PFS paths made absolute;
 //! * [`descriptor`]: instance descriptors and token files; [`options`]: how a client behaves;
@@ -47,6 +49,7 @@ pub mod passthrough;
 pub mod paths;
 pub mod stage;
 pub mod target;
+pub mod workflow;
 pub mod xattrs;
 
 pub use client::Client;

@@ -78,7 +78,9 @@ impl Client {
         if attr.kind != FileKind::File {
             return Err(Error::new(ErrorCode::Invalid, format!("'{name}' is not a regular file")));
         }
-        self.file_with_ticket(attr).await
+        let file = self.file_with_ticket(attr).await?;
+        file.opened_for_writing();
+        Ok(file)
     }
 
     /// Where servers check identities, the ticket of `ino`'s data for this caller, from its
@@ -96,7 +98,7 @@ impl Client {
         match self.ticket_for(attr.ino).await {
             Ok(ticket) => Ok(File::new(self.clone(), &attr, ticket)),
             Err(e) => {
-                let _ = self.call_home(attr.ino, Commit { ino: attr.ino, size: None, mtime: None, release: true }).await;
+                let _ = self.call_home(attr.ino, Commit { ino: attr.ino, size: None, mtime: None, release: true, wrote: false }).await;
                 Err(e)
             }
         }
@@ -109,7 +111,7 @@ impl Client {
             return self.file_with_ticket(attr).await;
         }
         // Undo the registration before refusing.
-        let _ = self.call_home(ino, Commit { ino, size: None, mtime: None, release: true }).await;
+        let _ = self.call_home(ino, Commit { ino, size: None, mtime: None, release: true, wrote: false }).await;
         Err(Error::new(if attr.kind == FileKind::Dir { ErrorCode::IsDir } else { ErrorCode::Invalid }, "not a regular file"))
     }
 

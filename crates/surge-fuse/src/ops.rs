@@ -457,6 +457,10 @@ impl Ops {
             if flags & libc::O_TRUNC != 0 {
                 f.set_len(0).await?;
             }
+            if flags & libc::O_ACCMODE != libc::O_RDONLY {
+                // Its close publishes the file (see surge_client::workflow).
+                f.opened_for_writing();
+            }
             f.set_write_behind(ops.client.stream_window()).await?;
             let backing = ops.passthrough_for(&f, flags).await;
             Ok(ops.register(f, flags, backing))

@@ -17,6 +17,7 @@ use crate::admin::AdminRequest;
 use crate::data::DataRequest;
 use crate::namespace::NamespaceRequest;
 use crate::stage::StagingRequest;
+use crate::workflow::WorkflowRequest;
 
 /// A request and what answers it.
 pub trait Call: Serialize + DeserializeOwned + Into<Request> + Clone + std::fmt::Debug + Send + 'static {
@@ -33,6 +34,7 @@ pub enum Request {
     Data(DataRequest),
     Staging(StagingRequest),
     Admin(AdminRequest),
+    Workflow(WorkflowRequest),
 }
 
 impl Request {
@@ -43,6 +45,7 @@ impl Request {
             Request::Data(r) => r.name(),
             Request::Staging(r) => r.name(),
             Request::Admin(r) => r.name(),
+            Request::Workflow(r) => r.name(),
         }
     }
 }

@@ -19,6 +19,7 @@
 //! * [`auth`]: the challenge/response that proves a client holds the instance's secret without
 //!   sending the secret over the wire;
 //! * [`stage`]: what staging between the PFS and an instance asks of the servers and reports;
+//! * [`workflow`]: publication logs, what watchers read;
 //! * [`xattr`]: extended attributes' namespaces and limits; [`acl`]: POSIX ACLs in their xattr
 //!   form.
 //!
@@ -48,6 +49,7 @@ pub mod placement;
 pub mod stage;
 pub mod ticket;
 pub mod types;
+pub mod workflow;
 pub mod xattr;
 
 pub use call::{Call, Request};
@@ -59,4 +61,4 @@ pub use xattr::{XattrNamespace, XattrSetMode};
 
 /// Version of the protocol spoken by this build. A peer announcing another version is refused
 /// at the first frame, with an error that names both versions.
-pub const PROTOCOL_VERSION: u8 = 9;
+pub const PROTOCOL_VERSION: u8 = 10;

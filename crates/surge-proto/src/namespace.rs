@@ -264,13 +264,16 @@ pub struct Grant {
 }
 
 /// Publishes what a writer did (size grows to at least `size`, mtime) and, with `release`,
-/// ends an open handle. Close-to-open consistency hangs on this step.
+/// ends an open handle. Close-to-open consistency hangs on this step. `wrote`: the handle
+/// released wrote to the file: its close publishes the file in its directory's log (see
+/// [`crate::workflow`]).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Commit {
     pub ino: Ino,
     pub size: Option<u64>,
     pub mtime: Option<Timestamp>,
     pub release: bool,
+    pub wrote: bool,
 }
 
 /// Takes, changes or gives back a byte-range lock on file `ino` (homed here) for `owner`, an

@@ -25,9 +25,11 @@
 //!
 //! Format 2 (`surge-meta 2`) added extended attributes: a record carries the attributes a
 //! step changed, one by one ([`crate::meta::XattrState`]). Format 3 (`surge-meta 3`) added a
-//! directory's layout to its state. A directory of an earlier format (format 1 also when it
+//! directory's layout to its state; format 4 (`surge-meta 4`) directories' publication logs
+//! ([`crate::meta::publications`]). A directory of an earlier format (format 1 also when it
 //! has records and no marker, which predates the marker) is read through that format's record
-//! type ([`crate::meta::format1`], [`crate::meta::format2`]) and rewritten at once: the new
+//! type ([`crate::meta::format1`], [`crate::meta::format2`], [`crate::meta::format3`]) and
+//! rewritten at once: the new
 //! snapshot is written aside (`snapshot.next`), then the marker changes — the moment the
 //! directory is of this build's format —, then the journal of older records (all in the
 //! snapshot) is emptied and the snapshot put in place. A crash before the marker leaves the
@@ -43,7 +45,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::lock::LockRecover;
-use crate::meta::{format1, format2, MetaStore, Record};
+use crate::meta::{format1, format2, format3, MetaStore, Record};
 
 /// A journal this long is folded into a new snapshot.
 pub const SNAPSHOT_AFTER: u64 = 64 << 20;
@@ -97,7 +99,7 @@ fn frame(record: &impl Serialize, out: &mut Vec<u8>) {
 /// record's layout changes in a way older records cannot be read with (a new field; new enum
 /// variants appended at the end read old records as before), and read the older layout
 /// through types of its own (see the module notes).
-pub const FORMAT: &str = "surge-meta 3";
+pub const FORMAT: &str = "surge-meta 4";
 /// Where an upgrade from an earlier format writes the new snapshot before the marker changes.
 const NEXT_SNAPSHOT: &str = "snapshot.next";
 
@@ -105,6 +107,8 @@ const NEXT_SNAPSHOT: &str = "snapshot.next";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Layout {
     Current,
+    /// Before publication logs.
+    Format3,
     /// Before directory layouts.
     Format2,
     /// Before extended attributes.
@@ -112,11 +116,12 @@ enum Layout {
 }
 
 impl Layout {
-    const ALL: [Layout; 3] = [Layout::Current, Layout::Format2, Layout::Format1];
+    const ALL: [Layout; 4] = [Layout::Current, Layout::Format3, Layout::Format2, Layout::Format1];
 
     fn marker(self) -> &'static str {
         match self {
             Layout::Current => FORMAT,
+            Layout::Format3 => "surge-meta 3",
             Layout::Format2 => "surge-meta 2",
             Layout::Format1 => "surge-meta 1",
         }
@@ -156,6 +161,7 @@ fn read_records(path: &Path, torn_tail_allowed: bool, layout: Layout) -> io::Res
     let bytes = read_all(path)?;
     match layout {
         Layout::Current => records(&bytes, path, torn_tail_allowed),
+        Layout::Format3 => Ok(records::<format3::Record>(&bytes, path, torn_tail_allowed)?.into_iter().map(Record::from).collect()),
         Layout::Format2 => Ok(records::<format2::Record>(&bytes, path, torn_tail_allowed)?.into_iter().map(Record::from).collect()),
         Layout::Format1 => Ok(records::<format1::Record>(&bytes, path, torn_tail_allowed)?.into_iter().map(Record::from).collect()),
     }
@@ -516,6 +522,38 @@ mod tests {
         let (journal, _) = Journal::open(&root.0, &mut again).unwrap();
         assert_eq!(again.lookup(dir.ino, "file").unwrap().ino, file.ino);
         assert_eq!(again.get_xattr(file.ino, "user.new").unwrap(), b"v");
+        journal.close(&again).unwrap();
+    }
+
+    /// A directory the release before publication logs wrote (format 3) comes back whole,
+    /// is rewritten as format 4, and then keeps what its directories publish across restarts.
+    #[test]
+    fn a_format_3_directory_is_rewritten_and_then_keeps_its_publications() {
+        let root = Root::new("format3");
+        let mut old = MetaStore::new(0, 0, 0);
+        old.track_changes();
+        let kept = old.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, true, None).unwrap();
+        let record = old.take_changes();
+        std::fs::write(root.meta("format"), "surge-meta 3\n").unwrap();
+        std::fs::write(root.meta("snapshot"), framed(&[format3::Record::from(MetaStore::new(0, 0, 0).snapshot())])).unwrap();
+        std::fs::write(root.meta("journal"), framed(&[format3::Record::from(record)])).unwrap();
+
+        let mut store = MetaStore::new(0, 0, 0);
+        let (journal, _) = Journal::open(&root.0, &mut store).unwrap();
+        assert_eq!(store.lookup(ROOT_INO, "kept").unwrap().ino, kept.ino);
+        assert_eq!(std::fs::read_to_string(root.meta("format")).unwrap().trim(), FORMAT);
+        // The replayed name is what a close publishes under.
+        store.open(kept.ino).unwrap();
+        store.commit(kept.ino, Some(5), None, true, true).unwrap();
+        journal.append(store.take_changes());
+        journal.close(&store).unwrap();
+
+        let mut again = MetaStore::new(0, 0, 0);
+        let (journal, _) = Journal::open(&root.0, &mut again).unwrap();
+        let everything = crate::meta::publications::NamePattern::default();
+        let page = again.publications(ROOT_INO, 0, 10, &everything).unwrap();
+        assert_eq!(page.publications.len(), 1);
+        assert_eq!((page.publications[0].name.as_str(), page.publications[0].size), ("kept", Some(5)));
         journal.close(&again).unwrap();
     }
 

@@ -57,6 +57,9 @@ pub struct Shared {
     pub journal: Arc<journal::Journal>,
     /// Byte-range locks on the files homed here.
     pub(crate) locks: crate::locks::Locks,
+    /// How many publications the namespace share has made: readers of publication logs wait
+    /// for it to change ([`crate::meta::publications`]).
+    pub(crate) published: tokio::sync::watch::Sender<u64>,
 }
 
 impl Shared {
@@ -64,6 +67,9 @@ impl Shared {
     /// sequence number (see [`journal::Journal::durable`]). Call with the lock held.
     pub fn journal_changes(&self, meta: &mut meta::MetaStore) -> u64 {
         let appended = self.journal.append(meta.take_changes());
+        if meta.publications_made() != *self.published.borrow() {
+            self.published.send_replace(meta.publications_made());
+        }
         if appended.fold_due {
             if let Err(e) = self.journal.fold(meta) {
                 tracing::error!("could not fold the metadata journal into a snapshot: {e}");
@@ -123,6 +129,7 @@ impl Server {
             coordinator: OnceLock::new(),
             watchers: Default::default(),
             locks: Default::default(),
+            published: tokio::sync::watch::Sender::new(0),
             shutdown: Notify::new(),
         });
         let listener = TcpListener::bind(config.listen).await.map_err(|e| ServerError::os(&format!("bind {}", config.listen), e))?;

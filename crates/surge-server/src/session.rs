@@ -72,7 +72,7 @@ impl Drop for Session {
             for _ in 0..count {
                 let released = {
                     let mut meta = self.shared.meta.lock_or_recover();
-                    let released = meta.commit(ino, None, None, true);
+                    let released = meta.commit(ino, None, None, true, false);
                     self.shared.journal_changes(&mut meta);
                     released
                 };

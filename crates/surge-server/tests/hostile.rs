@@ -230,7 +230,7 @@ async fn a_handle_is_released_only_by_the_connection_that_opened_it() {
             let (kind, _) = owner.ask(WriteData { ino, offset: 0, ticket: None }.into(), b"still here");
             assert_eq!(kind, FrameKind::Reply);
             // Another connection "closes" it and removes its name.
-            let (kind, _) = other.ask(Commit { ino, size: Some(10), mtime: None, release: true }.into(), &[]);
+            let (kind, _) = other.ask(Commit { ino, size: Some(10), mtime: None, release: true, wrote: true }.into(), &[]);
             assert_eq!(kind, FrameKind::Reply, "publishing a size is allowed");
             let (kind, _) = other.ask(Unlink { parent: ROOT_INO, name: "held".into() }.into(), &[]);
             assert_eq!(kind, FrameKind::Reply);

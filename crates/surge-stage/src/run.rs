@@ -352,7 +352,7 @@ async fn stage_in_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, files: Vec<
         .iter()
         .enumerate()
         .filter_map(|(k, &i)| {
-            created[k].as_ref().ok().map(|&ino| Commit { ino, size: Some(plan.files[i].size), mtime: None, release: true })
+            created[k].as_ref().ok().map(|&ino| Commit { ino, size: Some(plan.files[i].size), mtime: None, release: true, wrote: false })
         })
         .collect::<Vec<_>>();
     if !commits.is_empty() {
@@ -496,7 +496,7 @@ async fn stage_in_large(ctx: Arc<Ctx>, plan: Arc<Plan>, parent: Ino, index: usiz
         Err(e) => return finished(&ctx, index, Err(failed(format!("burst buffer: {e}")))),
     };
     let mut outcome = copy_windows(&ctx, index, ino, file, StageDirection::In, None).await;
-    let commit = Commit { ino, size: Some(file.size), mtime: None, release: true };
+    let commit = Commit { ino, size: Some(file.size), mtime: None, release: true, wrote: false };
     if let Err(e) = client.call(ino::home(ino), commit).await {
         outcome = outcome.and(Err(failed(format!("burst buffer: commit: {e}"))));
     }
@@ -669,7 +669,7 @@ async fn stage_out_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, files: Vec<usize>) {
         .iter()
         .enumerate()
         .filter(|(k, _)| opened[*k].is_ok())
-        .map(|(_, &i)| Commit { ino: plan.files[i].ino.expect("inode"), size: None, mtime: None, release: true })
+        .map(|(_, &i)| Commit { ino: plan.files[i].ino.expect("inode"), size: None, mtime: None, release: true, wrote: false })
         .collect::<Vec<_>>();
     if !releases.is_empty() {
         if let Err(e) = client.batch(home, releases).await {
@@ -689,7 +689,7 @@ async fn stage_out_large(ctx: Arc<Ctx>, plan: Arc<Plan>, index: usize) {
         Ok(attr) => {
             let sized = PlannedFile { size: attr.size, ..file.clone() };
             let outcome = copy_out_large(&ctx, index, &sized).await;
-            let release = Commit { ino, size: None, mtime: None, release: true };
+            let release = Commit { ino, size: None, mtime: None, release: true, wrote: false };
             if let Err(e) = ctx.client.call(ino::home(ino), release).await {
                 tracing::warn!(id = ctx.id, "stage-out could not release its open: {e}");
             }

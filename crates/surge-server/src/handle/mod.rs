@@ -7,6 +7,7 @@ mod admin;
 mod data;
 mod namespace;
 mod staging;
+mod workflow;
 mod xattrs;
 
 use std::future::Future;
@@ -64,6 +65,7 @@ impl Session {
             Request::Data(request) => self.data(request, payload),
             Request::Staging(request) => self.staging(request),
             Request::Admin(request) => self.admin(request),
+            Request::Workflow(request) => self.workflow(request),
         }
     }
 }

@@ -745,7 +745,7 @@ impl Step for Commit {
                 }
             }
         }
-        let mut fate = cx.meta.commit(self.ino, self.size, self.mtime, held)?;
+        let mut fate = cx.meta.commit(self.ino, self.size, self.mtime, held, self.wrote)?;
         fate.ticket = cx.purge_ticket(self.ino, fate.purge);
         Ok(fate)
     }
@@ -839,7 +839,7 @@ mod tests {
             (
                 "commit",
                 watched(
-                    Commit { ino: 7, size: Some(1), mtime: None, release: false },
+                    Commit { ino: 7, size: Some(1), mtime: None, release: false, wrote: false },
                     InodeFate { purge: false, size: 1, ticket: None, published: None },
                 ),
             ),

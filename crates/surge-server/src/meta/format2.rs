@@ -1,6 +1,7 @@
 //! The journal records of format 2 (`surge-meta 2`), as the release before directory layouts
 //! wrote them: read through these types and converted (every directory then lays its files
-//! out striped, as all did). Frozen, like [`super::format1`], which builds on them.
+//! out striped, as all did), then as format 3's ([`super::format3`]). Frozen, like
+//! [`super::format1`], which builds on them.
 
 use serde::{Deserialize, Serialize};
 
@@ -45,13 +46,14 @@ impl From<InodeState> for super::InodeState {
 
 impl From<Record> for super::Record {
     fn from(old: Record) -> super::Record {
-        super::Record {
+        super::format3::Record {
             next_local: old.next_local,
             inodes: old.inodes.into_iter().map(Into::into).collect(),
             removed: old.removed,
             entries: old.entries,
             xattrs: old.xattrs,
         }
+        .into()
     }
 }
 

@@ -24,9 +24,14 @@ use surge_proto::{
 
 pub mod format1;
 pub mod format2;
+pub mod format3;
+pub mod groups;
+pub mod publications;
 mod scan;
 mod xattrs;
 
+use groups::GroupChange;
+use publications::{PublicationLog, PublicationState};
 use xattrs::Xattrs;
 
 /// How long a cross-server rename may hold its source entry before the lock is ignored
@@ -84,11 +89,14 @@ struct Inode {
     opens: u32,
     /// Extended attributes and ACLs; most inodes have none, and pay a pointer for the room.
     xattrs: Option<Box<Xattrs>>,
+    /// The last name this server gave the inode (directory, name), which its publications
+    /// name (see [`publications`]). Not journaled: replaying the names sets it again.
+    named: Option<Box<(Ino, Box<str>)>>,
 }
 
 impl Inode {
     fn new(attr: Attr, body: Body) -> Inode {
-        Inode { attr, body, opens: 0, xattrs: None }
+        Inode { attr, body, opens: 0, xattrs: None, named: None }
     }
 }
 
@@ -100,6 +108,9 @@ pub struct MetaStore {
     dirs: u64,
     /// What steps changed since the journal last took it (None: nobody journals).
     changes: Option<Changes>,
+    /// Directories' publication logs.
+    publications: HashMap<Ino, PublicationLog>,
+    publications_made: u64,
 }
 
 /// Inodes, directory entries and extended attributes changed since the journal last took
@@ -109,6 +120,10 @@ struct Changes {
     inodes: BTreeSet<Ino>,
     entries: BTreeSet<(Ino, String)>,
     xattrs: BTreeSet<(Ino, String)>,
+    /// Publications, in the order they were made.
+    workflow: Vec<WorkflowChange>,
+    /// Consumer groups changed, by directory and name.
+    groups: BTreeSet<(Ino, String)>,
 }
 
 /// What the journal keeps of an inode: everything but a directory's entries and its extended
@@ -147,8 +162,8 @@ pub struct XattrState {
 
 /// One journal record: the state, after a step, of what the step changed. Applied in order to
 /// an empty store, the records (a snapshot is one big record) rebuild the namespace share.
-/// (Its layout is the journal's format, [`crate::journal::FORMAT`]; [`format1`] and
-/// [`format2`] read the records of the earlier ones.)
+/// (Its layout is the journal's format, [`crate::journal::FORMAT`]; [`format1`],
+/// [`format2`] and [`format3`] read the records of the earlier ones.)
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 pub struct Record {
     pub next_local: u64,
@@ -156,6 +171,17 @@ pub struct Record {
     pub removed: Vec<Ino>,
     pub entries: Vec<EntryState>,
     pub xattrs: Vec<XattrState>,
+    /// Directories' publications, in the order they were made, then their consumer groups'
+    /// states ([`publications`], [`groups`]).
+    pub workflow: Vec<WorkflowChange>,
+}
+
+/// A change of a directory's workflow state. (Variants may only be appended: records of
+/// this format must read alike.)
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub enum WorkflowChange {
+    Published(PublicationState),
+    Group(GroupChange),
 }
 
 /// Items per record when one is written as several ([`Record::split`]), each record far
@@ -164,14 +190,15 @@ pub struct Record {
 const INODES_PER_RECORD: usize = 65536;
 const ENTRIES_PER_RECORD: usize = 65536;
 const XATTRS_PER_RECORD: usize = 1024;
+const WORKFLOW_PER_RECORD: usize = 4096;
 
 impl Record {
     pub fn is_empty(&self) -> bool {
-        self.inodes.is_empty() && self.removed.is_empty() && self.entries.is_empty() && self.xattrs.is_empty()
+        self.inodes.is_empty() && self.removed.is_empty() && self.entries.is_empty() && self.xattrs.is_empty() && self.workflow.is_empty()
     }
 
     /// The same changes as several records, applied one after the other: inodes first, then
-    /// names, attributes and removals (each needs what comes before it), each small enough
+    /// names, attributes, publications and removals (each needs what comes before it), each small enough
     /// for a journal frame. How a snapshot is written: a share whose inodes hold their 256 KiB
     /// of attributes each would not fit one. At least one record, which keeps `next_local`.
     pub fn split(self) -> Vec<Record> {
@@ -181,6 +208,7 @@ impl Record {
         pieces.extend(self.inodes.chunks(INODES_PER_RECORD).map(|inodes| Record { inodes: inodes.to_vec(), ..piece() }));
         pieces.extend(self.entries.chunks(ENTRIES_PER_RECORD).map(|entries| Record { entries: entries.to_vec(), ..piece() }));
         pieces.extend(self.xattrs.chunks(XATTRS_PER_RECORD).map(|xattrs| Record { xattrs: xattrs.to_vec(), ..piece() }));
+        pieces.extend(self.workflow.chunks(WORKFLOW_PER_RECORD).map(|workflow| Record { workflow: workflow.to_vec(), ..piece() }));
         pieces.push(Record { removed: self.removed, ..piece() });
         pieces
     }
@@ -195,7 +223,16 @@ impl MetaStore {
     /// A fresh namespace share whose root (on server 0) lays files out `root_layout`: the
     /// instance's default. (A share replayed from its journal has the root's own.)
     pub fn with_root_layout(server_index: usize, owner_uid: u32, owner_gid: u32, root_layout: DirLayout) -> Self {
-        let mut store = MetaStore { server_index, next_local: 1, inodes: HashMap::new(), files: 0, dirs: 0, changes: None };
+        let mut store = MetaStore {
+            server_index,
+            next_local: 1,
+            inodes: HashMap::new(),
+            files: 0,
+            dirs: 0,
+            changes: None,
+            publications: HashMap::new(),
+            publications_made: 0,
+        };
         if server_index == 0 {
             let root = store.alloc_ino();
             debug_assert_eq!(root, ino::ROOT_INO);
@@ -268,6 +305,10 @@ impl MetaStore {
                 record.xattrs.push(XattrState { ino, name, value });
             }
         }
+        record.workflow = changes.workflow;
+        for (dir, name) in changes.groups {
+            record.workflow.push(WorkflowChange::Group(self.group_change(dir, name)));
+        }
         record
     }
 
@@ -285,6 +326,8 @@ impl MetaStore {
                 record.xattrs.push(XattrState { ino, name: name.to_string(), value: Some(value) });
             }
         }
+        record.workflow.extend(self.all_publications().map(WorkflowChange::Published));
+        record.workflow.extend(self.all_groups().map(WorkflowChange::Group));
         record
     }
 
@@ -294,24 +337,31 @@ impl MetaStore {
         self.next_local = self.next_local.max(record.next_local);
         for state in record.inodes {
             let ino = state.attr.ino;
-            // What the inode's state leaves out stays: a directory's entries, the attributes.
-            let (entries, xattrs) = match self.inodes.remove(&ino) {
-                Some(Inode { body: Body::Dir(dir), xattrs, .. }) => (dir.entries, xattrs),
-                Some(inode) => (BTreeMap::new(), inode.xattrs),
-                None => (BTreeMap::new(), None),
+            // What the inode's state leaves out stays: a directory's entries, the attributes,
+            // the name.
+            let (entries, xattrs, named) = match self.inodes.remove(&ino) {
+                Some(Inode { body: Body::Dir(dir), xattrs, named, .. }) => (dir.entries, xattrs, named),
+                Some(inode) => (BTreeMap::new(), inode.xattrs, inode.named),
+                None => (BTreeMap::new(), None, None),
             };
             let body = match state.body {
                 BodyState::File => Body::File,
                 BodyState::Symlink(target) => Body::Symlink(target),
                 BodyState::Dir { parent, subdirs, retired, layout } => Body::Dir(Dir { parent, entries, subdirs, retired, layout }),
             };
-            self.inodes.insert(ino, Inode { xattrs, ..Inode::new(state.attr, body) });
+            self.inodes.insert(ino, Inode { xattrs, named, ..Inode::new(state.attr, body) });
         }
         for e in record.entries {
             if let Some(Inode { body: Body::Dir(dir), .. }) = self.inodes.get_mut(&e.dir) {
-                match e.target {
-                    Some((ino, kind)) => drop(dir.entries.insert(e.name, Entry { ino, kind, locked_until: None })),
-                    None => drop(dir.entries.remove(&e.name)),
+                let old = match e.target {
+                    Some((ino, kind)) => dir.entries.insert(e.name.clone(), Entry { ino, kind, locked_until: None }),
+                    None => dir.entries.remove(&e.name),
+                };
+                if let Some(old) = old {
+                    self.unname(old.ino, e.dir, &e.name);
+                }
+                if let Some((ino, _)) = e.target {
+                    self.name(ino, e.dir, &e.name);
                 }
             }
         }
@@ -324,8 +374,15 @@ impl MetaStore {
                 }
             }
         }
+        for change in record.workflow {
+            match change {
+                WorkflowChange::Published(state) => self.restore_publication(state),
+                WorkflowChange::Group(change) => self.restore_group(change),
+            }
+        }
         for ino in record.removed {
             self.inodes.remove(&ino);
+            self.publications.remove(&ino);
         }
         Ok(())
     }
@@ -418,6 +475,7 @@ impl MetaStore {
 
     fn remove_inode(&mut self, ino: Ino) {
         self.changed(ino);
+        self.publications.remove(&ino);
         if let Some(inode) = self.inodes.remove(&ino) {
             match inode.attr.kind {
                 FileKind::Dir => self.dirs -= 1,
@@ -489,9 +547,26 @@ impl MetaStore {
         DirEntry { name: name.to_string(), ino, kind, attr: self.inodes.get(&ino).map(|i| i.attr.clone()) }
     }
 
+    /// `ino` (if homed here) was given the name `dir/name`.
+    fn name(&mut self, ino: Ino, dir: Ino, name: &str) {
+        if let Some(inode) = self.inodes.get_mut(&ino).filter(|inode| inode.attr.kind == FileKind::File) {
+            inode.named = Some(Box::new((dir, name.into())));
+        }
+    }
+
+    /// `ino` (if homed here) lost the name `dir/name`.
+    fn unname(&mut self, ino: Ino, dir: Ino, name: &str) {
+        if let Some(inode) = self.inodes.get_mut(&ino) {
+            if inode.named.as_deref().is_some_and(|(d, n)| *d == dir && &**n == name) {
+                inode.named = None;
+            }
+        }
+    }
+
     fn link_entry(&mut self, parent: Ino, name: &str, ino: Ino, kind: FileKind) -> Result<()> {
         let dir = self.dir_mut(parent)?;
         dir.entries.insert(name.to_string(), Entry { ino, kind, locked_until: None });
+        self.name(ino, parent, name);
         self.changed_entry(parent, name);
         let dir = self.dir_mut(parent)?;
         if kind == FileKind::Dir {
@@ -506,6 +581,7 @@ impl MetaStore {
         let Some(entry) = dir.entries.remove(name) else {
             return fail(ErrorCode::NotFound, format!("no entry '{name}'"));
         };
+        self.unname(entry.ino, parent, name);
         self.changed_entry(parent, name);
         let dir = self.dir_mut(parent)?;
         if entry.kind == FileKind::Dir {
@@ -807,6 +883,10 @@ impl MetaStore {
         }
         let replaced = self.replace_existing(parent, name, kind, retired_target)?;
         self.link_entry(parent, name, ino, kind)?;
+        if kind == FileKind::File {
+            // Moved or linked into place: published here.
+            self.publish_entry(parent, name.to_string(), ino);
+        }
         let reparent = self.reparent(ino, kind, parent);
         Ok(LinkOutcome { replaced, reparent })
     }
@@ -960,6 +1040,10 @@ impl MetaStore {
         if let Some(inode) = self.inodes.get_mut(&ino) {
             inode.attr.ctime = Timestamp::now();
         }
+        if kind == FileKind::File {
+            // Renamed into place (the write-then-rename way to publish a file).
+            self.publish_entry(dst_parent, dst_name.to_string(), ino);
+        }
         let reparent = if src_parent != dst_parent { self.reparent(ino, kind, dst_parent) } else { None };
         Ok(LinkOutcome { replaced, reparent })
     }
@@ -1007,8 +1091,12 @@ impl MetaStore {
     /// directory's subdirectory count and times and the inode's ctime follow.
     fn point_entry(&mut self, parent: Ino, name: &str, ino: Ino, kind: FileKind, old_kind: FileKind) -> Result<()> {
         let dir = self.dir_mut(parent)?;
-        dir.entries.insert(name.to_string(), Entry { ino, kind, locked_until: None });
+        let old = dir.entries.insert(name.to_string(), Entry { ino, kind, locked_until: None });
         dir.subdirs = dir.subdirs + u32::from(kind == FileKind::Dir) - u32::from(old_kind == FileKind::Dir);
+        if let Some(old) = old {
+            self.unname(old.ino, parent, name);
+        }
+        self.name(ino, parent, name);
         self.changed_entry(parent, name);
         self.touch_dir(parent);
         if let Some(inode) = self.inodes.get_mut(&ino) {
@@ -1084,9 +1172,10 @@ impl MetaStore {
         Ok(inode.attr.clone())
     }
 
-    /// Publishes a writer's size and mtime; with `release`, ends one open handle. Returns
-    /// whether the file is now gone (unlinked earlier, last handle closed) and must be purged.
-    pub fn commit(&mut self, ino: Ino, size: Option<u64>, mtime: Option<Timestamp>, release: bool) -> Result<InodeFate> {
+    /// Publishes a writer's size and mtime; with `release`, ends one open handle, and when
+    /// that handle `wrote`, publishes the file in its directory's log. Returns whether the
+    /// file is now gone (unlinked earlier, last handle closed) and must be purged.
+    pub fn commit(&mut self, ino: Ino, size: Option<u64>, mtime: Option<Timestamp>, release: bool, wrote: bool) -> Result<InodeFate> {
         // Releasing a handle changes nothing a restart keeps; publishing a size or time does.
         let publishes = size.is_some() || mtime.is_some();
         let inode = if publishes { self.inode_mut(ino)? } else { self.inode_untracked(ino)? };
@@ -1106,6 +1195,8 @@ impl MetaStore {
         let published = publishes.then(|| (before, inode.attr.content_version()));
         if gone {
             self.remove_inode(ino);
+        } else if release && wrote {
+            self.publish(ino);
         }
         Ok(InodeFate { purge, size: final_size, ticket: None, published })
     }
@@ -1137,6 +1228,10 @@ mod tests {
         r.inodes.sort_by_key(|i| i.attr.ino);
         r.entries.sort_by(|a, b| (a.dir, &a.name).cmp(&(b.dir, &b.name)));
         r.xattrs.sort_by(|a, b| (a.ino, &a.name).cmp(&(b.ino, &b.name)));
+        r.workflow.sort_by_key(|change| match change {
+            WorkflowChange::Published(p) => (0, p.dir, p.publication.cursor, String::new()),
+            WorkflowChange::Group(g) => (1, g.dir, 0, g.name.clone()),
+        });
         r
     }
 
@@ -1157,7 +1252,7 @@ mod tests {
             step(&mut s, &mut journal);
         }
         let kept = s.create(a.ino, "kept", 0o600, 0, 1, 1, true, true, None).unwrap();
-        s.commit(kept.ino, Some(12345), Some(Timestamp { secs: 7, nanos: 8 }), true).unwrap();
+        s.commit(kept.ino, Some(12345), Some(Timestamp { secs: 7, nanos: 8 }), true, true).unwrap();
         step(&mut s, &mut journal);
         s.rename(a.ino, "f1", ROOT_INO, "moved", false, None).unwrap();
         s.rename(a.ino, "f2", a.ino, "f3", false, None).unwrap();
@@ -1311,7 +1406,7 @@ mod tests {
         let u = s.unlink(ROOT_INO, "f").unwrap();
         assert!(!u.purge);
         assert!(s.getattr(ino).is_ok());
-        let fate = s.commit(ino, Some(10), None, true).unwrap();
+        let fate = s.commit(ino, Some(10), None, true, true).unwrap();
         assert_eq!((fate.purge, fate.size, fate.published.unwrap().1.size), (true, 10, 10));
         assert!(s.getattr(ino).is_err());
     }

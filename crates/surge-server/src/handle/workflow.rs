@@ -1,0 +1,153 @@
+//! The workflow service: reading directories' publication logs and handing their files to
+//! consumer groups, waiting on the server for the next publication (or a lease that runs
+//! out) rather than having readers poll. Claims and acknowledgements are durable before
+//! they are answered: a hand-out a consumer heard of survives the server's crash.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use surge_proto::workflow::*;
+use surge_proto::Timestamp;
+
+use super::Answer;
+use crate::access::READ;
+use crate::error::Result;
+use crate::lock::LockRecover;
+use crate::meta::groups::ClaimOutcome;
+use crate::meta::publications::NamePattern;
+use crate::server::Shared;
+use crate::session::Session;
+
+impl Session {
+    pub(super) fn workflow(&mut self, request: WorkflowRequest) -> Answer {
+        match request {
+            WorkflowRequest::Publications(read) => self.publications(read),
+            WorkflowRequest::Claim(claim) => self.claim(claim),
+            WorkflowRequest::Done(done) => {
+                if let Err(e) = self.may_read(done.dir) {
+                    return Answer::Failure(e);
+                }
+                let shared = self.shared.clone();
+                let (outcome, seq) = {
+                    let mut meta = shared.meta.lock_or_recover();
+                    let outcome = meta.done(done.dir, done.group.as_deref(), &done.name, done.token, Timestamp::now());
+                    (outcome, shared.journal_changes(&mut meta))
+                };
+                Answer::later::<Done>(async move {
+                    shared.journal.durable(seq).await;
+                    outcome
+                })
+            }
+            WorkflowRequest::QueueStatus(status) => {
+                if let Err(e) = self.may_read(status.dir) {
+                    return Answer::Failure(e);
+                }
+                let mut meta = self.shared.meta.lock_or_recover();
+                let groups = meta.group_status(status.dir, Timestamp::now());
+                self.shared.journal_changes(&mut meta);
+                Answer::of::<QueueStatus>(groups)
+            }
+        }
+    }
+
+    /// With identities checked, what reads a directory's log or takes from it needs read
+    /// permission on the directory.
+    fn may_read(&self, dir: surge_proto::Ino) -> Result<()> {
+        match &self.caller {
+            Some(caller) => {
+                let meta = self.shared.meta.lock_or_recover();
+                meta.perms(dir).and_then(|perms| caller.check(perms, READ, "read the publications of"))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// A claim, answered once durable; with nothing to hand out, answered when a publication
+    /// or a lease running out gives the group something, or the wait is over.
+    fn claim(&mut self, claim: Claim) -> Answer {
+        if let Err(e) = self.may_read(claim.dir) {
+            return Answer::Failure(e);
+        }
+        if claim.lease_ms == 0 || claim.lease_ms > MAX_LEASE_MS {
+            let e = crate::error::ServerError::new(surge_proto::ErrorCode::Invalid, format!("a lease is 1 ms to {MAX_LEASE_MS} ms"));
+            return Answer::Failure(e);
+        }
+        let shared = self.shared.clone();
+        let mut published = shared.published.subscribe();
+        Answer::later::<Claim>(async move {
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(claim.wait_ms.min(MAX_WAIT_MS) as u64);
+            loop {
+                let (outcome, seq) = {
+                    let mut meta = shared.meta.lock_or_recover();
+                    let outcome =
+                        meta.claim(claim.dir, &claim.group, claim.pattern.as_deref(), &claim.consumer, claim.lease_ms, Timestamp::now());
+                    (outcome, shared.journal_changes(&mut meta))
+                };
+                let next_expiry = match outcome? {
+                    ClaimOutcome::Claimed(claimed) => {
+                        shared.journal.durable(seq).await;
+                        return Ok(Some(claimed));
+                    }
+                    ClaimOutcome::Nothing { next_expiry } => next_expiry,
+                };
+                let mut wake = deadline;
+                if let Some(expiry) = next_expiry {
+                    wake = wake.min(tokio::time::Instant::now() + until(expiry));
+                }
+                let woken = tokio::time::timeout_at(wake, published.changed()).await;
+                if woken.is_err() && tokio::time::Instant::now() >= deadline {
+                    return Ok(None);
+                }
+            }
+        })
+    }
+
+    /// A page of a log at once when it has publications for the reader, else later: when
+    /// one comes or the wait is over (in a task, so the connection goes on meanwhile).
+    fn publications(&mut self, read: Publications) -> Answer {
+        let pattern = match read.pattern.as_deref().map(NamePattern::new).transpose() {
+            Ok(pattern) => pattern.unwrap_or_default(),
+            Err(e) => return Answer::Failure(e),
+        };
+        if let Some(caller) = &self.caller {
+            let meta = self.shared.meta.lock_or_recover();
+            if let Err(e) = meta.perms(read.dir).and_then(|perms| caller.check(perms, READ, "watch")) {
+                return Answer::Failure(e);
+            }
+        }
+        let shared = self.shared.clone();
+        // Subscribed before the first look, so that a publication right after it wakes the wait.
+        let mut published = shared.published.subscribe();
+        let page = read_page(&shared, &read, &pattern);
+        let waits = matches!(&page, Ok(page) if page.publications.is_empty()) && read.wait_ms > 0;
+        if !waits {
+            return Answer::of::<Publications>(page);
+        }
+        let wait = Duration::from_millis(read.wait_ms.min(MAX_WAIT_MS) as u64);
+        Answer::later::<Publications>(async move {
+            let deadline = tokio::time::Instant::now() + wait;
+            loop {
+                if tokio::time::timeout_at(deadline, published.changed()).await.is_err() {
+                    return read_page(&shared, &read, &pattern);
+                }
+                let page = read_page(&shared, &read, &pattern)?;
+                if !page.publications.is_empty() {
+                    return Ok(page);
+                }
+            }
+        })
+    }
+}
+
+/// How long from now until wall-clock time `t` (zero if past), plus a millisecond so that
+/// the lease has run out when the wait ends.
+fn until(t: Timestamp) -> Duration {
+    let now = Timestamp::now();
+    let ms = (t.secs - now.secs) * 1000 + (t.nanos as i64 - now.nanos as i64) / 1_000_000;
+    Duration::from_millis(ms.max(0) as u64 + 1)
+}
+
+fn read_page(shared: &Arc<Shared>, read: &Publications, pattern: &NamePattern) -> Result<PublicationPage> {
+    let limit = read.limit.clamp(1, MAX_PUBLICATIONS_PAGE) as usize;
+    shared.meta.lock_or_recover().publications(read.dir, read.after, limit, pattern)
+}

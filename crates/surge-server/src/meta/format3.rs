@@ -1,0 +1,41 @@
+//! The journal records of format 3 (`surge-meta 3`), as the release before publication logs
+//! wrote them: read through this type and converted (no directory had published anything).
+//! Frozen, like [`super::format2`] and [`super::format1`], which convert through it.
+
+use serde::{Deserialize, Serialize};
+
+use surge_proto::Ino;
+
+use super::{EntryState, InodeState, XattrState};
+
+/// Format 3's record: this format's without publications.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct Record {
+    pub next_local: u64,
+    pub inodes: Vec<InodeState>,
+    pub removed: Vec<Ino>,
+    pub entries: Vec<EntryState>,
+    pub xattrs: Vec<XattrState>,
+}
+
+impl From<Record> for super::Record {
+    fn from(old: Record) -> super::Record {
+        super::Record {
+            next_local: old.next_local,
+            inodes: old.inodes,
+            removed: old.removed,
+            entries: old.entries,
+            xattrs: old.xattrs,
+            workflow: Vec::new(),
+        }
+    }
+}
+
+/// The same record as format 3 wrote it (tests write older directories with it).
+#[cfg(test)]
+impl From<super::Record> for Record {
+    fn from(new: super::Record) -> Record {
+        assert!(new.workflow.is_empty(), "format 3 had no publications");
+        Record { next_local: new.next_local, inodes: new.inodes, removed: new.removed, entries: new.entries, xattrs: new.xattrs }
+    }
+}

@@ -1,0 +1,255 @@
+//! Directories' publication logs (see [`surge_proto::workflow`]): which files were published
+//! in a directory homed here, in order, each under the cursor a watcher resumes from.
+//!
+//! A file is published by the close of a handle that wrote it ([`MetaStore::commit`] with
+//! `wrote`) and by a rename or link into a directory. The close names the file by the last
+//! name this server gave it (`Inode::named`): files are homed with the directory they are
+//! made in, so the name is here unless the file was moved to a directory homed elsewhere
+//! (then the rename into that directory published it there). Logs are journaled with the
+//! namespace (a publication is there after a crash exactly when the step that made it is)
+//! and keep the newest [`KEPT_PER_DIRECTORY`] publications of each directory.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde::{Deserialize, Serialize};
+use surge_proto::workflow::{Publication, PublicationPage};
+use surge_proto::{ErrorCode, FileKind, Ino, Timestamp};
+
+use super::groups::Group;
+use super::{Body, MetaStore};
+use crate::error::{Result, ServerError};
+
+/// Publications a directory's log keeps; older ones are dropped (a watcher whose cursor is
+/// older is told, see [`PublicationPage::oldest`]).
+pub const KEPT_PER_DIRECTORY: usize = 100_000;
+/// Publications one read looks at, matched or not: bounds the time it holds the metadata lock.
+const EXAMINED_PER_READ: usize = 65_536;
+
+/// One directory's log, and the consumer groups that take from it.
+#[derive(Default)]
+pub(super) struct PublicationLog {
+    pub(super) entries: Entries,
+    pub(super) groups: BTreeMap<String, Group>,
+}
+
+/// A log's publications.
+#[derive(Default)]
+pub(super) struct Entries {
+    kept: VecDeque<Publication>,
+    /// The cursor of the next publication.
+    next: u64,
+}
+
+impl Entries {
+    fn push(&mut self, publication: Publication) {
+        self.next = self.next.max(publication.cursor + 1);
+        self.kept.push_back(publication);
+        while self.kept.len() > KEPT_PER_DIRECTORY {
+            self.kept.pop_front();
+        }
+    }
+
+    /// The oldest cursor kept (the next one when none is).
+    pub(super) fn oldest(&self) -> u64 {
+        self.kept.front().map_or(self.next.max(1), |p| p.cursor)
+    }
+
+    /// The publication numbered `cursor`, if kept. Cursors in the log are consecutive: it
+    /// is found by its number.
+    pub(super) fn get(&self, cursor: u64) -> Option<&Publication> {
+        self.kept.get(cursor.checked_sub(self.oldest())? as usize)
+    }
+
+    /// The publications kept from `cursor` on.
+    pub(super) fn from(&self, cursor: u64) -> impl Iterator<Item = &Publication> {
+        let start = cursor.saturating_sub(self.oldest()).min(self.kept.len() as u64) as usize;
+        self.kept.range(start..)
+    }
+}
+
+/// What the journal keeps of a publication: its directory and itself.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct PublicationState {
+    pub dir: Ino,
+    pub publication: Publication,
+}
+
+/// A glob over names, as a shell matches them: `*` and `?` do not match a leading `.`.
+pub struct NamePattern(glob::Pattern);
+
+impl NamePattern {
+    pub fn new(pattern: &str) -> Result<NamePattern> {
+        if pattern.len() > surge_proto::workflow::MAX_PATTERN_LEN {
+            return Err(ServerError::new(ErrorCode::Invalid, "pattern too long"));
+        }
+        glob::Pattern::new(pattern)
+            .map(NamePattern)
+            .map_err(|e| ServerError::new(ErrorCode::Invalid, format!("bad pattern '{pattern}': {e}")))
+    }
+
+    pub fn matches(&self, name: &str) -> bool {
+        let options = glob::MatchOptions { case_sensitive: true, require_literal_separator: true, require_literal_leading_dot: true };
+        self.0.matches_with(name, options)
+    }
+}
+
+impl Default for NamePattern {
+    fn default() -> NamePattern {
+        NamePattern::new("*").expect("'*' is a pattern")
+    }
+}
+
+impl MetaStore {
+    /// Publishes the file `ino` under the last name this server gave it, if it still has it.
+    pub(super) fn publish(&mut self, ino: Ino) {
+        let Some(inode) = self.inodes.get(&ino) else { return };
+        let Some(named) = inode.named.as_deref() else { return };
+        let (dir, name) = (named.0, named.1.to_string());
+        if inode.attr.kind == FileKind::File && self.names(dir, &name, ino) {
+            self.publish_entry(dir, name, ino);
+        }
+    }
+
+    /// Publishes `dir/name`, which names `ino` (a file homed here or elsewhere).
+    pub(super) fn publish_entry(&mut self, dir: Ino, name: String, ino: Ino) {
+        let attr = self.inodes.get(&ino).map(|inode| &inode.attr);
+        let (size, mtime) = (attr.map(|a| a.size), attr.map(|a| a.mtime));
+        let log = &mut self.publications.entry(dir).or_default().entries;
+        let publication = Publication { cursor: log.next.max(1), name, ino, size, mtime, at: Timestamp::now() };
+        if let Some(changes) = self.changes.as_mut() {
+            changes.workflow.push(super::WorkflowChange::Published(PublicationState { dir, publication: publication.clone() }));
+        }
+        log.push(publication);
+        self.publications_made += 1;
+    }
+
+    /// Publications made since this store was created: changes when a log grows.
+    pub fn publications_made(&self) -> u64 {
+        self.publications_made
+    }
+
+    /// Whether `dir/name` names `ino`.
+    fn names(&self, dir: Ino, name: &str, ino: Ino) -> bool {
+        matches!(self.inodes.get(&dir).map(|i| &i.body), Some(Body::Dir(d)) if d.entries.get(name).is_some_and(|e| e.ino == ino))
+    }
+
+    /// `dir`'s publications after `after` whose file still has the name it was published
+    /// under and whose name `pattern` matches, at most `limit`.
+    pub fn publications(&self, dir: Ino, after: u64, limit: usize, pattern: &NamePattern) -> Result<PublicationPage> {
+        self.dir(dir)?;
+        let Some(log) = self.publications.get(&dir).map(|log| &log.entries) else {
+            return Ok(PublicationPage { publications: Vec::new(), next: after, oldest: 1 });
+        };
+        let oldest = log.oldest();
+        let mut page = PublicationPage { publications: Vec::new(), next: after.max(oldest.saturating_sub(1)), oldest };
+        for publication in log.from(after.saturating_add(1)).take(EXAMINED_PER_READ) {
+            if page.publications.len() >= limit {
+                break;
+            }
+            page.next = publication.cursor;
+            if pattern.matches(&publication.name) && self.names(dir, &publication.name, publication.ino) {
+                page.publications.push(publication.clone());
+            }
+        }
+        Ok(page)
+    }
+
+    /// Replays a journaled publication.
+    pub(super) fn restore_publication(&mut self, state: PublicationState) {
+        if self.inodes.contains_key(&state.dir) {
+            self.publications.entry(state.dir).or_default().entries.push(state.publication);
+        }
+    }
+
+    /// Every log, for a snapshot.
+    pub(super) fn all_publications(&self) -> impl Iterator<Item = PublicationState> + '_ {
+        self.publications
+            .iter()
+            .flat_map(|(&dir, log)| log.entries.kept.iter().map(move |p| PublicationState { dir, publication: p.clone() }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use surge_proto::ROOT_INO;
+
+    fn names(page: &PublicationPage) -> Vec<&str> {
+        page.publications.iter().map(|p| p.name.as_str()).collect()
+    }
+
+    /// Closes after writing and renames publish, in order; a close of a handle that did not
+    /// write, a file still open for writing, a hidden name and a removed file do not show.
+    #[test]
+    fn closes_after_writing_and_renames_publish_in_order() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let all = NamePattern::default();
+        let create = |s: &mut MetaStore, name: &str| s.create(ROOT_INO, name, 0o644, 0, 0, 0, true, true, None).unwrap().ino;
+        let a = create(&mut s, "a");
+        s.commit(a, Some(10), None, false, false).unwrap(); // a flush: still open
+        assert!(s.publications(ROOT_INO, 0, 10, &all).unwrap().publications.is_empty());
+        s.commit(a, None, None, true, true).unwrap();
+        let reader = create(&mut s, "read-only");
+        s.commit(reader, None, None, true, false).unwrap();
+        let tmp = create(&mut s, ".b.tmp");
+        s.commit(tmp, Some(3), None, true, true).unwrap();
+        s.rename(ROOT_INO, ".b.tmp", ROOT_INO, "b", false, None).unwrap();
+        let gone = create(&mut s, "gone");
+        s.commit(gone, Some(1), None, true, true).unwrap();
+        s.unlink(ROOT_INO, "gone").unwrap();
+        let page = s.publications(ROOT_INO, 0, 10, &all).unwrap();
+        assert_eq!(names(&page), ["a", "b"]);
+        assert_eq!(page.publications[0].size, Some(10));
+        assert_eq!((page.next, page.oldest), (4, 1), "the hidden and the removed file were looked at");
+        // Resuming after a's cursor; a limit of one.
+        let after_a = s.publications(ROOT_INO, page.publications[0].cursor, 1, &all).unwrap();
+        assert_eq!(names(&after_a), ["b"]);
+        assert_eq!(after_a.next, page.publications[1].cursor);
+        assert_eq!(names(&s.publications(ROOT_INO, 0, 10, &NamePattern::new(".*").unwrap()).unwrap()), Vec::<&str>::new());
+        // A file renamed onto a published name replaces it: the old publication names a
+        // file that no longer has that name.
+        let c = create(&mut s, ".c");
+        s.commit(c, Some(2), None, true, true).unwrap();
+        s.rename(ROOT_INO, ".c", ROOT_INO, "a", false, None).unwrap();
+        assert_eq!(names(&s.publications(ROOT_INO, 0, 10, &all).unwrap()), ["b", "a"]);
+        assert_eq!(s.publications(ROOT_INO + 999, 0, 10, &all).unwrap_err().code, ErrorCode::NotFound);
+    }
+
+    /// A log keeps its newest publications; a reader from before them is told where it
+    /// resumes. A snapshot replayed gives the same log.
+    #[test]
+    fn a_log_keeps_its_newest_publications_and_survives_a_snapshot() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let f = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, false, None).unwrap().ino;
+        for _ in 0..KEPT_PER_DIRECTORY + 5 {
+            s.open(f).unwrap();
+            s.commit(f, None, None, true, true).unwrap();
+        }
+        let page = s.publications(ROOT_INO, 0, 3, &NamePattern::default()).unwrap();
+        assert_eq!(page.oldest, 6);
+        assert_eq!(page.publications.iter().map(|p| p.cursor).collect::<Vec<_>>(), [6, 7, 8]);
+        let mut replayed = MetaStore::new(0, 0, 0);
+        for record in s.snapshot().split() {
+            replayed.apply(record).unwrap();
+        }
+        let again = replayed.publications(ROOT_INO, 0, 3, &NamePattern::default()).unwrap();
+        assert_eq!(again, page);
+        // New publications continue the numbering.
+        replayed.open(f).unwrap();
+        replayed.commit(f, None, None, true, true).unwrap();
+        let last = replayed.publications(ROOT_INO, KEPT_PER_DIRECTORY as u64 + 5, 3, &NamePattern::default()).unwrap();
+        assert_eq!(last.publications[0].cursor, KEPT_PER_DIRECTORY as u64 + 6);
+    }
+
+    #[test]
+    fn patterns_match_as_a_shell_does() {
+        let star = NamePattern::default();
+        assert!(star.matches("plt00001.h5"));
+        assert!(!star.matches(".plt00001.h5.tmp"), "a leading dot is matched only literally");
+        let plots = NamePattern::new("plt*.h5").unwrap();
+        assert!(plots.matches("plt00001.h5") && !plots.matches("chk00001.h5"));
+        assert!(NamePattern::new(".*.tmp").unwrap().matches(".x.tmp"));
+        assert!(NamePattern::new("[").is_err());
+        assert!(NamePattern::new(&"*".repeat(5000)).is_err());
+    }
+}

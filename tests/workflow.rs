@@ -1,0 +1,217 @@
+//! Workflow coupling across real processes: files published in a directory — closed after
+//! writing through a mount on either node, by the native library, or staged in; renamed
+//! into place — reach `surge watch` readers on two nodes at once, in publication order,
+//! never before they are whole, resumable from a cursor, and still there after the
+//! directory's home server is killed and restarted.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use surge_client::surge_proto::ino;
+use surge_tests::{text, Instance};
+
+fn instance(name: &str, base: u8) -> Instance {
+    let hosts: Vec<String> = (0..4).map(|i| format!("127.0.0.{}", base + i)).collect();
+    Instance::up(name, &["--capacity", "2G", "--hosts", &hosts.join(",")])
+}
+
+/// `surge watch DIR --json ARGS...` from node `node`, its output read line by line.
+struct Watcher {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<serde_json::Value>,
+}
+
+impl Watcher {
+    fn start(inst: &Instance, node: &str, dir: &str, args: &[&str]) -> Watcher {
+        let mut child =
+            inst.surge_command(node).args(["watch", dir, "--json"]).args(args).stdout(Stdio::piped()).spawn().expect("run surge watch");
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                let _ = tx.send(serde_json::from_str(&line).unwrap_or_else(|e| panic!("watch printed '{line}': {e}")));
+            }
+        });
+        Watcher { child, lines }
+    }
+
+    /// The next publication printed, within `wait`.
+    fn next(&self, wait: Duration) -> Option<serde_json::Value> {
+        self.lines.recv_timeout(wait).ok()
+    }
+
+    fn expect(&self, name: &str) -> serde_json::Value {
+        let got = self.next(Duration::from_secs(20)).unwrap_or_else(|| panic!("no publication of '{name}' within 20 s"));
+        assert_eq!(got["name"], name, "publications out of order: {got}");
+        got
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn watchers_on_two_nodes_see_each_publication_once_in_order_and_only_whole() {
+    let inst = instance("watch", 62);
+    let (a, b) = (inst.mount("a", "127.0.0.62"), inst.mount("b", "127.0.0.66"));
+    std::fs::create_dir(a.path("out")).unwrap();
+    let on_a = Watcher::start(&inst, "127.0.0.62", "/out", &[]);
+    let on_b = Watcher::start(&inst, "127.0.0.66", a.path("out").to_str().unwrap(), &["--pattern", "*.h5"]);
+    std::thread::sleep(Duration::from_millis(300));
+
+    // Closed after writing, through the mount on node a.
+    std::fs::write(a.path("out/plt1.h5"), vec![1u8; 3 << 20]).unwrap();
+    // Written under a temporary name, then renamed into place, through node b.
+    std::fs::write(b.path("out/.plt2.h5.tmp"), vec![2u8; 100_000]).unwrap();
+    std::fs::rename(b.path("out/.plt2.h5.tmp"), b.path("out/plt2.h5")).unwrap();
+    // A file still being written is not published; those closed after it are.
+    let mut open = std::fs::File::create(a.path("out/plt3.h5")).unwrap();
+    open.write_all(&[3u8; 65536]).unwrap();
+    open.flush().unwrap();
+    std::fs::write(b.path("out/notes.txt"), b"made through b").unwrap();
+    // By the native library.
+    let client = inst.client("127.0.0.63");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let f = client.create("/out/plt4.h5", 0o644).await.unwrap();
+        f.pwrite(0, &[4u8; 5000]).await.unwrap();
+        f.close().await.unwrap();
+    });
+    // An empty file closed after an open for writing (a done marker) counts too.
+    std::fs::File::create(a.path("out/done")).unwrap();
+
+    let p1 = on_a.expect("plt1.h5");
+    assert_eq!(p1["size"], 3 << 20);
+    assert_eq!(p1["path"], "/out/plt1.h5");
+    assert_eq!(on_a.expect("plt2.h5")["size"], 100_000);
+    on_a.expect("notes.txt");
+    on_a.expect("plt4.h5");
+    on_a.expect("done");
+    // Node b's watcher reads the same log, filtered: the half-written file is in neither.
+    for name in ["plt1.h5", "plt2.h5", "plt4.h5"] {
+        assert_eq!(on_b.expect(name)["path"], format!("{}/{name}", a.path("out").display()));
+    }
+    assert!(on_a.next(Duration::from_millis(500)).is_none() && on_b.next(Duration::from_millis(10)).is_none());
+
+    // Now the writer finishes: published whole, after the files closed before it.
+    open.write_all(&[3u8; 65536]).unwrap();
+    drop(open);
+    let p3 = on_a.expect("plt3.h5");
+    assert_eq!(p3["size"], 131072, "published with its final size: {p3}");
+    assert_eq!(on_b.expect("plt3.h5")["cursor"], p3["cursor"]);
+
+    // Staged in from the PFS: published under its final name.
+    let pfs = std::env::temp_dir().join(format!("surge-test-watch-pfs-{}", std::process::id()));
+    std::fs::create_dir_all(&pfs).unwrap();
+    std::fs::write(pfs.join("input.h5"), vec![7u8; 200_000]).unwrap();
+    let staged = inst.surge(&["stage", "in", pfs.join("input.h5").to_str().unwrap(), "/out/input.h5", "--wait"]);
+    assert!(staged.status.success(), "{}", text(&staged));
+    assert_eq!(on_a.expect("input.h5")["size"], 200_000);
+    std::fs::remove_dir_all(&pfs).unwrap();
+
+    // A reader that restarts resumes after the last cursor it handled.
+    let cursor = p1["cursor"].as_u64().unwrap().to_string();
+    let resumed = inst.surge(&["watch", "/out", "--from", &cursor, "--count", "2", "--timeout", "5"]);
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    assert_eq!(String::from_utf8_lossy(&resumed.stdout), "/out/plt2.h5\n/out/notes.txt\n");
+
+    // A file removed before it is read is not handed out.
+    std::fs::remove_file(a.path("out/notes.txt")).unwrap();
+    let now = inst.surge(&["watch", "/out", "--timeout", "1"]);
+    assert!(!String::from_utf8_lossy(&now.stdout).contains("notes.txt"), "{}", text(&now));
+    // (An unlink is on disk within 50 ms; what the crash below loses must be older.)
+    std::thread::sleep(Duration::from_millis(300));
+    // The log survives its server's crash (kill -9) and restart.
+    let home = rt.block_on(client.stat("/out")).unwrap().ino;
+    drop(client);
+    inst.kill_server(ino::home(home));
+    let mut restarted = inst.restart_server(ino::home(home));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let all = loop {
+        let out = inst.surge(&["watch", "/out", "--timeout", "1"]);
+        if out.status.success() || Instant::now() > deadline {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(all.status.success(), "{}", text(&all));
+    let names: Vec<String> = String::from_utf8_lossy(&all.stdout).lines().map(|l| l.trim_start_matches("/out/").to_string()).collect();
+    assert_eq!(names, ["plt1.h5", "plt2.h5", "plt4.h5", "done", "plt3.h5", "input.h5"]);
+
+    let bad = inst.surge(&["watch", "/out", "--pattern", "[", "--timeout", "1"]);
+    assert!(!bad.status.success() && text(&bad).contains("bad pattern"), "{}", text(&bad));
+    let missing = inst.surge(&["watch", "/nowhere", "--timeout", "1"]);
+    assert!(!missing.status.success() && text(&missing).contains("nowhere"), "{}", text(&missing));
+    drop((on_a, on_b, a, b));
+    drop(inst);
+    restarted.wait().unwrap();
+}
+
+/// A consumer group hands each published file to exactly one consumer: three consumer
+/// loops on two nodes take 30 files between them, and the file a fourth consumer held when
+/// it was killed (kill -9) goes back to the group once its lease runs out and is done once.
+#[test]
+fn a_group_hands_each_file_out_once_even_when_a_consumer_is_killed() {
+    let inst = instance("queue", 86);
+    let a = inst.mount("a", "127.0.0.86");
+    std::fs::create_dir(a.path("plots")).unwrap();
+    let dir = a.path("plots");
+    let dir = dir.to_str().unwrap();
+    let names: Vec<String> = (0..30).map(|i| format!("plt{i:03}.h5")).collect();
+    for name in &names[..10] {
+        std::fs::write(a.path(&format!("plots/{name}")), name.as_bytes()).unwrap();
+    }
+    std::fs::write(a.path("plots/chk000.h5"), b"not the group's").unwrap();
+
+    // The victim takes a file and never says it is done.
+    let victim = inst.surge(&["queue", "claim", "/plots", "--group", "vis", "--pattern", "plt*.h5", "--lease", "2", "--json"]);
+    assert!(victim.status.success(), "{}", text(&victim));
+    let held: serde_json::Value = serde_json::from_slice(&victim.stdout).unwrap();
+    assert_eq!(held["name"], "plt000.h5");
+    let mut stalled =
+        inst.shell_on("127.0.0.86", &format!("$SURGE queue claim {dir} --group vis --lease 2 >/dev/null && sleep 100")).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill(2) on a child of this test.
+    unsafe { libc::kill(stalled.id() as i32, libc::SIGKILL) };
+    stalled.wait().unwrap();
+
+    let results = std::env::temp_dir().join(format!("surge-test-queue-{}", std::process::id()));
+    let _ = std::fs::remove_file(&results);
+    let consumer = format!(
+        "while f=$($SURGE queue claim {dir} --group vis --lease 2 --timeout 4); do \
+           echo \"$(basename $f) $$\" >> {r}; $SURGE queue done \"$f\" || exit 1; done",
+        r = results.display()
+    );
+    let consumers: Vec<Child> =
+        ["127.0.0.86", "127.0.0.87", "127.0.0.90"].iter().map(|node| inst.shell_on(node, &consumer).spawn().expect("consumer")).collect();
+    for name in &names[10..] {
+        std::fs::write(a.path(&format!("plots/{name}")), name.as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for mut c in consumers {
+        assert!(c.wait().unwrap().success(), "a consumer loop ends (0) when claims time out, not on a failed done");
+    }
+    let text_of = std::fs::read_to_string(&results).unwrap();
+    let mut done: Vec<&str> = text_of.lines().map(|l| l.split(' ').next().unwrap()).collect();
+    done.sort();
+    assert_eq!(done, names, "each file exactly once, the killed consumers' too");
+    let workers: std::collections::BTreeSet<&str> = text_of.lines().map(|l| l.split(' ').nth(1).unwrap()).collect();
+    assert!(workers.len() >= 2, "the work was shared: {workers:?}");
+
+    let status = inst.surge(&["queue", "status", "/plots", "--json"]);
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let vis = &status[0];
+    assert_eq!((vis["done"].as_u64(), vis["backlog"].as_u64(), vis["claimed"].as_u64()), (Some(30), Some(0), Some(0)), "{status}");
+    assert!(vis["expired"].as_u64().unwrap() >= 2, "both abandoned claims ran out: {status}");
+    // The first claim's holder comes back too late: its token no longer holds the file.
+    let late = inst.surge(&["queue", "done", "/plots/plt000.h5", "--token", &held["token"].to_string()]);
+    assert!(!late.status.success() && text(&late).contains("lease ran out"), "{}", text(&late));
+    let wrong = inst.surge(&["queue", "claim", "/plots", "--group", "vis", "--pattern", "chk*"]);
+    assert!(!wrong.status.success() && text(&wrong).contains("takes 'plt*.h5'"), "{}", text(&wrong));
+    let _ = std::fs::remove_file(&results);
+}
