@@ -215,3 +215,122 @@ fn a_group_hands_each_file_out_once_even_when_a_consumer_is_killed() {
     assert!(!wrong.status.success() && text(&wrong).contains("takes 'plt*.h5'"), "{}", text(&wrong));
     let _ = std::fs::remove_file(&results);
 }
+
+/// Back-pressure: past the high-water mark a writer waits (no error) and goes on once a file
+/// is removed; with nothing freed, it fails with ENOSPC after the time limit, and the server
+/// logs why.
+#[test]
+fn a_writer_held_at_the_high_water_mark_resumes_when_room_frees_and_fails_after_the_limit() {
+    let hosts: Vec<String> = (0..4).map(|i| format!("127.0.0.{}", 96 + i)).collect();
+    let inst = Instance::up(
+        "pressure",
+        &["--capacity", "64M", "--hosts", &hosts.join(","), "--high-water", "0.5", "--low-water", "0.25", "--pressure-wait", "3"],
+    );
+    let m = inst.mount("a", "127.0.0.100");
+    // 6 MiB of each 16 MiB share: under the 8 MiB high-water mark.
+    std::fs::write(m.path("old"), surge_tests::pattern(1, 24 << 20)).unwrap();
+    let new_path = m.path("new");
+    let body = surge_tests::pattern(2, 16 << 20);
+    let expected = body.clone();
+    let writer = std::thread::spawn(move || {
+        let start = Instant::now();
+        std::fs::write(&new_path, &body).map(|()| start.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!writer.is_finished(), "the writer should be held at the high-water mark");
+    let freed = Instant::now();
+    std::fs::remove_file(m.path("old")).unwrap();
+    let waited = writer.join().unwrap().expect("the held write goes on, without an error");
+    assert!(waited >= Duration::from_millis(1400), "it waited: {waited:?}");
+    assert!(freed.elapsed() < Duration::from_secs(2), "it went on once room was freed: {:?}", freed.elapsed());
+    assert!(std::fs::read(m.path("new")).unwrap() == expected, "the held writes landed whole");
+
+    // Nothing frees room: the writer gets ENOSPC after the limit.
+    let start = Instant::now();
+    let err = std::fs::write(m.path("big"), surge_tests::pattern(3, 40 << 20)).expect_err("past the limit");
+    assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(2800) && took < Duration::from_secs(15), "ENOSPC after the 3 s limit, not {took:?}");
+    let logs: String =
+        (0..4).map(|i| std::fs::read_to_string(inst.root.join(format!("pressure/server-{i}/server.log"))).unwrap_or_default()).collect();
+    assert!(logs.contains("past its high-water mark") && logs.contains("refused"), "the reason is logged");
+}
+
+/// The drain manager beside a simulation: every third checkpoint staged out as soon as it is
+/// published, all but the newest two removed (a staged one only after its stage-out; one
+/// being read only once closed), across a kill -9 and restart of the server it runs beside,
+/// without staging anything twice.
+#[test]
+fn the_drain_keeps_exactly_the_checkpoints_its_policy_names() {
+    let inst = instance("drain", 176);
+    let m = inst.mount("a", "127.0.0.176");
+    std::fs::create_dir(m.path("run")).unwrap();
+    let pfs = std::env::temp_dir().join(format!("surge-test-drain-pfs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&pfs);
+    std::fs::create_dir_all(&pfs).unwrap();
+    let run = m.path("run");
+    let set =
+        inst.surge(&["drain", run.to_str().unwrap(), "--pattern", "chk*", "--every", "3", "--to", pfs.to_str().unwrap(), "--keep", "2"]);
+    assert!(set.status.success(), "{}", text(&set));
+    let checkpoint = |i: usize| surge_tests::pattern(i as u64, 1 << 20);
+    let write = |i: usize| {
+        std::fs::write(m.path(&format!("run/.chk{i:03}.tmp")), checkpoint(i)).unwrap();
+        std::fs::rename(m.path(&format!("run/.chk{i:03}.tmp")), m.path(&format!("run/chk{i:03}.h5"))).unwrap();
+        std::fs::write(m.path(&format!("run/plt{i:03}.h5")), b"plot").unwrap();
+    };
+    for i in 1..=4 {
+        write(i);
+    }
+    // A reader holds chk001 open: it stays while read.
+    let reader = std::fs::File::open(m.path("run/chk001.h5")).unwrap();
+    let status = |inst: &Instance| {
+        let out = inst.surge(&["retention", "/run", "--json"]);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default()
+    };
+    let wait_for = |what: &str, ok: &dyn Fn(&serde_json::Value) -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = status(&inst);
+            if ok(&s) {
+                return s;
+            }
+            assert!(Instant::now() < deadline, "{what}: {s}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    wait_for("chk003 staged, chk002 removed", &|s| s["staged"] == 1 && s["removed"] == 1);
+    assert!(m.path("run/chk001.h5").exists(), "a checkpoint being read is not removed");
+    drop(reader);
+    wait_for("chk001 removed once closed", &|s| s["removed"] == 2);
+
+    // The keeper's server (0) dies and comes back: the drain goes on from the journal.
+    inst.kill_server(0);
+    let mut restarted = inst.restart_server(0);
+    for i in 5..=10 {
+        write(i);
+    }
+    wait_for("caught up", &|s| s["staged"] == 3 && s["removed"] == 8 && s["to_stage"] == 0);
+    std::thread::sleep(Duration::from_millis(600));
+    let mut left: Vec<String> = std::fs::read_dir(&run).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    left.sort();
+    let plots: Vec<String> = (1..=10).map(|i| format!("plt{i:03}.h5")).collect();
+    let mut expected: Vec<String> = vec!["chk009.h5".into(), "chk010.h5".into()];
+    expected.extend(plots);
+    expected.sort();
+    assert_eq!(left, expected, "the newest two checkpoints stay, plot files are not the drain's");
+    let mut staged: Vec<String> = std::fs::read_dir(&pfs).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    staged.sort();
+    assert_eq!(staged, ["chk003.h5", "chk006.h5", "chk009.h5"], "every third, each once, nothing temporary left");
+    for i in [3, 6, 9] {
+        assert!(std::fs::read(pfs.join(format!("chk{i:03}.h5"))).unwrap() == checkpoint(i), "chk{i:03} staged whole");
+    }
+    let s = status(&inst);
+    assert_eq!((s["published"].as_u64(), s["staged"].as_u64()), (Some(10), Some(3)), "nothing staged twice: {s}");
+    let stop = inst.surge(&["drain", "/run", "--stop"]);
+    assert!(stop.status.success(), "{}", text(&stop));
+    assert_eq!(status(&inst), serde_json::Value::Null);
+    std::fs::remove_dir_all(&pfs).unwrap();
+    drop(m);
+    drop(inst);
+    restarted.wait().unwrap();
+}

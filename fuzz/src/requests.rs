@@ -292,10 +292,29 @@ impl Run {
     /// A directory's publications read, a file claimed or acknowledged in a group, the
     /// groups' status: never waiting (the server answers at once with nothing to give).
     fn workflow_step(&mut self, input: &mut Input) {
-        use surge_proto::workflow::{Claim, Claimed, Done, GroupStatus, PublicationPage, Publications, QueueStatus};
+        use surge_proto::workflow::*;
         let dir = self.ino(input);
         let pattern = Self::opt(input, |i| ["*", "f*", ".*", "[", "**/x", "?"][i.below(6)].to_string());
-        match input.below(4) {
+        match input.below(6) {
+            4 => {
+                let policy = Self::opt(input, |i| RetentionPolicy {
+                    pattern: ["*", "c*", "["][i.below(3)].to_string(),
+                    keep_last: Self::opt(i, |i| i.below(4) as u32),
+                    after_groups: i.bool(),
+                    stage_out: Self::opt(i, |i| ["/pfs", "relative", "/"][i.below(3)].to_string()),
+                    stage_every: i.below(4) as u32,
+                });
+                self.conn.call(SetRetention { dir, path: "/d".into(), policy }, &[]);
+                self.conn.call(GetRetention { dir }, &[]).decode::<Option<RetentionStatus>>("get-retention");
+            }
+            5 => {
+                let due = self.conn.call(RetentionDue {}, &[]).decode::<Vec<DueAction>>("retention-due").unwrap_or_default();
+                let (cursor, staged) = match due.first() {
+                    Some(d) if input.bool() => (d.cursor, matches!(d.action, Due::StageOut { .. })),
+                    _ => (input.u64(), input.bool()),
+                };
+                self.conn.call(Retained { dir, cursor, staged }, &[]);
+            }
             0 => {
                 let (after, limit) = (if input.bool() { input.below(8) as u64 } else { input.u64() }, input.u32());
                 let read = Publications { dir, after, limit, pattern, wait_ms: 0 };

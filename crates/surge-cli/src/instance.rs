@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use surge_client::descriptor::{self, ServerInfo};
 use surge_client::surge_proto::placement::{DirLayout, CHUNK_SIZES};
+use surge_client::surge_proto::workflow::Watermarks;
 use surge_client::{Client, ClientOptions, InstanceDescriptor, Mode};
 
 use crate::table::{human_bytes, Table};
@@ -33,6 +34,8 @@ pub struct UpParams {
     pub check_identity: bool,
     /// The root directory's layout, which directories made in it inherit (`--layout`).
     pub layout: DirLayout,
+    /// Back-pressure on every server's share (`--high-water`, `--low-water`).
+    pub watermarks: Option<Watermarks>,
 }
 
 /// Default hosts: loopback aliases 127.0.0.11, .12, ... — one address per "node".
@@ -117,6 +120,7 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
                 instance_file: &instance_file,
                 ticket_key_path: ticket_key_path.as_deref(),
                 layout: p.layout,
+                watermarks: p.watermarks,
             };
             launched.push(launch(&server_binary, plan).await?);
         }
@@ -156,6 +160,7 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
         servers,
         ticket_key_path,
         layout: p.layout,
+        watermarks: p.watermarks,
     };
     // Every server must answer an authenticated request before the instance counts as up.
     for stats in probe(&desc).await {
@@ -207,6 +212,7 @@ struct ServerLaunch<'a> {
     ticket_key_path: Option<&'a Path>,
     /// The instance's default layout (a fresh root's).
     layout: DirLayout,
+    watermarks: Option<Watermarks>,
 }
 
 /// Starts one server: on this machine as a detached process, on another host through the
@@ -258,6 +264,10 @@ async fn launch(server_binary: &Path, s: ServerLaunch<'_>) -> Result<Launched> {
         cmd.arg("--ticket-key-file").arg(path);
     }
     cmd.arg("--layout").arg(s.layout.name());
+    if let Some(marks) = s.watermarks {
+        cmd.arg("--high-water").arg(marks.high.to_string()).arg("--low-water").arg(marks.low.to_string());
+        cmd.arg("--pressure-wait").arg(marks.wait_secs.to_string());
+    }
     cmd.stdin(Stdio::null());
     detach(&mut cmd);
     let child = cmd.spawn().with_context(|| format!("start {}", server_binary.display()))?;
@@ -300,6 +310,7 @@ pub async fn restart(desc: &mut InstanceDescriptor, only: Option<usize>) -> Resu
             instance_file: &instance_file,
             ticket_key_path: desc.ticket_key_path.as_deref(),
             layout: desc.layout,
+            watermarks: desc.watermarks,
         };
         let mut launched = launch(&server_binary, plan).await?;
         let addr = wait_ready(&mut launched).await?;

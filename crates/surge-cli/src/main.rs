@@ -27,6 +27,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use surge_client::surge_proto::placement::DirLayout;
+use surge_client::surge_proto::workflow::RetentionPolicy;
 use surge_client::{Client, ClientOptions, InstanceDescriptor, Mode};
 
 use crate::output::{out, outln};
@@ -119,6 +120,17 @@ enum Command {
         /// node-local: all of a file's chunks on the server of the node that creates it.
         #[arg(long, default_value_t = DirLayout::Striped)]
         layout: DirLayout,
+        /// Back-pressure: once a server's share is filled past this fraction (e.g. 0.9),
+        /// writes wait for room instead of failing with ENOSPC, and go on once it is back
+        /// down to --low-water (retention policies and consumers free it).
+        #[arg(long, requires = "low_water")]
+        high_water: Option<f64>,
+        #[arg(long, requires = "high_water")]
+        low_water: Option<f64>,
+        /// Seconds a write waits at the high-water mark before it fails with ENOSPC (the
+        /// server logs why).
+        #[arg(long, default_value_t = 60.0)]
+        pressure_wait: f64,
     },
     /// Mount an instance as a directory (FUSE), in the background.
     Mount {
@@ -291,6 +303,67 @@ enum Command {
         #[command(flatten)]
         target: Target,
     },
+    /// Show or set what leaves a directory of the burst buffer, and when: the instance
+    /// removes the files published there that the policy lets go (keeping the last N,
+    /// once every consumer group acknowledged them, after staging them out) — never one
+    /// open anywhere. Without options, shows the policy and what it did.
+    Retention {
+        /// The directory: on a Surge mount, or a path inside the instance.
+        dir: String,
+        /// Keep the newest N files.
+        #[arg(long)]
+        keep_last: Option<u32>,
+        /// Remove a file only once every consumer group that takes it acknowledged it.
+        #[arg(long)]
+        after_groups: bool,
+        /// Stage files out to this PFS directory before removing them.
+        #[arg(long)]
+        stage_out: Option<String>,
+        /// With --stage-out: stage only every Nth file (the others are removed unstaged).
+        #[arg(long, default_value_t = 1)]
+        stage_every: u32,
+        /// The files the policy governs (a glob; default '*').
+        #[arg(long, default_value = "*")]
+        pattern: String,
+        /// Drop the directory's policy: files stay until removed.
+        #[arg(long, conflicts_with_all = ["keep_last", "after_groups", "stage_out"])]
+        off: bool,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Drain checkpoints beside an unmodified simulation: every Nth file matching --pattern
+    /// is staged out to --to as soon as it is published, and all but the newest --keep are
+    /// removed from the burst buffer (after their stage-out when they are staged). The
+    /// instance does it (a retention policy on DIR): this command sets it and returns;
+    /// --wait follows it until every file to stage is staged, --stop ends it.
+    Drain {
+        /// The directory the simulation writes its checkpoints to.
+        dir: String,
+        #[arg(long, default_value = "*")]
+        pattern: String,
+        /// Stage every Nth checkpoint.
+        #[arg(long, default_value_t = 1)]
+        every: u32,
+        /// The PFS directory checkpoints are staged to.
+        #[arg(long, required_unless_present_any = ["stop", "wait"])]
+        to: Option<String>,
+        /// Checkpoints kept in the burst buffer (the newest).
+        #[arg(long, default_value_t = 2)]
+        keep: u32,
+        /// Only wait until every checkpoint to stage is staged (and print the counts).
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up after this many seconds.
+        #[arg(long)]
+        timeout: Option<f64>,
+        /// End the drain (files stay where they are).
+        #[arg(long, conflicts_with = "wait")]
+        stop: bool,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Consumer groups: hand each file published in a directory to one consumer of a group.
     #[command(subcommand)]
     Queue(QueueCommand),
@@ -370,10 +443,33 @@ fn main() -> ExitCode {
 
 async fn run(command: Command) -> Result<ExitCode> {
     match command {
-        Command::Up { name, servers, capacity, root, hosts, mode, chunk_size, json, mount, check_identity, layout } => {
+        Command::Up {
+            name,
+            servers,
+            capacity,
+            root,
+            hosts,
+            mode,
+            chunk_size,
+            json,
+            mount,
+            check_identity,
+            layout,
+            high_water,
+            low_water,
+            pressure_wait,
+        } => {
             let servers = servers.unwrap_or(if hosts.is_empty() { 4 } else { hosts.len() });
             let mode: Mode = mode.parse().map_err(anyhow::Error::msg)?;
-            let params = instance::UpParams { name, servers, capacity, root, hosts, mode, chunk_size, check_identity, layout };
+            let watermarks = match (high_water, low_water) {
+                (Some(high), Some(low)) => {
+                    let marks = surge_client::surge_proto::workflow::Watermarks { high, low, wait_secs: pressure_wait };
+                    marks.check().map_err(anyhow::Error::msg)?;
+                    Some(marks)
+                }
+                _ => None,
+            };
+            let params = instance::UpParams { name, servers, capacity, root, hosts, mode, chunk_size, check_identity, layout, watermarks };
             let (desc, took) = instance::up(&params).await?;
             if json {
                 outln!("{}", serde_json::to_string_pretty(&desc)?);
@@ -506,6 +602,34 @@ async fn run(command: Command) -> Result<ExitCode> {
         Command::Dwstat { views } => datawarp::dwstat(&views).await?,
         Command::Stage(cmd) => stage::run(cmd).await?,
         Command::Queue(cmd) => return queue(cmd).await,
+        Command::Retention { dir, keep_last, after_groups, stage_out, stage_every, pattern, off, json, target } => {
+            let (client, inner) = target.client_at(&dir)?;
+            let policy = if keep_last.is_some() || after_groups || stage_out.is_some() {
+                let stage_out = stage_out.map(|to| surge_client::target::absolute_pfs_path(&to)).transpose()?;
+                Some(RetentionPolicy { pattern, keep_last, after_groups, stage_out, stage_every })
+            } else {
+                None
+            };
+            if policy.is_some() || off {
+                client.set_retention(&inner, policy).await?;
+            }
+            workflow::print_retention(&dir, client.retention(&inner).await?.as_ref(), json)?;
+        }
+        Command::Drain { dir, pattern, every, to, keep, wait, timeout, stop, target } => {
+            let (client, inner) = target.client_at(&dir)?;
+            if stop {
+                client.set_retention(&inner, None).await?;
+                outln!("{dir}: drain stopped (files stay where they are)");
+            } else if wait {
+                workflow::wait_drained(&client, &inner, timeout.map(|t| seconds_arg(t, "--timeout")).transpose()?).await?;
+            } else {
+                let to = surge_client::target::absolute_pfs_path(&to.expect("required by clap"))?;
+                let policy =
+                    RetentionPolicy { pattern, keep_last: Some(keep), after_groups: false, stage_out: Some(to), stage_every: every };
+                client.set_retention(&inner, Some(policy)).await?;
+                workflow::print_retention(&dir, client.retention(&inner).await?.as_ref(), false)?;
+            }
+        }
         Command::Bench(cmd) => bench::run(cmd).await?,
         Command::Demo { root } => demo::run(root).await?,
         Command::External(_) => unreachable!("handled before the runtime starts"),

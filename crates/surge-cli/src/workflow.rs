@@ -1,10 +1,11 @@
-//! `surge watch` and `surge queue`: a directory's published files as they come, and handed
-//! to the consumers of a group one by one (see `surge_client::workflow`).
+//! `surge watch`, `surge queue`, `surge retention` and `surge drain`: a directory's published
+//! files as they come, handed to the consumers of a group one by one, and let go of by the
+//! instance as the directory's policy says (see `surge_client::workflow`).
 
 use std::time::Duration;
 
 use anyhow::Result;
-use surge_client::surge_proto::workflow::Publication;
+use surge_client::surge_proto::workflow::{Publication, RetentionStatus};
 use surge_client::Client;
 
 use crate::output::{out, outln};
@@ -133,4 +134,64 @@ pub async fn queue_status(client: &Client, dir: &str, json: bool) -> Result<()> 
     }
     out!("{}", table.render());
     Ok(())
+}
+
+/// A directory's retention policy and its counts, as a line for people or JSON.
+pub fn print_retention(dir: &str, status: Option<&RetentionStatus>, json: bool) -> Result<()> {
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&retention_json(status))?);
+        return Ok(());
+    }
+    let Some(s) = status else {
+        outln!("{dir}: no retention policy (every file stays until removed)");
+        return Ok(());
+    };
+    let p = &s.policy;
+    let mut rules = Vec::new();
+    if let Some(n) = p.keep_last {
+        rules.push(format!("keep the last {n}"));
+    }
+    if p.after_groups {
+        rules.push("remove once every group acknowledged".to_string());
+    }
+    if let Some(to) = &p.stage_out {
+        let which = if p.stage_every == 1 { "every file".to_string() } else { format!("1 file in {}", p.stage_every) };
+        rules.push(format!("stage {which} out to {to} first"));
+    }
+    outln!("{dir}: files matching '{}': {}", p.pattern, rules.join("; "));
+    outln!("  published {}, staged out {}, removed {}, waiting to be staged {}", s.published, s.staged, s.removed, s.to_stage);
+    Ok(())
+}
+
+fn retention_json(status: Option<&RetentionStatus>) -> serde_json::Value {
+    match status {
+        None => serde_json::Value::Null,
+        Some(s) => serde_json::json!({
+            "pattern": s.policy.pattern, "keep_last": s.policy.keep_last, "after_groups": s.policy.after_groups,
+            "stage_out": s.policy.stage_out, "stage_every": s.policy.stage_every, "path": s.path,
+            "published": s.published, "staged": s.staged, "removed": s.removed, "to_stage": s.to_stage,
+        }),
+    }
+}
+
+/// Waits until directory `dir`'s policy has staged out every file it is to stage (a drain
+/// caught up), up to `timeout`; prints the counts as they change.
+pub async fn wait_drained(client: &Client, dir: &str, timeout: Option<Duration>) -> Result<()> {
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    let mut last = None;
+    loop {
+        let Some(status) = client.retention(dir).await? else { anyhow::bail!("{dir} has no drain or retention policy") };
+        let counts = (status.published, status.staged, status.removed, status.to_stage);
+        if last != Some(counts) {
+            outln!("published {}, staged out {}, removed {}, waiting to be staged {}", counts.0, counts.1, counts.2, counts.3);
+            last = Some(counts);
+        }
+        if status.to_stage == 0 {
+            return Ok(());
+        }
+        if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+            anyhow::bail!("{} files still to stage out after the timeout", status.to_stage);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -78,6 +78,9 @@ pub struct InstanceDescriptor {
     /// have another since (`surge layout`). Clients suppose it of a new directory's parent.
     #[serde(default)]
     pub layout: surge_proto::placement::DirLayout,
+    /// Back-pressure on every server's share (`surge up --high-water --low-water`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermarks: Option<surge_proto::workflow::Watermarks>,
 }
 
 /// `$SURGE_HOME`, or `~/.surge`.

@@ -147,3 +147,17 @@ impl Client {
         self.call_home(dir, workflow::QueueStatus { dir }).await
     }
 }
+
+impl Client {
+    /// Sets (None: drops) the retention policy of directory `dir` (an instance path).
+    pub async fn set_retention(&self, dir: &str, policy: Option<workflow::RetentionPolicy>) -> Result<()> {
+        let ino = self.directory(dir).await?;
+        self.call_home(ino, workflow::SetRetention { dir: ino, path: dir.to_string(), policy }).await
+    }
+
+    /// Directory `dir`'s retention policy and what it did so far (None: it has none).
+    pub async fn retention(&self, dir: &str) -> Result<Option<workflow::RetentionStatus>> {
+        let ino = self.directory(dir).await?;
+        self.call_home(ino, workflow::GetRetention { dir: ino }).await
+    }
+}

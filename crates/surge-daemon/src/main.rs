@@ -3,7 +3,8 @@
 //!
 //! The daemon composes two libraries and adds nothing of its own: the data server
 //! ([`surge_server`]) and, beside it, a stage coordinator ([`surge_stage`]) that answers the
-//! staging requests the server receives. Signals and logging are set up here.
+//! staging requests the server receives (and, beside server 0, the retention keeper).
+//! Signals and logging are set up here.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -61,6 +62,16 @@ struct Args {
     /// restarted on its directory keeps what the root has.
     #[arg(long, default_value_t = DirLayout::Striped)]
     layout: DirLayout,
+    /// Back-pressure: past this fraction of its share filled, writes wait for room instead of
+    /// failing (with --low-water and --pressure-wait).
+    #[arg(long, requires = "low_water")]
+    high_water: Option<f64>,
+    /// Writes held at the high-water mark go on once the share is back down to this fraction.
+    #[arg(long, requires = "high_water")]
+    low_water: Option<f64>,
+    /// Seconds a write waits at the high-water mark before it fails with ENOSPC.
+    #[arg(long, default_value_t = 60.0)]
+    pressure_wait: f64,
     /// Worker threads (default: number of cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -84,6 +95,14 @@ fn main() -> anyhow::Result<()> {
         }
         None => None,
     };
+    let watermarks = match (args.high_water, args.low_water) {
+        (Some(high), Some(low)) => {
+            let marks = surge_proto::workflow::Watermarks { high, low, wait_secs: args.pressure_wait };
+            marks.check().map_err(anyhow::Error::msg)?;
+            Some(marks)
+        }
+        _ => None,
+    };
     let config = ServerConfig {
         listen: args.listen,
         root: args.root.clone(),
@@ -95,6 +114,7 @@ fn main() -> anyhow::Result<()> {
         owner_gid: args.owner_gid,
         ticket_key,
         root_layout: args.layout,
+        watermarks,
     };
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {
@@ -112,6 +132,10 @@ fn main() -> anyhow::Result<()> {
         match peers {
             Some(peers) => {
                 let config = CoordinatorConfig { peers, chunk_size: args.chunk_size, secret, node: args.listen.ip() };
+                if args.index == 0 {
+                    // One keeper per instance applies the retention policies.
+                    tokio::spawn(surge_stage::retention::keep(config.clone()));
+                }
                 let journal = args.root.join("stages");
                 let coordinator =
                     Coordinator::open(&journal, config).with_context(|| format!("open the stage journal in {}", journal.display()))?;

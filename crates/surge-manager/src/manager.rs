@@ -656,6 +656,7 @@ impl Manager {
             ticket_key_path: None,
             // Its servers start with their default (striped); `surge layout` changes it.
             layout: Default::default(),
+            watermarks: None,
         })
     }
 

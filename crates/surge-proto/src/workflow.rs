@@ -134,6 +134,79 @@ impl GroupStatus {
 /// Longest a claim's lease may be (a day).
 pub const MAX_LEASE_MS: u64 = 24 * 3600 * 1000;
 
+/// What leaves a directory of the burst buffer, and when: the files published in it whose
+/// names match `pattern` are removed once they are no longer among the newest `keep_last`
+/// (None: however many), once every consumer group that takes them acknowledged them
+/// (`after_groups`), and once staged out to the PFS directory `stage_out` when they are to be
+/// staged — every `stage_every`th of them (1: all). A file open anywhere (being written, read
+/// or staged) is never removed; a file to stage is removed only after its stage-out is done.
+/// The instance applies the policy (a keeper beside server 0), not any client.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct RetentionPolicy {
+    pub pattern: String,
+    pub keep_last: Option<u32>,
+    pub after_groups: bool,
+    pub stage_out: Option<String>,
+    pub stage_every: u32,
+}
+
+/// Sets (None: drops) directory `dir`'s retention policy; `path` is the directory's path in
+/// the instance, which stage-outs name.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct SetRetention {
+    pub dir: Ino,
+    pub path: String,
+    pub policy: Option<RetentionPolicy>,
+}
+
+/// A directory's policy and what it did so far.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct RetentionStatus {
+    pub policy: RetentionPolicy,
+    pub path: String,
+    /// Files published under the policy, staged out, removed, and waiting to be staged.
+    pub published: u64,
+    pub staged: u64,
+    pub removed: u64,
+    pub to_stage: u64,
+}
+
+/// `dir`'s policy and its counts (None: it has none).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct GetRetention {
+    pub dir: Ino,
+}
+
+/// What the policies of the directories homed on this server want done now (the keeper asks).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct RetentionDue {}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct DueAction {
+    pub dir: Ino,
+    /// The publication the action is for, its file's name and inode.
+    pub cursor: u64,
+    pub name: String,
+    pub ino: Ino,
+    pub action: Due,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub enum Due {
+    /// Stage instance path `from` out to PFS path `to`, then report it ([`Retained`]).
+    StageOut { from: String, to: String },
+    /// Remove the file (if `name` still names `ino`), then report it.
+    Remove,
+}
+
+/// The keeper did `DueAction` `cursor` of `dir` (`staged`: its stage-out; else its removal).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Retained {
+    pub dir: Ino,
+    pub cursor: u64,
+    pub staged: bool,
+}
+
 service! {
     /// Publish / watch and what builds on it.
     WorkflowRequest => Workflow {
@@ -141,5 +214,33 @@ service! {
         Claim -> Option<Claimed>, "claim";
         Done -> String, "done";
         QueueStatus -> Vec<GroupStatus>, "queue-status";
+        SetRetention -> (), "set-retention";
+        GetRetention -> Option<RetentionStatus>, "get-retention";
+        RetentionDue -> Vec<DueAction>, "retention-due";
+        Retained -> (), "retained";
+    }
+}
+
+/// Back-pressure on a server's share: once the share is filled past `high` (a fraction of its
+/// capacity), writes that need more room wait instead of failing, until what is used falls
+/// back to `low` (retention removing files, consumers deleting what they processed); a write
+/// that waited `wait_secs` fails with ENOSPC, and the server logs why.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]
+pub struct Watermarks {
+    pub high: f64,
+    pub low: f64,
+    pub wait_secs: f64,
+}
+
+impl Watermarks {
+    /// Checks `0 < low < high <= 1` and a wait of at most a day.
+    pub fn check(&self) -> Result<(), String> {
+        if !(self.low > 0.0 && self.low < self.high && self.high <= 1.0) {
+            return Err(format!("watermarks must be 0 < low ({}) < high ({}) <= 1", self.low, self.high));
+        }
+        if !(self.wait_secs >= 0.0 && self.wait_secs <= 86_400.0) {
+            return Err(format!("a write waits 0 to 86400 s at the high-water mark, not {}", self.wait_secs));
+        }
+        Ok(())
     }
 }

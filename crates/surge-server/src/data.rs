@@ -12,7 +12,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use surge_proto::admin::{DataFilePage, DataFileSummary};
@@ -61,6 +61,18 @@ pub struct DataStore {
     /// Bytes sent in answer to reads and received in writes (statistics).
     read_bytes: AtomicU64,
     written_bytes: AtomicU64,
+    /// Back-pressure: writers wait above the high-water mark (see [`DataStore::must_wait`]).
+    watermarks: Option<Watermarks>,
+    /// Filled past the high-water mark and not yet back down to the low one.
+    held: AtomicBool,
+}
+
+/// [`surge_proto::workflow::Watermarks`] in bytes of this share.
+#[derive(Debug, Clone, Copy)]
+pub struct Watermarks {
+    pub high: u64,
+    pub low: u64,
+    pub wait: std::time::Duration,
 }
 
 impl DataStore {
@@ -96,7 +108,68 @@ impl DataStore {
             accounted: Mutex::new(accounted),
             read_bytes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(0),
+            watermarks: None,
+            held: AtomicBool::new(false),
         })
+    }
+
+    /// Writers wait at `marks` (fractions of the capacity) instead of failing.
+    pub fn with_watermarks(mut self, marks: Option<surge_proto::workflow::Watermarks>) -> Self {
+        self.watermarks = marks.map(|m| Watermarks {
+            high: (self.capacity as f64 * m.high) as u64,
+            low: (self.capacity as f64 * m.low) as u64,
+            wait: std::time::Duration::from_secs_f64(m.wait_secs),
+        });
+        self
+    }
+
+    /// The back-pressure this share applies, if any.
+    pub fn watermarks(&self) -> Option<Watermarks> {
+        self.watermarks
+    }
+
+    /// Whether a write that needs `growth` more bytes must wait: the share is past its
+    /// high-water mark, or this write would take it past, and it has not come back down to
+    /// the low one since.
+    pub fn must_wait(&self, growth: u64) -> bool {
+        let Some(marks) = &self.watermarks else { return false };
+        let filled = self.filled();
+        if self.held.load(Ordering::Relaxed) {
+            if filled > marks.low {
+                return growth > 0;
+            }
+            self.held.store(false, Ordering::Relaxed);
+            tracing::info!(filled, low = marks.low, "back under the low-water mark: writers go on");
+        }
+        if growth > 0 && filled.saturating_add(growth) > marks.high {
+            if !self.held.swap(true, Ordering::Relaxed) {
+                tracing::info!(filled, high = marks.high, "past the high-water mark: writers wait for room");
+            }
+            return true;
+        }
+        false
+    }
+
+    /// Whether `growth` more bytes would take the share past its high-water mark (or it is
+    /// held there): room a client asks to set aside is then refused, without holding writers
+    /// back for the asking.
+    pub fn past_high_water(&self, growth: u64) -> bool {
+        let Some(marks) = &self.watermarks else { return false };
+        self.held.load(Ordering::Relaxed) || self.filled().saturating_add(growth) > marks.high
+    }
+
+    /// Bytes used and set aside.
+    pub fn filled(&self) -> u64 {
+        self.used().saturating_add(self.reserved.load(Ordering::Relaxed))
+    }
+
+    /// The room a write of `len` bytes at `offset` of `ino` would take (all of `len` for a
+    /// file not open here, whose length is not at hand).
+    pub fn growth_of_write(&self, ino: Ino, offset: u64, len: u64) -> u64 {
+        match self.open.lock().unwrap().get(&ino) {
+            Some(file) => write_growth(file.len.load(Ordering::Relaxed), offset, len),
+            None => len,
+        }
     }
 
     /// This store's directory as clients on this node can recognise it (see [`LocalData`]).

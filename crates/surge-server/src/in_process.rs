@@ -56,6 +56,7 @@ impl InProcessInstance {
                 owner_gid,
                 ticket_key: None,
                 root_layout: Default::default(),
+                watermarks: None,
             };
             servers.push(Server::bind(config).await?);
         }

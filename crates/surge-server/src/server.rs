@@ -35,6 +35,9 @@ pub struct ServerConfig {
     /// The layout a fresh instance's root directory gets (the instance's default; one
     /// replayed from its journal keeps the root's own).
     pub root_layout: surge_proto::placement::DirLayout,
+    /// Back-pressure: writers wait past a high-water mark instead of failing (None: they
+    /// fail with ENOSPC when the share is full).
+    pub watermarks: Option<surge_proto::workflow::Watermarks>,
 }
 
 /// State shared by all connections of one server.
@@ -101,7 +104,8 @@ impl Server {
         std::fs::set_permissions(&config.root, std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .map_err(|e| ServerError::os(&format!("restrict {} to its owner", config.root.display()), e))?;
         let data = data::DataStore::open(&config.root.join("data"), config.capacity)
-            .map_err(|e| ServerError::os(&format!("open data directory under {}", config.root.display()), e))?;
+            .map_err(|e| ServerError::os(&format!("open data directory under {}", config.root.display()), e))?
+            .with_watermarks(config.watermarks);
         let local = match data.local_data() {
             Ok(local) => Some(local),
             Err(e) => {

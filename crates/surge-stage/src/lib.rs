@@ -9,7 +9,9 @@
 //! chunks it owns between the PFS and its node-local store when asked (`StageCopy`).
 //!
 //! The daemon (`surge-server`) hosts a coordinator beside each data server and hands it the
-//! staging requests the server receives; a control plane could host it instead.
+//! staging requests the server receives; a control plane could host it instead. Beside
+//! server 0 it also runs the [`retention`] keeper, which applies directories' retention
+//! policies (stage out, then remove) through the same coordinator.
 //!
 //! That state is journaled in `<root>/stages/<id>.json` (written under a temporary name, then
 //! renamed) at every change of state and about once a second while bytes move, so it survives
@@ -20,6 +22,7 @@
 mod coordinator;
 mod plan;
 mod records;
+pub mod retention;
 mod run;
 mod stages;
 

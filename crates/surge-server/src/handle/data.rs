@@ -21,7 +21,14 @@ impl Session {
         }
         let data = &self.shared.data;
         match request {
+            DataRequest::Write(w) if data.must_wait(data.growth_of_write(w.ino, w.offset, payload.len() as u64)) => {
+                let growth = data.growth_of_write(w.ino, w.offset, payload.len() as u64);
+                self.when_room::<Write>(growth, move |data| data.write(w.ino, w.offset, &payload))
+            }
             DataRequest::Write(w) => Answer::of::<Write>(data.write(w.ino, w.offset, &payload)),
+            DataRequest::Allocate(a) if a.mode != AllocateMode::PunchHole && data.must_wait(a.len) => {
+                self.when_room::<Allocate>(a.len, move |data| data.allocate(a.ino, a.offset, a.len, a.mode))
+            }
             DataRequest::Read(r) if r.len >= SENDFILE_MIN => match data.read_source(r.ino, r.offset, r.len) {
                 Ok(Some(source)) => Answer::File(source),
                 Ok(None) => Answer::of::<Read>(Ok(())),
@@ -37,7 +44,12 @@ impl Session {
             DataRequest::Allocate(a) => Answer::of::<Allocate>(data.allocate(a.ino, a.offset, a.len, a.mode)),
             DataRequest::DataExtents(e) => Answer::of::<DataExtents>(data.extents(e.ino, e.from, e.to)),
             DataRequest::ReserveLocal(r) => {
-                let outcome = data.reserve_local(r.ino, r.bytes);
+                // Past the high-water mark room is not set aside: the client's writes then go
+                // over the network, where they wait for room ([`Session::when_room`]).
+                let outcome = match data.past_high_water(r.bytes) {
+                    true => Err(ServerError::new(ErrorCode::NoSpace, "past the high-water mark: no room set aside for local writes")),
+                    false => data.reserve_local(r.ino, r.bytes),
+                };
                 if outcome.is_ok() {
                     *self.reserved.entry(r.ino).or_default() += r.bytes;
                 }
@@ -57,7 +69,41 @@ impl Session {
     }
 }
 
+/// How often a write held at the high-water mark looks whether there is room again.
+const ROOM_CHECK: std::time::Duration = std::time::Duration::from_millis(20);
+
 impl Session {
+    /// Runs `op` (a write needing `growth` bytes) once the share has come back down to its
+    /// low-water mark, in a task of its own; after the back-pressure's wait it fails with
+    /// NoSpace instead, and the reason is logged.
+    fn when_room<C: surge_proto::Call>(
+        &self,
+        growth: u64,
+        op: impl FnOnce(&crate::data::DataStore) -> Result<C::Reply> + Send + 'static,
+    ) -> Answer {
+        let shared = self.shared.clone();
+        Answer::later::<C>(async move {
+            let data = &shared.data;
+            let marks = data.watermarks().expect("only held with watermarks");
+            let start = std::time::Instant::now();
+            while data.must_wait(growth) {
+                if start.elapsed() >= marks.wait {
+                    let detail = format!(
+                        "server share past its high-water mark ({} of {} bytes used or set aside) for {:.0} s: nothing \
+                         freed room (no retention policy let files go, no consumer removed any)",
+                        data.filled(),
+                        data.capacity(),
+                        marks.wait.as_secs_f64()
+                    );
+                    tracing::warn!("write of {growth} bytes refused: {detail}");
+                    return Err(ServerError::new(ErrorCode::NoSpace, detail));
+                }
+                tokio::time::sleep(ROOM_CHECK).await;
+            }
+            op(data)
+        })
+    }
+
     /// Where this server checks identities, a data request needs a ticket from the file's
     /// home that names this connection's caller and grants what the request does (root, the
     /// stage coordinator beside the servers among others, needs none).

@@ -38,6 +38,32 @@ impl Session {
                     outcome
                 })
             }
+            WorkflowRequest::SetRetention(set) => {
+                if let Err(e) = self.may_change_policy(set.dir) {
+                    return Answer::Failure(e);
+                }
+                let shared = self.shared.clone();
+                let (outcome, seq) = {
+                    let mut meta = shared.meta.lock_or_recover();
+                    let outcome = meta.set_retention(set.dir, &set.path, set.policy);
+                    (outcome, shared.journal_changes(&mut meta))
+                };
+                Answer::later::<SetRetention>(async move {
+                    shared.journal.durable(seq).await;
+                    outcome
+                })
+            }
+            WorkflowRequest::GetRetention(get) => match self.may_read(get.dir) {
+                Ok(()) => Answer::of::<GetRetention>(self.shared.meta.lock_or_recover().retention(get.dir)),
+                Err(e) => Answer::Failure(e),
+            },
+            WorkflowRequest::RetentionDue(_) => Answer::of::<RetentionDue>(Ok(self.shared.meta.lock_or_recover().retention_due())),
+            WorkflowRequest::Retained(done) => {
+                let mut meta = self.shared.meta.lock_or_recover();
+                let outcome = meta.retained(done.dir, done.cursor, done.staged);
+                self.shared.journal_changes(&mut meta);
+                Answer::of::<Retained>(outcome)
+            }
             WorkflowRequest::QueueStatus(status) => {
                 if let Err(e) = self.may_read(status.dir) {
                     return Answer::Failure(e);
@@ -57,6 +83,23 @@ impl Session {
             Some(caller) => {
                 let meta = self.shared.meta.lock_or_recover();
                 meta.perms(dir).and_then(|perms| caller.check(perms, READ, "read the publications of"))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// With identities checked, a directory's policy is set by its owner or root: it removes
+    /// files.
+    fn may_change_policy(&self, dir: surge_proto::Ino) -> Result<()> {
+        match &self.caller {
+            Some(caller) => {
+                let meta = self.shared.meta.lock_or_recover();
+                let owner = meta.perms(dir)?.attr.uid;
+                if caller.uid != 0 && caller.uid != owner {
+                    let detail = format!("only the directory's owner (uid {owner}) or root sets its retention policy");
+                    return Err(crate::error::ServerError::new(surge_proto::ErrorCode::NotPermitted, detail));
+                }
+                Ok(())
             }
             None => Ok(()),
         }

@@ -27,11 +27,13 @@ pub mod format2;
 pub mod format3;
 pub mod groups;
 pub mod publications;
+pub mod retention;
 mod scan;
 mod xattrs;
 
 use groups::GroupChange;
 use publications::{PublicationLog, PublicationState};
+use retention::RetentionChange;
 use xattrs::Xattrs;
 
 /// How long a cross-server rename may hold its source entry before the lock is ignored
@@ -124,6 +126,8 @@ struct Changes {
     workflow: Vec<WorkflowChange>,
     /// Consumer groups changed, by directory and name.
     groups: BTreeSet<(Ino, String)>,
+    /// Directories whose retention policy changed.
+    retentions: BTreeSet<Ino>,
 }
 
 /// What the journal keeps of an inode: everything but a directory's entries and its extended
@@ -182,6 +186,7 @@ pub struct Record {
 pub enum WorkflowChange {
     Published(PublicationState),
     Group(GroupChange),
+    Retention(RetentionChange),
 }
 
 /// Items per record when one is written as several ([`Record::split`]), each record far
@@ -309,6 +314,9 @@ impl MetaStore {
         for (dir, name) in changes.groups {
             record.workflow.push(WorkflowChange::Group(self.group_change(dir, name)));
         }
+        for dir in changes.retentions {
+            record.workflow.push(WorkflowChange::Retention(self.retention_change(dir)));
+        }
         record
     }
 
@@ -328,6 +336,7 @@ impl MetaStore {
         }
         record.workflow.extend(self.all_publications().map(WorkflowChange::Published));
         record.workflow.extend(self.all_groups().map(WorkflowChange::Group));
+        record.workflow.extend(self.all_retentions().map(WorkflowChange::Retention));
         record
     }
 
@@ -378,6 +387,7 @@ impl MetaStore {
             match change {
                 WorkflowChange::Published(state) => self.restore_publication(state),
                 WorkflowChange::Group(change) => self.restore_group(change),
+                WorkflowChange::Retention(change) => self.restore_retention(change),
             }
         }
         for ino in record.removed {
@@ -1231,6 +1241,7 @@ mod tests {
         r.workflow.sort_by_key(|change| match change {
             WorkflowChange::Published(p) => (0, p.dir, p.publication.cursor, String::new()),
             WorkflowChange::Group(g) => (1, g.dir, 0, g.name.clone()),
+            WorkflowChange::Retention(r) => (2, r.dir, 0, String::new()),
         });
         r
     }

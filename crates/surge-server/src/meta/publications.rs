@@ -30,6 +30,7 @@ const EXAMINED_PER_READ: usize = 65_536;
 pub(super) struct PublicationLog {
     pub(super) entries: Entries,
     pub(super) groups: BTreeMap<String, Group>,
+    pub(super) retention: Option<super::retention::RetentionState>,
 }
 
 /// A log's publications.
@@ -58,6 +59,11 @@ impl Entries {
     /// is found by its number.
     pub(super) fn get(&self, cursor: u64) -> Option<&Publication> {
         self.kept.get(cursor.checked_sub(self.oldest())? as usize)
+    }
+
+    /// The publications kept, newest first.
+    pub(super) fn newest_first(&self) -> impl Iterator<Item = &Publication> {
+        self.kept.iter().rev()
     }
 
     /// The publications kept from `cursor` on.
@@ -119,7 +125,8 @@ impl MetaStore {
         if let Some(changes) = self.changes.as_mut() {
             changes.workflow.push(super::WorkflowChange::Published(PublicationState { dir, publication: publication.clone() }));
         }
-        log.push(publication);
+        log.push(publication.clone());
+        self.count_for_retention(dir, &publication);
         self.publications_made += 1;
     }
 
