@@ -1,5 +1,6 @@
-"""Surge's Python side: staging between the PFS and an instance (`surge.staging`, a binding of
-the C library libsurge), Darshan import for the provisioning simulator, the walltime and
+"""Surge's Python side: staging between the PFS and an instance (`surge.staging`) and workflow
+coupling (`surge.workflow`: watch a directory's published files, consumer groups), bindings of
+the C library libsurge; Darshan import for the provisioning simulator, the walltime and
 node-allocation predictor, and plotting helpers. The data plane itself is in Rust (crates/).
 
 The staging calls are also reachable as `surge.stage_file_out(...)` and so on; the C library is

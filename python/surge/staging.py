@@ -12,17 +12,16 @@ Burst-buffer paths are paths on a Surge mount, or paths inside the instance name
 ``SURGE_INSTANCE``. Failures raise :class:`StageError`, an ``OSError`` with the errno and the
 library's message.
 
-The library is found through ``SURGE_LIB`` (a path to libsurge.so), else beside the ``surge``
-command of this source tree (``target/release``), else on the system's library path.
+The library is found as :mod:`surge._libsurge` says.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
-from pathlib import Path
 from typing import NamedTuple
+
+from . import _libsurge as libsurge
 
 IMMEDIATE = 0
 AT_JOB_END = 1
@@ -40,35 +39,17 @@ class StageCounts(NamedTuple):
     failed: int
 
 
-def _find_library() -> str:
-    explicit = os.environ.get("SURGE_LIB")
-    if explicit:
-        return explicit
-    # python/surge/staging.py -> <repo>/target/release/libsurge.so
-    built = Path(__file__).resolve().parents[2] / "target" / "release" / "libsurge.so"
-    if built.exists():
-        return str(built)
-    found = ctypes.util.find_library("surge")
-    if found:
-        return found
-    raise ImportError("libsurge not found: build it (make build) or set SURGE_LIB to libsurge.so")
-
-
-_lib = ctypes.CDLL(_find_library(), use_errno=True)
-_lib.surge_last_error.restype = ctypes.c_char_p
+_lib = libsurge.load()
 _lib.surge_open_failed_stage.restype = ctypes.c_void_p
 _lib.surge_next_failed_stage.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
 _lib.surge_close_failed_stage.argtypes = [ctypes.c_void_p]
 
 
-def _path(p: str | os.PathLike) -> bytes:
-    return os.fsencode(os.fspath(p))
+_path = libsurge.path
 
 
 def _check(rc: int) -> None:
-    if rc < 0:
-        message = (_lib.surge_last_error() or b"").decode(errors="replace")
-        raise StageError(-rc, message or os.strerror(-rc))
+    libsurge.check(rc, StageError)
 
 
 def _stage_in(function, bb_path, pfs_path) -> None:

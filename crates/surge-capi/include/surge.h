@@ -22,6 +22,7 @@
 #define SURGE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -71,6 +72,33 @@ typedef struct surge_failed_stages surge_failed_stages;
 surge_failed_stages *surge_open_failed_stage(const char *bb_dir);
 int surge_next_failed_stage(surge_failed_stages *failed, char *path, size_t size);
 void surge_close_failed_stage(surge_failed_stages *failed);
+
+/* Workflow coupling (docs/workflow.md). A file is published in its directory when a handle
+ * that wrote it is closed, or when it is renamed or linked into it; never while being written.
+ *
+ * Following a directory's publications, in order, resumable from a cursor:
+ *   surge_watch *w;
+ *   surge_watch_open("/mnt/bb/out", "plt*.h5", 0, &w);     (pattern NULL: every name not
+ *                                                          starting with '.'; cursor 0: from
+ *                                                          the oldest the log holds)
+ *   while (surge_watch_next(w, -1, path, sizeof path, &cursor, &size) == 0) ...;
+ *   surge_watch_close(w);
+ * surge_watch_next waits up to timeout_ms (-1: for ever) and returns -ETIMEDOUT when nothing
+ * came, -ERANGE if the path does not fit; size is UINT64_MAX when not known. */
+typedef struct surge_watch surge_watch;
+int surge_watch_open(const char *dir, const char *pattern, uint64_t from_cursor, surge_watch **out);
+int surge_watch_next(surge_watch *watch, int timeout_ms, char *path, size_t size, uint64_t *cursor, uint64_t *file_size);
+void surge_watch_close(surge_watch *watch);
+
+/* Consumer groups: each file published in dir that matches the group's pattern (set by the
+ * group's first claim; NULL: '*') is handed to one consumer at a time, for lease_seconds; not
+ * acknowledged by then, it goes back to the group. surge_queue_claim waits up to timeout_ms
+ * (-1: for ever; -ETIMEDOUT then) and writes the file's path and the claim's token.
+ * surge_queue_done acknowledges it (group NULL: the one group holding it; token 0: whichever
+ * claim holds it, else only that claim: -ENOENT if its lease ran out and it went to another). */
+int surge_queue_claim(const char *dir, const char *group, const char *pattern, double lease_seconds, int timeout_ms,
+                      char *path, size_t size, uint64_t *token);
+int surge_queue_done(const char *path, const char *group, uint64_t token);
 
 /* What went wrong in this thread's last failed call ("" if none). Valid until the next call. */
 const char *surge_last_error(void);

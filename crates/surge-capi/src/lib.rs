@@ -11,7 +11,11 @@
 //! return 0 or a negative errno and never unwind into C; the message of the last failure is
 //! kept per thread for `surge_last_error`.
 //!
-//! `call` holds what every call goes through; [`staging`] the entry points.
+//! It also follows the files published in a directory and takes them as a consumer of a group
+//! (`surge_watch_*`, `surge_queue_*`: see `docs/workflow.md`).
+//!
+//! `call` holds what every call goes through; [`staging`] and [`workflow`] the entry points.
 
 mod call;
 pub mod staging;
+pub mod workflow;

@@ -1,0 +1,157 @@
+//! The workflow calls of `include/surge.h`: following the files published in a directory
+//! (`surge_watch_*`) and taking them as a consumer of a group (`surge_queue_*`), over the
+//! client library's [`surge_client::workflow`].
+
+use std::ffi::{c_char, c_int};
+use std::time::Duration;
+
+use surge_client::workflow::Publications;
+use surge_client::Client;
+
+use crate::call::{call, resolve, runtime, text, CallResult, Failure};
+
+/// A reader of one directory's publications, for C.
+pub struct Watch {
+    client: Client,
+    reader: Publications,
+    /// The directory as the caller named it: paths handed back start with it.
+    shown: String,
+}
+
+/// `timeout_ms` as a wait: negative waits for ever.
+fn wait_of(timeout_ms: c_int) -> Option<Duration> {
+    (timeout_ms >= 0).then(|| Duration::from_millis(timeout_ms as u64))
+}
+
+/// Copies `value` with its NUL into the caller's `size` bytes at `out`.
+fn copy_out(value: &str, out: *mut c_char, size: usize) -> CallResult<()> {
+    let bytes = value.as_bytes();
+    if out.is_null() || bytes.len() + 1 > size || bytes.contains(&0) {
+        return Err(Failure::new(libc::ERANGE, format!("{value}: does not fit the {size} bytes given")));
+    }
+    // SAFETY: the caller guarantees `size` writable bytes at `out`; bytes.len() + 1 <= size.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr().cast::<c_char>(), out, bytes.len());
+        *out.add(bytes.len()) = 0;
+    }
+    Ok(())
+}
+
+fn set<T>(out: *mut T, value: T) {
+    if !out.is_null() {
+        // SAFETY: the caller passes NULL or a pointer to a T.
+        unsafe { *out = value };
+    }
+}
+
+fn optional_text(p: *const c_char, what: &str) -> CallResult<Option<String>> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: not NULL (checked above); the C caller passes a NUL-terminated string (surge.h).
+    unsafe { text(p, what) }.map(Some)
+}
+
+/// # Safety
+/// `dir` is a NUL-terminated string, `pattern` one or NULL, `out` a pointer to a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn surge_watch_open(dir: *const c_char, pattern: *const c_char, from_cursor: u64, out: *mut *mut Watch) -> c_int {
+    call(|| {
+        if out.is_null() {
+            return Err(Failure::new(libc::EINVAL, "out is NULL"));
+        }
+        // SAFETY: the C caller passes a NUL-terminated string (surge.h).
+        let shown = unsafe { text(dir, "directory")? };
+        let pattern = optional_text(pattern, "pattern")?;
+        let (client, inner) = resolve(&shown)?;
+        let reader = runtime().block_on(client.publications(&inner, pattern.as_deref(), from_cursor))?;
+        let watch = Box::new(Watch { client, reader, shown: shown.trim_end_matches('/').to_string() });
+        // SAFETY: checked not NULL above.
+        unsafe { *out = Box::into_raw(watch) };
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `watch` comes from `surge_watch_open`; `path` has room for `size` bytes; `cursor` and
+/// `file_size` are NULL or point to a uint64_t.
+#[no_mangle]
+pub unsafe extern "C" fn surge_watch_next(
+    watch: *mut Watch,
+    timeout_ms: c_int,
+    path: *mut c_char,
+    size: usize,
+    cursor: *mut u64,
+    file_size: *mut u64,
+) -> c_int {
+    call(|| {
+        if watch.is_null() {
+            return Err(Failure::new(libc::EINVAL, "watch is NULL"));
+        }
+        // SAFETY: not NULL (checked above), from surge_watch_open and not yet closed.
+        let watch = unsafe { &mut *watch };
+        let Some(p) = runtime().block_on(watch.reader.next(wait_of(timeout_ms)))? else {
+            return Err(Failure::new(libc::ETIMEDOUT, format!("nothing published in {} within {timeout_ms} ms", watch.shown)));
+        };
+        copy_out(&format!("{}/{}", watch.shown, p.name), path, size)?;
+        set(cursor, p.cursor);
+        set(file_size, p.size.unwrap_or(u64::MAX));
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `watch` comes from `surge_watch_open` (or is NULL) and is not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn surge_watch_close(watch: *mut Watch) {
+    if !watch.is_null() {
+        // SAFETY: made by Box::into_raw in surge_watch_open; the caller gives it up here.
+        let watch = unsafe { Box::from_raw(watch) };
+        drop(watch.client);
+    }
+}
+
+/// # Safety
+/// `dir` and `group` are NUL-terminated strings, `pattern` one or NULL; `path` has room for
+/// `size` bytes; `token` is NULL or points to a uint64_t.
+#[no_mangle]
+pub unsafe extern "C" fn surge_queue_claim(
+    dir: *const c_char,
+    group: *const c_char,
+    pattern: *const c_char,
+    lease_seconds: f64,
+    timeout_ms: c_int,
+    path: *mut c_char,
+    size: usize,
+    token: *mut u64,
+) -> c_int {
+    call(|| {
+        // SAFETY: the C caller passes NUL-terminated strings (surge.h).
+        let (shown, group) = unsafe { (text(dir, "directory")?, text(group, "group")?) };
+        let pattern = optional_text(pattern, "pattern")?;
+        let lease = Duration::try_from_secs_f64(lease_seconds).map_err(|_| Failure::new(libc::EINVAL, "bad lease"))?;
+        let (client, inner) = resolve(&shown)?;
+        let consumer = format!("libsurge:{}", std::process::id());
+        let claimed = runtime().block_on(client.claim(&inner, &group, pattern.as_deref(), &consumer, lease, wait_of(timeout_ms)))?;
+        let Some(claimed) = claimed else {
+            return Err(Failure::new(libc::ETIMEDOUT, format!("nothing to claim in {shown} for group '{group}' within {timeout_ms} ms")));
+        };
+        copy_out(&format!("{}/{}", shown.trim_end_matches('/'), claimed.name), path, size)?;
+        set(token, claimed.token);
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `path` is a NUL-terminated string, `group` one or NULL.
+#[no_mangle]
+pub unsafe extern "C" fn surge_queue_done(path: *const c_char, group: *const c_char, token: u64) -> c_int {
+    call(|| {
+        // SAFETY: the C caller passes a NUL-terminated string (surge.h).
+        let path = unsafe { text(path, "path")? };
+        let group = optional_text(group, "group")?;
+        let (client, inner) = resolve(&path)?;
+        runtime().block_on(client.claim_done(&inner, group.as_deref(), (token != 0).then_some(token)))?;
+        Ok(())
+    })
+}
