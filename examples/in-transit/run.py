@@ -100,8 +100,10 @@ class Placement:
 class SurgeInstance(cv.SetUpTornDown):
     """A Surge instance of our own: private SURGE_HOME, data under /dev/shm, FUSE-mounted."""
 
-    def __init__(self, surge: Path, capacity: int, mount: Path, placement: Placement, servers: int = 4):
+    def __init__(self, surge: Path, capacity: int, mount: Path, placement: Placement, servers: int = 4,
+                 up_args: tuple[str, ...] = ()):
         self.surge, self.capacity, self.mount, self.servers, self.placement = surge, capacity, mount, servers, placement
+        self.up_args = up_args
         self.name = f"intransit{os.getpid()}"
         self.server_pids: list[int] = []
 
@@ -117,9 +119,13 @@ class SurgeInstance(cv.SetUpTornDown):
         self._stack.callback(self._down)
         # Servers and FUSE daemon are children of `surge up`: they inherit its CPU placement.
         self._surge("up", "--name", self.name, "--servers", str(self.servers), "--capacity", f"{self.capacity // MIB}M",
-                    "--root", root, "--mount", str(self.mount), preexec=self.placement.for_services())
+                    "--root", root, "--mount", str(self.mount), *self.up_args, preexec=self.placement.for_services())
         desc = json.loads((Path(home) / "instances" / f"{self.name}.json").read_text())
         self.server_pids = [s["pid"] for s in desc["servers"] if s.get("pid")]
+
+    def cli(self, *args: str) -> str:
+        """`surge ARGS...` (paths on this instance's mount name it); its output, or WorkflowError."""
+        return self._surge(*args)
 
     def _surge(self, *args: str, preexec=None) -> str:
         p = subprocess.run([str(self.surge), *args], capture_output=True, text=True, preexec_fn=preexec)
@@ -281,6 +287,10 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--bb-capacity-mib", type=int, help="Surge instance capacity (default: sized from the run)")
     ap.add_argument("--pfs-only", action="store_true", help="run only the PFS half (the baseline)")
     ap.add_argument("--out", default="in-transit-results", help="directory for the table, JSON, figure and raw timings")
+    ap.add_argument("--coupled", action="store_true",
+                    help="workflow v2 (coupled.py): kappa = 3, one consumer vs a consumer group that grows with the backlog, "
+                         "retention, back-pressure and the drain manager")
+    ap.add_argument("--kappa", type=float, default=3.0, help="with --coupled: how much slower one consumer is than the simulation")
     args = ap.parse_args()
     preset = QUICK if args.quick else FULL
     for key, value in preset.items():
@@ -307,6 +317,11 @@ def _raise_exit(signum, _frame):
 def main() -> int:
     args = parse_args()
     preflight(args)
+    if args.coupled:
+        import coupled
+
+        signal.signal(signal.SIGTERM, _raise_exit)
+        return coupled.main(args)
     signal.signal(signal.SIGTERM, _raise_exit)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)

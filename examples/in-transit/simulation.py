@@ -162,6 +162,8 @@ def write_plot(model: Model, path: Path) -> None:
 def run(args: argparse.Namespace) -> None:
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    plot_dir = Path(args.plot_dir) if args.plot_dir else workdir
+    checkpoint_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else workdir
     tracker = None
     if args.stage_out_dir:
         import stageio  # only the burst-buffer run needs Surge's staging API
@@ -189,7 +191,7 @@ def run(args: argparse.Namespace) -> None:
         plot_write = 0.0
         plot_bytes = 0
         if model.step % args.plot_every == 0:
-            path = workdir / cv.plot_name(model.step)
+            path = plot_dir / cv.plot_name(model.step)
             t0 = time.perf_counter()
             write_plot(model, path)
             plot_write = time.perf_counter() - t0
@@ -203,7 +205,7 @@ def run(args: argparse.Namespace) -> None:
         ckpt_write = stage_call = 0.0
         ckpt_bytes = 0
         if model.step % args.checkpoint_every == 0 or model.step == last:
-            path = workdir / cv.checkpoint_name(model.step)
+            path = checkpoint_dir / cv.checkpoint_name(model.step)
             t0 = time.perf_counter()
             write_checkpoint(model, path)
             ckpt_write = time.perf_counter() - t0
@@ -260,6 +262,8 @@ def main() -> None:
     r.add_argument("--plot-every", type=int, default=1)
     r.add_argument("--checkpoint-every", type=int, default=10)
     r.add_argument("--stage-out-dir", help="PFS directory to stage every checkpoint out to (burst-buffer run)")
+    r.add_argument("--plot-dir", help="where plot files go (default: the workdir)")
+    r.add_argument("--checkpoint-dir", help="where checkpoints go (default: the workdir)")
     r.add_argument("--timings", default="timings.json", help="per-step timing file (JSON)")
     r.add_argument("--verbose", action="store_true")
     args = ap.parse_args()

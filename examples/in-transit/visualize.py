@@ -13,8 +13,19 @@ It stops when the simulation's `sim.done` marker is published and every plot fil
 announces has been rendered, then publishes its own `vis.done` marker (read by the encoder)
 and writes per-frame timings to `--timings`.
 
+With `--group NAME` (the coupled workflow, `run.py --coupled`) it is instead one consumer of
+a Surge consumer group: it claims the next published plot file no other consumer of the group
+has (`surge.workflow.claim`, waiting on the instance, no scanning), renders it and
+acknowledges it; the instance's retention policy removes the file once every group is done
+with it. Any number of such consumers share the work, each file rendered once. It stops when
+the simulation is done and nothing is left to claim (with `--stop-with-simulation`: as soon as
+the simulation is done, leaving what it did not get to, as VisIt did in seed 001).
+`--frame-seconds` makes each frame take at least that long: a visualization slower than the
+simulation (kappa > 1), as on the seed's separate nodes.
+
 Usage:
     visualize.py --watch WORKDIR --frames WORKDIR/frames [--delete] [--timings vis.json]
+    visualize.py --group vis --watch PLOTDIR --frames FRAMEDIR --sim-done WORKDIR/sim.done [--frame-seconds S]
 """
 
 from __future__ import annotations
@@ -71,6 +82,36 @@ class Renderer:
         return t1 - t0, time.perf_counter() - t1
 
 
+def consume_group(args, renderer: Renderer, watch: Path, frames: Path) -> None:
+    """One consumer of a Surge consumer group (see the module notes)."""
+    from surge import workflow  # only the coupled workflow needs Surge's Python binding
+
+    sim_done = Path(args.sim_done) if args.sim_done else watch / cv.SIM_DONE
+    records = []
+    while True:
+        # The marker is read before the claim: a plot file published before it is claimable
+        # by then, so "marker seen and nothing to claim" means this consumer is finished.
+        finished = cv.read_marker(sim_done) is not None
+        if finished and args.stop_with_simulation:
+            break
+        claim = workflow.claim(watch, args.group, pattern="plt*.h5", lease=args.lease, timeout=0.5)
+        if claim is None:
+            if finished:
+                break
+            continue
+        t0 = time.perf_counter()
+        path = Path(claim.path)
+        step = int(cv.PLOT_RE.match(path.name).group(1))
+        read_s, draw_s = renderer.render(path, frames / cv.frame_name(step))
+        spare = args.frame_seconds - (time.perf_counter() - t0)
+        if spare > 0:
+            time.sleep(spare)  # the slower visualization this consumer stands for
+        workflow.done(claim.path, group=args.group, token=claim.token)
+        records.append({"step": step, "read_s": read_s, "render_s": draw_s, "finished_epoch": time.time()})
+    if args.timings:
+        Path(args.timings).write_text(json.dumps({"frames": records}, indent=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--watch", required=True, help="directory the simulation publishes plot files into")
@@ -78,12 +119,20 @@ def main() -> None:
     ap.add_argument("--delete", action="store_true", help="delete each plot file once rendered")
     ap.add_argument("--poll", type=float, default=0.05, help="seconds between directory scans")
     ap.add_argument("--timings", help="per-frame timing file (JSON)")
+    ap.add_argument("--group", help="be one consumer of this Surge consumer group instead of scanning")
+    ap.add_argument("--sim-done", help="the simulation's done marker (default: WATCH/sim.done)")
+    ap.add_argument("--stop-with-simulation", action="store_true", help="with --group: stop when the simulation is done")
+    ap.add_argument("--frame-seconds", type=float, default=0.0, help="with --group: least time per frame")
+    ap.add_argument("--lease", type=float, default=60.0, help="with --group: seconds a claimed plot file is this consumer's")
     args = ap.parse_args()
     cv.exit_on_sigterm()
 
     watch, frames = Path(args.watch), Path(args.frames)
     frames.mkdir(parents=True, exist_ok=True)
     renderer = Renderer()
+    if args.group:
+        consume_group(args, renderer, watch, frames)
+        return
     done_steps: set[int] = set()
     records = []
     peak_backlog = 0

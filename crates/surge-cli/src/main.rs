@@ -125,6 +125,8 @@ enum Command {
         /// down to --low-water (retention policies and consumers free it).
         #[arg(long, requires = "low_water")]
         high_water: Option<f64>,
+        /// Writes held at the high-water mark go on once a server's share is back down to this
+        /// fraction.
         #[arg(long, requires = "high_water")]
         low_water: Option<f64>,
         /// Seconds a write waits at the high-water mark before it fails with ENOSPC (the
@@ -328,6 +330,7 @@ enum Command {
         /// Drop the directory's policy: files stay until removed.
         #[arg(long, conflicts_with_all = ["keep_last", "after_groups", "stage_out"])]
         off: bool,
+        /// The policy and its counts as JSON (null: no policy).
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -341,6 +344,7 @@ enum Command {
     Drain {
         /// The directory the simulation writes its checkpoints to.
         dir: String,
+        /// The checkpoints' names (a glob).
         #[arg(long, default_value = "*")]
         pattern: String,
         /// Stage every Nth checkpoint.
@@ -645,6 +649,7 @@ enum QueueCommand {
     Claim {
         /// The directory: on a Surge mount, or a path inside the instance.
         dir: String,
+        /// The consumer group (made by its first claim).
         #[arg(long)]
         group: String,
         /// The files the group takes (a glob; default '*': names not starting with '.').
@@ -688,7 +693,9 @@ enum QueueCommand {
     /// Every consumer group of DIR: files produced, claimed, done, waiting, expired claims,
     /// production and consumption rates (last minute) and kappa (their ratio).
     Status {
+        /// The directory: on a Surge mount, or a path inside the instance.
         dir: String,
+        /// One JSON object per group (kappa null while nothing was consumed lately).
         #[arg(long)]
         json: bool,
         /// Print again every this many seconds.
