@@ -46,7 +46,7 @@ from throttled_pfs import MIB, PFSSetupError, ThrottledPFS
 
 MAX_CONSUMERS = 4
 # --quick: enough steps for the backlog to build up (and the run to write 5x the v2 buffer).
-QUICK_STEPS = 40
+QUICK_STEPS = 60
 # A consumer is added once the backlog is past this many plot files per consumer, at most
 # once every `ADD_EVERY` seconds (the new one needs a moment to take its share).
 BACKLOG_PER_CONSUMER = 2
@@ -54,15 +54,16 @@ ADD_EVERY = 2.0
 SAMPLE_EVERY = 0.25
 
 
-def step_seconds(grid: int, steps: int = 3) -> float:
-    """The simulation's time per step (compute and plot write to memory), measured here."""
-    model = simulation.Model.initial(simulation.Physics(grid=grid))
-    with tempfile.TemporaryDirectory(dir="/dev/shm") as tmp:
-        t0 = time.perf_counter()
-        for i in range(steps):
-            model.advance()
-            simulation.write_plot(model, Path(tmp) / cv.plot_name(i))
-        return (time.perf_counter() - t0) / steps
+def step_seconds(bb: v1.SurgeInstance, restart: Path, placement: v1.Placement, steps: int = 6) -> float:
+    """The simulation's time per step (compute and plot write, median) on `bb`, as it will run."""
+    work = bb.mount / "calibration"
+    timings = work / "timings.json"
+    cmd = [v1.PY, v1.HERE / "simulation.py", "run", "--restart", restart, "--workdir", work, "--steps", steps,
+           "--checkpoint-every", 10 * steps, "--timings", timings]
+    subprocess.run([str(c) for c in cmd], check=True, capture_output=True, cwd=v1.HERE, preexec_fn=placement.for_simulation())
+    per_step = [s["compute_s"] + s["plot_write_s"] for s in json.loads(timings.read_text())["steps"]]
+    shutil.rmtree(work)
+    return statistics.median(per_step)
 
 
 class Sampler(threading.Thread):
@@ -77,7 +78,7 @@ class Sampler(threading.Thread):
         self.t0 = time.monotonic()
 
     def run(self) -> None:
-        last_added = 0.0
+        last_added = -ADD_EVERY
         while not self.stop.is_set():
             st = os.statvfs(self.bb.mount)
             used = (st.f_blocks - st.f_bfree) * st.f_frsize
@@ -243,10 +244,9 @@ def main(args) -> int:
     # with room for a few plot files and checkpoints; v1's holds everything.
     small = max(written // 6, 5 * plot_bytes + 2 * ckpt_bytes)
     large = written + 256 * MIB
-    frame_seconds = args.kappa * step_seconds(args.grid)
-    print(f"coupled workflow: {args.grid}^3, {args.steps} steps, one frame takes {frame_seconds:.2f} s "
-          f"(kappa {args.kappa:g} x the simulation's step); v2 buffer {small // MIB} MiB for {written // MIB} MiB written",
+    print(f"coupled workflow: {args.grid}^3, {args.steps} steps; v2 buffer {small // MIB} MiB for {written // MIB} MiB written",
           flush=True)
+    frame_seconds = 0.0
     checks = v1.Checks()
     runs = []
     with contextlib.ExitStack() as stack:
@@ -265,6 +265,9 @@ def main(args) -> int:
             ("v2", True, small, ("--high-water", "0.8", "--low-water", "0.6", "--pressure-wait", "120")),
         ):
             with v1.SurgeInstance(surge, capacity, scratch / f"bb-{label}", placement, up_args=up) as bb:
+                if not frame_seconds:
+                    frame_seconds = args.kappa * step_seconds(bb, restart, placement)
+                    print(f"one frame takes {frame_seconds:.2f} s: kappa {args.kappa:g} x the simulation's step", flush=True)
                 print(f"({label}) {'consumer group' if coupled else 'one consumer'} on a {capacity // MIB} MiB buffer ...",
                       flush=True)
                 runs.append(one_run(label, bb, pfs.root / f"checkpoints-{label}", restart, out, args, frame_seconds, coupled))

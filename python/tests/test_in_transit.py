@@ -90,3 +90,24 @@ def test_outputs_written(quick_run):
                                  "stream=nb_read_frames", "-of", "csv=p=0", str(movie)],
                                 capture_output=True, text=True, check=True).stdout.strip()
         assert int(frames) == 20, movie
+
+
+def test_coupled_workflow_leaves_nothing_unprocessed_within_its_buffer(tmp_path):
+    """`run.py --coupled --quick` (workflow v2): one consumer kappa = 3 times slower than the
+    simulation leaves plot files unprocessed (v1); a consumer group grown with the backlog,
+    retention, back-pressure and the drain manager process every one on a buffer the run
+    writes 5x over, the simulation making no staging call (v2)."""
+    if os.geteuid() != 0:
+        pytest.fail("the coupled workflow needs root (FUSE mount, loop device for the PFS stand-in)")
+    p = subprocess.run([sys.executable, str(RUN), "--coupled", "--quick", "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, f"run.py --coupled --quick failed ({p.returncode}):\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
+    results = json.loads((tmp_path / "coupled.json").read_text())
+    assert results["checks_passed"] and len(results["checks"]) == 7
+    v1, v2 = results["runs"]
+    assert v1["unprocessed"] > v1["plot_files"] // 3, "kappa ~3: most plot files left to a lone consumer"
+    assert v1["kappa"] > 2, v1["kappa"]
+    assert v2["unprocessed"] == 0 and v2["consumers"] > 1 and v2["stage_calls"] == 0
+    assert v2["written"] >= 5 * v2["capacity"] > v2["peak_used"]
+    assert (tmp_path / "coupled.png").stat().st_size > 10_000
+    assert "left unprocessed" in p.stdout and "written / capacity" in p.stdout

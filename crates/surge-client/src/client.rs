@@ -74,6 +74,10 @@ pub(crate) fn first_failure(outcomes: Vec<Result<()>>) -> Result<()> {
     outcomes.into_iter().find_map(|outcome| outcome.err()).map_or(Ok(()), Err)
 }
 
+/// How much longer than an instance's pressure wait a request may take before its server is
+/// deemed unresponsive (the held write's answer, ENOSPC at worst, comes within the wait).
+const HELD_WRITE_MARGIN: Duration = Duration::from_secs(10);
+
 impl Client {
     /// Connects to the instance a descriptor describes. Servers are dialled lazily, on first use.
     pub fn new(desc: &InstanceDescriptor, opts: ClientOptions) -> Result<Client> {
@@ -94,6 +98,12 @@ impl Client {
                 vec![local.addr]
             }
         };
+        let mut opts = opts;
+        if let Some(marks) = desc.watermarks {
+            // A write may be held on a server past its high-water mark for the pressure wait:
+            // it is not to be given up as a silent server before that.
+            opts.timeout = opts.timeout.max(Duration::from_secs_f64(marks.wait_secs) + HELD_WRITE_MARGIN);
+        }
         Client::assemble(addrs, desc.chunk_size, desc.read_secret()?, opts, desc.layout)
     }
 

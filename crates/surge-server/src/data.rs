@@ -133,7 +133,10 @@ impl DataStore {
     /// the low one since.
     pub fn must_wait(&self, growth: u64) -> bool {
         let Some(marks) = &self.watermarks else { return false };
-        let filled = self.filled();
+        // What is written, not the room set aside for local writers: a writer holding a
+        // reservation must not wait on its own reservation (it goes into `used` when the
+        // writes are reported; new reservations are refused past the mark).
+        let filled = self.used();
         if self.held.load(Ordering::Relaxed) {
             if filled > marks.low {
                 return growth > 0;
@@ -593,6 +596,26 @@ mod tests {
         assert_eq!(store.read(1, 0, 1 << 20).unwrap(), block);
         store.purge(1).unwrap();
         assert_eq!(store.used(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Past the high-water mark writes wait until the share is back at the low one; room set
+    /// aside for a local writer is refused there, and never makes its holder wait.
+    #[test]
+    fn writes_wait_between_the_watermarks() {
+        let dir = std::env::temp_dir().join(format!("surge-data-marks-{}", std::process::id()));
+        let marks = surge_proto::workflow::Watermarks { high: 0.5, low: 0.25, wait_secs: 1.0 };
+        let store = DataStore::open(&dir, 1 << 20).unwrap().with_watermarks(Some(marks));
+        store.reserve_local(9, 400 << 10).unwrap();
+        assert!(!store.must_wait(64 << 10), "a reservation is not written room");
+        assert!(store.past_high_water(200 << 10), "but no more is set aside past the mark");
+        store.write(1, 0, &vec![1u8; 400 << 10]).unwrap();
+        assert!(store.must_wait(200 << 10), "past the high-water mark");
+        assert!(!store.must_wait(0), "nothing to write, nothing to wait for");
+        store.truncate(1, 300 << 10).unwrap();
+        assert!(store.must_wait(4096), "held until back at the low-water mark");
+        store.truncate(1, 100 << 10).unwrap();
+        assert!(!store.must_wait(4096), "back at the low-water mark");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
