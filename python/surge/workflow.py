@@ -34,6 +34,16 @@ _lib.surge_queue_claim.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ch
                                    ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64)]
 _lib.surge_queue_done.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint64]
 
+
+
+class _Counts(ctypes.Structure):
+    _fields_ = [("produced", ctypes.c_uint64), ("claimed", ctypes.c_uint64), ("done", ctypes.c_uint64),
+                ("backlog", ctypes.c_uint64), ("expired", ctypes.c_uint64),
+                ("production_per_s", ctypes.c_double), ("consumption_per_s", ctypes.c_double)]
+
+
+_lib.surge_queue_status.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_Counts)]
+
 _UNKNOWN_SIZE = 2**64 - 1
 # What a wait is cut into, so that Ctrl-C reaches Python between the library's waits.
 _SLICE_MS = 1000
@@ -52,6 +62,21 @@ class Published(NamedTuple):
 class Claim(NamedTuple):
     path: str
     token: int
+
+
+class QueueStatus(NamedTuple):
+    produced: int
+    claimed: int
+    done: int
+    backlog: int
+    expired: int
+    production_per_s: float
+    consumption_per_s: float
+
+    @property
+    def kappa(self) -> Optional[float]:
+        """Production over consumption (seed 001's R_sim / R_vis); None while nothing was consumed lately."""
+        return self.production_per_s / self.consumption_per_s if self.consumption_per_s > 0 else None
 
 
 def _wait_ms(deadline_left: Optional[float]) -> int:
@@ -121,3 +146,10 @@ def done(path, group: Optional[str] = None, token: Optional[int] = None) -> None
     another consumer)."""
     libsurge.check(_lib.surge_queue_done(libsurge.path(path), group.encode() if group else None,
                                          ctypes.c_uint64(token or 0)), WorkflowError)
+
+
+def status(directory, group: str) -> QueueStatus:
+    """Consumer group ``group`` of ``directory``: counts, and rates over the last minute."""
+    counts = _Counts()
+    libsurge.check(_lib.surge_queue_status(libsurge.path(directory), group.encode(), ctypes.byref(counts)), WorkflowError)
+    return QueueStatus(*(getattr(counts, name) for name, _ in _Counts._fields_))

@@ -52,3 +52,9 @@ def test_a_group_hands_each_file_out_once(surge_mount):
             workflow.done(c.path, group="vis", token=c.token)
         assert twice.value.errno == errno.ENOENT
     assert taken == [str(plots / f"plt{i}.h5") for i in range(6)]
+    st = workflow.status(plots, "vis")
+    assert (st.produced, st.done, st.backlog, st.claimed) == (6, 6, 0, 0)
+    assert st.consumption_per_s > 0 and st.kappa is not None
+    with pytest.raises(workflow.WorkflowError) as nobody:
+        workflow.status(plots, "nobody")
+    assert nobody.value.errno == errno.ENOENT

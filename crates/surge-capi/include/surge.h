@@ -100,6 +100,15 @@ int surge_queue_claim(const char *dir, const char *group, const char *pattern, d
                       char *path, size_t size, uint64_t *token);
 int surge_queue_done(const char *path, const char *group, uint64_t token);
 
+/* A group's counts (produced = done + claimed + backlog; expired: claims whose lease ran out)
+ * and its production and consumption rates over the last minute, files per second; kappa is
+ * their ratio. -ENOENT if dir has no such group. */
+typedef struct {
+    uint64_t produced, claimed, done, backlog, expired;
+    double production_per_s, consumption_per_s;
+} surge_queue_counts;
+int surge_queue_status(const char *dir, const char *group, surge_queue_counts *out);
+
 /* What went wrong in this thread's last failed call ("" if none). Valid until the next call. */
 const char *surge_last_error(void);
 

@@ -155,3 +155,45 @@ pub unsafe extern "C" fn surge_queue_done(path: *const c_char, group: *const c_c
         Ok(())
     })
 }
+
+/// One consumer group's counts and rates, as `surge_queue_status` fills them (see `surge.h`).
+#[repr(C)]
+pub struct QueueCounts {
+    pub produced: u64,
+    pub claimed: u64,
+    pub done: u64,
+    pub backlog: u64,
+    pub expired: u64,
+    pub production_per_s: f64,
+    pub consumption_per_s: f64,
+}
+
+/// # Safety
+/// `dir` and `group` are NUL-terminated strings; `out` points to a `surge_queue_counts`.
+#[no_mangle]
+pub unsafe extern "C" fn surge_queue_status(dir: *const c_char, group: *const c_char, out: *mut QueueCounts) -> c_int {
+    call(|| {
+        if out.is_null() {
+            return Err(Failure::new(libc::EINVAL, "out is NULL"));
+        }
+        // SAFETY: the C caller passes NUL-terminated strings (surge.h).
+        let (shown, group) = unsafe { (text(dir, "directory")?, text(group, "group")?) };
+        let (client, inner) = resolve(&shown)?;
+        let groups = runtime().block_on(client.queue_status(&inner))?;
+        let Some(g) = groups.into_iter().find(|g| g.group == group) else {
+            return Err(Failure::new(libc::ENOENT, format!("{shown} has no consumer group '{group}'")));
+        };
+        let counts = QueueCounts {
+            produced: g.produced,
+            claimed: g.claimed,
+            done: g.done,
+            backlog: g.backlog,
+            expired: g.expired,
+            production_per_s: g.production_per_s,
+            consumption_per_s: g.consumption_per_s,
+        };
+        // SAFETY: checked not NULL above; the caller passes a pointer to a surge_queue_counts.
+        unsafe { *out = counts };
+        Ok(())
+    })
+}

@@ -86,6 +86,13 @@ int main(int argc, char **argv) {
         handed++;
     }
     CHECK(handed == 3, "three files handed out, not %d", handed);
+    surge_queue_counts counts;
+    CHECK(surge_queue_status(dir, "vis", &counts) == 0, "status");
+    CHECK(counts.produced == 3 && counts.done == 3 && counts.backlog == 0 && counts.claimed == 0,
+          "counts %llu %llu %llu %llu", (unsigned long long)counts.produced, (unsigned long long)counts.done,
+          (unsigned long long)counts.backlog, (unsigned long long)counts.claimed);
+    CHECK(counts.consumption_per_s > 0, "a consumption rate");
+    CHECK(surge_queue_status(dir, "nobody", &counts) == -ENOENT, "no such group");
     CHECK(surge_queue_claim(dir, "vis", "other*", 30.0, 0, path, sizeof path, &token) == -EINVAL, "another pattern");
     printf("all workflow checks passed\n");
     return 0;
