@@ -225,7 +225,7 @@ pub struct LocalData {
 /// whole or appended). What a server counts against its share for a write, and so what a
 /// client writing a data file itself must have set aside (`ReserveLocal`).
 pub fn write_growth(end: u64, offset: u64, len: u64) -> u64 {
-    (offset + len).saturating_sub(end.max(offset))
+    offset.saturating_add(len).saturating_sub(end.max(offset))
 }
 
 /// Name of the file in a server's data directory that holds its chunks of inode `ino`.
