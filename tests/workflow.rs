@@ -238,6 +238,8 @@ fn a_writer_held_at_the_high_water_mark_resumes_when_room_frees_and_fails_after_
     });
     std::thread::sleep(Duration::from_millis(1500));
     assert!(!writer.is_finished(), "the writer should be held at the high-water mark");
+    let status = text(&inst.surge(&["status", "pressure"]));
+    assert!(status.contains("writers wait"), "`surge status` shows the servers holding writers: {status}");
     let freed = Instant::now();
     std::fs::remove_file(m.path("old")).unwrap();
     let waited = writer.join().unwrap().expect("the held write goes on, without an error");

@@ -473,7 +473,8 @@ pub fn servers_table(desc: &InstanceDescriptor, stats: &[surge_client::Result<su
                     server.index.to_string(),
                     server.host.clone(),
                     server.addr.to_string(),
-                    "up".into(),
+                    // Past the high-water mark, writes needing room on this server wait.
+                    if s.holding_writers { "up, writers wait".into() } else { "up".into() },
                     human_bytes(s.used),
                     human_bytes(s.capacity),
                     format!("{:.1}", 100.0 * s.used as f64 / s.capacity.max(1) as f64),

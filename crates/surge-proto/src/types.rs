@@ -205,6 +205,9 @@ pub struct ServerStats {
     /// are not among them).
     pub read_bytes: u64,
     pub written_bytes: u64,
+    /// Past its high-water mark and not yet back at the low one: writes needing room here
+    /// wait (see [`crate::workflow::Watermarks`]).
+    pub holding_writers: bool,
 }
 
 /// A server's data directory, told to every client so that one on the same node can read chunk

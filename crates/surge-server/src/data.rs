@@ -153,6 +153,12 @@ impl DataStore {
         false
     }
 
+    /// Whether writes needing room here wait now: the share went past its high-water mark and
+    /// is not back at the low one.
+    pub fn holding_writers(&self) -> bool {
+        self.watermarks.is_some_and(|marks| self.held.load(Ordering::Relaxed) && self.used() > marks.low)
+    }
+
     /// Whether `growth` more bytes would take the share past its high-water mark (or it is
     /// held there): room a client asks to set aside is then refused, without holding writers
     /// back for the asking.

@@ -24,6 +24,7 @@ impl Session {
                     dirs,
                     read_bytes: data.read_bytes(),
                     written_bytes: data.written_bytes(),
+                    holding_writers: data.holding_writers(),
                 }))
             }
             AdminRequest::Shutdown(_) => Answer::Stop,
