@@ -23,36 +23,14 @@ impl Session {
         match request {
             WorkflowRequest::Publications(read) => self.publications(read),
             WorkflowRequest::Claim(claim) => self.claim(claim),
-            WorkflowRequest::Done(done) => {
-                if let Err(e) = self.may_read(done.dir) {
-                    return Answer::Failure(e);
-                }
-                let shared = self.shared.clone();
-                let (outcome, seq) = {
-                    let mut meta = shared.meta.lock_or_recover();
-                    let outcome = meta.done(done.dir, done.group.as_deref(), &done.name, done.token, Timestamp::now());
-                    (outcome, shared.journal_changes(&mut meta))
-                };
-                Answer::later::<Done>(async move {
-                    shared.journal.durable(seq).await;
-                    outcome
-                })
-            }
-            WorkflowRequest::SetRetention(set) => {
-                if let Err(e) = self.may_change_policy(set.dir) {
-                    return Answer::Failure(e);
-                }
-                let shared = self.shared.clone();
-                let (outcome, seq) = {
-                    let mut meta = shared.meta.lock_or_recover();
-                    let outcome = meta.set_retention(set.dir, &set.path, set.policy);
-                    (outcome, shared.journal_changes(&mut meta))
-                };
-                Answer::later::<SetRetention>(async move {
-                    shared.journal.durable(seq).await;
-                    outcome
-                })
-            }
+            WorkflowRequest::Done(done) => match self.may_read(done.dir) {
+                Ok(()) => self.durably::<Done>(|meta| meta.done(done.dir, done.group.as_deref(), &done.name, done.token, Timestamp::now())),
+                Err(e) => Answer::Failure(e),
+            },
+            WorkflowRequest::SetRetention(set) => match self.may_change_policy(set.dir) {
+                Ok(()) => self.durably::<SetRetention>(|meta| meta.set_retention(set.dir, &set.path, set.policy)),
+                Err(e) => Answer::Failure(e),
+            },
             WorkflowRequest::GetRetention(get) => match self.may_read(get.dir) {
                 Ok(()) => Answer::of::<GetRetention>(self.shared.meta.lock_or_recover().retention(get.dir)),
                 Err(e) => Answer::Failure(e),
@@ -74,6 +52,24 @@ impl Session {
                 Answer::of::<QueueStatus>(groups)
             }
         }
+    }
+
+    /// Runs `change` on the namespace share and answers once its journal record is durable
+    /// (in a task of its own: the connection goes on meanwhile).
+    fn durably<C: surge_proto::Call>(&self, change: impl FnOnce(&mut crate::meta::MetaStore) -> Result<C::Reply>) -> Answer
+    where
+        C::Reply: Send + 'static,
+    {
+        let shared = self.shared.clone();
+        let (outcome, seq) = {
+            let mut meta = shared.meta.lock_or_recover();
+            let outcome = change(&mut meta);
+            (outcome, shared.journal_changes(&mut meta))
+        };
+        Answer::later::<C>(async move {
+            shared.journal.durable(seq).await;
+            outcome
+        })
     }
 
     /// With identities checked, what reads a directory's log or takes from it needs read
