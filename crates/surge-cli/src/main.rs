@@ -465,14 +465,8 @@ async fn run(command: Command) -> Result<ExitCode> {
         } => {
             let servers = servers.unwrap_or(if hosts.is_empty() { 4 } else { hosts.len() });
             let mode: Mode = mode.parse().map_err(anyhow::Error::msg)?;
-            let watermarks = match (high_water, low_water) {
-                (Some(high), Some(low)) => {
-                    let marks = surge_client::surge_proto::workflow::Watermarks { high, low, wait_secs: pressure_wait };
-                    marks.check().map_err(anyhow::Error::msg)?;
-                    Some(marks)
-                }
-                _ => None,
-            };
+            let watermarks =
+                surge_client::surge_proto::workflow::Watermarks::given(high_water, low_water, pressure_wait).map_err(anyhow::Error::msg)?;
             let params = instance::UpParams { name, servers, capacity, root, hosts, mode, chunk_size, check_identity, layout, watermarks };
             let (desc, took) = instance::up(&params).await?;
             if json {

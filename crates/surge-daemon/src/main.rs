@@ -95,14 +95,8 @@ fn main() -> anyhow::Result<()> {
         }
         None => None,
     };
-    let watermarks = match (args.high_water, args.low_water) {
-        (Some(high), Some(low)) => {
-            let marks = surge_proto::workflow::Watermarks { high, low, wait_secs: args.pressure_wait };
-            marks.check().map_err(anyhow::Error::msg)?;
-            Some(marks)
-        }
-        _ => None,
-    };
+    let watermarks =
+        surge_proto::workflow::Watermarks::given(args.high_water, args.low_water, args.pressure_wait).map_err(anyhow::Error::msg)?;
     let config = ServerConfig {
         listen: args.listen,
         root: args.root.clone(),

@@ -233,6 +233,15 @@ pub struct Watermarks {
 }
 
 impl Watermarks {
+    /// The watermarks `--high-water`, `--low-water` and `--pressure-wait` name (the first two
+    /// together or neither: None, no back-pressure), checked.
+    pub fn given(high: Option<f64>, low: Option<f64>, wait_secs: f64) -> Result<Option<Watermarks>, String> {
+        let (Some(high), Some(low)) = (high, low) else { return Ok(None) };
+        let marks = Watermarks { high, low, wait_secs };
+        marks.check()?;
+        Ok(Some(marks))
+    }
+
     /// Checks `0 < low < high <= 1` and a wait of at most a day.
     pub fn check(&self) -> Result<(), String> {
         if !(self.low > 0.0 && self.low < self.high && self.high <= 1.0) {
