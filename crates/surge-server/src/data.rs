@@ -172,13 +172,16 @@ impl DataStore {
         self.used().saturating_add(self.reserved.load(Ordering::Relaxed))
     }
 
-    /// The room a write of `len` bytes at `offset` of `ino` would take (all of `len` for a
-    /// file not open here, whose length is not at hand).
-    pub fn growth_of_write(&self, ino: Ino, offset: u64, len: u64) -> u64 {
-        match self.open.lock().unwrap().get(&ino) {
+    /// The room a write of `len` bytes at `offset` of `ino` needs, if it must wait for it
+    /// ([`DataStore::must_wait`]); None, without looking at the file, on a share without
+    /// watermarks. (All of `len` for a file not open here, whose length is not at hand.)
+    pub fn write_must_wait(&self, ino: Ino, offset: u64, len: u64) -> Option<u64> {
+        self.watermarks?;
+        let growth = match self.open.lock().unwrap().get(&ino) {
             Some(file) => write_growth(file.len.load(Ordering::Relaxed), offset, len),
             None => len,
-        }
+        };
+        self.must_wait(growth).then_some(growth)
     }
 
     /// This store's directory as clients on this node can recognise it (see [`LocalData`]).

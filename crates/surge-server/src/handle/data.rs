@@ -21,11 +21,10 @@ impl Session {
         }
         let data = &self.shared.data;
         match request {
-            DataRequest::Write(w) if data.must_wait(data.growth_of_write(w.ino, w.offset, payload.len() as u64)) => {
-                let growth = data.growth_of_write(w.ino, w.offset, payload.len() as u64);
-                self.when_room::<Write>(growth, move |data| data.write(w.ino, w.offset, &payload))
-            }
-            DataRequest::Write(w) => Answer::of::<Write>(data.write(w.ino, w.offset, &payload)),
+            DataRequest::Write(w) => match data.write_must_wait(w.ino, w.offset, payload.len() as u64) {
+                Some(growth) => self.when_room::<Write>(growth, move |data| data.write(w.ino, w.offset, &payload)),
+                None => Answer::of::<Write>(data.write(w.ino, w.offset, &payload)),
+            },
             DataRequest::Allocate(a) if a.mode != AllocateMode::PunchHole && data.must_wait(a.len) => {
                 self.when_room::<Allocate>(a.len, move |data| data.allocate(a.ino, a.offset, a.len, a.mode))
             }
