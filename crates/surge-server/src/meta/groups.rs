@@ -5,13 +5,13 @@
 //! or an acknowledgement is durable before it is answered —, so neither a consumer's death
 //! nor the server's loses or repeats a hand-out.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 use surge_proto::workflow::{Claimed, GroupStatus, Publication};
 use surge_proto::{ErrorCode, Ino, Timestamp};
 
-use super::publications::{Entries, NamePattern};
+use super::publications::{names_in, Entries, NamePattern};
 use super::{Inode, MetaStore};
 use crate::error::{Result, ServerError};
 
@@ -49,10 +49,11 @@ pub struct Claim {
     pub until: Timestamp,
 }
 
-/// A group as the store keeps it: its state and, for its rates, when its last
-/// acknowledgements came (not journaled).
+/// A group as the store keeps it: its state, its pattern compiled, and, for its rates, when
+/// its last acknowledgements came (not journaled).
 pub(super) struct Group {
     pub(super) state: GroupState,
+    matcher: NamePattern,
     recent_done: VecDeque<Timestamp>,
 }
 
@@ -77,13 +78,8 @@ fn later(t: Timestamp, ms: u64) -> Timestamp {
     Timestamp { secs: t.secs + (ms / 1000) as i64 + (nanos / 1_000_000_000) as i64, nanos: (nanos % 1_000_000_000) as u32 }
 }
 
-/// Whether publication `p` of `dir` is still its file's name.
-fn still_named(inodes: &std::collections::HashMap<Ino, Inode>, dir: Ino, p: &Publication) -> bool {
-    matches!(inodes.get(&dir).map(|i| &i.body), Some(super::Body::Dir(d)) if d.entries.get(&p.name).is_some_and(|e| e.ino == p.ino))
-}
-
 impl Group {
-    fn new(pattern: String, now: Timestamp) -> Group {
+    fn new(matcher: NamePattern, pattern: String, now: Timestamp) -> Group {
         let state = GroupState {
             pattern,
             created: now,
@@ -94,7 +90,28 @@ impl Group {
             handed_out: 0,
             expired: 0,
         };
-        Group { state, recent_done: VecDeque::new() }
+        Group { state, matcher, recent_done: VecDeque::new() }
+    }
+
+    /// Whether `p` (published in `dir`) is one this group takes: its name matches the group's
+    /// pattern and is still its file's.
+    pub(super) fn takes(&self, inodes: &HashMap<Ino, Inode>, dir: Ino, p: &Publication) -> bool {
+        self.matcher.matches(&p.name) && names_in(inodes, dir, &p.name, p.ino)
+    }
+
+    /// Whether `p` is the group's and waits for a consumer: neither done nor held.
+    fn waiting(&self, inodes: &HashMap<Ino, Inode>, dir: Ino, p: &Publication) -> bool {
+        !self.state.done.contains(&p.cursor) && !self.state.claims.contains_key(&p.cursor) && self.takes(inodes, dir, p)
+    }
+
+    /// Whether the group is done with `p` (acknowledged it, or passed it by).
+    pub(super) fn finished(&self, p: &Publication) -> bool {
+        self.state.done.contains(&p.cursor) || (p.cursor <= self.state.floor && !self.state.claims.contains_key(&p.cursor))
+    }
+
+    /// Whether `name` matches the group's pattern.
+    pub(super) fn matches(&self, name: &str) -> bool {
+        self.matcher.matches(name)
     }
 
     /// Claims whose lease ran out go back to the group.
@@ -107,18 +124,17 @@ impl Group {
     }
 
     /// Raises the floor over what is done or not the group's.
-    fn settle(&mut self, log: &Entries, mine: &dyn Fn(&Publication) -> bool) {
-        let state = &mut self.state;
+    fn settle(&mut self, log: &Entries, inodes: &HashMap<Ino, Inode>, dir: Ino) {
         loop {
-            let next = state.floor + 1;
-            if state.done.remove(&next) {
-                state.floor = next;
+            let next = self.state.floor + 1;
+            if self.state.done.remove(&next) {
+                self.state.floor = next;
                 continue;
             }
             match log.get(next) {
-                Some(p) if !state.claims.contains_key(&next) && !mine(p) => state.floor = next,
+                Some(p) if !self.state.claims.contains_key(&next) && !self.takes(inodes, dir, p) => self.state.floor = next,
                 // Trimmed from the log before the group got to it: nothing to hand out.
-                None if next < log.oldest() => state.floor = next,
+                None if next < log.oldest() => self.state.floor = next,
                 _ => break,
             }
         }
@@ -168,8 +184,8 @@ impl MetaStore {
                 return invalid(format!("a directory has at most {MAX_GROUPS_PER_DIRECTORY} consumer groups"));
             }
             let pattern = pattern.unwrap_or("*");
-            NamePattern::new(pattern)?;
-            log.groups.insert(group.to_string(), Group::new(pattern.to_string(), now));
+            let matcher = NamePattern::new(pattern)?;
+            log.groups.insert(group.to_string(), Group::new(matcher, pattern.to_string(), now));
             self.group_changed(dir, group);
         }
         let log = self.publications.get_mut(&dir).expect("made above");
@@ -177,17 +193,11 @@ impl MetaStore {
         if let Some(pattern) = pattern.filter(|p| *p != g.state.pattern) {
             return invalid(format!("group '{group}' takes '{}', not '{pattern}'", g.state.pattern));
         }
-        let matcher = NamePattern::new(&g.state.pattern)?;
         let inodes = &self.inodes;
-        let mine = |p: &Publication| matcher.matches(&p.name) && still_named(inodes, dir, p);
         let mut changed = g.expire(now);
-        g.settle(&log.entries, &mine);
+        g.settle(&log.entries, inodes, dir);
         let start = g.state.floor + 1;
-        let found = log
-            .entries
-            .from(start)
-            .find(|p| !g.state.done.contains(&p.cursor) && !g.state.claims.contains_key(&p.cursor) && mine(p))
-            .cloned();
+        let found = log.entries.from(start).find(|p| g.waiting(inodes, dir, p)).cloned();
         let outcome = match found {
             Some(p) => {
                 g.state.handed_out += 1;
@@ -242,9 +252,7 @@ impl MetaStore {
         while g.recent_done.front().is_some_and(|t| seconds(now) - seconds(*t) > RATE_WINDOW_SECS) {
             g.recent_done.pop_front();
         }
-        let matcher = NamePattern::new(&g.state.pattern)?;
-        let inodes = &self.inodes;
-        g.settle(&log.entries, &|p: &Publication| matcher.matches(&p.name) && still_named(inodes, dir, p));
+        g.settle(&log.entries, &self.inodes, dir);
         self.group_changed(dir, &group);
         Ok(group)
     }
@@ -261,19 +269,13 @@ impl MetaStore {
                     changes.groups.insert((dir, name.clone()));
                 }
             }
-            let matcher = NamePattern::new(&g.state.pattern)?;
-            let mine = |p: &Publication| matcher.matches(&p.name) && still_named(inodes, dir, p);
-            let backlog = log
-                .entries
-                .from(g.state.floor + 1)
-                .filter(|p| !g.state.done.contains(&p.cursor) && !g.state.claims.contains_key(&p.cursor) && mine(p))
-                .count() as u64;
+            let backlog = log.entries.from(g.state.floor + 1).filter(|p| g.waiting(inodes, dir, p)).count() as u64;
             // Rates over the last minute, or since production (consumption) began if later.
             let now_s = seconds(now);
             let recent: Vec<f64> = log
                 .entries
                 .from(1)
-                .filter(|p| matcher.matches(&p.name))
+                .filter(|p| g.matches(&p.name))
                 .map(|p| seconds(p.at))
                 .filter(|at| now_s - at <= RATE_WINDOW_SECS)
                 .collect();
@@ -305,7 +307,11 @@ impl MetaStore {
         }
         let log = self.publications.entry(change.dir).or_default();
         match change.state {
-            Some(state) => drop(log.groups.insert(change.name, Group { state, recent_done: VecDeque::new() })),
+            Some(state) => match NamePattern::new(&state.pattern) {
+                Ok(matcher) => drop(log.groups.insert(change.name, Group { state, matcher, recent_done: VecDeque::new() })),
+                // Only checked patterns are journaled: a record that says otherwise is not replayed.
+                Err(e) => tracing::warn!(group = change.name, "consumer group not restored: {e}"),
+            },
             None => drop(log.groups.remove(&change.name)),
         }
     }

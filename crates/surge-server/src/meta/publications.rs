@@ -9,14 +9,14 @@
 //! namespace (a publication is there after a crash exactly when the step that made it is)
 //! and keep the newest [`KEPT_PER_DIRECTORY`] publications of each directory.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 use surge_proto::workflow::{Publication, PublicationPage};
 use surge_proto::{ErrorCode, FileKind, Ino, Timestamp};
 
 use super::groups::Group;
-use super::{Body, MetaStore};
+use super::{Body, Inode, MetaStore};
 use crate::error::{Result, ServerError};
 
 /// Publications a directory's log keeps; older ones are dropped (a watcher whose cursor is
@@ -105,6 +105,12 @@ impl Default for NamePattern {
     }
 }
 
+/// Whether `dir/name` names `ino` among `inodes` (for callers that hold another part of the
+/// store mutably).
+pub(super) fn names_in(inodes: &HashMap<Ino, Inode>, dir: Ino, name: &str, ino: Ino) -> bool {
+    matches!(inodes.get(&dir).map(|i| &i.body), Some(Body::Dir(d)) if d.entries.get(name).is_some_and(|e| e.ino == ino))
+}
+
 impl MetaStore {
     /// Publishes the file `ino` under the last name this server gave it, if it still has it.
     pub(super) fn publish(&mut self, ino: Ino) {
@@ -137,7 +143,7 @@ impl MetaStore {
 
     /// Whether `dir/name` names `ino`.
     fn names(&self, dir: Ino, name: &str, ino: Ino) -> bool {
-        matches!(self.inodes.get(&dir).map(|i| &i.body), Some(Body::Dir(d)) if d.entries.get(name).is_some_and(|e| e.ino == ino))
+        names_in(&self.inodes, dir, name, ino)
     }
 
     /// `dir`'s publications after `after` whose file still has the name it was published

@@ -12,8 +12,8 @@ use surge_proto::workflow::{Due, DueAction, Publication, RetentionPolicy, Retent
 use surge_proto::{ErrorCode, Ino};
 
 use super::groups::Group;
-use super::publications::{NamePattern, PublicationLog};
-use super::{Body, MetaStore};
+use super::publications::{names_in, NamePattern, PublicationLog};
+use super::MetaStore;
 use crate::error::{Result, ServerError};
 
 /// What the journal keeps of a directory's policy.
@@ -39,9 +39,8 @@ pub struct RetentionChange {
 
 /// Whether every group of the directory that takes `p` has acknowledged it (and one does).
 fn acknowledged(groups: &std::collections::BTreeMap<String, Group>, p: &Publication) -> bool {
-    let mut takers = groups.values().filter(|g| NamePattern::new(&g.state.pattern).is_ok_and(|m| m.matches(&p.name))).peekable();
-    takers.peek().is_some()
-        && takers.all(|g| g.state.done.contains(&p.cursor) || (p.cursor <= g.state.floor && !g.state.claims.contains_key(&p.cursor)))
+    let mut takers = groups.values().filter(|g| g.matches(&p.name)).peekable();
+    takers.peek().is_some() && takers.all(|g| g.finished(p))
 }
 
 impl MetaStore {
@@ -117,13 +116,12 @@ impl MetaStore {
 
     fn due_in(&self, dir: Ino, log: &PublicationLog, state: &RetentionState, due: &mut Vec<DueAction>) {
         let Ok(matcher) = NamePattern::new(&state.policy.pattern) else { return };
-        let Some(Body::Dir(d)) = self.inodes.get(&dir).map(|i| &i.body) else { return };
         // Each file by its latest publication, newest first.
         let mut seen = HashSet::new();
         let files: Vec<&Publication> = log
             .entries
             .newest_first()
-            .filter(|p| matcher.matches(&p.name) && d.entries.get(&p.name).is_some_and(|e| e.ino == p.ino) && seen.insert(p.ino))
+            .filter(|p| matcher.matches(&p.name) && names_in(&self.inodes, dir, &p.name, p.ino) && seen.insert(p.ino))
             .collect();
         let keep = state.policy.keep_last.map_or(0, |n| n as usize);
         for (age, p) in files.iter().enumerate() {
