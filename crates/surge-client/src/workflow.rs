@@ -36,22 +36,42 @@ impl Client {
     }
 }
 
+/// A caller's wait (None: for ever), spent in requests that wait on the server: each at most
+/// half the request timeout (then the client asks again), and no longer than what is left.
+struct Wait {
+    until: Option<tokio::time::Instant>,
+}
+
+impl Wait {
+    fn new(wait: Option<Duration>) -> Wait {
+        Wait { until: wait.map(|wait| tokio::time::Instant::now() + wait) }
+    }
+
+    /// How long the next request may wait on the server, in ms.
+    fn on_server_ms(&self, client: &Client) -> u32 {
+        let mut ms = (client.timeout() / 2).as_millis().min(workflow::MAX_WAIT_MS as u128) as u32;
+        if let Some(until) = self.until {
+            ms = ms.min(until.saturating_duration_since(tokio::time::Instant::now()).as_millis() as u32);
+        }
+        ms
+    }
+
+    fn is_over(&self) -> bool {
+        self.until.is_some_and(|until| tokio::time::Instant::now() >= until)
+    }
+}
+
 impl Publications {
     /// The next publication; waits for one as long as `wait` (None: for ever), then answers
     /// None. The wait is on the server: nothing polls.
     pub async fn next(&mut self, wait: Option<Duration>) -> Result<Option<Publication>> {
-        let deadline = wait.map(|wait| tokio::time::Instant::now() + wait);
+        let wait = Wait::new(wait);
         loop {
             if let Some(publication) = self.ready.pop_front() {
                 self.cursor = publication.cursor;
                 return Ok(Some(publication));
             }
-            let left = deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
-            // A read waits on the server at most half the request timeout, and asks again.
-            let mut wait_ms = (self.client.timeout() / 2).as_millis().min(workflow::MAX_WAIT_MS as u128) as u32;
-            if let Some(left) = left {
-                wait_ms = wait_ms.min(left.as_millis() as u32);
-            }
+            let wait_ms = wait.on_server_ms(&self.client);
             let read = workflow::Publications {
                 dir: self.dir,
                 after: self.cursor,
@@ -65,7 +85,7 @@ impl Publications {
             }
             self.cursor = self.cursor.max(page.next);
             self.ready.extend(page.publications);
-            if self.ready.is_empty() && deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+            if self.ready.is_empty() && wait.is_over() {
                 return Ok(None);
             }
         }
@@ -110,12 +130,9 @@ impl Client {
         wait: Option<Duration>,
     ) -> Result<Option<Claimed>> {
         let dir = self.directory(dir).await?;
-        let deadline = wait.map(|wait| tokio::time::Instant::now() + wait);
+        let wait = Wait::new(wait);
         loop {
-            let mut wait_ms = (self.timeout() / 2).as_millis().min(workflow::MAX_WAIT_MS as u128) as u32;
-            if let Some(deadline) = deadline {
-                wait_ms = wait_ms.min(deadline.saturating_duration_since(tokio::time::Instant::now()).as_millis() as u32);
-            }
+            let wait_ms = wait.on_server_ms(self);
             let claim = workflow::Claim {
                 dir,
                 group: group.to_string(),
@@ -127,7 +144,7 @@ impl Client {
             if let Some(claimed) = self.call_home(dir, claim).await? {
                 return Ok(Some(claimed));
             }
-            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+            if wait.is_over() {
                 return Ok(None);
             }
         }
