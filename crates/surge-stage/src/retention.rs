@@ -27,7 +27,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(30);
 /// cursor).
 #[derive(Default)]
 struct InFlight {
-    staging: HashSet<(Ino, u64)>,
+    busy: HashSet<(Ino, u64)>,
     failed: HashMap<(Ino, u64), Instant>,
 }
 
@@ -63,7 +63,7 @@ fn act(client: &Client, flight: &Arc<Mutex<InFlight>>, action: DueAction) {
     let key = (action.dir, action.cursor);
     match action.action {
         Due::Remove => {
-            if !flight.lock().unwrap().staging.insert(key) {
+            if !flight.lock().unwrap().busy.insert(key) {
                 return; // Being removed.
             }
             let (client, flight) = (client.clone(), flight.clone());
@@ -80,17 +80,17 @@ fn act(client: &Client, flight: &Arc<Mutex<InFlight>>, action: DueAction) {
                 if !client.lookup(action.dir, &action.name).await.is_ok_and(|attr| attr.ino == action.ino) {
                     report(&client, action.dir, action.cursor, false).await;
                 }
-                flight.lock().unwrap().staging.remove(&key);
+                flight.lock().unwrap().busy.remove(&key);
             });
         }
         Due::StageOut { from, to } => {
             {
                 let mut flight = flight.lock().unwrap();
-                if flight.staging.contains(&key) || flight.failed.get(&key).is_some_and(|at| at.elapsed() < RETRY_AFTER) {
+                if flight.busy.contains(&key) || flight.failed.get(&key).is_some_and(|at| at.elapsed() < RETRY_AFTER) {
                     return;
                 }
                 flight.failed.remove(&key);
-                flight.staging.insert(key);
+                flight.busy.insert(key);
             }
             let (client, flight) = (client.clone(), flight.clone());
             tokio::spawn(async move {
@@ -100,7 +100,7 @@ fn act(client: &Client, flight: &Arc<Mutex<InFlight>>, action: DueAction) {
                     report(&client, key.0, key.1, true).await;
                 }
                 let mut resting = flight.lock().unwrap();
-                resting.staging.remove(&key);
+                resting.busy.remove(&key);
                 if let Err(e) = outcome {
                     tracing::warn!(from, to, "retention: stage-out failed (tried again in {} s): {e}", RETRY_AFTER.as_secs());
                     resting.failed.insert(key, Instant::now());
