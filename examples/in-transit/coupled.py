@@ -70,9 +70,10 @@ class Sampler(threading.Thread):
     """Buffer use (statfs of the mount), backlog, consumers and kappa every SAMPLE_EVERY seconds;
     with `grow`, starts another consumer while the backlog grows."""
 
-    def __init__(self, bb: v1.SurgeInstance, plot_dir: Path, start_consumer, grow: bool):
+    def __init__(self, bb: v1.SurgeInstance, plot_dir: Path, consumers: list, start_consumer, grow: bool):
         super().__init__(daemon=True)
-        self.bb, self.plot_dir, self.start_consumer, self.grow = bb, plot_dir, start_consumer, grow
+        self.bb, self.plot_dir, self.grow = bb, plot_dir, grow
+        self.consumers, self.start_consumer = consumers, start_consumer
         self.samples: list[dict] = []
         self.stop = threading.Event()
         self.t0 = time.monotonic()
@@ -88,7 +89,7 @@ class Sampler(threading.Thread):
                 groups = []
             vis = next((g for g in groups if g["group"] == "vis"), None)
             now = time.monotonic() - self.t0
-            consumers = self.start_consumer(None)
+            consumers = len(self.consumers)
             sample = {"t": now, "used": used, "consumers": consumers,
                       "backlog": vis["backlog"] if vis else 0, "kappa": vis["kappa"] if vis else None,
                       "produced": vis["produced"] if vis else 0, "done": vis["done"] if vis else 0}
@@ -120,24 +121,21 @@ def one_run(label: str, bb: v1.SurgeInstance, pfs_dir: Path, restart: Path, out:
     consumers: list[subprocess.Popen] = []
     placement = v1.Placement(not args.no_pin)
 
-    def start_consumer(reason: str | None) -> int:
-        """Starts one more consumer (reason None: only counts them)."""
-        if reason is not None:
-            n = len(consumers)
-            cmd = [v1.PY, v1.HERE / "visualize.py", "--group", "vis", "--watch", plot_dir, "--frames", frames,
-                   "--sim-done", work / cv.SIM_DONE, "--frame-seconds", f"{frame_seconds:.4f}",
-                   "--timings", out / f"{label}-visualize-{n}.json"]
-            if not coupled:
-                cmd.append("--stop-with-simulation")
-            log = open(logs / f"{label}-visualize-{n}.log", "w")
-            consumers.append(subprocess.Popen([str(c) for c in cmd], stdout=log, stderr=subprocess.STDOUT, cwd=v1.HERE,
-                                              preexec_fn=placement.for_services()))
-            log.close()
-            print(f"  {label}: consumer {n + 1} started ({reason})", flush=True)
-        return len(consumers)
+    def start_consumer(reason: str) -> None:
+        n = len(consumers)
+        cmd = [v1.PY, v1.HERE / "visualize.py", "--group", "vis", "--watch", plot_dir, "--frames", frames,
+               "--sim-done", work / cv.SIM_DONE, "--frame-seconds", f"{frame_seconds:.4f}",
+               "--timings", out / f"{label}-visualize-{n}.json"]
+        if not coupled:
+            cmd.append("--stop-with-simulation")
+        log = open(logs / f"{label}-visualize-{n}.log", "w")
+        consumers.append(subprocess.Popen([str(c) for c in cmd], stdout=log, stderr=subprocess.STDOUT, cwd=v1.HERE,
+                                          preexec_fn=placement.for_services()))
+        log.close()
+        print(f"  {label}: consumer {n + 1} started ({reason})", flush=True)
 
     start_consumer("the first")
-    sampler = Sampler(bb, plot_dir, start_consumer, grow=coupled)
+    sampler = Sampler(bb, plot_dir, consumers, start_consumer, grow=coupled)
     sampler.start()
     t0 = time.perf_counter()
     with open(logs / f"{label}-simulation.log", "w") as log:
