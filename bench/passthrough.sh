@@ -45,9 +45,6 @@ for round in $(seq "$ROUNDS"); do
     echo "round $round of $ROUNDS done" >&2
 done
 
-# cell "V1 V2 ..." -> "median (min-max)"
-cell() { python3 -c 'import statistics,sys; v=sorted(map(int,sys.argv[1:])); print(f"{statistics.median(v):.0f} ({v[0]}-{v[-1]})")' $1; }
-ratio() { python3 -c 'import statistics,sys; a=statistics.median(map(int,sys.argv[1].split())); b=statistics.median(map(int,sys.argv[2].split())); print(f"{a/b:.2f}")' "$1" "$2"; }
 printf '| fio file-per-process, 1 MiB, MiB/s (median of %s, range) | tmpfs | Surge, passthrough | Surge, no passthrough | bindfs | passthrough / tmpfs |\n|---|---|---|---|---|---|\n' "$ROUNDS"
 for jobs in 1 2; do
     for rw in write read; do

@@ -99,17 +99,6 @@ for round in $(seq "$ROUNDS"); do
     done
 done
 
-# cell "V1 V2 ..." -> "median (min-max)" of the runs that gave a figure (a run that failed
-# gives 0, and is counted as such); ratio A B -> median(A) / median(B)
-cell() { python3 -c '
-import statistics, sys
-runs = list(map(int, sys.argv[1:])); v = sorted(x for x in runs if x > 0)
-failed = f", {len(runs) - len(v)} failed" if len(v) < len(runs) else ""
-print(f"{statistics.median(v):.0f} ({v[0]}-{v[-1]}{failed})" if v else "failed")' $1; }
-ratio() { python3 -c '
-import statistics, sys
-a, b = ([x for x in map(int, s.split()) if x > 0] for s in sys.argv[1:3])
-print(f"{statistics.median(a) / statistics.median(b):.2f}" if a and b else "-")' "$1" "$2"; }
 header="| 2 ranks (median of $ROUNDS, range) |"
 rule="|---|"
 for t in $SYSTEMS; do header+=" $t |"; rule+="---|"; done

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# How fast can any FUSE file system create and remove files on this machine? mdtest's file rows
+# (2 ranks, -F -n ITEMS each, one shared directory) through
+#   bindfs        a FUSE file system over tmpfs (the issue's yardstick),
+#   memfs         libfuse's in-memory example (example/memfs_ll), which answers every request
+#                 from its own memory, with entries and attributes cached for good (no_timeout):
+#                 the floor of a FUSE file system answering from memory over /dev/fuse,
+#   memfs-uring   the same over FUSE-over-io_uring (Linux 6.14+; the fuse module's
+#                 enable_uring parameter, which this script turns on),
+#   surge         a 2-server Surge instance on loopback, node-local layout, mounted on the first
+#                 server's node (every create and remove is answered once its server has it).
+# Rounds are interleaved over the systems; each cell is the median of the rounds and their range.
+#
+#   bench/fuse_floor.sh [ITEMS] [ROUNDS]        defaults: 3000 3
+#
+# Needs mdtest (github.com/hpc/ior) and Open MPI's mpirun on PATH (or IOR_BIN=DIR), bindfs, and
+# libfuse's example/memfs_ll built with io_uring support (libfuse >= 3.19 with liburing-dev;
+# MEMFS_LL=PATH). Run as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ITEMS=${1:-3000}
+ROUNDS=${2:-3}
+source bench/lib.sh
+[ -n "${IOR_BIN:-}" ] && PATH=$IOR_BIN:$PATH
+MEMFS=${MEMFS_LL:-$(command -v memfs_ll || true)}
+for tool in mdtest mpirun bindfs "$MEMFS"; do
+    command -v "$tool" >/dev/null || { echo "bench/fuse_floor.sh needs ${tool:-memfs_ll} (see the notes at the top)" >&2; exit 2; }
+done
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+[ -w "$URING_PARAM" ] || { echo "bench/fuse_floor.sh needs $URING_PARAM (Linux 6.14+, as root)" >&2; exit 2; }
+echo Y >"$URING_PARAM"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+WORK=/dev/shm/surge-fuse-floor-$$
+NAME=fusefloor$$
+SYSTEMS="bindfs memfs memfs-uring surge"
+cleanup() {
+    for m in bindfs memfs memfs-uring; do fusermount3 -u "$WORK/$m" 2>/dev/null || true; done
+    $SURGE umount "$WORK/surge" >/dev/null 2>&1 || true
+    down_all_instances
+    rm -rf "$WORK" "$SURGE_HOME"
+}
+trap cleanup EXIT
+for t in $SYSTEMS; do mkdir -p "$WORK/$t"; done
+mkdir -p "$WORK/bindfs-src"
+
+bindfs -o big_writes --multithreaded "$WORK/bindfs-src" "$WORK/bindfs"
+"$MEMFS" -o no_timeout "$WORK/memfs"
+"$MEMFS" -o no_timeout,io_uring "$WORK/memfs-uring"
+$SURGE up --name "$NAME" --capacity 4G --root "$WORK/servers" --hosts 127.0.0.31,127.0.0.32 --layout node-local >/dev/null
+$SURGE mount "$NAME" "$WORK/surge" --node 127.0.0.31 >/dev/null
+
+# files DIR -> "CREATE REMOVE" files/s (mdtest's summary)
+files() {
+    mpirun -np 2 --oversubscribe mdtest -F -n "$ITEMS" -d "$1/md" 2>&1 |
+        awk '$1 == "File" && $2 == "creation" {c = $5} $1 == "File" && $2 == "removal" {r = $5}
+             END {printf "%d %d\n", c, r}'
+}
+
+declare -A results
+for round in $(seq "$ROUNDS"); do
+    for t in $SYSTEMS; do
+        read -r c r <<<"$(files "$WORK/$t")"
+        results[$t,create]+="$c "; results[$t,remove]+="$r "
+    done
+    echo "round $round of $ROUNDS done" >&2
+done
+
+header="| files/s, 2 ranks x $ITEMS (median of $ROUNDS, range) |"
+rule="|---|"
+for t in $SYSTEMS; do header+=" $t |"; rule+="---|"; done
+echo "$header memfs / bindfs | memfs-uring / bindfs | surge / bindfs |"
+echo "$rule---|---|---|"
+for row in create remove; do
+    line="| mdtest file $row |"
+    for t in $SYSTEMS; do line+=" $(cell "${results[$t,$row]}") |"; done
+    for t in memfs memfs-uring surge; do line+=" $(ratio "${results[$t,$row]}" "${results[bindfs,$row]}") |"; done
+    echo "$line"
+done
