@@ -947,6 +947,8 @@ fn node_local_files_stay_on_their_node_and_pass_through() {
 /// fallocate(1) and lseek's SEEK_DATA/SEEK_HOLE through the mount, across nodes: a hole
 /// punched on one node reads as zeros on the other, which finds data and holes where they are
 /// (the kernel's generic answer would call the whole file data); posix_fallocate grows a file.
+/// `st_blocks` counts what the servers hold, seen alike from both nodes: holes are not
+/// counted, space set aside is, and `du` tells a sparse file from a dense one.
 #[test]
 fn holes_punched_and_found_through_the_mount() {
     let inst = instance("holes", 232);
@@ -957,6 +959,7 @@ fn holes_punched_and_found_through_the_mount() {
     sh(&format!("fallocate --punch-hole --offset 1MiB --length 2MiB {}", file.display()));
     let seen = std::fs::read(b.path("sparse")).unwrap();
     assert_eq!(seen.len(), 4 << 20, "punching keeps the size");
+    assert_blocks(&[&a, &b], "sparse", 2 << 20, "2 of 4 MiB left after the punch");
     assert!(seen[1 << 20..3 << 20].iter().all(|&x| x == 0) && seen[..1 << 20].iter().all(|&x| x == 9));
     assert!(seen[3 << 20..].iter().all(|&x| x == 9));
     let seek = |m: &Mount| {
@@ -970,8 +973,41 @@ fn holes_punched_and_found_through_the_mount() {
     // cp --sparse=always keeps the hole: the copy holds less than its size.
     sh(&format!("cp --sparse=always {} {}", b.path("sparse").display(), b.path("copy").display()));
     assert!(std::fs::read(a.path("copy")).unwrap() == seen);
+    assert_blocks(&[&a, &b], "copy", 2 << 20, "cp --sparse=always leaves the hole out");
     sh(&format!("python3 -c 'import os; fd=os.open(\"{}\", os.O_RDWR); os.posix_fallocate(fd, 0, 6<<20)'", a.path("sparse").display()));
     assert_eq!(std::fs::metadata(b.path("sparse")).unwrap().len(), 6 << 20, "posix_fallocate grows the file");
+    assert_blocks(&[&b, &a], "sparse", 6 << 20, "posix_fallocate sets the whole range aside");
+    // Space set aside past the end counts without changing the size or times.
+    sh(&format!("fallocate --keep-size --offset 6MiB --length 2MiB {}", b.path("sparse").display()));
+    assert_blocks(&[&a, &b], "sparse", 8 << 20, "fallocate --keep-size counts");
+    // A 1 GiB file with 1 MiB written in its middle, on the other node.
+    sh(&format!(
+        "truncate -s 1G {0} && dd if=/dev/urandom of={0} bs=1M count=1 seek=100 conv=notrunc status=none",
+        b.path("big").display()
+    ));
+    assert_blocks(&[&a, &b], "big", 1 << 20, "a file of 1 GiB with 1 MiB written");
+    let du = sh(&format!("du -k {} {}", a.path("big").display(), a.path("copy").display()));
+    assert_eq!(du.split_whitespace().step_by(2).collect::<Vec<_>>(), ["1024", "2048"], "du: {du}");
+    // The figures are measured again after a restart of every server, which keeps none (a
+    // client of its own, whose answer no kernel cache holds).
+    for index in 0..4 {
+        inst.kill_server(index);
+    }
+    let restarted = inst.surge(&["restart", &inst.name]);
+    assert!(restarted.status.success(), "{}", surge_tests::text(&restarted));
+    let stat = inst.surge(&["stat", "/big", "--json"]);
+    let stat: serde_json::Value = serde_json::from_slice(&stat.stdout).unwrap_or_else(|_| panic!("{}", surge_tests::text(&stat)));
+    assert!((2048..=2048 + 64).contains(&stat["blocks"].as_u64().unwrap()), "after a restart: {stat}");
+}
+
+/// Asserts that `name` holds `bytes` on the servers as each of `mounts` sees it (`st_blocks`;
+/// a data file's own bookkeeping may add a few blocks).
+fn assert_blocks(mounts: &[&Mount], name: &str, bytes: u64, what: &str) {
+    use std::os::unix::fs::MetadataExt;
+    for m in mounts {
+        let blocks = std::fs::metadata(m.path(name)).unwrap().blocks();
+        assert!((bytes / 512..=bytes / 512 + 64).contains(&blocks), "{what}: {name} has {blocks} blocks on {}", m.dir.display());
+    }
 }
 
 /// A node that reopens a file nobody changed since keeps the pages its kernel holds (they

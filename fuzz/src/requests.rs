@@ -37,7 +37,7 @@ use serde::de::DeserializeOwned;
 use surge_proto::acl::{Acl, AclKind, Entry, Tag};
 use surge_proto::admin::*;
 use surge_proto::data::{
-    Allocate, AllocateMode, DataExtents, Extents, LocalWritten, PurgeData, Read, ReserveLocal, SyncData, TruncateData, Write,
+    Allocate, AllocateMode, Allocated, DataExtents, Extents, LocalWritten, PurgeData, Read, ReserveLocal, SyncData, TruncateData, Write,
 };
 use surge_proto::frame::{decode_message, encode_frame};
 use surge_proto::handshake::{Challenge, Hello};
@@ -390,6 +390,17 @@ impl Run {
                     let in_order = extents.ranges.windows(2).all(|w| w[0].1 <= w[1].0);
                     let inside = extents.ranges.iter().all(|&(start, end)| from <= start && start < end && end <= to);
                     assert!(in_order && inside, "data extents of [{from}, {to}) out of order or outside it: {:?}", extents.ranges);
+                }
+                // The space files take (one count per file asked about), and notes of it with
+                // versions that may or may not be the files' (hints: never refused).
+                let inos: Vec<Ino> = (0..input.below(6)).map(|_| self.ino(input)).collect();
+                if let Some(counts) = self.conn.call(Allocated { inos: inos.clone() }, &[]).decode::<Vec<u64>>("allocated") {
+                    assert_eq!(counts.len(), inos.len(), "one count per file asked about");
+                }
+                let version = ContentVersion { size: input.size(), mtime: Timestamp::default(), ctime: Timestamp::default() };
+                let notes = inos.iter().map(|&ino| AllocationNote { ino, version, blocks: Self::opt(input, |i| i.size()) }).collect();
+                if let Answer::Failure(e) = self.conn.call(NoteAllocation { notes }, &[]) {
+                    panic!("an allocation note refused: {e}");
                 }
                 return;
             }

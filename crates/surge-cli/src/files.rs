@@ -138,7 +138,7 @@ pub fn time_string(t: Timestamp) -> String {
 
 fn attr_json(name: &str, a: &Attr) -> serde_json::Value {
     serde_json::json!({"name": name, "ino": a.ino, "kind": format!("{:?}", a.kind).to_lowercase(), "mode": format!("{:04o}", a.mode),
-        "uid": a.uid, "gid": a.gid, "size": a.size, "nlink": a.nlink, "mtime": a.mtime.secs as f64 + a.mtime.nanos as f64 * 1e-9})
+        "uid": a.uid, "gid": a.gid, "size": a.size, "blocks": a.blocks, "nlink": a.nlink, "mtime": a.mtime.secs as f64 + a.mtime.nanos as f64 * 1e-9})
 }
 
 pub async fn ls(client: &Client, path: &str, json: bool) -> Result<()> {
@@ -197,7 +197,7 @@ fn remove_tree<'a>(client: &'a Client, path: &'a str) -> std::pin::Pin<Box<dyn s
 
 pub fn describe(attr: &Attr) -> String {
     format!(
-        "inode {:#x}  {} ({:04o})  uid {}  gid {}  size {} ({})  links {}  modified {}",
+        "inode {:#x}  {} ({:04o})  uid {}  gid {}  size {} ({}, {})  links {}  modified {}",
         attr.ino,
         mode_string(attr.kind, attr.mode),
         attr.mode,
@@ -205,6 +205,10 @@ pub fn describe(attr: &Attr) -> String {
         attr.gid,
         attr.size,
         human_bytes(attr.size),
+        match attr.blocks {
+            Some(blocks) => format!("{} allocated", human_bytes(blocks * 512)),
+            None => "allocation not measured".to_string(),
+        },
         attr.nlink,
         time_string(attr.mtime)
     )

@@ -2,15 +2,20 @@
 //! SEEK_DATA / SEEK_HOLE. Each server holds its chunks in one sparse data file at their own
 //! offsets, so the servers' data files together are the file's allocation map: a range is
 //! changed by sending each server the pieces in its chunks, and a file's data is the union of
-//! the data ranges each server finds in its data file.
+//! the data ranges each server finds in its data file, and its `st_blocks` the sum of the
+//! space those data files take.
+
+use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use surge_proto::data::{Allocate, AllocateMode, DataExtents};
-use surge_proto::ErrorCode;
+use surge_proto::data::{Allocate, AllocateMode, Allocated, DataExtents, MAX_ALLOCATED};
+use surge_proto::namespace::{AllocationNote, NoteAllocation};
+use surge_proto::{ino, Attr, ErrorCode};
 
 use crate::client::first_failure;
 use crate::error::{Error, Result};
 use crate::file::File;
+use crate::Client;
 
 impl File {
     /// fallocate(2) of `[offset, offset + len)`: `mode` on every server holding part of it
@@ -39,7 +44,9 @@ impl File {
         if !keep_size && mode != AllocateMode::PunchHole && end > self.size() {
             self.set_len(end).await?;
         }
-        Ok(())
+        // The space changed, maybe without the size: the home forgets what it knew of it.
+        let forget = AllocationNote { ino: self.ino(), version: self.attr_at_open().content_version(), blocks: None };
+        client.call_home(self.ino(), NoteAllocation { notes: vec![forget] }).await
     }
 
     /// lseek(2)'s SEEK_DATA (`hole` false: the first offset at or after `offset` that holds
@@ -108,5 +115,58 @@ impl File {
         }
         ranges.sort_unstable();
         Ok((ranges, horizon))
+    }
+}
+
+impl Client {
+    /// Fills in `st_blocks` (`Attr::blocks`) of the files whose homes did not know it: asks
+    /// every server that may hold chunks of them (all of a striped file's, whose chunks past
+    /// its end may hold space set aside; the one of a node-local file), one request per server
+    /// for all the files, and tells the homes what it found so that the next stat needs no
+    /// measuring. A file a server could not be asked about keeps `None` (the mount then shows
+    /// its size in 512-byte units): a stat does not fail for want of a block count.
+    pub async fn measure_blocks(&self, mut attrs: Vec<&mut Attr>) {
+        let unknown: Vec<usize> = (0..attrs.len()).filter(|&i| attrs[i].blocks.is_none()).collect();
+        if unknown.is_empty() {
+            return;
+        }
+        let mut asked: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for &i in &unknown {
+            for server in self.layout().chunk_servers(attrs[i].ino, 0..u64::MAX) {
+                asked.entry(server).or_default().push(i);
+            }
+        }
+        let mut pending = Vec::new();
+        for (server, files) in asked {
+            for files in files.chunks(MAX_ALLOCATED) {
+                let ask = Allocated { inos: files.iter().map(|&i| attrs[i].ino).collect() };
+                pending.push((files.to_vec(), self.send(server, &ask.into(), Bytes::new()).await));
+            }
+        }
+        let (mut blocks, mut unanswered) = (vec![0u64; attrs.len()], vec![false; attrs.len()]);
+        for (files, sent) in pending {
+            let answer = match sent {
+                Ok(p) => p.wait(self.timeout()).await.and_then(|a| a.reply::<Allocated>()),
+                Err(e) => Err(e),
+            };
+            match answer {
+                Ok(counts) if counts.len() == files.len() => files.iter().zip(counts).for_each(|(&i, n)| blocks[i] += n),
+                outcome => {
+                    tracing::debug!("st_blocks of {} files not measured: {:?}", files.len(), outcome.err());
+                    files.iter().for_each(|&i| unanswered[i] = true);
+                }
+            }
+        }
+        let mut notes: BTreeMap<usize, Vec<AllocationNote>> = BTreeMap::new();
+        for i in unknown.into_iter().filter(|&i| !unanswered[i]) {
+            let attr = &mut *attrs[i];
+            attr.blocks = Some(blocks[i]);
+            let note = AllocationNote { ino: attr.ino, version: attr.content_version(), blocks: attr.blocks };
+            notes.entry(ino::home(attr.ino)).or_default().push(note);
+        }
+        // Not waited for: the caller has its answer, and a note lost costs only a measurement.
+        for (home, notes) in notes {
+            let _ = self.send(home, &NoteAllocation { notes }.into(), Bytes::new()).await;
+        }
     }
 }

@@ -25,17 +25,24 @@ const READDIR_PAGE: u32 = 4096;
 const MKDIR_ATTEMPTS: u32 = 3;
 
 impl Client {
+    /// A file's attributes, `st_blocks` measured where its home did not know it.
     pub async fn getattr(&self, ino: Ino) -> Result<Attr> {
-        self.call_home(ino, GetAttr { ino }).await
+        let attr = self.call_home(ino, GetAttr { ino }).await?;
+        Ok(self.with_blocks(attr).await)
     }
 
     /// Looks `name` up in directory `parent`; fetches the attributes from the inode's own home
     /// when it lives elsewhere than the directory.
     pub async fn lookup(&self, parent: Ino, name: &str) -> Result<Attr> {
         match self.lookup_entry(parent, name).await? {
-            DirEntry { attr: Some(attr), .. } => Ok(attr),
+            DirEntry { attr: Some(attr), .. } => Ok(self.with_blocks(attr).await),
             DirEntry { ino, .. } => self.getattr(ino).await,
         }
+    }
+
+    async fn with_blocks(&self, mut attr: Attr) -> Attr {
+        self.measure_blocks(vec![&mut attr]).await;
+        attr
     }
 
     pub(crate) async fn lookup_entry(&self, parent: Ino, name: &str) -> Result<DirEntry> {
@@ -53,7 +60,8 @@ impl Client {
             let ticket = self.ticket_for(ino).await?;
             self.broadcast(TruncateData { ino, size, ticket }).await?;
         }
-        self.call_home(ino, SetAttr { ino, changes }).await
+        let attr = self.call_home(ino, SetAttr { ino, changes }).await?;
+        Ok(self.with_blocks(attr).await)
     }
 
     /// Creates (or with `exclusive == false` opens an existing) regular file and registers an
@@ -438,10 +446,12 @@ impl Client {
         Err(Error::new(ErrorCode::Invalid, "directory tree too deep"))
     }
 
-    /// One page of a directory, in name order, starting after `after`. Only the directory's
-    /// home server is asked.
+    /// One page of a directory, in name order, starting after `after`, with the attributes
+    /// of the entries its home holds (their `st_blocks` measured where unknown, all at once).
     pub async fn readdir_page(&self, ino: Ino, after: Option<String>, limit: u32) -> Result<DirPage> {
-        self.call_home(ino, Readdir { ino, after, limit }).await
+        let mut page: DirPage = self.call_home(ino, Readdir { ino, after, limit }).await?;
+        self.measure_blocks(page.entries.iter_mut().filter_map(|e| e.attr.as_mut()).collect()).await;
+        Ok(page)
     }
 
     pub async fn readdir_ino(&self, ino: Ino) -> Result<Vec<DirEntry>> {

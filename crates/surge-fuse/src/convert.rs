@@ -58,7 +58,8 @@ pub(crate) fn fuse_attr(a: &Attr, blksize: u32) -> FileAttr {
     FileAttr {
         ino: fuser::INodeNo(a.ino),
         size: a.size,
-        blocks: a.size.div_ceil(512),
+        // Measured from the servers' data files; where they could not be asked, the size.
+        blocks: a.blocks.unwrap_or(a.size.div_ceil(512)),
         atime: to_system_time(a.atime),
         mtime: to_system_time(a.mtime),
         ctime: to_system_time(a.ctime),

@@ -121,6 +121,17 @@ pub struct Extents {
     pub scanned_to: u64,
 }
 
+/// The space this server's data files of `inos` take, in 512-byte units (0 for a file it
+/// holds nothing of), in their order: a file's `st_blocks` is the sum over the servers that
+/// may hold its chunks. Asks for no ticket: it tells only what `stat` tells anyone.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Allocated {
+    pub inos: Vec<Ino>,
+}
+
+/// Most files one `Allocated` asks about (a readdir page's worth).
+pub const MAX_ALLOCATED: usize = 4096;
+
 service! {
     /// A data request.
     DataRequest => Data {
@@ -133,5 +144,6 @@ service! {
         LocalWritten -> (), "local-written";
         Allocate -> (), "allocate";
         DataExtents -> Extents, "data-extents";
+        Allocated -> Vec<u64>, "allocated";
     }
 }

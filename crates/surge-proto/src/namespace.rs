@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use crate::call::service;
 use crate::ino::Ino;
 use crate::types::{
-    Attr, AttrChanges, DirEntry, DirInheritance, DirPage, FileKind, InodeFate, LinkAdded, LinkOutcome, LockHolder, LockKind, Timestamp,
-    Unlinked,
+    Attr, AttrChanges, ContentVersion, DirEntry, DirInheritance, DirPage, FileKind, InodeFate, LinkAdded, LinkOutcome, LockHolder,
+    LockKind, Timestamp, Unlinked,
 };
 use crate::xattr::XattrSetMode;
 
@@ -276,6 +276,23 @@ pub struct Commit {
     pub wrote: bool,
 }
 
+/// Tells a file's home what a client measured of its allocation ([`crate::data::Allocated`]):
+/// kept where the file's content is still at `version` (a write published since makes the
+/// figure old). `blocks: None` says the allocation changed without the size or times changing
+/// (fallocate keeping the size, a punched hole): the home forgets what it knew. A cache of
+/// what the servers' data files say, not journaled.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct NoteAllocation {
+    pub notes: Vec<AllocationNote>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct AllocationNote {
+    pub ino: Ino,
+    pub version: ContentVersion,
+    pub blocks: Option<u64>,
+}
+
 /// Takes, changes or gives back a byte-range lock on file `ino` (homed here) for `owner`, an
 /// owner of this connection's (a process for fcntl's POSIX locks, an open file for flock and
 /// OFD locks: the mount passes on the kernel's lock owner). Bytes `start..=end` (`end ==
@@ -387,5 +404,6 @@ service! {
         ListXattr -> Vec<String>, "list-xattr";
         RemoveXattr -> Attr, "remove-xattr";
         LayoutOf -> crate::placement::DirLayout, "layout";
+        NoteAllocation -> (), "note-allocation";
     }
 }

@@ -63,6 +63,12 @@ pub struct Attr {
     pub atime: Timestamp,
     pub mtime: Timestamp,
     pub ctime: Timestamp,
+    /// Space the file takes on the servers, in 512-byte units (`st_blocks`): what their data
+    /// files hold of it, holes left out. None where the home does not know it since the
+    /// file's content last changed: the data servers are asked then ([`crate::data::Allocated`])
+    /// and the home told ([`crate::namespace::NoteAllocation`]), so a file written once is
+    /// measured once.
+    pub blocks: Option<u64>,
 }
 
 impl Attr {

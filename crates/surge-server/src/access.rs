@@ -354,7 +354,7 @@ mod tests {
 
     fn attr(kind: FileKind, mode: u32, uid: u32, gid: u32) -> Attr {
         let t = Timestamp::default();
-        Attr { ino: 7, kind, mode, uid, gid, size: 0, nlink: 1, atime: t, mtime: t, ctime: t }
+        Attr { ino: 7, kind, mode, uid, gid, size: 0, nlink: 1, atime: t, mtime: t, ctime: t, blocks: Some(0) }
     }
 
     /// An inode without an ACL, as checks see it.

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use surge_proto::admin::{DataFilePage, DataFileSummary};
-use surge_proto::data::{AllocateMode, Extents, MAX_EXTENTS};
+use surge_proto::data::{AllocateMode, Extents, MAX_ALLOCATED, MAX_EXTENTS};
 use surge_proto::{data_file_name, write_growth, ErrorCode, Ino, LocalData};
 
 use crate::error::{Result, ServerError};
@@ -506,6 +506,24 @@ impl DataStore {
         }
         self.reaccount(&local);
         outcome
+    }
+
+    /// The space each of `inos`' data files here takes, in 512-byte units (0 where there is
+    /// none): their part of the files' `st_blocks`.
+    pub fn allocated(&self, inos: &[Ino]) -> Result<Vec<u64>> {
+        if inos.len() > MAX_ALLOCATED {
+            return Err(ServerError::new(
+                ErrorCode::Invalid,
+                format!("allocation of {} files asked at once (at most {MAX_ALLOCATED})", inos.len()),
+            ));
+        }
+        inos.iter()
+            .map(|&ino| match std::fs::metadata(self.path(ino)) {
+                Ok(meta) => Ok(meta.blocks()),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+                Err(e) => Err(ServerError::store("stat chunk file", e)),
+            })
+            .collect()
     }
 
     /// The ranges of `ino`'s file here in `[from, to)` that hold data (SEEK_DATA / SEEK_HOLE

@@ -128,6 +128,7 @@ impl Session {
         match request {
             NamespaceRequest::Lookup(s) => self.answer_step(s),
             NamespaceRequest::GetAttr(s) => self.answer_step(s),
+            NamespaceRequest::NoteAllocation(s) => self.answer_step(s),
             NamespaceRequest::SetAttr(s) => self.answer_step(s),
             NamespaceRequest::Create(s) => self.answer_step(s),
             NamespaceRequest::Symlink(s) => self.answer_step(s),
@@ -398,6 +399,22 @@ impl Step for LayoutOf {
             cx.meta.set_layout(self.dir, layout)?;
         }
         cx.meta.layout_of(self.dir)
+    }
+}
+
+impl Step for NoteAllocation {
+    /// Not checked: a hint about a file's `st_blocks`, which is all it can change, and which
+    /// the home keeps only while the file's content is at the version the note names.
+    fn run(&self, cx: &mut StepContext) -> Result<()> {
+        cx.meta.note_allocation(&self.notes);
+        Ok(())
+    }
+
+    /// An allocation that changed (fallocate, a punched hole) drops the attributes other
+    /// nodes' kernels hold; a measurement changes nothing they hold.
+    fn effects(&self, _: &()) -> Effects {
+        let changed_attrs = self.notes.iter().filter(|n| n.blocks.is_none()).map(|n| n.ino).collect();
+        Effects { changed_attrs, ..Default::default() }
     }
 }
 
@@ -783,6 +800,7 @@ mod tests {
             atime: Timestamp::default(),
             mtime: Timestamp::default(),
             ctime: Timestamp::default(),
+            blocks: Some(0),
         };
         let entry = DirEntry { name: "x".into(), ino: 7, kind: FileKind::File, attr: Some(attr.clone()) };
         let unlinked = Unlinked { ino: 7, kind: FileKind::File, remote: false, purge: true, size: 0, ticket: None };
@@ -859,6 +877,7 @@ mod tests {
                 ),
             ),
             ("remove-xattr", watched(RemoveXattr { ino: 7, name: "user.x".into() }, attr.clone())),
+            ("note-allocation", watched(NoteAllocation { notes: Vec::new() }, ())),
         ];
         for (name, (is_watched, has_effects)) in cases {
             assert!(!has_effects || is_watched, "{name} has effects and must take the ledger");

@@ -6,14 +6,16 @@
 use serde::{Deserialize, Serialize};
 
 use surge_proto::placement::DirLayout;
-use surge_proto::{Attr, Ino};
+use surge_proto::Ino;
+
+use super::StoredAttr;
 
 use super::{EntryState, XattrState};
 
 /// Format 2's inode state: a directory without its layout.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct InodeState {
-    pub attr: Attr,
+    pub attr: StoredAttr,
     pub body: BodyState,
 }
 

@@ -17,6 +17,7 @@ use surge_proto::ino::{self, Ino};
 use crate::access::{self, Inherited};
 use crate::error::{Result, ServerError};
 use surge_proto::acl::{Acl, AclKind};
+use surge_proto::namespace::AllocationNote;
 use surge_proto::placement::DirLayout;
 use surge_proto::{
     check_name, Attr, AttrChanges, DirEntry, ErrorCode, FileKind, InodeFate, LinkOutcome, Timestamp, Unlinked, MAX_SYMLINK_LEN,
@@ -135,8 +136,62 @@ struct Changes {
 /// over).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct InodeState {
-    pub attr: Attr,
+    pub attr: StoredAttr,
     pub body: BodyState,
+}
+
+/// What the journal keeps of an inode's attributes: [`Attr`] without the allocation, which
+/// the servers' data files say and a restart measures again. Every format so far stores
+/// exactly these fields in this order.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct StoredAttr {
+    pub ino: Ino,
+    pub kind: FileKind,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub size: u64,
+    pub nlink: u32,
+    pub atime: Timestamp,
+    pub mtime: Timestamp,
+    pub ctime: Timestamp,
+}
+
+impl From<&Attr> for StoredAttr {
+    fn from(a: &Attr) -> StoredAttr {
+        StoredAttr {
+            ino: a.ino,
+            kind: a.kind,
+            mode: a.mode,
+            uid: a.uid,
+            gid: a.gid,
+            size: a.size,
+            nlink: a.nlink,
+            atime: a.atime,
+            mtime: a.mtime,
+            ctime: a.ctime,
+        }
+    }
+}
+
+impl From<StoredAttr> for Attr {
+    /// Only regular files have data files; theirs are measured when next asked for.
+    fn from(a: StoredAttr) -> Attr {
+        let blocks = (a.kind != FileKind::File).then_some(0);
+        Attr {
+            ino: a.ino,
+            kind: a.kind,
+            mode: a.mode,
+            uid: a.uid,
+            gid: a.gid,
+            size: a.size,
+            nlink: a.nlink,
+            atime: a.atime,
+            mtime: a.mtime,
+            ctime: a.ctime,
+            blocks,
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -283,7 +338,7 @@ impl MetaStore {
             Body::Symlink(target) => BodyState::Symlink(target.clone()),
             Body::Dir(dir) => BodyState::Dir { parent: dir.parent, subdirs: dir.subdirs, retired: dir.retired, layout: dir.layout },
         };
-        Some(InodeState { attr: inode.attr.clone(), body })
+        Some(InodeState { attr: StoredAttr::from(&inode.attr), body })
     }
 
     /// The state of what changed since the last call (an empty record: nothing did).
@@ -358,7 +413,7 @@ impl MetaStore {
                 BodyState::Symlink(target) => Body::Symlink(target),
                 BodyState::Dir { parent, subdirs, retired, layout } => Body::Dir(Dir { parent, entries, subdirs, retired, layout }),
             };
-            self.inodes.insert(ino, Inode { xattrs, named, ..Inode::new(state.attr, body) });
+            self.inodes.insert(ino, Inode { xattrs, named, ..Inode::new(state.attr.into(), body) });
         }
         for e in record.entries {
             if let Some(Inode { body: Body::Dir(dir), .. }) = self.inodes.get_mut(&e.dir) {
@@ -451,6 +506,9 @@ impl MetaStore {
             atime: now,
             mtime: now,
             ctime: now,
+            // Nothing written yet; a symlink's target and a directory's entries take no
+            // data-file space.
+            blocks: Some(0),
         };
         match kind {
             FileKind::Dir => self.dirs += 1,
@@ -717,6 +775,7 @@ impl MetaStore {
         if let Some(size) = changes.size {
             attr.size = size;
             attr.mtime = Timestamp::now();
+            attr.blocks = None;
         }
         if let Some(atime) = changes.atime {
             attr.atime = atime;
@@ -1197,6 +1256,9 @@ impl MetaStore {
             inode.attr.mtime = mtime;
             inode.attr.ctime = mtime.max(inode.attr.ctime);
         }
+        if publishes {
+            inode.attr.blocks = None;
+        }
         if release {
             inode.opens = inode.opens.saturating_sub(1);
         }
@@ -1227,7 +1289,22 @@ impl MetaStore {
         inode.attr.size = end;
         inode.attr.mtime = now;
         inode.attr.ctime = now;
+        inode.attr.blocks = None;
         Ok(offset)
+    }
+
+    /// Keeps the allocations clients measured of files whose content has not changed since
+    /// (see [`surge_proto::namespace::NoteAllocation`]); forgets those said to have changed.
+    /// Inodes no longer here are passed over: a note is a hint, never an error.
+    pub fn note_allocation(&mut self, notes: &[AllocationNote]) {
+        for note in notes {
+            let Some(inode) = self.inodes.get_mut(&note.ino) else { continue };
+            match note.blocks {
+                None => inode.attr.blocks = None,
+                Some(blocks) if inode.attr.content_version() == note.version => inode.attr.blocks = Some(blocks),
+                Some(_) => {}
+            }
+        }
     }
 }
 
@@ -1361,6 +1438,7 @@ mod tests {
             atime: t,
             mtime: t,
             ctime: t,
+            blocks: Some(u64::MAX),
         };
         let entry = DirEntry { name: "n".repeat(255), ino: u64::MAX, kind: FileKind::Symlink, attr: Some(attr) };
         assert!(encode_reply(&entry).len() <= 255 + super::ENTRY_OVERHEAD);
@@ -1408,6 +1486,39 @@ mod tests {
         assert!(replaced.purge);
         assert_eq!(s.lookup(ROOT_INO, "plot.h5").unwrap().ino, new);
         assert_eq!(s.lookup(ROOT_INO, "plot.h5.tmp").unwrap_err().code, ErrorCode::NotFound);
+    }
+
+    /// A file's allocation is known from its creation until its content changes; a client's
+    /// measurement is kept only while the content is still at the version it names; a
+    /// restart keeps no figure but a new file's.
+    #[test]
+    fn allocation_notes_hold_until_the_content_changes() {
+        let mut s = MetaStore::new(0, 0, 0);
+        s.track_changes();
+        let ino = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, true, None).unwrap().ino;
+        assert_eq!(s.getattr(ino).unwrap().blocks, Some(0), "a new file has nothing on the servers");
+        s.commit(ino, Some(4096), Some(Timestamp { secs: 5, nanos: 0 }), false, true).unwrap();
+        let written = s.getattr(ino).unwrap();
+        assert_eq!(written.blocks, None, "a published write makes the figure unknown");
+        let note = |blocks, version| AllocationNote { ino, version, blocks };
+        s.note_allocation(&[note(Some(8), written.content_version())]);
+        assert_eq!(s.getattr(ino).unwrap().blocks, Some(8));
+        s.commit(ino, Some(8192), Some(Timestamp { secs: 6, nanos: 0 }), false, true).unwrap();
+        s.note_allocation(&[note(Some(8), written.content_version())]);
+        assert_eq!(s.getattr(ino).unwrap().blocks, None, "a measurement of an older version is not kept");
+        let now = s.getattr(ino).unwrap().content_version();
+        s.note_allocation(&[note(Some(16), now), AllocationNote { ino: 0xdead, version: now, blocks: Some(1) }]);
+        assert_eq!(s.getattr(ino).unwrap().blocks, Some(16), "a note for an inode not here is passed over");
+        s.note_allocation(&[note(None, written.content_version())]);
+        assert_eq!(s.getattr(ino).unwrap().blocks, None, "a changed allocation is forgotten whatever the version");
+        s.setattr(ino, &AttrChanges { size: Some(0), ..Default::default() }).unwrap();
+        assert_eq!(s.getattr(ino).unwrap().blocks, None, "truncating changes it");
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped);
+        s.note_allocation(&[note(Some(16), s.getattr(ino).unwrap().content_version())]);
+        let mut replayed = MetaStore::new(0, 0, 0);
+        replayed.apply(s.take_changes()).unwrap();
+        assert_eq!(replayed.getattr(ino).unwrap().blocks, None, "measured again after a restart");
+        assert_eq!(replayed.getattr(dir.ino).unwrap().blocks, Some(0), "a directory has no data files");
     }
 
     #[test]
