@@ -113,6 +113,9 @@ pub struct File {
     deferred_error: Mutex<Option<crate::Error>>,
     /// Attributes when the handle was opened.
     opened: Attr,
+    /// The file's content version as the home last told this handle: at open, then after
+    /// each truncation through it.
+    version: Mutex<ContentVersion>,
     /// Data files of servers on this node, for local I/O.
     local: LocalFiles,
     /// What the data requests carry where servers check identities (see
@@ -144,6 +147,7 @@ impl File {
             ahead: Default::default(),
             deferred_error: Mutex::new(None),
             opened: attr.clone(),
+            version: Mutex::new(attr.content_version()),
             ticket,
             passthrough: Mutex::new(None),
             publication: Mutex::new(None),
@@ -173,6 +177,12 @@ impl File {
     /// The file's attributes when this handle was opened or created.
     pub fn attr_at_open(&self) -> &Attr {
         &self.opened
+    }
+
+    /// The file's content version as the home last told this handle: at open, or after a
+    /// truncation through it (O_TRUNC), whose pages a node starts from.
+    pub fn content_version(&self) -> ContentVersion {
+        *self.version.lock().unwrap()
     }
 
     /// The file's size as this handle knows it.
@@ -652,7 +662,8 @@ impl File {
     /// Sets the file's size (ftruncate).
     pub async fn set_len(&self, size: u64) -> Result<()> {
         self.drain_writes(0).await?;
-        self.client.setattr(self.ino, AttrChanges { size: Some(size), ..Default::default() }).await?;
+        let attr = self.client.setattr_unmeasured(self.ino, AttrChanges { size: Some(size), ..Default::default() }).await?;
+        *self.version.lock().unwrap() = attr.content_version();
         self.size.store(size, Ordering::Relaxed);
         self.written_end.store(self.written_end.load(Ordering::Relaxed).min(size), Ordering::Relaxed);
         self.passthrough_resized();

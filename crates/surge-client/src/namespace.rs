@@ -56,12 +56,18 @@ impl Client {
     /// first, so no stale bytes reappear if it grows again (where servers check identities,
     /// with a ticket from the file's home: the others do not know its permissions).
     pub async fn setattr(&self, ino: Ino, changes: AttrChanges) -> Result<Attr> {
+        let attr = self.setattr_unmeasured(ino, changes).await?;
+        Ok(self.with_blocks(attr).await)
+    }
+
+    /// [`Client::setattr`] for a caller that has no use for `st_blocks` (a handle's own
+    /// truncation): the answer may leave it unknown.
+    pub(crate) async fn setattr_unmeasured(&self, ino: Ino, changes: AttrChanges) -> Result<Attr> {
         if let Some(size) = changes.size {
             let ticket = self.ticket_for(ino).await?;
             self.broadcast(TruncateData { ino, size, ticket }).await?;
         }
-        let attr = self.call_home(ino, SetAttr { ino, changes }).await?;
-        Ok(self.with_blocks(attr).await)
+        self.call_home(ino, SetAttr { ino, changes }).await
     }
 
     /// Creates (or with `exclusive == false` opens an existing) regular file and registers an

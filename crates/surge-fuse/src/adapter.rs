@@ -263,8 +263,12 @@ impl Filesystem for SurgeFs {
             }
         }
         for capability in [
+            // Not FUSE_AUTO_INVAL_DATA: with it the kernel drops a file's pages whenever it
+            // sees a new mtime, also the one this node's own close published, so a file read
+            // back after writing would come from the servers again. The mount decides at each
+            // open whether the pages are the file's (KernelCache::open_pages) and drops them
+            // when another node's change is noticed (KernelCache::changed_elsewhere).
             InitFlags::FUSE_PARALLEL_DIROPS,
-            InitFlags::FUSE_AUTO_INVAL_DATA,
             InitFlags::FUSE_ATOMIC_O_TRUNC,
             InitFlags::FUSE_POSIX_LOCKS,
             InitFlags::FUSE_FLOCK_LOCKS,

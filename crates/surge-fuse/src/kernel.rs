@@ -232,16 +232,31 @@ impl KernelCache {
 
     /// The attributes of `ino` changed elsewhere: nothing here may answer with the old ones.
     pub(crate) fn attr_changed(&self, ino: u64) {
+        self.forget_attr(ino);
+        self.invalidate(Invalidation::Attr(ino));
+    }
+
+    /// Another node changed `ino` (or may have: its notices were lost): the kernel drops its
+    /// attributes and its pages of the file at once, also under descriptors open here. (The
+    /// mount does not let the kernel drop pages itself whenever it sees a new mtime, which
+    /// would drop the pages this node just wrote; see the adapter's `init`.)
+    pub(crate) fn changed_elsewhere(&self, ino: u64) {
+        self.forget_attr(ino);
+        self.invalidate(Invalidation::Content(ino));
+    }
+
+    fn forget_attr(&self, ino: u64) {
         self.reported.lock().unwrap().remove(&ino);
         self.forget_pages(ino);
         self.forget_directory(ino);
-        self.invalidate(Invalidation::Attr(ino));
     }
 }
 
 /// What the kernel must drop.
 pub(crate) enum Invalidation {
     Attr(u64),
+    /// Attributes and cached pages.
+    Content(u64),
     Entry(u64, String),
 }
 
@@ -270,6 +285,8 @@ impl Invalidations {
                     let _ = match what {
                         // Offset -1: attributes only; the page cache is dropped at every open.
                         Invalidation::Attr(ino) => notifier.inval_inode(fuser::INodeNo(ino), -1, 0),
+                        // Offset 0, length 0: every page too.
+                        Invalidation::Content(ino) => notifier.inval_inode(fuser::INodeNo(ino), 0, 0),
                         Invalidation::Entry(parent, name) => notifier.inval_entry(fuser::INodeNo(parent), OsStr::new(&name)),
                     };
                 }
@@ -282,7 +299,7 @@ impl Invalidations {
 impl surge_client::Watcher for Invalidations {
     fn notice(&self, notice: Notice) {
         match notice {
-            Notice::Attr { ino } => self.kernel.attr_changed(ino),
+            Notice::Attr { ino } => self.kernel.changed_elsewhere(ino),
             Notice::Entry { parent, name } => {
                 self.kernel.listings.changed_elsewhere(parent);
                 self.kernel.invalidate(Invalidation::Entry(parent, name));
@@ -298,7 +315,7 @@ impl surge_client::Watcher for Invalidations {
         self.kernel.listings.forget_where(|dir| homed_there(&dir));
         let inos: Vec<u64> = self.kernel.reported.lock().unwrap().keys().copied().filter(homed_there).collect();
         for ino in inos {
-            self.kernel.attr_changed(ino);
+            self.kernel.changed_elsewhere(ino);
         }
     }
 }

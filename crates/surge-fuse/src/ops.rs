@@ -165,7 +165,10 @@ impl Ops {
         let ino = file.ino();
         let paged = backing.is_none() && flags & libc::O_APPEND == 0;
         let keep_cache = if paged {
-            flags & libc::O_TRUNC == 0 && self.kernel.open_pages(ino, file.attr_at_open().content_version())
+            // Truncated by this open: the kernel drops its pages of the file, and the pages it
+            // fills from now on are of the version after the truncation.
+            let held = self.kernel.open_pages(ino, file.content_version());
+            held && flags & libc::O_TRUNC == 0
         } else {
             // Its writes go around the kernel's pages of the file.
             self.kernel.forget_pages(ino);

@@ -775,7 +775,9 @@ impl MetaStore {
         if let Some(size) = changes.size {
             attr.size = size;
             attr.mtime = Timestamp::now();
-            attr.blocks = None;
+            // The client dropped the data past `size` on every server first: nothing is left
+            // of an emptied file.
+            attr.blocks = (size == 0).then_some(0);
         }
         if let Some(atime) = changes.atime {
             attr.atime = atime;
@@ -1511,8 +1513,10 @@ mod tests {
         assert_eq!(s.getattr(ino).unwrap().blocks, Some(16), "a note for an inode not here is passed over");
         s.note_allocation(&[note(None, written.content_version())]);
         assert_eq!(s.getattr(ino).unwrap().blocks, None, "a changed allocation is forgotten whatever the version");
-        s.setattr(ino, &AttrChanges { size: Some(0), ..Default::default() }).unwrap();
+        s.setattr(ino, &AttrChanges { size: Some(1), ..Default::default() }).unwrap();
         assert_eq!(s.getattr(ino).unwrap().blocks, None, "truncating changes it");
+        s.setattr(ino, &AttrChanges { size: Some(0), ..Default::default() }).unwrap();
+        assert_eq!(s.getattr(ino).unwrap().blocks, Some(0), "nothing is left of an emptied file");
         let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped);
         s.note_allocation(&[note(Some(16), s.getattr(ino).unwrap().content_version())]);
         let mut replayed = MetaStore::new(0, 0, 0);
