@@ -20,7 +20,8 @@ def test_evaluate_prints_one_row_per_model_and_writes_the_plot(tmp_path, capsys)
     assert code == 0
     out = capsys.readouterr().out
     lines = [ln.split()[0] for ln in out.splitlines()[3:]]
-    assert lines == ["request", "last-2", "last-same", "alea", "linear", "gboost", "cautious"]
+    assert lines == ["request", "last-2", "last-same", "same-choice", "alea", "linear", "gboost",
+                     "cautious"]
     assert (tmp_path / "alea_wagap-2013-error-cdf.png").stat().st_size > 10_000
     assert "under_rate" in out and "gain_vs_request" in out
 

@@ -7,7 +7,7 @@ import pytest
 from surge.predict.evaluate import metrics_table, prepare, rolling_evaluate
 from surge.predict.features import history_features
 from surge.predict.models import AleaPercentage, AutoML, AutoMLPerUser, Batch, Cautious, LastSame, \
-    LastTwo, LinearModel, UserRequest, GradientBoosting, enforced_limit_grace
+    LastTwo, LinearModel, SameJobChoice, UserRequest, GradientBoosting, enforced_limit_grace
 from surge.predict.shared_data import swf_trace
 from surge.predict.traces import Machine, Trace, read_trace
 
@@ -199,6 +199,71 @@ def test_same_job_history_uses_only_ended_runs_of_the_same_request_and_size():
     batch = Batch(jobs, hist, jobs)
     # last-same: same job, else same request, else last job, else the request.
     np.testing.assert_array_equal(LastSame().predict(batch), [100, 100, 1000, 70, 70, 100])
+
+
+def _limit_and_repeating_users(jobs_per_user: int = 40) -> Trace:
+    """User "limit" resubmits a job that runs into its 1,000 s limit twice, then ends after
+    300 s, and so on; user "rep" one that runs 500 s every time; user "new" only appears
+    late, three times. Jobs are an hour apart: every earlier run has ended by the next
+    submission."""
+    rows = []
+    for i in range(jobs_per_user):
+        rows.append(("limit", 2 * i * 3600.0, 300.0 if i % 3 == 2 else 1000.0, 1000.0))
+        rows.append(("rep", (2 * i + 1) * 3600.0, 500.0, 900.0))
+    for i in range(3):
+        rows.append(("new", (2 * jobs_per_user + i) * 3600.0, 200.0, 1000.0))
+    jobs = pd.DataFrame(rows, columns=["user", "submit", "run", "req_time"]).assign(
+        job_id=np.arange(len(rows)), wait=0.0, procs=1, nodes=1, ppn=1, group=0, queue="q",
+        status=1)
+    return Trace(jobs, Machine(np.ones(4, dtype=np.int64), [f"n{i}" for i in range(4)]),
+                 "synthetic", "swf")
+
+
+def test_same_choice_picks_per_user_on_the_training_window():
+    batch = prepare(_limit_and_repeating_users())
+    train, test = batch.subset(slice(0, 60)), batch.subset(slice(60, None))
+    model = SameJobChoice().fit(train)
+    candidates = list(SameJobChoice.CANDIDATES)
+    # Two runs into the limit, one short one: the longer of the last two (and the median of
+    # the last three, which ties with it and comes later) is wrong on a third of the jobs,
+    # the last run on two thirds.
+    assert model.choice["limit"] == candidates.index("same_max2")
+    # Repeating runs: all candidates are exact; the tie goes to the last run.
+    assert model.choice["rep"] == candidates.index("same_last1")
+    # "new" has no training jobs: it gets the window's choice (lowest per-user median AE).
+    assert "new" not in model.choice and model.default == candidates.index("same_max2")
+    predicted = model.predict(test)
+    run = test.jobs["run"].to_numpy()
+    limit, rep, new = ((test.jobs["user"] == u).to_numpy() for u in ("limit", "rep", "new"))
+    np.testing.assert_array_equal(predicted[limit], 1000.0)
+    np.testing.assert_array_equal(predicted[rep], 500.0)
+    np.testing.assert_array_equal(predicted[new], SameJobChoice.candidates(test)[model.default][new])
+    assert np.mean(predicted[limit] != run[limit]) < 0.4
+    assert np.mean(LastSame().predict(test)[limit] != run[limit]) > 0.6
+
+
+def test_same_choice_sees_no_test_job():
+    trace = _limit_and_repeating_users()
+    choices = []
+
+    class Recorder(SameJobChoice):
+        def fit(self, train):
+            super().fit(train)
+            choices.append((self.default, dict(self.choice), train.jobs["job_id"].max()))
+            return self
+
+    bounds = np.linspace(0, len(trace.jobs), 3).astype(int)
+    first = rolling_evaluate(trace, [Recorder()], folds=1).predictions["same-choice"]
+    # The test jobs of user "limit" now all end after 300 s: the choice, made before any of
+    # them ended, must not change (predictions from history that ended later may).
+    changed = trace.jobs.copy()
+    changed.loc[bounds[1]:, "run"] = np.where(changed.loc[bounds[1]:, "user"] == "limit", 300.0,
+                                              changed.loc[bounds[1]:, "run"])
+    second = rolling_evaluate(Trace(changed, trace.machine, "synthetic", "swf"), [Recorder()],
+                              folds=1).predictions["same-choice"]
+    assert choices[0] == choices[1]
+    assert choices[0][2] < bounds[1]
+    assert first.iloc[0] == second.iloc[0]
 
 
 def test_cautious_calibration_sees_no_test_job():
