@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use surge_client::surge_proto::{ino, Error, ErrorCode};
 use surge_client::{Client, ClientOptions};
-use surge_tests::{pattern, sh, text, Instance};
+use surge_tests::{binary, pattern, sh, text, Instance};
 
 /// The client timeout in these tests: a request to an unresponsive server fails after it.
 const TIMEOUT: Duration = Duration::from_secs(3);
@@ -197,6 +197,12 @@ impl Node {
     /// vanish, no error comes back from the network.
     fn cut(&self) {
         sh(&format!("ip link set {} down", self.host_if));
+    }
+
+    /// Takes the link down from the node's end: the host's end stays up (its address keeps
+    /// answering on the host), and nothing the node sends arrives any more.
+    fn silence(&self) {
+        sh(&format!("ip netns exec {} ip link set sgn{} down", self.name, &self.host_if[3..]));
     }
 
     fn mend(&self) {
@@ -559,6 +565,61 @@ async fn kill_9_mid_stage_out() {
 /// What a program sees through the mount: `dd` writing 1 GiB (and syncing) while a server is
 /// killed, then `ls -l` and `stat` while another is stopped. The mount gives up after its
 /// request timeout (3 s here, `SURGE_TIMEOUT_SECS`).
+/// A node that falls silent while holding a lock (its link cut: no FIN or RST reaches the
+/// server) loses it once the file's home gives up on its connection (TCP keepalive: 10 s
+/// idle, then 3 probes 5 s apart): a waiter on another node gets the lock then, not before.
+#[test]
+fn a_silent_nodes_lock_goes_when_keepalive_ends_its_connection() {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let node = Node::new("flock", 73);
+    // One server, on the host's end of the node's link, which both nodes reach.
+    let host = "10.77.73.1";
+    let inst = Instance::up("flock", &["--capacity", "1G", "--hosts", host]);
+    let put = inst.surge(&["put", "/etc/hostname", "/locked"]);
+    assert!(put.status.success(), "{}", text(&put));
+    let client = binary("surge-test-client");
+    let mut holder = inst
+        .shell_on(&node.addr, &format!("exec ip netns exec {} {} lock /locked try 600", node.name, client.display()))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = String::new();
+    std::io::BufReader::new(holder.stdout.take().unwrap()).read_line(&mut said).unwrap();
+    assert!(said.starts_with("locked"), "the holder on the silent-to-be node: {said:?}");
+    let mut waiter = inst.test_client(host).args(["lock", "/locked", "wait", "0"]).stdout(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(waiter.try_wait().unwrap().is_none(), "the waiter got a lock the live holder has");
+
+    let fault = Instant::now();
+    node.silence();
+    let deadline = fault + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = waiter.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the waiter still waits 60 s after the holder's node fell silent");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let seconds = fault.elapsed().as_secs_f64();
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut waiter.stdout.take().unwrap(), &mut out).unwrap();
+    assert!(status.success() && out.starts_with("locked"), "the waiter: {status} {out:?}");
+    // Not before the keepalive could have given up (10 s idle + 3 x 5 s probes).
+    assert!(seconds > 20.0, "the lock went after {seconds:.1} s, before TCP keepalive could end the connection");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    Row {
+        fault: "node holding a lock falls silent (its link down)",
+        during: "a waiter on another node",
+        app_sees: "the waiter gets the lock".into(),
+        seconds,
+        lost_bytes: 0,
+        after: "the home ended the silent connection (keepalive) and gave its locks back".into(),
+    }
+    .record("lock_holder_silent");
+}
+
 #[test]
 fn faults_through_the_mount() {
     let inst = instance("fmount", 171, &["--capacity", "2G"]);

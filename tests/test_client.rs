@@ -12,6 +12,9 @@
 //!   posix-small-files DIR OPS SECS SEED          the same through the POSIX calls, DIR on a mount
 //!   stream PATH MIB SECS                         write PATH (MIB MiB), close, read it back,
 //!                                                checked; again until SECS passed
+//!   lock PATH wait|try SECS                      a write lock on the whole of PATH (waited for,
+//!                                                or refused if held): prints "locked after S s"
+//!                                                once held, then holds it SECS
 
 use std::process::ExitCode;
 
@@ -91,6 +94,17 @@ async fn run(args: &[String]) -> Result<String, String> {
                 seen += 1;
             }
             Ok(format!("{}", versions.len()))
+        }
+        Some("lock") => {
+            let attr = c.stat(&args[1]).await.map_err(e)?;
+            let me = std::process::id();
+            let whole = surge_client::LockRange { owner: me as u64, pid: me, kind: LockKind::Write, start: 0, end: u64::MAX };
+            let started = std::time::Instant::now();
+            c.set_lock(attr.ino, whole, args[2] == "wait").await.map_err(e)?;
+            // At once, not at exit: whoever started this waits for it.
+            println!("locked after {:.1} s", started.elapsed().as_secs_f64());
+            tokio::time::sleep(std::time::Duration::from_secs(args[3].parse().unwrap())).await;
+            Ok(String::new())
         }
         Some("chunk-server") => {
             let attr = c.stat(&args[1]).await.map_err(e)?;
