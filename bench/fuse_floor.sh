@@ -33,13 +33,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 WORK=/dev/shm/surge-fuse-floor-$$
 NAME=fusefloor$$
 SYSTEMS="bindfs memfs memfs-uring surge"
-cleanup() {
-    for m in bindfs memfs memfs-uring; do fusermount3 -u "$WORK/$m" 2>/dev/null || true; done
-    $SURGE umount "$WORK/surge" >/dev/null 2>&1 || true
-    down_all_instances
-    rm -rf "$WORK" "$SURGE_HOME"
-}
-trap cleanup EXIT
+trap "unmount_all_and_clean $WORK bindfs memfs memfs-uring" EXIT
 for t in $SYSTEMS; do mkdir -p "$WORK/$t"; done
 mkdir -p "$WORK/bindfs-src"
 
@@ -65,11 +59,7 @@ for round in $(seq "$ROUNDS"); do
     echo "round $round of $ROUNDS done" >&2
 done
 
-header="| files/s, 2 ranks x $ITEMS (median of $ROUNDS, range) |"
-rule="|---|"
-for t in $SYSTEMS; do header+=" $t |"; rule+="---|"; done
-echo "$header memfs / bindfs | memfs-uring / bindfs | surge / bindfs |"
-echo "$rule---|---|---|"
+table_header "files/s, 2 ranks x $ITEMS (median of $ROUNDS, range)" "memfs / bindfs" "memfs-uring / bindfs" "surge / bindfs"
 for row in create remove; do
     line="| mdtest file $row |"
     for t in $SYSTEMS; do line+=" $(cell "${results[$t,$row]}") |"; done

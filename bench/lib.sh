@@ -25,6 +25,26 @@ side = "write" if "write" in sys.argv[1] else "read"
 print(round(j[side]["iops"]) if sys.argv[1].startswith("rand") else round(j[side]["bw"] / 1024))' "$rw"
 }
 
+# The EXIT trap of a script comparing FUSE file systems in WORK: unmounts WORK/NAME for each
+# NAME given and the Surge mount at WORK/surge, takes down the instances, removes WORK and
+# SURGE_HOME.
+unmount_all_and_clean() {
+    local work=$1; shift
+    for m in "$@"; do fusermount3 -u "$work/$m" 2>/dev/null || true; done
+    $SURGE umount "$work/surge" >/dev/null 2>&1 || true
+    down_all_instances
+    rm -rf "$work" "$SURGE_HOME"
+}
+
+# table_header TITLE [EXTRA...]: a Markdown table's first two lines, a column for each system
+# in $SYSTEMS, then the EXTRA columns.
+table_header() {
+    local header="| $1 |" rule="|---|" t
+    shift
+    for t in $SYSTEMS "$@"; do header+=" $t |"; rule+="---|"; done
+    printf '%s\n%s\n' "$header" "$rule"
+}
+
 # cell "V1 V2 ..." -> "median (min-max)" of the runs that gave a figure (a run that failed
 # gives 0, and is counted as such); ratio A B -> median(A) / median(B)
 cell() { python3 -c '

@@ -38,13 +38,7 @@ NAME=posixbench$$
 SYSTEMS="tmpfs bindfs"
 [ -n "$PTHP" ] && SYSTEMS+=" passthrough_hp passthrough_hp-nopt"
 SYSTEMS+=" surge"
-cleanup() {
-    for m in bindfs passthrough_hp passthrough_hp-nopt; do fusermount3 -u "$WORK/$m" 2>/dev/null || true; done
-    $SURGE umount "$WORK/surge" >/dev/null 2>&1 || true
-    down_all_instances
-    rm -rf "$WORK" "$SURGE_HOME"
-}
-trap cleanup EXIT
+trap "unmount_all_and_clean $WORK bindfs passthrough_hp passthrough_hp-nopt" EXIT
 for t in $SYSTEMS; do mkdir -p "$WORK/$t" "$WORK/$t-src"; done
 
 bindfs -o big_writes --multithreaded "$WORK/bindfs-src" "$WORK/bindfs"
@@ -99,11 +93,7 @@ for round in $(seq "$ROUNDS"); do
     done
 done
 
-header="| 2 ranks (median of $ROUNDS, range) |"
-rule="|---|"
-for t in $SYSTEMS; do header+=" $t |"; rule+="---|"; done
-echo "$header surge / tmpfs | surge / bindfs |"
-echo "$rule---|---|"
+table_header "2 ranks (median of $ROUNDS, range)" "surge / tmpfs" "surge / bindfs"
 for row in fpp-write fpp-read shared-write shared-read $MD_ROWS; do
     case $row in
         fpp-*) label="IOR file-per-process ${row#fpp-}, MiB/s" ;;
