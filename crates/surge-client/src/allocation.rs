@@ -45,7 +45,7 @@ impl File {
             self.set_len(end).await?;
         }
         // The space changed, maybe without the size: the home forgets what it knew of it.
-        let forget = AllocationNote { ino: self.ino(), version: self.attr_at_open().content_version(), blocks: None };
+        let forget = AllocationNote { ino: self.ino(), version: self.content_version(), blocks: None };
         client.call_home(self.ino(), NoteAllocation { notes: vec![forget] }).await
     }
 

@@ -184,7 +184,7 @@ impl KernelCache {
             return;
         }
         if let Some(notifier) = self.notifier.get() {
-            // Offset -1: attributes only; the page cache is dropped at open anyway. Fails
+            // Offset -1: attributes only; this open decides about the pages. Fails
             // harmlessly when the kernel has already forgotten the inode.
             let _ = notifier.inval_inode(fuser::INodeNo(fresh.ino), -1, 0);
         }
@@ -283,7 +283,8 @@ impl Invalidations {
                     let Some(notifier) = notifier.get() else { continue };
                     // Errors say the kernel no longer holds the inode or name: nothing to drop.
                     let _ = match what {
-                        // Offset -1: attributes only; the page cache is dropped at every open.
+                        // Offset -1: attributes only; whether the pages stay is the next open's
+                        // question (KernelCache::open_pages).
                         Invalidation::Attr(ino) => notifier.inval_inode(fuser::INodeNo(ino), -1, 0),
                         // Offset 0, length 0: every page too.
                         Invalidation::Content(ino) => notifier.inval_inode(fuser::INodeNo(ino), 0, 0),
