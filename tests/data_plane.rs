@@ -404,7 +404,7 @@ fn a_reply_followed_by_a_one_way_request_is_not_held_back() {
         (header, body)
     };
     let challenge: Challenge = decode_message(&read_reply(&mut s).1).expect("a challenge");
-    let hello = Hello { session: 1, proof: auth::answer(&desc.read_secret().unwrap(), &challenge.challenge), identity: None };
+    let hello = Hello { session: 1, proof: auth::answer(&desc.read_secret().unwrap(), &challenge.challenge), identity: None, share: None };
     s.write_all(&encode_frame(FrameKind::Request, 1, &hello, 0)).unwrap();
     let (header, welcome) = read_reply(&mut s);
     assert_eq!(header.kind, FrameKind::Reply);

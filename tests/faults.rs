@@ -706,3 +706,108 @@ fn wait_child(child: &mut std::process::Child) -> std::process::ExitStatus {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// Replication: with `--replicas 2` a node lost for good (its server killed, its directory
+/// gone) loses nothing. Closed files, whichever servers held their chunks or homed their
+/// directories, read back whole through a library client and a mount once `surge failover`
+/// has the next server serve the lost share from its mirror; writes, creates and mkdirs go
+/// on, in directories the lost server homed too; the lost server cannot be restarted over
+/// its share.
+#[test]
+fn a_lost_node_loses_nothing_with_two_replicas() {
+    let inst = instance("freplica", 181, &["--capacity", "2G", "--replicas", "2"]);
+    let mount = inst.mount_with("replica", "127.0.3.185", &[("SURGE_TIMEOUT_SECS", "3")]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = client(&inst);
+    let lost = 2;
+    let status = text(&inst.surge(&["status", "freplica"]));
+    assert_eq!(status.matches("mirror in step").count(), 4, "every server's mirror is filled at start:\n{status}");
+    let (closed, in_lost_dirs, writer) = rt.block_on(async {
+        let closed = Closed::write(&c).await;
+        assert!(
+            closed.0.iter().any(|(_, ino, body)| has_chunk_on(&c, *ino, body.len(), lost)),
+            "no closed file has a chunk on server {lost}"
+        );
+        // Files in directories the lost server homes (their names and attributes are there).
+        let mut in_lost_dirs = Vec::new();
+        for i in 0..64 {
+            let dir = format!("/d{i}");
+            let made = c.mkdir(&dir, 0o755).await.unwrap();
+            if ino::home(made.ino) == lost {
+                let body = pattern(300 + i as u64, 2 * MIB + i);
+                let f = c.create(&format!("{dir}/f"), 0o644).await.unwrap();
+                f.pwrite(0, &body).await.unwrap();
+                f.close().await.unwrap();
+                in_lost_dirs.push((format!("{dir}/f"), body));
+            }
+        }
+        assert!(!in_lost_dirs.is_empty(), "no directory homed on server {lost}");
+        let writer = Writer::start(&c, "/stream", 1024 * MIB);
+        writer.wait_for(16).await;
+        (closed, in_lost_dirs, writer)
+    });
+
+    // The node is lost for good: its server killed, its directory gone with its disk.
+    let fault = Instant::now();
+    inst.kill_server(lost);
+    let server_dir = inst.root.join("freplica").join(format!("server-{lost}"));
+    std::fs::remove_dir_all(&server_dir).unwrap();
+    let (error, at) = rt.block_on(writer.outcome()).expect_err("a write to a lost server succeeded before the failover");
+    let seconds = at.duration_since(fault).as_secs_f64();
+    assert!(seconds < 5.0, "{seconds:.2} s to see a lost server");
+
+    let failover = inst.surge(&["failover", "freplica", "--server", &lost.to_string()]);
+    assert!(failover.status.success(), "surge failover: {}", text(&failover));
+    let took = fault.elapsed().as_secs_f64();
+    let status = text(&inst.surge(&["status", "freplica"]));
+    assert!(status.contains(&format!("LOST, served by {}", lost + 1)), "{status}");
+
+    // Nothing closed is lost: through the client that saw the fault, a new one, the mount.
+    let fresh = client(&inst);
+    for c in [&c, &fresh] {
+        let (lost_bytes, checked) = rt.block_on(closed.lost(c, None));
+        assert_eq!((lost_bytes, checked), (0, 12), "closed files lost with server {lost}'s node");
+        for (path, body) in &in_lost_dirs {
+            assert_eq!(rt.block_on(read_all(c, path)).as_ref().ok(), Some(body), "{path} in a directory the lost server homed");
+        }
+    }
+    assert_eq!(closed.lost_through_mount(&c, &mount.dir, usize::MAX), 0, "closed files unreadable through the mount");
+    for (path, body) in &in_lost_dirs {
+        assert_eq!(std::fs::read(mount.path(&path[1..])).ok().as_ref(), Some(body), "{path} through the mount");
+    }
+
+    // Writes go on: the client that failed writes again, creates and mkdirs where the lost
+    // server homed names, the mount too.
+    rt.block_on(async {
+        write_again(&c, 8).await;
+        assert_eq!(read_all(&fresh, "/after").await.unwrap(), pattern(5, 8 * MIB));
+        let (dir, _) = &in_lost_dirs[0];
+        let dir = dir.rsplit_once('/').unwrap().0;
+        let f = c.create(&format!("{dir}/new"), 0o644).await.unwrap();
+        f.pwrite(0, &pattern(9, 3 * MIB)).await.unwrap();
+        f.close().await.unwrap();
+        c.mkdir(&format!("{dir}/sub"), 0o755).await.unwrap();
+        assert_eq!(read_all(&fresh, &format!("{dir}/new")).await.unwrap(), pattern(9, 3 * MIB));
+    });
+    std::fs::write(mount.path("through-mount"), pattern(11, 5 * MIB)).unwrap();
+    assert_eq!(rt.block_on(read_all(&fresh, "/through-mount")).unwrap(), pattern(11, 5 * MIB));
+
+    // The lost server does not come back over the share its successor now serves.
+    let restart = inst.surge(&["restart", "freplica", "--server", &lost.to_string()]);
+    assert!(!restart.status.success(), "a lost server was restarted over its taken-over share");
+    assert!(text(&restart).contains("taken over"), "{}", text(&restart));
+    Row {
+        fault: "node of server 2 lost (kill -9, its directory removed), --replicas 2",
+        during: "1 GiB write",
+        app_sees: describe(&error),
+        seconds,
+        lost_bytes: 0,
+        after: format!(
+            "surge failover done {took:.2} s after the fault: 12/12 closed files and {} files in directories server 2 homed whole \
+             (library, mount); writes, creates, mkdir go on; restart of server 2 refused",
+            in_lost_dirs.len()
+        ),
+    }
+    .record("replica_node_lost_mid_write");
+    drop(mount);
+}

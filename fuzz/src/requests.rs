@@ -135,7 +135,7 @@ impl Conn {
         let (header, message, _) = conn.frame();
         assert_eq!(header.kind, FrameKind::Reply, "a challenge first");
         let challenge: Challenge = decode_message(&message).expect("a challenge");
-        let hello = Hello { session: 1, proof: auth::answer(secret, &challenge.challenge), identity: None };
+        let hello = Hello { session: 1, proof: auth::answer(secret, &challenge.challenge), identity: None, share: None };
         conn.stream.write_all(&encode_frame(FrameKind::Request, 1, &hello, 0)).expect("hello sent");
         assert_eq!(conn.frame().0.kind, FrameKind::Reply, "welcomed");
         conn

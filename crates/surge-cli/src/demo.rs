@@ -38,6 +38,7 @@ pub async fn run(root: Option<PathBuf>) -> Result<()> {
         check_identity: false,
         layout: Default::default(),
         watermarks: None,
+        replicas: 1,
     };
     outln!("Surge demo: a 4-server striped instance on 127.0.0.11-14, data under {}", params.root.display());
     let (desc, startup) = instance::up(&params).await?;

@@ -12,8 +12,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use surge_client::descriptor::{self, ServerInfo};
+use surge_client::surge_proto::admin::{MirrorTo, TakeOver};
 use surge_client::surge_proto::placement::{DirLayout, CHUNK_SIZES};
 use surge_client::surge_proto::workflow::Watermarks;
+use surge_client::surge_proto::{ErrorCode, ServerStats};
 use surge_client::{Client, ClientOptions, InstanceDescriptor, Mode};
 
 use crate::table::{human_bytes, Table};
@@ -36,6 +38,8 @@ pub struct UpParams {
     pub layout: DirLayout,
     /// Back-pressure on every server's share (`--high-water`, `--low-water`).
     pub watermarks: Option<Watermarks>,
+    /// Copies of each server's share (`--replicas`).
+    pub replicas: u8,
 }
 
 /// Default hosts: loopback aliases 127.0.0.11, .12, ... — one address per "node".
@@ -74,6 +78,14 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
     anyhow::ensure!(p.servers < 65536, "at most 65535 servers");
     anyhow::ensure!(CHUNK_SIZES.contains(&p.chunk_size), "chunk size must be between 4 KiB and 64 MiB");
     anyhow::ensure!(p.capacity >= p.servers as u64 * 4096, "capacity too small for {} servers", p.servers);
+    anyhow::ensure!((1..=2).contains(&p.replicas), "--replicas is 1 or 2");
+    if p.replicas > 1 {
+        anyhow::ensure!(p.servers >= 2, "--replicas 2 needs at least two servers (each mirrors its share on the next)");
+        anyhow::ensure!(
+            p.mode == Mode::Striped,
+            "--replicas 2 is for striped instances (a private namespace lives and dies with its node)"
+        );
+    }
     let desc_path = descriptor::descriptor_path(&p.name);
     let instance_file = std::path::absolute(&desc_path).with_context(|| format!("locate {}", desc_path.display()))?;
     if desc_path.exists() {
@@ -83,7 +95,8 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
     // Absolute, so that `surge down` from another directory removes what `up` made.
     let root = std::path::absolute(&p.root).with_context(|| format!("locate --root {}", p.root.display()))?;
     let share = p.capacity / p.servers as u64;
-    check_local_space(&root, &hosts, p.servers, share)?;
+    // A server with replicas also holds its predecessor's share.
+    check_local_space(&root, &hosts, p.servers, share * p.replicas as u64)?;
     let start = Instant::now();
     let token_path = descriptor::instances_dir().join(format!("{}.token", p.name));
     descriptor::create_token(&token_path)?;
@@ -121,6 +134,7 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
                 ticket_key_path: ticket_key_path.as_deref(),
                 layout: p.layout,
                 watermarks: p.watermarks,
+                replicas: p.replicas,
             };
             launched.push(launch(&server_binary, plan).await?);
         }
@@ -161,6 +175,7 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
         ticket_key_path,
         layout: p.layout,
         watermarks: p.watermarks,
+        replicas: p.replicas,
     };
     // Every server must answer an authenticated request before the instance counts as up.
     for stats in probe(&desc).await {
@@ -168,6 +183,10 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
             let _ = down(&desc, true).await;
             bail!("instance '{}' did not come up: {e}", p.name);
         }
+    }
+    if let Err(e) = link_mirrors(&desc, None).await {
+        let _ = down(&desc, true).await;
+        bail!("instance '{}' did not come up: {e}", p.name);
     }
     desc.save()?;
     Ok((desc, start.elapsed()))
@@ -213,6 +232,25 @@ struct ServerLaunch<'a> {
     /// The instance's default layout (a fresh root's).
     layout: DirLayout,
     watermarks: Option<Watermarks>,
+    replicas: u8,
+}
+
+/// With replicas, tells each server (or only `only`) to mirror its share on the next one.
+async fn link_mirrors(desc: &InstanceDescriptor, only: Option<usize>) -> Result<()> {
+    if desc.replicas < 2 {
+        return Ok(());
+    }
+    let opts = ClientOptions { timeout: Duration::from_secs(10), node: None, ..Default::default() };
+    let count = desc.servers.len();
+    for (position, server) in desc.servers.iter().enumerate() {
+        if only.is_some_and(|i| i != server.index) {
+            continue;
+        }
+        let to = desc.servers[(position + 1) % count].addr;
+        let client = single_server_client(desc, server, &opts)?;
+        client.call(0, MirrorTo { to: Some(to) }).await.with_context(|| format!("tell server {} to mirror on {to}", server.index))?;
+    }
+    Ok(())
 }
 
 /// Starts one server: on this machine as a detached process, on another host through the
@@ -264,6 +302,7 @@ async fn launch(server_binary: &Path, s: ServerLaunch<'_>) -> Result<Launched> {
         cmd.arg("--ticket-key-file").arg(path);
     }
     cmd.arg("--layout").arg(s.layout.name());
+    cmd.arg("--replicas").arg(s.replicas.to_string());
     if let Some(marks) = s.watermarks {
         cmd.arg("--high-water").arg(marks.high.to_string()).arg("--low-water").arg(marks.low.to_string());
         cmd.arg("--pressure-wait").arg(marks.wait_secs.to_string());
@@ -296,6 +335,13 @@ pub async fn restart(desc: &mut InstanceDescriptor, only: Option<usize>) -> Resu
         if let Some(pid) = server.pid.filter(|&pid| pid_running(pid)) {
             bail!("server {} (pid {pid}) is running but not answering: stop it (kill {pid}) to restart it", server.index);
         }
+        if let Some(next) = stand_in_for(desc, &stats, position) {
+            bail!(
+                "server {}'s share is served by server {next} since it was taken over: its own directory is older than the \
+                 share, and it does not come back (the share stays with server {next} until the instance ends)",
+                server.index
+            );
+        }
         let _ = std::fs::remove_file(server.root.join("ready"));
         let plan = ServerLaunch {
             index: server.index,
@@ -311,15 +357,73 @@ pub async fn restart(desc: &mut InstanceDescriptor, only: Option<usize>) -> Resu
             ticket_key_path: desc.ticket_key_path.as_deref(),
             layout: desc.layout,
             watermarks: desc.watermarks,
+            replicas: desc.replicas,
         };
         let mut launched = launch(&server_binary, plan).await?;
         let addr = wait_ready(&mut launched).await?;
         anyhow::ensure!(addr == server.addr, "server {} came back on {addr}, not {}", server.index, server.addr);
         desc.servers[position].pid = Some(launched.child.id());
+        // It mirrors its share again (filling the mirror anew); its predecessor's link finds
+        // it by itself.
+        link_mirrors(desc, Some(server.index)).await?;
         restarted.push(server.index);
     }
     desc.save()?;
     Ok(restarted)
+}
+
+/// The server serving server `position`'s share in its place (its successor, after a
+/// failover), as `stats` (one per server) tell.
+fn stand_in_for(desc: &InstanceDescriptor, stats: &[surge_client::Result<ServerStats>], position: usize) -> Option<usize> {
+    if desc.replicas < 2 {
+        return None;
+    }
+    let next = (position + 1) % desc.servers.len();
+    let index = desc.servers[position].index as u32;
+    match &stats[next] {
+        Ok(s) if s.standing_in_for.contains(&index) => Some(desc.servers[next].index),
+        _ => None,
+    }
+}
+
+/// How long `surge failover` waits for the lost server's mirror connection to end (it ends
+/// by TCP keepalive when the server's node died without a word).
+const FAILOVER_WAIT: Duration = Duration::from_secs(60);
+
+/// `surge failover`: server `index` is lost; its successor serves its share from the mirror
+/// it holds, and clients find it there by themselves. Refused while the server answers.
+pub async fn failover(desc: &InstanceDescriptor, index: usize) -> Result<(usize, Duration)> {
+    anyhow::ensure!(
+        desc.replicas > 1,
+        "instance '{}' keeps one copy of each share (started without --replicas 2): nothing to fail over to",
+        desc.name
+    );
+    let position = desc.servers.iter().position(|s| s.index == index).with_context(|| format!("no server {index} in '{}'", desc.name))?;
+    let stats = probe(desc).await;
+    if stats[position].is_ok() {
+        bail!("server {index} of '{}' is up and answering: a failover is for a lost server", desc.name);
+    }
+    if let Some(pid) = desc.servers[position].pid.filter(|&pid| pid_running(pid)) {
+        bail!("server {index} (pid {pid}) is running but not answering: stop it (kill -9 {pid}) first, so that it cannot come back");
+    }
+    let next = &desc.servers[(position + 1) % desc.servers.len()];
+    let opts = ClientOptions { timeout: Duration::from_secs(30), node: None, ..Default::default() };
+    let client = single_server_client(desc, next, &opts)?;
+    let start = Instant::now();
+    let mut said = false;
+    loop {
+        match client.call(0, TakeOver { index: index as u32 }).await {
+            Ok(()) => return Ok((next.index, start.elapsed())),
+            Err(e) if e.code == ErrorCode::Busy && start.elapsed() < FAILOVER_WAIT => {
+                if !said {
+                    eprintln!("waiting for server {index}'s mirror connection to server {} to end ...", next.index);
+                    said = true;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => bail!("server {} could not take server {index}'s share over: {e}", next.index),
+        }
+    }
 }
 
 /// Runs the command in a session of its own: it outlives this command and its terminal.
@@ -375,7 +479,7 @@ pub fn single_server_client(desc: &InstanceDescriptor, server: &ServerInfo, opts
 }
 
 /// Asks every server for its statistics.
-pub async fn probe(desc: &InstanceDescriptor) -> Vec<surge_client::Result<surge_client::surge_proto::ServerStats>> {
+pub async fn probe(desc: &InstanceDescriptor) -> Vec<surge_client::Result<ServerStats>> {
     let opts = ClientOptions { timeout: Duration::from_secs(5), node: None, ..Default::default() };
     let mut out = Vec::new();
     for server in &desc.servers {
@@ -458,10 +562,26 @@ fn remove_tree(path: &Path) {
     }
 }
 
-pub fn servers_table(desc: &InstanceDescriptor, stats: &[surge_client::Result<surge_client::surge_proto::ServerStats>]) -> String {
+/// A server that answers: up, and what holds writes back or how its share is mirrored.
+fn up_state(s: &ServerStats) -> String {
+    let mut state = String::from("up");
+    // Past the high-water mark, writes needing room on this server wait.
+    if s.holding_writers {
+        state.push_str(", writers wait");
+    }
+    if let Some(mirror) = s.mirror {
+        state.push_str(&format!(", mirror {}", mirror.describe()));
+    }
+    for lost in &s.standing_in_for {
+        state.push_str(&format!(", serving {lost}'s share"));
+    }
+    state
+}
+
+pub fn servers_table(desc: &InstanceDescriptor, stats: &[surge_client::Result<ServerStats>]) -> String {
     let mut table = Table::new(&["server", "host", "address", "state", "used", "capacity", "use%", "files", "dirs"]);
     let (mut used, mut capacity, mut files, mut dirs, mut up) = (0u64, 0u64, 0u64, 0u64, 0usize);
-    for (server, stat) in desc.servers.iter().zip(stats) {
+    for (position, (server, stat)) in desc.servers.iter().zip(stats).enumerate() {
         match stat {
             Ok(s) => {
                 up += 1;
@@ -473,8 +593,7 @@ pub fn servers_table(desc: &InstanceDescriptor, stats: &[surge_client::Result<su
                     server.index.to_string(),
                     server.host.clone(),
                     server.addr.to_string(),
-                    // Past the high-water mark, writes needing room on this server wait.
-                    if s.holding_writers { "up, writers wait".into() } else { "up".into() },
+                    up_state(s),
                     human_bytes(s.used),
                     human_bytes(s.capacity),
                     format!("{:.1}", 100.0 * s.used as f64 / s.capacity.max(1) as f64),
@@ -486,7 +605,10 @@ pub fn servers_table(desc: &InstanceDescriptor, stats: &[surge_client::Result<su
                 server.index.to_string(),
                 server.host.clone(),
                 server.addr.to_string(),
-                format!("DOWN ({})", e.code.describe()),
+                match stand_in_for(desc, stats, position) {
+                    Some(next) => format!("LOST, served by {next}"),
+                    None => format!("DOWN ({})", e.code.describe()),
+                },
                 "-".into(),
                 "-".into(),
                 "-".into(),

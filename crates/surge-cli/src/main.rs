@@ -133,6 +133,11 @@ enum Command {
         /// server logs why).
         #[arg(long, default_value_t = 60.0)]
         pressure_wait: f64,
+        /// Copies of each server's share: with 2, each server mirrors its share (metadata and
+        /// data) on the next one before answering, and `surge failover` has the next one
+        /// serve it when a server is lost. Each server then holds two shares' worth of data.
+        #[arg(long, default_value_t = 1)]
+        replicas: u8,
     },
     /// Mount an instance as a directory (FUSE), in the background.
     Mount {
@@ -171,6 +176,16 @@ enum Command {
         /// Only this server (its index, as `surge status` shows it).
         #[arg(long)]
         server: Option<usize>,
+    },
+    /// Server SERVER of an instance with two replicas is lost (its node died): the next
+    /// server serves its share from the mirror it holds, and clients and mounts find it there
+    /// by themselves. Refused while the server answers or its process runs.
+    Failover {
+        /// The instance.
+        name: String,
+        /// The lost server (its index, as `surge status` shows it).
+        #[arg(long)]
+        server: usize,
     },
     /// Check an instance's consistency across its servers (names without inodes, inodes
     /// without names, link counts, data files without files or past their size), and with
@@ -462,12 +477,14 @@ async fn run(command: Command) -> Result<ExitCode> {
             high_water,
             low_water,
             pressure_wait,
+            replicas,
         } => {
             let servers = servers.unwrap_or(if hosts.is_empty() { 4 } else { hosts.len() });
             let mode: Mode = mode.parse().map_err(anyhow::Error::msg)?;
             let watermarks =
                 surge_client::surge_proto::workflow::Watermarks::given(high_water, low_water, pressure_wait).map_err(anyhow::Error::msg)?;
-            let params = instance::UpParams { name, servers, capacity, root, hosts, mode, chunk_size, check_identity, layout, watermarks };
+            let params =
+                instance::UpParams { name, servers, capacity, root, hosts, mode, chunk_size, check_identity, layout, watermarks, replicas };
             let (desc, took) = instance::up(&params).await?;
             if json {
                 outln!("{}", serde_json::to_string_pretty(&desc)?);
@@ -517,6 +534,11 @@ async fn run(command: Command) -> Result<ExitCode> {
                 let list: Vec<String> = restarted.iter().map(usize::to_string).collect();
                 outln!("restarted server(s) {} of '{name}'", list.join(", "));
             }
+        }
+        Command::Failover { name, server } => {
+            let desc = InstanceDescriptor::load(&name)?;
+            let (by, took) = instance::failover(&desc, server).await?;
+            outln!("server {server}'s share of '{name}' is served by server {by} (taken over in {:.3} s)", took.as_secs_f64());
         }
         Command::CheckScript { script, json } => {
             let text = std::fs::read(&script).with_context(|| format!("read {}", script.display()))?;

@@ -31,6 +31,11 @@ const BUSY_RETRY_FOR: Duration = Duration::from_secs(5);
 
 struct ServerSlot {
     addr: std::net::SocketAddr,
+    /// Where the server's share is served once the server is lost and its successor took it
+    /// over (instances with two replicas).
+    standby: Option<SocketAddr>,
+    /// The share was found there: the lost server is not dialled again.
+    on_standby: std::sync::atomic::AtomicBool,
     conn: AsyncMutex<Option<Arc<Connection>>>,
 }
 
@@ -104,18 +109,27 @@ impl Client {
             // it is not to be given up as a silent server before that.
             opts.timeout = opts.timeout.max(Duration::from_secs_f64(marks.wait_secs) + HELD_WRITE_MARGIN);
         }
-        Client::assemble(addrs, desc.chunk_size, desc.read_secret()?, opts, desc.layout)
+        let replicas = if desc.mode == Mode::Striped { desc.replicas } else { 1 };
+        Client::assemble(addrs, desc.chunk_size, desc.read_secret()?, opts, desc.layout, replicas)
     }
 
     /// Connects to the servers at `addrs` (in server-index order) of an instance with this
     /// chunk size and secret: what the stage coordinator uses to reach the servers.
     pub fn from_parts(addrs: Vec<SocketAddr>, chunk_size: u64, secret: Secret, opts: ClientOptions) -> Result<Client> {
-        Client::assemble(addrs, chunk_size, secret, opts, DirLayout::default())
+        Client::assemble(addrs, chunk_size, secret, opts, DirLayout::default(), 1)
     }
 
     /// [`Client::from_parts`], supposing directories lay files out `default_layout` (the
-    /// instance's) until a server says otherwise.
-    fn assemble(addrs: Vec<SocketAddr>, chunk_size: u64, secret: Secret, opts: ClientOptions, default_layout: DirLayout) -> Result<Client> {
+    /// instance's) until a server says otherwise; with 2 `replicas`, a server's share is
+    /// looked for on the next server when the server cannot be reached.
+    fn assemble(
+        addrs: Vec<SocketAddr>,
+        chunk_size: u64,
+        secret: Secret,
+        opts: ClientOptions,
+        default_layout: DirLayout,
+        replicas: u8,
+    ) -> Result<Client> {
         if addrs.is_empty() {
             return Err(Error::new(ErrorCode::Invalid, "instance has no servers"));
         }
@@ -125,7 +139,15 @@ impl Client {
         let mut session = [0u8; 8];
         getrandom::getrandom(&mut session).map_err(|e| Error::new(ErrorCode::Io, e.to_string()))?;
         let layout = Layout::new(chunk_size, addrs.len());
-        let servers = addrs.into_iter().map(|addr| ServerSlot { addr, conn: AsyncMutex::new(None) }).collect();
+        let count = addrs.len();
+        let servers = (0..count)
+            .map(|i| ServerSlot {
+                addr: addrs[i],
+                standby: (replicas > 1 && count > 1).then(|| addrs[(i + 1) % count]),
+                on_standby: Default::default(),
+                conn: AsyncMutex::new(None),
+            })
+            .collect();
         let (uid, gid) = (opts.uid, opts.gid);
         Ok(Client {
             inner: Arc::new(Inner {
@@ -248,8 +270,30 @@ impl Client {
             }
         }
         let opts = &self.inner.opts;
-        let watcher = self.inner.watcher.get().map(|w| (w.clone(), server));
-        let conn = Connection::open(slot.addr, opts.node, &self.inner.secret, self.inner.session, opts.timeout, watcher).await?;
+        let open = |addr, share| {
+            let watcher = self.inner.watcher.get().map(|w| (w.clone(), server));
+            Connection::open(addr, opts.node, &self.inner.secret, self.inner.session, opts.timeout, watcher, share)
+        };
+        use std::sync::atomic::Ordering;
+        let conn = match slot.standby {
+            Some(standby) if slot.on_standby.load(Ordering::Relaxed) => open(standby, Some(server as u32)).await?,
+            None => open(slot.addr, None).await?,
+            Some(standby) => match open(slot.addr, None).await {
+                Ok(conn) => conn,
+                Err(lost) if matches!(lost.code, ErrorCode::ServerDown | ErrorCode::TimedOut) => {
+                    // The share may be served by the next server, which took it over.
+                    match open(standby, Some(server as u32)).await {
+                        Ok(conn) => {
+                            tracing::warn!(server, %standby, "server {server} is lost; its share is served by the next server");
+                            slot.on_standby.store(true, Ordering::Relaxed);
+                            conn
+                        }
+                        Err(_) => return Err(lost),
+                    }
+                }
+                Err(e) => return Err(e),
+            },
+        };
         *guard = Some(conn.clone());
         Ok(conn)
     }

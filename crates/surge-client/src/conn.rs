@@ -282,6 +282,7 @@ impl Connection {
     /// server's challenge and starts the reader, flusher and sweeper tasks.
     /// With `watcher`, the connection asks the server for change notices (before it returns,
     /// so nothing it is told later can change unnoticed) and hands them to the watcher.
+    /// `share`: another server's share this server took over (see [`surge_proto::mirror`]).
     pub async fn open(
         addr: SocketAddr,
         source: Option<IpAddr>,
@@ -289,6 +290,7 @@ impl Connection {
         session: u64,
         timeout: Duration,
         watcher: Option<WatchedBy>,
+        share: Option<u32>,
     ) -> Result<Arc<Connection>> {
         let server = addr.to_string();
         let down = |what: &str, e: &dyn std::fmt::Display| Error::new(ErrorCode::ServerDown, format!("{what} {server}: {e}"));
@@ -328,7 +330,7 @@ impl Connection {
             } else {
                 None
             };
-            let hello = Hello { session, proof: auth::answer(secret, &challenge), identity };
+            let hello = Hello { session, proof: auth::answer(secret, &challenge), identity, share };
             let local = match exchange::<_, Welcome>(&mut reader, &mut writer, &hello).await.map_err(|e| down("handshake with", &e))? {
                 Handshake::Answered(Welcome { local }) => local,
                 Handshake::Refused(e) => return Err(Error::new(e.code, format!("{server} refused this client: {}", e.detail))),

@@ -81,6 +81,18 @@ pub struct InstanceDescriptor {
     /// Back-pressure on every server's share (`surge up --high-water --low-water`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watermarks: Option<surge_proto::workflow::Watermarks>,
+    /// Copies of each server's share (`surge up --replicas`): with 2, server i's share is
+    /// mirrored on server i+1 (mod N), which serves it once i is lost and taken over.
+    #[serde(default = "one_replica", skip_serializing_if = "is_one_replica")]
+    pub replicas: u8,
+}
+
+fn one_replica() -> u8 {
+    1
+}
+
+fn is_one_replica(replicas: &u8) -> bool {
+    *replicas == 1
 }
 
 /// `$SURGE_HOME`, or `~/.surge`.

@@ -72,6 +72,11 @@ struct Args {
     /// Seconds a write waits at the high-water mark before it fails with ENOSPC.
     #[arg(long, default_value_t = 60.0)]
     pressure_wait: f64,
+    /// Copies of each share the instance keeps: with 2, this server mirrors its share on the
+    /// next server once told where, and keeps the previous server's mirror, which it can
+    /// serve when that server is lost.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    replicas: u8,
     /// Worker threads (default: number of cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -109,6 +114,7 @@ fn main() -> anyhow::Result<()> {
         ticket_key,
         root_layout: args.layout,
         watermarks,
+        replicas: args.replicas,
     };
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = args.threads {

@@ -657,6 +657,8 @@ impl Manager {
             // Its servers start with their default (striped); `surge layout` changes it.
             layout: Default::default(),
             watermarks: None,
+            // One copy of each share: replication is asked of `surge up`.
+            replicas: 1,
         })
     }
 

@@ -132,6 +132,23 @@ pub struct DataFilePage {
     pub more: bool,
 }
 
+/// Replication: mirror this server's share on the server at `to` (its successor; None: stop
+/// mirroring). The server keeps trying to reach it and fills the mirror whenever it comes
+/// back (see [`crate::mirror`]).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct MirrorTo {
+    pub to: Option<std::net::SocketAddr>,
+}
+
+/// Replication: server `index`, this server's predecessor, is lost: serve its share from the
+/// mirror held here. Refused while the predecessor still mirrors here, or when the mirror is
+/// incomplete. Clients reach the share through this server's address, naming it in their
+/// hello.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct TakeOver {
+    pub index: u32,
+}
+
 service! {
     /// An administration or watch request.
     AdminRequest => Admin {
@@ -144,6 +161,8 @@ service! {
         ListInodes -> InodePage, "list-inodes";
         ListEntries -> EntryPage, "list-entries";
         ListDataFiles -> DataFilePage, "list-data-files";
+        MirrorTo -> (), "mirror-to";
+        TakeOver -> (), "take-over";
 
     }
 }

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::admin::AdminRequest;
 use crate::data::DataRequest;
+use crate::mirror::MirrorRequest;
 use crate::namespace::NamespaceRequest;
 use crate::stage::StagingRequest;
 use crate::workflow::WorkflowRequest;
@@ -35,6 +36,7 @@ pub enum Request {
     Staging(StagingRequest),
     Admin(AdminRequest),
     Workflow(WorkflowRequest),
+    Mirror(MirrorRequest),
 }
 
 impl Request {
@@ -46,6 +48,7 @@ impl Request {
             Request::Staging(r) => r.name(),
             Request::Admin(r) => r.name(),
             Request::Workflow(r) => r.name(),
+            Request::Mirror(r) => r.name(),
         }
     }
 }

@@ -25,6 +25,9 @@ pub struct Hello {
     /// A MUNGE credential of the client process whose payload is the challenge in hex, when
     /// the server wants it: who the client is.
     pub identity: Option<String>,
+    /// The share the client wants: None for the server's own; another server's index for a
+    /// share this server took over from a lost predecessor (see [`crate::mirror`]).
+    pub share: Option<u32>,
 }
 
 /// Authentication passed. `local`: where this server keeps its file data, for clients on the

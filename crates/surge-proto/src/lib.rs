@@ -19,7 +19,8 @@
 //! * [`auth`]: the challenge/response that proves a client holds the instance's secret without
 //!   sending the secret over the wire;
 //! * [`stage`]: what staging between the PFS and an instance asks of the servers and reports;
-//! * [`workflow`]: publication logs, what watchers read;
+//! * [`workflow`]: publication logs, what watchers read; [`mirror`]: a server's share
+//!   mirrored on its successor, in instances with two replicas;
 //! * [`xattr`]: extended attributes' namespaces and limits; [`acl`]: POSIX ACLs in their xattr
 //!   form.
 //!
@@ -44,6 +45,7 @@ pub mod host;
 #[cfg(feature = "io")]
 pub mod identity;
 pub mod ino;
+pub mod mirror;
 pub mod namespace;
 pub mod placement;
 pub mod stage;
@@ -61,4 +63,4 @@ pub use xattr::{XattrNamespace, XattrSetMode};
 
 /// Version of the protocol spoken by this build. A peer announcing another version is refused
 /// at the first frame, with an error that names both versions.
-pub const PROTOCOL_VERSION: u8 = 11;
+pub const PROTOCOL_VERSION: u8 = 12;

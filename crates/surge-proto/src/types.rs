@@ -214,6 +214,32 @@ pub struct ServerStats {
     /// Past its high-water mark and not yet back at the low one: writes needing room here
     /// wait (see [`crate::workflow::Watermarks`]).
     pub holding_writers: bool,
+    /// Replication: how this server's share is mirrored on its successor (None: the
+    /// instance has one replica).
+    pub mirror: Option<MirrorState>,
+    /// Shares of lost servers this one has taken over and serves (see [`crate::mirror`]).
+    pub standing_in_for: Vec<u32>,
+}
+
+/// Where a server's mirror stands (see [`crate::mirror`]).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MirrorState {
+    /// The successor is not reached: changes are made here alone.
+    Unreached,
+    /// The successor is being sent the whole share; changes are made here alone until then.
+    Filling,
+    /// Every change is on the successor before it is answered.
+    InStep,
+}
+
+impl MirrorState {
+    pub fn describe(self) -> &'static str {
+        match self {
+            MirrorState::Unreached => "unreached",
+            MirrorState::Filling => "filling",
+            MirrorState::InStep => "in step",
+        }
+    }
 }
 
 /// A server's data directory, told to every client so that one on the same node can read chunk

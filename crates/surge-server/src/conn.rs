@@ -42,7 +42,7 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) -> 
     let (rd, wr) = stream.into_split();
     let mut reader = BufReader::with_capacity(IO_BUFFER, rd);
     let mut writer = BufWriter::with_capacity(IO_BUFFER, wr);
-    let Some(caller) = authenticate(&shared, &mut reader, &mut writer, peer).await? else {
+    let Some((caller, shared)) = authenticate(&shared, &mut reader, &mut writer, peer).await? else {
         return Ok(());
     };
     let writer = Arc::new(AsyncMutex::new(writer));
@@ -54,13 +54,14 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) -> 
 
 /// Challenge, then the client's answer: `Some` when it holds the instance's secret (and,
 /// when this server checks identities, a MUNGE credential for this connection: then whom
-/// the requests are checked as).
+/// the requests are checked as), with the share it asked for (this server's, or one it
+/// stands in for).
 async fn authenticate(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
     writer: &mut BufWriter<OwnedWriteHalf>,
     peer: SocketAddr,
-) -> Result<Option<Option<Caller>>> {
+) -> Result<Option<(Option<Caller>, Arc<Shared>)>> {
     let mut challenge = [0u8; auth::CHALLENGE_LEN];
     getrandom::getrandom(&mut challenge).map_err(|e| ServerError::new(ErrorCode::Io, format!("no randomness for the challenge: {e}")))?;
     let hello = Challenge {
@@ -85,9 +86,14 @@ async fn authenticate(
     };
     let request_id = frame.header.request_id;
     match decode_message::<Hello>(&frame.message) {
-        Ok(Hello { proof, identity, .. })
+        Ok(Hello { proof, identity, share, .. })
             if frame.header.kind == FrameKind::Request && auth::verify(&shared.secret, &challenge, &proof) =>
         {
+            let Some(share) = shared.share(share) else {
+                let detail = format!("server {} does not serve server {}'s share", shared.index, share.unwrap_or_default());
+                refuse(writer, request_id, ErrorCode::ServerDown, &detail).await;
+                return Ok(None);
+            };
             let caller = match (shared.ticket_key.is_some(), identity) {
                 (false, _) => None,
                 (true, None) => {
@@ -104,9 +110,9 @@ async fn authenticate(
                     }
                 },
             };
-            write_frame(writer, FrameKind::Reply, request_id, &Welcome { local: shared.local.clone() }, &[]).await?;
+            write_frame(writer, FrameKind::Reply, request_id, &Welcome { local: share.local.clone() }, &[]).await?;
             writer.flush().await?;
-            Ok(Some(caller))
+            Ok(Some((caller, share)))
         }
         Ok(_) => {
             tracing::warn!(%peer, "refused a client with a wrong instance token");
@@ -160,13 +166,14 @@ where
         // creating in one directory would otherwise each wait for the other until the timeout).
         let awaited = std::mem::take(&mut session.awaited);
         let durable = session.durable.take();
-        let answer = if awaited.is_empty() && durable.is_none() {
+        let mirrored = session.mirrored.take();
+        let answer = if awaited.is_empty() && durable.is_none() && mirrored.is_none() {
             answer
         } else {
-            let durable = durable.map(|seq| (session.shared.journal.clone(), seq));
+            let waits = Waits { awaited, durable, mirrored, shared: session.shared.clone() };
             match answer {
-                Answer::Reply { message, .. } => answer_after(awaited, durable, Ok(message)),
-                Answer::Failure(e) => answer_after(awaited, durable, Err(e)),
+                Answer::Reply { message, .. } => answer_after(waits, Ok(message)),
+                Answer::Failure(e) => answer_after(waits, Err(e)),
                 other => other,
             }
         };
@@ -269,17 +276,24 @@ async fn send_from_file(w: &mut BufWriter<OwnedWriteHalf>, request_id: u64, sour
     Ok(())
 }
 
-/// The answer `outcome`, sent once the watchers in `awaited` acknowledged and the journal
-/// holds the change numbered `durable` (if any).
-fn answer_after(
+/// What an answer waits for: the watchers' acknowledgements, the journal record that must
+/// be durable, the change the mirror must have.
+struct Waits {
     awaited: Vec<tokio::sync::oneshot::Receiver<()>>,
-    durable: Option<(Arc<crate::journal::Journal>, u64)>,
-    outcome: Result<Vec<u8>>,
-) -> Answer {
+    durable: Option<u64>,
+    mirrored: Option<u64>,
+    shared: Arc<Shared>,
+}
+
+/// The answer `outcome`, sent once what `waits` names has happened.
+fn answer_after(waits: Waits, outcome: Result<Vec<u8>>) -> Answer {
     Answer::Later(Box::pin(async move {
-        await_acknowledgements(awaited).await;
-        if let Some((journal, seq)) = durable {
-            journal.durable(seq).await;
+        await_acknowledgements(waits.awaited).await;
+        if let Some(seq) = waits.durable {
+            waits.shared.journal.durable(seq).await;
+        }
+        if let Some(seq) = waits.mirrored {
+            waits.shared.mirror.reached(seq).await;
         }
         outcome
     }))

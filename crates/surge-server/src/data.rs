@@ -65,6 +65,8 @@ pub struct DataStore {
     watermarks: Option<Watermarks>,
     /// Filled past the high-water mark and not yet back down to the low one.
     held: AtomicBool,
+    /// Where changes are noted for this share's mirror (see [`crate::mirror`]).
+    mirror: Arc<crate::mirror::Feed>,
 }
 
 /// [`surge_proto::workflow::Watermarks`] in bytes of this share.
@@ -110,7 +112,27 @@ impl DataStore {
             written_bytes: AtomicU64::new(0),
             watermarks: None,
             held: AtomicBool::new(false),
+            mirror: Arc::new(crate::mirror::Feed::new(1)),
         })
+    }
+
+    /// Notes every change of a data file in `feed`, for the share's mirror.
+    pub fn with_mirror(mut self, feed: Arc<crate::mirror::Feed>) -> Self {
+        self.mirror = feed;
+        self
+    }
+
+    /// The inodes of every data file here, in order (anything not named like a data file is
+    /// not Surge's: left alone, not listed).
+    pub fn data_files(&self) -> Result<Vec<Ino>> {
+        let listing = std::fs::read_dir(&self.dir).map_err(|e| ServerError::store("list data directory", e))?;
+        let mut inos = Vec::new();
+        for entry in listing {
+            let entry = entry.map_err(|e| ServerError::store("list data directory", e))?;
+            inos.extend(data_file_ino(&entry.file_name()));
+        }
+        inos.sort_unstable();
+        Ok(inos)
     }
 
     /// Writers wait at `marks` (fractions of the capacity) instead of failing.
@@ -217,16 +239,8 @@ impl DataStore {
     /// The data files above `after`, in inode order (a page of `surge fsck`'s scan).
     pub fn data_file_page(&self, after: Option<Ino>) -> Result<DataFilePage> {
         const FILES_PER_PAGE: usize = 4096;
-        let listing = std::fs::read_dir(&self.dir).map_err(|e| ServerError::store("list data directory", e))?;
-        let mut inos = Vec::new();
-        for entry in listing {
-            let entry = entry.map_err(|e| ServerError::store("list data directory", e))?;
-            // Anything not named like a data file is not Surge's: left alone, not listed.
-            if let Some(ino) = data_file_ino(&entry.file_name()).filter(|&ino| after.is_none_or(|a| ino > a)) {
-                inos.push(ino);
-            }
-        }
-        inos.sort_unstable();
+        let mut inos = self.data_files()?;
+        inos.retain(|&ino| after.is_none_or(|a| ino > a));
         let more = inos.len() > FILES_PER_PAGE;
         inos.truncate(FILES_PER_PAGE);
         let mut files = Vec::with_capacity(inos.len());
@@ -241,7 +255,8 @@ impl DataStore {
         Ok(DataFilePage { files, more })
     }
 
-    fn path(&self, ino: Ino) -> PathBuf {
+    /// Where `ino`'s data file is (or would be).
+    pub fn path(&self, ino: Ino) -> PathBuf {
         self.dir.join(data_file_name(ino))
     }
 
@@ -326,6 +341,7 @@ impl DataStore {
         let Some(local) = self.local_file(ino, false)? else { return Ok(()) };
         self.refresh_len(&local)?;
         self.reaccount(&local);
+        self.mirror.file_changed(ino, false);
         Ok(())
     }
 
@@ -350,6 +366,7 @@ impl DataStore {
         local.len.fetch_max(offset + data.len() as u64, Ordering::Relaxed);
         self.reaccount(&local);
         self.written_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.mirror.data_changed(ino, offset, data.len() as u64);
         Ok(data.len() as u32)
     }
 
@@ -364,6 +381,7 @@ impl DataStore {
         let Some(copied) = copied else { return Ok(false) };
         local.len.fetch_max(offset + copied, Ordering::Relaxed);
         self.reaccount(&local);
+        self.mirror.data_changed(ino, offset, copied);
         if copied < len {
             return Err(ServerError::new(
                 ErrorCode::Io,
@@ -445,6 +463,7 @@ impl DataStore {
             local.file.set_len(size).map_err(|e| ServerError::store("truncate chunk file", e))?;
             local.len.store(size, Ordering::Relaxed);
             self.reaccount(&local);
+            self.mirror.file_changed(ino, false);
         }
         Ok(())
     }
@@ -458,6 +477,7 @@ impl DataStore {
         match std::fs::remove_file(self.path(ino)) {
             Ok(()) => {
                 self.used.fetch_sub(allocated.min(self.used()), Ordering::Relaxed);
+                self.mirror.file_changed(ino, false);
                 Ok(())
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -505,6 +525,7 @@ impl DataStore {
             }
         }
         self.reaccount(&local);
+        self.mirror.data_changed(ino, offset, len);
         outcome
     }
 
@@ -562,7 +583,11 @@ impl DataStore {
 
     pub fn sync(&self, ino: Ino) -> Result<()> {
         match self.local_file(ino, false)? {
-            Some(local) => local.file.sync_data().map_err(|e| ServerError::store("sync chunk file", e)),
+            Some(local) => {
+                local.file.sync_data().map_err(|e| ServerError::store("sync chunk file", e))?;
+                self.mirror.file_changed(ino, true);
+                Ok(())
+            }
             None => Ok(()),
         }
     }

@@ -57,6 +57,7 @@ impl InProcessInstance {
                 ticket_key: None,
                 root_layout: Default::default(),
                 watermarks: None,
+                replicas: 1,
             };
             servers.push(Server::bind(config).await?);
         }

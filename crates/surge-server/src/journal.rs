@@ -46,6 +46,7 @@ use serde::Serialize;
 
 use crate::lock::LockRecover;
 use crate::meta::{format1, format2, format3, MetaStore, Record};
+use crate::mirror::{Change, Feed};
 
 /// A journal this long is folded into a new snapshot.
 pub const SNAPSHOT_AFTER: u64 = 64 << 20;
@@ -86,6 +87,9 @@ pub struct Journal {
     /// The journal file; held by whoever writes it (the flusher, or a snapshot).
     file: Mutex<File>,
     durable: tokio::sync::watch::Sender<u64>,
+    /// Where what is written is noted for the share's mirror (see [`crate::mirror`]), under
+    /// the file's lock: in the order it is written.
+    mirror: Arc<Feed>,
 }
 
 fn frame(record: &impl Serialize, out: &mut Vec<u8>) {
@@ -235,7 +239,7 @@ impl Journal {
     /// Replays `<root>/meta` into `store` (a fresh one), folds it into a new snapshot, and
     /// starts journaling. Returns the journal and the files that were unlinked while open
     /// before the stop (their data is to be purged).
-    pub fn open(root: &Path, store: &mut MetaStore) -> io::Result<(Arc<Journal>, Vec<surge_proto::Ino>)> {
+    pub fn open(root: &Path, store: &mut MetaStore, mirror: Arc<Feed>) -> io::Result<(Arc<Journal>, Vec<surge_proto::Ino>)> {
         let dir = root.join("meta");
         std::fs::create_dir_all(&dir)?;
         let layout = layout_of(&dir)?;
@@ -254,8 +258,14 @@ impl Journal {
         let _ = store.take_changes();
         let file = OpenOptions::new().create(true).append(true).open(dir.join("journal"))?;
         let (durable, _) = tokio::sync::watch::channel(0);
-        let journal =
-            Arc::new(Journal { dir, pending: Mutex::new(Pending::default()), work: Condvar::new(), file: Mutex::new(file), durable });
+        let journal = Arc::new(Journal {
+            dir,
+            pending: Mutex::new(Pending::default()),
+            work: Condvar::new(),
+            file: Mutex::new(file),
+            durable,
+            mirror,
+        });
         match layout {
             Layout::Current => journal.fold(store)?,
             older => {
@@ -293,18 +303,34 @@ impl Journal {
         self.pending.lock_or_recover().appended
     }
 
-    /// Completes once record `seq` (and every one before it) is durable.
+    /// Completes once record `seq` (and every one before it) is durable, and on the mirror
+    /// while it is in step.
     pub async fn durable(&self, seq: u64) {
         let mut durable = self.durable.subscribe();
-        if *durable.borrow() >= seq {
-            return;
+        if *durable.borrow() < seq {
+            {
+                let mut pending = self.pending.lock_or_recover();
+                pending.waited = true;
+                self.work.notify_one();
+            }
+            let _ = durable.wait_for(|&done| done >= seq).await;
         }
-        {
-            let mut pending = self.pending.lock_or_recover();
-            pending.waited = true;
-            self.work.notify_one();
+        self.mirror.journal_reached(seq).await;
+    }
+
+    /// Notes the snapshot and the journal as they are now for the mirror (the changes noted
+    /// after these follow them in the file).
+    pub(crate) fn note_whole(&self, mirror: &Feed) {
+        let _file = self.file.lock_or_recover();
+        let read = |name: &str| read_all(&self.dir.join(name));
+        match (read("snapshot"), read("journal")) {
+            (Ok(snapshot), Ok(journal)) => {
+                let seq = *self.durable.borrow();
+                mirror.note(Change::Snapshot { bytes: snapshot, seq });
+                mirror.note(Change::Journal { at: 0, bytes: journal, seq });
+            }
+            (Err(e), _) | (_, Err(e)) => tracing::error!("could not read the metadata journal for the mirror: {e}"),
         }
-        let _ = durable.wait_for(|&done| done >= seq).await;
     }
 
     /// Writes `store` (which must hold every appended change) as the new snapshot and empties
@@ -317,18 +343,20 @@ impl Journal {
             pending.journal_len = 0;
             pending.appended
         };
-        self.write_snapshot(store, "snapshot")?;
+        let snapshot = self.write_snapshot(store, "snapshot")?;
         // Only once the snapshot is in place: a crash before this leaves the old journal,
         // whose records re-applied over the new snapshot change nothing.
         file.set_len(0)?;
         file.sync_all()?;
         self.durable.send_replace(appended);
+        self.mirror.note(Change::Snapshot { bytes: snapshot, seq: appended });
         Ok(())
     }
 
     /// Writes `store` to the file `name` in one step (written aside, then renamed): it is
-    /// there whole or not at all. A few records, each small enough for its frame.
-    fn write_snapshot(&self, store: &MetaStore, name: &str) -> io::Result<()> {
+    /// there whole or not at all. A few records, each small enough for its frame. Returns
+    /// the bytes written.
+    fn write_snapshot(&self, store: &MetaStore, name: &str) -> io::Result<Vec<u8>> {
         let mut bytes = Vec::new();
         for piece in store.snapshot().split() {
             frame(&piece, &mut bytes);
@@ -338,7 +366,8 @@ impl Journal {
         snapshot.write_all(&bytes)?;
         snapshot.sync_all()?;
         std::fs::rename(&tmp, self.dir.join(name))?;
-        File::open(&self.dir)?.sync_all()
+        File::open(&self.dir)?.sync_all()?;
+        Ok(bytes)
     }
 
     fn flush_loop(&self) {
@@ -380,8 +409,15 @@ impl Journal {
             for record in &records {
                 frame(record, &mut bytes);
             }
-            self.pending.lock_or_recover().journal_len += bytes.len() as u64;
+            let at = {
+                let mut pending = self.pending.lock_or_recover();
+                pending.journal_len += bytes.len() as u64;
+                pending.journal_len - bytes.len() as u64
+            };
             let written = file.write_all(&bytes).and_then(|()| file.sync_data());
+            if written.is_ok() {
+                self.mirror.note(Change::Journal { at, bytes, seq: upto });
+            }
             drop(file);
             match written {
                 Ok(()) => {
@@ -449,7 +485,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(root.join("meta")).unwrap();
         std::fs::write(root.join("meta/format"), "surge-meta 99\n").unwrap();
-        let err = Journal::open(&root, &mut MetaStore::new(0, 0, 0)).err().expect("refused");
+        let err = Journal::open(&root, &mut MetaStore::new(0, 0, 0), Default::default()).err().expect("refused");
         assert!(err.to_string().contains("surge-meta 99"), "{err}");
         let _ = std::fs::remove_dir_all(&root);
     }
@@ -509,7 +545,7 @@ mod tests {
         std::fs::write(root.meta("journal"), framed(&[journal])).unwrap();
 
         let mut store = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root.0, &mut store).unwrap();
+        let (journal, _) = Journal::open(&root.0, &mut store, Default::default()).unwrap();
         assert_eq!(store.lookup(ROOT_INO, "dir").unwrap().attr.unwrap().mode, 0o750);
         assert_eq!(store.lookup(dir.ino, "file").unwrap().ino, file.ino, "the journal's record too");
         assert_eq!(std::fs::read_to_string(root.meta("format")).unwrap().trim(), FORMAT);
@@ -519,7 +555,7 @@ mod tests {
         journal.close(&store).unwrap();
 
         let mut again = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root.0, &mut again).unwrap();
+        let (journal, _) = Journal::open(&root.0, &mut again, Default::default()).unwrap();
         assert_eq!(again.lookup(dir.ino, "file").unwrap().ino, file.ino);
         assert_eq!(again.get_xattr(file.ino, "user.new").unwrap(), b"v");
         journal.close(&again).unwrap();
@@ -539,7 +575,7 @@ mod tests {
         std::fs::write(root.meta("journal"), framed(&[format3::Record::from(record)])).unwrap();
 
         let mut store = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root.0, &mut store).unwrap();
+        let (journal, _) = Journal::open(&root.0, &mut store, Default::default()).unwrap();
         assert_eq!(store.lookup(ROOT_INO, "kept").unwrap().ino, kept.ino);
         assert_eq!(std::fs::read_to_string(root.meta("format")).unwrap().trim(), FORMAT);
         // The replayed name is what a close publishes under.
@@ -549,7 +585,7 @@ mod tests {
         journal.close(&store).unwrap();
 
         let mut again = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root.0, &mut again).unwrap();
+        let (journal, _) = Journal::open(&root.0, &mut again, Default::default()).unwrap();
         let everything = crate::meta::publications::NamePattern::default();
         let page = again.publications(ROOT_INO, 0, 10, &everything).unwrap();
         assert_eq!(page.publications.len(), 1);
@@ -572,7 +608,7 @@ mod tests {
         std::fs::write(root.meta("journal"), framed(&[format2::Record::from(old.take_changes())])).unwrap();
 
         let mut store = MetaStore::with_root_layout(0, 0, 0, DirLayout::NodeLocal);
-        let (journal, _) = Journal::open(&root.0, &mut store).unwrap();
+        let (journal, _) = Journal::open(&root.0, &mut store, Default::default()).unwrap();
         assert_eq!(store.get_xattr(dir.ino, "user.kept").unwrap(), b"yes");
         assert_eq!(store.layout_of(dir.ino).unwrap(), DirLayout::Striped);
         assert_eq!(store.layout_of(ROOT_INO).unwrap(), DirLayout::Striped, "the replayed root, not a fresh one's default");
@@ -582,7 +618,7 @@ mod tests {
         journal.close(&store).unwrap();
 
         let mut again = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root.0, &mut again).unwrap();
+        let (journal, _) = Journal::open(&root.0, &mut again, Default::default()).unwrap();
         assert_eq!(again.layout_of(dir.ino).unwrap(), DirLayout::NodeLocal);
         journal.close(&again).unwrap();
     }
@@ -595,7 +631,7 @@ mod tests {
         old.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, false, None).unwrap();
         std::fs::write(root.meta("snapshot"), framed(&[format1(old.snapshot())])).unwrap();
         let mut store = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root.0, &mut store).unwrap();
+        let (journal, _) = Journal::open(&root.0, &mut store, Default::default()).unwrap();
         assert!(store.lookup(ROOT_INO, "kept").is_ok());
         assert_eq!(std::fs::read_to_string(root.meta("format")).unwrap().trim(), FORMAT);
         journal.close(&store).unwrap();
@@ -616,7 +652,7 @@ mod tests {
         old.create(ROOT_INO, "also", 0o644, 0, 0, 0, true, false, None).unwrap();
         std::fs::write(root.meta("journal"), framed(&[format1(old.take_changes())])).unwrap();
         let mut store = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root.0, &mut store).unwrap();
+        let (journal, _) = Journal::open(&root.0, &mut store, Default::default()).unwrap();
         assert!(store.lookup(ROOT_INO, "kept").is_ok(), "the new snapshot is in place");
         assert!(!root.meta(NEXT_SNAPSHOT).exists());
         journal.close(&store).unwrap();
@@ -627,13 +663,13 @@ mod tests {
         let root = std::env::temp_dir().join(format!("surge-journal-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let mut store = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root, &mut store).unwrap();
+        let (journal, _) = Journal::open(&root, &mut store, Default::default()).unwrap();
         let file = store.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, false, None).unwrap();
         let seq = journal.append(store.take_changes()).seq;
         journal.durable(seq).await;
         // A crash: no clean stop, the journal as written.
         let mut again = MetaStore::new(0, 0, 0);
-        let (journal2, _) = Journal::open(&root, &mut again).unwrap();
+        let (journal2, _) = Journal::open(&root, &mut again, Default::default()).unwrap();
         assert_eq!(again.lookup(ROOT_INO, "kept").unwrap().ino, file.ino);
         assert_eq!(again.lookup(ROOT_INO, "kept").unwrap().kind, FileKind::File);
         journal2.close(&again).unwrap();

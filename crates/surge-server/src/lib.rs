@@ -14,7 +14,9 @@
 //! staging, every server copies the chunks it owns between the PFS and its store when asked
 //! ([`stage_copy`]); the other staging requests go to the stage coordinator the daemon attached
 //! beside the server ([`Server::attach_coordinator`]), which is a client of the instance and
-//! lives in a crate of its own. This crate depends on the protocol crate only.
+//! lives in a crate of its own. In an instance with two replicas each server mirrors its share
+//! on the next one and can serve a lost predecessor's share from the mirror it holds
+//! ([`mirror`]). This crate depends on the protocol crate only.
 //!
 //! [`Server::bind`] then [`Server::serve`]: the `surge-server` daemon does so in its own
 //! process; [`in_process::InProcessInstance`] does so for a whole instance inside a test's.
@@ -29,6 +31,7 @@ pub mod journal;
 mod lock;
 mod locks;
 pub mod meta;
+pub mod mirror;
 mod server;
 mod session;
 pub mod stage_copy;

@@ -15,8 +15,9 @@ use tokio::sync::Notify;
 
 use crate::error::{Result, ServerError};
 use crate::lock::LockRecover;
-use crate::{conn, data, journal, meta, watch};
+use crate::{conn, data, journal, meta, mirror, watch};
 
+#[derive(Clone)]
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub root: PathBuf,
@@ -38,6 +39,11 @@ pub struct ServerConfig {
     /// Back-pressure: writers wait past a high-water mark instead of failing (None: they
     /// fail with ENOSPC when the share is full).
     pub watermarks: Option<surge_proto::workflow::Watermarks>,
+    /// Copies of each share the instance keeps: 2 mirrors this share on the next server
+    /// (once told where, [`surge_proto::admin::MirrorTo`]) and the previous server's here
+    /// (see [`crate::mirror`]). Clients then write only through the servers: no local writes,
+    /// no kernel passthrough, whose bytes the server would not see.
+    pub replicas: u8,
 }
 
 /// State shared by all connections of one server.
@@ -63,6 +69,15 @@ pub struct Shared {
     /// How many publications the namespace share has made: readers of publication logs wait
     /// for it to change ([`crate::meta::publications`]).
     pub(crate) published: tokio::sync::watch::Sender<u64>,
+    /// Changes of this share for its mirror, and the link that sends them.
+    pub mirror: Arc<mirror::Feed>,
+    pub(crate) mirror_link: Mutex<Option<tokio::task::AbortHandle>>,
+    /// The previous server's share mirrored here (instances with two replicas).
+    pub(crate) held: Option<Mutex<mirror::held::Held>>,
+    /// Shares of lost servers served from their mirrors here, by server index.
+    pub(crate) stand_ins: Mutex<std::collections::HashMap<usize, Arc<Shared>>>,
+    /// How this share was opened (a stand-in is opened alike).
+    pub(crate) config: ServerConfig,
 }
 
 impl Shared {
@@ -87,26 +102,24 @@ impl Shared {
     }
 }
 
-/// A server bound to its address, not yet serving.
-pub struct Server {
-    shared: Arc<Shared>,
-    listener: TcpListener,
-    root: PathBuf,
-}
-
-impl Server {
-    /// Opens the data directory under `config.root` (accounting for what an earlier run left
-    /// there) and binds the listening address.
-    pub async fn bind(config: ServerConfig) -> Result<Server> {
+impl Shared {
+    /// Opens the share under `config.root`: its data directory (accounting for what an
+    /// earlier run left there) and its namespace as the journal left it.
+    pub fn open(config: ServerConfig) -> Result<Arc<Shared>> {
         std::fs::create_dir_all(&config.root).map_err(|e| ServerError::os(&format!("create {}", config.root.display()), e))?;
         // The share is its owner's alone: data files are made with the umask's modes, and a
         // user's files must not be readable behind the instance's permission checks.
         std::fs::set_permissions(&config.root, std::os::unix::fs::PermissionsExt::from_mode(0o700))
             .map_err(|e| ServerError::os(&format!("restrict {} to its owner", config.root.display()), e))?;
+        let feed = Arc::new(mirror::Feed::new(config.replicas));
         let data = data::DataStore::open(&config.root.join("data"), config.capacity)
             .map_err(|e| ServerError::os(&format!("open data directory under {}", config.root.display()), e))?
-            .with_watermarks(config.watermarks);
+            .with_watermarks(config.watermarks)
+            .with_mirror(feed.clone());
+        // With replicas, clients write only through the servers (what they write to a data
+        // file themselves would not reach the mirror).
         let local = match data.local_data() {
+            Ok(_) if config.replicas > 1 => None,
             Ok(local) => Some(local),
             Err(e) => {
                 tracing::warn!("clients on this node will not read or write the data directory themselves: {e}");
@@ -115,13 +128,15 @@ impl Server {
         };
         // The namespace share as the journal left it (a fresh one the first time).
         let mut meta = meta::MetaStore::with_root_layout(config.index, config.owner_uid, config.owner_gid, config.root_layout);
-        let (journal, orphans) = journal::Journal::open(&config.root, &mut meta)
+        let (journal, orphans) = journal::Journal::open(&config.root, &mut meta, feed.clone())
             .map_err(|e| ServerError::os(&format!("replay the metadata journal under {}", config.root.display()), e))?;
         for ino in orphans {
             // Unlinked while a client had it open, before the stop: nobody has it now.
             let _ = data.purge(ino);
         }
-        let shared = Arc::new(Shared {
+        let held = (config.replicas > 1 && config.count > 1)
+            .then(|| Mutex::new(mirror::held::Held::new(&config.root, (config.index + config.count - 1) % config.count)));
+        Ok(Arc::new(Shared {
             index: config.index,
             count: config.count,
             secret: config.secret,
@@ -135,7 +150,75 @@ impl Server {
             locks: Default::default(),
             published: tokio::sync::watch::Sender::new(0),
             shutdown: Notify::new(),
-        });
+            mirror: feed,
+            mirror_link: Mutex::new(None),
+            held,
+            stand_ins: Mutex::new(Default::default()),
+            config,
+        }))
+    }
+
+    /// Mirrors this share on the server at `to` from now on (None: on none).
+    pub fn mirror_to(self: &Arc<Self>, to: Option<SocketAddr>) {
+        let mut link = self.mirror_link.lock_or_recover();
+        if let Some(old) = link.take() {
+            old.abort();
+        }
+        self.mirror.close();
+        *link = to.map(|to| mirror::link::start(self.clone(), to));
+    }
+
+    /// Serves server `index`'s share (this server's predecessor, lost) from its mirror here.
+    pub fn take_over(&self, index: usize) -> Result<()> {
+        let held = self.held.as_ref().ok_or_else(|| ServerError::new(ErrorCode::NotSupported, "this instance keeps one replica"))?;
+        let mut held = held.lock_or_recover();
+        if held.from() != index {
+            return Err(ServerError::new(ErrorCode::Invalid, format!("server {index} is not this server's predecessor ({})", held.from())));
+        }
+        held.can_take_over()?;
+        let config = ServerConfig { root: held.dir().to_path_buf(), index, replicas: 1, ..self.config.clone() };
+        let share = Shared::open(config)?;
+        held.mark_taken_over();
+        tracing::warn!(index, "serving lost server {index}'s share from its mirror here");
+        self.stand_ins.lock_or_recover().insert(index, share);
+        Ok(())
+    }
+
+    /// The share a client names in its hello: this server's, or one it stands in for.
+    pub fn share(self: &Arc<Self>, index: Option<u32>) -> Option<Arc<Shared>> {
+        match index {
+            None => Some(self.clone()),
+            Some(i) if i as usize == self.index => Some(self.clone()),
+            Some(i) => self.stand_ins.lock_or_recover().get(&(i as usize)).cloned(),
+        }
+    }
+
+    /// A clean stop: each namespace share served here as one snapshot, for a quick restart.
+    fn close(&self) -> Result<()> {
+        if let Some(link) = self.mirror_link.lock_or_recover().take() {
+            link.abort();
+        }
+        let stand_ins: Vec<Arc<Shared>> = self.stand_ins.lock_or_recover().drain().map(|(_, share)| share).collect();
+        for share in stand_ins {
+            share.close()?;
+        }
+        let meta = self.meta.lock_or_recover();
+        self.journal.close(&meta).map_err(|e| ServerError::os("write the metadata snapshot", e))
+    }
+}
+
+/// A server bound to its address, not yet serving.
+pub struct Server {
+    shared: Arc<Shared>,
+    listener: TcpListener,
+    root: PathBuf,
+}
+
+impl Server {
+    /// Opens the data directory under `config.root` (accounting for what an earlier run left
+    /// there) and binds the listening address.
+    pub async fn bind(config: ServerConfig) -> Result<Server> {
+        let shared = Shared::open(config.clone())?;
         let listener = TcpListener::bind(config.listen).await.map_err(|e| ServerError::os(&format!("bind {}", config.listen), e))?;
         Ok(Server { shared, listener, root: config.root })
     }
@@ -192,10 +275,7 @@ impl Server {
             }
         }
         let _ = std::fs::remove_file(&ready);
-        // A clean stop: the namespace share as one snapshot, for a quick restart.
-        let meta = shared.meta.lock_or_recover();
-        shared.journal.close(&meta).map_err(|e| ServerError::os("write the metadata snapshot", e))?;
-        Ok(())
+        shared.close()
     }
 }
 

@@ -27,6 +27,8 @@ pub(crate) struct Session {
     pub reserved: HashMap<Ino, u64>,
     /// The journal record the current request's answer waits for (a close publishing sizes).
     pub durable: Option<u64>,
+    /// The change of this share the current request's answer waits for the mirror to have.
+    pub mirrored: Option<u64>,
     /// Whom this connection's requests are checked as (when the server checks identities).
     pub caller: Option<Caller>,
     /// This connection's number among lock holders (its locks go with it).
@@ -44,6 +46,7 @@ impl Session {
             awaited: Vec::new(),
             reserved: HashMap::new(),
             durable: None,
+            mirrored: None,
             caller: None,
         }
     }
@@ -86,6 +89,9 @@ impl Drop for Session {
                     }
                 }
             }
+        }
+        if let Some(held) = &self.shared.held {
+            held.lock_or_recover().connection_ended(self.lock_connection);
         }
         if let Some(id) = self.watcher {
             self.shared.watchers.unregister(id);

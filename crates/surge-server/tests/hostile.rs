@@ -29,7 +29,7 @@ impl Raw {
         let mut raw = Raw { stream, next: 1 };
         let (_, challenge) = raw.frame();
         let challenge: Challenge = decode_message(&challenge).unwrap();
-        let hello = Hello { session: 1, proof: auth::answer(secret, &challenge.challenge), identity: None };
+        let hello = Hello { session: 1, proof: auth::answer(secret, &challenge.challenge), identity: None, share: None };
         raw.stream.write_all(&encode_frame(FrameKind::Request, 1, &hello, 0)).unwrap();
         assert_eq!(raw.frame().0.kind, FrameKind::Reply, "welcomed");
         raw

@@ -11,6 +11,12 @@ use crate::session::Session;
 
 impl Session {
     pub(super) fn admin(&mut self, request: AdminRequest) -> Answer {
+        let runs_the_instance = matches!(request, AdminRequest::Shutdown(_) | AdminRequest::MirrorTo(_) | AdminRequest::TakeOver(_));
+        if runs_the_instance {
+            if let Err(e) = self.check_administrator(request.name()) {
+                return Answer::Failure(e);
+            }
+        }
         match request {
             AdminRequest::StatFs(_) => {
                 let (shared, data) = (&self.shared, &self.shared.data);
@@ -25,6 +31,8 @@ impl Session {
                     read_bytes: data.read_bytes(),
                     written_bytes: data.written_bytes(),
                     holding_writers: data.holding_writers(),
+                    mirror: shared.mirror.state(),
+                    standing_in_for: shared.stand_ins.lock_or_recover().keys().map(|&i| i as u32).collect(),
                 }))
             }
             AdminRequest::Shutdown(_) => Answer::Stop,
@@ -48,6 +56,23 @@ impl Session {
             AdminRequest::ListInodes(list) => Answer::of::<ListInodes>(Ok(self.shared.meta.lock_or_recover().inode_page(list.after))),
             AdminRequest::ListEntries(list) => Answer::of::<ListEntries>(Ok(self.shared.meta.lock_or_recover().entry_page(list.after))),
             AdminRequest::ListDataFiles(list) => Answer::of::<ListDataFiles>(self.shared.data.data_file_page(list.after)),
+            AdminRequest::MirrorTo(to) => {
+                let outcome = match self.shared.config.replicas {
+                    1 if to.to.is_some() => Err(crate::ServerError::new(
+                        surge_proto::ErrorCode::NotSupported,
+                        "this server keeps one replica (started without --replicas 2)",
+                    )),
+                    _ => {
+                        self.shared.mirror_to(to.to);
+                        Ok(())
+                    }
+                };
+                Answer::of::<MirrorTo>(outcome)
+            }
+            AdminRequest::TakeOver(t) => {
+                // Replays the lost share's journal: a blocking step, like any metadata step.
+                Answer::of::<TakeOver>(self.shared.take_over(t.index as usize))
+            }
         }
     }
 }

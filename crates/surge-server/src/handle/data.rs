@@ -19,6 +19,19 @@ impl Session {
         if let Err(e) = self.authorize_data(&request) {
             return Answer::Failure(e);
         }
+        let changes = !matches!(
+            request,
+            DataRequest::Read(_) | DataRequest::DataExtents(_) | DataRequest::Allocated(_) | DataRequest::ReserveLocal(_)
+        );
+        let answer = self.data_answer(request, payload);
+        // A change is answered once the mirror has it too (while it is in step).
+        if changes && matches!(answer, Answer::Reply { .. }) {
+            self.mirrored = self.shared.mirror.barrier();
+        }
+        answer
+    }
+
+    fn data_answer(&mut self, request: DataRequest, payload: Vec<u8>) -> Answer {
         let data = &self.shared.data;
         match request {
             DataRequest::Write(w) => match data.write_must_wait(w.ino, w.offset, payload.len() as u64) {
@@ -100,7 +113,11 @@ impl Session {
                 }
                 tokio::time::sleep(ROOM_CHECK).await;
             }
-            op(data)
+            let done = op(data)?;
+            if let Some(seq) = shared.mirror.barrier() {
+                shared.mirror.reached(seq).await;
+            }
+            Ok(done)
         })
     }
 

@@ -5,6 +5,7 @@
 
 mod admin;
 mod data;
+mod mirror;
 mod namespace;
 mod staging;
 mod workflow;
@@ -66,6 +67,7 @@ impl Session {
             Request::Staging(request) => self.staging(request),
             Request::Admin(request) => self.admin(request),
             Request::Workflow(request) => self.workflow(request),
+            Request::Mirror(request) => self.mirror(request, &payload),
         }
     }
 }

@@ -1,0 +1,45 @@
+//! The mirror service: the predecessor's changes to its share, kept here (see
+//! [`crate::mirror::held`]). Only a server of the instance may send them.
+
+use surge_proto::mirror::MirrorRequest;
+use surge_proto::ErrorCode;
+
+use super::Answer;
+use crate::error::ServerError;
+use crate::lock::LockRecover;
+use crate::session::Session;
+
+impl Session {
+    pub(super) fn mirror(&mut self, request: MirrorRequest, payload: &[u8]) -> Answer {
+        let Some(held) = &self.shared.held else {
+            return Answer::Failure(ServerError::new(ErrorCode::NotSupported, "this instance keeps one replica: nothing is mirrored here"));
+        };
+        // A client of another user must not write a share behind the permission checks.
+        if let Err(e) = self.check_administrator(request.name()) {
+            return Answer::Failure(e);
+        }
+        let outcome = held.lock_or_recover().apply(self.lock_connection, request, payload);
+        match outcome {
+            Ok(()) => Answer::Reply { message: surge_proto::call::encode_reply(&()), payload: Vec::new() },
+            Err(e) => Answer::Failure(e),
+        }
+    }
+}
+
+impl Session {
+    /// Where identities are checked, what runs or changes the instance itself (stopping a
+    /// server, mirroring, taking a share over) is for the instance's owner, root, and the
+    /// servers (which run as the owner or root); elsewhere every token holder is trusted.
+    pub(super) fn check_administrator(&self, what: &str) -> crate::error::Result<()> {
+        let Some(caller) = &self.caller else { return Ok(()) };
+        // SAFETY: geteuid takes no arguments and cannot fail.
+        let server_uid = unsafe { libc::geteuid() };
+        if [0, self.shared.config.owner_uid, server_uid].contains(&caller.uid) {
+            return Ok(());
+        }
+        Err(ServerError::new(
+            ErrorCode::AccessDenied,
+            format!("{what}: for the instance's owner (uid {}) alone", self.shared.config.owner_uid),
+        ))
+    }
+}

@@ -1,0 +1,236 @@
+//! The predecessor's share mirrored here, in `<root>/mirror`: a share directory as the
+//! predecessor keeps its own (`meta/` and `data/`), plus `complete` once it was filled. Only
+//! one connection mirrors at a time (the predecessor's latest); once the share is taken over
+//! (served from here as the lost server's) nothing more is accepted.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use surge_proto::mirror::*;
+use surge_proto::{ErrorCode, Ino};
+
+use crate::error::{Result, ServerError};
+
+/// Data files held open at most (then all are closed and reopened on demand).
+const OPEN_FILES: usize = 1024;
+
+pub struct Held {
+    dir: PathBuf,
+    /// The server whose share this is.
+    from: usize,
+    /// The connection mirroring now (its lock-holder number), if any.
+    mirroring: Option<u64>,
+    /// Served from here since its server was lost: no more mirroring.
+    taken_over: bool,
+    journal: Option<File>,
+    snapshot: Option<File>,
+    files: HashMap<Ino, File>,
+}
+
+fn store(what: &str, e: io::Error) -> ServerError {
+    ServerError::store(what, e)
+}
+
+impl Held {
+    /// The mirror kept under `root` for server `from`.
+    pub fn new(root: &Path, from: usize) -> Held {
+        Held { dir: root.join("mirror"), from, mirroring: None, taken_over: false, journal: None, snapshot: None, files: HashMap::new() }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn from(&self) -> usize {
+        self.from
+    }
+
+    /// Whether connection `connection` is the one mirroring (its requests are taken).
+    fn check(&self, connection: u64) -> Result<()> {
+        if self.taken_over {
+            return Err(ServerError::new(
+                ErrorCode::Stale,
+                format!("server {}'s share was taken over here: it mirrors no more", self.from),
+            ));
+        }
+        if self.mirroring != Some(connection) {
+            return Err(ServerError::new(ErrorCode::Invalid, "a mirror change before mirror-open on this connection"));
+        }
+        Ok(())
+    }
+
+    /// Applies one mirror request from connection `connection` (its payload: bytes).
+    pub fn apply(&mut self, connection: u64, request: MirrorRequest, payload: &[u8]) -> Result<()> {
+        if let MirrorRequest::MirrorOpen(open) = &request {
+            return self.open(connection, open.from as usize);
+        }
+        self.check(connection)?;
+        match request {
+            MirrorRequest::MirrorOpen(_) => unreachable!("handled above"),
+            MirrorRequest::MirrorSnapshot(part) => {
+                let meta = self.dir.join("meta");
+                if self.snapshot.is_none() {
+                    self.snapshot = Some(File::create(meta.join("snapshot.tmp")).map_err(|e| store("create the mirror's snapshot", e))?);
+                }
+                let snapshot = self.snapshot.as_mut().expect("just made");
+                io::Write::write_all(snapshot, payload).map_err(|e| store("write the mirror's snapshot", e))?;
+                if part.last {
+                    let snapshot = self.snapshot.take().expect("just made");
+                    snapshot.sync_all().map_err(|e| store("sync the mirror's snapshot", e))?;
+                    std::fs::rename(meta.join("snapshot.tmp"), meta.join("snapshot"))
+                        .map_err(|e| store("place the mirror's snapshot", e))?;
+                    let journal = self.journal()?;
+                    journal.set_len(0).map_err(|e| store("empty the mirror's journal", e))?;
+                    journal.sync_all().map_err(|e| store("sync the mirror's journal", e))?;
+                    File::open(&meta).and_then(|d| d.sync_all()).map_err(|e| store("sync the mirror's metadata directory", e))?;
+                }
+                Ok(())
+            }
+            MirrorRequest::MirrorJournal(j) => {
+                let end = j.at.checked_add(payload.len() as u64).filter(|&end| end <= i64::MAX as u64);
+                let end = end.ok_or_else(|| ServerError::new(ErrorCode::Invalid, "journal bytes past the largest file offset"))?;
+                let journal = self.journal()?;
+                journal.write_all_at(payload, j.at).map_err(|e| store("write the mirror's journal", e))?;
+                journal.set_len(end).map_err(|e| store("write the mirror's journal", e))?;
+                journal.sync_data().map_err(|e| store("sync the mirror's journal", e))
+            }
+            MirrorRequest::MirrorData(d) => self.data(d, payload),
+            MirrorRequest::MirrorPurge(p) => {
+                self.files.remove(&p.ino);
+                match std::fs::remove_file(self.data_path(p.ino)) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => Err(store("remove a mirrored data file", e)),
+                    _ => Ok(()),
+                }
+            }
+            MirrorRequest::MirrorSynced(_) => {
+                let marker = self.dir.join("complete");
+                File::create(&marker).and_then(|f| f.sync_all()).map_err(|e| store("mark the mirror complete", e))?;
+                File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| store("sync the mirror directory", e))?;
+                tracing::info!(from = self.from, "the mirror of server {}'s share is complete", self.from);
+                Ok(())
+            }
+        }
+    }
+
+    /// Starts over: what was held goes, a fresh share directory is made.
+    fn open(&mut self, connection: u64, from: usize) -> Result<()> {
+        if from != self.from {
+            return Err(ServerError::new(ErrorCode::Invalid, format!("server {from} is not this server's predecessor ({})", self.from)));
+        }
+        if self.taken_over {
+            return Err(ServerError::new(ErrorCode::Stale, format!("server {from}'s share was taken over here: it mirrors no more")));
+        }
+        self.journal = None;
+        self.snapshot = None;
+        self.files.clear();
+        match std::fs::remove_dir_all(&self.dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(store("empty the mirror", e)),
+            _ => {}
+        }
+        for sub in ["meta", "data"] {
+            std::fs::create_dir_all(self.dir.join(sub)).map_err(|e| store("make the mirror's directories", e))?;
+        }
+        std::fs::write(self.dir.join("meta/format"), format!("{}\n", crate::journal::FORMAT))
+            .map_err(|e| store("mark the mirror's format", e))?;
+        self.mirroring = Some(connection);
+        tracing::info!(from, "mirroring server {from}'s share (emptied; filled from now)");
+        Ok(())
+    }
+
+    /// The mirroring connection `connection` ended.
+    pub fn connection_ended(&mut self, connection: u64) {
+        if self.mirroring == Some(connection) {
+            self.mirroring = None;
+            self.journal = None;
+            self.snapshot = None;
+            self.files.clear();
+        }
+    }
+
+    fn journal(&mut self) -> Result<&File> {
+        if self.journal.is_none() {
+            let path = self.dir.join("meta/journal");
+            let file = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(path)
+                .map_err(|e| store("open the mirror's journal", e))?;
+            self.journal = Some(file);
+        }
+        Ok(self.journal.as_ref().expect("just opened"))
+    }
+
+    fn data_path(&self, ino: Ino) -> PathBuf {
+        self.dir.join("data").join(surge_proto::data_file_name(ino))
+    }
+
+    fn data(&mut self, d: MirrorData, payload: &[u8]) -> Result<()> {
+        let past = |a: u64, b: u64| a.checked_add(b).is_none_or(|end| end > i64::MAX as u64);
+        if past(d.offset, payload.len() as u64) || past(d.offset, d.hole) || d.file_len > i64::MAX as u64 {
+            return Err(ServerError::new(ErrorCode::Invalid, "mirrored data past the largest file offset"));
+        }
+        if !self.files.contains_key(&d.ino) {
+            if self.files.len() >= OPEN_FILES {
+                self.files.clear();
+            }
+            let file = OpenOptions::new().create(true).truncate(false).read(true).write(true).open(self.data_path(d.ino));
+            self.files.insert(d.ino, file.map_err(|e| store("open a mirrored data file", e))?);
+        }
+        let file = &self.files[&d.ino];
+        if !payload.is_empty() {
+            file.write_all_at(payload, d.offset).map_err(|e| store("write a mirrored data file", e))?;
+        }
+        if d.hole > 0 {
+            punch(file, d.offset + payload.len() as u64, d.hole).map_err(|e| store("punch a mirrored data file", e))?;
+        }
+        if file.metadata().map_err(|e| store("stat a mirrored data file", e))?.len() != d.file_len {
+            file.set_len(d.file_len).map_err(|e| store("size a mirrored data file", e))?;
+        }
+        if d.sync {
+            file.sync_data().map_err(|e| store("sync a mirrored data file", e))?;
+        }
+        Ok(())
+    }
+
+    /// Whether the share can be taken over: complete, and nobody mirrors it now.
+    pub fn can_take_over(&self) -> Result<()> {
+        if self.taken_over {
+            return Err(ServerError::new(ErrorCode::Exists, format!("server {}'s share is already served here", self.from)));
+        }
+        if self.mirroring.is_some() {
+            let detail = format!(
+                "server {} still mirrors its share here (its connection is up): it is not lost, or its node died \
+                 less than about 25 s ago (the connection ends by TCP keepalive); try again",
+                self.from
+            );
+            return Err(ServerError::new(ErrorCode::Busy, detail));
+        }
+        if !self.dir.join("complete").exists() {
+            let detail = format!("the mirror of server {}'s share was never filled: it cannot be served", self.from);
+            return Err(ServerError::new(ErrorCode::NotFound, detail));
+        }
+        Ok(())
+    }
+
+    pub fn mark_taken_over(&mut self) {
+        self.taken_over = true;
+        self.files.clear();
+        self.journal = None;
+    }
+}
+
+fn punch(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    // SAFETY: fallocate on a descriptor the file holds open.
+    let done = unsafe {
+        libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, offset as libc::off_t, len as libc::off_t)
+    };
+    if done < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -1,0 +1,335 @@
+//! The link to this server's mirror: one connection to the successor, kept up (retried every
+//! second while the successor cannot be reached), over which the whole share is sent when it
+//! opens, then every change as it is noted ([`super::Feed`]).
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use surge_proto::frame::decode_message;
+use surge_proto::frame_io::{read_frame, write_frame};
+use surge_proto::handshake::{Challenge, Hello, Welcome};
+use surge_proto::mirror::*;
+use surge_proto::{auth, FrameKind, Ino, Request, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
+use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+use super::Change;
+use crate::lock::LockRecover;
+use crate::Shared;
+
+/// How long the link waits between attempts to reach the successor.
+const RETRY_EVERY: Duration = Duration::from_secs(1);
+/// A connection or handshake that takes longer than this counts as a failed attempt.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// File data goes in pieces of at most this much per request.
+const PIECE: u64 = 4 << 20;
+const IO_BUFFER: usize = 256 * 1024;
+
+type Writer = BufWriter<OwnedWriteHalf>;
+
+/// Keeps the link to the mirror at `to` up until the task is aborted.
+pub fn start(shared: Arc<Shared>, to: SocketAddr) -> tokio::task::AbortHandle {
+    tokio::spawn(async move {
+        let mut said_unreached = false;
+        loop {
+            match connect(&shared, to).await {
+                Ok((reader, writer)) => {
+                    said_unreached = false;
+                    tracing::info!(%to, "mirror reached: sending it the whole share");
+                    let ended = mirror(&shared, reader, writer).await;
+                    shared.mirror.close();
+                    tracing::warn!(%to, "mirror lost ({}): this share goes on alone until it is back", describe(ended));
+                }
+                Err(e) if !said_unreached => {
+                    said_unreached = true;
+                    shared.mirror.close();
+                    tracing::warn!(%to, "mirror not reached ({e}): this share goes on alone, trying again every {RETRY_EVERY:?}");
+                }
+                Err(_) => {}
+            }
+            tokio::time::sleep(RETRY_EVERY).await;
+        }
+    })
+    .abort_handle()
+}
+
+fn describe(ended: io::Result<()>) -> String {
+    match ended {
+        Ok(()) => "the connection closed".into(),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn protocol(what: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.into())
+}
+
+/// Connects and authenticates as any client does (a MUNGE credential too where the servers
+/// check identities: servers run as the instance's owner).
+async fn connect(shared: &Shared, to: SocketAddr) -> io::Result<(BufReader<OwnedReadHalf>, Writer)> {
+    let handshake = async {
+        let stream = TcpStream::connect(to).await?;
+        stream.set_nodelay(true)?;
+        let (rd, wr) = stream.into_split();
+        let (mut reader, mut writer) = (BufReader::with_capacity(IO_BUFFER, rd), BufWriter::with_capacity(IO_BUFFER, wr));
+        let frame =
+            read_frame(&mut reader, MAX_MESSAGE_LEN, 0).await.map_err(|e| protocol(e.to_string()))?.ok_or_else(|| protocol("closed"))?;
+        let challenge: Challenge = decode_message(&frame.message).map_err(|e| protocol(format!("no challenge: {e}")))?;
+        if challenge.server_index as usize != (shared.index + 1) % shared.count {
+            return Err(protocol(format!("{to} is server {}, not this server's successor", challenge.server_index)));
+        }
+        let identity = if challenge.wants_identity {
+            let payload = surge_proto::identity::payload_of(&challenge.challenge);
+            let made = tokio::task::spawn_blocking(move || surge_proto::identity::credential(&payload)).await;
+            Some(made.map_err(io::Error::other)?.map_err(io::Error::other)?)
+        } else {
+            None
+        };
+        let hello = Hello { session: rand_session(), proof: auth::answer(&shared.secret, &challenge.challenge), identity, share: None };
+        write_frame(&mut writer, FrameKind::Request, 1, &hello, &[]).await?;
+        writer.flush().await?;
+        let frame =
+            read_frame(&mut reader, MAX_MESSAGE_LEN, 0).await.map_err(|e| protocol(e.to_string()))?.ok_or_else(|| protocol("closed"))?;
+        if frame.header.kind != FrameKind::Reply {
+            let refusal: Option<surge_proto::Error> = decode_message(&frame.message).ok();
+            return Err(protocol(format!("refused: {}", refusal.map_or("?".into(), |e| e.to_string()))));
+        }
+        let _: Welcome = decode_message(&frame.message).map_err(|e| protocol(format!("no welcome: {e}")))?;
+        Ok((reader, writer))
+    };
+    tokio::time::timeout(CONNECT_TIMEOUT, handshake).await.map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no answer"))?
+}
+
+fn rand_session() -> u64 {
+    let mut bytes = [0u8; 8];
+    let _ = getrandom::getrandom(&mut bytes);
+    u64::from_le_bytes(bytes)
+}
+
+/// What the reply to a request tells, once it comes: the last request of change `seq`.
+struct Awaited {
+    request_id: u64,
+    seq: u64,
+    journal: Option<u64>,
+    filled: bool,
+}
+
+/// Changes sent and not yet answered (replies come in order), and the last reply: a reply
+/// can come before its change is entered here, since a large request goes out while it is
+/// being written.
+#[derive(Default)]
+struct Replies {
+    awaited: VecDeque<Awaited>,
+    last: u64,
+}
+
+type InFlight = Arc<Mutex<Replies>>;
+
+/// Tells the feed the mirror has change `awaited`.
+fn done(shared: &Shared, awaited: &Awaited) {
+    shared.mirror.acknowledged(awaited.seq, awaited.journal);
+    if awaited.filled {
+        tracing::info!("mirror complete: every change is on both nodes before it is answered");
+        shared.mirror.in_step();
+    }
+}
+
+/// Opens the mirror, sends the whole share and then each change, until the connection fails.
+async fn mirror(shared: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, mut writer: Writer) -> io::Result<()> {
+    let mut sender = Sender { writer: &mut writer, next_id: 2 };
+    sender.request(MirrorOpen { from: shared.index as u32 }, &[]).await?;
+    sender.writer.flush().await?;
+    expect_reply(&mut reader, 2).await?;
+
+    let mut changes = shared.mirror.open();
+    // The journal as it is now, in order with the appends noted from here on; then every
+    // data file (changes noted meanwhile are sent again after it, harmlessly).
+    shared.journal.note_whole(&shared.mirror);
+    shared.mirror.note(Change::AllData);
+    shared.mirror.note(Change::Filled);
+
+    let in_flight: InFlight = Default::default();
+    let replies = tokio::spawn(read_replies(reader, in_flight.clone(), shared.clone()));
+    let sending = async {
+        while let Some((seq, change)) = changes.recv().await {
+            let (journal, filled) = match &change {
+                Change::Journal { seq, .. } | Change::Snapshot { seq, .. } => (Some(*seq), false),
+                Change::Filled => (None, true),
+                _ => (None, false),
+            };
+            sender.send(shared, change).await?;
+            // The reply to the request just sent tells the mirror has this change.
+            let awaited = Awaited { request_id: sender.next_id - 1, seq, journal, filled };
+            {
+                let mut replies = in_flight.lock_or_recover();
+                if replies.last >= awaited.request_id {
+                    done(shared, &awaited);
+                } else {
+                    replies.awaited.push_back(awaited);
+                }
+            }
+            if changes.is_empty() {
+                sender.writer.flush().await?;
+            }
+        }
+        Ok::<_, io::Error>(())
+    };
+    tokio::select! {
+        sent = sending => sent,
+        replied = replies => replied.map_err(io::Error::other)?,
+    }
+}
+
+async fn expect_reply(reader: &mut BufReader<OwnedReadHalf>, id: u64) -> io::Result<()> {
+    let frame = read_frame(reader, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN).await.map_err(|e| protocol(e.to_string()))?;
+    let frame = frame.ok_or_else(|| protocol("closed"))?;
+    match frame.header.kind {
+        FrameKind::Reply if frame.header.request_id == id => Ok(()),
+        FrameKind::Failure => {
+            let e: surge_proto::Error = decode_message(&frame.message).map_err(|e| protocol(e.to_string()))?;
+            Err(io::Error::other(format!("the mirror refused: {e}")))
+        }
+        _ => Err(protocol("an answer out of order")),
+    }
+}
+
+/// Reads the mirror's replies, in order, and tells the feed what the mirror has.
+async fn read_replies(mut reader: BufReader<OwnedReadHalf>, in_flight: InFlight, shared: Arc<Shared>) -> io::Result<()> {
+    loop {
+        let frame = read_frame(&mut reader, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN).await.map_err(|e| protocol(e.to_string()))?;
+        let frame = frame.ok_or_else(|| protocol("the mirror closed the connection"))?;
+        if frame.header.kind == FrameKind::Failure {
+            let e: surge_proto::Error = decode_message(&frame.message).map_err(|e| protocol(e.to_string()))?;
+            return Err(io::Error::other(format!("the mirror refused a change: {e}")));
+        }
+        let mut replies = in_flight.lock_or_recover();
+        replies.last = frame.header.request_id;
+        while replies.awaited.front().is_some_and(|awaited| awaited.request_id <= replies.last) {
+            let awaited = replies.awaited.pop_front().expect("checked");
+            done(&shared, &awaited);
+        }
+    }
+}
+
+struct Sender<'a> {
+    writer: &'a mut Writer,
+    next_id: u64,
+}
+
+impl Sender<'_> {
+    async fn request(&mut self, call: impl Into<MirrorRequest>, payload: &[u8]) -> io::Result<()> {
+        let request = Request::Mirror(call.into());
+        write_frame(self.writer, FrameKind::Request, self.next_id, &request, payload).await?;
+        self.next_id += 1;
+        Ok(())
+    }
+
+    /// Sends one change as one or more requests.
+    async fn send(&mut self, shared: &Shared, change: Change) -> io::Result<()> {
+        match change {
+            Change::Journal { at, bytes, .. } => {
+                let mut pieces = bytes.chunks(PIECE as usize).peekable();
+                if pieces.peek().is_none() {
+                    return self.request(MirrorJournal { at }, &[]).await;
+                }
+                let mut at = at;
+                for piece in pieces {
+                    self.request(MirrorJournal { at }, piece).await?;
+                    at += piece.len() as u64;
+                }
+                Ok(())
+            }
+            Change::Snapshot { bytes, .. } => {
+                let count = bytes.len().div_ceil(PIECE as usize).max(1);
+                for part in 0..count {
+                    let piece = bytes.get(part * PIECE as usize..bytes.len().min((part + 1) * PIECE as usize)).unwrap_or(&[]);
+                    self.request(MirrorSnapshot { last: part + 1 == count }, piece).await?;
+                }
+                Ok(())
+            }
+            Change::Data { ino, range, sync } => self.data(&shared.data.path(ino), ino, range, sync).await,
+            Change::AllData => {
+                let inos = shared.data.data_files().map_err(|e| io::Error::other(e.to_string()))?;
+                let count = inos.len();
+                for ino in inos {
+                    self.data(&shared.data.path(ino), ino, None, false).await?;
+                }
+                tracing::info!(files = count, "mirror sent every data file");
+                // With no file, the reply to the request before answers for this change.
+                Ok(())
+            }
+            Change::Filled => self.request(MirrorSynced, &[]).await,
+        }
+    }
+
+    /// Sends `ino`'s data file as it is now over `range` (whole: None): its bytes, its holes
+    /// and its length; or that it is gone.
+    async fn data(&mut self, path: &Path, ino: Ino, range: Option<(u64, u64)>, sync: bool) -> io::Result<()> {
+        let file = match std::fs::File::open(path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return self.request(MirrorPurge { ino }, &[]).await,
+            Err(e) => return Err(e),
+        };
+        let file_len = file.metadata()?.len();
+        let (from, to) = range.unwrap_or((0, file_len));
+        let (mut at, to) = (from.min(file_len), to.min(file_len));
+        let mut sent_any = false;
+        while at < to {
+            let data = seek(&file, at, libc::SEEK_DATA)?.unwrap_or(to).min(to);
+            if data > at {
+                // A hole up to the next data (or the range's end).
+                self.request(MirrorData { ino, offset: at, hole: data - at, file_len, sync: false }, &[]).await?;
+                sent_any = true;
+                at = data;
+                continue;
+            }
+            let end = seek(&file, at, libc::SEEK_HOLE)?.unwrap_or(to).min(to).min(at + PIECE);
+            let mut bytes = vec![0u8; (end - at) as usize];
+            let got = read_at(&file, &mut bytes, at)?;
+            bytes.truncate(got);
+            if got == 0 {
+                break; // Truncated meanwhile: the length below says so.
+            }
+            self.request(MirrorData { ino, offset: at, hole: 0, file_len, sync: false }, &bytes).await?;
+            sent_any = true;
+            at += got as u64;
+        }
+        if !sent_any || sync {
+            // The length (and a sync) alone.
+            self.request(MirrorData { ino, offset: file_len, hole: 0, file_len, sync }, &[]).await?;
+        }
+        Ok(())
+    }
+}
+
+/// `lseek` with SEEK_DATA or SEEK_HOLE from `at`; None where the file has no data after `at`.
+fn seek(file: &std::fs::File, at: u64, whence: libc::c_int) -> io::Result<Option<u64>> {
+    // SAFETY: lseek on a descriptor the file holds open; it changes only the file's offset,
+    // which nothing else here uses (reads go through pread).
+    let got = unsafe { libc::lseek(file.as_raw_fd(), at as libc::off_t, whence) };
+    if got < 0 {
+        let e = io::Error::last_os_error();
+        return if e.raw_os_error() == Some(libc::ENXIO) { Ok(None) } else { Err(e) };
+    }
+    Ok(Some(got as u64))
+}
+
+fn read_at(file: &std::fs::File, buf: &mut [u8], at: u64) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read_at(&mut buf[filled..], at + filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(filled)
+}

@@ -1,0 +1,173 @@
+//! Replication: this server's share mirrored on its successor, and its predecessor's share
+//! mirrored here (see [`surge_proto::mirror`] for the protocol and what a mirror holds).
+//!
+//! * [`Feed`]: what changed here, in order, for the link to send. Changes are noted after
+//!   they are made, as *what* changed, not with the bytes: a data change is a byte range of a
+//!   data file, which the link reads back when it sends it. Since every change is noted after
+//!   it was made and each note is sent with the file as it is then, the mirror ends up with
+//!   every byte's last value whatever the order concurrent writers interleave in, and a range
+//!   sent twice (while the whole share is sent at the start) is harmless. The journal is the
+//!   exception: its bytes are sent as written, in the order written (noted under the
+//!   journal's file lock), since records replayed twice are not harmless.
+//! * [`link`]: the connection to the successor: fills the mirror (the whole share), then
+//!   sends each change; a request whose change must be on both nodes before it is answered
+//!   waits for the mirror's reply ([`Feed::reached`]). When the successor cannot be reached
+//!   the share goes on alone (and the log says so) until it can, then fills the mirror again.
+//! * [`held`]: the predecessor's mirror kept here, and taking its share over once it is lost.
+
+pub mod held;
+pub mod link;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use surge_proto::{Ino, MirrorState};
+use tokio::sync::{mpsc, watch};
+
+use crate::lock::LockRecover;
+
+/// One change to send, as noted.
+#[derive(Debug)]
+pub(crate) enum Change {
+    /// Journal bytes written at byte `at` of the journal file, holding the records up to `seq`.
+    Journal { at: u64, bytes: Vec<u8>, seq: u64 },
+    /// The journal was folded: the new snapshot (holding the records up to `seq`); the
+    /// journal is empty after it.
+    Snapshot { bytes: Vec<u8>, seq: u64 },
+    /// `ino`'s data file changed over `[from, to)` (or whole), or went; `sync`: and was
+    /// made durable.
+    Data { ino: Ino, range: Option<(u64, u64)>, sync: bool },
+    /// Every data file, whole (filling the mirror).
+    AllData,
+    /// The mirror is complete.
+    Filled,
+}
+
+/// The changes of this server's share, for the link to its mirror.
+pub struct Feed {
+    /// Where changes go while a link is up (None: nobody mirrors; changes are not kept, the
+    /// next link sends everything).
+    queue: Mutex<Option<mpsc::UnboundedSender<(u64, Change)>>>,
+    /// Number of the last change queued (under `queue`'s lock).
+    queued: AtomicU64,
+    /// Number of the last change the mirror has, and the last journal record it has.
+    mirrored: watch::Sender<u64>,
+    journal_mirrored: watch::Sender<u64>,
+    /// None: the instance has one replica.
+    state: watch::Sender<Option<MirrorState>>,
+}
+
+impl Feed {
+    /// A feed of a server in an instance with `replicas` copies of each share.
+    pub fn new(replicas: u8) -> Feed {
+        let state = (replicas > 1).then_some(MirrorState::Unreached);
+        Feed {
+            queue: Mutex::new(None),
+            queued: AtomicU64::new(0),
+            mirrored: watch::Sender::new(0),
+            journal_mirrored: watch::Sender::new(0),
+            state: watch::Sender::new(state),
+        }
+    }
+
+    pub fn state(&self) -> Option<MirrorState> {
+        *self.state.borrow()
+    }
+
+    /// Notes a change (kept only while a link is up).
+    pub(crate) fn note(&self, change: Change) {
+        let queue = self.queue.lock_or_recover();
+        if let Some(queue) = queue.as_ref() {
+            let seq = self.queued.fetch_add(1, Ordering::Relaxed) + 1;
+            let _ = queue.send((seq, change));
+        }
+    }
+
+    /// `ino`'s data file changed over `len` bytes at `offset`.
+    pub fn data_changed(&self, ino: Ino, offset: u64, len: u64) {
+        if self.linked() {
+            self.note(Change::Data { ino, range: Some((offset, offset.saturating_add(len))), sync: false });
+        }
+    }
+
+    /// `ino`'s data file changed anywhere, or went (`sync`: and was made durable).
+    pub fn file_changed(&self, ino: Ino, sync: bool) {
+        if self.linked() {
+            self.note(Change::Data { ino, range: None, sync });
+        }
+    }
+
+    fn linked(&self) -> bool {
+        self.queue.lock_or_recover().is_some()
+    }
+
+    /// What a request that changed something here must wait for before it is answered: the
+    /// number of the last change noted, while the mirror is in step (otherwise nothing: the
+    /// share goes on alone).
+    pub fn barrier(&self) -> Option<u64> {
+        (self.state() == Some(MirrorState::InStep)).then(|| self.queued.load(Ordering::Relaxed))
+    }
+
+    /// Completes once the mirror has change `seq`, or is no longer in step.
+    pub async fn reached(&self, seq: u64) {
+        Self::wait_for(&self.mirrored, &self.state, seq).await
+    }
+
+    /// Completes once the mirror has journal record `seq`, or is no longer in step.
+    pub async fn journal_reached(&self, seq: u64) {
+        Self::wait_for(&self.journal_mirrored, &self.state, seq).await
+    }
+
+    async fn wait_for(progress: &watch::Sender<u64>, state: &watch::Sender<Option<MirrorState>>, seq: u64) {
+        let mut progress = progress.subscribe();
+        let mut state = state.subscribe();
+        loop {
+            if *progress.borrow_and_update() >= seq || *state.borrow_and_update() != Some(MirrorState::InStep) {
+                return;
+            }
+            tokio::select! {
+                changed = progress.changed() => if changed.is_err() { return },
+                changed = state.changed() => if changed.is_err() { return },
+            }
+        }
+    }
+
+    /// A link starts: changes are queued from now on.
+    fn open(&self) -> mpsc::UnboundedReceiver<(u64, Change)> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.queue.lock_or_recover() = Some(tx);
+        self.state.send_replace(Some(MirrorState::Filling));
+        rx
+    }
+
+    /// The link ended: changes are made here alone, and nobody waits for the mirror.
+    pub(crate) fn close(&self) {
+        *self.queue.lock_or_recover() = None;
+        self.state.send_if_modified(|state| {
+            let changed = state.is_some() && *state != Some(MirrorState::Unreached);
+            if state.is_some() {
+                *state = Some(MirrorState::Unreached);
+            }
+            changed
+        });
+    }
+
+    /// The mirror replied to change `seq` (carrying journal records up to `journal`).
+    fn acknowledged(&self, seq: u64, journal: Option<u64>) {
+        self.mirrored.send_if_modified(|done| std::mem::replace(done, (*done).max(seq)) < seq);
+        if let Some(journal) = journal {
+            self.journal_mirrored.send_if_modified(|done| std::mem::replace(done, (*done).max(journal)) < journal);
+        }
+    }
+
+    fn in_step(&self) {
+        self.state.send_replace(Some(MirrorState::InStep));
+    }
+}
+
+impl Default for Feed {
+    /// The feed of a share nobody mirrors.
+    fn default() -> Feed {
+        Feed::new(1)
+    }
+}
