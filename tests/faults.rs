@@ -811,3 +811,83 @@ fn a_lost_node_loses_nothing_with_two_replicas() {
     .record("replica_node_lost_mid_write");
     drop(mount);
 }
+
+/// Replication: a server whose mirror is lost goes on alone (its writes succeed, `surge
+/// status` says the mirror is unreached), and once the lost server is restarted every mirror is
+/// filled again: each server's data files and metadata journal are byte for byte on the next.
+#[test]
+fn a_lost_mirror_is_filled_again_when_its_server_comes_back() {
+    let inst = Instance::up_on("fmirror", "127.0.3", 186, 3, &["--capacity", "1G", "--chunk-size", "1M", "--replicas", "2"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = client(&inst);
+    rt.block_on(async {
+        for i in 0..9u64 {
+            let f = c.create(&format!("/before{i}"), 0o644).await.unwrap();
+            f.pwrite(0, &pattern(i, 3 * MIB + i as usize)).await.unwrap();
+            f.close().await.unwrap();
+        }
+    });
+    inst.kill_server(2);
+    // Server 1 mirrors on server 2: it goes on alone. A file striped over servers 0 and 1
+    // only (chunk size 1 MiB, 3 servers) is written whole.
+    rt.block_on(async {
+        let f = c.create("/alone", 0o644).await.unwrap();
+        let on_live = (0..).find(|&k| c.layout().chunk_server(f.ino(), k) != 2).unwrap() * MIB as u64;
+        f.pwrite(on_live, &pattern(40, MIB)).await.expect("a write to a server whose mirror is lost");
+        f.close().await.unwrap();
+    });
+    let status = text(&inst.surge(&["status", "fmirror"]));
+    assert!(status.contains("mirror unreached"), "{status}");
+
+    let restart = inst.surge(&["restart", "fmirror", "--server", "2"]);
+    assert!(restart.status.success(), "{}", text(&restart));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = text(&inst.surge(&["status", "fmirror"]));
+        if status.matches("mirror in step").count() == 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "mirrors not in step 20 s after the restart:\n{status}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    rt.block_on(async {
+        let f = c.create("/after", 0o644).await.unwrap();
+        f.pwrite(0, &pattern(41, 5 * MIB)).await.unwrap();
+        f.close().await.unwrap();
+        c.unlink("/before0").await.unwrap();
+    });
+    // Byte for byte: each server's share on the next one (the journal once written: it is
+    // written every 50 ms).
+    let share = |i: usize| inst.root.join("fmirror").join(format!("server-{i}"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for i in 0..3 {
+        let (primary, mirror) = (share(i), share((i + 1) % 3).join("mirror"));
+        loop {
+            let differs = differences(&primary, &mirror);
+            if differs.is_empty() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "server {i}'s mirror differs: {differs:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(mirror.join("complete").exists());
+    }
+}
+
+/// The files of `primary`'s share (data files, metadata snapshot and journal) that `mirror`
+/// does not hold byte for byte.
+fn differences(primary: &Path, mirror: &Path) -> Vec<String> {
+    let mut names: Vec<PathBuf> = ["meta/snapshot", "meta/journal"].iter().map(PathBuf::from).collect();
+    for dir in [primary, mirror] {
+        for entry in std::fs::read_dir(dir.join("data")).unwrap() {
+            names.push(Path::new("data").join(entry.unwrap().file_name()));
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .filter(|name| std::fs::read(primary.join(name)).ok() != std::fs::read(mirror.join(name)).ok())
+        .map(|n| n.display().to_string())
+        .collect()
+}

@@ -180,6 +180,8 @@ pub struct Connection {
     broken: Arc<AtomicBool>,
     /// The server's data directory, when it is on this node (see [`surge_proto::LocalData`]).
     local_dir: Option<PathBuf>,
+    /// Clients may write the server's data files themselves (not where its share is mirrored).
+    local_writes: bool,
     /// The server checks permissions against this client's MUNGE-proven identity.
     checks_identity: bool,
 }
@@ -345,9 +347,11 @@ impl Connection {
                     _ => return Err(Error::new(ErrorCode::Protocol, format!("{server} refused to send change notices"))),
                 }
             }
-            Ok((local.filter(crate::local::is_on_this_node).map(|local| PathBuf::from(local.dir)), wants_identity))
+            let local = local.filter(crate::local::is_on_this_node);
+            let local_writes = local.as_ref().is_some_and(|local| local.writes);
+            Ok((local.map(|local| PathBuf::from(local.dir)), local_writes, wants_identity))
         };
-        let (local_dir, wants_identity) = tokio::time::timeout(timeout, handshake)
+        let (local_dir, local_writes, wants_identity) = tokio::time::timeout(timeout, handshake)
             .await
             .map_err(|_| Error::new(ErrorCode::TimedOut, format!("handshake with {server}: no answer within {timeout:?}")))??;
 
@@ -359,7 +363,16 @@ impl Connection {
         tokio::spawn(flush_loop(out.clone(), waiters.clone(), server.clone()));
         tokio::spawn(read_loop(reader, waiters.clone(), broken.clone(), server.clone(), watcher.map(|w| (w, out.clone()))));
         tokio::spawn(sweep_loop(waiters.clone(), broken.clone(), server.clone()));
-        Ok(Arc::new(Connection { server, out, waiters, next_id: AtomicU64::new(2), broken, local_dir, checks_identity: wants_identity }))
+        Ok(Arc::new(Connection {
+            server,
+            out,
+            waiters,
+            next_id: AtomicU64::new(2),
+            broken,
+            local_dir,
+            local_writes,
+            checks_identity: wants_identity,
+        }))
     }
 
     /// The server's data directory when it is on this node: its files can be read and written
@@ -370,6 +383,11 @@ impl Connection {
 
     pub fn local_dir(&self) -> Option<&Path> {
         self.local_dir.as_deref()
+    }
+
+    /// Whether the data files in [`Connection::local_dir`] may be written here too.
+    pub fn local_writes(&self) -> bool {
+        self.local_writes
     }
 
     pub fn is_broken(&self) -> bool {

@@ -121,7 +121,8 @@ impl LocalFiles {
             return None;
         }
         let path = dir.join(data_file_name(self.ino));
-        let opened = match StdFile::options().read(true).write(true).open(&path) {
+        let opened = match StdFile::options().read(true).write(conn.local_writes()).open(&path) {
+            Ok(file) if !conn.local_writes() => Ok((file, false)),
             Ok(file) => Ok((file, true)),
             // Readable but not writable by this user: local reads only.
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => StdFile::open(&path).map(|file| (file, false)),

@@ -65,7 +65,11 @@ impl File {
         if client.refused_lately(server, AFTER_REFUSAL) {
             return None;
         }
-        let dir = client.connection(server).await.ok()?.local_dir()?.to_path_buf();
+        let conn = client.connection(server).await.ok()?;
+        if !conn.local_writes() {
+            return None; // The kernel's writes would not reach the share's mirror.
+        }
+        let dir = conn.local_dir()?.to_path_buf();
         // A new file's data file may not exist yet: the server takes one made here as its own
         // (as it does a local write's), at the handle's first report.
         let opened = StdFile::options().read(true).write(true).create(true).truncate(false).open(dir.join(data_file_name(self.ino())));

@@ -253,6 +253,9 @@ pub struct LocalData {
     pub boot_id: String,
     pub dev: u64,
     pub ino: u64,
+    /// Clients may write the data files too (not where the share is mirrored: what a client
+    /// writes itself would not reach the mirror).
+    pub writes: bool,
 }
 
 /// Bytes a write of `len` at `offset` newly allocates in a data file that ends at `end`: all of

@@ -217,6 +217,7 @@ impl DataStore {
             boot_id: surge_proto::host::boot_id()?,
             dev: meta.dev(),
             ino: meta.ino(),
+            writes: true,
         })
     }
 

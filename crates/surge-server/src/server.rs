@@ -117,10 +117,9 @@ impl Shared {
             .with_watermarks(config.watermarks)
             .with_mirror(feed.clone());
         // With replicas, clients write only through the servers (what they write to a data
-        // file themselves would not reach the mirror).
+        // file themselves would not reach the mirror); they read the files themselves still.
         let local = match data.local_data() {
-            Ok(_) if config.replicas > 1 => None,
-            Ok(local) => Some(local),
+            Ok(local) => Some(surge_proto::LocalData { writes: config.replicas == 1, ..local }),
             Err(e) => {
                 tracing::warn!("clients on this node will not read or write the data directory themselves: {e}");
                 None
