@@ -65,7 +65,9 @@ const NAMES: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
 pub fn run(data: &[u8]) {
     let runtime = runtime();
     let root = scratch_dir();
-    let instance = runtime.block_on(InProcessInstance::start(&root, 1, CAPACITY)).expect("an in-process instance starts");
+    // Two copies of each share: the server holds its own mirror (its predecessor in a
+    // one-server instance), so the mirror service is there to be sent anything.
+    let instance = runtime.block_on(InProcessInstance::start_replicated(&root, 1, CAPACITY)).expect("an in-process instance starts");
     let mut run = Run::new(instance.addrs[0], &instance.secret, root.join("pfs"));
     let mut input = Input::new(data);
     run.raw = input.bool();
@@ -223,13 +225,15 @@ struct Run {
     data: HashMap<Ino, Model>,
     /// Where stage copies read and write their PFS files.
     pfs: PathBuf,
+    /// The server's address (its own mirror, for [`Run::mirror_step`]).
+    addr: SocketAddr,
 }
 
 impl Run {
     fn new(addr: SocketAddr, secret: &auth::Secret, pfs: PathBuf) -> Run {
         std::fs::create_dir_all(&pfs).expect("a PFS directory");
         std::fs::write(pfs.join("source"), (0..300_000u32).map(|i| i as u8).collect::<Vec<u8>>()).expect("a PFS file");
-        Run { conn: Conn::connect(addr, secret), raw: false, inos: vec![ROOT_INO], held: HashMap::new(), data: HashMap::new(), pfs }
+        Run { conn: Conn::connect(addr, secret), addr, raw: false, inos: vec![ROOT_INO], held: HashMap::new(), data: HashMap::new(), pfs }
     }
 
     fn learn(&mut self, ino: Ino) {
@@ -338,12 +342,45 @@ impl Run {
     }
 
     /// One step: a request, or a client's operation of a few.
+    /// The mirror service with any arguments, in any order (a change before the mirror is
+    /// opened, a snapshot of random bytes, a take-over of what that left), and the server's
+    /// own mirror link started on itself or stopped. Any answer will do; none may hang.
+    fn mirror_step(&mut self, input: &mut Input) {
+        use surge_proto::mirror::*;
+        let payload = input.bytes(256).to_vec();
+        let answer = match input.below(8) {
+            0 => self.conn.call(MirrorOpen { from: if input.bool() { 0 } else { input.u32() } }, &[]),
+            1 => self.conn.call(MirrorSnapshot { last: input.bool() }, &payload),
+            2 => self.conn.call(MirrorJournal { at: input.size() }, &payload),
+            3 => {
+                let data = MirrorData {
+                    ino: self.ino(input),
+                    offset: input.size(),
+                    hole: input.size(),
+                    file_len: input.size(),
+                    sync: input.bool(),
+                };
+                self.conn.call(data, &payload)
+            }
+            4 => {
+                let ino = self.ino(input);
+                self.conn.call(MirrorPurge { ino }, &[])
+            }
+            5 => self.conn.call(MirrorSynced, &[]),
+            6 => self.conn.call(MirrorTo { to: input.bool().then_some(self.addr) }, &[]),
+            _ => self.conn.call(TakeOver { index: input.below(2) as u32 }, &[]),
+        };
+        if tracing() {
+            eprintln!("mirror step: {}", if matches!(answer, Answer::Reply { .. }) { "answered" } else { "refused" });
+        }
+    }
+
     fn step(&mut self, input: &mut Input) {
         // Client steps 0-28, 44-47 (links, exchange, mknod, locks), 49-50 (extended
         // attributes, ACLs), 52 (layouts), 53 (fallocate, data extents) and 54 (publication
         // logs, consumer groups), added later: numbered after the rest so that kept inputs
-        // mean what they meant; raw steps 29-43, 48 and 51.
-        let steps = if self.raw { 55 } else { 38 };
+        // mean what they meant; raw steps 29-43, 48, 51 and 55 (replication).
+        let steps = if self.raw { 56 } else { 38 };
         let mut n = input.below(steps);
         if !self.raw && n >= 29 {
             n += match n {
@@ -356,6 +393,7 @@ impl Run {
             44..=47 => return self.posix_step(n - 44, input),
             49 | 50 => return self.xattr_step(n - 49, input),
             54 => return self.workflow_step(input),
+            55 => return self.mirror_step(input),
             51 => {
                 // mkdir's steps with a default ACL to inherit, and a link that claims one.
                 let (parent, name, mode, umask) = (self.ino(input), self.name(input), input.u32(), input.u32());

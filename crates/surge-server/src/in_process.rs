@@ -30,6 +30,13 @@ impl InProcessInstance {
         Self::start_with(root, count, capacity, |_, _, _| None).await
     }
 
+    /// Like [`InProcessInstance::start`], the servers keeping two copies of each share: each
+    /// holds its predecessor's mirror (in a one-server instance, its own), which the servers
+    /// fill once told where to mirror ([`surge_proto::admin::MirrorTo`]).
+    pub async fn start_replicated(root: &Path, count: usize, capacity: u64) -> Result<InProcessInstance> {
+        Self::start_configured(root, count, capacity, 2, |_, _, _| None).await
+    }
+
     /// Like [`InProcessInstance::start`], with a stage coordinator beside each server for which
     /// `coordinator(index, addrs, secret)` makes one (once every server is bound, so it can be
     /// told all their addresses).
@@ -37,6 +44,16 @@ impl InProcessInstance {
         root: &Path,
         count: usize,
         capacity: u64,
+        coordinator: impl Fn(usize, &[SocketAddr], &Secret) -> Option<Arc<dyn StageService>>,
+    ) -> Result<InProcessInstance> {
+        Self::start_configured(root, count, capacity, 1, coordinator).await
+    }
+
+    async fn start_configured(
+        root: &Path,
+        count: usize,
+        capacity: u64,
+        replicas: u8,
         coordinator: impl Fn(usize, &[SocketAddr], &Secret) -> Option<Arc<dyn StageService>>,
     ) -> Result<InProcessInstance> {
         let mut secret = [0u8; surge_proto::auth::SECRET_LEN];
@@ -57,7 +74,7 @@ impl InProcessInstance {
                 ticket_key: None,
                 root_layout: Default::default(),
                 watermarks: None,
-                replicas: 1,
+                replicas,
             };
             servers.push(Server::bind(config).await?);
         }

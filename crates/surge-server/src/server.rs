@@ -133,7 +133,7 @@ impl Shared {
             // Unlinked while a client had it open, before the stop: nobody has it now.
             let _ = data.purge(ino);
         }
-        let held = (config.replicas > 1 && config.count > 1)
+        let held = (config.replicas > 1)
             .then(|| Mutex::new(mirror::held::Held::new(&config.root, (config.index + config.count - 1) % config.count)));
         Ok(Arc::new(Shared {
             index: config.index,
