@@ -841,6 +841,7 @@ fn a_lost_mirror_is_filled_again_when_its_server_comes_back() {
 
     let restart = inst.surge(&["restart", "fmirror", "--server", "2"]);
     assert!(restart.status.success(), "{}", text(&restart));
+    let restarted = Instant::now();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let status = text(&inst.surge(&["status", "fmirror"]));
@@ -850,6 +851,7 @@ fn a_lost_mirror_is_filled_again_when_its_server_comes_back() {
         assert!(Instant::now() < deadline, "mirrors not in step 20 s after the restart:\n{status}");
         std::thread::sleep(Duration::from_millis(100));
     }
+    let in_step = restarted.elapsed().as_secs_f64();
     rt.block_on(async {
         let f = c.create("/after", 0o644).await.unwrap();
         f.pwrite(0, &pattern(41, 5 * MIB)).await.unwrap();
@@ -872,6 +874,15 @@ fn a_lost_mirror_is_filled_again_when_its_server_comes_back() {
         }
         assert!(mirror.join("complete").exists());
     }
+    Row {
+        fault: "kill -9 server 2 (server 1's mirror), then restart, --replicas 2",
+        during: "writes to servers 0 and 1",
+        app_sees: "no error: server 1 goes on alone".into(),
+        seconds: 0.0,
+        lost_bytes: 0,
+        after: format!("every mirror in step {in_step:.1} s after the restart; each share byte for byte on the next server"),
+    }
+    .record("replica_mirror_lost");
 }
 
 /// The files of `primary`'s share (data files, metadata snapshot and journal) that `mirror`
