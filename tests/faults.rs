@@ -796,6 +796,18 @@ fn a_lost_node_loses_nothing_with_two_replicas() {
     let restart = inst.surge(&["restart", "freplica", "--server", &lost.to_string()]);
     assert!(!restart.status.success(), "a lost server was restarted over its taken-over share");
     assert!(text(&restart).contains("taken over"), "{}", text(&restart));
+
+    // The successor, killed and restarted, serves the share it took over again.
+    drop(mount);
+    inst.kill_server(lost + 1);
+    let restart = inst.surge(&["restart", "freplica", "--server", &(lost + 1).to_string()]);
+    assert!(restart.status.success(), "{}", text(&restart));
+    let again = client(&inst);
+    assert_eq!(rt.block_on(closed.lost(&again, None)), (0, 12), "closed files lost with the stand-in's restart");
+    for (path, body) in &in_lost_dirs {
+        assert_eq!(rt.block_on(read_all(&again, path)).as_ref().ok(), Some(body), "{path} after the stand-in's restart");
+    }
+    assert_eq!(rt.block_on(read_all(&again, "/through-mount")).unwrap(), pattern(11, 5 * MIB));
     Row {
         fault: "node of server 2 lost (kill -9, its directory removed), --replicas 2",
         during: "1 GiB write",
@@ -804,12 +816,12 @@ fn a_lost_node_loses_nothing_with_two_replicas() {
         lost_bytes: 0,
         after: format!(
             "surge failover done {took:.2} s after the fault: 12/12 closed files and {} files in directories server 2 homed whole \
-             (library, mount); writes, creates, mkdir go on; restart of server 2 refused",
+             (library, mount); writes, creates, mkdir go on; restart of server 2 refused; server 3 killed and restarted serves \
+             the share again",
             in_lost_dirs.len()
         ),
     }
     .record("replica_node_lost_mid_write");
-    drop(mount);
 }
 
 /// Replication: a server whose mirror is lost goes on alone (its writes succeed, `surge

@@ -135,7 +135,7 @@ impl Shared {
         }
         let held = (config.replicas > 1)
             .then(|| Mutex::new(mirror::held::Held::new(&config.root, (config.index + config.count - 1) % config.count)));
-        Ok(Arc::new(Shared {
+        let shared = Arc::new(Shared {
             index: config.index,
             count: config.count,
             secret: config.secret,
@@ -154,7 +154,9 @@ impl Shared {
             held,
             stand_ins: Mutex::new(Default::default()),
             config,
-        }))
+        });
+        shared.reopen_stand_in()?;
+        Ok(shared)
     }
 
     /// Mirrors this share on the server at `to` from now on (None: on none).
@@ -175,11 +177,28 @@ impl Shared {
             return Err(ServerError::new(ErrorCode::Invalid, format!("server {index} is not this server's predecessor ({})", held.from())));
         }
         held.can_take_over()?;
-        let config = ServerConfig { root: held.dir().to_path_buf(), index, replicas: 1, ..self.config.clone() };
-        let share = Shared::open(config)?;
-        held.mark_taken_over();
+        let share = self.open_stand_in(&held)?;
+        held.mark_taken_over()?;
         tracing::warn!(index, "serving lost server {index}'s share from its mirror here");
         self.stand_ins.lock_or_recover().insert(index, share);
+        Ok(())
+    }
+
+    /// The share of `held`'s server, opened from its mirror here (its journal replayed).
+    fn open_stand_in(&self, held: &mirror::held::Held) -> Result<Arc<Shared>> {
+        let config = ServerConfig { root: held.dir().to_path_buf(), index: held.from(), replicas: 1, ..self.config.clone() };
+        Shared::open(config)
+    }
+
+    /// A share taken over before this server last stopped is served again.
+    fn reopen_stand_in(&self) -> Result<()> {
+        let Some(held) = &self.held else { return Ok(()) };
+        let held = held.lock_or_recover();
+        if held.taken_over() {
+            let share = self.open_stand_in(&held)?;
+            tracing::warn!(index = held.from(), "serving lost server {}'s share from its mirror here (taken over earlier)", held.from());
+            self.stand_ins.lock_or_recover().insert(held.from(), share);
+        }
         Ok(())
     }
 

@@ -1,7 +1,8 @@
 //! The predecessor's share mirrored here, in `<root>/mirror`: a share directory as the
 //! predecessor keeps its own (`meta/` and `data/`), plus `complete` once it was filled. Only
 //! one connection mirrors at a time (the predecessor's latest); once the share is taken over
-//! (served from here as the lost server's) nothing more is accepted.
+//! (served from here as the lost server's, which `taken-over` records so that a restart of
+//! this server serves it again) nothing more is accepted.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -17,6 +18,8 @@ use crate::error::{Result, ServerError};
 
 /// Data files held open at most (then all are closed and reopened on demand).
 const OPEN_FILES: usize = 1024;
+/// Written in the mirror's directory when its share is taken over.
+const TAKEN_OVER: &str = "taken-over";
 
 pub struct Held {
     dir: PathBuf,
@@ -38,7 +41,8 @@ fn store(what: &str, e: io::Error) -> ServerError {
 impl Held {
     /// The mirror kept under `root` for server `from`.
     pub fn new(root: &Path, from: usize) -> Held {
-        Held { dir: root.join("mirror"), from, mirroring: None, taken_over: false, journal: None, snapshot: None, files: HashMap::new() }
+        let dir = root.join("mirror");
+        Held { taken_over: dir.join(TAKEN_OVER).exists(), dir, from, mirroring: None, journal: None, snapshot: None, files: HashMap::new() }
     }
 
     pub fn dir(&self) -> &Path {
@@ -217,10 +221,19 @@ impl Held {
         Ok(())
     }
 
-    pub fn mark_taken_over(&mut self) {
+    /// Whether the share was taken over here (by this run or an earlier one).
+    pub fn taken_over(&self) -> bool {
+        self.taken_over
+    }
+
+    /// From now on the share is served here, and again after a restart of this server.
+    pub fn mark_taken_over(&mut self) -> Result<()> {
+        File::create(self.dir.join(TAKEN_OVER)).and_then(|f| f.sync_all()).map_err(|e| store("mark the mirror taken over", e))?;
+        File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| store("sync the mirror directory", e))?;
         self.taken_over = true;
         self.files.clear();
         self.journal = None;
+        Ok(())
     }
 }
 
