@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use surge_client::surge_proto::admin::MirrorTo;
 use surge_client::surge_proto::{ino, Error, ErrorCode};
 use surge_client::{Client, ClientOptions};
 use surge_tests::{binary, pattern, sh, text, Instance};
@@ -207,6 +208,11 @@ impl Node {
 
     fn mend(&self) {
         sh(&format!("ip link set {} up", self.host_if));
+    }
+
+    /// Brings the node's end of the link back up (after [`Node::silence`]).
+    fn unsilence(&self) {
+        sh(&format!("ip netns exec {} ip link set sgn{} up", self.name, &self.host_if[3..]));
     }
 }
 
@@ -913,4 +919,101 @@ fn differences(primary: &Path, mirror: &Path) -> Vec<String> {
         .filter(|name| std::fs::read(primary.join(name)).ok() != std::fs::read(mirror.join(name)).ok())
         .map(|n| n.display().to_string())
         .collect()
+}
+
+/// Automatic failover (`--replicas 2 --failover-after 6`): a server whose node is cut off is
+/// fenced by itself (a client on its node is refused) and its share is taken over by the next
+/// server once a majority cannot reach it, without anyone asking; clients elsewhere read every
+/// closed file; when the link comes back the old server learns its share was taken over and
+/// stops.
+#[test]
+fn a_cut_off_server_is_fenced_and_its_share_taken_over_by_itself() {
+    let node = Node::new("ffail", 74);
+    let host = "10.77.74.1";
+    let hosts = [host; 4].join(",");
+    let args = ["--servers", "4", "--hosts", &hosts, "--capacity", "1G", "--chunk-size", "1M", "--replicas", "2", "--failover-after", "6"];
+    let inst = Instance::up("ffail", &args);
+    // Server 1 moves to the node (its share with it), and every server is told the new map.
+    inst.kill_server(1);
+    let mut moved = inst.restart_server_with(1, &format!("{}:7441", node.addr), &["ip", "netns", "exec", &node.name]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = client(&inst);
+    let addrs: Vec<std::net::SocketAddr> = c.server_addrs();
+    rt.block_on(async {
+        for i in 0..4 {
+            let told = MirrorTo { to: Some(addrs[(i + 1) % 4]), peers: addrs.clone(), failover_after_ms: Some(6000) };
+            c.call(i, told).await.unwrap();
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while text(&inst.surge(&["status", "ffail"])).matches("mirror in step").count() < 4 {
+        assert!(Instant::now() < deadline, "mirrors not in step:\n{}", text(&inst.surge(&["status", "ffail"])));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (closed, on_lost) = rt.block_on(async {
+        let closed = Closed::write(&c).await;
+        let mut on_lost = None;
+        for i in 0..64 {
+            let attr = c.mkdir(&format!("/d{i}"), 0o755).await.unwrap();
+            if ino::home(attr.ino) == 1 {
+                on_lost = Some((format!("/d{i}"), attr.ino));
+                break;
+            }
+        }
+        (closed, on_lost.expect("a directory homed on server 1"))
+    });
+    let in_node = |what: &str| -> String {
+        let out = inst
+            .shell_on(&node.addr, &format!("exec ip netns exec {} {} {what} 2>&1", node.name, binary("surge-test-client").display()))
+            .env("SURGE_TIMEOUT_SECS", "2")
+            .output()
+            .unwrap();
+        text(&out)
+    };
+    assert!(in_node(&format!("getattr-ino {:x}", on_lost.1)).contains("size"), "server 1 answers its node before the cut");
+
+    // The node's end of its link down: nobody reaches it, it reaches nobody (the host's end,
+    // where the other servers listen, stays up).
+    let fault = Instant::now();
+    node.silence();
+    // Fenced by itself within half the delay (and a second's checks): its own node is refused.
+    std::thread::sleep(Duration::from_secs(5));
+    let fenced = in_node(&format!("getattr-ino {:x}", on_lost.1));
+    assert!(fenced.contains("cut off from most of its instance"), "server 1 still answers its node, cut off: {fenced}");
+    // Taken over without anyone asking, once a majority cannot reach it.
+    let took = loop {
+        let status = text(&inst.surge(&["status", "ffail"]));
+        if status.contains("LOST, served by 2") {
+            break fault.elapsed().as_secs_f64();
+        }
+        assert!(fault.elapsed() < Duration::from_secs(40), "no take-over 40 s after the cut:\n{status}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(took >= 6.0, "taken over {took:.1} s after the cut, before the delay");
+    let fresh = client(&inst);
+    let (lost, checked) = rt.block_on(closed.lost(&fresh, None));
+    assert_eq!((lost, checked), (0, 12), "closed files lost with the cut-off server");
+    assert!(rt.block_on(fresh.stat(&on_lost.0)).is_ok(), "a directory the cut-off server homed, through its successor");
+
+    // The link back: the old server's mirror link is refused (taken over), and it stops.
+    node.unsilence();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = moved.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the old server still runs 30 s after its link came back");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "the old server stopped with {status}");
+    assert_eq!(rt.block_on(closed.lost(&fresh, None)), (0, 12));
+    Row {
+        fault: "node of server 1 cut off (its link down), --replicas 2 --failover-after 6",
+        during: "idle, then reads",
+        app_sees: "its own node refused after 5 s (fenced); elsewhere, errors until the take-over".into(),
+        seconds: took,
+        lost_bytes: 0,
+        after: "taken over by server 2 with no command; 12/12 closed files whole; link back: the old server stops".into(),
+    }
+    .record("replica_node_cut_failover");
 }

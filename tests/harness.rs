@@ -146,6 +146,7 @@ impl Instance {
                 .args(["--capacity", &share.to_string(), "--index", &index.to_string(), "--count", &count.to_string()])
                 .args(["--token-file", desc["token_path"].as_str().unwrap()])
                 .args(["--chunk-size", &desc["chunk_size"].to_string()])
+                .args(["--replicas", &desc["replicas"].as_u64().unwrap_or(1).to_string()])
                 .arg("--instance-file")
                 .arg(&descriptor_path)
                 .spawn()

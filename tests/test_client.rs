@@ -140,6 +140,12 @@ async fn run(args: &[String]) -> Result<String, String> {
             }
             Ok(rounds.to_string())
         }
+        Some("getattr-ino") => {
+            // One request to the inode's home alone (no path walked from the root).
+            use surge_client::surge_proto::{ino::home, namespace::GetAttr};
+            let ino = u64::from_str_radix(args[1].trim_start_matches("0x"), 16).map_err(|e| e.to_string())?;
+            c.call(home(ino), GetAttr { ino }).await.map(|attr| format!("size {}", attr.size)).map_err(e)
+        }
         Some("try") => {
             let mut lines = Vec::new();
             for op in &args[1..] {
@@ -147,7 +153,10 @@ async fn run(args: &[String]) -> Result<String, String> {
             }
             Ok(lines.join("\n"))
         }
-        _ => Err("usage: surge-test-client write-blocks|publish|watch|chunk-server|small-files|posix-small-files|stream|try ...".into()),
+        _ => {
+            Err("usage: surge-test-client write-blocks|publish|watch|chunk-server|small-files|posix-small-files|stream|getattr-ino|try ..."
+                .into())
+        }
     }
 }
 

@@ -348,7 +348,7 @@ impl Run {
     fn mirror_step(&mut self, input: &mut Input) {
         use surge_proto::mirror::*;
         let payload = input.bytes(256).to_vec();
-        let answer = match input.below(8) {
+        let answer = match input.below(10) {
             0 => self.conn.call(MirrorOpen { from: if input.bool() { 0 } else { input.u32() } }, &[]),
             1 => self.conn.call(MirrorSnapshot { last: input.bool() }, &payload),
             2 => self.conn.call(MirrorJournal { at: input.size() }, &payload),
@@ -367,7 +367,13 @@ impl Run {
                 self.conn.call(MirrorPurge { ino }, &[])
             }
             5 => self.conn.call(MirrorSynced, &[]),
-            6 => self.conn.call(MirrorTo { to: input.bool().then_some(self.addr) }, &[]),
+            6 => {
+                // Automatic failover asked for with this one server (refused: it needs three).
+                let failover_after_ms = input.bool().then(|| input.u16() as u64);
+                self.conn.call(MirrorTo { to: input.bool().then_some(self.addr), peers: vec![self.addr], failover_after_ms }, &[])
+            }
+            7 => self.conn.call(CanReach { addr: self.addr }, &[]),
+            8 => self.conn.call(MirrorPing, &[]),
             _ => self.conn.call(TakeOver { index: input.below(2) as u32 }, &[]),
         };
         if tracing() {

@@ -39,6 +39,7 @@ pub async fn run(root: Option<PathBuf>) -> Result<()> {
         layout: Default::default(),
         watermarks: None,
         replicas: 1,
+        failover_after: None,
     };
     outln!("Surge demo: a 4-server striped instance on 127.0.0.11-14, data under {}", params.root.display());
     let (desc, startup) = instance::up(&params).await?;

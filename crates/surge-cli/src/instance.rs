@@ -40,6 +40,8 @@ pub struct UpParams {
     pub watermarks: Option<Watermarks>,
     /// Copies of each server's share (`--replicas`).
     pub replicas: u8,
+    /// Seconds after which a lost server's share is taken over by itself (`--failover-after`).
+    pub failover_after: Option<f64>,
 }
 
 /// Default hosts: loopback aliases 127.0.0.11, .12, ... — one address per "node".
@@ -85,6 +87,11 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
             p.mode == Mode::Striped,
             "--replicas 2 is for striped instances (a private namespace lives and dies with its node)"
         );
+    }
+    if let Some(after) = p.failover_after {
+        anyhow::ensure!(p.replicas > 1, "--failover-after needs --replicas 2");
+        anyhow::ensure!(p.servers >= 3, "--failover-after needs three servers or more: a majority decides that one is lost");
+        anyhow::ensure!(after >= 1.0 && after.is_finite(), "--failover-after is at least 1 second");
     }
     let desc_path = descriptor::descriptor_path(&p.name);
     let instance_file = std::path::absolute(&desc_path).with_context(|| format!("locate {}", desc_path.display()))?;
@@ -176,6 +183,7 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
         layout: p.layout,
         watermarks: p.watermarks,
         replicas: p.replicas,
+        failover_after: p.failover_after,
     };
     // Every server must answer an authenticated request before the instance counts as up.
     for stats in probe(&desc).await {
@@ -242,13 +250,16 @@ async fn link_mirrors(desc: &InstanceDescriptor, only: Option<usize>) -> Result<
     }
     let opts = ClientOptions { timeout: Duration::from_secs(10), node: None, ..Default::default() };
     let count = desc.servers.len();
+    let peers: Vec<SocketAddr> = desc.servers.iter().map(|s| s.addr).collect();
+    let failover_after_ms = desc.failover_after.map(|secs| (secs * 1000.0) as u64);
     for (position, server) in desc.servers.iter().enumerate() {
         if only.is_some_and(|i| i != server.index) {
             continue;
         }
         let to = desc.servers[(position + 1) % count].addr;
         let client = single_server_client(desc, server, &opts)?;
-        client.call(0, MirrorTo { to: Some(to) }).await.with_context(|| format!("tell server {} to mirror on {to}", server.index))?;
+        let told = MirrorTo { to: Some(to), peers: peers.clone(), failover_after_ms };
+        client.call(0, told).await.with_context(|| format!("tell server {} to mirror on {to}", server.index))?;
     }
     Ok(())
 }

@@ -138,6 +138,12 @@ enum Command {
         /// serve it when a server is lost. Each server then holds two shares' worth of data.
         #[arg(long, default_value_t = 1)]
         replicas: u8,
+        /// With --replicas 2 and three servers or more: a server whose mirror connection has
+        /// been gone this many seconds, and which most servers cannot reach, has its share
+        /// taken over by the next server without `surge failover` (a server cut off from most
+        /// of the instance for half this long stops answering, so a share is never served twice).
+        #[arg(long)]
+        failover_after: Option<f64>,
     },
     /// Mount an instance as a directory (FUSE), in the background.
     Mount {
@@ -478,13 +484,26 @@ async fn run(command: Command) -> Result<ExitCode> {
             low_water,
             pressure_wait,
             replicas,
+            failover_after,
         } => {
             let servers = servers.unwrap_or(if hosts.is_empty() { 4 } else { hosts.len() });
             let mode: Mode = mode.parse().map_err(anyhow::Error::msg)?;
             let watermarks =
                 surge_client::surge_proto::workflow::Watermarks::given(high_water, low_water, pressure_wait).map_err(anyhow::Error::msg)?;
-            let params =
-                instance::UpParams { name, servers, capacity, root, hosts, mode, chunk_size, check_identity, layout, watermarks, replicas };
+            let params = instance::UpParams {
+                name,
+                servers,
+                capacity,
+                root,
+                hosts,
+                mode,
+                chunk_size,
+                check_identity,
+                layout,
+                watermarks,
+                replicas,
+                failover_after,
+            };
             let (desc, took) = instance::up(&params).await?;
             if json {
                 outln!("{}", serde_json::to_string_pretty(&desc)?);

@@ -85,6 +85,10 @@ pub struct InstanceDescriptor {
     /// mirrored on server i+1 (mod N), which serves it once i is lost and taken over.
     #[serde(default = "one_replica", skip_serializing_if = "is_one_replica")]
     pub replicas: u8,
+    /// With replicas: seconds after which a lost server's share is taken over by itself
+    /// (`surge up --failover-after`; None: only by `surge failover`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover_after: Option<f64>,
 }
 
 fn one_replica() -> u8 {

@@ -659,6 +659,7 @@ impl Manager {
             watermarks: None,
             // One copy of each share: replication is asked of `surge up`.
             replicas: 1,
+            failover_after: None,
         })
     }
 

@@ -134,10 +134,21 @@ pub struct DataFilePage {
 
 /// Replication: mirror this server's share on the server at `to` (its successor; None: stop
 /// mirroring). The server keeps trying to reach it and fills the mirror whenever it comes
-/// back (see [`crate::mirror`]).
+/// back (see [`crate::mirror`]). With `failover_after_ms`, failover is automatic: `peers`
+/// (every server's address, by index) vote on whether a server is lost (see
+/// [`crate::mirror`]).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct MirrorTo {
     pub to: Option<std::net::SocketAddr>,
+    pub peers: Vec<std::net::SocketAddr>,
+    pub failover_after_ms: Option<u64>,
+}
+
+/// Whether this server can open a connection to `addr` now (a vote on whether the server
+/// there is lost).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct CanReach {
+    pub addr: std::net::SocketAddr,
 }
 
 /// Replication: server `index`, this server's predecessor, is lost: serve its share from the
@@ -163,6 +174,7 @@ service! {
         ListDataFiles -> DataFilePage, "list-data-files";
         MirrorTo -> (), "mirror-to";
         TakeOver -> (), "take-over";
+        CanReach -> bool, "can-reach";
 
     }
 }

@@ -13,6 +13,13 @@
 //! The journal travels as the bytes the home writes to its own journal (records framed and
 //! checksummed as there), the data as byte ranges read back from the home's data files, so
 //! the mirror's directory is a share a server opens as it would its own after a restart.
+//!
+//! Failover is asked for ([`crate::admin::TakeOver`]) or, in an instance of three servers or
+//! more started with a failover delay, automatic: a successor takes its predecessor's share
+//! over once it has not reached the predecessor for the delay and a majority of the servers
+//! (the successor and those that answer [`crate::admin::CanReach`]) cannot reach it; and a server that cannot reach a majority for half the delay stops answering
+//! (fenced) until its mirror takes it back, so that a share is never served from both sides.
+//! A fenced server whose mirror says its share was taken over stops for good.
 
 use serde::{Deserialize, Serialize};
 
@@ -63,6 +70,11 @@ pub struct MirrorPurge {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct MirrorSynced;
 
+/// Sent by an idle link every second: the mirror still takes this connection's changes (a
+/// link that hears nothing for a few seconds is gone; one refused was taken over).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct MirrorPing;
+
 service! {
     /// A change to the mirror of a server's share, from that server.
     MirrorRequest => Mirror {
@@ -72,5 +84,6 @@ service! {
         MirrorData -> (), "mirror-data";
         MirrorPurge -> (), "mirror-purge";
         MirrorSynced -> (), "mirror-synced";
+        MirrorPing -> (), "mirror-ping";
     }
 }

@@ -72,6 +72,10 @@ pub struct Shared {
     /// Changes of this share for its mirror, and the link that sends them.
     pub mirror: Arc<mirror::Feed>,
     pub(crate) mirror_link: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Automatic failover's checks (see [`mirror::failover`]), and whether they fenced this
+    /// server: cut off from most of the instance, it answers nothing.
+    failover: Mutex<Option<tokio::task::AbortHandle>>,
+    pub(crate) fenced: std::sync::atomic::AtomicBool,
     /// The previous server's share mirrored here (instances with two replicas).
     pub(crate) held: Option<Mutex<mirror::held::Held>>,
     /// Shares of lost servers served from their mirrors here, by server index.
@@ -151,6 +155,8 @@ impl Shared {
             shutdown: Notify::new(),
             mirror: feed,
             mirror_link: Mutex::new(None),
+            failover: Mutex::new(None),
+            fenced: Default::default(),
             held,
             stand_ins: Mutex::new(Default::default()),
             config,
@@ -159,14 +165,20 @@ impl Shared {
         Ok(shared)
     }
 
-    /// Mirrors this share on the server at `to` from now on (None: on none).
-    pub fn mirror_to(self: &Arc<Self>, to: Option<SocketAddr>) {
+    /// Mirrors this share on the server at `to` from now on (None: on none), with automatic
+    /// failover when `failover` says how.
+    pub fn mirror_to(self: &Arc<Self>, to: Option<SocketAddr>, failover: Option<mirror::failover::Plan>) {
         let mut link = self.mirror_link.lock_or_recover();
         if let Some(old) = link.take() {
             old.abort();
         }
         self.mirror.close();
         *link = to.map(|to| mirror::link::start(self.clone(), to));
+        let mut checks = self.failover.lock_or_recover();
+        if let Some(old) = checks.take() {
+            old.abort();
+        }
+        *checks = failover.map(|plan| mirror::failover::start(self.clone(), plan));
     }
 
     /// Serves server `index`'s share (this server's predecessor, lost) from its mirror here.
@@ -213,8 +225,10 @@ impl Shared {
 
     /// A clean stop: each namespace share served here as one snapshot, for a quick restart.
     fn close(&self) -> Result<()> {
-        if let Some(link) = self.mirror_link.lock_or_recover().take() {
-            link.abort();
+        for task in [&self.mirror_link, &self.failover] {
+            if let Some(task) = task.lock_or_recover().take() {
+                task.abort();
+            }
         }
         let stand_ins: Vec<Arc<Shared>> = self.stand_ins.lock_or_recover().drain().map(|(_, share)| share).collect();
         for share in stand_ins {

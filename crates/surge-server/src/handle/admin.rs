@@ -62,13 +62,27 @@ impl Session {
                         surge_proto::ErrorCode::NotSupported,
                         "this server keeps one replica (started without --replicas 2)",
                     )),
+                    _ if to.failover_after_ms.is_some() && (to.peers.len() < 3 || to.peers.len() != self.shared.count) => {
+                        Err(crate::ServerError::new(
+                            surge_proto::ErrorCode::Invalid,
+                            format!(
+                                "automatic failover needs every server's address, and three servers or more ({} given)",
+                                to.peers.len()
+                            ),
+                        ))
+                    }
                     _ => {
-                        self.shared.mirror_to(to.to);
+                        let plan = to.failover_after_ms.map(|ms| crate::mirror::failover::Plan {
+                            peers: to.peers,
+                            after: std::time::Duration::from_millis(ms.max(1000)),
+                        });
+                        self.shared.mirror_to(to.to, plan);
                         Ok(())
                     }
                 };
                 Answer::of::<MirrorTo>(outcome)
             }
+            AdminRequest::CanReach(c) => Answer::later::<CanReach>(async move { Ok(crate::mirror::failover::reachable(c.addr).await) }),
             AdminRequest::TakeOver(t) => {
                 // Replays the lost share's journal: a blocking step, like any metadata step.
                 Answer::of::<TakeOver>(self.shared.take_over(t.index as usize))

@@ -110,6 +110,7 @@ impl Held {
                     _ => Ok(()),
                 }
             }
+            MirrorRequest::MirrorPing(_) => Ok(()),
             MirrorRequest::MirrorSynced(_) => {
                 let marker = self.dir.join("complete");
                 File::create(&marker).and_then(|f| f.sync_all()).map_err(|e| store("mark the mirror complete", e))?;
@@ -201,6 +202,15 @@ impl Held {
         Ok(())
     }
 
+    /// A majority found the predecessor lost: its mirror connection, if it still looks up, is
+    /// a dead node's (its further requests are refused).
+    pub fn forget_mirroring(&mut self) {
+        self.mirroring = None;
+        self.journal = None;
+        self.snapshot = None;
+        self.files.clear();
+    }
+
     /// Whether the share can be taken over: complete, and nobody mirrors it now.
     pub fn can_take_over(&self) -> Result<()> {
         if self.taken_over {
@@ -214,11 +224,21 @@ impl Held {
             );
             return Err(ServerError::new(ErrorCode::Busy, detail));
         }
-        if !self.dir.join("complete").exists() {
+        if !self.complete() {
             let detail = format!("the mirror of server {}'s share was never filled: it cannot be served", self.from);
             return Err(ServerError::new(ErrorCode::NotFound, detail));
         }
         Ok(())
+    }
+
+    /// Whether a connection mirrors the share here now.
+    pub fn mirroring(&self) -> bool {
+        self.mirroring.is_some()
+    }
+
+    /// Whether the mirror was filled (and can be served).
+    pub fn complete(&self) -> bool {
+        self.dir.join("complete").exists()
     }
 
     /// Whether the share was taken over here (by this run or an earlier one).

@@ -28,6 +28,10 @@ use crate::Shared;
 const RETRY_EVERY: Duration = Duration::from_secs(1);
 /// A connection or handshake that takes longer than this counts as a failed attempt.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// An idle link says it is there this often, and one that hears nothing from the mirror for
+/// [`SILENCE`] counts it gone.
+const PING_EVERY: Duration = Duration::from_secs(1);
+const SILENCE: Duration = Duration::from_secs(5);
 /// File data goes in pieces of at most this much per request.
 const PIECE: u64 = 4 << 20;
 const IO_BUFFER: usize = 256 * 1024;
@@ -71,9 +75,14 @@ fn protocol(what: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.into())
 }
 
-/// Connects and authenticates as any client does (a MUNGE credential too where the servers
-/// check identities: servers run as the instance's owner).
+/// Connects to the successor and authenticates as any client does (a MUNGE credential too
+/// where the servers check identities: servers run as the instance's owner).
 async fn connect(shared: &Shared, to: SocketAddr) -> io::Result<(BufReader<OwnedReadHalf>, Writer)> {
+    connect_to(shared, to, Some((shared.index + 1) % shared.count)).await
+}
+
+/// Connects to the server at `to` (server `index`, when given) and authenticates.
+pub(crate) async fn connect_to(shared: &Shared, to: SocketAddr, index: Option<usize>) -> io::Result<(BufReader<OwnedReadHalf>, Writer)> {
     let handshake = async {
         let stream = TcpStream::connect(to).await?;
         stream.set_nodelay(true)?;
@@ -82,8 +91,8 @@ async fn connect(shared: &Shared, to: SocketAddr) -> io::Result<(BufReader<Owned
         let frame =
             read_frame(&mut reader, MAX_MESSAGE_LEN, 0).await.map_err(|e| protocol(e.to_string()))?.ok_or_else(|| protocol("closed"))?;
         let challenge: Challenge = decode_message(&frame.message).map_err(|e| protocol(format!("no challenge: {e}")))?;
-        if challenge.server_index as usize != (shared.index + 1) % shared.count {
-            return Err(protocol(format!("{to} is server {}, not this server's successor", challenge.server_index)));
+        if index.is_some_and(|index| challenge.server_index as usize != index) {
+            return Err(protocol(format!("{to} is server {}, not server {}", challenge.server_index, index.unwrap_or_default())));
         }
         let identity = if challenge.wants_identity {
             let payload = surge_proto::identity::payload_of(&challenge.challenge);
@@ -146,7 +155,10 @@ async fn mirror(shared: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, mut 
     let mut sender = Sender { writer: &mut writer, next_id: 2 };
     sender.request(MirrorOpen { from: shared.index as u32 }, &[]).await?;
     sender.writer.flush().await?;
-    expect_reply(&mut reader, 2).await?;
+    if let Err(refused) = expect_reply(&mut reader, 2).await {
+        return Err(stop_if_taken_over(shared, refused));
+    }
+    super::failover::unfence(shared);
 
     let mut changes = shared.mirror.open();
     // The journal as it is now, in order with the appends noted from here on; then every
@@ -158,7 +170,14 @@ async fn mirror(shared: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, mut 
     let in_flight: InFlight = Default::default();
     let replies = tokio::spawn(read_replies(reader, in_flight.clone(), shared.clone()));
     let sending = async {
-        while let Some((seq, change)) = changes.recv().await {
+        loop {
+            let next = tokio::time::timeout(PING_EVERY, changes.recv()).await;
+            let Ok(next) = next else {
+                sender.request(MirrorPing, &[]).await?;
+                sender.writer.flush().await?;
+                continue;
+            };
+            let Some((seq, change)) = next else { break };
             let (journal, filled) = match &change {
                 Change::Journal { seq, .. } | Change::Snapshot { seq, .. } => (Some(*seq), false),
                 Change::Filled => (None, true),
@@ -187,15 +206,33 @@ async fn mirror(shared: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, mut 
     }
 }
 
+/// A refusal that says the successor took this share over (it serves it now: this server's
+/// copy is behind it for good and must not be served again) stops the server.
+fn stop_if_taken_over(shared: &Shared, refused: io::Error) -> io::Error {
+    if refused.kind() == io::ErrorKind::PermissionDenied {
+        tracing::error!("{refused}: this server's share is served by its successor; stopping");
+        shared.shutdown.notify_one();
+    }
+    refused
+}
+
+/// The mirror's next answer, within [`SILENCE`] (an idle link pings every second).
+async fn next_frame(reader: &mut BufReader<OwnedReadHalf>) -> io::Result<surge_proto::frame_io::Frame> {
+    let read = tokio::time::timeout(SILENCE, read_frame(reader, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN)).await;
+    let frame = read.map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("the mirror said nothing for {SILENCE:?}")))?;
+    let frame = frame.map_err(|e| protocol(e.to_string()))?.ok_or_else(|| protocol("the mirror closed the connection"))?;
+    if frame.header.kind == FrameKind::Failure {
+        let e: surge_proto::Error = decode_message(&frame.message).map_err(|e| protocol(e.to_string()))?;
+        // Stale: the share was taken over there.
+        let kind = if e.code == surge_proto::ErrorCode::Stale { io::ErrorKind::PermissionDenied } else { io::ErrorKind::Other };
+        return Err(io::Error::new(kind, format!("the mirror refused: {e}")));
+    }
+    Ok(frame)
+}
+
 async fn expect_reply(reader: &mut BufReader<OwnedReadHalf>, id: u64) -> io::Result<()> {
-    let frame = read_frame(reader, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN).await.map_err(|e| protocol(e.to_string()))?;
-    let frame = frame.ok_or_else(|| protocol("closed"))?;
-    match frame.header.kind {
-        FrameKind::Reply if frame.header.request_id == id => Ok(()),
-        FrameKind::Failure => {
-            let e: surge_proto::Error = decode_message(&frame.message).map_err(|e| protocol(e.to_string()))?;
-            Err(io::Error::other(format!("the mirror refused: {e}")))
-        }
+    match next_frame(reader).await? {
+        frame if frame.header.request_id == id => Ok(()),
         _ => Err(protocol("an answer out of order")),
     }
 }
@@ -203,12 +240,7 @@ async fn expect_reply(reader: &mut BufReader<OwnedReadHalf>, id: u64) -> io::Res
 /// Reads the mirror's replies, in order, and tells the feed what the mirror has.
 async fn read_replies(mut reader: BufReader<OwnedReadHalf>, in_flight: InFlight, shared: Arc<Shared>) -> io::Result<()> {
     loop {
-        let frame = read_frame(&mut reader, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN).await.map_err(|e| protocol(e.to_string()))?;
-        let frame = frame.ok_or_else(|| protocol("the mirror closed the connection"))?;
-        if frame.header.kind == FrameKind::Failure {
-            let e: surge_proto::Error = decode_message(&frame.message).map_err(|e| protocol(e.to_string()))?;
-            return Err(io::Error::other(format!("the mirror refused a change: {e}")));
-        }
+        let frame = next_frame(&mut reader).await.map_err(|e| stop_if_taken_over(&shared, e))?;
         let mut replies = in_flight.lock_or_recover();
         replies.last = frame.header.request_id;
         while replies.awaited.front().is_some_and(|awaited| awaited.request_id <= replies.last) {

@@ -15,6 +15,7 @@
 //!   the share goes on alone (and the log says so) until it can, then fills the mirror again.
 //! * [`held`]: the predecessor's mirror kept here, and taking its share over once it is lost.
 
+pub mod failover;
 pub mod held;
 pub mod link;
 
