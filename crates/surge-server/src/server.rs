@@ -300,7 +300,7 @@ impl Server {
                     }
                 },
                 _ = shared.shutdown.notified() => {
-                    tracing::info!("shutdown requested by a client");
+                    tracing::info!("shutdown requested (by a client, or by the mirror link: see above)");
                     break;
                 }
                 _ = &mut stop => break,

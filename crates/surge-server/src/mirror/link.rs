@@ -200,10 +200,14 @@ async fn mirror(shared: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, mut 
         }
         Ok::<_, io::Error>(())
     };
-    tokio::select! {
+    // The reader goes with the link (it must not tell the feed of a link that is over).
+    let reader = replies.abort_handle();
+    let ended = tokio::select! {
         sent = sending => sent,
-        replied = replies => replied.map_err(io::Error::other)?,
-    }
+        replied = replies => replied.map_err(io::Error::other).and_then(|replied| replied),
+    };
+    reader.abort();
+    ended
 }
 
 /// A refusal that says the successor took this share over (it serves it now: this server's
