@@ -163,6 +163,9 @@ fn servers_refuse_what_the_callers_permissions_do_not_allow() {
         ("link:/sticky/mine:/open/bobs-link", "EPERM"),
         ("mknodc:/open/bobs-device", "EPERM"),
         ("lock:/open/private", "EACCES"),
+        // Stopping a server, or telling it where to mirror, is the owner's.
+        ("shutdown:/", "EACCES"),
+        ("mirrorto:/", "EACCES"),
     ];
     let ops: Vec<&str> = refused.iter().map(|(op, _)| *op).collect();
     let answers = try_as(&inst, &bob, BOB, &[], &ops);

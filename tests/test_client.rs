@@ -237,6 +237,12 @@ async fn try_op(c: &Client, op: &str) -> String {
                     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                 }
             }
+            // What runs the instance itself, asked of server 0 (for the instance's owner alone).
+            "shutdown" => c.call(0, surge_client::surge_proto::admin::Shutdown).await.map(|()| "ok".to_string())?,
+            "mirrorto" => {
+                let stop_mirroring = surge_client::surge_proto::admin::MirrorTo { to: None, peers: Vec::new(), failover_after_ms: None };
+                c.call(0, stop_mirroring).await.map(|()| "ok".to_string())?
+            }
             "rawdroplink" => {
                 use surge_client::surge_proto::namespace::DropLink;
                 let ino = c.stat(path).await?.ino;
