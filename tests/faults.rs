@@ -1017,3 +1017,23 @@ fn a_cut_off_server_is_fenced_and_its_share_taken_over_by_itself() {
     }
     .record("replica_node_cut_failover");
 }
+
+/// Replication and staging: a stage-in into a mirrored instance is on both nodes when it says
+/// done, so the loss of a node right after it loses none of the staged bytes.
+#[test]
+fn a_stage_in_is_on_the_mirror_when_it_says_done() {
+    let inst = Instance::up_on("fstagerep", "127.0.3", 191, 3, &["--capacity", "1G", "--chunk-size", "1M", "--replicas", "2"]);
+    let dir = surge_tests::scratch("fstagerep");
+    let body = pattern(77, (24 << 20) + 4321);
+    let src = surge_tests::write_local(&dir.join("pfs"), "input.bin", &body);
+    let out = inst.surge(&["stage", "in", src.to_str().unwrap(), "/input.bin", "--wait"]);
+    assert!(out.status.success(), "{}", text(&out));
+    // At once: the node of server 1 lost for good (server 0 runs the stage coordinator).
+    inst.kill_server(1);
+    std::fs::remove_dir_all(inst.root.join("fstagerep").join("server-1")).unwrap();
+    let failover = inst.surge(&["failover", "fstagerep", "--server", "1"]);
+    assert!(failover.status.success(), "{}", text(&failover));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = client(&inst);
+    assert!(rt.block_on(read_all(&c, "/input.bin")).unwrap() == body, "the staged file differs after the failover");
+}

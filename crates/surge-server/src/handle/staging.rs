@@ -13,9 +13,15 @@ impl Session {
         let shared = self.shared.clone();
         match request {
             StagingRequest::CopyOrder(order) => Answer::later::<CopyOrder>(async move {
+                let copier = shared.clone();
                 let work =
-                    tokio::task::spawn_blocking(move || crate::stage_copy::execute(&shared.data, shared.index, shared.count, &order));
-                work.await.map_err(|e| ServerError::new(surge_proto::ErrorCode::Io, format!("copy order failed: {e}")))
+                    tokio::task::spawn_blocking(move || crate::stage_copy::execute(&copier.data, copier.index, copier.count, &order));
+                let outcomes = work.await.map_err(|e| ServerError::new(surge_proto::ErrorCode::Io, format!("copy order failed: {e}")))?;
+                // A stage-in's chunks are on the mirror too before the order counts as done.
+                if let Some(seq) = shared.mirror.barrier() {
+                    shared.mirror.reached(seq).await;
+                }
+                Ok(outcomes)
             }),
             // What a stage creates is its submitter's (when this server knows who that is).
             StagingRequest::StageSubmit(submit)
