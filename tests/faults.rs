@@ -976,10 +976,16 @@ fn a_cut_off_server_is_fenced_and_its_share_taken_over_by_itself() {
     // where the other servers listen, stays up).
     let fault = Instant::now();
     node.silence();
-    // Fenced by itself within half the delay (and a second's checks): its own node is refused.
-    std::thread::sleep(Duration::from_secs(5));
-    let fenced = in_node(&format!("getattr-ino {:x}", on_lost.1));
-    assert!(fenced.contains("cut off from most of its instance"), "server 1 still answers its node, cut off: {fenced}");
+    // Fenced by itself after half the delay (and a few seconds' checks): its own node is
+    // refused, before anyone takes its share over.
+    let fenced_at = loop {
+        let answer = in_node(&format!("getattr-ino {:x}", on_lost.1));
+        if answer.contains("cut off from most of its instance") {
+            break fault.elapsed().as_secs_f64();
+        }
+        assert!(fault.elapsed() < Duration::from_secs(12), "server 1 still answers its node 12 s after the cut: {answer}");
+        std::thread::sleep(Duration::from_millis(250));
+    };
     // Taken over without anyone asking, once a majority cannot reach it.
     let took = loop {
         let status = text(&inst.surge(&["status", "ffail"]));
@@ -990,6 +996,7 @@ fn a_cut_off_server_is_fenced_and_its_share_taken_over_by_itself() {
         std::thread::sleep(Duration::from_millis(200));
     };
     assert!(took >= 6.0, "taken over {took:.1} s after the cut, before the delay");
+    assert!(fenced_at < took, "fenced {fenced_at:.1} s after the cut, taken over at {took:.1} s");
     let fresh = client(&inst);
     let (lost, checked) = rt.block_on(closed.lost(&fresh, None));
     assert_eq!((lost, checked), (0, 12), "closed files lost with the cut-off server");
@@ -1010,7 +1017,7 @@ fn a_cut_off_server_is_fenced_and_its_share_taken_over_by_itself() {
     Row {
         fault: "node of server 1 cut off (its link down), --replicas 2 --failover-after 6",
         during: "idle, then reads",
-        app_sees: "its own node refused after 5 s (fenced); elsewhere, errors until the take-over".into(),
+        app_sees: format!("its own node refused {fenced_at:.1} s after the cut (fenced); elsewhere, errors until the take-over"),
         seconds: took,
         lost_bytes: 0,
         after: "taken over by server 2 with no command; 12/12 closed files whole; link back: the old server stops".into(),

@@ -91,7 +91,10 @@ pub async fn up(p: &UpParams) -> Result<(InstanceDescriptor, Duration)> {
     if let Some(after) = p.failover_after {
         anyhow::ensure!(p.replicas > 1, "--failover-after needs --replicas 2");
         anyhow::ensure!(p.servers >= 3, "--failover-after needs three servers or more: a majority decides that one is lost");
-        anyhow::ensure!(after >= 1.0 && after.is_finite(), "--failover-after is at least 1 second");
+        anyhow::ensure!(
+            after >= 5.0 && after.is_finite(),
+            "--failover-after is at least 5 seconds (a cut-off server must fence itself well before its share is taken over)"
+        );
     }
     let desc_path = descriptor::descriptor_path(&p.name);
     let instance_file = std::path::absolute(&desc_path).with_context(|| format!("locate {}", desc_path.display()))?;

@@ -74,7 +74,7 @@ impl Session {
                     _ => {
                         let plan = to.failover_after_ms.map(|ms| crate::mirror::failover::Plan {
                             peers: to.peers,
-                            after: std::time::Duration::from_millis(ms.max(1000)),
+                            after: std::time::Duration::from_millis(ms.max(crate::mirror::failover::SHORTEST_DELAY_MS)),
                         });
                         self.shared.mirror_to(to.to, plan);
                         Ok(())

@@ -27,6 +27,12 @@ use tokio::io::AsyncWriteExt;
 use crate::lock::LockRecover;
 use crate::Shared;
 
+/// The shortest failover delay: a cut-off server notices within about 2 s (its mirror link
+/// silent, then a round of probes) and fences after half the delay, which must come before
+/// its successor (whose clock starts when it stops hearing from it) takes over after the
+/// whole delay.
+pub const SHORTEST_DELAY_MS: u64 = 5000;
+
 /// How often each rule is checked, and how long a probe of one address may take.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -47,16 +53,23 @@ pub fn start(shared: Arc<Shared>, plan: Plan) -> tokio::task::AbortHandle {
         let mut said_not_lost = false;
         loop {
             tokio::time::sleep(CHECK_EVERY).await;
-            // Fencing: how many servers this one reaches (itself counted).
-            let mut probes = tokio::task::JoinSet::new();
-            for (_, &addr) in plan.peers.iter().enumerate().filter(|&(i, _)| i != shared.index) {
-                probes.spawn(reachable(addr));
-            }
-            let reached = 1 + probes.join_all().await.into_iter().filter(|&reached| reached).count();
+            // Fencing. A link whose mirror answers (it pings every second) shows this server
+            // is not cut off from its successor, the only server that could take its share
+            // over: the others are probed only once the mirror has been silent a second.
+            let reached = if shared.mirror.silent_for() < CHECK_EVERY {
+                plan.peers.len()
+            } else {
+                let mut probes = tokio::task::JoinSet::new();
+                for (_, &addr) in plan.peers.iter().enumerate().filter(|&(i, _)| i != shared.index) {
+                    probes.spawn(reachable(addr));
+                }
+                1 + probes.join_all().await.into_iter().filter(|&reached| reached).count()
+            };
             if reached >= majority {
                 cut_off_since = None;
                 // A link up to the successor proves the share was not taken over (the
-                // successor takes over only once the link is gone).
+                // successor takes over only once it has not reached this server for the
+                // whole delay).
                 if matches!(shared.mirror.state(), Some(MirrorState::Filling | MirrorState::InStep)) {
                     unfence(&shared);
                 }
@@ -72,7 +85,7 @@ pub fn start(shared: Arc<Shared>, plan: Plan) -> tokio::task::AbortHandle {
                 }
             }
             // Taking over: the predecessor unreached, and a majority agreeing (not by a server
-            // in the minority itself).
+            // in the minority itself). A predecessor heard from lately is there.
             let Some(held) = &shared.held else { continue };
             if reached < majority {
                 predecessor_gone_since = None;
@@ -80,7 +93,7 @@ pub fn start(shared: Arc<Shared>, plan: Plan) -> tokio::task::AbortHandle {
             }
             let (waiting, from) = {
                 let held = held.lock_or_recover();
-                (!held.taken_over() && held.complete(), held.from())
+                (!held.taken_over() && held.complete() && !held.heard_within(CHECK_EVERY * 2), held.from())
             };
             let lost = plan.peers[from];
             // Its mirror connection may look up for a while after its node died (until TCP

@@ -29,6 +29,8 @@ pub struct Held {
     mirroring: Option<u64>,
     /// Served from here since its server was lost: no more mirroring.
     taken_over: bool,
+    /// When the mirroring connection last sent anything (it pings every second).
+    heard: std::time::Instant,
     journal: Option<File>,
     snapshot: Option<File>,
     files: HashMap<Ino, File>,
@@ -42,7 +44,16 @@ impl Held {
     /// The mirror kept under `root` for server `from`.
     pub fn new(root: &Path, from: usize) -> Held {
         let dir = root.join("mirror");
-        Held { taken_over: dir.join(TAKEN_OVER).exists(), dir, from, mirroring: None, journal: None, snapshot: None, files: HashMap::new() }
+        Held {
+            taken_over: dir.join(TAKEN_OVER).exists(),
+            heard: std::time::Instant::now(),
+            dir,
+            from,
+            mirroring: None,
+            journal: None,
+            snapshot: None,
+            files: HashMap::new(),
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -69,6 +80,7 @@ impl Held {
 
     /// Applies one mirror request from connection `connection` (its payload: bytes).
     pub fn apply(&mut self, connection: u64, request: MirrorRequest, payload: &[u8]) -> Result<()> {
+        self.heard = std::time::Instant::now();
         if let MirrorRequest::MirrorOpen(open) = &request {
             return self.open(connection, open.from as usize);
         }
@@ -231,9 +243,9 @@ impl Held {
         Ok(())
     }
 
-    /// Whether a connection mirrors the share here now.
-    pub fn mirroring(&self) -> bool {
-        self.mirroring.is_some()
+    /// Whether the predecessor mirrors here now and was heard from within `within`.
+    pub fn heard_within(&self, within: std::time::Duration) -> bool {
+        self.mirroring.is_some() && self.heard.elapsed() < within
     }
 
     /// Whether the mirror was filled (and can be served).

@@ -245,6 +245,7 @@ async fn expect_reply(reader: &mut BufReader<OwnedReadHalf>, id: u64) -> io::Res
 async fn read_replies(mut reader: BufReader<OwnedReadHalf>, in_flight: InFlight, shared: Arc<Shared>) -> io::Result<()> {
     loop {
         let frame = next_frame(&mut reader).await.map_err(|e| stop_if_taken_over(&shared, e))?;
+        shared.mirror.heard_from();
         let mut replies = in_flight.lock_or_recover();
         replies.last = frame.header.request_id;
         while replies.awaited.front().is_some_and(|awaited| awaited.request_id <= replies.last) {

@@ -56,6 +56,8 @@ pub struct Feed {
     journal_mirrored: watch::Sender<u64>,
     /// None: the instance has one replica.
     state: watch::Sender<Option<MirrorState>>,
+    /// When the mirror last answered anything (pings included).
+    heard: Mutex<std::time::Instant>,
 }
 
 impl Feed {
@@ -68,7 +70,17 @@ impl Feed {
             mirrored: watch::Sender::new(0),
             journal_mirrored: watch::Sender::new(0),
             state: watch::Sender::new(state),
+            heard: Mutex::new(std::time::Instant::now()),
         }
+    }
+
+    /// How long since the mirror last answered (an idle link pings it every second).
+    pub fn silent_for(&self) -> std::time::Duration {
+        self.heard.lock_or_recover().elapsed()
+    }
+
+    fn heard_from(&self) {
+        *self.heard.lock_or_recover() = std::time::Instant::now();
     }
 
     pub fn state(&self) -> Option<MirrorState> {
