@@ -976,6 +976,16 @@ fn a_cut_off_server_is_fenced_and_its_share_taken_over_by_itself() {
     // where the other servers listen, stays up).
     let fault = Instant::now();
     node.silence();
+    // A client that starts reading now, on the host, waits through the take-over instead of
+    // failing.
+    let waiting = {
+        let (c, closed) = (client(&inst), Closed(closed.0.clone()));
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            let outcome = rt.block_on(closed.lost(&c, None));
+            (outcome, fault.elapsed().as_secs_f64())
+        })
+    };
     // Fenced by itself after half the delay (and a few seconds' checks): its own node is
     // refused, before anyone takes its share over.
     let fenced_at = loop {
@@ -1000,6 +1010,9 @@ fn a_cut_off_server_is_fenced_and_its_share_taken_over_by_itself() {
     let fresh = client(&inst);
     let (lost, checked) = rt.block_on(closed.lost(&fresh, None));
     assert_eq!((lost, checked), (0, 12), "closed files lost with the cut-off server");
+    let (waited, read_at) = waiting.join().unwrap();
+    assert_eq!(waited, (0, 12), "a reader during the cut did not wait through the take-over");
+    assert!(read_at > 6.0, "the waiting reader read everything {read_at:.1} s after the cut, before a take-over could be");
     assert!(rt.block_on(fresh.stat(&on_lost.0)).is_ok(), "a directory the cut-off server homed, through its successor");
 
     // The link back: the old server's mirror link is refused (taken over), and it stops.
@@ -1017,10 +1030,13 @@ fn a_cut_off_server_is_fenced_and_its_share_taken_over_by_itself() {
     Row {
         fault: "node of server 1 cut off (its link down), --replicas 2 --failover-after 6",
         during: "idle, then reads",
-        app_sees: format!("its own node refused {fenced_at:.1} s after the cut (fenced); elsewhere, errors until the take-over"),
+        app_sees: format!("its own node refused {fenced_at:.1} s after the cut (fenced); elsewhere, a new request waits for the take-over"),
         seconds: took,
         lost_bytes: 0,
-        after: "taken over by server 2 with no command; 12/12 closed files whole; link back: the old server stops".into(),
+        after: format!(
+            "taken over by server 2 with no command; a reader started at the cut waited and read 12/12 closed files whole \
+             {read_at:.1} s after it; link back: the old server stops"
+        ),
     }
     .record("replica_node_cut_failover");
 }

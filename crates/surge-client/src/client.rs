@@ -26,6 +26,11 @@ use crate::options::ClientOptions;
 /// up to 255 bytes each, at most) then stay well inside a frame.
 pub const BATCH_STEPS: usize = 1024;
 
+/// With automatic failover, how much longer than the instance's delay a request waits for a
+/// lost server's share to be taken over, and how often it looks.
+const FAILOVER_MARGIN: Duration = Duration::from_secs(10);
+const FAILOVER_POLL: Duration = Duration::from_millis(500);
+
 /// How long a step retries while the entry it needs is locked by a rename in progress.
 const BUSY_RETRY_FOR: Duration = Duration::from_secs(5);
 
@@ -56,6 +61,9 @@ struct Inner {
     /// The server of this node that holds the files it creates in node-local directories
     /// (None: no server runs here); found on first need ([`Client::near_server`]).
     near_server: std::sync::OnceLock<Option<usize>>,
+    /// With automatic failover: how long a request to a server that cannot be reached waits
+    /// for its share to be taken over before it fails.
+    failover_wait: Option<Duration>,
     /// When each server last refused to set capacity aside for a passthrough handle (its
     /// share was full; see [`crate::passthrough`]).
     refusals: std::sync::Mutex<std::collections::HashMap<usize, std::time::Instant>>,
@@ -110,7 +118,13 @@ impl Client {
             opts.timeout = opts.timeout.max(Duration::from_secs_f64(marks.wait_secs) + HELD_WRITE_MARGIN);
         }
         let replicas = if desc.mode == Mode::Striped { desc.replicas } else { 1 };
-        Client::assemble(addrs, desc.chunk_size, desc.read_secret()?, opts, desc.layout, replicas)
+        let mut client = Client::assemble(addrs, desc.chunk_size, desc.read_secret()?, opts, desc.layout, replicas)?;
+        if replicas > 1 {
+            // The take-over comes within the delay and a few seconds of checks.
+            let wait = desc.failover_after.map(|secs| Duration::from_secs_f64(secs) + FAILOVER_MARGIN);
+            Arc::get_mut(&mut client.inner).expect("a new client").failover_wait = wait;
+        }
+        Ok(client)
     }
 
     /// Connects to the servers at `addrs` (in server-index order) of an instance with this
@@ -161,6 +175,7 @@ impl Client {
                 local_writer: Default::default(),
                 default_layout,
                 near_server: Default::default(),
+                failover_wait: None,
                 refusals: Default::default(),
             }),
             uid,
@@ -281,14 +296,25 @@ impl Client {
             Some(standby) => match open(slot.addr, None).await {
                 Ok(conn) => conn,
                 Err(lost) if matches!(lost.code, ErrorCode::ServerDown | ErrorCode::TimedOut) => {
-                    // The share may be served by the next server, which took it over.
-                    match open(standby, Some(server as u32)).await {
-                        Ok(conn) => {
+                    // The share may be served by the next server, which took it over (or is
+                    // about to, with automatic failover: then wait for it, trying both).
+                    let deadline = self.inner.failover_wait.map(|wait| tokio::time::Instant::now() + wait);
+                    loop {
+                        if let Ok(conn) = open(standby, Some(server as u32)).await {
                             tracing::warn!(server, %standby, "server {server} is lost; its share is served by the next server");
                             slot.on_standby.store(true, Ordering::Relaxed);
-                            conn
+                            break conn;
                         }
-                        Err(_) => return Err(lost),
+                        if deadline.is_none_or(|deadline| tokio::time::Instant::now() >= deadline) {
+                            return Err(lost);
+                        }
+                        tokio::time::sleep(FAILOVER_POLL).await;
+                        let back =
+                            Connection::open(slot.addr, opts.node, &self.inner.secret, self.inner.session, FAILOVER_POLL, None, None);
+                        if back.await.is_ok() {
+                            // It came back (a restart): connect to it as usual.
+                            break open(slot.addr, None).await?;
+                        }
                     }
                 }
                 Err(e) => return Err(e),
