@@ -279,3 +279,55 @@ fn punch(file: &File, offset: u64, len: u64) -> io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(test: &str) -> PathBuf {
+        let root = std::env::temp_dir().join(format!("surge-held-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        root
+    }
+
+    /// What a mirror is sent ends up as a share directory: data with its holes and length,
+    /// the journal at its offsets, the snapshot in parts; changes out of turn, from another
+    /// connection or server, or past the largest offset are refused and change nothing.
+    #[test]
+    fn a_mirror_holds_what_it_is_sent_and_refuses_the_rest() {
+        let root = scratch("apply");
+        let mut held = Held::new(&root, 3);
+        let data = |ino, offset, hole, file_len| MirrorRequest::MirrorData(MirrorData { ino, offset, hole, file_len, sync: false });
+        assert!(held.apply(1, data(5, 0, 0, 4), b"abcd").is_err(), "a change before mirror-open");
+        assert!(held.apply(1, MirrorRequest::MirrorOpen(MirrorOpen { from: 2 }), &[]).is_err(), "not the predecessor");
+        held.apply(1, MirrorRequest::MirrorOpen(MirrorOpen { from: 3 }), &[]).unwrap();
+        assert!(held.apply(2, data(5, 0, 0, 4), b"abcd").is_err(), "another connection");
+
+        held.apply(1, data(5, 0, 0, 8192), &[7u8; 8192]).unwrap();
+        held.apply(1, data(5, 0, 4096, 12288), &[]).unwrap();
+        let file = std::fs::read(held.dir().join("data").join(surge_proto::data_file_name(5))).unwrap();
+        assert_eq!(file.len(), 12288, "the length sent");
+        assert!(file[..4096].iter().all(|&b| b == 0) && file[4096..8192].iter().all(|&b| b == 7), "the hole punched, the rest kept");
+        assert!(held.apply(1, data(5, u64::MAX - 1, 0, 1), b"xy").is_err(), "past the largest offset");
+
+        held.apply(1, MirrorRequest::MirrorJournal(MirrorJournal { at: 0 }), b"0123456789").unwrap();
+        held.apply(1, MirrorRequest::MirrorJournal(MirrorJournal { at: 4 }), b"ab").unwrap();
+        assert_eq!(std::fs::read(held.dir().join("meta/journal")).unwrap(), b"0123ab", "the journal ends after the bytes sent");
+        held.apply(1, MirrorRequest::MirrorSnapshot(MirrorSnapshot { last: false }), b"snap").unwrap();
+        held.apply(1, MirrorRequest::MirrorSnapshot(MirrorSnapshot { last: true }), b"shot").unwrap();
+        assert_eq!(std::fs::read(held.dir().join("meta/snapshot")).unwrap(), b"snapshot");
+        assert_eq!(std::fs::read(held.dir().join("meta/journal")).unwrap(), b"", "a new snapshot empties the journal");
+
+        assert!(held.can_take_over().is_err(), "incomplete, and mirrored now");
+        held.apply(1, MirrorRequest::MirrorSynced(MirrorSynced), &[]).unwrap();
+        held.apply(1, MirrorRequest::MirrorPurge(MirrorPurge { ino: 5 }), &[]).unwrap();
+        assert!(!held.dir().join("data").join(surge_proto::data_file_name(5)).exists());
+        assert!(held.can_take_over().is_err(), "still mirrored by a live connection");
+        held.connection_ended(1);
+        held.can_take_over().unwrap();
+        held.mark_taken_over().unwrap();
+        assert!(held.apply(1, MirrorRequest::MirrorOpen(MirrorOpen { from: 3 }), &[]).is_err(), "taken over: no more mirroring");
+        assert!(Held::new(&root, 3).taken_over(), "the take-over survives a restart");
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}

@@ -184,3 +184,52 @@ impl Default for Feed {
         Feed::new(1)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A change is waited for only while the mirror is in step, and the wait ends when the
+    /// mirror has it or the link goes.
+    #[tokio::test]
+    async fn changes_wait_for_the_mirror_only_while_it_is_in_step() {
+        let second = std::time::Duration::from_secs(1);
+        let feed = std::sync::Arc::new(Feed::new(2));
+        feed.data_changed(1, 0, 10);
+        assert_eq!(feed.barrier(), None, "no link: nothing noted, nothing to wait for");
+        let mut queue = feed.open();
+        feed.data_changed(1, 0, 10);
+        assert_eq!(feed.barrier(), None, "filling: changes are sent, not waited for");
+        feed.in_step();
+        feed.data_changed(1, 10, 10);
+        let seq = feed.barrier().expect("in step");
+        assert_eq!(seq, 2, "the change noted before the link is not counted");
+        assert!(matches!(queue.recv().await, Some((1, Change::Data { range: Some((0, 10)), .. }))));
+
+        let waiter = tokio::spawn({
+            let feed = feed.clone();
+            async move { feed.reached(seq).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        assert!(!waiter.is_finished(), "answered before the mirror had the change");
+        feed.acknowledged(seq, None);
+        tokio::time::timeout(second, waiter).await.expect("answered once the mirror has it").unwrap();
+
+        feed.data_changed(1, 20, 10);
+        let later = feed.barrier().unwrap();
+        let waiter = tokio::spawn({
+            let feed = feed.clone();
+            async move { feed.reached(later).await }
+        });
+        feed.close();
+        tokio::time::timeout(second, waiter).await.expect("the link went: no more waiting").unwrap();
+        assert_eq!(feed.state(), Some(MirrorState::Unreached));
+        assert_eq!(feed.barrier(), None);
+    }
+
+    #[test]
+    fn an_instance_with_one_copy_has_no_mirror_state() {
+        assert_eq!(Feed::new(1).state(), None);
+        assert_eq!(Feed::new(2).state(), Some(MirrorState::Unreached));
+    }
+}
