@@ -31,6 +31,12 @@ pub const BATCH_STEPS: usize = 1024;
 const FAILOVER_MARGIN: Duration = Duration::from_secs(10);
 const FAILOVER_POLL: Duration = Duration::from_millis(500);
 
+/// How a client finds the shares of an instance with two copies of each.
+struct Replication {
+    /// With automatic failover: how long to wait for a lost server's share to be taken over.
+    failover_wait: Option<Duration>,
+}
+
 /// How long a step retries while the entry it needs is locked by a rename in progress.
 const BUSY_RETRY_FOR: Duration = Duration::from_secs(5);
 
@@ -117,24 +123,24 @@ impl Client {
             // it is not to be given up as a silent server before that.
             opts.timeout = opts.timeout.max(Duration::from_secs_f64(marks.wait_secs) + HELD_WRITE_MARGIN);
         }
-        let replicas = if desc.mode == Mode::Striped { desc.replicas } else { 1 };
-        let mut client = Client::assemble(addrs, desc.chunk_size, desc.read_secret()?, opts, desc.layout, replicas)?;
-        if replicas > 1 {
-            // The take-over comes within the delay and a few seconds of checks.
-            let wait = desc.failover_after.map(|secs| Duration::from_secs_f64(secs) + FAILOVER_MARGIN);
-            Arc::get_mut(&mut client.inner).expect("a new client").failover_wait = wait;
-        }
-        Ok(client)
+        let replication = match desc.mode {
+            Mode::Striped if desc.replicas > 1 => Some(Replication {
+                // The take-over comes within the delay and a few seconds of checks.
+                failover_wait: desc.failover_after.map(|secs| Duration::from_secs_f64(secs) + FAILOVER_MARGIN),
+            }),
+            _ => None,
+        };
+        Client::assemble(addrs, desc.chunk_size, desc.read_secret()?, opts, desc.layout, replication)
     }
 
     /// Connects to the servers at `addrs` (in server-index order) of an instance with this
     /// chunk size and secret: what the stage coordinator uses to reach the servers.
     pub fn from_parts(addrs: Vec<SocketAddr>, chunk_size: u64, secret: Secret, opts: ClientOptions) -> Result<Client> {
-        Client::assemble(addrs, chunk_size, secret, opts, DirLayout::default(), 1)
+        Client::assemble(addrs, chunk_size, secret, opts, DirLayout::default(), None)
     }
 
     /// [`Client::from_parts`], supposing directories lay files out `default_layout` (the
-    /// instance's) until a server says otherwise; with 2 `replicas`, a server's share is
+    /// instance's) until a server says otherwise; with `replication`, a server's share is
     /// looked for on the next server when the server cannot be reached.
     fn assemble(
         addrs: Vec<SocketAddr>,
@@ -142,7 +148,7 @@ impl Client {
         secret: Secret,
         opts: ClientOptions,
         default_layout: DirLayout,
-        replicas: u8,
+        replication: Option<Replication>,
     ) -> Result<Client> {
         if addrs.is_empty() {
             return Err(Error::new(ErrorCode::Invalid, "instance has no servers"));
@@ -157,7 +163,7 @@ impl Client {
         let servers = (0..count)
             .map(|i| ServerSlot {
                 addr: addrs[i],
-                standby: (replicas > 1 && count > 1).then(|| addrs[(i + 1) % count]),
+                standby: (replication.is_some() && count > 1).then(|| addrs[(i + 1) % count]),
                 on_standby: Default::default(),
                 conn: AsyncMutex::new(None),
             })
@@ -175,7 +181,7 @@ impl Client {
                 local_writer: Default::default(),
                 default_layout,
                 near_server: Default::default(),
-                failover_wait: None,
+                failover_wait: replication.and_then(|r| r.failover_wait),
                 refusals: Default::default(),
             }),
             uid,
@@ -309,9 +315,7 @@ impl Client {
                             return Err(lost);
                         }
                         tokio::time::sleep(FAILOVER_POLL).await;
-                        let back =
-                            Connection::open(slot.addr, opts.node, &self.inner.secret, self.inner.session, FAILOVER_POLL, None, None);
-                        if back.await.is_ok() {
+                        if self.answers(slot.addr).await {
                             // It came back (a restart): connect to it as usual.
                             break open(slot.addr, None).await?;
                         }
@@ -322,6 +326,12 @@ impl Client {
         };
         *guard = Some(conn.clone());
         Ok(conn)
+    }
+
+    /// Whether the server at `addr` takes a connection within [`FAILOVER_POLL`].
+    async fn answers(&self, addr: SocketAddr) -> bool {
+        let opts = &self.inner.opts;
+        Connection::open(addr, opts.node, &self.inner.secret, self.inner.session, FAILOVER_POLL, None, None).await.is_ok()
     }
 
     /// The live connection to `server`, if there is one and nobody is opening it right now:
