@@ -578,7 +578,7 @@ fn remove_tree(path: &Path) {
 
 /// A server that answers: up, and what holds writes back or how its share is mirrored.
 fn up_state(s: &ServerStats) -> String {
-    let mut state = String::from("up");
+    let mut state = String::from(if s.fenced { "FENCED (cut off from most servers)" } else { "up" });
     // Past the high-water mark, writes needing room on this server wait.
     if s.holding_writers {
         state.push_str(", writers wait");

@@ -219,6 +219,9 @@ pub struct ServerStats {
     pub mirror: Option<MirrorState>,
     /// Shares of lost servers this one has taken over and serves (see [`crate::mirror`]).
     pub standing_in_for: Vec<u32>,
+    /// Cut off from most of the instance, it answers nothing but statistics (automatic
+    /// failover's fencing, see [`crate::mirror`]).
+    pub fenced: bool,
 }
 
 /// Where a server's mirror stands (see [`crate::mirror`]).

@@ -33,6 +33,7 @@ impl Session {
                     holding_writers: data.holding_writers(),
                     mirror: shared.mirror.state(),
                     standing_in_for: shared.stand_ins.lock_or_recover().keys().map(|&i| i as u32).collect(),
+                    fenced: shared.fenced.load(std::sync::atomic::Ordering::Relaxed),
                 }))
             }
             AdminRequest::Shutdown(_) => Answer::Stop,
