@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use surge_client::descriptor::{self, ServerInfo};
 use surge_client::surge_proto::admin::{MirrorTo, TakeOver};
+use surge_client::surge_proto::mirror::mirror_of;
 use surge_client::surge_proto::placement::{DirLayout, CHUNK_SIZES};
 use surge_client::surge_proto::workflow::Watermarks;
 use surge_client::surge_proto::{ErrorCode, ServerStats};
@@ -259,7 +260,7 @@ async fn link_mirrors(desc: &InstanceDescriptor, only: Option<usize>) -> Result<
         if only.is_some_and(|i| i != server.index) {
             continue;
         }
-        let to = desc.servers[(position + 1) % count].addr;
+        let to = desc.servers[mirror_of(position, count)].addr;
         let client = single_server_client(desc, server, &opts)?;
         let told = MirrorTo { to: Some(to), peers: peers.clone(), failover_after_ms };
         client.call(0, told).await.with_context(|| format!("tell server {} to mirror on {to}", server.index))?;
@@ -392,7 +393,7 @@ fn stand_in_for(desc: &InstanceDescriptor, stats: &[surge_client::Result<ServerS
     if desc.replicas < 2 {
         return None;
     }
-    let next = (position + 1) % desc.servers.len();
+    let next = mirror_of(position, desc.servers.len());
     let index = desc.servers[position].index as u32;
     match &stats[next] {
         Ok(s) if s.standing_in_for.contains(&index) => Some(desc.servers[next].index),
@@ -420,7 +421,7 @@ pub async fn failover(desc: &InstanceDescriptor, index: usize) -> Result<(usize,
     if let Some(pid) = desc.servers[position].pid.filter(|&pid| pid_running(pid)) {
         bail!("server {index} (pid {pid}) is running but not answering: stop it (kill -9 {pid}) first, so that it cannot come back");
     }
-    let next = &desc.servers[(position + 1) % desc.servers.len()];
+    let next = &desc.servers[mirror_of(position, desc.servers.len())];
     let opts = ClientOptions { timeout: Duration::from_secs(30), node: None, ..Default::default() };
     let client = single_server_client(desc, next, &opts)?;
     let start = Instant::now();

@@ -163,7 +163,7 @@ impl Client {
         let servers = (0..count)
             .map(|i| ServerSlot {
                 addr: addrs[i],
-                standby: (replication.is_some() && count > 1).then(|| addrs[(i + 1) % count]),
+                standby: (replication.is_some() && count > 1).then(|| addrs[surge_proto::mirror::mirror_of(i, count)]),
                 on_standby: Default::default(),
                 conn: AsyncMutex::new(None),
             })

@@ -26,6 +26,17 @@ use serde::{Deserialize, Serialize};
 use crate::call::service;
 use crate::ino::Ino;
 
+/// The server that mirrors server `server`'s share, of `servers` (and takes it over when
+/// `server` is lost): the next one. Servers, clients and the command all place mirrors so.
+pub fn mirror_of(server: usize, servers: usize) -> usize {
+    (server + 1) % servers
+}
+
+/// The server whose share server `server` mirrors, of `servers`: the previous one.
+pub fn mirrored_by(server: usize, servers: usize) -> usize {
+    (server + servers - 1) % servers
+}
+
 /// Starts (or restarts) mirroring server `from`'s share here: what the mirror held is
 /// dropped, and it is incomplete until `MirrorSynced`. Only a server's successor accepts its
 /// mirror, and only while it has not taken the share over.

@@ -509,15 +509,9 @@ impl DataStore {
             AllocateMode::PunchHole => &[libc::FALLOC_FL_PUNCH_HOLE],
             AllocateMode::ZeroRange => &[libc::FALLOC_FL_PUNCH_HOLE, 0],
         };
-        use std::os::fd::AsRawFd;
         let mut outcome = Ok(());
         for &step in steps {
-            let flags = libc::FALLOC_FL_KEEP_SIZE | step;
-            // SAFETY: fallocate on a descriptor this store owns, with offsets checked above;
-            // no memory is passed.
-            let done = unsafe { libc::fallocate(local.file.as_raw_fd(), flags, offset as libc::off_t, len as libc::off_t) };
-            if done != 0 {
-                let e = io::Error::last_os_error();
+            if let Err(e) = fallocate(&local.file, libc::FALLOC_FL_KEEP_SIZE | step, offset, len) {
                 outcome = Err(match e.raw_os_error() {
                     Some(libc::EOPNOTSUPP) => ServerError::new(ErrorCode::NotSupported, format!("the data directory's file system: {e}")),
                     _ => ServerError::store("fallocate chunk file", e),
@@ -554,19 +548,7 @@ impl DataStore {
         check_range(from, to.saturating_sub(from))?;
         let mut extents = Extents { ranges: Vec::new(), scanned_to: to };
         let Some(local) = self.local_file(ino, false)? else { return Ok(extents) };
-        use std::os::fd::AsRawFd;
-        let fd = local.file.as_raw_fd();
-        let seek = |at: u64, whence: libc::c_int| -> Result<Option<u64>> {
-            // SAFETY: lseek on a descriptor this store owns; no memory is passed.
-            let found = unsafe { libc::lseek(fd, at as libc::off_t, whence) };
-            if found >= 0 {
-                return Ok(Some(found as u64));
-            }
-            match io::Error::last_os_error() {
-                e if e.raw_os_error() == Some(libc::ENXIO) => Ok(None), // no data at or after `at`
-                e => Err(ServerError::store("seek chunk file", e)),
-            }
-        };
+        let seek = |at, whence| seek(&local.file, at, whence).map_err(|e| ServerError::store("seek chunk file", e));
         let mut at = from;
         while at < to {
             if extents.ranges.len() == MAX_EXTENTS {
@@ -591,6 +573,32 @@ impl DataStore {
             }
             None => Ok(()),
         }
+    }
+}
+
+/// `lseek` with SEEK_DATA or SEEK_HOLE from `at`; None where the file has no data at or after
+/// `at` (ENXIO). Moves only the file's offset, which nothing here uses (I/O goes through
+/// pread and pwrite).
+pub(crate) fn seek(file: &File, at: u64, whence: libc::c_int) -> io::Result<Option<u64>> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: lseek on a descriptor the file holds open; no memory is passed.
+    let found = unsafe { libc::lseek(file.as_raw_fd(), at as libc::off_t, whence) };
+    if found >= 0 {
+        return Ok(Some(found as u64));
+    }
+    match io::Error::last_os_error() {
+        e if e.raw_os_error() == Some(libc::ENXIO) => Ok(None),
+        e => Err(e),
+    }
+}
+
+/// `fallocate(2)` of `[offset, offset + len)` with `flags` (offsets checked by the caller).
+pub(crate) fn fallocate(file: &File, flags: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fallocate on a descriptor the file holds open; no memory is passed.
+    match unsafe { libc::fallocate(file.as_raw_fd(), flags, offset as libc::off_t, len as libc::off_t) } {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
     }
 }
 

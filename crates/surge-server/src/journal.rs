@@ -320,14 +320,14 @@ impl Journal {
 
     /// Notes the snapshot and the journal as they are now for the mirror (the changes noted
     /// after these follow them in the file).
-    pub(crate) fn note_whole(&self, mirror: &Feed) {
+    pub(crate) fn note_whole(&self) {
         let _file = self.file.lock_or_recover();
         let read = |name: &str| read_all(&self.dir.join(name));
         match (read("snapshot"), read("journal")) {
             (Ok(snapshot), Ok(journal)) => {
                 let seq = *self.durable.borrow();
-                mirror.note(Change::Snapshot { bytes: snapshot, seq });
-                mirror.note(Change::Journal { at: 0, bytes: journal, seq });
+                self.mirror.note(Change::Snapshot { bytes: snapshot, seq });
+                self.mirror.note(Change::Journal { at: 0, bytes: journal, seq });
             }
             (Err(e), _) | (_, Err(e)) => tracing::error!("could not read the metadata journal for the mirror: {e}"),
         }

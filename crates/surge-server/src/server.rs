@@ -138,7 +138,7 @@ impl Shared {
             let _ = data.purge(ino);
         }
         let held = (config.replicas > 1)
-            .then(|| Mutex::new(mirror::held::Held::new(&config.root, (config.index + config.count - 1) % config.count)));
+            .then(|| Mutex::new(mirror::held::Held::new(&config.root, surge_proto::mirror::mirrored_by(config.index, config.count))));
         let shared = Arc::new(Shared {
             index: config.index,
             count: config.count,
@@ -168,17 +168,11 @@ impl Shared {
     /// Mirrors this share on the server at `to` from now on (None: on none), with automatic
     /// failover when `failover` says how.
     pub fn mirror_to(self: &Arc<Self>, to: Option<SocketAddr>, failover: Option<mirror::failover::Plan>) {
-        let mut link = self.mirror_link.lock_or_recover();
-        if let Some(old) = link.take() {
-            old.abort();
-        }
-        self.mirror.close();
-        *link = to.map(|to| mirror::link::start(self.clone(), to));
-        let mut checks = self.failover.lock_or_recover();
-        if let Some(old) = checks.take() {
-            old.abort();
-        }
-        *checks = failover.map(|plan| mirror::failover::start(self.clone(), plan));
+        replace_task(&self.mirror_link, || {
+            self.mirror.close();
+            to.map(|to| mirror::link::start(self.clone(), to))
+        });
+        replace_task(&self.failover, || failover.map(|plan| mirror::failover::start(self.clone(), plan)));
     }
 
     /// Serves server `index`'s share (this server's predecessor, lost) from its mirror here.
@@ -225,11 +219,8 @@ impl Shared {
 
     /// A clean stop: each namespace share served here as one snapshot, for a quick restart.
     fn close(&self) -> Result<()> {
-        for task in [&self.mirror_link, &self.failover] {
-            if let Some(task) = task.lock_or_recover().take() {
-                task.abort();
-            }
-        }
+        replace_task(&self.mirror_link, || None);
+        replace_task(&self.failover, || None);
         let stand_ins: Vec<Arc<Shared>> = self.stand_ins.lock_or_recover().drain().map(|(_, share)| share).collect();
         for share in stand_ins {
             share.close()?;
@@ -237,6 +228,15 @@ impl Shared {
         let meta = self.meta.lock_or_recover();
         self.journal.close(&meta).map_err(|e| ServerError::os("write the metadata snapshot", e))
     }
+}
+
+/// Aborts the task in `slot`, if any, then puts there the one `next` starts (if any).
+fn replace_task(slot: &Mutex<Option<tokio::task::AbortHandle>>, next: impl FnOnce() -> Option<tokio::task::AbortHandle>) {
+    let mut slot = slot.lock_or_recover();
+    if let Some(old) = slot.take() {
+        old.abort();
+    }
+    *slot = next();
 }
 
 /// A server bound to its address, not yet serving.

@@ -7,7 +7,6 @@
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -203,7 +202,9 @@ impl Held {
             file.write_all_at(payload, d.offset).map_err(|e| store("write a mirrored data file", e))?;
         }
         if d.hole > 0 {
-            punch(file, d.offset + payload.len() as u64, d.hole).map_err(|e| store("punch a mirrored data file", e))?;
+            let flags = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+            crate::data::fallocate(file, flags, d.offset + payload.len() as u64, d.hole)
+                .map_err(|e| store("punch a mirrored data file", e))?;
         }
         if file.metadata().map_err(|e| store("stat a mirrored data file", e))?.len() != d.file_len {
             file.set_len(d.file_len).map_err(|e| store("size a mirrored data file", e))?;
@@ -267,17 +268,6 @@ impl Held {
         self.journal = None;
         Ok(())
     }
-}
-
-fn punch(file: &File, offset: u64, len: u64) -> io::Result<()> {
-    // SAFETY: fallocate on a descriptor the file holds open.
-    let done = unsafe {
-        libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, offset as libc::off_t, len as libc::off_t)
-    };
-    if done < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 #[cfg(test)]

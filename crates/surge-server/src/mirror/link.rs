@@ -5,7 +5,6 @@
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -78,7 +77,7 @@ fn protocol(what: impl Into<String>) -> io::Error {
 /// Connects to the successor and authenticates as any client does (a MUNGE credential too
 /// where the servers check identities: servers run as the instance's owner).
 async fn connect(shared: &Shared, to: SocketAddr) -> io::Result<(BufReader<OwnedReadHalf>, Writer)> {
-    connect_to(shared, to, Some((shared.index + 1) % shared.count)).await
+    connect_to(shared, to, Some(mirror_of(shared.index, shared.count))).await
 }
 
 /// Connects to the server at `to` (server `index`, when given) and authenticates.
@@ -163,7 +162,7 @@ async fn mirror(shared: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, mut 
     let mut changes = shared.mirror.open();
     // The journal as it is now, in order with the appends noted from here on; then every
     // data file (changes noted meanwhile are sent again after it, harmlessly).
-    shared.journal.note_whole(&shared.mirror);
+    shared.journal.note_whole();
     shared.mirror.note(Change::AllData);
     shared.mirror.note(Change::Filled);
 
@@ -319,7 +318,7 @@ impl Sender<'_> {
         let (mut at, to) = (from.min(file_len), to.min(file_len));
         let mut sent_any = false;
         while at < to {
-            let data = seek(&file, at, libc::SEEK_DATA)?.unwrap_or(to).min(to);
+            let data = crate::data::seek(&file, at, libc::SEEK_DATA)?.unwrap_or(to).min(to);
             if data > at {
                 // A hole up to the next data (or the range's end).
                 self.request(MirrorData { ino, offset: at, hole: data - at, file_len, sync: false }, &[]).await?;
@@ -327,7 +326,7 @@ impl Sender<'_> {
                 at = data;
                 continue;
             }
-            let end = seek(&file, at, libc::SEEK_HOLE)?.unwrap_or(to).min(to).min(at + PIECE);
+            let end = crate::data::seek(&file, at, libc::SEEK_HOLE)?.unwrap_or(to).min(to).min(at + PIECE);
             let mut bytes = vec![0u8; (end - at) as usize];
             let got = read_at(&file, &mut bytes, at)?;
             bytes.truncate(got);
@@ -344,18 +343,6 @@ impl Sender<'_> {
         }
         Ok(())
     }
-}
-
-/// `lseek` with SEEK_DATA or SEEK_HOLE from `at`; None where the file has no data after `at`.
-fn seek(file: &std::fs::File, at: u64, whence: libc::c_int) -> io::Result<Option<u64>> {
-    // SAFETY: lseek on a descriptor the file holds open; it changes only the file's offset,
-    // which nothing else here uses (reads go through pread).
-    let got = unsafe { libc::lseek(file.as_raw_fd(), at as libc::off_t, whence) };
-    if got < 0 {
-        let e = io::Error::last_os_error();
-        return if e.raw_os_error() == Some(libc::ENXIO) { Ok(None) } else { Err(e) };
-    }
-    Ok(Some(got as u64))
 }
 
 fn read_at(file: &std::fs::File, buf: &mut [u8], at: u64) -> io::Result<usize> {

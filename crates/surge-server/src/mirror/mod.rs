@@ -98,20 +98,12 @@ impl Feed {
 
     /// `ino`'s data file changed over `len` bytes at `offset`.
     pub fn data_changed(&self, ino: Ino, offset: u64, len: u64) {
-        if self.linked() {
-            self.note(Change::Data { ino, range: Some((offset, offset.saturating_add(len))), sync: false });
-        }
+        self.note(Change::Data { ino, range: Some((offset, offset.saturating_add(len))), sync: false });
     }
 
     /// `ino`'s data file changed anywhere, or went (`sync`: and was made durable).
     pub fn file_changed(&self, ino: Ino, sync: bool) {
-        if self.linked() {
-            self.note(Change::Data { ino, range: None, sync });
-        }
-    }
-
-    fn linked(&self) -> bool {
-        self.queue.lock_or_recover().is_some()
+        self.note(Change::Data { ino, range: None, sync });
     }
 
     /// What a request that changed something here must wait for before it is answered: the
