@@ -44,6 +44,22 @@ pub struct Plan {
     pub after: Duration,
 }
 
+impl Plan {
+    /// Every server's address but those of the servers in `but`.
+    fn others<'a>(&'a self, but: &'a [usize]) -> impl Iterator<Item = SocketAddr> + 'a {
+        self.peers.iter().enumerate().filter(move |(i, _)| !but.contains(i)).map(|(_, &addr)| addr)
+    }
+}
+
+/// How many of `checks`, run side by side, come out true.
+async fn count_true(checks: impl Iterator<Item = impl std::future::Future<Output = bool> + Send + 'static>) -> usize {
+    let mut set = tokio::task::JoinSet::new();
+    for check in checks {
+        set.spawn(check);
+    }
+    set.join_all().await.into_iter().filter(|&yes| yes).count()
+}
+
 /// Runs both rules for `shared` until the task is aborted.
 pub fn start(shared: Arc<Shared>, plan: Plan) -> tokio::task::AbortHandle {
     tokio::spawn(async move {
@@ -59,11 +75,7 @@ pub fn start(shared: Arc<Shared>, plan: Plan) -> tokio::task::AbortHandle {
             let reached = if shared.mirror.silent_for() < CHECK_EVERY {
                 plan.peers.len()
             } else {
-                let mut probes = tokio::task::JoinSet::new();
-                for (_, &addr) in plan.peers.iter().enumerate().filter(|&(i, _)| i != shared.index) {
-                    probes.spawn(reachable(addr));
-                }
-                1 + probes.join_all().await.into_iter().filter(|&reached| reached).count()
+                1 + count_true(plan.others(&[shared.index]).map(reachable)).await
             };
             if reached >= majority {
                 cut_off_since = None;
@@ -106,14 +118,12 @@ pub fn start(shared: Arc<Shared>, plan: Plan) -> tokio::task::AbortHandle {
             if since.elapsed() < plan.after {
                 continue;
             }
-            let voters: Vec<SocketAddr> =
-                plan.peers.iter().enumerate().filter(|&(i, _)| i != shared.index && i != from).map(|(_, &a)| a).collect();
-            let mut not_reached = 1;
-            for voter in voters {
-                if let Ok(false) = ask_can_reach(&shared, voter, lost).await {
-                    not_reached += 1;
-                }
-            }
+            // The others vote side by side (each takes up to a probe's timeout to answer).
+            let vote = |voter| {
+                let shared = shared.clone();
+                async move { matches!(ask_can_reach(&shared, voter, lost).await, Ok(false)) }
+            };
+            let not_reached = 1 + count_true(plan.others(&[shared.index, from]).map(vote)).await;
             if not_reached < majority {
                 if !said_not_lost {
                     tracing::warn!(from, not_reached, "server {from} is not reached from here, but a majority does not say it is lost");
