@@ -90,4 +90,20 @@ impl Session {
             }
         }
     }
+
+    /// Where identities are checked, what runs or changes the instance itself (stopping a
+    /// server, mirroring, taking a share over) is for the instance's owner, root, and the
+    /// servers (which run as the owner or root); elsewhere every token holder is trusted.
+    pub(super) fn check_administrator(&self, what: &str) -> crate::error::Result<()> {
+        let Some(caller) = &self.caller else { return Ok(()) };
+        // SAFETY: geteuid takes no arguments and cannot fail.
+        let server_uid = unsafe { libc::geteuid() };
+        if [0, self.shared.config.owner_uid, server_uid].contains(&caller.uid) {
+            return Ok(());
+        }
+        Err(crate::ServerError::new(
+            surge_proto::ErrorCode::AccessDenied,
+            format!("{what}: for the instance's owner (uid {}) alone", self.shared.config.owner_uid),
+        ))
+    }
 }
