@@ -28,7 +28,6 @@ done
 $SURGE up --name "$NAME" --capacity 16G --root "$ROOT" --servers 4 >/dev/null
 
 json() { "$SURGE" bench "$@" --json; }
-field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
 
 printf '\n| benchmark | Surge (4 servers) | tmpfs | Surge / tmpfs |\n|---|---|---|---|\n'
 for procs in 1 2; do

@@ -45,6 +45,10 @@ table_header() {
     printf '%s\n%s\n' "$header" "$rule"
 }
 
+# field JSON KEY -> the number under KEY in a JSON object (`surge bench ... --json`), rounded
+# to an integer (what `cell` takes).
+field() { python3 -c "import json,sys; print(round(json.loads(sys.argv[1])[sys.argv[2]]))" "$1" "$2"; }
+
 # cell "V1 V2 ..." -> "median (min-max)" of the runs that gave a figure (a run that failed
 # gives 0, and is counted as such); ratio A B -> median(A) / median(B)
 cell() { python3 -c '

@@ -31,7 +31,6 @@ for s in $SYSTEMS; do
     surge "$s" mount "$(instance "$s")" "$WORK/mnt-$s" >/dev/null
 done
 
-field() { python3 -c "import json,sys; print(round(json.loads(sys.argv[1])[sys.argv[2]]))" "$1" "$2"; }
 declare -A R
 add() { R[$1]="${R[$1]:-} $2"; }
 
