@@ -114,6 +114,9 @@ pub struct MetaStore {
     /// Directories' publication logs.
     publications: HashMap<Ino, PublicationLog>,
     publications_made: u64,
+    /// Files published by a rename or link while open here, with that publication's
+    /// directory and cursor (see [`MetaStore::commit`]); forgotten when the last handle closes.
+    published_while_open: HashMap<Ino, (Ino, u64)>,
 }
 
 /// Inodes, directory entries and extended attributes changed since the journal last took
@@ -292,6 +295,7 @@ impl MetaStore {
             changes: None,
             publications: HashMap::new(),
             publications_made: 0,
+            published_while_open: HashMap::new(),
         };
         if server_index == 0 {
             let root = store.alloc_ino();
@@ -544,6 +548,7 @@ impl MetaStore {
     fn remove_inode(&mut self, ino: Ino) {
         self.changed(ino);
         self.publications.remove(&ino);
+        self.published_while_open.remove(&ino);
         if let Some(inode) = self.inodes.remove(&ino) {
             match inode.attr.kind {
                 FileKind::Dir => self.dirs -= 1,
@@ -1265,12 +1270,15 @@ impl MetaStore {
             inode.opens = inode.opens.saturating_sub(1);
         }
         let gone = inode.attr.nlink == 0 && inode.opens == 0;
-        let (purge, final_size) = (gone && inode.attr.kind == FileKind::File, inode.attr.size);
+        let (purge, final_size, last_close) = (gone && inode.attr.kind == FileKind::File, inode.attr.size, inode.opens == 0);
         let published = publishes.then(|| (before, inode.attr.content_version()));
         if gone {
             self.remove_inode(ino);
-        } else if release && wrote {
+        } else if release && wrote && !self.published_as_it_is(ino) {
             self.publish(ino);
+        }
+        if last_close {
+            self.published_while_open.remove(&ino);
         }
         Ok(InodeFate { purge, size: final_size, ticket: None, published })
     }

@@ -122,6 +122,23 @@ impl MetaStore {
         }
     }
 
+    /// Whether a rename or link published `ino` while it was open, under the name it still
+    /// has and with the size and mtime it still has: then the close that follows has nothing
+    /// new to publish. The kernel sends a FUSE release after close(2) has returned, so a
+    /// program's write, close, rename reaches the server as flush, rename, release; without
+    /// this the file would be published twice (a group would hand it out twice).
+    pub(super) fn published_as_it_is(&self, ino: Ino) -> bool {
+        let Some(&(dir, cursor)) = self.published_while_open.get(&ino) else { return false };
+        let (Some(inode), Some(publication)) = (self.inodes.get(&ino), self.publications.get(&dir).and_then(|log| log.entries.get(cursor)))
+        else {
+            return false;
+        };
+        publication.size == Some(inode.attr.size)
+            && publication.mtime == Some(inode.attr.mtime)
+            && self.names(dir, &publication.name, ino)
+            && inode.named.as_deref().is_some_and(|named| named.0 == dir && *named.1 == *publication.name)
+    }
+
     /// Publishes `dir/name`, which names `ino` (a file homed here or elsewhere).
     pub(super) fn publish_entry(&mut self, dir: Ino, name: String, ino: Ino) {
         let attr = self.inodes.get(&ino).map(|inode| &inode.attr);
@@ -132,6 +149,9 @@ impl MetaStore {
             changes.workflow.push(super::WorkflowChange::Published(PublicationState { dir, publication: publication.clone() }));
         }
         log.push(publication.clone());
+        if self.inodes.get(&ino).is_some_and(|inode| inode.opens > 0) {
+            self.published_while_open.insert(ino, (dir, publication.cursor));
+        }
         self.count_for_retention(dir, &publication);
         self.publications_made += 1;
     }
@@ -226,6 +246,30 @@ mod tests {
         s.rename(ROOT_INO, ".c", ROOT_INO, "a", false, None).unwrap();
         assert_eq!(names(&s.publications(ROOT_INO, 0, 10, &all).unwrap()), ["b", "a"]);
         assert_eq!(s.publications(ROOT_INO + 999, 0, 10, &all).unwrap_err().code, ErrorCode::NotFound);
+    }
+
+    /// Write, close, rename as it reaches the server through a mount (flush, rename, then the
+    /// release the kernel sends later): one publication. A handle that writes after the
+    /// rename publishes again at its close.
+    #[test]
+    fn a_file_renamed_into_place_before_its_release_is_published_once() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let all = NamePattern::default();
+        let f = s.create(ROOT_INO, ".f.tmp", 0o644, 0, 0, 0, true, true, None).unwrap().ino;
+        s.commit(f, Some(5), Some(Timestamp { secs: 7, nanos: 0 }), false, false).unwrap(); // the flush
+        s.rename(ROOT_INO, ".f.tmp", ROOT_INO, "f", false, None).unwrap();
+        s.commit(f, None, None, true, true).unwrap(); // the release
+        assert_eq!(names(&s.publications(ROOT_INO, 0, 10, &all).unwrap()), ["f"]);
+        let g = s.create(ROOT_INO, ".g.tmp", 0o644, 0, 0, 0, true, true, None).unwrap().ino;
+        s.rename(ROOT_INO, ".g.tmp", ROOT_INO, "g", false, None).unwrap();
+        s.commit(g, Some(9), Some(Timestamp { secs: 8, nanos: 0 }), true, true).unwrap(); // written after the rename
+        let page = s.publications(ROOT_INO, 0, 10, &all).unwrap();
+        assert_eq!(names(&page), ["f", "g", "g"]);
+        assert_eq!(page.publications[2].size, Some(9));
+        // Closed and reopened: the rename's publication no longer stands for the handle.
+        s.open(f).unwrap();
+        s.commit(f, None, None, true, true).unwrap();
+        assert_eq!(names(&s.publications(ROOT_INO, 0, 10, &all).unwrap()), ["f", "g", "g", "f"]);
     }
 
     /// A log keeps its newest publications; a reader from before them is told where it

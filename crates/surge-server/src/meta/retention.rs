@@ -5,15 +5,15 @@
 //! reports back. Journaled with the namespace: which files are to be staged survives a
 //! restart of either.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use surge_proto::workflow::{Due, DueAction, Publication, RetentionPolicy, RetentionStatus};
 use surge_proto::{ErrorCode, Ino};
 
 use super::groups::Group;
-use super::publications::{names_in, NamePattern, PublicationLog};
-use super::MetaStore;
+use super::publications::{names_in, Entries, NamePattern, PublicationLog};
+use super::{Inode, MetaStore};
 use crate::error::{Result, ServerError};
 
 /// What the journal keeps of a directory's policy.
@@ -41,6 +41,12 @@ pub struct RetentionChange {
 fn acknowledged(groups: &std::collections::BTreeMap<String, Group>, p: &Publication) -> bool {
     let mut takers = groups.values().filter(|g| g.matches(&p.name)).peekable();
     takers.peek().is_some() && takers.all(|g| g.finished(p))
+}
+
+/// Whether the publication numbered `cursor` in `dir`'s log can still be staged out: it is
+/// kept and its file still has the name it was published under.
+fn stageable(inodes: &HashMap<Ino, Inode>, entries: &Entries, dir: Ino, cursor: u64) -> bool {
+    entries.get(cursor).is_some_and(|p| names_in(inodes, dir, &p.name, p.ino))
 }
 
 impl MetaStore {
@@ -77,26 +83,42 @@ impl MetaStore {
 
     pub fn retention(&self, dir: Ino) -> Result<Option<RetentionStatus>> {
         self.dir(dir)?;
-        let state = self.publications.get(&dir).and_then(|log| log.retention.as_ref());
-        Ok(state.map(|s| RetentionStatus {
+        let Some(log) = self.publications.get(&dir) else { return Ok(None) };
+        Ok(log.retention.as_ref().map(|s| RetentionStatus {
             policy: s.policy.clone(),
             path: s.path.clone(),
             published: s.published,
             staged: s.staged,
             removed: s.removed,
-            to_stage: s.to_stage.len() as u64,
+            to_stage: s.to_stage.iter().filter(|&&cursor| stageable(&self.inodes, &log.entries, dir, cursor)).count() as u64,
         }))
     }
 
-    /// A publication in `dir`: counted by its policy, marked to stage when its turn.
+    /// A publication in `dir`: counted by its policy, marked to stage when its turn. The
+    /// same file published again under the same name while still to stage (rewritten, or
+    /// renamed into place and then closed) stays one file: its mark moves to the newer
+    /// publication, and it is not numbered again.
     pub(super) fn count_for_retention(&mut self, dir: Ino, publication: &Publication) {
-        let Some(state) = self.publications.get_mut(&dir).and_then(|log| log.retention.as_mut()) else { return };
+        let inodes = &self.inodes;
+        let Some(log) = self.publications.get_mut(&dir) else { return };
+        let Some(state) = log.retention.as_mut() else { return };
         if !NamePattern::new(&state.policy.pattern).is_ok_and(|m| m.matches(&publication.name)) {
             return;
         }
-        state.published += 1;
-        if state.policy.stage_out.is_some() && state.published % state.policy.stage_every as u64 == 0 {
+        let entries = &log.entries;
+        let same_file = |cursor: &u64| entries.get(*cursor).is_some_and(|p| p.ino == publication.ino && p.name == publication.name);
+        let again = state.to_stage.iter().any(|c| *c != publication.cursor && same_file(c));
+        // Marks that can no longer be acted on (the file was removed or renamed away before
+        // its stage-out, or its publication left the log) are let go, as is the mark of the
+        // same file's older publication.
+        state.to_stage.retain(|c| stageable(inodes, entries, dir, *c) && !(*c != publication.cursor && same_file(c)));
+        if again {
             state.to_stage.insert(publication.cursor);
+        } else {
+            state.published += 1;
+            if state.policy.stage_out.is_some() && state.published % state.policy.stage_every as u64 == 0 {
+                state.to_stage.insert(publication.cursor);
+            }
         }
         self.retention_changed(dir);
     }
@@ -219,6 +241,31 @@ mod tests {
         assert_eq!((status.published, status.staged, status.to_stage), (4, 1, 1));
         assert_eq!(s.set_retention(ROOT_INO, "/", Some(policy(None, false, None, 1))).unwrap_err().code, ErrorCode::Invalid);
         assert_eq!(s.set_retention(ROOT_INO, "/", Some(policy(None, false, Some("pfs"), 1))).unwrap_err().code, ErrorCode::Invalid);
+    }
+
+    /// A file published again while still to stage is staged once, as its newer
+    /// publication; a file removed or renamed away before its stage-out is no longer waited
+    /// for.
+    #[test]
+    fn each_file_is_staged_once_and_a_removed_one_is_not_waited_for() {
+        let mut s = MetaStore::new(0, 0, 0);
+        s.set_retention(ROOT_INO, "/", Some(policy(None, false, Some("/pfs"), 1))).unwrap();
+        let c1 = publish(&mut s, "c1");
+        s.open(c1).unwrap();
+        s.commit(c1, Some(2), None, true, true).unwrap();
+        publish(&mut s, "c2");
+        publish(&mut s, "c3");
+        assert_eq!(due(&s), [("c1".into(), true), ("c2".into(), true), ("c3".into(), true)]);
+        s.unlink(ROOT_INO, "c2").unwrap();
+        s.rename(ROOT_INO, "c3", ROOT_INO, "elsewhere", false, None).unwrap();
+        let status = s.retention(ROOT_INO).unwrap().unwrap();
+        assert_eq!((status.published, status.to_stage), (3, 1), "c1 once; c2 and c3 gone: {status:?}");
+        let c1_due = s.retention_due().into_iter().find(|d| d.name == "c1").unwrap();
+        s.retained(ROOT_INO, c1_due.cursor, true).unwrap();
+        let status = s.retention(ROOT_INO).unwrap().unwrap();
+        assert_eq!((status.staged, status.to_stage), (1, 0));
+        publish(&mut s, "c4");
+        assert_eq!(s.publications[&ROOT_INO].retention.as_ref().unwrap().to_stage.len(), 1, "the dead marks were let go");
     }
 
     /// After groups: a file goes once every group taking it acknowledged it, not before, and
