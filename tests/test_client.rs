@@ -258,7 +258,7 @@ async fn try_op(c: &Client, op: &str) -> String {
                     match verb {
                         "rawread" => c.call(server, Read { ino, offset: 0, len: 64, ticket: None }).await?,
                         "rawpurge" => c.call(server, PurgeData { ino, ticket: None }).await?,
-                        _ => c.call(server, Write { ino, offset: 0, ticket: Some(forged) }).await.map(|_| ())?,
+                        _ => c.call(server, Write { ino, offset: 0, ticket: Some(forged), may_wait: false }).await.map(|_| ())?,
                     }
                 }
                 "ok".into()

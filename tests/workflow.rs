@@ -216,9 +216,10 @@ fn a_group_hands_each_file_out_once_even_when_a_consumer_is_killed() {
     let _ = std::fs::remove_file(&results);
 }
 
-/// Back-pressure: past the high-water mark a writer waits (no error) and goes on once a file
-/// is removed; with nothing freed, it fails with ENOSPC after the time limit, and the server
-/// logs why.
+/// Back-pressure: past the high-water mark a writer into a drained directory (one with a
+/// retention policy) waits (no error) and goes on once a file is removed, while a writer
+/// elsewhere (a consumer's output) is not held; with nothing freed, the held writer fails
+/// with ENOSPC after the time limit, and the server logs why.
 #[test]
 fn a_writer_held_at_the_high_water_mark_resumes_when_room_frees_and_fails_after_the_limit() {
     let hosts: Vec<String> = (0..4).map(|i| format!("127.0.0.{}", 96 + i)).collect();
@@ -227,9 +228,15 @@ fn a_writer_held_at_the_high_water_mark_resumes_when_room_frees_and_fails_after_
         &["--capacity", "64M", "--hosts", &hosts.join(","), "--high-water", "0.5", "--low-water", "0.25", "--pressure-wait", "3"],
     );
     let m = inst.mount("a", "127.0.0.100");
+    for dir in ["run", "frames"] {
+        std::fs::create_dir(m.path(dir)).unwrap();
+    }
+    // A policy that lets nothing go by itself: the directory is drained, its writers held.
+    let set = inst.surge(&["retention", "/run", "--keep-last", "1000"]);
+    assert!(set.status.success(), "{}", text(&set));
     // 6 MiB of each 16 MiB share: under the 8 MiB high-water mark.
-    std::fs::write(m.path("old"), surge_tests::pattern(1, 24 << 20)).unwrap();
-    let new_path = m.path("new");
+    std::fs::write(m.path("run/old"), surge_tests::pattern(1, 24 << 20)).unwrap();
+    let new_path = m.path("run/new");
     let body = surge_tests::pattern(2, 16 << 20);
     let expected = body.clone();
     let writer = std::thread::spawn(move || {
@@ -240,16 +247,22 @@ fn a_writer_held_at_the_high_water_mark_resumes_when_room_frees_and_fails_after_
     assert!(!writer.is_finished(), "the writer should be held at the high-water mark");
     let status = text(&inst.surge(&["status", "pressure"]));
     assert!(status.contains("writers wait"), "`surge status` shows the servers holding writers: {status}");
+    // A consumer's output, outside any drained directory, is written while there is room.
+    let frame = Instant::now();
+    std::fs::write(m.path("frames/f1"), surge_tests::pattern(4, 2 << 20)).expect("not held");
+    assert!(frame.elapsed() < Duration::from_secs(1), "a write outside a drained directory is not held: {:?}", frame.elapsed());
+    assert!(!writer.is_finished(), "the drained directory's writer is still held");
     let freed = Instant::now();
-    std::fs::remove_file(m.path("old")).unwrap();
+    std::fs::remove_file(m.path("run/old")).unwrap();
     let waited = writer.join().unwrap().expect("the held write goes on, without an error");
     assert!(waited >= Duration::from_millis(1400), "it waited: {waited:?}");
     assert!(freed.elapsed() < Duration::from_secs(2), "it went on once room was freed: {:?}", freed.elapsed());
-    assert!(std::fs::read(m.path("new")).unwrap() == expected, "the held writes landed whole");
+    assert!(std::fs::read(m.path("run/new")).unwrap() == expected, "the held writes landed whole");
+    assert!(std::fs::read(m.path("frames/f1")).unwrap() == surge_tests::pattern(4, 2 << 20), "the unheld write landed whole");
 
     // Nothing frees room: the writer gets ENOSPC after the limit.
     let start = Instant::now();
-    let err = std::fs::write(m.path("big"), surge_tests::pattern(3, 40 << 20)).expect_err("past the limit");
+    let err = std::fs::write(m.path("run/big"), surge_tests::pattern(3, 40 << 20)).expect_err("past the limit");
     assert_eq!(err.raw_os_error(), Some(libc::ENOSPC), "{err}");
     let took = start.elapsed();
     assert!(took >= Duration::from_millis(2800) && took < Duration::from_secs(15), "ENOSPC after the 3 s limit, not {took:?}");

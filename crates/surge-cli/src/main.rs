@@ -121,8 +121,9 @@ enum Command {
         #[arg(long, default_value_t = DirLayout::Striped)]
         layout: DirLayout,
         /// Back-pressure: once a server's share is filled past this fraction (e.g. 0.9),
-        /// writes wait for room instead of failing with ENOSPC, and go on once it is back
-        /// down to --low-water (retention policies and consumers free it).
+        /// writes into drained directories (a retention policy or consumer group) wait for
+        /// room instead of failing with ENOSPC, and go on once it is back down to
+        /// --low-water (retention policies and consumers free it).
         #[arg(long, requires = "low_water")]
         high_water: Option<f64>,
         /// Writes held at the high-water mark go on once a server's share is back down to this

@@ -184,6 +184,8 @@ pub struct Connection {
     local_writes: bool,
     /// The server checks permissions against this client's MUNGE-proven identity.
     checks_identity: bool,
+    /// The server holds writes at a high-water mark (see [`surge_proto::handshake::Welcome`]).
+    holds_writers: bool,
 }
 
 impl Drop for Connection {
@@ -333,8 +335,8 @@ impl Connection {
                 None
             };
             let hello = Hello { session, proof: auth::answer(secret, &challenge), identity, share };
-            let local = match exchange::<_, Welcome>(&mut reader, &mut writer, &hello).await.map_err(|e| down("handshake with", &e))? {
-                Handshake::Answered(Welcome { local }) => local,
+            let welcome = match exchange::<_, Welcome>(&mut reader, &mut writer, &hello).await.map_err(|e| down("handshake with", &e))? {
+                Handshake::Answered(welcome) => welcome,
                 Handshake::Refused(e) => return Err(Error::new(e.code, format!("{server} refused this client: {}", e.detail))),
                 Handshake::Closed => {
                     return Err(Error::new(ErrorCode::Unauthenticated, format!("{server} closed the connection during authentication")))
@@ -347,11 +349,11 @@ impl Connection {
                     _ => return Err(Error::new(ErrorCode::Protocol, format!("{server} refused to send change notices"))),
                 }
             }
-            let local = local.filter(crate::local::is_on_this_node);
+            let local = welcome.local.filter(crate::local::is_on_this_node);
             let local_writes = local.as_ref().is_some_and(|local| local.writes);
-            Ok((local.map(|local| PathBuf::from(local.dir)), local_writes, wants_identity))
+            Ok((local.map(|local| PathBuf::from(local.dir)), local_writes, wants_identity, welcome.holds_writers))
         };
-        let (local_dir, local_writes, wants_identity) = tokio::time::timeout(timeout, handshake)
+        let (local_dir, local_writes, wants_identity, holds_writers) = tokio::time::timeout(timeout, handshake)
             .await
             .map_err(|_| Error::new(ErrorCode::TimedOut, format!("handshake with {server}: no answer within {timeout:?}")))??;
 
@@ -372,6 +374,7 @@ impl Connection {
             local_dir,
             local_writes,
             checks_identity: wants_identity,
+            holds_writers,
         }))
     }
 
@@ -388,6 +391,11 @@ impl Connection {
     /// Whether the data files in [`Connection::local_dir`] may be written here too.
     pub fn local_writes(&self) -> bool {
         self.local_writes
+    }
+
+    /// Whether the server holds writes at a high-water mark.
+    pub fn holds_writers(&self) -> bool {
+        self.holds_writers
     }
 
     pub fn is_broken(&self) -> bool {

@@ -126,6 +126,9 @@ pub struct File {
     /// The file's content version before and after this handle's last publication (see
     /// [`File::take_publication`]).
     publication: Mutex<Option<(ContentVersion, ContentVersion)>>,
+    /// Whether this handle's writes wait at a high-water mark, once known (see
+    /// [`File::may_wait`]).
+    may_wait: tokio::sync::OnceCell<bool>,
 }
 
 /// Local writes start once a handle has written this much: a small file stays one request per
@@ -151,7 +154,22 @@ impl File {
             ticket,
             passthrough: Mutex::new(None),
             publication: Mutex::new(None),
+            may_wait: tokio::sync::OnceCell::new(),
         }
+    }
+
+    /// Whether this handle's writes wait for room at their servers' high-water marks rather
+    /// than being written while there is room at all: asked of the file's home once, on an
+    /// instance that holds writers (see [`surge_proto::workflow::WaitsForRoom`]).
+    async fn may_wait(&self) -> Result<bool> {
+        let ask = || async {
+            let home = surge_proto::ino::home(self.ino);
+            if !self.client.connection(home).await?.holds_writers() {
+                return Ok(false);
+            }
+            self.client.call(home, surge_proto::workflow::WaitsForRoom { ino: self.ino }).await
+        };
+        self.may_wait.get_or_try_init(ask).await.copied()
     }
 
     /// The file's content version before and after this handle's last publication of a
@@ -243,6 +261,7 @@ impl File {
         // Chunks fetched ahead may hold what this write replaces.
         self.forget_read_ahead().await;
         let local = self.prepare_local_write(offset, len as u64).await?;
+        let may_wait = self.may_wait().await?;
         let window = {
             let mut behind = self.behind.lock().await;
             if !(local && self.write_locally(&mut behind, offset, &data)) {
@@ -258,7 +277,7 @@ impl File {
                         .client
                         .send(
                             piece.server,
-                            &Request::from(Write { ino: self.ino, offset: piece.file_offset, ticket: self.ticket }),
+                            &Request::from(Write { ino: self.ino, offset: piece.file_offset, ticket: self.ticket, may_wait }),
                             payload,
                         )
                         .await?;
@@ -357,7 +376,9 @@ impl File {
             return Err(data);
         }
         let Some((server, conn)) = self.lone_chunk_connection(offset, len as u64) else { return Err(data) };
-        match conn.send(&Request::from(Write { ino: self.ino, offset, ticket: self.ticket }), data.clone()) {
+        // Not asked yet whether the writes may wait: the asynchronous path asks.
+        let Some(&may_wait) = self.may_wait.get() else { return Err(data) };
+        match conn.send(&Request::from(Write { ino: self.ino, offset, ticket: self.ticket, may_wait }), data.clone()) {
             Ok(pending) => behind.push(server, len as u64, pending, false),
             Err(_) => return Err(data),
         }

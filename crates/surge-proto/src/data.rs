@@ -14,6 +14,10 @@ pub struct Write {
     pub offset: u64,
     /// The file's ticket, where servers check identities (see [`crate::ticket`]).
     pub ticket: Option<Ticket>,
+    /// Whether the write waits for room past the server's high-water mark (its file is in a
+    /// directory something drains, see [`crate::workflow::WaitsForRoom`]); else it is
+    /// written while the share has room at all.
+    pub may_wait: bool,
 }
 
 /// Reads up to `len` bytes at `offset`. The answer's payload holds them (shorter than asked

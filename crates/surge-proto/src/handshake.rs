@@ -31,8 +31,11 @@ pub struct Hello {
 }
 
 /// Authentication passed. `local`: where this server keeps its file data, for clients on the
-/// same node to read and write it without a round trip (see [`LocalData`]).
+/// same node to read and write it without a round trip (see [`LocalData`]). `holds_writers`:
+/// the server applies back-pressure ([`crate::workflow::Watermarks`]), so a writer asks which
+/// of its writes may wait ([`crate::workflow::WaitsForRoom`]).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Welcome {
     pub local: Option<LocalData>,
+    pub holds_writers: bool,
 }

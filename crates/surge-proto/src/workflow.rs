@@ -207,6 +207,15 @@ pub struct Retained {
     pub staged: bool,
 }
 
+/// Whether writes to file `ino` wait at its servers' high-water marks (asked of its home):
+/// they do when its directory is drained — a retention policy or a consumer group lets its
+/// files go — or is not known here. Writes to other files (a consumer's own output) are not
+/// held: holding them could hold the consumer whose progress frees the room.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct WaitsForRoom {
+    pub ino: Ino,
+}
+
 service! {
     /// Publish / watch and what builds on it.
     WorkflowRequest => Workflow {
@@ -218,11 +227,13 @@ service! {
         GetRetention -> Option<RetentionStatus>, "get-retention";
         RetentionDue -> Vec<DueAction>, "retention-due";
         Retained -> (), "retained";
+        WaitsForRoom -> bool, "waits-for-room";
     }
 }
 
 /// Back-pressure on a server's share: once the share is filled past `high` (a fraction of its
-/// capacity), writes that need more room wait instead of failing, until what is used falls
+/// capacity), writes that need more room (to files in drained directories, see
+/// [`WaitsForRoom`]) wait instead of failing, until what is used falls
 /// back to `low` (retention removing files, consumers deleting what they processed); a write
 /// that waited `wait_secs` fails with ENOSPC, and the server logs why.
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]

@@ -110,7 +110,14 @@ async fn authenticate(
                     }
                 },
             };
-            write_frame(writer, FrameKind::Reply, request_id, &Welcome { local: share.local.clone() }, &[]).await?;
+            write_frame(
+                writer,
+                FrameKind::Reply,
+                request_id,
+                &Welcome { local: share.local.clone(), holds_writers: share.data.watermarks().is_some() },
+                &[],
+            )
+            .await?;
             writer.flush().await?;
             Ok(Some((caller, share)))
         }

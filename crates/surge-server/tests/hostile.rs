@@ -82,8 +82,14 @@ async fn edge_values_and_runaway_orders_are_refused_and_the_connection_goes_on()
             // A read longer than any answer can carry: refused before anything is allocated.
             assert_eq!(raw.refused(ReadData { ino, offset: 0, len: u32::MAX, ticket: None }.into(), &[]).code, ErrorCode::Invalid);
             // Offsets whose sum with the length overflows, or lies beyond a file's largest offset.
-            assert_eq!(raw.refused(WriteData { ino, offset: u64::MAX - 10, ticket: None }.into(), &[1; 100]).code, ErrorCode::Invalid);
-            assert_eq!(raw.refused(WriteData { ino, offset: i64::MAX as u64, ticket: None }.into(), &[1; 100]).code, ErrorCode::Invalid);
+            assert_eq!(
+                raw.refused(WriteData { ino, offset: u64::MAX - 10, ticket: None, may_wait: true }.into(), &[1; 100]).code,
+                ErrorCode::Invalid
+            );
+            assert_eq!(
+                raw.refused(WriteData { ino, offset: i64::MAX as u64, ticket: None, may_wait: true }.into(), &[1; 100]).code,
+                ErrorCode::Invalid
+            );
             assert_eq!(raw.refused(ReadData { ino, offset: u64::MAX, len: 4096, ticket: None }.into(), &[]).code, ErrorCode::Invalid);
             assert_eq!(raw.refused(TruncateData { ino, size: u64::MAX, ticket: None }.into(), &[]).code, ErrorCode::Invalid);
             // Room that no sum can hold.
@@ -181,7 +187,7 @@ async fn a_vanished_connection_gives_back_what_it_held() {
         };
         let (_, entry) = gone.ask(create.into(), &[]);
         let ino = decode_message::<DirEntry>(&entry).unwrap().ino;
-        assert_eq!(gone.ask(WriteData { ino, offset: 0, ticket: None }.into(), &vec![7u8; 4 << 20]).0, FrameKind::Reply);
+        assert_eq!(gone.ask(WriteData { ino, offset: 0, ticket: None, may_wait: true }.into(), &vec![7u8; 4 << 20]).0, FrameKind::Reply);
         assert_eq!(gone.ask(ReserveLocal { ino, bytes: 32 << 20, ticket: None }.into(), &[]).0, FrameKind::Reply);
         assert_eq!(gone.ask(Unlink { parent: ROOT_INO, name: "scratch".into() }.into(), &[]).0, FrameKind::Reply);
         let mut other = Raw::connect(addr, &secret);
@@ -227,7 +233,7 @@ async fn a_handle_is_released_only_by_the_connection_that_opened_it() {
             let (kind, message) = owner.ask(create.into(), &[]);
             assert_eq!(kind, FrameKind::Reply);
             let ino = decode_message::<surge_proto::DirEntry>(&message).unwrap().ino;
-            let (kind, _) = owner.ask(WriteData { ino, offset: 0, ticket: None }.into(), b"still here");
+            let (kind, _) = owner.ask(WriteData { ino, offset: 0, ticket: None, may_wait: true }.into(), b"still here");
             assert_eq!(kind, FrameKind::Reply);
             // Another connection "closes" it and removes its name.
             let (kind, _) = other.ask(Commit { ino, size: Some(10), mtime: None, release: true, wrote: true }.into(), &[]);

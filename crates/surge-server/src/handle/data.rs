@@ -34,7 +34,7 @@ impl Session {
     fn data_answer(&mut self, request: DataRequest, payload: Vec<u8>) -> Answer {
         let data = &self.shared.data;
         match request {
-            DataRequest::Write(w) => match data.write_must_wait(w.ino, w.offset, payload.len() as u64) {
+            DataRequest::Write(w) => match data.write_must_wait(w.ino, w.offset, payload.len() as u64).filter(|_| w.may_wait) {
                 Some(growth) => self.when_room::<Write>(growth, move |data| data.write(w.ino, w.offset, &payload)),
                 None => Answer::of::<Write>(data.write(w.ino, w.offset, &payload)),
             },

@@ -42,6 +42,9 @@ impl Session {
                 self.shared.journal_changes(&mut meta);
                 Answer::of::<Retained>(outcome)
             }
+            WorkflowRequest::WaitsForRoom(file) => {
+                Answer::of::<WaitsForRoom>(Ok(self.shared.meta.lock_or_recover().waits_for_room(file.ino)))
+            }
             WorkflowRequest::QueueStatus(status) => {
                 if let Err(e) = self.may_read(status.dir) {
                     return Answer::Failure(e);

@@ -165,6 +165,16 @@ impl MetaStore {
         }
     }
 
+    /// Whether writes to `ino` wait at the high-water mark: its directory (by the last name
+    /// this server gave it) has a retention policy or a consumer group, or is not known here.
+    pub fn waits_for_room(&self, ino: Ino) -> bool {
+        let Some(named) = self.inodes.get(&ino).and_then(|inode| inode.named.as_deref()) else { return true };
+        match self.publications.get(&named.0) {
+            Some(log) => log.retention.is_some() || !log.groups.is_empty(),
+            None => !self.inodes.contains_key(&named.0),
+        }
+    }
+
     /// The keeper did what was due for `dir`'s publication `cursor`.
     pub fn retained(&mut self, dir: Ino, cursor: u64, staged: bool) -> Result<()> {
         self.dir(dir)?;
@@ -201,7 +211,7 @@ impl MetaStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use surge_proto::{Timestamp, ROOT_INO};
+    use surge_proto::{FileKind, Timestamp, ROOT_INO};
 
     fn publish(s: &mut MetaStore, name: &str) -> Ino {
         let ino = s.create(ROOT_INO, name, 0o644, 0, 0, 0, true, true, None).unwrap().ino;
@@ -266,6 +276,23 @@ mod tests {
         assert_eq!((status.staged, status.to_stage), (1, 0));
         publish(&mut s, "c4");
         assert_eq!(s.publications[&ROOT_INO].retention.as_ref().unwrap().to_stage.len(), 1, "the dead marks were let go");
+    }
+
+    /// Writes wait at the high-water mark for files in directories something drains (a
+    /// policy or a group), and for files whose directory is not known here.
+    #[test]
+    fn only_drained_directories_hold_their_writers() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let frames = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, Default::default()).ino;
+        s.insert_entry(ROOT_INO, "frames", frames, FileKind::Dir, false, None).unwrap();
+        let frame = s.create(frames, "f1", 0o644, 0, 0, 0, true, true, None).unwrap().ino;
+        let c1 = publish(&mut s, "c1");
+        assert!(!s.waits_for_room(c1) && !s.waits_for_room(frame), "nothing drains either directory yet");
+        s.claim(ROOT_INO, "vis", None, "x", 60_000, Timestamp { secs: 10, nanos: 0 }).unwrap();
+        assert!(s.waits_for_room(c1), "a consumer group drains the root");
+        s.set_retention(frames, "/frames", Some(policy(Some(5), false, None, 1))).unwrap();
+        assert!(s.waits_for_room(frame), "so does a retention policy");
+        assert!(s.waits_for_room(ROOT_INO + 999), "not known here: held, as before");
     }
 
     /// After groups: a file goes once every group taking it acknowledged it, not before, and
