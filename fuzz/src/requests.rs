@@ -421,7 +421,8 @@ impl Run {
                 // bytes read as zeros), then the data ranges of a range asked for.
                 let (ino, offset, len) = (self.ino(input), input.size(), input.size());
                 let mode = [AllocateMode::Reserve, AllocateMode::PunchHole, AllocateMode::ZeroRange][input.below(3)];
-                if let Answer::Reply { .. } = self.conn.call(Allocate { ino, offset, len, mode, ticket: None }, &[]) {
+                if let Answer::Reply { .. } = self.conn.call(Allocate { ino, offset, len, mode, ticket: None, may_wait: len % 2 == 0 }, &[])
+                {
                     if let (AllocateMode::PunchHole | AllocateMode::ZeroRange, Some(Some(data))) = (mode, self.data.get_mut(&ino)) {
                         let end = offset.saturating_add(len).min(data.len() as u64) as usize;
                         if (offset as usize) < end {

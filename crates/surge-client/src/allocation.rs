@@ -27,6 +27,7 @@ impl File {
             return Err(Error::new(ErrorCode::Invalid, format!("fallocate of {len} bytes at {offset}")));
         };
         self.wait_writes().await?;
+        let may_wait = self.may_wait().await?;
         let client = self.client();
         // One request per run of consecutive pieces on the same server: a node-local file's
         // whole range is one.
@@ -36,7 +37,7 @@ impl File {
                 Some((server, run)) if *server == piece.server && run.offset + run.len == piece.file_offset => run.len += piece.len,
                 _ => runs.push((
                     piece.server,
-                    Allocate { ino: self.ino(), offset: piece.file_offset, len: piece.len, mode, ticket: self.ticket() },
+                    Allocate { ino: self.ino(), offset: piece.file_offset, len: piece.len, mode, ticket: self.ticket(), may_wait },
                 )),
             }
         }

@@ -161,7 +161,7 @@ impl File {
     /// Whether this handle's writes wait for room at their servers' high-water marks rather
     /// than being written while there is room at all: asked of the file's home once, on an
     /// instance that holds writers (see [`surge_proto::workflow::WaitsForRoom`]).
-    async fn may_wait(&self) -> Result<bool> {
+    pub(crate) async fn may_wait(&self) -> Result<bool> {
         let ask = || async {
             let home = surge_proto::ino::home(self.ino);
             if !self.client.connection(home).await?.holds_writers() {

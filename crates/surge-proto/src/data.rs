@@ -101,6 +101,8 @@ pub struct Allocate {
     pub mode: AllocateMode,
     /// The file's ticket, where servers check identities (see [`crate::ticket`]).
     pub ticket: Option<Ticket>,
+    /// Whether it waits for room past the high-water mark, as [`Write::may_wait`].
+    pub may_wait: bool,
 }
 
 /// The ranges of this server's data of `ino` in `[from, to)` that hold data (the rest are

@@ -38,7 +38,7 @@ impl Session {
                 Some(growth) => self.when_room::<Write>(growth, move |data| data.write(w.ino, w.offset, &payload)),
                 None => Answer::of::<Write>(data.write(w.ino, w.offset, &payload)),
             },
-            DataRequest::Allocate(a) if a.mode != AllocateMode::PunchHole && data.must_wait(a.len) => {
+            DataRequest::Allocate(a) if a.may_wait && a.mode != AllocateMode::PunchHole && data.must_wait(a.len) => {
                 self.when_room::<Allocate>(a.len, move |data| data.allocate(a.ino, a.offset, a.len, a.mode))
             }
             DataRequest::Read(r) if r.len >= SENDFILE_MIN => match data.read_source(r.ino, r.offset, r.len) {
