@@ -888,7 +888,10 @@ impl Run {
     fn mkdir(&mut self, parent: Ino, name: String, mode: u32) {
         let answer = self.conn.call(MakeDirInode { parent, mode, umask: 0, uid: 0, gid: 0, inherited: Default::default() }, &[]);
         let Some(attr) = self.attr(&answer) else {
-            panic!("mkdir-inode failed");
+            // Refused only where the parent, homed here, is no directory (as the link would be).
+            let Answer::Failure(e) = &answer else { unreachable!("no attributes, no failure") };
+            assert!(matches!(e.code, ErrorCode::NotDir | ErrorCode::NotFound), "mkdir-inode failed: {e}");
+            return;
         };
         let insert = InsertEntry { parent, name, ino: attr.ino, kind: FileKind::Dir, replace: false, retired_target: None, new_dir: None };
         match self.conn.call(insert, &[]).decode::<LinkOutcome>("insert-entry") {

@@ -889,7 +889,8 @@ impl MetaStore {
 
     /// A directory's inode (mkdir step 1), with `mode` less `umask` or what the parent's
     /// default ACL makes of `mode`, and the parent's layout: the parent's own if it is homed
-    /// here, else `remote_default` and `remote_layout`, what the client says it has.
+    /// here (it must then be a directory here), else `remote_default` and `remote_layout`,
+    /// what the client says it has.
     #[allow(clippy::too_many_arguments)]
     pub fn make_dir_inode(
         &mut self,
@@ -900,15 +901,16 @@ impl MetaStore {
         gid: u32,
         remote_default: Option<&Acl>,
         remote_layout: DirLayout,
-    ) -> Attr {
-        let (default, layout) = match self.dir(parent) {
-            Ok(dir) if self.is_local(parent) => (self.default_acl_of(parent), dir.layout),
-            _ => (remote_default, remote_layout),
+    ) -> Result<Attr> {
+        // A `..` naming a file, or nothing, would answer lookups with another inode's kind.
+        let (default, layout) = match self.is_local(parent) {
+            true => (self.default_acl_of(parent), self.dir(parent)?.layout),
+            false => (remote_default, remote_layout),
         };
         let perms = access::inherit(FileKind::Dir, mode, umask, default);
         let ino = self.alloc_ino();
         let dir = Dir { parent, entries: BTreeMap::new(), subdirs: 0, retired: false, layout };
-        self.insert_inode(ino, FileKind::Dir, perms, uid, gid, Body::Dir(dir))
+        Ok(self.insert_inode(ino, FileKind::Dir, perms, uid, gid, Body::Dir(dir)))
     }
 
     /// Deletes a directory inode whose name is elsewhere (a mkdir undone, a directory removed
@@ -935,15 +937,7 @@ impl MetaStore {
         retired_target: Option<Ino>,
     ) -> Result<LinkOutcome> {
         check_name(name)?;
-        if self.is_local(ino) {
-            // An inode homed here is known here: a name must not point at nothing, nor say it
-            // names a file when it names a directory (lookups would answer attributes that
-            // contradict the entry, and rmdir or unlink would take the wrong path).
-            let actual = self.inode(ino)?.attr.kind;
-            if actual != kind {
-                return fail(ErrorCode::Invalid, format!("inode {ino:#x} is a {actual:?}, not a {kind:?}"));
-            }
-        }
+        self.check_named_kind(ino, kind)?;
         if let Some(existing) = self.dir(parent)?.entries.get(name) {
             // A new name (mkdir, a hard link, a rename that must not replace) must be new,
             // even where the name there is the same inode's (`ln a a`).
@@ -1155,12 +1149,28 @@ impl MetaStore {
     /// homed elsewhere whose `..` must be set to `parent` there.
     pub fn swap_entry(&mut self, parent: Ino, name: &str, expected: Ino, ino: Ino, kind: FileKind) -> Result<Option<Ino>> {
         check_name(name)?;
+        self.check_named_kind(ino, kind)?;
         let (found, old_kind, _) = self.entry_of(parent, name)?;
         if found != expected {
             return fail(ErrorCode::Stale, format!("'{name}' changed meanwhile"));
         }
         self.point_entry(parent, name, ino, kind, old_kind)?;
         Ok(self.reparent(ino, kind, parent))
+    }
+
+    /// A name a client makes for `ino` as a `kind` (the half-steps of operations spanning
+    /// servers): an inode homed here is known here, so the name must not point at nothing,
+    /// nor say it names a file when it names a directory or a FIFO (lookups would answer
+    /// attributes that contradict the entry, and rmdir or unlink would take the wrong path).
+    /// Inodes homed elsewhere are taken on trust, as they must be.
+    fn check_named_kind(&self, ino: Ino, kind: FileKind) -> Result<()> {
+        if self.is_local(ino) {
+            let actual = self.inode(ino)?.attr.kind;
+            if actual != kind {
+                return fail(ErrorCode::Invalid, format!("inode {ino:#x} is a {actual:?}, not a {kind:?}"));
+            }
+        }
+        Ok(())
     }
 
     /// Points the existing entry `parent/name` (of kind `old_kind`) at `ino`, unlocked; the
@@ -1342,7 +1352,7 @@ mod tests {
         s.track_changes();
         let mut journal = vec![s.take_changes()];
         let step = |s: &mut MetaStore, journal: &mut Vec<Record>| journal.push(s.take_changes());
-        let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 1, 1, None, DirLayout::Striped);
+        let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 1, 1, None, DirLayout::Striped).unwrap();
         s.insert_entry(ROOT_INO, "a", a.ino, FileKind::Dir, false, None).unwrap();
         step(&mut s, &mut journal);
         for i in 0..50 {
@@ -1362,7 +1372,7 @@ mod tests {
         let open = s.create(ROOT_INO, "open-then-unlinked", 0o644, 0, 1, 1, true, true, None).unwrap();
         s.unlink(ROOT_INO, "open-then-unlinked").unwrap();
         step(&mut s, &mut journal);
-        let empty = s.make_dir_inode(ROOT_INO, 0o755, 0, 1, 1, None, DirLayout::Striped);
+        let empty = s.make_dir_inode(ROOT_INO, 0o755, 0, 1, 1, None, DirLayout::Striped).unwrap();
         s.insert_entry(ROOT_INO, "gone", empty.ino, FileKind::Dir, false, None).unwrap();
         s.rmdir(ROOT_INO, "gone").unwrap();
         step(&mut s, &mut journal);
@@ -1406,12 +1416,29 @@ mod tests {
         assert!(expected.getattr(next.ino).is_err());
     }
 
+    /// A directory's inode is made only under a directory when the parent is homed here (a
+    /// `..` naming a file made `Lookup(dir, "..")` answer a file's attributes under a
+    /// directory's kind: fuzz regression `dir-inode-under-a-file`).
+    #[test]
+    fn a_directory_inode_needs_a_directory_parent_here() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let file = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, false, None).unwrap().ino;
+        let under = |s: &mut MetaStore, parent| s.make_dir_inode(parent, 0o755, 0, 0, 0, None, DirLayout::Striped).map(|a| a.ino);
+        assert_eq!(under(&mut s, file).unwrap_err().code, ErrorCode::NotDir);
+        assert_eq!(under(&mut s, ROOT_INO + 999).unwrap_err().code, ErrorCode::NotFound);
+        let dir = under(&mut s, ROOT_INO).unwrap();
+        assert_eq!(s.getattr(dir).unwrap().kind, FileKind::Dir);
+        // A parent homed on another server is the client's word (checked where it is linked).
+        let mut elsewhere = MetaStore::new(1, 0, 0);
+        assert!(under(&mut elsewhere, ROOT_INO).is_ok());
+    }
+
     /// A snapshot written as several records (as the journal writes it) rebuilds the same
     /// store, each record within its bound.
     #[test]
     fn a_split_snapshot_rebuilds_the_store() {
         let mut s = MetaStore::new(0, 0, 0);
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped);
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).unwrap();
         s.insert_entry(ROOT_INO, "d", dir.ino, FileKind::Dir, false, None).unwrap();
         for i in 0..XATTRS_PER_RECORD + 10 {
             let file = s.create(dir.ino, &format!("f{i}"), 0o644, 0, 0, 0, true, false, None).unwrap();
@@ -1525,7 +1552,7 @@ mod tests {
         assert_eq!(s.getattr(ino).unwrap().blocks, None, "truncating changes it");
         s.setattr(ino, &AttrChanges { size: Some(0), ..Default::default() }).unwrap();
         assert_eq!(s.getattr(ino).unwrap().blocks, Some(0), "nothing is left of an emptied file");
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped);
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).unwrap();
         s.note_allocation(&[note(Some(16), s.getattr(ino).unwrap().content_version())]);
         let mut replayed = MetaStore::new(0, 0, 0);
         replayed.apply(s.take_changes()).unwrap();
@@ -1558,7 +1585,7 @@ mod tests {
         assert_eq!(s.getattr(ino).unwrap().nlink, 1);
         assert!(s.unlink(ROOT_INO, "g").unwrap().purge, "the last name took the file");
         assert_eq!(s.add_link(ino).unwrap_err().code, ErrorCode::NotFound);
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).ino;
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).unwrap().ino;
         assert_eq!(s.add_link(dir).unwrap_err().code, ErrorCode::NotPermitted);
         let open = s.create(ROOT_INO, "open", 0o644, 0, 0, 0, true, true, None).unwrap().ino;
         s.unlink(ROOT_INO, "open").unwrap();
@@ -1568,27 +1595,33 @@ mod tests {
     #[test]
     fn directory_rules() {
         let mut s = MetaStore::new(0, 0, 0);
-        let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).ino;
+        let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).unwrap().ino;
         s.insert_entry(ROOT_INO, "a", a, FileKind::Dir, false, None).unwrap();
         file(&mut s, a, "x");
         assert_eq!(s.rmdir(ROOT_INO, "a").unwrap_err().code, ErrorCode::NotEmpty);
         assert_eq!(s.getattr(ROOT_INO).unwrap().nlink, 3);
-        let b = s.make_dir_inode(a, 0o755, 0, 0, 0, None, DirLayout::Striped).ino;
+        let b = s.make_dir_inode(a, 0o755, 0, 0, 0, None, DirLayout::Striped).unwrap().ino;
         s.insert_entry(a, "b", b, FileKind::Dir, false, None).unwrap();
         assert_eq!(s.rename(ROOT_INO, "a", b, "a2", false, None).unwrap_err().code, ErrorCode::Invalid);
         assert_eq!(s.rename(a, "x", ROOT_INO, "a", false, None).unwrap_err().code, ErrorCode::IsDir);
         assert_eq!(s.create(ROOT_INO, &"n".repeat(256), 0o644, 0, 0, 0, true, false, None).unwrap_err().code, ErrorCode::NameTooLong);
     }
 
-    /// A name for an inode homed here must name it as what it is, and something that exists.
+    /// A name for an inode homed here must name it as what it is, and something that exists;
+    /// the same for an exchange's half-step (fuzz regression `swap-entry-wrong-kind`: a file
+    /// swapped in as a FIFO made `Create` answer a file's attributes under a FIFO's kind).
     #[test]
     fn insert_entry_refuses_a_kind_its_inode_does_not_have() {
         let mut s = MetaStore::new(0, 0, 0);
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).ino;
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).unwrap().ino;
         assert_eq!(s.insert_entry(ROOT_INO, "d", dir, FileKind::File, false, None).unwrap_err().code, ErrorCode::Invalid);
         assert_eq!(s.insert_entry(ROOT_INO, "x", ino::make(0, 999), FileKind::File, false, None).unwrap_err().code, ErrorCode::NotFound);
         s.insert_entry(ROOT_INO, "d", dir, FileKind::Dir, false, None).unwrap();
         assert_eq!(s.lookup(ROOT_INO, "d").unwrap().attr.unwrap().kind, FileKind::Dir);
+        let f = file(&mut s, ROOT_INO, "f");
+        assert_eq!(s.swap_entry(ROOT_INO, "f", f, f, FileKind::Fifo).unwrap_err().code, ErrorCode::Invalid);
+        assert_eq!(s.swap_entry(ROOT_INO, "f", f, ino::make(0, 999), FileKind::File).unwrap_err().code, ErrorCode::NotFound);
+        assert_eq!(s.lookup(ROOT_INO, "f").unwrap().kind, FileKind::File, "refused: the entry is as it was");
     }
 
     #[test]
@@ -1615,7 +1648,7 @@ mod tests {
         }
         assert_eq!(s.drop_inode(file.ino).unwrap_err().code, ErrorCode::Invalid);
         assert_eq!(s.lookup(ROOT_INO, "f").unwrap().ino, file.ino, "the file is still there");
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped);
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).unwrap();
         s.drop_inode(dir.ino).unwrap();
     }
 
@@ -1634,7 +1667,7 @@ mod tests {
         assert_eq!(too_far.code, ErrorCode::Invalid);
         assert!(s.lookup(ROOT_INO, "bad").is_err(), "nothing made");
 
-        let inherits = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).ino;
+        let inherits = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).unwrap().ino;
         assert_eq!(s.layout_of(inherits).unwrap(), DirLayout::NodeLocal, "the parent here says, not the client");
         s.insert_entry(ROOT_INO, "sub", inherits, FileKind::Dir, false, None).unwrap();
         s.set_layout(inherits, DirLayout::Striped).unwrap();
@@ -1643,7 +1676,7 @@ mod tests {
         assert_eq!(s.layout_of(striped).unwrap_err().code, ErrorCode::NotDir);
 
         let mut elsewhere = MetaStore::new(1, 0, 0);
-        let told = elsewhere.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::NodeLocal).ino;
+        let told = elsewhere.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::NodeLocal).unwrap().ino;
         assert_eq!(elsewhere.layout_of(told).unwrap(), DirLayout::NodeLocal);
     }
 
