@@ -27,8 +27,9 @@ impl File {
             return Err(Error::new(ErrorCode::Invalid, format!("fallocate of {len} bytes at {offset}")));
         };
         self.wait_writes().await?;
-        let may_wait = self.may_wait().await?;
         let client = self.client();
+        let first_server = client.layout().pieces(self.ino(), offset, len).next().map_or(0, |piece| piece.server);
+        let may_wait = self.may_wait(first_server).await?;
         // One request per run of consecutive pieces on the same server: a node-local file's
         // whole range is one.
         let mut runs: Vec<(usize, Allocate)> = Vec::new();
