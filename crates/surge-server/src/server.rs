@@ -169,8 +169,8 @@ impl Shared {
     /// failover when `failover` says how.
     pub fn mirror_to(self: &Arc<Self>, to: Option<SocketAddr>, failover: Option<mirror::failover::Plan>) {
         replace_task(&self.mirror_link, || {
-            self.mirror.close();
-            to.map(|to| mirror::link::start(self.clone(), to))
+            let epoch = self.mirror.close();
+            to.map(|to| mirror::link::start(self.clone(), to, epoch))
         });
         replace_task(&self.failover, || failover.map(|plan| mirror::failover::start(self.clone(), plan)));
     }

@@ -38,21 +38,22 @@ const IO_BUFFER: usize = 256 * 1024;
 type Writer = BufWriter<OwnedWriteHalf>;
 
 /// Keeps the link to the mirror at `to` up until the task is aborted.
-pub fn start(shared: Arc<Shared>, to: SocketAddr) -> tokio::task::AbortHandle {
+pub fn start(shared: Arc<Shared>, to: SocketAddr, epoch: u64) -> tokio::task::AbortHandle {
     tokio::spawn(async move {
         let mut said_unreached = false;
-        loop {
+        // Until another task takes over the link (see the feed's epochs).
+        while shared.mirror.is_current(epoch) {
             match connect(&shared, to).await {
                 Ok((reader, writer)) => {
                     said_unreached = false;
                     tracing::info!(%to, "mirror reached: sending it the whole share");
-                    let ended = mirror(&shared, reader, writer).await;
-                    shared.mirror.close();
+                    let ended = mirror(&shared, reader, writer, epoch).await;
+                    shared.mirror.link_ended(epoch);
                     tracing::warn!(%to, "mirror lost ({}): this share goes on alone until it is back", describe(ended));
                 }
                 Err(e) if !said_unreached => {
                     said_unreached = true;
-                    shared.mirror.close();
+                    shared.mirror.link_ended(epoch);
                     tracing::warn!(%to, "mirror not reached ({e}): this share goes on alone, trying again every {RETRY_EVERY:?}");
                 }
                 Err(_) => {}
@@ -140,17 +141,17 @@ struct Replies {
 
 type InFlight = Arc<Mutex<Replies>>;
 
-/// Tells the feed the mirror has change `awaited`.
-fn done(shared: &Shared, awaited: &Awaited) {
+/// Tells the feed the mirror of link task `epoch` has change `awaited`.
+fn done(shared: &Shared, awaited: &Awaited, epoch: u64) {
     shared.mirror.acknowledged(awaited.seq, awaited.journal);
     if awaited.filled {
         tracing::info!("mirror complete: every change is on both nodes before it is answered");
-        shared.mirror.in_step();
+        shared.mirror.in_step(epoch);
     }
 }
 
 /// Opens the mirror, sends the whole share and then each change, until the connection fails.
-async fn mirror(shared: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, mut writer: Writer) -> io::Result<()> {
+async fn mirror(shared: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, mut writer: Writer, epoch: u64) -> io::Result<()> {
     let mut sender = Sender { writer: &mut writer, next_id: 2 };
     sender.request(MirrorOpen { from: shared.index as u32 }, &[]).await?;
     sender.writer.flush().await?;
@@ -159,7 +160,9 @@ async fn mirror(shared: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, mut 
     }
     super::failover::unfence(shared);
 
-    let mut changes = shared.mirror.open();
+    let Some(mut changes) = shared.mirror.open(epoch) else {
+        return Err(io::Error::other("another link task took over"));
+    };
     // The journal as it is now, in order with the appends noted from here on; then every
     // data file (changes noted meanwhile are sent again after it, harmlessly).
     shared.journal.note_whole();
@@ -167,7 +170,7 @@ async fn mirror(shared: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, mut 
     shared.mirror.note(Change::Filled);
 
     let in_flight: InFlight = Default::default();
-    let replies = tokio::spawn(read_replies(reader, in_flight.clone(), shared.clone()));
+    let replies = tokio::spawn(read_replies(reader, in_flight.clone(), shared.clone(), epoch));
     let sending = async {
         loop {
             let next = tokio::time::timeout(PING_EVERY, changes.recv()).await;
@@ -188,7 +191,7 @@ async fn mirror(shared: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, mut 
             {
                 let mut replies = in_flight.lock_or_recover();
                 if replies.last >= awaited.request_id {
-                    done(shared, &awaited);
+                    done(shared, &awaited, epoch);
                 } else {
                     replies.awaited.push_back(awaited);
                 }
@@ -241,7 +244,7 @@ async fn expect_reply(reader: &mut BufReader<OwnedReadHalf>, id: u64) -> io::Res
 }
 
 /// Reads the mirror's replies, in order, and tells the feed what the mirror has.
-async fn read_replies(mut reader: BufReader<OwnedReadHalf>, in_flight: InFlight, shared: Arc<Shared>) -> io::Result<()> {
+async fn read_replies(mut reader: BufReader<OwnedReadHalf>, in_flight: InFlight, shared: Arc<Shared>, epoch: u64) -> io::Result<()> {
     loop {
         let frame = next_frame(&mut reader).await.map_err(|e| stop_if_taken_over(&shared, e))?;
         shared.mirror.heard_from();
@@ -249,7 +252,7 @@ async fn read_replies(mut reader: BufReader<OwnedReadHalf>, in_flight: InFlight,
         replies.last = frame.header.request_id;
         while replies.awaited.front().is_some_and(|awaited| awaited.request_id <= replies.last) {
             let awaited = replies.awaited.pop_front().expect("checked");
-            done(&shared, &awaited);
+            done(&shared, &awaited, epoch);
         }
     }
 }

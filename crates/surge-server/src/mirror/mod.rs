@@ -46,9 +46,8 @@ pub(crate) enum Change {
 
 /// The changes of this server's share, for the link to its mirror.
 pub struct Feed {
-    /// Where changes go while a link is up (None: nobody mirrors; changes are not kept, the
-    /// next link sends everything).
-    queue: Mutex<Option<mpsc::UnboundedSender<(u64, Change)>>>,
+    /// Where changes go while a link is up, and which link task may use it.
+    queue: Mutex<Queue>,
     /// Number of the last change queued (under `queue`'s lock).
     queued: AtomicU64,
     /// Number of the last change the mirror has, and the last journal record it has.
@@ -60,12 +59,24 @@ pub struct Feed {
     heard: Mutex<std::time::Instant>,
 }
 
+/// Where changes go while a link is up (None: nobody mirrors; changes are not kept, the next
+/// link sends everything). `epoch` numbers the link task that may open, end and bring in step
+/// a link: a task stopped (aborted) may still finish the step it was in, and the task reading
+/// its mirror's replies outlives it until the connection closes, so a task whose epoch is
+/// over must change nothing (it once put a feed with no link back in step, and every change
+/// then waited for acknowledgements that never came).
+#[derive(Default)]
+struct Queue {
+    epoch: u64,
+    sender: Option<mpsc::UnboundedSender<(u64, Change)>>,
+}
+
 impl Feed {
     /// A feed of a server in an instance with `replicas` copies of each share.
     pub fn new(replicas: u8) -> Feed {
         let state = (replicas > 1).then_some(MirrorState::Unreached);
         Feed {
-            queue: Mutex::new(None),
+            queue: Mutex::new(Queue::default()),
             queued: AtomicU64::new(0),
             mirrored: watch::Sender::new(0),
             journal_mirrored: watch::Sender::new(0),
@@ -90,7 +101,7 @@ impl Feed {
     /// Notes a change (kept only while a link is up).
     pub(crate) fn note(&self, change: Change) {
         let queue = self.queue.lock_or_recover();
-        if let Some(queue) = queue.as_ref() {
+        if let Some(queue) = queue.sender.as_ref() {
             let seq = self.queued.fetch_add(1, Ordering::Relaxed) + 1;
             let _ = queue.send((seq, change));
         }
@@ -137,17 +148,43 @@ impl Feed {
         }
     }
 
-    /// A link starts: changes are queued from now on.
-    fn open(&self) -> mpsc::UnboundedReceiver<(u64, Change)> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        *self.queue.lock_or_recover() = Some(tx);
-        self.state.send_replace(Some(MirrorState::Filling));
-        rx
+    /// Whether link task `epoch` is the one that may link (see [`Queue`]).
+    fn is_current(&self, epoch: u64) -> bool {
+        self.queue.lock_or_recover().epoch == epoch
     }
 
-    /// The link ended: changes are made here alone, and nobody waits for the mirror.
-    pub(crate) fn close(&self) {
-        *self.queue.lock_or_recover() = None;
+    /// Link task `epoch`'s link starts: changes are queued from now on (None: the task's
+    /// epoch is over).
+    fn open(&self, epoch: u64) -> Option<mpsc::UnboundedReceiver<(u64, Change)>> {
+        let mut queue = self.queue.lock_or_recover();
+        if queue.epoch != epoch {
+            return None;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        queue.sender = Some(tx);
+        self.state.send_replace(Some(MirrorState::Filling));
+        Some(rx)
+    }
+
+    /// Link task `epoch`'s link ended (a task whose epoch is over changes nothing).
+    fn link_ended(&self, epoch: u64) {
+        let mut queue = self.queue.lock_or_recover();
+        if queue.epoch == epoch {
+            self.go_alone(&mut queue);
+        }
+    }
+
+    /// No link from now on, until a task of the epoch this returns opens one: changes are
+    /// made here alone, and nobody waits for the mirror.
+    pub(crate) fn close(&self) -> u64 {
+        let mut queue = self.queue.lock_or_recover();
+        queue.epoch += 1;
+        self.go_alone(&mut queue);
+        queue.epoch
+    }
+
+    fn go_alone(&self, queue: &mut Queue) {
+        queue.sender = None;
         self.state.send_if_modified(|state| {
             let changed = state.is_some() && *state != Some(MirrorState::Unreached);
             if state.is_some() {
@@ -165,8 +202,13 @@ impl Feed {
         }
     }
 
-    fn in_step(&self) {
-        self.state.send_replace(Some(MirrorState::InStep));
+    /// Link task `epoch`'s mirror is complete (a task whose epoch is over, or whose link
+    /// ended, changes nothing).
+    fn in_step(&self, epoch: u64) {
+        let queue = self.queue.lock_or_recover();
+        if queue.epoch == epoch && queue.sender.is_some() {
+            self.state.send_replace(Some(MirrorState::InStep));
+        }
     }
 }
 
@@ -189,10 +231,11 @@ mod tests {
         let feed = std::sync::Arc::new(Feed::new(2));
         feed.data_changed(1, 0, 10);
         assert_eq!(feed.barrier(), None, "no link: nothing noted, nothing to wait for");
-        let mut queue = feed.open();
+        let epoch = feed.close();
+        let mut queue = feed.open(epoch).expect("the current epoch opens");
         feed.data_changed(1, 0, 10);
         assert_eq!(feed.barrier(), None, "filling: changes are sent, not waited for");
-        feed.in_step();
+        feed.in_step(epoch);
         feed.data_changed(1, 10, 10);
         let seq = feed.barrier().expect("in step");
         assert_eq!(seq, 2, "the change noted before the link is not counted");
@@ -213,10 +256,22 @@ mod tests {
             let feed = feed.clone();
             async move { feed.reached(later).await }
         });
-        feed.close();
+        let next = feed.close();
         tokio::time::timeout(second, waiter).await.expect("the link went: no more waiting").unwrap();
         assert_eq!(feed.state(), Some(MirrorState::Unreached));
         assert_eq!(feed.barrier(), None);
+
+        // The stopped task (and its reply reader) change nothing any more: no step back in
+        // step with no link, no link closed under its successor.
+        feed.in_step(epoch);
+        assert_eq!(feed.state(), Some(MirrorState::Unreached), "a stopped link does not bring the feed in step");
+        assert!(feed.open(epoch).is_none());
+        let _queue = feed.open(next).expect("the new task links");
+        feed.link_ended(epoch);
+        feed.in_step(next);
+        assert_eq!(feed.state(), Some(MirrorState::InStep), "the old task did not end the new link");
+        feed.link_ended(next);
+        assert_eq!(feed.state(), Some(MirrorState::Unreached));
     }
 
     #[test]
