@@ -28,8 +28,7 @@ impl File {
         };
         self.wait_writes().await?;
         let client = self.client();
-        let first_server = client.layout().pieces(self.ino(), offset, len).next().map_or(0, |piece| piece.server);
-        let may_wait = self.may_wait(first_server).await?;
+        let may_wait = self.may_wait(offset).await?;
         // One request per run of consecutive pieces on the same server: a node-local file's
         // whole range is one.
         let mut runs: Vec<(usize, Allocate)> = Vec::new();

@@ -161,14 +161,15 @@ impl File {
     /// Whether this handle's writes wait for room at their servers' high-water marks rather
     /// than being written while there is room at all (see
     /// [`surge_proto::workflow::WaitsForRoom`]): on an instance that holds writers (every
-    /// server of an instance does or none; `via`, a server the write goes to, tells), asked of
-    /// the file's home once. Writes need only their data servers, so a home out of reach
-    /// (lost, being taken over) does not fail them: they may wait, as every write did before
-    /// the question existed, and the home is asked again at the next write.
-    pub(crate) async fn may_wait(&self, via: usize) -> Result<bool> {
+    /// server of an instance does or none; the server of the write's first byte, at `offset`,
+    /// tells), asked of the file's home once. Writes need only their data servers, so a home
+    /// out of reach (lost, being taken over) does not fail them: they may wait, as every write
+    /// did before the question existed, and the home is asked again at the next write.
+    pub(crate) async fn may_wait(&self, offset: u64) -> Result<bool> {
         if let Some(&known) = self.may_wait.get() {
             return Ok(known);
         }
+        let via = self.client.layout().pieces(self.ino, offset, 1).next().map_or(0, |piece| piece.server);
         let known = match self.client.connection(via).await?.holds_writers() {
             false => false,
             true => match self.client.call(surge_proto::ino::home(self.ino), surge_proto::workflow::WaitsForRoom { ino: self.ino }).await {
@@ -268,8 +269,7 @@ impl File {
         // Chunks fetched ahead may hold what this write replaces.
         self.forget_read_ahead().await;
         let local = self.prepare_local_write(offset, len as u64).await?;
-        let first_server = self.client.layout().pieces(self.ino, offset, len as u64).next().map_or(0, |piece| piece.server);
-        let may_wait = self.may_wait(first_server).await?;
+        let may_wait = self.may_wait(offset).await?;
         let window = {
             let mut behind = self.behind.lock().await;
             if !(local && self.write_locally(&mut behind, offset, &data)) {

@@ -133,9 +133,9 @@ impl MetaStore {
         else {
             return false;
         };
+        // Under the name the close would publish (which does nothing if the name is gone).
         publication.size == Some(inode.attr.size)
             && publication.mtime == Some(inode.attr.mtime)
-            && self.names(dir, &publication.name, ino)
             && inode.named.as_deref().is_some_and(|named| named.0 == dir && *named.1 == *publication.name)
     }
 

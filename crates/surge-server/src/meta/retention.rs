@@ -106,12 +106,13 @@ impl MetaStore {
             return;
         }
         let entries = &log.entries;
-        let same_file = |cursor: &u64| entries.get(*cursor).is_some_and(|p| p.ino == publication.ino && p.name == publication.name);
-        let again = state.to_stage.iter().any(|c| *c != publication.cursor && same_file(c));
-        // Marks that can no longer be acted on (the file was removed or renamed away before
-        // its stage-out, or its publication left the log) are let go, as is the mark of the
-        // same file's older publication.
-        state.to_stage.retain(|c| stageable(inodes, entries, dir, *c) && !(*c != publication.cursor && same_file(c)));
+        // The mark of the same file's older publication.
+        let superseded =
+            |c: &u64| *c != publication.cursor && entries.get(*c).is_some_and(|p| p.ino == publication.ino && p.name == publication.name);
+        let again = state.to_stage.iter().any(superseded);
+        // Let go too: marks that can no longer be acted on (the file was removed or renamed
+        // away before its stage-out, or its publication left the log).
+        state.to_stage.retain(|c| !superseded(c) && stageable(inodes, entries, dir, *c));
         if again {
             state.to_stage.insert(publication.cursor);
         } else {
