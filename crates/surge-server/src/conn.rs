@@ -297,7 +297,7 @@ fn answer_after(waits: Waits, outcome: Result<Vec<u8>>) -> Answer {
     Answer::Later(Box::pin(async move {
         await_acknowledgements(waits.awaited).await;
         if let Some(seq) = waits.durable {
-            waits.shared.journal.durable(seq).await;
+            waits.shared.journal.durable(seq).await?;
         }
         if let Some(seq) = waits.mirrored {
             waits.shared.mirror.reached(seq).await;

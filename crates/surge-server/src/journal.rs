@@ -44,6 +44,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use surge_proto::ErrorCode;
+
+use crate::error::{Result, ServerError};
 use crate::lock::LockRecover;
 use crate::meta::{format1, format2, format3, MetaStore, Record};
 use crate::mirror::{Change, Feed};
@@ -80,13 +83,43 @@ struct Pending {
     stopping: bool,
 }
 
+/// How far the journal got, for the steps waiting on it.
+#[derive(Clone, Copy, Default)]
+struct Progress {
+    /// Every record up to this one is durable.
+    durable: u64,
+    /// The last record of a group that could not be written: those of it are not durable
+    /// (unless a later snapshot holds them).
+    failed: u64,
+    /// The journal was closed: nothing appended after it will be written.
+    closed: bool,
+}
+
+impl Progress {
+    /// Whether record `seq` is durable (Ok), never will be (Err), or may be later (None).
+    fn of(&self, seq: u64) -> Option<Result<()>> {
+        if self.durable >= seq {
+            Some(Ok(()))
+        } else if self.failed >= seq {
+            Some(Err(ServerError::new(
+                ErrorCode::Io,
+                "the metadata journal could not be written (see the server's log): the change may be lost",
+            )))
+        } else if self.closed {
+            Some(Err(ServerError::new(ErrorCode::ServerDown, "the server stopped before the change was durable")))
+        } else {
+            None
+        }
+    }
+}
+
 pub struct Journal {
     dir: PathBuf,
     pending: Mutex<Pending>,
     work: Condvar,
     /// The journal file; held by whoever writes it (the flusher, or a snapshot).
     file: Mutex<File>,
-    durable: tokio::sync::watch::Sender<u64>,
+    durable: tokio::sync::watch::Sender<Progress>,
     /// Where what is written is noted for the share's mirror (see [`crate::mirror`]), under
     /// the file's lock: in the order it is written.
     mirror: Arc<Feed>,
@@ -257,7 +290,7 @@ impl Journal {
         store.track_changes();
         let _ = store.take_changes();
         let file = OpenOptions::new().create(true).append(true).open(dir.join("journal"))?;
-        let (durable, _) = tokio::sync::watch::channel(0);
+        let (durable, _) = tokio::sync::watch::channel(Progress::default());
         let journal = Arc::new(Journal {
             dir,
             pending: Mutex::new(Pending::default()),
@@ -304,18 +337,23 @@ impl Journal {
     }
 
     /// Completes once record `seq` (and every one before it) is durable, and on the mirror
-    /// while it is in step.
-    pub async fn durable(&self, seq: u64) {
-        let mut durable = self.durable.subscribe();
-        if *durable.borrow() < seq {
+    /// while it is in step; or fails once it cannot be (its write failed, or the journal was
+    /// closed before it was written), rather than leave its step waiting for ever.
+    pub async fn durable(&self, seq: u64) -> Result<()> {
+        let mut progress = self.durable.subscribe();
+        if progress.borrow().of(seq).is_none() {
             {
                 let mut pending = self.pending.lock_or_recover();
                 pending.waited = true;
                 self.work.notify_one();
             }
-            let _ = durable.wait_for(|&done| done >= seq).await;
+            // The sender lives as long as the journal, which outlives this borrow of it.
+            let _ = progress.wait_for(|progress| progress.of(seq).is_some()).await;
         }
+        let outcome = progress.borrow().of(seq).unwrap_or(Ok(()));
+        outcome?;
         self.mirror.journal_reached(seq).await;
+        Ok(())
     }
 
     /// Notes the snapshot and the journal as they are now for the mirror (the changes noted
@@ -325,7 +363,7 @@ impl Journal {
         let read = |name: &str| read_all(&self.dir.join(name));
         match (read("snapshot"), read("journal")) {
             (Ok(snapshot), Ok(journal)) => {
-                let seq = *self.durable.borrow();
+                let seq = self.durable.borrow().durable;
                 self.mirror.note(Change::Snapshot { bytes: snapshot, seq });
                 self.mirror.note(Change::Journal { at: 0, bytes: journal, seq });
             }
@@ -348,7 +386,7 @@ impl Journal {
         // whose records re-applied over the new snapshot change nothing.
         file.set_len(0)?;
         file.sync_all()?;
-        self.durable.send_replace(appended);
+        self.durable.send_modify(|progress| progress.durable = progress.durable.max(appended));
         self.mirror.note(Change::Snapshot { bytes: snapshot, seq: appended });
         Ok(())
     }
@@ -421,13 +459,16 @@ impl Journal {
             drop(file);
             match written {
                 Ok(()) => {
-                    self.durable.send_if_modified(|done| {
-                        let later = upto > *done;
-                        *done = (*done).max(upto);
+                    self.durable.send_if_modified(|progress| {
+                        let later = upto > progress.durable;
+                        progress.durable = progress.durable.max(upto);
                         later
                     });
                 }
-                Err(e) => tracing::error!("could not write the metadata journal: {e}; changes are not durable"),
+                Err(e) => {
+                    tracing::error!("could not write the metadata journal: {e}; changes are not durable");
+                    self.durable.send_modify(|progress| progress.failed = progress.failed.max(upto));
+                }
             }
         }
     }
@@ -436,7 +477,10 @@ impl Journal {
     pub fn close(&self, store: &MetaStore) -> io::Result<()> {
         self.pending.lock_or_recover().stopping = true;
         self.work.notify_one();
-        self.fold(store)
+        let folded = self.fold(store);
+        // What the snapshot holds is durable; what comes after it never will be.
+        self.durable.send_modify(|progress| progress.closed = true);
+        folded
     }
 }
 
@@ -666,7 +710,7 @@ mod tests {
         let (journal, _) = Journal::open(&root, &mut store, Default::default()).unwrap();
         let file = store.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, false, None).unwrap();
         let seq = journal.append(store.take_changes()).seq;
-        journal.durable(seq).await;
+        journal.durable(seq).await.unwrap();
         // A crash: no clean stop, the journal as written.
         let mut again = MetaStore::new(0, 0, 0);
         let (journal2, _) = Journal::open(&root, &mut again, Default::default()).unwrap();

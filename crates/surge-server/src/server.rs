@@ -178,6 +178,12 @@ impl Shared {
     /// Serves server `index`'s share (this server's predecessor, lost) from its mirror here.
     pub fn take_over(&self, index: usize) -> Result<()> {
         let held = self.held.as_ref().ok_or_else(|| ServerError::new(ErrorCode::NotSupported, "this instance keeps one replica"))?;
+        if index == self.index {
+            // A one-server instance mirrors its share on itself: that copy cannot stand in
+            // for a share that is still served (taking it over would stop the mirror link,
+            // which then stops this server).
+            return Err(ServerError::new(ErrorCode::Invalid, format!("server {index} cannot take its own share over")));
+        }
         let mut held = held.lock_or_recover();
         if held.from() != index {
             return Err(ServerError::new(ErrorCode::Invalid, format!("server {index} is not this server's predecessor ({})", held.from())));
@@ -219,7 +225,12 @@ impl Shared {
 
     /// A clean stop: each namespace share served here as one snapshot, for a quick restart.
     fn close(&self) -> Result<()> {
-        replace_task(&self.mirror_link, || None);
+        // The link is stopped through the feed too, so that a change a client still connected
+        // makes (an in-process server's) does not wait for acknowledgements that never come.
+        replace_task(&self.mirror_link, || {
+            self.mirror.close();
+            None
+        });
         replace_task(&self.failover, || None);
         let stand_ins: Vec<Arc<Shared>> = self.stand_ins.lock_or_recover().drain().map(|(_, share)| share).collect();
         for share in stand_ins {

@@ -251,3 +251,60 @@ async fn a_handle_is_released_only_by_the_connection_that_opened_it() {
     let _ = std::fs::remove_dir_all(&root);
     result.unwrap();
 }
+
+/// A one-server instance with two replicas mirrors its share on itself. Taking that copy
+/// over is refused (it once stopped the mirror link and, through it, the server). And a
+/// server that stops leaves nothing its clients still send waiting for ever (fuzz finding 9:
+/// a `SwapEntry` never answered): a step that must be durable fails, since the journal is
+/// closed, and a write does not wait for a mirror link that is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_server_leaves_nothing_waiting() {
+    use surge_proto::admin::{MirrorTo, Shutdown, StatFs, TakeOver};
+    use surge_proto::namespace::{Create, SwapEntry};
+    use surge_proto::{DirEntry, FileKind, MirrorState, ServerStats};
+    let root = std::env::temp_dir().join(format!("surge-stopped-{}", std::process::id()));
+    let instance = InProcessInstance::start_replicated(&root, 1, 64 << 20).await.unwrap();
+    let (addr, secret) = (instance.addrs[0], instance.secret);
+    let result = tokio::task::spawn_blocking(move || {
+        let mut client = Raw::connect(addr, &secret);
+        let mirror_here = MirrorTo { to: Some(addr), peers: vec![addr], failover_after_ms: None };
+        assert_eq!(client.ask(mirror_here.into(), &[]).0, FrameKind::Reply);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let stats: ServerStats = decode_message(&client.ask(StatFs.into(), &[]).1).unwrap();
+            if stats.mirror == Some(MirrorState::InStep) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the mirror never came in step: {:?}", stats.mirror);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(client.refused(TakeOver { index: 0 }.into(), &[]).code, ErrorCode::Invalid);
+        let mut create = |name: &str| {
+            let create = Create {
+                parent: ROOT_INO,
+                name: name.into(),
+                mode: 0o644,
+                umask: 0,
+                uid: 0,
+                gid: 0,
+                exclusive: true,
+                open: true,
+                place_on: None,
+            };
+            decode_message::<DirEntry>(&client.ask(create.into(), &[]).1).unwrap().ino
+        };
+        let (ino, other) = (create("kept"), create("other"));
+
+        let mut admin = Raw::connect(addr, &secret);
+        assert_eq!(admin.ask(Shutdown.into(), &[]).0, FrameKind::Reply);
+        // Each answered within the connection's 10 s read timeout.
+        let swap = SwapEntry { parent: ROOT_INO, name: "kept".into(), expected: ino, ino: other, kind: FileKind::File };
+        assert_eq!(client.refused(swap.into(), &[]).code, ErrorCode::ServerDown, "a durable step after the stop");
+        let write = WriteData { ino, offset: 0, ticket: None, may_wait: false };
+        assert_eq!(client.ask(write.into(), b"after the stop").0, FrameKind::Reply, "a write waits for no mirror");
+    })
+    .await;
+    instance.stop().await;
+    let _ = std::fs::remove_dir_all(&root);
+    result.unwrap();
+}

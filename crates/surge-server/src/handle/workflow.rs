@@ -70,7 +70,7 @@ impl Session {
             (outcome, shared.journal_changes(&mut meta))
         };
         Answer::later::<C>(async move {
-            shared.journal.durable(seq).await;
+            shared.journal.durable(seq).await?;
             outcome
         })
     }
@@ -127,7 +127,7 @@ impl Session {
                 };
                 let next_expiry = match outcome? {
                     ClaimOutcome::Claimed(claimed) => {
-                        shared.journal.durable(seq).await;
+                        shared.journal.durable(seq).await?;
                         return Ok(Some(claimed));
                     }
                     ClaimOutcome::Nothing { next_expiry } => next_expiry,
