@@ -59,3 +59,4 @@ fuzz:
 	cd fuzz && nice -n 19 cargo +nightly fuzz run frame -- -runs=$(FUZZ_RUNS) -print_final_stats=1
 	cd fuzz && nice -n 19 cargo +nightly fuzz run requests -- -runs=$(FUZZ_RUNS) -print_final_stats=1
 	cd fuzz && nice -n 19 cargo +nightly fuzz run directives -- -dict=directives.dict -runs=$(FUZZ_RUNS) -print_final_stats=1
+	cd fuzz && nice -n 19 cargo +nightly fuzz run journal -- -runs=$(FUZZ_RUNS) -print_final_stats=1

@@ -29,7 +29,7 @@ use std::collections::HashMap;
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::sync::OnceLock;
 use std::time::Duration;
 
@@ -64,7 +64,7 @@ const NAMES: [&str; 6] = ["a", "b", "c", "d", "e", "f"];
 /// Runs the sequence `data` describes against a fresh instance, and checks it.
 pub fn run(data: &[u8]) {
     let runtime = runtime();
-    let root = scratch_dir();
+    let root = super::scratch_dir("requests");
     // Two copies of each share: the server holds its own mirror (its predecessor in a
     // one-server instance), so the mirror service is there to be sent anything.
     let instance = runtime.block_on(InProcessInstance::start_replicated(&root, 1, CAPACITY)).expect("an in-process instance starts");
@@ -94,14 +94,6 @@ fn tracing() -> bool {
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     RUNTIME.get_or_init(|| tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a tokio runtime"))
-}
-
-/// A new directory for one run's instance: in memory when the machine has /dev/shm, so runs
-/// cost no disk I/O.
-fn scratch_dir() -> PathBuf {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let base = if std::path::Path::new("/dev/shm").is_dir() { PathBuf::from("/dev/shm") } else { std::env::temp_dir() };
-    base.join(format!("surge-fuzz-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)))
 }
 
 /// A server's answer to one request.

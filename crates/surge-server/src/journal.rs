@@ -125,6 +125,16 @@ pub struct Journal {
     mirror: Arc<Feed>,
 }
 
+/// The bytes of a `snapshot` or `journal` file holding `records`, framed as the journal
+/// writes them (tests and the fuzz target `journal` write metadata directories with it).
+pub fn framed(records: &[impl Serialize]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for record in records {
+        frame(record, &mut bytes);
+    }
+    bytes
+}
+
 fn frame(record: &impl Serialize, out: &mut Vec<u8>) {
     let payload = postcard::to_allocvec(record).expect("a record serializes");
     out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
@@ -561,14 +571,6 @@ mod tests {
         assert!(record.xattrs.is_empty(), "format 1 had no attributes");
         let old = format2::Record::from(record);
         format1::Record { next_local: old.next_local, inodes: old.inodes, removed: old.removed, entries: old.entries }
-    }
-
-    fn framed(records: &[impl Serialize]) -> Vec<u8> {
-        let mut bytes = Vec::new();
-        for record in records {
-            frame(record, &mut bytes);
-        }
-        bytes
     }
 
     /// A directory the release before extended attributes wrote (format 1's marker, its

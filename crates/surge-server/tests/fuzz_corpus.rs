@@ -148,3 +148,42 @@ fn directives_short_run() {
         replay_or_keep("directives", i, &script, surge_fuzz::directives::run);
     }
 }
+
+#[test]
+fn journal_regressions_replay() {
+    for (path, bytes) in regressions("journal") {
+        eprintln!("replaying {}", path.display());
+        surge_fuzz::journal::run(&bytes);
+    }
+}
+
+/// The records real steps write, whole and with a few bytes changed (the records still
+/// framed right, so the changes reach the replay), and random bytes.
+/// `SURGE_FUZZ_SEEDS=dir` also writes the unchanged seeds there: the fuzzer's first corpus.
+#[test]
+fn journal_short_run() {
+    let seeds = surge_fuzz::journal::seeds();
+    assert!(seeds.len() > 5 && seeds.last().is_some_and(|s| s.len() > 200), "the seeds hold records");
+    if let Some(dir) = std::env::var_os("SURGE_FUZZ_SEEDS") {
+        for (i, seed) in seeds.iter().enumerate() {
+            std::fs::write(PathBuf::from(&dir).join(format!("seed-{i}")), seed).expect("a seed written");
+        }
+    }
+    let mut rng = Rng(0x70a5_7ed5);
+    for i in 0..3_000 {
+        let bytes = match i % 4 {
+            0 => rng.bytes(512),
+            _ => {
+                let mut input = seeds[i % seeds.len()].clone();
+                for _ in 0..1 + rng.next() % 4 {
+                    let at = 2 + rng.next() as usize % input.len().saturating_sub(2).max(1);
+                    if at < input.len() {
+                        input[at] ^= rng.next() as u8;
+                    }
+                }
+                input
+            }
+        };
+        replay_or_keep("journal", i, &bytes, surge_fuzz::journal::run);
+    }
+}

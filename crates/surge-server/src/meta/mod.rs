@@ -405,6 +405,12 @@ impl MetaStore {
         self.next_local = self.next_local.max(record.next_local);
         for state in record.inodes {
             let ino = state.attr.ino;
+            if self.is_root(ino) && !matches!(state.body, BodyState::Dir { .. }) {
+                // No step makes the root anything but a directory: this part of the record
+                // is wrong, and replaying it would leave the namespace unreachable.
+                tracing::error!("a metadata record makes the root directory a {:?}: that part is not replayed", state.attr.kind);
+                continue;
+            }
             // What the inode's state leaves out stays: a directory's entries, the attributes,
             // the name.
             let (entries, xattrs, named) = match self.inodes.remove(&ino) {
@@ -450,6 +456,10 @@ impl MetaStore {
             }
         }
         for ino in record.removed {
+            if self.is_root(ino) {
+                tracing::error!("a metadata record removes the root directory: that part is not replayed");
+                continue;
+            }
             self.inodes.remove(&ino);
             self.publications.remove(&ino);
         }
@@ -487,6 +497,11 @@ impl MetaStore {
                 return ino;
             }
         }
+    }
+
+    /// Whether `ino` is the instance's root directory, homed here.
+    fn is_root(&self, ino: Ino) -> bool {
+        self.server_index == 0 && ino == ino::ROOT_INO
     }
 
     fn is_local(&self, ino: Ino) -> bool {

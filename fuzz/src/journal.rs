@@ -1,0 +1,135 @@
+//! Target `journal`: a server's metadata directory as a crash or a bug may leave it, opened
+//! the way a restarting server opens it. The records come out of the fuzzer's bytes, each
+//! one decoded as a journal record and then framed as the journal frames them (checksums
+//! right, so that they reach the replay rather than stop at the framing); some go to the
+//! snapshot, the rest to the journal, which may be cut at any byte as a crash cuts it.
+//!
+//! Whatever the records say (entries naming inodes that do not exist, directories that are
+//! their own parents, attributes that do not read, publications of files never made),
+//! opening must answer a namespace share or an error, never panic or hang. A share that
+//! opens must then survive a clean stop: folded into a snapshot and opened again, it is the
+//! same share, item for item, and its counts are those of what it holds.
+
+use std::path::Path;
+
+use surge_proto::call::encode_reply;
+use surge_proto::frame::decode_message;
+use surge_proto::workflow::RetentionPolicy;
+use surge_proto::xattr::XattrSetMode;
+use surge_proto::{FileKind, ROOT_INO};
+use surge_server::journal::{framed, Journal, FORMAT};
+use surge_server::meta::{MetaStore, Record};
+
+use super::input::Input;
+
+/// Most records an input makes (a run also ends where its bytes do).
+const MAX_RECORDS: usize = 32;
+/// Largest encoded record read from the input.
+const MAX_RECORD_LEN: usize = 8192;
+
+pub fn run(data: &[u8]) {
+    let mut input = Input::new(data);
+    let in_snapshot = input.below(4);
+    let cut = if input.one_in(3) { input.u16() as usize } else { 0 };
+    let mut records = Vec::new();
+    while !input.is_empty() && records.len() < MAX_RECORDS {
+        if let Ok(record) = decode_message::<Record>(input.bytes(MAX_RECORD_LEN)) {
+            records.push(record);
+        }
+    }
+    if std::env::var_os("SURGE_FUZZ_TRACE").is_some() {
+        eprintln!("{in_snapshot} record(s) in the snapshot, the journal cut by {cut} byte(s):");
+        records.iter().for_each(|record| eprintln!("{record:?}"));
+    }
+    let split = in_snapshot.min(records.len());
+    let (snapshot, journal) = records.split_at(split);
+    let mut journal_bytes = framed(journal);
+    journal_bytes.truncate(journal_bytes.len().saturating_sub(cut));
+
+    let root = super::scratch_dir("journal");
+    let meta = root.join("meta");
+    std::fs::create_dir_all(&meta).expect("a scratch directory");
+    std::fs::write(meta.join("format"), format!("{FORMAT}\n")).expect("the format marker");
+    if !snapshot.is_empty() {
+        std::fs::write(meta.join("snapshot"), framed(snapshot)).expect("the snapshot");
+    }
+    std::fs::write(meta.join("journal"), &journal_bytes).expect("the journal");
+
+    if let Some(first) = open(&root) {
+        // Opened: the clean stop's snapshot must give back the same share.
+        let again = open(&root).expect("a share folded at a clean stop opens again");
+        assert_eq!(canonical(&again), canonical(&first), "a share changed across a clean stop and a restart");
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Opens the share under `root` as a server 0 does at its start, checks its counts and stops
+/// it cleanly (a fold into a new snapshot); None when the directory is refused.
+fn open(root: &Path) -> Option<MetaStore> {
+    let mut store = MetaStore::new(0, 0, 0);
+    let (journal, _orphans) = Journal::open(root, &mut store, Default::default()).ok()?;
+    let snapshot = store.snapshot();
+    let (inodes, files, dirs) = store.counts();
+    assert_eq!(inodes as usize, snapshot.inodes.len(), "the inode count is not the number of inodes held");
+    let held_dirs = snapshot.inodes.iter().filter(|i| i.attr.kind == FileKind::Dir).count() as u64;
+    assert_eq!((files, dirs), (inodes - held_dirs, held_dirs), "files and directories miscounted");
+    journal.close(&store).expect("a clean stop writes its snapshot");
+    Some(store)
+}
+
+/// What a share holds, in an order that does not depend on its maps' iteration order.
+fn canonical(store: &MetaStore) -> Vec<Vec<String>> {
+    let snapshot = store.snapshot();
+    let sorted = |items: Vec<String>| {
+        let mut items = items;
+        items.sort();
+        items
+    };
+    vec![
+        vec![snapshot.next_local.to_string()],
+        sorted(snapshot.inodes.iter().map(|i| format!("{i:?}")).collect()),
+        sorted(snapshot.entries.iter().map(|e| format!("{e:?}")).collect()),
+        sorted(snapshot.xattrs.iter().map(|x| format!("{x:?}")).collect()),
+        sorted(snapshot.workflow.iter().map(|w| format!("{w:?}")).collect()),
+    ]
+}
+
+/// Inputs made of the records real steps write (files, a symlink, an attribute, a size
+/// published at close, a retention policy, an unlink, a rename), whole and in part: where
+/// the fuzzer starts, and what the stable short run mutates.
+pub fn seeds() -> Vec<Vec<u8>> {
+    let mut store = MetaStore::new(0, 0, 0);
+    store.track_changes();
+    let mut records = Vec::new();
+    let a = store.create(ROOT_INO, "a", 0o644, 0o022, 1000, 1000, true, true, None).map(|e| e.ino);
+    records.push(store.take_changes());
+    let _ = store.create(ROOT_INO, "b", 0o600, 0, 0, 0, true, false, None);
+    records.push(store.take_changes());
+    let _ = store.symlink(ROOT_INO, "l", "a", 0, 0);
+    records.push(store.take_changes());
+    if let Ok(a) = a {
+        let _ = store.set_xattr(a, "user.note", b"value".to_vec(), XattrSetMode::Either);
+        records.push(store.take_changes());
+        let _ = store.commit(a, Some(10), None, true, true);
+        records.push(store.take_changes());
+    }
+    let policy = RetentionPolicy { pattern: "*".into(), keep_last: Some(1), after_groups: false, stage_out: None, stage_every: 1 };
+    let _ = store.set_retention(ROOT_INO, "/", Some(policy));
+    records.push(store.take_changes());
+    let _ = store.unlink(ROOT_INO, "b");
+    records.push(store.take_changes());
+    let _ = store.rename(ROOT_INO, "a", ROOT_INO, "c", false, None);
+    records.push(store.take_changes());
+    (0..=records.len())
+        .map(|upto| {
+            // Snapshot records, no cut, then the records as `Input::bytes` reads them.
+            let mut input = vec![(upto % 4) as u8, 1];
+            for record in &records[..upto] {
+                let bytes = encode_reply(record);
+                input.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
+                input.extend_from_slice(&bytes);
+            }
+            input
+        })
+        .collect()
+}
