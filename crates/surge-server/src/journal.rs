@@ -8,7 +8,10 @@
 //! step that came in while the previous group was being written. A step that must be durable
 //! before it is answered (a close or fsync publishing a file's size) waits for its record's
 //! group ([`Journal::durable`]); others are answered at once and are durable a moment later:
-//! after a crash, a change is there whole or not at all.
+//! after a crash, a change is there whole or not at all. A group the disk refuses (full,
+//! failing) is cut back off the journal and written again with the next group; the steps
+//! waiting for it are answered EIO rather than left waiting, as are those still waiting when
+//! the journal closes.
 //!
 //! Files in `<root>/meta`: `snapshot` (everything, as a few records: one would not fit a
 //! frame's length once inodes hold large attributes) and `journal` (the records after it). Each record is framed `length (u32) | checksum (first 8 bytes of BLAKE3) |
@@ -69,6 +72,9 @@ pub struct Appended {
 /// 20% with 50 ms). What is not waited for may be lost for this long in a crash, whole.
 const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 const FLUSH_RECORDS: usize = 1024;
+/// How long the flusher waits before writing a group again after the journal could not be
+/// written (a full or failing metadata disk).
+const RETRY_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Records appended and not yet written (encoded by the flusher, off the request path).
 #[derive(Default)]
@@ -123,6 +129,9 @@ pub struct Journal {
     /// Where what is written is noted for the share's mirror (see [`crate::mirror`]), under
     /// the file's lock: in the order it is written.
     mirror: Arc<Feed>,
+    /// Tests: every write fails, torn, as on a full disk.
+    #[cfg(test)]
+    fail_writes: std::sync::atomic::AtomicBool,
 }
 
 /// The bytes of a `snapshot` or `journal` file holding `records`, framed as the journal
@@ -308,6 +317,8 @@ impl Journal {
             file: Mutex::new(file),
             durable,
             mirror,
+            #[cfg(test)]
+            fail_writes: Default::default(),
         });
         match layout {
             Layout::Current => journal.fold(store)?,
@@ -462,13 +473,10 @@ impl Journal {
                 pending.journal_len += bytes.len() as u64;
                 pending.journal_len - bytes.len() as u64
             };
-            let written = file.write_all(&bytes).and_then(|()| file.sync_data());
-            if written.is_ok() {
-                self.mirror.note(Change::Journal { at, bytes, seq: upto });
-            }
-            drop(file);
-            match written {
+            match self.write_group(&mut file, &bytes) {
                 Ok(()) => {
+                    self.mirror.note(Change::Journal { at, bytes, seq: upto });
+                    drop(file);
                     self.durable.send_if_modified(|progress| {
                         let later = upto > progress.durable;
                         progress.durable = progress.durable.max(upto);
@@ -476,11 +484,43 @@ impl Journal {
                     });
                 }
                 Err(e) => {
-                    tracing::error!("could not write the metadata journal: {e}; changes are not durable");
+                    // What was written of the group goes (a torn record inside the journal
+                    // would end every later replay there, losing the records after it), and
+                    // the records are written again with the next group: the store holds
+                    // their changes, and later records build on them. Their steps are told
+                    // now that they may be lost (EIO) rather than left waiting.
+                    let cut = file.set_len(at).and_then(|()| file.sync_data());
+                    let stopping = {
+                        let mut pending = self.pending.lock_or_recover();
+                        pending.journal_len = at;
+                        let later = std::mem::replace(&mut pending.records, records);
+                        pending.records.extend(later);
+                        pending.stopping
+                    };
+                    drop(file);
                     self.durable.send_modify(|progress| progress.failed = progress.failed.max(upto));
+                    match cut {
+                        Ok(()) => tracing::error!("could not write the metadata journal: {e}; its changes are not durable yet, tried again"),
+                        Err(cut) => tracing::error!("could not write the metadata journal ({e}) nor cut it back ({cut}): a restart may lose the changes after this point"),
+                    }
+                    if stopping {
+                        return; // The clean stop's snapshot holds them, or could not be written either.
+                    }
+                    std::thread::sleep(RETRY_AFTER);
                 }
             }
         }
+    }
+
+    /// Writes one group's bytes at the journal's end and makes them durable.
+    fn write_group(&self, file: &mut File, bytes: &[u8]) -> io::Result<()> {
+        #[cfg(test)]
+        if self.fail_writes.load(std::sync::atomic::Ordering::Relaxed) {
+            file.write_all(&bytes[..bytes.len() / 2])?; // Torn, as a full disk tears it.
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        file.write_all(bytes)?;
+        file.sync_data()
     }
 
     /// A clean stop: everything appended is written, and folded into a snapshot.
@@ -702,6 +742,41 @@ mod tests {
         assert!(store.lookup(ROOT_INO, "kept").is_ok(), "the new snapshot is in place");
         assert!(!root.meta(NEXT_SNAPSHOT).exists());
         journal.close(&store).unwrap();
+    }
+
+    /// A group the disk refused (torn, as a full disk leaves it) fails its steps at once
+    /// instead of leaving them waiting; what was written of it is cut, and its records are
+    /// written again once the disk takes them, so the journal after a crash holds them and
+    /// every later record (a torn record inside it would end the replay there).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_group_the_disk_refused_is_written_again_whole() {
+        let root = std::env::temp_dir().join(format!("surge-journal-refused-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let mut store = MetaStore::new(0, 0, 0);
+        let (journal, _) = Journal::open(&root, &mut store, Default::default()).unwrap();
+        let create = |store: &mut MetaStore, name: &str| {
+            store.create(ROOT_INO, name, 0o644, 0, 0, 0, true, false, None).unwrap();
+            journal.append(store.take_changes()).seq
+        };
+        let first = create(&mut store, "before");
+        journal.durable(first).await.unwrap();
+
+        journal.fail_writes.store(true, std::sync::atomic::Ordering::Relaxed);
+        let refused = create(&mut store, "refused");
+        let outcome = tokio::time::timeout(std::time::Duration::from_secs(5), journal.durable(refused)).await;
+        assert_eq!(outcome.expect("answered, not left waiting").unwrap_err().code, ErrorCode::Io);
+
+        journal.fail_writes.store(false, std::sync::atomic::Ordering::Relaxed);
+        let after = create(&mut store, "after");
+        journal.durable(after).await.unwrap();
+        // A crash: no clean stop, the journal as written.
+        let mut again = MetaStore::new(0, 0, 0);
+        let (journal2, _) = Journal::open(&root, &mut again, Default::default()).unwrap();
+        for name in ["before", "refused", "after"] {
+            assert!(again.lookup(ROOT_INO, name).is_ok(), "'{name}' lost");
+        }
+        journal2.close(&again).unwrap();
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
