@@ -204,6 +204,17 @@ pub enum BodyState {
     Dir { parent: Ino, subdirs: u32, retired: bool, layout: DirLayout },
 }
 
+impl BodyState {
+    /// Whether an inode of kind `kind` has a body of this form.
+    fn holds(&self, kind: FileKind) -> bool {
+        match self {
+            BodyState::Dir { .. } => kind == FileKind::Dir,
+            BodyState::Symlink(_) => kind == FileKind::Symlink,
+            BodyState::File => !matches!(kind, FileKind::Dir | FileKind::Symlink),
+        }
+    }
+}
+
 /// A change of one name: what `dir/name` names now (None: nothing).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct EntryState {
@@ -405,10 +416,11 @@ impl MetaStore {
         self.next_local = self.next_local.max(record.next_local);
         for state in record.inodes {
             let ino = state.attr.ino;
-            if self.is_root(ino) && !matches!(state.body, BodyState::Dir { .. }) {
-                // No step makes the root anything but a directory: this part of the record
-                // is wrong, and replaying it would leave the namespace unreachable.
-                tracing::error!("a metadata record makes the root directory a {:?}: that part is not replayed", state.attr.kind);
+            // No step writes an inode whose kind is not its body's, nor makes the root
+            // anything but a directory: such a part of a record is wrong (replayed, a root of
+            // kind File with a directory's body would go at the next start as an orphan).
+            if !state.body.holds(state.attr.kind) || (self.is_root(ino) && state.attr.kind != FileKind::Dir) {
+                tracing::error!(ino, kind = ?state.attr.kind, "a metadata record holds an inode whose kind does not fit: that part is not replayed");
                 continue;
             }
             // What the inode's state leaves out stays: a directory's entries, the attributes,
