@@ -26,6 +26,14 @@ impl Rng {
     }
 }
 
+/// Runs `target` on every input kept under `fuzz/regressions/<target>/`.
+fn replay_regressions(target: &str, run: fn(&[u8])) {
+    for (path, bytes) in regressions(target) {
+        eprintln!("replaying {}", path.display());
+        run(&bytes);
+    }
+}
+
 fn regressions(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/regressions").join(target);
     let mut found: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&dir)
@@ -43,18 +51,12 @@ fn regressions(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
 
 #[test]
 fn frame_regressions_replay() {
-    for (path, bytes) in regressions("frame") {
-        eprintln!("replaying {}", path.display());
-        surge_fuzz::frame::run(&bytes);
-    }
+    replay_regressions("frame", surge_fuzz::frame::run);
 }
 
 #[test]
 fn requests_regressions_replay() {
-    for (path, bytes) in regressions("requests") {
-        eprintln!("replaying {}", path.display());
-        surge_fuzz::requests::run(&bytes);
-    }
+    replay_regressions("requests", surge_fuzz::requests::run);
 }
 
 /// `SURGE_FUZZ_REPLAY=path`: runs the `requests` target on that one input (with
@@ -119,10 +121,7 @@ fn replay_or_keep(target: &str, index: usize, bytes: &[u8], run: fn(&[u8])) {
 
 #[test]
 fn directives_regressions_replay() {
-    for (path, bytes) in regressions("directives") {
-        eprintln!("replaying {}", path.display());
-        surge_fuzz::directives::run(&bytes);
-    }
+    replay_regressions("directives", surge_fuzz::directives::run);
 }
 
 /// Scripts of random lines built from the words of the `#DW` language (the fuzzer's
@@ -151,10 +150,7 @@ fn directives_short_run() {
 
 #[test]
 fn journal_regressions_replay() {
-    for (path, bytes) in regressions("journal") {
-        eprintln!("replaying {}", path.display());
-        surge_fuzz::journal::run(&bytes);
-    }
+    replay_regressions("journal", surge_fuzz::journal::run);
 }
 
 /// The records real steps write, whole and with a few bytes changed (the records still

@@ -62,6 +62,25 @@ impl Raw {
         decode_message(&message).unwrap()
     }
 
+    /// Creates and opens the file `name` in the root; its inode.
+    fn create(&mut self, name: &str) -> u64 {
+        use surge_proto::namespace::Create;
+        let create = Create {
+            parent: ROOT_INO,
+            name: name.into(),
+            mode: 0o644,
+            umask: 0,
+            uid: 0,
+            gid: 0,
+            exclusive: true,
+            open: true,
+            place_on: None,
+        };
+        let (kind, entry) = self.ask(create.into(), &[]);
+        assert_eq!(kind, FrameKind::Reply, "'{name}' created");
+        decode_message::<surge_proto::DirEntry>(&entry).unwrap().ino
+    }
+
     /// The connection still answers an ordinary request.
     fn still_answers(&mut self) {
         let (kind, message) = self.ask(GetAttr { ino: ROOT_INO }.into(), &[]);
@@ -164,8 +183,8 @@ async fn edge_values_and_runaway_orders_are_refused_and_the_connection_goes_on()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vanished_connection_gives_back_what_it_held() {
     use surge_proto::admin::{StatFs, Watch};
-    use surge_proto::namespace::{Create, Unlink};
-    use surge_proto::{DirEntry, ServerStats};
+    use surge_proto::namespace::Unlink;
+    use surge_proto::ServerStats;
     let root = std::env::temp_dir().join(format!("surge-vanished-{}", std::process::id()));
     let share = 64 << 20;
     let instance = InProcessInstance::start(&root, 1, share).await.unwrap();
@@ -174,19 +193,7 @@ async fn a_vanished_connection_gives_back_what_it_held() {
         let stats = |raw: &mut Raw| -> ServerStats { decode_message(&raw.ask(StatFs.into(), &[]).1).unwrap() };
         let mut gone = Raw::connect(addr, &secret);
         assert_eq!(gone.ask(Watch.into(), &[]).0, FrameKind::Reply);
-        let create = Create {
-            parent: ROOT_INO,
-            name: "scratch".into(),
-            mode: 0o644,
-            umask: 0,
-            uid: 0,
-            gid: 0,
-            exclusive: true,
-            open: true,
-            place_on: None,
-        };
-        let (_, entry) = gone.ask(create.into(), &[]);
-        let ino = decode_message::<DirEntry>(&entry).unwrap().ino;
+        let ino = gone.create("scratch");
         assert_eq!(gone.ask(WriteData { ino, offset: 0, ticket: None, may_wait: true }.into(), &vec![7u8; 4 << 20]).0, FrameKind::Reply);
         assert_eq!(gone.ask(ReserveLocal { ino, bytes: 32 << 20, ticket: None }.into(), &[]).0, FrameKind::Reply);
         assert_eq!(gone.ask(Unlink { parent: ROOT_INO, name: "scratch".into() }.into(), &[]).0, FrameKind::Reply);
@@ -260,8 +267,8 @@ async fn a_handle_is_released_only_by_the_connection_that_opened_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_server_leaves_nothing_waiting() {
     use surge_proto::admin::{MirrorTo, Shutdown, StatFs, TakeOver};
-    use surge_proto::namespace::{Create, SwapEntry};
-    use surge_proto::{DirEntry, FileKind, MirrorState, ServerStats};
+    use surge_proto::namespace::SwapEntry;
+    use surge_proto::{FileKind, MirrorState, ServerStats};
     let root = std::env::temp_dir().join(format!("surge-stopped-{}", std::process::id()));
     let instance = InProcessInstance::start_replicated(&root, 1, 64 << 20).await.unwrap();
     let (addr, secret) = (instance.addrs[0], instance.secret);
@@ -279,21 +286,7 @@ async fn a_stopped_server_leaves_nothing_waiting() {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert_eq!(client.refused(TakeOver { index: 0 }.into(), &[]).code, ErrorCode::Invalid);
-        let mut create = |name: &str| {
-            let create = Create {
-                parent: ROOT_INO,
-                name: name.into(),
-                mode: 0o644,
-                umask: 0,
-                uid: 0,
-                gid: 0,
-                exclusive: true,
-                open: true,
-                place_on: None,
-            };
-            decode_message::<DirEntry>(&client.ask(create.into(), &[]).1).unwrap().ino
-        };
-        let (ino, other) = (create("kept"), create("other"));
+        let (ino, other) = (client.create("kept"), client.create("other"));
 
         let mut admin = Raw::connect(addr, &secret);
         assert_eq!(admin.ask(Shutdown.into(), &[]).0, FrameKind::Reply);
