@@ -435,6 +435,11 @@ impl MetaStore {
                 BodyState::Symlink(target) => Body::Symlink(target),
                 BodyState::Dir { parent, subdirs, retired, layout } => Body::Dir(Dir { parent, entries, subdirs, retired, layout }),
             };
+            if !matches!(body, Body::Dir(_)) {
+                // Only a directory has a publication log (a record may turn a number that was
+                // a directory's into a file's, as a removal and a reuse would).
+                self.publications.remove(&ino);
+            }
             self.inodes.insert(ino, Inode { xattrs, named, ..Inode::new(state.attr.into(), body) });
         }
         for e in record.entries {

@@ -189,7 +189,7 @@ impl MetaStore {
 
     /// Replays a journaled publication.
     pub(super) fn restore_publication(&mut self, state: PublicationState) {
-        if self.inodes.contains_key(&state.dir) {
+        if self.dir(state.dir).is_ok() {
             self.publications.entry(state.dir).or_default().entries.push(state.publication);
         }
     }

@@ -195,7 +195,7 @@ impl MetaStore {
 
     /// Replays a journaled policy.
     pub(super) fn restore_retention(&mut self, change: RetentionChange) {
-        if self.inodes.contains_key(&change.dir) {
+        if self.dir(change.dir).is_ok() {
             self.publications.entry(change.dir).or_default().retention = change.state;
         }
     }
