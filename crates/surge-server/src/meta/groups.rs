@@ -302,7 +302,7 @@ impl MetaStore {
 
     /// Replays a journaled group state.
     pub(super) fn restore_group(&mut self, change: GroupChange) {
-        if self.dir(change.dir).is_err() {
+        if !self.holds_dir(change.dir) {
             return;
         }
         let log = self.publications.entry(change.dir).or_default();

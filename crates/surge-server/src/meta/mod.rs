@@ -611,6 +611,12 @@ impl MetaStore {
         self.inode_untracked(ino)
     }
 
+    /// Whether `ino` is a directory here, retired or not (what a directory's workflow state
+    /// is replayed onto, in whatever order the records come).
+    fn holds_dir(&self, ino: Ino) -> bool {
+        matches!(self.inodes.get(&ino).map(|inode| &inode.body), Some(Body::Dir(_)))
+    }
+
     fn dir(&self, ino: Ino) -> Result<&Dir> {
         match &self.inode(ino)?.body {
             Body::Dir(dir) if !dir.retired => Ok(dir),

@@ -189,7 +189,7 @@ impl MetaStore {
 
     /// Replays a journaled publication.
     pub(super) fn restore_publication(&mut self, state: PublicationState) {
-        if self.dir(state.dir).is_ok() {
+        if self.holds_dir(state.dir) {
             self.publications.entry(state.dir).or_default().entries.push(state.publication);
         }
     }

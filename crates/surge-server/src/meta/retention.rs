@@ -195,7 +195,7 @@ impl MetaStore {
 
     /// Replays a journaled policy.
     pub(super) fn restore_retention(&mut self, change: RetentionChange) {
-        if self.dir(change.dir).is_ok() {
+        if self.holds_dir(change.dir) {
             self.publications.entry(change.dir).or_default().retention = change.state;
         }
     }
