@@ -1100,6 +1100,11 @@ impl MetaStore {
 
     pub fn set_parent(&mut self, ino: Ino, parent: Ino) -> Result<()> {
         Self::not_root(ino)?;
+        // A parent homed here must be a directory here (its `..` would otherwise answer a
+        // file's attributes under a directory's kind); one homed elsewhere is taken on trust.
+        if self.is_local(parent) {
+            self.dir(parent)?;
+        }
         match &mut self.inode_mut(ino)?.body {
             Body::Dir(dir) => {
                 dir.parent = parent;
@@ -1466,9 +1471,16 @@ mod tests {
         assert_eq!(under(&mut s, ROOT_INO + 999).unwrap_err().code, ErrorCode::NotFound);
         let dir = under(&mut s, ROOT_INO).unwrap();
         assert_eq!(s.getattr(dir).unwrap().kind, FileKind::Dir);
+        // Re-parenting (a rename across servers) asks the same of the new parent (fuzz
+        // finding 14: a directory's `..` named a FIFO).
+        assert_eq!(s.set_parent(dir, file).unwrap_err().code, ErrorCode::NotDir);
+        assert_eq!(s.set_parent(dir, ROOT_INO + 999).unwrap_err().code, ErrorCode::NotFound);
+        s.set_parent(dir, ROOT_INO).unwrap();
         // A parent homed on another server is the client's word (checked where it is linked).
         let mut elsewhere = MetaStore::new(1, 0, 0);
         assert!(under(&mut elsewhere, ROOT_INO).is_ok());
+        let moved = under(&mut elsewhere, ROOT_INO).unwrap();
+        elsewhere.set_parent(moved, ROOT_INO + 999).unwrap();
     }
 
     /// A snapshot written as several records (as the journal writes it) rebuilds the same
