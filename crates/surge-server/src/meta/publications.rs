@@ -43,11 +43,27 @@ pub(super) struct Entries {
 
 impl Entries {
     fn push(&mut self, publication: Publication) {
-        self.next = self.next.max(publication.cursor + 1);
+        self.next = self.next.max(publication.cursor.saturating_add(1));
         self.kept.push_back(publication);
         while self.kept.len() > KEPT_PER_DIRECTORY {
             self.kept.pop_front();
         }
+    }
+
+    /// A journaled publication, replayed. One the log has already is skipped: after a crash
+    /// between a snapshot and the emptying of the journal, the journal's records are replayed
+    /// over the snapshot that holds them. One that would leave a gap is refused: cursors in a
+    /// log are consecutive (what [`Entries::get`] relies on), and no step writes a gap.
+    fn restore(&mut self, publication: Publication) -> std::result::Result<(), String> {
+        let next = self.next.max(1);
+        if publication.cursor < next {
+            return Ok(());
+        }
+        if publication.cursor == u64::MAX || (!self.kept.is_empty() && publication.cursor > next) {
+            return Err(format!("publication {} where {next} was next", publication.cursor));
+        }
+        self.push(publication);
+        Ok(())
     }
 
     /// The oldest cursor kept (the next one when none is).
@@ -190,7 +206,9 @@ impl MetaStore {
     /// Replays a journaled publication.
     pub(super) fn restore_publication(&mut self, state: PublicationState) {
         if self.holds_dir(state.dir) {
-            self.publications.entry(state.dir).or_default().entries.push(state.publication);
+            if let Err(e) = self.publications.entry(state.dir).or_default().entries.restore(state.publication) {
+                tracing::error!(dir = state.dir, "a journaled publication is not replayed: {e}");
+            }
         }
     }
 
@@ -246,6 +264,37 @@ mod tests {
         s.rename(ROOT_INO, ".c", ROOT_INO, "a", false, None).unwrap();
         assert_eq!(names(&s.publications(ROOT_INO, 0, 10, &all).unwrap()), ["b", "a"]);
         assert_eq!(s.publications(ROOT_INO + 999, 0, 10, &all).unwrap_err().code, ErrorCode::NotFound);
+    }
+
+    /// A journal replayed over the snapshot that already holds its records (a crash between
+    /// writing a snapshot and emptying the journal) leaves each publication once, and a
+    /// record that would leave a gap in a log's cursors is not replayed.
+    #[test]
+    fn publications_replayed_twice_are_kept_once() {
+        let mut s = MetaStore::new(0, 0, 0);
+        s.track_changes();
+        let _ = s.take_changes();
+        for name in ["a", "b"] {
+            let f = s.create(ROOT_INO, name, 0o644, 0, 0, 0, true, true, None).unwrap().ino;
+            s.commit(f, Some(1), None, true, true).unwrap();
+        }
+        let journal = s.take_changes();
+        let mut replayed = MetaStore::new(0, 0, 0);
+        for record in [s.snapshot(), journal] {
+            replayed.apply(record).unwrap();
+        }
+        let all = NamePattern::default();
+        let page = replayed.publications(ROOT_INO, 0, 10, &all).unwrap();
+        assert_eq!(names(&page), ["a", "b"]);
+        assert_eq!(page.publications.iter().map(|p| p.cursor).collect::<Vec<_>>(), [1, 2]);
+
+        let gap = |cursor| PublicationState { dir: ROOT_INO, publication: Publication { cursor, ..page.publications[0].clone() } };
+        for cursor in [9, u64::MAX] {
+            let record =
+                super::super::Record { workflow: vec![super::super::WorkflowChange::Published(gap(cursor))], ..Default::default() };
+            replayed.apply(record).unwrap();
+        }
+        assert_eq!(names(&replayed.publications(ROOT_INO, 0, 10, &all).unwrap()), ["a", "b"], "a gap was replayed");
     }
 
     /// Write, close, rename as it reaches the server through a mount (flush, rename, then the
