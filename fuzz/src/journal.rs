@@ -4,19 +4,30 @@
 //! right, so that they reach the replay rather than stop at the framing); some go to the
 //! snapshot, the rest to the journal, which may be cut at any byte as a crash cuts it.
 //!
-//! Whatever the records say (entries naming inodes that do not exist, directories that are
-//! their own parents, attributes that do not read, publications of files never made),
-//! opening must answer a namespace share or an error, never panic or hang. A share that
-//! opens must then survive a clean stop: folded into a snapshot and opened again, it is the
-//! same share, item for item, and its counts are those of what it holds.
+//! Two modes, the second for inputs whose first byte is [`STEPS_MODE`]:
+//!
+//! * **records**: whatever the records say (entries naming inodes that do not exist,
+//!   directories that are their own parents, attributes that do not read, publications of
+//!   files never made), opening must answer a namespace share or an error, never panic or
+//!   hang. A share that opens must then survive a clean stop: folded into a snapshot and
+//!   opened again, it is the same share, item for item, and its counts are those of what it
+//!   holds.
+//! * **steps**: real steps on a live store (creates, mkdir as its two steps, unlinks, rmdir,
+//!   renames, exchanges, hard links, symlinks, nodes, attributes, extended attributes,
+//!   closes that publish, retention policies, consumer groups' claims and acknowledgements),
+//!   each step's change record journaled as a server journals it. The journal alone must give
+//!   back the live store as a restart sees it (the files unlinked while open dropped); so
+//!   must the journal replayed over a snapshot of the live store, as a crash between a fold's
+//!   snapshot and its emptying of the journal leaves them; and so must the clean stop after.
 
 use std::path::Path;
 
 use surge_proto::call::encode_reply;
 use surge_proto::frame::decode_message;
+use surge_proto::placement::DirLayout;
 use surge_proto::workflow::RetentionPolicy;
 use surge_proto::xattr::XattrSetMode;
-use surge_proto::{FileKind, ROOT_INO};
+use surge_proto::{AttrChanges, FileKind, Ino, ROOT_INO};
 use surge_server::journal::{framed, Journal, FORMAT};
 use surge_server::meta::{MetaStore, Record};
 
@@ -27,7 +38,13 @@ const MAX_RECORDS: usize = 32;
 /// Largest encoded record read from the input.
 const MAX_RECORD_LEN: usize = 8192;
 
+/// The first byte of an input in steps mode (any other starts one in records mode).
+pub const STEPS_MODE: u8 = 0xff;
+
 pub fn run(data: &[u8]) {
+    if let Some((&STEPS_MODE, rest)) = data.split_first() {
+        return steps(&mut Input::new(rest));
+    }
     let mut input = Input::new(data);
     let in_snapshot = input.below(4);
     let cut = if input.one_in(3) { input.u16() as usize } else { 0 };
@@ -63,6 +80,112 @@ pub fn run(data: &[u8]) {
     let _ = std::fs::remove_dir_all(&root);
 }
 
+/// Names steps draw from, so that they meet each other's entries.
+const NAMES: [&str; 4] = ["a", "b", "c", "d"];
+
+/// Steps mode (see the module notes).
+fn steps(input: &mut Input) {
+    let mut live = MetaStore::new(0, 0, 0);
+    live.track_changes();
+    let _ = live.take_changes();
+    // What a first start writes before any step (the root's state among it).
+    let started = live.snapshot().split();
+    let mut records = Vec::new();
+    let (mut dirs, mut inodes) = (vec![ROOT_INO], vec![ROOT_INO]);
+    let now = || surge_proto::Timestamp { secs: 1_000, nanos: 0 };
+    for _ in 0..MAX_RECORDS {
+        if input.is_empty() {
+            break;
+        }
+        let pick = |input: &mut Input, from: &[Ino]| from[input.below(from.len())];
+        let (dir, name, ino) = (pick(input, &dirs), NAMES[input.below(NAMES.len())], pick(input, &inodes));
+        match input.below(16) {
+            0 => {
+                if let Ok(entry) = live.create(dir, name, 0o644, 0, 0, 0, input.bool(), input.bool(), None) {
+                    inodes.push(entry.ino);
+                }
+            }
+            1 => {
+                if let Ok(attr) = live.make_dir_inode(dir, 0o755, 0, 0, 0, None, DirLayout::default()) {
+                    match live.insert_entry(dir, name, attr.ino, FileKind::Dir, false, None) {
+                        Ok(_) => dirs.push(attr.ino),
+                        Err(_) => drop(live.drop_inode(attr.ino)),
+                    }
+                }
+            }
+            2 => drop(live.unlink(dir, name)),
+            3 => drop(live.rmdir(dir, name)),
+            4 => drop(live.rename(dir, name, pick(input, &dirs), NAMES[input.below(NAMES.len())], input.bool(), None)),
+            5 => drop(live.exchange(dir, name, pick(input, &dirs), NAMES[input.below(NAMES.len())])),
+            6 => {
+                if let Ok(attr) = live.add_link(ino) {
+                    if live.insert_entry(dir, name, ino, attr.kind, false, None).is_err() {
+                        drop(live.drop_link(ino));
+                    }
+                }
+            }
+            7 => {
+                if let Ok(attr) = live.symlink(dir, name, "target", 0, 0) {
+                    inodes.push(attr.ino);
+                }
+            }
+            8 => {
+                if let Ok(attr) = live.make_node(dir, name, FileKind::Fifo, 0o644, 0, 0, 0) {
+                    inodes.push(attr.ino);
+                }
+            }
+            9 => {
+                let changes = AttrChanges {
+                    mode: Some(input.u16() as u32),
+                    size: input.bool().then(|| input.size() % (1 << 40)),
+                    ..Default::default()
+                };
+                drop(live.setattr(ino, &changes));
+            }
+            10 => match input.bool() {
+                true => drop(live.set_xattr(ino, ["user.x", "user.y"][input.below(2)], input.bytes(64).to_vec(), XattrSetMode::Either)),
+                false => drop(live.remove_xattr(ino, ["user.x", "user.y"][input.below(2)])),
+            },
+            11 => drop(live.open(ino)),
+            12 => drop(live.commit(ino, Some(input.size() % (1 << 40)), None, input.bool(), input.bool())),
+            13 => {
+                let policy = input.bool().then(|| RetentionPolicy {
+                    pattern: "*".into(),
+                    keep_last: Some(1 + input.below(3) as u32),
+                    after_groups: input.bool(),
+                    stage_out: None,
+                    stage_every: 1,
+                });
+                drop(live.set_retention(dir, "/", policy));
+            }
+            14 => drop(live.claim(dir, "g", None, "consumer", 60_000, now())),
+            _ => drop(live.done(dir, Some("g"), name, None, now())),
+        }
+        records.push(live.take_changes());
+    }
+    // What a fold during the run would have written, before the crash that left its journal.
+    let folded = live.snapshot().split();
+    live.settle();
+    let expected = canonical(&live);
+
+    let root = super::scratch_dir("journal");
+    let meta = root.join("meta");
+    std::fs::create_dir_all(&meta).expect("a scratch directory");
+    std::fs::write(meta.join("format"), format!("{FORMAT}\n")).expect("the format marker");
+    std::fs::write(meta.join("snapshot"), framed(&started)).expect("the snapshot");
+    std::fs::write(meta.join("journal"), framed(&records)).expect("the journal");
+    let replayed = open(&root).expect("a journal of real steps opens");
+    assert_eq!(canonical(&replayed), expected, "the journal does not give back the store that wrote it");
+    let restarted = open(&root).expect("a share folded at a clean stop opens again");
+    assert_eq!(canonical(&restarted), expected, "a share changed across a clean stop and a restart");
+
+    std::fs::write(meta.join("snapshot"), framed(&folded)).expect("the snapshot");
+    std::fs::write(meta.join("journal"), framed(&records)).expect("the journal");
+    let crashed = open(&root).expect("a journal replayed over its fold's snapshot opens");
+    assert_eq!(canonical(&crashed), expected, "a journal replayed over the snapshot that holds it gives another store");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 /// Opens the share under `root` as a server 0 does at its start, checks its counts and stops
 /// it cleanly (a fold into a new snapshot); None when the directory is refused.
 fn open(root: &Path) -> Option<MetaStore> {
@@ -94,9 +217,10 @@ fn canonical(store: &MetaStore) -> Vec<Vec<String>> {
     ]
 }
 
-/// Inputs made of the records real steps write (files, a symlink, an attribute, a size
-/// published at close, a retention policy, an unlink, a rename), whole and in part: where
-/// the fuzzer starts, and what the stable short run mutates.
+/// Records-mode inputs made of the records real steps write (files, a symlink, an attribute,
+/// a size published at close, a retention policy, an unlink, a rename), whole and in part,
+/// and a few steps-mode inputs: where the fuzzer starts, and what the stable short run
+/// mutates.
 pub fn seeds() -> Vec<Vec<u8>> {
     let mut store = MetaStore::new(0, 0, 0);
     store.track_changes();
@@ -131,5 +255,8 @@ pub fn seeds() -> Vec<Vec<u8>> {
             }
             input
         })
+        // And steps-mode inputs: each step kind in turn, then a mixed run.
+        .chain((0u8..16).map(|step| [STEPS_MODE, 0, 0, 0, 0, step, 1, 1, 0, 0, step, 2, 1, 0, 0].to_vec()))
+        .chain(std::iter::once([STEPS_MODE].into_iter().chain((0u8..200).map(|i| i.wrapping_mul(37))).collect()))
         .collect()
 }

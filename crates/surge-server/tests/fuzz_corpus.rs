@@ -159,7 +159,7 @@ fn journal_regressions_replay() {
 #[test]
 fn journal_short_run() {
     let seeds = surge_fuzz::journal::seeds();
-    assert!(seeds.len() > 5 && seeds.last().is_some_and(|s| s.len() > 200), "the seeds hold records");
+    assert!(seeds.len() > 20 && seeds.iter().any(|s| s.len() > 200), "the seeds hold records");
     if let Some(dir) = std::env::var_os("SURGE_FUZZ_SEEDS") {
         for (i, seed) in seeds.iter().enumerate() {
             std::fs::write(PathBuf::from(&dir).join(format!("seed-{i}")), seed).expect("a seed written");

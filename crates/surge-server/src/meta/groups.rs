@@ -123,8 +123,11 @@ impl Group {
         expired > 0
     }
 
-    /// Raises the floor over what is done or not the group's.
-    fn settle(&mut self, log: &Entries, inodes: &HashMap<Ino, Inode>, dir: Ino) {
+    /// Raises the floor over what is done or not the group's; whether it moved (the group's
+    /// state changed, and must be journaled like any change, or a restart would find the
+    /// older floor).
+    fn settle(&mut self, log: &Entries, inodes: &HashMap<Ino, Inode>, dir: Ino) -> bool {
+        let floor = self.state.floor;
         loop {
             let next = self.state.floor + 1;
             if self.state.done.remove(&next) {
@@ -138,6 +141,7 @@ impl Group {
                 _ => break,
             }
         }
+        self.state.floor != floor
     }
 
     /// The earliest time a claim runs out.
@@ -195,7 +199,7 @@ impl MetaStore {
         }
         let inodes = &self.inodes;
         let mut changed = g.expire(now);
-        g.settle(&log.entries, inodes, dir);
+        changed |= g.settle(&log.entries, inodes, dir);
         let start = g.state.floor + 1;
         let found = log.entries.from(start).find(|p| g.waiting(inodes, dir, p)).cloned();
         let outcome = match found {
@@ -253,7 +257,7 @@ impl MetaStore {
             g.recent_done.pop_front();
         }
         g.settle(&log.entries, &self.inodes, dir);
-        self.group_changed(dir, &group);
+        self.group_changed(dir, &group); // Changed anyway: the claim is done.
         Ok(group)
     }
 
