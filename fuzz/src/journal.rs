@@ -64,13 +64,7 @@ pub fn run(data: &[u8]) {
     journal_bytes.truncate(journal_bytes.len().saturating_sub(cut));
 
     let root = super::scratch_dir("journal");
-    let meta = root.join("meta");
-    std::fs::create_dir_all(&meta).expect("a scratch directory");
-    std::fs::write(meta.join("format"), format!("{FORMAT}\n")).expect("the format marker");
-    if !snapshot.is_empty() {
-        std::fs::write(meta.join("snapshot"), framed(snapshot)).expect("the snapshot");
-    }
-    std::fs::write(meta.join("journal"), &journal_bytes).expect("the journal");
+    write_meta(&root, &framed(snapshot), &journal_bytes);
 
     if let Some(first) = open(&root) {
         // Opened: the clean stop's snapshot must give back the same share.
@@ -169,21 +163,27 @@ fn steps(input: &mut Input) {
     let expected = canonical(&live);
 
     let root = super::scratch_dir("journal");
-    let meta = root.join("meta");
-    std::fs::create_dir_all(&meta).expect("a scratch directory");
-    std::fs::write(meta.join("format"), format!("{FORMAT}\n")).expect("the format marker");
-    std::fs::write(meta.join("snapshot"), framed(&started)).expect("the snapshot");
-    std::fs::write(meta.join("journal"), framed(&records)).expect("the journal");
+    let journal = framed(&records);
+    write_meta(&root, &framed(&started), &journal);
     let replayed = open(&root).expect("a journal of real steps opens");
     assert_eq!(canonical(&replayed), expected, "the journal does not give back the store that wrote it");
     let restarted = open(&root).expect("a share folded at a clean stop opens again");
     assert_eq!(canonical(&restarted), expected, "a share changed across a clean stop and a restart");
 
-    std::fs::write(meta.join("snapshot"), framed(&folded)).expect("the snapshot");
-    std::fs::write(meta.join("journal"), framed(&records)).expect("the journal");
+    write_meta(&root, &framed(&folded), &journal);
     let crashed = open(&root).expect("a journal replayed over its fold's snapshot opens");
     assert_eq!(canonical(&crashed), expected, "a journal replayed over the snapshot that holds it gives another store");
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// Writes a metadata directory of this build's format under `root`: `snapshot` and `journal`
+/// files with these bytes (an empty snapshot reads as none).
+fn write_meta(root: &Path, snapshot: &[u8], journal: &[u8]) {
+    let meta = root.join("meta");
+    std::fs::create_dir_all(&meta).expect("a scratch directory");
+    std::fs::write(meta.join("format"), format!("{FORMAT}\n")).expect("the format marker");
+    std::fs::write(meta.join("snapshot"), snapshot).expect("the snapshot");
+    std::fs::write(meta.join("journal"), journal).expect("the journal");
 }
 
 /// Opens the share under `root` as a server 0 does at its start, checks its counts and stops

@@ -224,14 +224,10 @@ impl Shared {
     }
 
     /// A clean stop: each namespace share served here as one snapshot, for a quick restart.
-    fn close(&self) -> Result<()> {
-        // The link is stopped through the feed too, so that a change a client still connected
-        // makes (an in-process server's) does not wait for acknowledgements that never come.
-        replace_task(&self.mirror_link, || {
-            self.mirror.close();
-            None
-        });
-        replace_task(&self.failover, || None);
+    fn close(self: &Arc<Self>) -> Result<()> {
+        // Stopped as `MirrorTo` none stops it, through the feed, so that a change a client
+        // still connected makes (an in-process server's) waits for no acknowledgement.
+        self.mirror_to(None, None);
         let stand_ins: Vec<Arc<Shared>> = self.stand_ins.lock_or_recover().drain().map(|(_, share)| share).collect();
         for share in stand_ins {
             share.close()?;

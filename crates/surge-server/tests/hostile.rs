@@ -218,7 +218,7 @@ async fn a_vanished_connection_gives_back_what_it_held() {
 /// has open stays readable after its name is removed, whatever a third party sends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handle_is_released_only_by_the_connection_that_opened_it() {
-    use surge_proto::namespace::{Commit, Create, Unlink};
+    use surge_proto::namespace::{Commit, Unlink};
     let root = std::env::temp_dir().join(format!("surge-hostile-release-{}", std::process::id()));
     let instance = InProcessInstance::start(&root, 1, 64 << 20).await.unwrap();
     let result = tokio::task::spawn_blocking({
@@ -226,20 +226,7 @@ async fn a_handle_is_released_only_by_the_connection_that_opened_it() {
         move || {
             let mut owner = Raw::connect(addr, &secret);
             let mut other = Raw::connect(addr, &secret);
-            let create = Create {
-                parent: ROOT_INO,
-                name: "held".into(),
-                mode: 0o644,
-                umask: 0,
-                uid: 0,
-                gid: 0,
-                exclusive: true,
-                open: true,
-                place_on: None,
-            };
-            let (kind, message) = owner.ask(create.into(), &[]);
-            assert_eq!(kind, FrameKind::Reply);
-            let ino = decode_message::<surge_proto::DirEntry>(&message).unwrap().ino;
+            let ino = owner.create("held");
             let (kind, _) = owner.ask(WriteData { ino, offset: 0, ticket: None, may_wait: true }.into(), b"still here");
             assert_eq!(kind, FrameKind::Reply);
             // Another connection "closes" it and removes its name.
