@@ -47,6 +47,8 @@ for round in $(seq "$ROUNDS"); do
         dir="$WORK/mnt-$s/fio"
         mkdir -p "$dir"
         add "mount write $s" "$(fio_run "$dir" write 1M "$SIZE" 1 --end_fsync=1)"
+        # Small writes all over the file just written: each is a change the mirror is sent.
+        add "mount randwrite $s" "$(fio_run "$dir" randwrite 4k "$SIZE" 1 "--runtime=10 --time_based")"
         sync
         echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
         add "mount read $s" "$(fio_run "$dir" read 1M "$SIZE" 1)"
@@ -68,4 +70,5 @@ for procs in 1 2; do
 done
 for op in create stat unlink; do row "library $op, $FILES files, 16 in flight, ops/s" "meta $op"; done
 row "mount fio write 1 MiB $SIZE (end_fsync), MiB/s" "mount write"
+row "mount fio randwrite 4 KiB in $SIZE, 10 s, IOPS" "mount randwrite"
 row "mount fio read 1 MiB $SIZE (cold), MiB/s" "mount read"

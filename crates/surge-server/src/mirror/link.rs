@@ -310,6 +310,11 @@ impl Sender<'_> {
 
     /// Sends `ino`'s data file as it is now over `range` (whole: None): its bytes, its holes
     /// and its length; or that it is gone.
+    ///
+    /// Holes are found with SEEK_DATA (which skips a hole in one step) and, inside the pieces
+    /// read, as runs of zero blocks: never with SEEK_HOLE, which on tmpfs walks every page up to
+    /// the next hole, so that mirroring a small write into a large file cost time in the size of
+    /// the file. A run of zeros the home wrote is a hole on the mirror: it reads the same.
     async fn data(&mut self, path: &Path, ino: Ino, range: Option<(u64, u64)>, sync: bool) -> io::Result<()> {
         let file = match std::fs::File::open(path) {
             Ok(file) => file,
@@ -320,6 +325,7 @@ impl Sender<'_> {
         let (from, to) = range.unwrap_or((0, file_len));
         let (mut at, to) = (from.min(file_len), to.min(file_len));
         let mut sent_any = false;
+        let mut bytes = Vec::new();
         while at < to {
             let data = crate::data::seek(&file, at, libc::SEEK_DATA)?.unwrap_or(to).min(to);
             if data > at {
@@ -329,14 +335,16 @@ impl Sender<'_> {
                 at = data;
                 continue;
             }
-            let end = crate::data::seek(&file, at, libc::SEEK_HOLE)?.unwrap_or(to).min(to).min(at + PIECE);
-            let mut bytes = vec![0u8; (end - at) as usize];
+            bytes.resize((to - at).min(PIECE) as usize, 0);
             let got = read_at(&file, &mut bytes, at)?;
-            bytes.truncate(got);
             if got == 0 {
                 break; // Truncated meanwhile: the length below says so.
             }
-            self.request(MirrorData { ino, offset: at, hole: 0, file_len, sync: false }, &bytes).await?;
+            for run in data_runs(&bytes[..got], at) {
+                let payload = &bytes[run.start..run.start + run.len];
+                let offset = at + run.start as u64;
+                self.request(MirrorData { ino, offset, hole: run.hole_after, file_len, sync: false }, payload).await?;
+            }
             sent_any = true;
             at += got as u64;
         }
@@ -346,6 +354,55 @@ impl Sender<'_> {
         }
         Ok(())
     }
+}
+
+/// Zero runs shorter than this are sent as data: holes of a few blocks would cost a request
+/// each and save little room.
+const HOLE_AT_LEAST: usize = 64 * 1024;
+/// Holes are whole blocks of this size, aligned in the file.
+const BLOCK: u64 = 4096;
+
+/// A piece of a data file as the mirror is sent it: `len` bytes from `start` in the piece, then
+/// a hole of `hole_after` bytes.
+#[derive(Debug, PartialEq, Eq)]
+struct DataRun {
+    start: usize,
+    len: usize,
+    hole_after: u64,
+}
+
+/// Splits `bytes`, read from the file at `at`, into data each followed by the zero blocks after
+/// it: runs of at least [`HOLE_AT_LEAST`] zero bytes in aligned blocks (or all that is left of
+/// the piece, when it is zeros).
+fn data_runs(bytes: &[u8], at: u64) -> Vec<DataRun> {
+    // Or-ing 64 bytes at a time (which vectorises) rather than stopping at the first non-zero one.
+    let is_zero = |range: std::ops::Range<usize>| bytes[range].chunks(64).all(|chunk| chunk.iter().fold(0, |any, &b| any | b) == 0);
+    let mut runs = Vec::new();
+    let mut start = 0;
+    // Block boundaries in the piece: the first aligned offset, then every block.
+    let first = ((BLOCK - at % BLOCK) % BLOCK) as usize;
+    let mut block = first.min(bytes.len());
+    let mut zeros_from: Option<usize> = None;
+    let end_run = |runs: &mut Vec<DataRun>, start: &mut usize, zeros: usize, zeros_end: usize| {
+        runs.push(DataRun { start: *start, len: zeros - *start, hole_after: (zeros_end - zeros) as u64 });
+        *start = zeros_end;
+    };
+    while block < bytes.len() {
+        let block_end = (block + BLOCK as usize).min(bytes.len());
+        if is_zero(block..block_end) {
+            zeros_from.get_or_insert(block);
+        } else if let Some(zeros) = zeros_from.take() {
+            if block - zeros >= HOLE_AT_LEAST {
+                end_run(&mut runs, &mut start, zeros, block);
+            }
+        }
+        block = block_end;
+    }
+    match zeros_from {
+        Some(zeros) if bytes.len() - zeros >= HOLE_AT_LEAST || zeros == start => end_run(&mut runs, &mut start, zeros, bytes.len()),
+        _ => runs.push(DataRun { start, len: bytes.len() - start, hole_after: 0 }),
+    }
+    runs
 }
 
 fn read_at(file: &std::fs::File, buf: &mut [u8], at: u64) -> io::Result<usize> {
@@ -359,4 +416,49 @@ fn read_at(file: &std::fs::File, buf: &mut [u8], at: u64) -> io::Result<usize> {
         }
     }
     Ok(filled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(start: usize, len: usize, hole_after: u64) -> DataRun {
+        DataRun { start, len, hole_after }
+    }
+
+    #[test]
+    fn data_runs_keep_bytes_and_make_long_zero_runs_holes() {
+        let hole = HOLE_AT_LEAST;
+        // Data, a long zero run, data again, a short zero run (kept as data), zeros to the end.
+        let mut bytes = vec![1u8; 8192];
+        bytes.extend(vec![0u8; hole]);
+        bytes.extend(vec![2u8; 4096]);
+        bytes.extend(vec![0u8; 4096]);
+        bytes.extend(vec![3u8; 10]);
+        bytes.extend(vec![0u8; hole + 4096 - 10]);
+        let runs = data_runs(&bytes, 0);
+        let second = 8192 + hole;
+        let tail_zeros = second + 4096 + 4096 + 4096;
+        assert_eq!(runs, vec![run(0, 8192, hole as u64), run(second, tail_zeros - second, (bytes.len() - tail_zeros) as u64)]);
+        // What the runs say is the piece: data where they send bytes, zeros in their holes.
+        let mut rebuilt = vec![0u8; bytes.len()];
+        let mut covered = 0;
+        for r in &runs {
+            assert_eq!(r.start, covered, "runs follow each other");
+            rebuilt[r.start..r.start + r.len].copy_from_slice(&bytes[r.start..r.start + r.len]);
+            covered = r.start + r.len + r.hole_after as usize;
+        }
+        assert_eq!((covered, rebuilt), (bytes.len(), bytes));
+    }
+
+    #[test]
+    fn data_runs_align_holes_to_blocks_of_the_file() {
+        // A piece read from 100 bytes into a block: the zeros before the first boundary are data.
+        let bytes = vec![0u8; 4096 - 100 + HOLE_AT_LEAST];
+        assert_eq!(data_runs(&bytes, 100), vec![run(0, 4096 - 100, HOLE_AT_LEAST as u64)]);
+        // A piece that is all zeros from a boundary is one hole; an all-data piece one run.
+        assert_eq!(data_runs(&[0u8; 4096], 8192), vec![run(0, 0, 4096)]);
+        assert_eq!(data_runs(&[9u8; 5000], 7), vec![run(0, 5000, 0)]);
+        assert_eq!(data_runs(&[], 0), vec![run(0, 0, 0)]);
+    }
 }
