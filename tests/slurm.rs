@@ -605,6 +605,64 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
     );
     bed.wait_all_released("the writer's buffer released");
     section("server killed under a job");
+
+    // ----- two copies (pool "safe"): a node's server lost under a job loses nothing -----
+    let data = pattern(7, 8 << 20);
+    std::fs::write(bed.pfs("safe.in"), &data).unwrap();
+    let job = bed
+        .submit(
+            "safe.sh",
+            &format!(
+                "#!/bin/bash\n#SBATCH -o {p}/safe.out\n#DW jobdw capacity=256MiB access_mode=striped type=scratch pool=safe\n\
+                 dd if={p}/safe.in of=$DW_JOB_STRIPED/data bs=1M conv=fsync status=none && touch {p}/safe.ready\n\
+                 until [ -e {p}/safe.go ]; do sleep 0.1; done\n\
+                 sha256sum < $DW_JOB_STRIPED/data > {p}/safe.sum\n\
+                 echo more | dd of=$DW_JOB_STRIPED/after status=none && cat $DW_JOB_STRIPED/after\n",
+                p = p.display()
+            ),
+        )
+        .unwrap();
+    bed.wait_until("the copy written", Duration::from_secs(60), || bed.pfs("safe.ready").exists());
+    let instance = format!("job-{job}");
+    let servers: Vec<String> = bed.status()["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["name"] == instance.as_str())
+        .flat_map(|i| i["servers"].as_array().unwrap().iter().map(|s| s["node"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(servers, ["bb1", "bb2"], "two copies: one server on each burst-buffer node");
+    let record = bed.on_node("bb1", &["cat", bed.dir.join(format!("storage/.agent/{instance}.json")).to_str().unwrap()]);
+    let server_pid = serde_json::from_slice::<serde_json::Value>(&record.stdout).unwrap()["pid"].as_i64().unwrap() as i32;
+    // SAFETY: kill(2) of the job's server on bb1, found by the pid its agent recorded.
+    unsafe { libc::kill(server_pid, libc::SIGKILL) };
+    // The failover, asked by the buffer's owner from bb2 with the descriptor and token its
+    // agent keeps there (the token is the owner's alone).
+    let home = bed.pfs("failover-home");
+    let surge = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/surge");
+    let failover = format!(
+        "mkdir -p {home}/instances && cp {storage}/{instance}/instance.json {home}/instances/{instance}.json && \
+         SURGE_HOME={home} {surge} failover {instance} --server 0",
+        home = home.display(),
+        storage = bed.dir.join("storage").display(),
+        surge = surge.display()
+    );
+    let owner = USER.to_string();
+    let as_owner = ["setpriv", "--reuid", &owner, "--regid", &owner, "--clear-groups", "sh", "-c", &failover];
+    let failed_over = bed.on_node("bb2", &as_owner);
+    assert!(failed_over.status.success(), "surge failover: {}", text(&failed_over));
+    std::fs::write(bed.pfs("safe.go"), "").unwrap();
+    bed.wait_gone(job);
+    let out = std::fs::read_to_string(bed.pfs("safe.out")).unwrap_or_default();
+    let sum = std::fs::read_to_string(bed.pfs("safe.sum")).unwrap_or_default();
+    let expected = sha256_line(&data);
+    assert_eq!(sum.split_whitespace().next(), expected.split_whitespace().next(), "the data after its server's loss; job output: {out}");
+    assert!(out.contains("more"), "writes go on after the failover: {out}");
+    bed.wait_all_released("the two-copy buffer released");
+    let status = bed.status();
+    let safe = status["pools"].as_array().unwrap().iter().find(|pool| pool["name"] == "safe").unwrap().clone();
+    assert_eq!(safe["free"], safe["quantity"], "both copies' capacity released: {status}");
+    section("two copies, a server lost under a job");
     println!("scenarios ran in {:.1} s", started.elapsed().as_secs_f64());
 
     bed.down_leaving_nothing();

@@ -193,6 +193,8 @@ impl Agent {
             .arg(plan.gid.to_string())
             .arg("--chunk-size")
             .arg(plan.chunk_size.to_string())
+            .arg("--replicas")
+            .arg(plan.replicas.to_string())
             .arg("--instance-file")
             .arg(dir.join("instance.json"))
             .current_dir(&dir)

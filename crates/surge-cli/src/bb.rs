@@ -364,7 +364,7 @@ fn status_tables(s: &Status) -> String {
             p.nodes.join(","),
         ]);
     }
-    let mut instances = Table::new(&["instance", "job", "persistent", "pool", "mode", "capacity", "owner", "state", "servers"]);
+    let mut instances = Table::new(&["instance", "job", "persistent", "pool", "mode", "capacity", "copies", "owner", "state", "servers"]);
     for i in &s.instances {
         instances.row(vec![
             i.name.clone(),
@@ -373,6 +373,7 @@ fn status_tables(s: &Status) -> String {
             i.pool.clone(),
             i.mode.clone(),
             human_bytes(i.capacity),
+            i.replicas.to_string(),
             i.owner_uid.to_string(),
             i.state.clone(),
             i.servers.iter().map(|s| s.node.as_str()).collect::<Vec<_>>().join(","),

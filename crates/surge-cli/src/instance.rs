@@ -12,12 +12,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use surge_client::descriptor::{self, ServerInfo};
-use surge_client::surge_proto::admin::{MirrorTo, TakeOver};
+use surge_client::servers::link_mirrors;
+pub use surge_client::servers::single_server_client;
+use surge_client::surge_proto::admin::TakeOver;
 use surge_client::surge_proto::mirror::mirror_of;
 use surge_client::surge_proto::placement::{DirLayout, CHUNK_SIZES};
 use surge_client::surge_proto::workflow::Watermarks;
 use surge_client::surge_proto::{ErrorCode, ServerStats};
-use surge_client::{Client, ClientOptions, InstanceDescriptor, Mode};
+use surge_client::{ClientOptions, InstanceDescriptor, Mode};
 
 use crate::table::{human_bytes, Table};
 
@@ -247,27 +249,6 @@ struct ServerLaunch<'a> {
     replicas: u8,
 }
 
-/// With replicas, tells each server (or only `only`) to mirror its share on the next one.
-async fn link_mirrors(desc: &InstanceDescriptor, only: Option<usize>) -> Result<()> {
-    if desc.replicas < 2 {
-        return Ok(());
-    }
-    let opts = ClientOptions { timeout: Duration::from_secs(10), node: None, ..Default::default() };
-    let count = desc.servers.len();
-    let peers: Vec<SocketAddr> = desc.servers.iter().map(|s| s.addr).collect();
-    let failover_after_ms = desc.failover_after.map(|secs| (secs * 1000.0) as u64);
-    for (position, server) in desc.servers.iter().enumerate() {
-        if only.is_some_and(|i| i != server.index) {
-            continue;
-        }
-        let to = desc.servers[mirror_of(position, count)].addr;
-        let client = single_server_client(desc, server, &opts)?;
-        let told = MirrorTo { to: Some(to), peers: peers.clone(), failover_after_ms };
-        client.call(0, told).await.with_context(|| format!("tell server {} to mirror on {to}", server.index))?;
-    }
-    Ok(())
-}
-
 /// Starts one server: on this machine as a detached process, on another host through the
 /// scheduler's launcher (inside the allocation).
 async fn launch(server_binary: &Path, s: ServerLaunch<'_>) -> Result<Launched> {
@@ -484,13 +465,6 @@ async fn wait_ready(l: &mut Launched) -> Result<SocketAddr> {
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-}
-
-/// A client that talks to one server only (as server 0 of its own), whatever the mode: what
-/// administration needs, since private-mode servers are separate namespaces.
-pub fn single_server_client(desc: &InstanceDescriptor, server: &ServerInfo, opts: &ClientOptions) -> surge_client::Result<Client> {
-    let single = InstanceDescriptor { mode: Mode::Private, servers: vec![server.clone()], ..desc.clone() };
-    Client::new(&single, opts.clone())
 }
 
 /// Asks every server for its statistics.

@@ -47,6 +47,7 @@ pub mod namespace;
 pub mod options;
 pub mod passthrough;
 pub mod paths;
+pub mod servers;
 pub mod stage;
 pub mod target;
 pub mod workflow;

@@ -22,6 +22,14 @@ pub struct ServerPlan {
     pub gid: u32,
     /// The instance's secret, 64 hex digits (written 0600 for the owner beside the data).
     pub secret: String,
+    /// Copies of each share: with 2 the server keeps its predecessor's mirror beside its own
+    /// share (a plan from a manager older than replication has none: one copy).
+    #[serde(default = "one_copy")]
+    pub replicas: u8,
+}
+
+fn one_copy() -> u8 {
+    1
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

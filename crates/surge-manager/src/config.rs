@@ -19,6 +19,15 @@
 //! kind = "on-demand"                    # the job's own compute nodes
 //! granularity = "256MiB"
 //! nodes = [ { name = "n1", agent = "10.0.0.11:7300", capacity = "200GiB" } ]
+//!
+//! [[pool]]
+//! name = "safe"
+//! kind = "standing"
+//! granularity = "1GiB"
+//! replicas = 2                          # two copies of each share, on different nodes
+//! failover_after = 10                   # seconds; a lost server's mirror serves in its place
+//! nodes = [ { name = "bb2", agent = "10.0.0.22:7300", capacity = "1TiB" },
+//!           { name = "bb3", agent = "10.0.0.23:7300", capacity = "1TiB" } ]
 //! ```
 
 use std::collections::BTreeSet;
@@ -58,6 +67,19 @@ pub struct PoolConfig {
     #[serde(deserialize_with = "size")]
     pub granularity: u64,
     pub nodes: Vec<NodeConfig>,
+    /// Copies of each share its instances keep, 1 or 2. With 2 every server mirrors its share
+    /// on the next server, on another node: one node's loss loses nothing, and every instance
+    /// takes twice its capacity from the pool.
+    #[serde(default = "one_copy")]
+    pub replicas: u8,
+    /// With 2 copies, seconds after which a server nobody reaches is replaced by its mirror
+    /// without being asked (instances of three servers or more); without it, `surge failover`
+    /// does it.
+    pub failover_after: Option<f64>,
+}
+
+fn one_copy() -> u8 {
+    1
 }
 
 #[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +154,18 @@ impl Config {
             }
             if pool.nodes.is_empty() {
                 bail!("pool '{}' has no nodes", pool.name);
+            }
+            match pool.replicas {
+                1 if pool.failover_after.is_some() => bail!("pool '{}': failover_after needs replicas = 2", pool.name),
+                1 => {}
+                2 if pool.nodes.len() < 2 => bail!("pool '{}': two copies need two nodes or more", pool.name),
+                2 => {}
+                n => bail!("pool '{}': replicas = {n} (1 or 2)", pool.name),
+            }
+            // The servers' shortest delay: a cut-off server must fence itself well before its
+            // share is taken over.
+            if let Some(secs) = pool.failover_after.filter(|&secs| !(5.0..=86_400.0).contains(&secs)) {
+                bail!("pool '{}': failover_after = {secs}: 5 seconds to a day", pool.name);
             }
             let mut node_names = BTreeSet::new();
             for node in &pool.nodes {
@@ -227,5 +261,21 @@ nodes = [ { name = "bb1", agent = "10.0.0.21:7300", capacity = "4GiB" }, { name 
         assert!(config.check().unwrap_err().to_string().contains("listed twice"));
         let typo = EXAMPLE.replace("granularity", "granularty");
         assert!(toml::from_str::<Config>(&typo).is_err());
+    }
+
+    #[test]
+    fn two_copies_need_two_nodes_and_a_sane_failover_delay() {
+        let check = |pool_lines: &str| {
+            let text = EXAMPLE.replace("granularity = \"1GiB\"", &format!("granularity = \"1GiB\"\n{pool_lines}"));
+            toml::from_str::<Config>(&text).unwrap().check().map_err(|e| e.to_string())
+        };
+        assert_eq!(toml::from_str::<Config>(EXAMPLE).unwrap().pools[0].replicas, 1, "one copy unless asked");
+        check("replicas = 2\nfailover_after = 10").unwrap();
+        assert!(check("replicas = 3").unwrap_err().contains("1 or 2"));
+        assert!(check("failover_after = 10").unwrap_err().contains("needs replicas = 2"));
+        assert!(check("replicas = 2\nfailover_after = 1").unwrap_err().contains("5 seconds to a day"));
+        let one_node = EXAMPLE.replace(", { name = \"bb2\", agent = \"10.0.0.22:7300\", capacity = \"2560MiB\" }", "");
+        let text = one_node.replace("granularity = \"1GiB\"", "granularity = \"1GiB\"\nreplicas = 2");
+        assert!(toml::from_str::<Config>(&text).unwrap().check().unwrap_err().to_string().contains("two nodes"));
     }
 }

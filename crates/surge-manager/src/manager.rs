@@ -187,8 +187,11 @@ impl Manager {
         Ok(ordered
             .into_iter()
             .map(|pool| {
-                let charged: u64 =
-                    instances.iter().filter(|i| i.pool == pool.name).map(|i| pools::units(i.capacity, pool.granularity)).sum();
+                let charged: u64 = instances
+                    .iter()
+                    .filter(|i| i.pool == pool.name)
+                    .map(|i| pools::units(i.capacity, pool.granularity) * i.replicas as u64)
+                    .sum();
                 PoolView {
                     name: pool.name.clone(),
                     kind: pool.kind.into(),
@@ -218,6 +221,7 @@ impl Manager {
                 state: i.state,
                 created: i.created,
                 servers,
+                replicas: i.replicas,
             });
         }
         let mut sessions = Vec::new();
@@ -401,7 +405,10 @@ impl Manager {
         capacity: u64,
     ) -> Result<(InstanceRecord, Vec<ServerRecord>)> {
         let charged = pools::charged(capacity, pool.granularity);
+        // A private namespace lives and dies with its node: it keeps one copy whatever the pool.
+        let replicas = if mode == "private" { 1 } else { pool.replicas };
         let servers = match pool.kind {
+            PoolKindConfig::Standing if replicas > 1 => pools::place_standing_mirrored(pool, used, capacity).map_err(|e| anyhow!(e))?,
             PoolKindConfig::Standing => pools::place_standing(pool, used, capacity).map_err(|e| anyhow!(e))?,
             // On the job's nodes, once they are known.
             PoolKindConfig::OnDemand => Vec::new(),
@@ -422,6 +429,7 @@ impl Manager {
             created: now(),
             secret: new_secret()?,
             chunk_size: self.config.chunk_size(),
+            replicas,
         };
         let servers = servers
             .into_iter()
@@ -567,7 +575,9 @@ impl Manager {
                 instance: name.into(),
                 index: if private { 0 } else { server.index },
                 count: if private { 1 } else { servers.len() },
-                capacity: server.share,
+                // The node holds the server's share and, with two copies, its predecessor's.
+                capacity: server.share / instance.replicas as u64,
+                replicas: instance.replicas,
                 chunk_size: instance.chunk_size,
                 uid: instance.uid,
                 gid: instance.gid,
@@ -609,6 +619,13 @@ impl Manager {
             let text = serde_json::to_string_pretty(&local)?;
             self.agent_call(&server.node, &AgentRequest::Describe { instance: name.into(), descriptor: text }).await?;
         }
+        // Each server mirrors its share on the next before the instance counts as ready.
+        let secret = auth::parse_secret(&instance.secret).ok_or_else(|| anyhow!("bad secret recorded for {name}"))?;
+        let opts = ClientOptions { uid: instance.uid, gid: instance.gid, local_io: false, node: None, ..Default::default() };
+        let client_for = |server: &ServerInfo| Client::from_parts(vec![server.addr], instance.chunk_size, secret, opts.clone());
+        surge_client::servers::link_mirrors_with(&descriptor, None, client_for)
+            .await
+            .with_context(|| format!("link the mirrors of {name}"))?;
         self.restrict_roots(&instance, &running.iter().map(|(_, s)| s.addr.clone()).collect::<Vec<_>>()).await?;
         self.store().set_instance_state(name, "ready")?;
         self.changed.notify_waiters();
@@ -657,9 +674,8 @@ impl Manager {
             // Its servers start with their default (striped); `surge layout` changes it.
             layout: Default::default(),
             watermarks: None,
-            // One copy of each share: replication is asked of `surge up`.
-            replicas: 1,
-            failover_after: None,
+            replicas: instance.replicas,
+            failover_after: self.config.pool(&instance.pool).and_then(|pool| pool.failover_after),
         })
     }
 
@@ -916,7 +932,7 @@ impl Manager {
                     *u = u.saturating_sub(s.share);
                 }
             }
-            let placed = pools::place_on_demand(pool, &used, &nodes, instance.capacity).map_err(|e| anyhow!(e))?;
+            let placed = pools::place_on_demand(pool, &used, &nodes, instance.capacity, instance.replicas).map_err(|e| anyhow!(e))?;
             let servers: Vec<ServerRecord> = placed
                 .into_iter()
                 .enumerate()

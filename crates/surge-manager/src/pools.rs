@@ -45,18 +45,51 @@ pub fn place_standing(pool: &PoolConfig, used: &HashMap<String, u64>, capacity: 
     Ok(pool.nodes.iter().filter_map(|n| given.get(&n.name).map(|u| (n.name.clone(), u * pool.granularity))).collect())
 }
 
+/// Where a standing-pool instance of `capacity` bytes goes when it keeps two copies: over two
+/// nodes or more, in equal shares of whole units (so that each server's mirror, its
+/// predecessor's share, is the size of its own), each node holding twice its share; over as
+/// many nodes as the units and the free room allow. Returns each chosen node with the bytes it
+/// holds (share and mirror), or why it does not fit.
+pub fn place_standing_mirrored(pool: &PoolConfig, used: &HashMap<String, u64>, capacity: u64) -> Result<Vec<(String, u64)>, String> {
+    let wanted = units(capacity, pool.granularity).max(2);
+    let free_units =
+        |name: &str| pool.node(name).map_or(0, |n| n.capacity.saturating_sub(used.get(name).copied().unwrap_or(0)) / pool.granularity);
+    // The nodes with the most room first; ties by configuration order.
+    let mut roomiest: Vec<&str> = pool.nodes.iter().map(|n| n.name.as_str()).collect();
+    roomiest.sort_by_key(|name| std::cmp::Reverse(free_units(name)));
+    for servers in (2..=wanted.min(roomiest.len() as u64)).rev() {
+        let share = wanted.div_ceil(servers);
+        let chosen = &roomiest[..servers as usize];
+        if chosen.iter().all(|name| free_units(name) >= 2 * share) {
+            let held = 2 * share * pool.granularity;
+            return Ok(pool.nodes.iter().filter(|n| chosen.contains(&n.name.as_str())).map(|n| (n.name.clone(), held)).collect());
+        }
+    }
+    Err(format!(
+        "pool '{}' keeps two copies on different nodes: no two of its nodes have room for {} unit(s) of {} each (share and mirror)",
+        pool.name,
+        2 * wanted.div_ceil(2),
+        surge_directives::size::format(pool.granularity)
+    ))
+}
+
 /// Where an on-demand instance goes: one server on each of the job's nodes, the charged
-/// capacity shared equally. Every node must be in the pool and have room for its share.
+/// capacity shared equally. Every node must be in the pool and have room for its share, twice
+/// with two copies (its share and its predecessor's mirror), which need two nodes or more.
 pub fn place_on_demand(
     pool: &PoolConfig,
     used: &HashMap<String, u64>,
     nodes: &[String],
     charged: u64,
+    replicas: u8,
 ) -> Result<Vec<(String, u64)>, String> {
     if nodes.is_empty() {
         return Err("the job has no nodes".into());
     }
-    let share = charged.div_ceil(nodes.len() as u64);
+    if replicas > 1 && nodes.len() < 2 {
+        return Err(format!("pool '{}' keeps two copies on different nodes: the job has one node", pool.name));
+    }
+    let share = charged.div_ceil(nodes.len() as u64) * replicas as u64;
     let mut placed = Vec::new();
     for name in nodes {
         let node = pool.node(name).ok_or_else(|| format!("node {name} is not in pool '{}'", pool.name))?;
@@ -91,6 +124,8 @@ mod tests {
                 .enumerate()
                 .map(|(i, c)| NodeConfig { name: format!("bb{}", i + 1), agent: String::new(), capacity: *c })
                 .collect(),
+            replicas: 1,
+            failover_after: None,
         }
     }
 
@@ -115,11 +150,39 @@ mod tests {
         let pool = pool(&[4 * GIB, 4 * GIB]);
         let nodes = vec!["bb1".to_string(), "bb2".to_string()];
         assert_eq!(
-            place_on_demand(&pool, &HashMap::new(), &nodes, 3 * GIB).unwrap(),
+            place_on_demand(&pool, &HashMap::new(), &nodes, 3 * GIB, 1).unwrap(),
             vec![("bb1".into(), 3 * GIB / 2), ("bb2".into(), 3 * GIB / 2)]
         );
-        assert!(place_on_demand(&pool, &HashMap::new(), &["n9".to_string()], GIB).unwrap_err().contains("not in pool"));
+        assert!(place_on_demand(&pool, &HashMap::new(), &["n9".to_string()], GIB, 1).unwrap_err().contains("not in pool"));
         let used = HashMap::from([("bb2".to_string(), 3 * GIB)]);
-        assert!(place_on_demand(&pool, &used, &nodes, 4 * GIB).unwrap_err().contains("node bb2 has 1.0 GiB free"));
+        assert!(place_on_demand(&pool, &used, &nodes, 4 * GIB, 1).unwrap_err().contains("node bb2 has 1.0 GiB free"));
+        // Two copies: each node holds its share and its predecessor's, and one node is not enough.
+        assert_eq!(
+            place_on_demand(&pool, &HashMap::new(), &nodes, 2 * GIB, 2).unwrap(),
+            vec![("bb1".into(), 2 * GIB), ("bb2".into(), 2 * GIB)]
+        );
+        assert!(place_on_demand(&pool, &HashMap::new(), &nodes, 6 * GIB, 2).unwrap_err().contains("its share of the buffer is 6.0 GiB"));
+        assert!(place_on_demand(&pool, &HashMap::new(), &nodes[..1], GIB, 2).unwrap_err().contains("the job has one node"));
+    }
+
+    #[test]
+    fn two_copies_go_to_two_nodes_or_more_each_holding_its_share_twice() {
+        let pool = pool(&[4 * GIB, 4 * GIB, 4 * GIB]);
+        let none = HashMap::new();
+        let units = |placed: Vec<(String, u64)>| placed.into_iter().map(|(n, b)| (n, b / GIB)).collect::<Vec<_>>();
+        // One unit still goes to two nodes (a mirror must be elsewhere): one unit each, held twice.
+        assert_eq!(units(place_standing_mirrored(&pool, &none, GIB).unwrap()), vec![("bb1".into(), 2), ("bb2".into(), 2)]);
+        // Three units over three nodes, one each.
+        assert_eq!(units(place_standing_mirrored(&pool, &none, 3 * GIB).unwrap()).len(), 3);
+        // Five units: over three nodes, shares of 2 each need 4 units per node, which fit.
+        assert_eq!(
+            units(place_standing_mirrored(&pool, &none, 5 * GIB).unwrap()),
+            vec![("bb1".into(), 4), ("bb2".into(), 4), ("bb3".into(), 4)]
+        );
+        // With bb1 full, two units go to bb2 and bb3.
+        let used = HashMap::from([("bb1".to_string(), 4 * GIB)]);
+        assert_eq!(units(place_standing_mirrored(&pool, &used, 2 * GIB).unwrap()), vec![("bb2".into(), 2), ("bb3".into(), 2)]);
+        // Six units on two free nodes would need 6 units each: refused, the reason named.
+        assert!(place_standing_mirrored(&pool, &used, 6 * GIB).unwrap_err().contains("keeps two copies on different nodes"));
     }
 }

@@ -22,7 +22,8 @@ CREATE TABLE IF NOT EXISTS instances (
     state TEXT NOT NULL,
     created INTEGER NOT NULL,
     secret TEXT NOT NULL,
-    chunk_size INTEGER NOT NULL
+    chunk_size INTEGER NOT NULL,
+    replicas INTEGER NOT NULL DEFAULT 1
 );
 CREATE TABLE IF NOT EXISTS servers (
     instance TEXT NOT NULL REFERENCES instances(name) ON DELETE CASCADE,
@@ -79,6 +80,8 @@ pub struct InstanceRecord {
     pub created: u64,
     pub secret: String,
     pub chunk_size: u64,
+    /// Copies of each share (1 or 2, from its pool when it was made).
+    pub replicas: u8,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +89,9 @@ pub struct ServerRecord {
     pub instance: String,
     pub index: usize,
     pub node: String,
-    /// Bytes of the node's storage this server holds for its instance.
+    /// Bytes of the node's storage this server holds for its instance: its share of the data
+    /// and, with two copies, its predecessor's mirror (the server's capacity is `share /
+    /// replicas`).
     pub share: u64,
     /// Known once it runs.
     pub addr: Option<String>,
@@ -160,10 +165,11 @@ fn instance_row(row: &Row) -> rusqlite::Result<InstanceRecord> {
         created: row.get(9)?,
         secret: row.get(10)?,
         chunk_size: row.get(11)?,
+        replicas: row.get(12)?,
     })
 }
 
-const INSTANCE_COLUMNS: &str = "name, job, persistent, pool, mode, capacity, uid, gid, state, created, secret, chunk_size";
+const INSTANCE_COLUMNS: &str = "name, job, persistent, pool, mode, capacity, uid, gid, state, created, secret, chunk_size, replicas";
 
 fn job_row(row: &Row) -> rusqlite::Result<JobRecord> {
     let nodes: String = row.get(5)?;
@@ -211,6 +217,7 @@ impl Store {
         let db = Connection::open(path).with_context(|| format!("open {}", path.display()))?;
         db.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
         db.execute_batch(SCHEMA).context("create the schema")?;
+        add_replicas_column(&db)?;
         Ok(Store { db })
     }
 
@@ -321,10 +328,35 @@ impl Store {
     }
 }
 
+/// A state file from before instances could keep two copies gets the column, every instance
+/// in it one copy.
+fn add_replicas_column(db: &Connection) -> Result<()> {
+    let has: bool =
+        db.query_row("SELECT COUNT(*) > 0 FROM pragma_table_info('instances') WHERE name = 'replicas'", [], |row| row.get(0))?;
+    if !has {
+        db.execute_batch("ALTER TABLE instances ADD COLUMN replicas INTEGER NOT NULL DEFAULT 1").context("add the replicas column")?;
+    }
+    Ok(())
+}
+
 pub fn insert_instance(tx: &rusqlite::Transaction, i: &InstanceRecord, servers: &[ServerRecord]) -> Result<()> {
     tx.execute(
-        &format!("INSERT INTO instances ({INSTANCE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
-        params![i.name, i.job, i.persistent, i.pool, i.mode, i.capacity, i.uid, i.gid, i.state, i.created, i.secret, i.chunk_size],
+        &format!("INSERT INTO instances ({INSTANCE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"),
+        params![
+            i.name,
+            i.job,
+            i.persistent,
+            i.pool,
+            i.mode,
+            i.capacity,
+            i.uid,
+            i.gid,
+            i.state,
+            i.created,
+            i.secret,
+            i.chunk_size,
+            i.replicas
+        ],
     )?;
     insert_servers(tx, servers)
 }
@@ -406,7 +438,40 @@ mod tests {
             created: 1,
             secret: "00".repeat(32),
             chunk_size: 1 << 20,
+            replicas: 1,
         }
+    }
+
+    #[test]
+    fn a_state_file_from_before_replicas_gets_one_copy_for_each_instance() {
+        let dir = std::env::temp_dir().join(format!("surge-store-old-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("surge.db");
+        {
+            // The instances table as it was, with one instance in it.
+            let old = SCHEMA.replace(",\n    replicas INTEGER NOT NULL DEFAULT 1", "");
+            assert_ne!(old, SCHEMA, "the old schema lacks the column");
+            let db = Connection::open(&path).unwrap();
+            db.execute_batch(&old).unwrap();
+            let columns = INSTANCE_COLUMNS.trim_end_matches(", replicas");
+            db.execute(
+                &format!(
+                    "INSERT INTO instances ({columns}) VALUES ('old', NULL, NULL, 'bb', 'striped', 1, 1000, 1000, 'ready', 1, '', 1048576)"
+                ),
+                [],
+            )
+            .unwrap();
+        }
+        let mut store = Store::open(&path).unwrap();
+        assert_eq!(store.instance("old").unwrap().unwrap().replicas, 1);
+        let two = InstanceRecord { replicas: 2, ..instance("new", None) };
+        store.transaction(|tx| insert_instance(tx, &two, &[])).unwrap();
+        drop(store);
+        // Opened again: the column is not added twice, and what was written stays.
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.instance("new").unwrap().unwrap().replicas, 2);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
