@@ -24,12 +24,8 @@ pub struct ServerPlan {
     pub secret: String,
     /// Copies of each share: with 2 the server keeps its predecessor's mirror beside its own
     /// share (a plan from a manager older than replication has none: one copy).
-    #[serde(default = "one_copy")]
+    #[serde(default = "crate::one_copy")]
     pub replicas: u8,
-}
-
-fn one_copy() -> u8 {
-    1
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

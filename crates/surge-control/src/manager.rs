@@ -129,12 +129,8 @@ pub struct InstanceView {
     pub created: u64,
     pub servers: Vec<ServerView>,
     /// Copies of each share (2: each server mirrors its share on the next).
-    #[serde(default = "one_copy")]
+    #[serde(default = "crate::one_copy")]
     pub replicas: u8,
-}
-
-fn one_copy() -> u8 {
-    1
 }
 
 /// A job's use of the burst buffer (DataWarp's "session").

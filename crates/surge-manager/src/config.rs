@@ -70,16 +70,12 @@ pub struct PoolConfig {
     /// Copies of each share its instances keep, 1 or 2. With 2 every server mirrors its share
     /// on the next server, on another node: one node's loss loses nothing, and every instance
     /// takes twice its capacity from the pool.
-    #[serde(default = "one_copy")]
+    #[serde(default = "surge_control::one_copy")]
     pub replicas: u8,
     /// With 2 copies, seconds after which a server nobody reaches is replaced by its mirror
     /// without being asked (instances of three servers or more); without it, `surge failover`
     /// does it.
     pub failover_after: Option<f64>,
-}
-
-fn one_copy() -> u8 {
-    1
 }
 
 #[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq)]

@@ -50,6 +50,18 @@ pub struct Manager {
     driving: Mutex<HashSet<(u64, Direction)>>,
 }
 
+/// The instance's secret, as its record keeps it.
+fn recorded_secret(instance: &InstanceRecord) -> Result<Secret> {
+    auth::parse_secret(&instance.secret).ok_or_else(|| anyhow!("bad secret recorded for {}", instance.name))
+}
+
+/// A client of `instance` that reaches `addrs` as the instance's owner, through the servers
+/// only (the manager runs on no server's node: no local I/O).
+fn owner_client(instance: &InstanceRecord, secret: Secret, addrs: Vec<SocketAddr>) -> surge_client::Result<Client> {
+    let opts = ClientOptions { uid: instance.uid, gid: instance.gid, local_io: false, node: None, ..Default::default() };
+    Client::from_parts(addrs, instance.chunk_size, secret, opts)
+}
+
 fn now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs()
 }
@@ -620,9 +632,8 @@ impl Manager {
             self.agent_call(&server.node, &AgentRequest::Describe { instance: name.into(), descriptor: text }).await?;
         }
         // Each server mirrors its share on the next before the instance counts as ready.
-        let secret = auth::parse_secret(&instance.secret).ok_or_else(|| anyhow!("bad secret recorded for {name}"))?;
-        let opts = ClientOptions { uid: instance.uid, gid: instance.gid, local_io: false, node: None, ..Default::default() };
-        let client_for = |server: &ServerInfo| Client::from_parts(vec![server.addr], instance.chunk_size, secret, opts.clone());
+        let secret = recorded_secret(&instance)?;
+        let client_for = |server: &ServerInfo| owner_client(&instance, secret, vec![server.addr]);
         surge_client::servers::link_mirrors_with(&descriptor, None, client_for)
             .await
             .with_context(|| format!("link the mirrors of {name}"))?;
@@ -636,15 +647,14 @@ impl Manager {
     /// The buffer's root is its owner's alone (mode 0700), on every namespace of it (a
     /// private instance has one per server).
     async fn restrict_roots(&self, instance: &InstanceRecord, addrs: &[String]) -> Result<()> {
-        let secret = auth::parse_secret(&instance.secret).ok_or_else(|| anyhow!("bad secret recorded for {}", instance.name))?;
-        let opts = ClientOptions { uid: instance.uid, gid: instance.gid, local_io: false, node: None, ..Default::default() };
+        let secret = recorded_secret(instance)?;
         let namespaces: Vec<Vec<SocketAddr>> = if instance.mode == "private" {
             addrs.iter().map(|a| a.parse().map(|a| vec![a])).collect::<Result<_, _>>()?
         } else {
             vec![addrs.iter().map(|a| a.parse()).collect::<Result<_, _>>()?]
         };
         for addrs in namespaces {
-            let client = Client::from_parts(addrs, instance.chunk_size, secret, opts.clone())?;
+            let client = owner_client(instance, secret, addrs)?;
             client.chmod("/", 0o700).await.with_context(|| format!("restrict the root of {}", instance.name))?;
         }
         Ok(())
@@ -845,13 +855,12 @@ impl Manager {
     fn stage_client(&self, name: &str) -> Result<Client> {
         let instance = self.store().instance(name)?.ok_or_else(|| anyhow!("instance {name} is gone"))?;
         let descriptor = self.descriptor(&instance, PathBuf::new())?;
-        let secret = auth::parse_secret(&instance.secret).ok_or_else(|| anyhow!("bad secret recorded for {name}"))?;
+        let secret = recorded_secret(&instance)?;
         let addrs = match descriptor.mode {
             Mode::Striped => descriptor.servers.iter().map(|s| s.addr).collect(),
             Mode::Private => vec![descriptor.servers.first().ok_or_else(|| anyhow!("{name} has no servers"))?.addr],
         };
-        let opts = ClientOptions { uid: instance.uid, gid: instance.gid, local_io: false, node: None, ..Default::default() };
-        Ok(Client::from_parts(addrs, instance.chunk_size, secret, opts)?)
+        Ok(owner_client(&instance, secret, addrs)?)
     }
 
     async fn progress(&self, job: u64, direction: Direction, wait_secs: u32) -> Result<Progress> {

@@ -3,11 +3,16 @@
 
 use std::collections::HashMap;
 
-use crate::config::PoolConfig;
+use crate::config::{NodeConfig, PoolConfig};
 
 /// `capacity` rounded up to whole units of `granularity`, in units.
 pub fn units(capacity: u64, granularity: u64) -> u64 {
     capacity.div_ceil(granularity)
+}
+
+/// Bytes of `node` not yet charged to an instance.
+fn free(node: &NodeConfig, used: &HashMap<String, u64>) -> u64 {
+    node.capacity.saturating_sub(used.get(&node.name).copied().unwrap_or(0))
 }
 
 /// What a request of `capacity` bytes is charged: whole units, in bytes.
@@ -21,11 +26,7 @@ pub fn charged(capacity: u64, granularity: u64) -> u64 {
 /// bytes it holds, or why it does not fit.
 pub fn place_standing(pool: &PoolConfig, used: &HashMap<String, u64>, capacity: u64) -> Result<Vec<(String, u64)>, String> {
     let wanted = units(capacity, pool.granularity);
-    let mut free: Vec<(String, u64)> = pool
-        .nodes
-        .iter()
-        .map(|n| (n.name.clone(), n.capacity.saturating_sub(used.get(&n.name).copied().unwrap_or(0)) / pool.granularity))
-        .collect();
+    let mut free: Vec<(String, u64)> = pool.nodes.iter().map(|n| (n.name.clone(), free(n, used) / pool.granularity)).collect();
     let available: u64 = free.iter().map(|(_, f)| f).sum();
     if wanted > available {
         return Err(format!(
@@ -52,8 +53,7 @@ pub fn place_standing(pool: &PoolConfig, used: &HashMap<String, u64>, capacity: 
 /// holds (share and mirror), or why it does not fit.
 pub fn place_standing_mirrored(pool: &PoolConfig, used: &HashMap<String, u64>, capacity: u64) -> Result<Vec<(String, u64)>, String> {
     let wanted = units(capacity, pool.granularity).max(2);
-    let free_units =
-        |name: &str| pool.node(name).map_or(0, |n| n.capacity.saturating_sub(used.get(name).copied().unwrap_or(0)) / pool.granularity);
+    let free_units = |name: &str| pool.node(name).map_or(0, |n| free(n, used) / pool.granularity);
     // The nodes with the most room first; ties by configuration order.
     let mut roomiest: Vec<&str> = pool.nodes.iter().map(|n| n.name.as_str()).collect();
     roomiest.sort_by_key(|name| std::cmp::Reverse(free_units(name)));
@@ -93,7 +93,7 @@ pub fn place_on_demand(
     let mut placed = Vec::new();
     for name in nodes {
         let node = pool.node(name).ok_or_else(|| format!("node {name} is not in pool '{}'", pool.name))?;
-        let free = node.capacity.saturating_sub(used.get(name).copied().unwrap_or(0));
+        let free = free(node, used);
         if share > free {
             return Err(format!(
                 "node {name} has {} free in pool '{}', its share of the buffer is {}",
@@ -110,7 +110,7 @@ pub fn place_on_demand(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{NodeConfig, PoolKindConfig};
+    use crate::config::PoolKindConfig;
 
     const GIB: u64 = 1 << 30;
 

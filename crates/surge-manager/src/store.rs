@@ -442,12 +442,18 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_state_file_from_before_replicas_gets_one_copy_for_each_instance() {
-        let dir = std::env::temp_dir().join(format!("surge-store-old-{}", std::process::id()));
+    /// An empty directory of the test's own, and the state file's path in it.
+    fn scratch(test: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("surge-store-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("surge.db");
+        (dir, path)
+    }
+
+    #[test]
+    fn a_state_file_from_before_replicas_gets_one_copy_for_each_instance() {
+        let (dir, path) = scratch("old");
         {
             // The instances table as it was, with one instance in it.
             let old = SCHEMA.replace(",\n    replicas INTEGER NOT NULL DEFAULT 1", "");
@@ -476,10 +482,7 @@ mod tests {
 
     #[test]
     fn what_is_committed_is_there_after_reopening_and_servers_go_with_their_instance() {
-        let dir = std::env::temp_dir().join(format!("surge-store-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("surge.db");
+        let (dir, path) = scratch("committed");
         {
             let mut store = Store::open(&path).unwrap();
             store
