@@ -297,6 +297,14 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
     }
     let too_big = bed.submit("big.sh", "#!/bin/bash\n#DW jobdw capacity=10GiB access_mode=striped type=scratch\nhostname\n").unwrap_err();
     assert!(too_big.contains("capacity 10.0 GiB is more than pool 'bb' holds in all (4.0 GiB)"), "{too_big}");
+    // Pool "safe" is the same 4 GiB kept twice: 3 GiB would take 6.
+    let too_big_twice =
+        bed.submit("big2.sh", "#!/bin/bash\n#DW jobdw capacity=3GiB access_mode=striped type=scratch pool=safe\nhostname\n").unwrap_err();
+    assert!(
+        too_big_twice
+            .contains("capacity 3.0 GiB takes 6.0 GiB in pool 'safe' (it keeps two copies), more than the pool holds in all (4.0 GiB)"),
+        "{too_big_twice}"
+    );
     let unknown = bed.submit("unknown.sh", "#!/bin/bash\n#DW persistentdw name=nosuch\nhostname\n").unwrap_err();
     assert!(unknown.contains("persistentdw nosuch: no persistent reservation of that name"), "{unknown}");
 

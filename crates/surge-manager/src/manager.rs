@@ -66,6 +66,17 @@ fn now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs()
 }
 
+/// The instances a `#DW jobdw` line makes: each one's mode and capacity (with both access
+/// modes, half the capacity each: the job asked for one capacity).
+fn jobdw_instances(jobdw: &surge_directives::JobDw) -> impl Iterator<Item = (&'static str, u64)> {
+    let parts: Vec<(&'static str, u64)> = match jobdw.access {
+        AccessMode::Striped => vec![("striped", jobdw.capacity)],
+        AccessMode::Private => vec![("private", jobdw.capacity)],
+        AccessMode::StripedAndPrivate => vec![("striped", jobdw.capacity.div_ceil(2)), ("private", jobdw.capacity / 2)],
+    };
+    parts.into_iter()
+}
+
 fn striped_name(job: u64) -> String {
     format!("job-{job}")
 }
@@ -192,26 +203,29 @@ impl Manager {
 
     /// The pools, the default first (DataWarp lists it first; job_submit.lua takes it).
     fn pools(&self) -> Result<Vec<PoolView>> {
-        let instances = self.store().instances()?;
+        let store = self.store();
+        let used = store.node_use()?;
+        // Instances planned and not placed yet (on-demand ones before their job's nodes are
+        // known) hold nothing on a node, but will: they are charged what they will hold.
+        let mut unplaced: HashMap<&str, u64> = HashMap::new();
+        let instances = store.instances()?;
+        for i in &instances {
+            if store.servers(&i.name)?.is_empty() {
+                *unplaced.entry(i.pool.as_str()).or_default() += i.capacity * i.replicas as u64;
+            }
+        }
         let default = self.config.pool_for(None).ok().map(|p| p.name.clone());
         let mut ordered: Vec<&PoolConfig> = self.config.pools.iter().collect();
         ordered.sort_by_key(|p| Some(&p.name) != default.as_ref());
         Ok(ordered
             .into_iter()
-            .map(|pool| {
-                let charged: u64 = instances
-                    .iter()
-                    .filter(|i| i.pool == pool.name)
-                    .map(|i| pools::units(i.capacity, pool.granularity) * i.replicas as u64)
-                    .sum();
-                PoolView {
-                    name: pool.name.clone(),
-                    kind: pool.kind.into(),
-                    granularity: pool.granularity,
-                    quantity: pool.quantity(),
-                    free: pool.quantity().saturating_sub(charged),
-                    nodes: pool.nodes.iter().map(|n| n.name.clone()).collect(),
-                }
+            .map(|pool| PoolView {
+                name: pool.name.clone(),
+                kind: pool.kind.into(),
+                granularity: pool.granularity,
+                quantity: pool.quantity(),
+                free: pools::free_units(pool, &used, unplaced.get(pool.name.as_str()).copied().unwrap_or(0)),
+                nodes: pool.nodes.iter().map(|n| n.name.clone()).collect(),
             })
             .collect())
     }
@@ -276,7 +290,9 @@ impl Manager {
             match self.config.pool_for(jobdw.pool.as_deref()) {
                 Err(e) => problems.push(format!("jobdw: {e}")),
                 Ok(pool) => {
-                    problems.extend(self.fits_pool(pool, jobdw.capacity, "jobdw"));
+                    let held =
+                        jobdw_instances(jobdw).map(|(mode, capacity)| pools::least_held(pool, capacity, pools::copies(pool, mode))).sum();
+                    problems.extend(self.fits_pool(pool, jobdw.capacity, held, "jobdw"));
                     if pool.kind == PoolKindConfig::Standing && jobdw.access != AccessMode::Striped {
                         problems.push(format!(
                             "jobdw: access_mode with private needs an on-demand pool (each compute node's namespace on its own storage); pool '{}' is standing",
@@ -294,7 +310,10 @@ impl Manager {
                     "create_persistent {}: pool '{}' is on the jobs' own nodes, which a reservation cannot outlive: use a standing pool",
                     p.name, pool.name
                 )),
-                Ok(pool) => problems.extend(self.fits_pool(pool, p.capacity, &format!("create_persistent {}", p.name))),
+                Ok(pool) => {
+                    let held = pools::least_held(pool, p.capacity, pools::copies(pool, "striped"));
+                    problems.extend(self.fits_pool(pool, p.capacity, held, &format!("create_persistent {}", p.name)))
+                }
             }
             if p.access != AccessMode::Striped {
                 problems.push(format!("create_persistent {}: a persistent reservation is striped (access_mode=striped)", p.name));
@@ -338,15 +357,20 @@ impl Manager {
         }
     }
 
-    fn fits_pool(&self, pool: &PoolConfig, capacity: u64, what: &str) -> Option<String> {
+    /// Why a request of `capacity` bytes, which will hold at least `held` bytes on the pool's
+    /// nodes (both copies, whole units), can never be placed in `pool`, if it cannot.
+    fn fits_pool(&self, pool: &PoolConfig, capacity: u64, held: u64, what: &str) -> Option<String> {
         let total = pool.quantity() * pool.granularity;
-        (capacity > total).then(|| {
-            format!(
-                "{what}: capacity {} is more than pool '{}' holds in all ({})",
-                surge_directives::size::format(capacity),
+        let format = surge_directives::size::format;
+        (held > total).then(|| match held > pools::charged(capacity, pool.granularity) {
+            true => format!(
+                "{what}: capacity {} takes {} in pool '{}' (it keeps two copies), more than the pool holds in all ({})",
+                format(capacity),
+                format(held),
                 pool.name,
-                surge_directives::size::format(total)
-            )
+                format(total)
+            ),
+            false => format!("{what}: capacity {} is more than pool '{}' holds in all ({})", format(capacity), pool.name, format(total)),
         })
     }
 
@@ -377,14 +401,9 @@ impl Manager {
         }
         if let Some(jobdw) = &request.jobdw {
             let pool = self.config.pool_for(jobdw.pool.as_deref()).map_err(|e| anyhow!(e))?;
-            match jobdw.access {
-                AccessMode::Striped => plan(striped_name(job), None, pool, "striped", jobdw.capacity)?,
-                AccessMode::Private => plan(private_name(job), None, pool, "private", jobdw.capacity)?,
-                // Half each: the job asked for one capacity.
-                AccessMode::StripedAndPrivate => {
-                    plan(striped_name(job), None, pool, "striped", jobdw.capacity.div_ceil(2))?;
-                    plan(private_name(job), None, pool, "private", jobdw.capacity / 2)?;
-                }
+            for (mode, capacity) in jobdw_instances(jobdw) {
+                let name = if mode == "private" { private_name(job) } else { striped_name(job) };
+                plan(name, None, pool, mode, capacity)?;
             }
         }
         let stages = self.resolve_stages(job, &request);
@@ -417,8 +436,7 @@ impl Manager {
         capacity: u64,
     ) -> Result<(InstanceRecord, Vec<ServerRecord>)> {
         let charged = pools::charged(capacity, pool.granularity);
-        // A private namespace lives and dies with its node: it keeps one copy whatever the pool.
-        let replicas = if mode == "private" { 1 } else { pool.replicas };
+        let replicas = pools::copies(pool, mode);
         let servers = match pool.kind {
             PoolKindConfig::Standing if replicas > 1 => pools::place_standing_mirrored(pool, used, capacity).map_err(|e| anyhow!(e))?,
             PoolKindConfig::Standing => pools::place_standing(pool, used, capacity).map_err(|e| anyhow!(e))?,

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::config::{NodeConfig, PoolConfig};
+use crate::config::{NodeConfig, PoolConfig, PoolKindConfig};
 
 /// `capacity` rounded up to whole units of `granularity`, in units.
 pub fn units(capacity: u64, granularity: u64) -> u64 {
@@ -13,6 +13,34 @@ pub fn units(capacity: u64, granularity: u64) -> u64 {
 /// Bytes of `node` not yet charged to an instance.
 fn free(node: &NodeConfig, used: &HashMap<String, u64>) -> u64 {
     node.capacity.saturating_sub(used.get(&node.name).copied().unwrap_or(0))
+}
+
+/// Units of `pool` free for new instances: on each node, the whole units no server holds
+/// (`used`: bytes held on each node, by instances of any pool — a node in two pools is
+/// charged by both; a two-copy instance by both copies), less the units `unplaced` bytes
+/// (planned instances of this pool that hold nothing on a node yet) will take.
+pub fn free_units(pool: &PoolConfig, used: &HashMap<String, u64>, unplaced: u64) -> u64 {
+    let free: u64 = pool.nodes.iter().map(|n| free(n, used) / pool.granularity).sum();
+    free.saturating_sub(units(unplaced, pool.granularity))
+}
+
+/// How many copies of its data an instance of `mode` keeps in `pool`: a private namespace
+/// lives and dies with its node, so it keeps one whatever the pool.
+pub fn copies(pool: &PoolConfig, mode: &str) -> u8 {
+    if mode == "private" {
+        1
+    } else {
+        pool.replicas
+    }
+}
+
+/// The least an instance of `capacity` bytes keeping `copies` copies holds on `pool`'s nodes,
+/// in bytes: whole units, each copy; in a standing pool two copies take at least one unit on
+/// each of two nodes, twice (see [`place_standing_mirrored`]).
+pub fn least_held(pool: &PoolConfig, capacity: u64, copies: u8) -> u64 {
+    let units = units(capacity, pool.granularity);
+    let wanted = if copies > 1 && pool.kind == PoolKindConfig::Standing { units.max(2) } else { units };
+    wanted * copies as u64 * pool.granularity
 }
 
 /// What a request of `capacity` bytes is charged: whole units, in bytes.
@@ -110,7 +138,6 @@ pub fn place_on_demand(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::PoolKindConfig;
 
     const GIB: u64 = 1 << 30;
 
@@ -184,5 +211,38 @@ mod tests {
         assert_eq!(units(place_standing_mirrored(&pool, &used, 2 * GIB).unwrap()), vec![("bb2".into(), 2), ("bb3".into(), 2)]);
         // Six units on two free nodes would need 6 units each: refused, the reason named.
         assert!(place_standing_mirrored(&pool, &used, 6 * GIB).unwrap_err().contains("keeps two copies on different nodes"));
+    }
+
+    /// What a pool reports free is what the nodes do not hold: a two-copy instance whose
+    /// placement rounded up (one unit asked, two nodes holding it twice) is charged the four
+    /// units it holds, a node shared with another pool is charged that pool's use too, and an
+    /// instance not placed yet is charged what it will hold.
+    #[test]
+    fn a_pool_reports_free_what_its_nodes_do_not_hold() {
+        let pool = pool(&[4 * GIB, 4 * GIB, 4 * GIB]);
+        let mut used: HashMap<String, u64> = HashMap::new();
+        assert_eq!(free_units(&pool, &used, 0), 12);
+        for (node, bytes) in place_standing_mirrored(&pool, &used, GIB).unwrap() {
+            *used.entry(node).or_default() += bytes;
+        }
+        assert_eq!(free_units(&pool, &used, 0), 8, "one unit kept twice on two nodes holds four");
+        *used.entry("bb3".into()).or_default() += GIB / 2;
+        assert_eq!(free_units(&pool, &used, 0), 7, "half a unit held by another pool on bb3 leaves it 3 whole units");
+        assert_eq!(free_units(&pool, &used, 3 * GIB / 2), 5, "an unplaced instance of 1.5 GiB will take 2");
+        assert_eq!(free_units(&pool, &used, 100 * GIB), 0);
+    }
+
+    #[test]
+    fn the_least_an_instance_holds_counts_both_copies() {
+        let mut standing = pool(&[4 * GIB, 4 * GIB]);
+        assert_eq!(least_held(&standing, 3 * GIB / 2, 1), 2 * GIB);
+        assert_eq!(least_held(&standing, 3 * GIB / 2, 2), 4 * GIB);
+        // In a standing pool one unit still takes a unit on each of two nodes, twice.
+        assert_eq!(least_held(&standing, GIB, 2), 4 * GIB);
+        standing.kind = PoolKindConfig::OnDemand;
+        assert_eq!(least_held(&standing, GIB, 2), 2 * GIB, "on the job's nodes the charge is shared, each share kept twice");
+        standing.replicas = 2;
+        assert_eq!(copies(&standing, "striped"), 2);
+        assert_eq!(copies(&standing, "private"), 1, "a private namespace keeps one copy");
     }
 }
