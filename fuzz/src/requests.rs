@@ -96,9 +96,11 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     RUNTIME.get_or_init(|| tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a tokio runtime"))
 }
 
-/// A server's answer to one request.
+/// A server's answer to one request. `payload` holds the bytes of a reply's payload up to
+/// [`MODELLED`] long (the most a read of a modelled file returns); of a longer one, which no
+/// check compares, only `payload_len` is kept.
 enum Answer {
-    Reply { message: Vec<u8>, payload: Vec<u8> },
+    Reply { message: Vec<u8>, payload: Vec<u8>, payload_len: usize },
     Failure(Error),
 }
 
@@ -135,6 +137,8 @@ impl Conn {
         conn
     }
 
+    /// The next frame: its header, message and payload (see [`Answer`] for what is kept of a
+    /// long payload).
     fn frame(&mut self) -> (FrameHeader, Vec<u8>, Vec<u8>) {
         let mut head = [0u8; FRAME_HEADER_LEN];
         if let Err(e) = self.stream.read_exact(&mut head) {
@@ -142,9 +146,25 @@ impl Conn {
         }
         let header = FrameHeader::decode(&head).expect("the server sends well-formed frames");
         let mut message = vec![0u8; header.message_len as usize];
-        let mut payload = vec![0u8; header.payload_len as usize];
         self.stream.read_exact(&mut message).expect("a whole message");
-        self.stream.read_exact(&mut payload).expect("a whole payload");
+        let payload_len = header.payload_len as u64;
+        let mut payload = Vec::new();
+        if payload_len <= MODELLED {
+            (&mut self.stream).take(payload_len).read_to_end(&mut payload).expect("a whole payload");
+            assert_eq!(payload.len() as u64, payload_len, "a whole payload");
+        } else {
+            // Up to 64 MiB of a sparse file's zeros, read into one buffer kept for the
+            // process: a fresh buffer each time spent most of the target's time in page faults.
+            thread_local!(static SINK: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; 1 << 20]));
+            SINK.with_borrow_mut(|sink| {
+                let mut left = payload_len as usize;
+                while left > 0 {
+                    let n = left.min(sink.len());
+                    self.stream.read_exact(&mut sink[..n]).expect("a whole payload");
+                    left -= n;
+                }
+            });
+        }
         (header, message, payload)
     }
 
@@ -168,7 +188,7 @@ impl Conn {
                 FrameKind::Notice => continue,
                 FrameKind::Reply => {
                     assert_eq!(header.request_id, self.next_id, "answers come in request order");
-                    return Answer::Reply { message, payload };
+                    return Answer::Reply { message, payload, payload_len: header.payload_len as usize };
                 }
                 FrameKind::Failure => {
                     assert_eq!(header.request_id, self.next_id, "answers come in request order");
@@ -185,7 +205,7 @@ impl Conn {
         if tracing() {
             let text = format!("{request:?}");
             let outcome = match &answer {
-                Answer::Reply { message, payload } => format!("reply of {} + {} bytes", message.len(), payload.len()),
+                Answer::Reply { message, payload_len, .. } => format!("reply of {} + {payload_len} bytes", message.len()),
                 Answer::Failure(e) => format!("failure: {e}"),
             };
             eprintln!("{} (+{} bytes) -> {outcome}", &text[..text.len().min(300)], payload.len());
@@ -966,7 +986,7 @@ impl Run {
         assert_eq!(outcomes.len(), count, "one outcome per batched step");
         for (request, outcome) in requests.iter().zip(outcomes) {
             let Ok(reply) = outcome else { continue };
-            let answer = Answer::Reply { message: reply, payload: Vec::new() };
+            let answer = Answer::Reply { message: reply, payload: Vec::new(), payload_len: 0 };
             match request {
                 NamespaceRequest::Lookup(_) | NamespaceRequest::Create(_) => drop(self.entry(&answer)),
                 NamespaceRequest::GetAttr(_) => drop(self.attr(&answer)),
@@ -1045,8 +1065,8 @@ impl Run {
     }
 
     fn read(&mut self, ino: Ino, offset: u64, len: u32, answer: &Answer) {
-        let Answer::Reply { payload, .. } = answer else { return };
-        assert!(payload.len() <= len as usize, "a read answers at most what it asked");
+        let Answer::Reply { payload, payload_len, .. } = answer else { return };
+        assert!(*payload_len <= len as usize, "a read answers at most what it asked");
         let expected: &[u8] = match self.data.get(&ino) {
             Some(Some(data)) => {
                 let start = offset.min(data.len() as u64) as usize;
@@ -1058,9 +1078,8 @@ impl Run {
             Some(None) => return,
         };
         assert!(
-            payload[..] == *expected,
-            "read {len} bytes at {offset} of {ino:#x}: {} bytes back, {} written there",
-            payload.len(),
+            *payload_len == expected.len() && payload[..] == *expected,
+            "read {len} bytes at {offset} of {ino:#x}: {payload_len} bytes back, {} written there",
             expected.len()
         );
     }
