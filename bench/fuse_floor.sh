@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # How fast can any FUSE file system create and remove files on this machine? mdtest's file rows
-# (2 ranks, -F -n ITEMS each, one shared directory) through
+# (2 ranks, -F -n ITEMS each, one shared directory), and what one create (open O_CREAT|O_EXCL,
+# close) and one unlink take for a single process, one after another (a round trip each, no
+# overlap: the latency a serial tool such as tar or cp sees), through
 #   bindfs        a FUSE file system over tmpfs (the issue's yardstick),
 #   memfs         libfuse's in-memory example (example/memfs_ll), which answers every request
 #                 from its own memory, with entries and attributes cached for good (no_timeout):
@@ -50,18 +52,44 @@ files() {
              END {printf "%d %d\n", c, r}'
 }
 
+# serial DIR -> "CREATE UNLINK" microseconds per file, for ITEMS files made then removed by
+# one process
+serial() {
+    mkdir -p "$1/serial"
+    python3 - "$1/serial" "$ITEMS" <<'EOF_PY'
+import os, sys, time
+d, n = sys.argv[1], int(sys.argv[2])
+names = [os.path.join(d, f"f{i}") for i in range(n)]
+t0 = time.perf_counter()
+for p in names:
+    os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+t1 = time.perf_counter()
+for p in names:
+    os.unlink(p)
+t2 = time.perf_counter()
+print(round((t1 - t0) / n * 1e6), round((t2 - t1) / n * 1e6))
+EOF_PY
+    rmdir "$1/serial"
+}
+
 declare -A results
 for round in $(seq "$ROUNDS"); do
     for t in $SYSTEMS; do
         read -r c r <<<"$(files "$WORK/$t")"
         results[$t,create]+="$c "; results[$t,remove]+="$r "
+        read -r c r <<<"$(serial "$WORK/$t")"
+        results[$t,serial-create]+="$c "; results[$t,serial-unlink]+="$r "
     done
     echo "round $round of $ROUNDS done" >&2
 done
 
 table_header "files/s, 2 ranks x $ITEMS (median of $ROUNDS, range)" "memfs / bindfs" "memfs-uring / bindfs" "surge / bindfs"
-for row in create remove; do
-    line="| mdtest file $row |"
+for row in create remove serial-create serial-unlink; do
+    case $row in
+        serial-create) line="| one process, create + close, us per file (lower is better) |" ;;
+        serial-unlink) line="| one process, unlink, us per file (lower is better) |" ;;
+        *) line="| mdtest file $row |" ;;
+    esac
     for t in $SYSTEMS; do line+=" $(cell "${results[$t,$row]}") |"; done
     for t in memfs memfs-uring surge; do line+=" $(ratio "${results[$t,$row]}" "${results[bindfs,$row]}") |"; done
     echo "$line"
