@@ -68,13 +68,12 @@ fn now() -> u64 {
 
 /// The instances a `#DW jobdw` line makes: each one's mode and capacity (with both access
 /// modes, half the capacity each: the job asked for one capacity).
-fn jobdw_instances(jobdw: &surge_directives::JobDw) -> impl Iterator<Item = (&'static str, u64)> {
-    let parts: Vec<(&'static str, u64)> = match jobdw.access {
+fn jobdw_instances(jobdw: &surge_directives::JobDw) -> Vec<(&'static str, u64)> {
+    match jobdw.access {
         AccessMode::Striped => vec![("striped", jobdw.capacity)],
         AccessMode::Private => vec![("private", jobdw.capacity)],
         AccessMode::StripedAndPrivate => vec![("striped", jobdw.capacity.div_ceil(2)), ("private", jobdw.capacity / 2)],
-    };
-    parts.into_iter()
+    }
 }
 
 fn striped_name(job: u64) -> String {
@@ -210,8 +209,9 @@ impl Manager {
         let mut unplaced: HashMap<&str, u64> = HashMap::new();
         let instances = store.instances()?;
         for i in &instances {
+            let Some(pool) = self.config.pool(&i.pool) else { continue };
             if store.servers(&i.name)?.is_empty() {
-                *unplaced.entry(i.pool.as_str()).or_default() += i.capacity * i.replicas as u64;
+                *unplaced.entry(i.pool.as_str()).or_default() += pools::least_held(pool, i.capacity, i.replicas);
             }
         }
         let default = self.config.pool_for(None).ok().map(|p| p.name.clone());
@@ -290,8 +290,10 @@ impl Manager {
             match self.config.pool_for(jobdw.pool.as_deref()) {
                 Err(e) => problems.push(format!("jobdw: {e}")),
                 Ok(pool) => {
-                    let held =
-                        jobdw_instances(jobdw).map(|(mode, capacity)| pools::least_held(pool, capacity, pools::copies(pool, mode))).sum();
+                    let held = jobdw_instances(jobdw)
+                        .into_iter()
+                        .map(|(mode, capacity)| pools::least_held(pool, capacity, pools::copies(pool, mode)))
+                        .sum();
                     problems.extend(self.fits_pool(pool, jobdw.capacity, held, "jobdw"));
                     if pool.kind == PoolKindConfig::Standing && jobdw.access != AccessMode::Striped {
                         problems.push(format!(
@@ -362,15 +364,18 @@ impl Manager {
     fn fits_pool(&self, pool: &PoolConfig, capacity: u64, held: u64, what: &str) -> Option<String> {
         let total = pool.quantity() * pool.granularity;
         let format = surge_directives::size::format;
-        (held > total).then(|| match held > pools::charged(capacity, pool.granularity) {
-            true => format!(
-                "{what}: capacity {} takes {} in pool '{}' (it keeps two copies), more than the pool holds in all ({})",
-                format(capacity),
-                format(held),
-                pool.name,
-                format(total)
-            ),
-            false => format!("{what}: capacity {} is more than pool '{}' holds in all ({})", format(capacity), pool.name, format(total)),
+        (held > total).then(|| {
+            if held > pools::charged(capacity, pool.granularity) {
+                format!(
+                    "{what}: capacity {} takes {} in pool '{}' (it keeps two copies), more than the pool holds in all ({})",
+                    format(capacity),
+                    format(held),
+                    pool.name,
+                    format(total)
+                )
+            } else {
+                format!("{what}: capacity {} is more than pool '{}' holds in all ({})", format(capacity), pool.name, format(total))
+            }
         })
     }
 
