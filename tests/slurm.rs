@@ -54,8 +54,11 @@ impl Testbed {
     fn up(plugin: &str) -> Testbed {
         let dir = std::env::temp_dir().join(format!("surge-test-slurm-{plugin}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        // Its own controller port: several test runs on one machine must not meet.
-        let port = 20_000 + std::process::id() % 20_000;
+        // Its own controller port: several test runs on one machine must not meet. Below
+        // Linux's ephemeral ports (32768 and up) with the agents' +300: slurmd binds its port
+        // on every address, and a busy machine's connections (thousands in TIME-WAIT) hold
+        // ephemeral ports.
+        let port = 20_000 + std::process::id() % 12_000;
         let up = Testbed::run(&dir, "up", port, plugin);
         assert!(up.status.success(), "{}", text(&up));
         let conf = dir.join("etc/slurm.conf");
