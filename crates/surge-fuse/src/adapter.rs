@@ -1,19 +1,18 @@
-//! The fuser adapter: each kernel request becomes one call of the operations layer
+//! The FUSE adapter: each kernel request becomes one call of the operations layer
 //! ([`crate::ops`]), its outcome one reply. Arguments are converted here (names, times, the
 //! umask) and nothing else is decided here.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::SystemTime;
 
-use fuser::{
-    BackingId, BsdFileFlags, Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
-    Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
-};
 use surge_client::surge_proto::{Attr, AttrChanges, ErrorCode};
 use surge_client::{Client, Error, Result};
+use surge_fuse_session::abi::{self, init};
+use surge_fuse_session::{
+    BackingId, Caller as KernelCaller, FileType, Filesystem, KernelConfig, LockRange, Notifier, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, SetAttr,
+};
 use tokio::runtime::Handle;
 
 use crate::convert::{file_type, fuse_attr, name_of, to_timestamp};
@@ -23,7 +22,7 @@ use crate::ops::{Caller, Opened, Ops, STATFS_BLOCK};
 /// The kernel's largest write request.
 const MAX_WRITE: u32 = 1 << 20;
 
-/// A Surge instance as a fuser file system.
+/// A Surge instance as a FUSE file system.
 pub struct SurgeFs {
     ops: Arc<Ops>,
     /// Ask the kernel for passthrough (see [`SurgeFs::new`]).
@@ -106,14 +105,14 @@ impl SurgeFs {
         let backings = self.backings.clone();
         move |result| match result {
             Ok(Opened { fh, backing, keep_cache }) => match backings.for_handle(ino, fh, backing, |file| reply.open_backing(file)) {
-                Some(id) => reply.opened_passthrough(FileHandle(fh), open_reply_flags(flags, false), &id),
-                None => reply.opened(FileHandle(fh), open_reply_flags(flags, keep_cache)),
+                Some(id) => reply.opened_passthrough(fh, open_reply_flags(flags, false), &id),
+                None => reply.opened(fh, open_reply_flags(flags, keep_cache)),
             },
             Err(e) => reply.error(errno(&e)),
         }
     }
 
-    /// The operations layer, on a thread that can start work on the runtime: fuser calls
+    /// The operations layer, on a thread that can start work on the runtime: the session calls
     /// from threads of its own, and chunk fetches and replies are started on the calling one.
     fn ops(&self) -> &Arc<Ops> {
         thread_local! {
@@ -152,7 +151,7 @@ impl SurgeFs {
         let (ttl, blksize) = (self.ops().ttl(), self.ops().blksize());
         // Only positive entries are cached by the kernel: an error leaves no negative entry.
         move |result| match result {
-            Ok(attr) => reply.entry(&ttl, &fuse_attr(&attr, blksize), Generation(0)),
+            Ok(attr) => reply.entry(ttl, &fuse_attr(&attr, blksize), 0),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -160,19 +159,19 @@ impl SurgeFs {
     fn attr(&self, reply: ReplyAttr) -> impl FnOnce(Result<Attr>) + Send + 'static {
         let (ttl, blksize) = (self.ops().ttl(), self.ops().blksize());
         move |result| match result {
-            Ok(attr) => reply.attr(&ttl, &fuse_attr(&attr, blksize)),
+            Ok(attr) => reply.attr(ttl, &fuse_attr(&attr, blksize)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 }
 
 /// The kernel's form of a Surge error.
-fn errno(e: &Error) -> Errno {
-    Errno::from_i32(e.errno())
+fn errno(e: &Error) -> i32 {
+    e.errno()
 }
 
-fn caller(req: &Request) -> Caller {
-    Caller { uid: req.uid(), gid: req.gid(), pid: req.pid() }
+fn caller(c: &KernelCaller) -> Caller {
+    Caller { uid: c.uid, gid: c.gid, pid: c.pid }
 }
 
 fn empty(reply: ReplyEmpty) -> impl FnOnce(Result<()>) + Send + 'static {
@@ -194,7 +193,7 @@ fn data<B: AsRef<[u8]>>(reply: ReplyData) -> impl FnOnce(Result<B>) + Send + 'st
 fn xattr(reply: ReplyXattr, size: u32) -> impl FnOnce(Result<Vec<u8>>) + Send + 'static {
     move |result| match result {
         Ok(bytes) if size == 0 => reply.size(bytes.len() as u32),
-        Ok(bytes) if bytes.len() > size as usize => reply.error(Errno::ERANGE),
+        Ok(bytes) if bytes.len() > size as usize => reply.error(libc::ERANGE),
         Ok(bytes) => reply.data(&bytes),
         Err(e) => reply.error(errno(&e)),
     }
@@ -212,7 +211,7 @@ fn log_failure(e: &Error) {
 
 fn opened(reply: ReplyOpen, flags: i32) -> impl FnOnce(Result<u64>) + Send + 'static {
     move |result| match result {
-        Ok(fh) => reply.opened(FileHandle(fh), open_reply_flags(flags, false)),
+        Ok(fh) => reply.opened(fh, open_reply_flags(flags, false)),
         Err(e) => reply.error(errno(&e)),
     }
 }
@@ -221,13 +220,13 @@ fn opened(reply: ReplyOpen, flags: i32) -> impl FnOnce(Result<u64>) + Send + 'st
 /// write(2) into several requests where it meets a page it does not hold whole, and each
 /// would be appended on its own (another node's append could land between the pieces).
 /// Direct, a write of up to `max_write` is one request, one append.
-fn open_reply_flags(flags: i32, keep_cache: bool) -> FopenFlags {
+fn open_reply_flags(flags: i32, keep_cache: bool) -> u32 {
     if flags & libc::O_APPEND != 0 {
-        FopenFlags::FOPEN_DIRECT_IO
+        abi::FOPEN_DIRECT_IO
     } else if keep_cache {
-        FopenFlags::FOPEN_KEEP_CACHE
+        abi::FOPEN_KEEP_CACHE
     } else {
-        FopenFlags::empty()
+        0
     }
 }
 
@@ -242,18 +241,18 @@ macro_rules! name_or_reply {
 }
 
 impl Filesystem for SurgeFs {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let _ = config.set_max_write(MAX_WRITE);
-        let _ = config.set_max_readahead(MAX_WRITE);
-        let _ = config.set_max_background(64);
-        let _ = config.set_congestion_threshold(48);
+    fn init(&self, config: &mut KernelConfig) -> std::io::Result<()> {
+        config.set_max_write(MAX_WRITE);
+        config.set_max_readahead(MAX_WRITE);
+        config.set_max_background(64);
+        config.set_congestion_threshold(48);
         // Capabilities the running kernel lacks are simply not used.
         // Locks go to the files' home servers (see `locks`), so they exclude across nodes.
         if self.want_passthrough {
             let privileged = may_pass_through();
-            let agreed =
-                privileged && config.set_max_stack_depth(1).is_ok() && config.add_capabilities(InitFlags::FUSE_PASSTHROUGH).is_ok();
+            let agreed = privileged && config.add_capabilities(init::PASSTHROUGH).is_ok();
             if agreed {
+                config.set_max_stack_depth(1);
                 self.ops.enable_passthrough();
                 tracing::info!("kernel passthrough on for files held whole by this node's server");
             } else if !privileged {
@@ -262,243 +261,173 @@ impl Filesystem for SurgeFs {
                 tracing::info!("kernel passthrough off: the kernel does not offer it (Linux 6.9 or later does)");
             }
         }
-        for capability in [
-            // Not FUSE_AUTO_INVAL_DATA: with it the kernel drops a file's pages whenever it
-            // sees a new mtime, also the one this node's own close published, so a file read
-            // back after writing would come from the servers again. The mount decides at each
-            // open whether the pages are the file's (KernelCache::open_pages) and drops them
-            // when another node's change is noticed (KernelCache::changed_elsewhere).
-            InitFlags::FUSE_PARALLEL_DIROPS,
-            InitFlags::FUSE_ATOMIC_O_TRUNC,
-            InitFlags::FUSE_POSIX_LOCKS,
-            InitFlags::FUSE_FLOCK_LOCKS,
-            // The kernel enforces POSIX ACLs (the servers keep them and apply a directory's
-            // default ACL to what is made in it, for which the mode comes unmasked, with the
-            // umask beside it).
-            InitFlags::FUSE_POSIX_ACL,
-            InitFlags::FUSE_DONT_MASK,
-            // Clearing set-id bits on a write is the mount's (see `write`), so the kernel
-            // need not ask for security.capability before every write.
-            InitFlags::FUSE_HANDLE_KILLPRIV_V2,
-        ] {
-            let _ = config.add_capabilities(capability);
-        }
+        // Not FUSE_AUTO_INVAL_DATA: with it the kernel drops a file's pages whenever it sees a
+        // new mtime, also the one this node's own close published, so a file read back after
+        // writing would come from the servers again. The mount decides at each open whether
+        // the pages are the file's (KernelCache::open_pages) and drops them when another
+        // node's change is noticed (KernelCache::changed_elsewhere).
+        let _ = config.add_capabilities(
+            init::PARALLEL_DIROPS
+                | init::ATOMIC_O_TRUNC
+                | init::POSIX_LOCKS
+                | init::FLOCK_LOCKS
+                // The kernel enforces POSIX ACLs (the servers keep them and apply a directory's
+                // default ACL to what is made in it, for which the mode comes unmasked, with
+                // the umask beside it).
+                | init::POSIX_ACL
+                | init::DONT_MASK
+                // Clearing set-id bits on a write is the mount's (see `write`), so the kernel
+                // need not ask for security.capability before every write.
+                | init::HANDLE_KILLPRIV_V2,
+        );
         Ok(())
     }
 
-    fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
-        self.ops().forget(ino.0);
+    fn forget(&self, ino: u64, _nlookup: u64) {
+        self.ops().forget(ino);
     }
 
-    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &KernelCaller, parent: u64, name: &OsStr, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
-        if let Some(result) = self.ops().lookup_now(parent.0, &name, caller(req)) {
+        if let Some(result) = self.ops().lookup_now(parent, &name, caller(req)) {
             return self.entry(reply)(result);
         }
-        self.answer(self.ops().lookup(parent.0, name, caller(req)), self.entry(reply));
+        self.answer(self.ops().lookup(parent, name, caller(req)), self.entry(reply));
     }
 
-    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        if let Some(attr) = self.ops().getattr_now(ino.0) {
+    fn getattr(&self, req: &KernelCaller, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
+        if let Some(attr) = self.ops().getattr_now(ino) {
             return self.attr(reply)(Ok(attr));
         }
-        self.answer(self.ops().getattr(ino.0, caller(req)), self.attr(reply));
+        self.answer(self.ops().getattr(ino, caller(req)), self.attr(reply));
     }
 
-    fn setattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        let change = AttrChanges { mode, uid, gid, size, atime: atime.map(to_timestamp), mtime: mtime.map(to_timestamp) };
-        self.answer(self.ops().setattr(ino.0, change, fh.map(|fh| fh.0)), self.attr(reply));
+    fn setattr(&self, _req: &KernelCaller, ino: u64, c: SetAttr, reply: ReplyAttr) {
+        let change = AttrChanges {
+            mode: c.mode,
+            uid: c.uid,
+            gid: c.gid,
+            size: c.size,
+            atime: c.atime.map(to_timestamp),
+            mtime: c.mtime.map(to_timestamp),
+        };
+        self.answer(self.ops().setattr(ino, change, c.fh), self.attr(reply));
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.answer(self.ops().readlink(ino.0), data(reply));
+    fn readlink(&self, _req: &KernelCaller, ino: u64, reply: ReplyData) {
+        self.answer(self.ops().readlink(ino), data(reply));
     }
 
-    fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+    fn mknod(&self, req: &KernelCaller, parent: u64, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
-        self.answer(self.ops().mknod(parent.0, name, mode, umask, rdev, caller(req)), self.entry(reply));
+        self.answer(self.ops().mknod(parent, name, mode, umask, rdev, caller(req)), self.entry(reply));
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, req: &KernelCaller, parent: u64, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
-        self.answer(self.ops().mkdir(parent.0, name, mode, umask, caller(req)), self.entry(reply));
+        self.answer(self.ops().mkdir(parent, name, mode, umask, caller(req)), self.entry(reply));
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, _req: &KernelCaller, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
-        self.answer(self.ops().unlink(parent.0, name), empty(reply));
+        self.answer(self.ops().unlink(parent, name), empty(reply));
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, _req: &KernelCaller, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
-        self.answer(self.ops().rmdir(parent.0, name), empty(reply));
+        self.answer(self.ops().rmdir(parent, name), empty(reply));
     }
 
-    fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &std::path::Path, reply: ReplyEntry) {
+    fn symlink(&self, req: &KernelCaller, parent: u64, link_name: &OsStr, target: &OsStr, reply: ReplyEntry) {
         let name = name_or_reply!(link_name, reply);
-        let target = name_or_reply!(target.as_os_str(), reply);
-        self.answer(self.ops().symlink(parent.0, name, target, caller(req)), self.entry(reply));
+        let target = name_or_reply!(target, reply);
+        self.answer(self.ops().symlink(parent, name, target, caller(req)), self.entry(reply));
     }
 
-    fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
+    fn link(&self, _req: &KernelCaller, ino: u64, newparent: u64, newname: &OsStr, reply: ReplyEntry) {
         let name = name_or_reply!(newname, reply);
-        self.answer(self.ops().link(ino.0, newparent.0, name), self.entry(reply));
+        self.answer(self.ops().link(ino, newparent, name), self.entry(reply));
     }
 
-    fn rename(
-        &self,
-        _req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        newparent: INodeNo,
-        newname: &OsStr,
-        flags: RenameFlags,
-        reply: ReplyEmpty,
-    ) {
+    fn rename(&self, _req: &KernelCaller, parent: u64, name: &OsStr, newparent: u64, newname: &OsStr, flags: u32, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
         let newname = name_or_reply!(newname, reply);
-        self.answer(self.ops().rename(parent.0, name, newparent.0, newname, flags.bits()), empty(reply));
+        self.answer(self.ops().rename(parent, name, newparent, newname, flags), empty(reply));
     }
 
-    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.answer(self.ops().open(ino.0, flags.0, caller(req)), self.opened_file(ino.0, reply, flags.0));
+    fn open(&self, req: &KernelCaller, ino: u64, flags: i32, reply: ReplyOpen) {
+        self.answer(self.ops().open(ino, flags, caller(req)), self.opened_file(ino, reply, flags));
     }
 
-    fn read(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        self.ops().read(fh.0, ino.0, offset, size, data(reply));
+    fn read(&self, _req: &KernelCaller, ino: u64, fh: u64, offset: u64, size: u32, reply: ReplyData) {
+        self.ops().read(fh, ino, offset, size, data(reply));
     }
 
-    fn write(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        bytes: &[u8],
-        write_flags: WriteFlags,
-        flags: OpenFlags,
-        _lock: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+    fn write(&self, _req: &KernelCaller, ino: u64, fh: u64, offset: u64, bytes: &[u8], write_flags: u32, flags: i32, reply: ReplyWrite) {
+        if write_flags & abi::FUSE_WRITE_KILL_SUIDGID != 0 {
             // A write by someone else than root to a set-id file drops its set-id bits.
-            self.answer(self.ops().drop_set_id_bits(ino.0), |_| {});
+            self.answer(self.ops().drop_set_id_bits(ino), |_| {});
         }
         // `flags`: the descriptor's open flags.
-        let append = flags.0 & libc::O_APPEND != 0;
-        self.ops().write(fh.0, ino.0, offset, bytes, append, move |result| match result {
+        let append = flags & libc::O_APPEND != 0;
+        self.ops().write(fh, ino, offset, bytes, append, move |result| match result {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
         });
     }
 
-    fn flush(&self, _req: &Request, ino: INodeNo, fh: FileHandle, lock_owner: LockOwner, reply: ReplyEmpty) {
-        if let Some(result) = self.ops().flush_now(ino.0, fh.0, lock_owner.0) {
+    fn flush(&self, _req: &KernelCaller, ino: u64, fh: u64, lock_owner: u64, reply: ReplyEmpty) {
+        if let Some(result) = self.ops().flush_now(ino, fh, lock_owner) {
             return empty(reply)(result);
         }
-        self.answer(self.ops().flush(ino.0, fh.0, lock_owner.0), empty(reply));
+        self.answer(self.ops().flush(ino, fh, lock_owner), empty(reply));
     }
 
-    fn release(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        _lock: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.backings.released(ino.0, fh.0);
-        self.answer(self.ops().release(ino.0, fh.0), empty(reply));
+    fn release(&self, _req: &KernelCaller, ino: u64, fh: u64, reply: ReplyEmpty) {
+        self.backings.released(ino, fh);
+        self.answer(self.ops().release(ino, fh), empty(reply));
     }
 
-    fn getlk(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        lock_owner: LockOwner,
-        start: u64,
-        end: u64,
-        typ: i32,
-        pid: u32,
-        reply: ReplyLock,
-    ) {
-        let Some(lock) = locks::range_from_kernel(lock_owner.0, pid, typ, start, end) else { return reply.error(Errno::EINVAL) };
-        self.answer(self.ops().get_lock(ino.0, lock), move |result| match result {
+    fn getlk(&self, _req: &KernelCaller, ino: u64, _fh: u64, owner: u64, lock: LockRange, reply: ReplyLock) {
+        let Some(wanted) = locks::range_from_kernel(owner, lock.pid, lock.typ, lock.start, lock.end) else {
+            return reply.error(libc::EINVAL);
+        };
+        self.answer(self.ops().get_lock(ino, wanted), move |result| match result {
             Ok(Some(h)) => reply.locked(h.start, locks::end_to_kernel(h.end), locks::kind_to_kernel(h.kind), h.pid),
             // Nothing in the way: F_GETLK answers F_UNLCK.
-            Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
+            Ok(None) => reply.locked(lock.start, lock.end, libc::F_UNLCK, 0),
             Err(e) => reply.error(errno(&e)),
         });
     }
 
-    fn setlk(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        lock_owner: LockOwner,
-        start: u64,
-        end: u64,
-        typ: i32,
-        pid: u32,
-        sleep: bool,
-        reply: ReplyEmpty,
-    ) {
-        let Some(lock) = locks::range_from_kernel(lock_owner.0, pid, typ, start, end) else { return reply.error(Errno::EINVAL) };
-        self.answer(self.ops().set_lock(ino.0, fh.0, lock, sleep), empty(reply));
+    fn setlk(&self, _req: &KernelCaller, ino: u64, fh: u64, owner: u64, lock: LockRange, sleep: bool, reply: ReplyEmpty) {
+        let Some(wanted) = locks::range_from_kernel(owner, lock.pid, lock.typ, lock.start, lock.end) else {
+            return reply.error(libc::EINVAL);
+        };
+        self.answer(self.ops().set_lock(ino, fh, wanted, sleep), empty(reply));
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        self.answer(self.ops().fsync(fh.0), empty(reply));
+    fn fsync(&self, _req: &KernelCaller, _ino: u64, fh: u64, _datasync: bool, reply: ReplyEmpty) {
+        self.answer(self.ops().fsync(fh), empty(reply));
     }
 
-    fn fallocate(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
-        self.answer(self.ops().fallocate(ino.0, fh.0, offset, length, mode), empty(reply));
+    fn fallocate(&self, _req: &KernelCaller, ino: u64, fh: u64, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        self.answer(self.ops().fallocate(ino, fh, offset, length, mode), empty(reply));
     }
 
-    fn lseek(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
-        self.answer(self.ops().seek_data(fh.0, offset, whence), move |found| match found {
+    fn lseek(&self, _req: &KernelCaller, _ino: u64, fh: u64, offset: i64, whence: i32, reply: ReplyLseek) {
+        self.answer(self.ops().seek_data(fh, offset, whence), move |found| match found {
             Ok(offset) => reply.offset(offset as i64),
             Err(e) => reply.error(errno(&e)),
         });
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.answer(self.ops().opendir(ino.0), opened(reply, 0));
+    fn opendir(&self, _req: &KernelCaller, ino: u64, _flags: i32, reply: ReplyOpen) {
+        self.answer(self.ops().opendir(ino), opened(reply, 0));
     }
 
-    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let entries = match self.ops().dir_entries(fh.0) {
+    fn readdir(&self, _req: &KernelCaller, ino: u64, fh: u64, offset: u64, mut reply: ReplyDirectory) {
+        let entries = match self.ops().dir_entries(fh) {
             Ok(entries) => entries,
             Err(e) => return reply.error(errno(&e)),
         };
@@ -506,10 +435,10 @@ impl Filesystem for SurgeFs {
         let mut next = offset;
         loop {
             let full = match next {
-                0 => reply.add(ino, 1, FileType::Directory, "."),
-                1 => reply.add(ino, 2, FileType::Directory, ".."),
+                0 => reply.add(ino, 1, FileType::Directory, OsStr::new(".")),
+                1 => reply.add(ino, 2, FileType::Directory, OsStr::new("..")),
                 n => match entries.get((n - 2) as usize) {
-                    Some(e) => reply.add(INodeNo(e.ino), n + 1, file_type(e.kind), &e.name),
+                    Some(e) => reply.add(e.ino, n + 1, file_type(e.kind), OsStr::new(&e.name)),
                     None => break,
                 },
             };
@@ -521,31 +450,31 @@ impl Filesystem for SurgeFs {
         reply.ok();
     }
 
-    fn releasedir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _flags: OpenFlags, reply: ReplyEmpty) {
-        self.ops().releasedir(fh.0);
+    fn releasedir(&self, _req: &KernelCaller, _ino: u64, fh: u64, reply: ReplyEmpty) {
+        self.ops().releasedir(fh);
         reply.ok();
     }
 
-    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+    fn getxattr(&self, req: &KernelCaller, ino: u64, name: &OsStr, size: u32, reply: ReplyXattr) {
         let name = name_or_reply!(name, reply);
-        self.answer(self.ops().get_xattr(ino.0, name, caller(req)), xattr(reply, size));
+        self.answer(self.ops().get_xattr(ino, name, caller(req)), xattr(reply, size));
     }
 
-    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.answer(self.ops().list_xattr(ino.0, caller(req)), xattr(reply, size));
+    fn listxattr(&self, req: &KernelCaller, ino: u64, size: u32, reply: ReplyXattr) {
+        self.answer(self.ops().list_xattr(ino, caller(req)), xattr(reply, size));
     }
 
-    fn setxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+    fn setxattr(&self, req: &KernelCaller, ino: u64, name: &OsStr, value: &[u8], flags: i32, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
-        self.answer(self.ops().set_xattr(ino.0, name, value.to_vec(), flags, caller(req)), empty(reply));
+        self.answer(self.ops().set_xattr(ino, name, value.to_vec(), flags, caller(req)), empty(reply));
     }
 
-    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn removexattr(&self, req: &KernelCaller, ino: u64, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
-        self.answer(self.ops().remove_xattr(ino.0, name, caller(req)), empty(reply));
+        self.answer(self.ops().remove_xattr(ino, name, caller(req)), empty(reply));
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    fn statfs(&self, _req: &KernelCaller, _ino: u64, reply: ReplyStatfs) {
         let block = STATFS_BLOCK as u32;
         self.answer(self.ops().statfs(), move |result| match result {
             Ok(s) => reply.statfs(s.blocks, s.free, s.free, s.files, s.files_free, block, 255, block),
@@ -553,19 +482,18 @@ impl Filesystem for SurgeFs {
         });
     }
 
-    fn create(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+    fn create(&self, req: &KernelCaller, parent: u64, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
         let name = name_or_reply!(name, reply);
         let (ttl, blksize, backings) = (self.ops().ttl(), self.ops().blksize(), self.backings.clone());
-        self.answer(self.ops().create(parent.0, name, mode, umask, flags, caller(req)), move |result| {
+        self.answer(self.ops().create(parent, name, mode, umask, flags, caller(req)), move |result| {
             let (attr, Opened { fh, backing, keep_cache }) = match result {
                 Ok(created) => created,
                 Err(e) => return reply.error(errno(&e)),
             };
-            let (attr, fh, open_flags) = (fuse_attr(&attr, blksize), FileHandle(fh), open_reply_flags(flags, keep_cache));
-            let ino = attr.ino.0;
-            match backings.for_handle(ino, fh.0, backing, |file| reply.open_backing(file)) {
-                Some(id) => reply.created_passthrough(&ttl, &attr, Generation(0), fh, open_flags, &id),
-                None => reply.created(&ttl, &attr, Generation(0), fh, open_flags),
+            let (attr, open_flags) = (fuse_attr(&attr, blksize), open_reply_flags(flags, keep_cache));
+            match backings.for_handle(attr.ino, fh, backing, |file| reply.open_backing(file)) {
+                Some(id) => reply.created_passthrough(ttl, &attr, 0, fh, open_flags, &id),
+                None => reply.created(ttl, &attr, 0, fh, open_flags),
             }
         });
     }

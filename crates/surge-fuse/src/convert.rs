@@ -1,33 +1,19 @@
-//! Between the kernel's types (fuser's) and Surge's: attributes, file types, times, names.
+//! Between the kernel's types (the FUSE session's) and Surge's: attributes, file types, times, names.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fuser::{FileAttr, FileType, TimeOrNow};
 use surge_client::surge_proto::{Attr, ErrorCode, FileKind, Timestamp};
+use surge_fuse_session::{FileAttr, FileType, Time, TimeOrNow};
 
-pub(crate) fn to_system_time(t: Timestamp) -> SystemTime {
-    if t.secs >= 0 {
-        UNIX_EPOCH + Duration::new(t.secs as u64, t.nanos)
-    } else {
-        UNIX_EPOCH - Duration::from_secs(t.secs.unsigned_abs()) + Duration::from_nanos(t.nanos as u64)
-    }
+fn to_time(t: Timestamp) -> Time {
+    Time { secs: t.secs, nanos: t.nanos }
 }
 
 pub(crate) fn to_timestamp(t: TimeOrNow) -> Timestamp {
     match t {
         TimeOrNow::Now => Timestamp::now(),
-        TimeOrNow::SpecificTime(st) => match st.duration_since(UNIX_EPOCH) {
-            Ok(d) => Timestamp { secs: d.as_secs() as i64, nanos: d.subsec_nanos() },
-            Err(e) => {
-                let d = e.duration();
-                Timestamp {
-                    secs: -(d.as_secs() as i64) - i64::from(d.subsec_nanos() > 0),
-                    nanos: (1_000_000_000 - d.subsec_nanos()) % 1_000_000_000,
-                }
-            }
-        },
+        TimeOrNow::Specific(secs, nanos) => Timestamp { secs, nanos },
     }
 }
 
@@ -56,14 +42,13 @@ pub(crate) fn special_kind(mode: u32, rdev: u32) -> Option<FileKind> {
 
 pub(crate) fn fuse_attr(a: &Attr, blksize: u32) -> FileAttr {
     FileAttr {
-        ino: fuser::INodeNo(a.ino),
+        ino: a.ino,
         size: a.size,
         // Measured from the servers' data files; where they could not be asked, the size.
         blocks: a.blocks.unwrap_or(a.size.div_ceil(512)),
-        atime: to_system_time(a.atime),
-        mtime: to_system_time(a.mtime),
-        ctime: to_system_time(a.ctime),
-        crtime: to_system_time(a.ctime),
+        atime: to_time(a.atime),
+        mtime: to_time(a.mtime),
+        ctime: to_time(a.ctime),
         kind: file_type(a.kind),
         perm: a.mode as u16,
         nlink: a.nlink,
@@ -74,7 +59,6 @@ pub(crate) fn fuse_attr(a: &Attr, blksize: u32) -> FileAttr {
             _ => 0,
         },
         blksize,
-        flags: 0,
     }
 }
 

@@ -7,9 +7,9 @@ use std::ffi::OsStr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use fuser::Notifier;
 use surge_client::surge_proto::admin::Notice;
 use surge_client::surge_proto::{Attr, ContentVersion, ErrorCode, FileKind, Timestamp};
+use surge_fuse_session::Notifier;
 
 use crate::listings::Listings;
 
@@ -186,7 +186,7 @@ impl KernelCache {
         if let Some(notifier) = self.notifier.get() {
             // Offset -1: attributes only; this open decides about the pages. Fails
             // harmlessly when the kernel has already forgotten the inode.
-            let _ = notifier.inval_inode(fuser::INodeNo(fresh.ino), -1, 0);
+            let _ = notifier.inval_inode(fresh.ino, -1, 0);
         }
     }
 
@@ -285,10 +285,10 @@ impl Invalidations {
                     let _ = match what {
                         // Offset -1: attributes only; whether the pages stay is the next open's
                         // question (KernelCache::open_pages).
-                        Invalidation::Attr(ino) => notifier.inval_inode(fuser::INodeNo(ino), -1, 0),
+                        Invalidation::Attr(ino) => notifier.inval_inode(ino, -1, 0),
                         // Offset 0, length 0: every page too.
-                        Invalidation::Content(ino) => notifier.inval_inode(fuser::INodeNo(ino), 0, 0),
-                        Invalidation::Entry(parent, name) => notifier.inval_entry(fuser::INodeNo(parent), OsStr::new(&name)),
+                        Invalidation::Content(ino) => notifier.inval_inode(ino, 0, 0),
+                        Invalidation::Entry(parent, name) => notifier.inval_entry(parent, OsStr::new(&name)),
                     };
                 }
             })

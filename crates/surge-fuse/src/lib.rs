@@ -4,10 +4,10 @@
 //! (h5py, tar, git, ffmpeg, a shell) works on an instance. Surge inode numbers are used as
 //! FUSE inode numbers unchanged (the root is 1 in both).
 //!
-//! Layers: [`adapter`] is the thin fuser `Filesystem` (arguments in, replies out) over
+//! Layers: [`adapter`] is the thin `Filesystem` of the FUSE session crate (arguments in, replies out) over
 //! [`ops`], the operations as functions that return `Result`s, which use the kernel-cache
 //! bookkeeping ([`kernel`], `listings`), the handle table (`handles`) and the per-handle
-//! chunk cache (`chunks`); `convert` translates between fuser's types and Surge's.
+//! chunk cache (`chunks`); `convert` translates between the session's types and Surge's.
 //!
 //! * **Concurrency**: the FUSE session thread decodes requests and hands each to a task on a
 //!   tokio runtime, so many requests are in flight at once (FUSE replies may be sent from any

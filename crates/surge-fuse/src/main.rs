@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
-use fuser::{MountOption, SessionACL};
 use surge_client::{Client, ClientOptions};
+use surge_fuse_session::{MountOptions, Session, Transport};
 
 #[derive(Parser)]
 #[command(version, about = "Surge FUSE mount daemon")]
@@ -43,15 +43,16 @@ struct Args {
     /// files whose chunks all live on this node's server.
     #[arg(long, env = "SURGE_FUSE_NO_PASSTHROUGH", value_parser = clap::builder::FalseyValueParser::new())]
     no_passthrough: bool,
+    /// Take the kernel's requests through io_uring ring entries instead of reads of /dev/fuse
+    /// (Linux 6.14+ with the fuse module's enable_uring). Experimental: under dbench a
+    /// request is sometimes never answered (docs/fuse-transport.md).
+    #[arg(long, env = "SURGE_FUSE_IO_URING", value_parser = clap::builder::FalseyValueParser::new())]
+    io_uring: bool,
 }
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        // fuser's own unmount at exit fails with EINVAL when `surge umount` has unmounted the
-        // file system already (the normal case), and logs it as an error: not one.
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SURGE_LOG").unwrap_or_else(|_| "warn,fuser::mnt::fuse_pure=off".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SURGE_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         // Colour only for a person at a terminal: logs go to files and test output too.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -74,23 +75,24 @@ fn main() -> anyhow::Result<()> {
         println!("ready");
     }
     let notifier = fs.notifier_slot();
-    let mut config = fuser::Config::default();
-    config.mount_options = vec![
-        MountOption::FSName(format!("surge:{}", args.instance)),
-        MountOption::Subtype("surge".into()),
-        MountOption::DefaultPermissions,
-        MountOption::RW,
-    ];
-    config.acl = if args.owner_only { SessionACL::Owner } else { SessionACL::All };
+    let transport = Transport { io_uring: args.io_uring, ..Default::default() };
     let session = match args.fuse_fd {
         Some(fd) => {
             use std::os::fd::FromRawFd;
             // SAFETY: the descriptor was handed to this process open, for it alone, by the
             // helper that mounted it (the command line says which); nothing else here uses it.
             let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
-            fuser::Session::from_fd(fs, fd, SessionACL::All, config).context("serve the mount handed over")?
+            Session::from_fd(fs, fd, transport)
         }
-        None => fuser::Session::new(fs, &args.mountpoint, &config).with_context(|| format!("mount {}", args.mountpoint.display()))?,
+        None => {
+            let options = MountOptions {
+                fsname: format!("surge:{}", args.instance),
+                subtype: "surge".into(),
+                default_permissions: true,
+                allow_other: !args.owner_only,
+            };
+            Session::mount(fs, &args.mountpoint, &options, transport).with_context(|| format!("mount {}", args.mountpoint.display()))?
+        }
     };
     let _ = notifier.set(session.notifier());
     if args.read_ahead_kb > 0 && args.fuse_fd.is_none() {

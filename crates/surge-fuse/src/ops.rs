@@ -1,7 +1,7 @@
 //! The mount's operations: what each FUSE request does, in terms of the client library and the
-//! mount's caches, with results as `Result`s. The fuser adapter ([`crate::adapter`]) only
+//! mount's caches, with results as `Result`s. The FUSE adapter ([`crate::adapter`]) only
 //! converts the kernel's arguments, calls one of these and turns the outcome into a reply;
-//! this layer knows no fuser reply type, so it runs (and is tested) without a kernel mount.
+//! this layer knows no FUSE reply type, so it runs (and is tested) without a kernel mount.
 //!
 //! Each operation does its bookkeeping that must happen in request order (cache drops, the
 //! kernel-cache records) on the calling thread, the FUSE session thread, and returns the rest

@@ -1,0 +1,347 @@
+//! FUSE over io_uring (Linux 6.14+, the fuse module's `enable_uring`): instead of reading
+//! requests from /dev/fuse and writing replies to it (two system calls and a wake-up of the
+//! reading thread per request), the file system registers ring entries, one queue per CPU,
+//! each entry a header and a payload buffer. The kernel writes a request into a free entry of
+//! the queue of the CPU the calling process runs on and completes that entry's command; the
+//! reply is written into the same entry and committed with one command that also makes the
+//! entry wait for the next request. A reply given on the queue's own thread rides on the
+//! system call that waits for the next completion.
+//!
+//! Forgets, interrupts and notices still go through /dev/fuse, whose session thread keeps
+//! running beside the queues; requests sent before every queue is registered do too.
+//!
+//! Ownership of an entry's buffers alternates: the kernel's from registration (or a commit)
+//! until it completes the entry's command with a request, then the file system's until the
+//! reply is committed. Only the holder of the entry's [`EntryRef`] (one per request) touches
+//! them in between.
+
+use std::cell::UnsafeCell;
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use io_uring::{opcode, squeue, types, IoUring};
+use zerocopy::{FromZeros, IntoBytes};
+
+use crate::abi::{self, fuse_uring_cmd_req, fuse_uring_req_header};
+use crate::channel::Dev;
+use crate::reply::{Responder, Route};
+use crate::request;
+
+/// io_uring_enter's flag to wait for completions.
+const ENTER_GETEVENTS: u32 = 1;
+
+/// One ring entry's buffers, at fixed addresses for the kernel.
+struct Entry {
+    header: UnsafeCell<Box<fuse_uring_req_header>>,
+    payload: UnsafeCell<Box<[u8]>>,
+    /// The two iovecs registration hands the kernel (header, payload).
+    iov: Box<[libc::iovec; 2]>,
+    state: Mutex<EntryState>,
+}
+
+/// Whether the entry's request is being handed to the file system (its buffers are then
+/// borrowed by the decoded request, and a reply given meanwhile waits here until the
+/// hand-over returns).
+#[derive(Default)]
+struct EntryState {
+    dispatching: bool,
+    deferred: Option<Deferred>,
+}
+
+struct Deferred {
+    commit_id: u64,
+    unique: u64,
+    error: i32,
+    bytes: Vec<u8>,
+}
+
+// SAFETY: an entry's buffers are touched by one party at a time (see the module
+// documentation): the queue thread reads a request between the kernel's completion and the
+// hand-over of its EntryRef, and the EntryRef's holder writes the reply before committing it.
+unsafe impl Sync for Entry {}
+// SAFETY: as above; the raw pointers in `iov` point into the entry's own boxes.
+unsafe impl Send for Entry {}
+
+/// One CPU's queue: its io_uring and its entries.
+pub(crate) struct Queue {
+    qid: u16,
+    ring: IoUring<squeue::Entry128>,
+    /// Serializes pushes to the submission queue (replies come from any thread).
+    submissions: Mutex<()>,
+    entries: Box<[Entry]>,
+    dev: Arc<Dev>,
+    /// Written by a reply from another thread to wake the queue's thread, which submits the
+    /// commit: the kernel delivers the entry's next request in the context of the thread that
+    /// submitted the commit, so that must be one that lives as long as the queue.
+    wake: std::fs::File,
+    /// Where the ring reads `wake`'s counter into.
+    wake_counter: UnsafeCell<Box<u64>>,
+}
+
+/// `user_data` of the ring's read of `wake` (entries use their index).
+const WAKE: u64 = u64::MAX;
+
+// SAFETY: `wake_counter` is written only by the kernel (the ring's read of `wake`) and never
+// read; every other field is Sync, or touched under `submissions` (the ring's submission
+// side) or by the queue's thread alone (its completion side).
+unsafe impl Sync for Queue {}
+
+/// The right to answer the request in one entry, once.
+pub(crate) struct EntryRef {
+    queue: Arc<Queue>,
+    index: usize,
+    commit_id: u64,
+}
+
+thread_local! {
+    /// The queue whose thread this is (its address), if any: a commit made there is submitted
+    /// by the queue's next wait instead of a system call of its own.
+    static QUEUE_OF_THIS_THREAD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+impl EntryRef {
+    /// Commits the reply (the entry then waits for the next request); while the request is
+    /// still being handed over, the reply waits for the hand-over to return.
+    pub(crate) fn commit(self, unique: u64, error: i32, parts: &[&[u8]]) -> io::Result<()> {
+        let mut state = self.queue.entries[self.index].state.lock().unwrap();
+        if state.dispatching {
+            state.deferred = Some(Deferred { commit_id: self.commit_id, unique, error, bytes: parts.concat() });
+            return Ok(());
+        }
+        drop(state);
+        self.queue.commit(self.index, self.commit_id, unique, error, parts)
+    }
+}
+
+/// A `URING_CMD` to /dev/fuse carrying `cmd`, with `iov` (the registration's iovecs) in
+/// the entry's address and length fields.
+fn command(fd: i32, cmd_op: u32, cmd: &fuse_uring_cmd_req, iov: Option<&[libc::iovec; 2]>) -> squeue::Entry128 {
+    let mut area = [0u8; 80];
+    area[..size_of::<fuse_uring_cmd_req>()].copy_from_slice(cmd.as_bytes());
+    let mut builder = opcode::UringCmd80::new(types::Fd(fd), cmd_op).cmd(area);
+    if let Some(iov) = iov {
+        builder = builder.addr(Some(iov.as_ptr() as u64));
+    }
+    let sqe = builder.build();
+    match iov {
+        None => sqe,
+        Some(iov) => with_len(sqe, iov.len() as u32),
+    }
+}
+
+/// Sets an SQE's `len` field, which the io_uring crate's `UringCmd80` leaves at 0 and the
+/// kernel reads as the number of registration iovecs.
+fn with_len(sqe: squeue::Entry128, len: u32) -> squeue::Entry128 {
+    /// `len`'s offset in `struct io_uring_sqe` (after opcode, flags, ioprio, fd, off, addr).
+    const LEN_OFFSET: usize = 24;
+    // SAFETY: Entry128 is a repr(C) pair of the kernel's 64-byte SQE and 64 more bytes, any
+    // byte pattern of which is a valid value; the transmutes only reinterpret them.
+    let mut bytes: [u8; 128] = unsafe { std::mem::transmute::<squeue::Entry128, [u8; 128]>(sqe) };
+    bytes[LEN_OFFSET..LEN_OFFSET + 4].copy_from_slice(&len.to_ne_bytes());
+    // SAFETY: as above.
+    unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(bytes) }
+}
+
+impl Queue {
+    /// Writes a reply into entry `index` and commits it.
+    fn commit(&self, index: usize, commit_id: u64, unique: u64, error: i32, parts: &[&[u8]]) -> io::Result<()> {
+        let entry = &self.entries[index];
+        // SAFETY: the entry's request has been answered by its one EntryRef and is no longer
+        // borrowed (EntryState); the kernel does not touch the buffers until the commit.
+        let (header, payload) = unsafe { (&mut *entry.header.get(), &mut *entry.payload.get()) };
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let (error, len) = if len > payload.len() {
+            tracing::warn!("reply to request {unique} ({len} bytes) is larger than a ring entry's buffer: answered EIO");
+            (-libc::EIO, 0)
+        } else {
+            let mut at = 0;
+            for part in parts {
+                payload[at..at + part.len()].copy_from_slice(part);
+                at += part.len();
+            }
+            (error, len)
+        };
+        let out = abi::fuse_out_header { len: (abi::OUT_HEADER_LEN + len) as u32, error, unique };
+        header.in_out[..abi::OUT_HEADER_LEN].copy_from_slice(out.as_bytes());
+        header.ring_ent_in_out.payload_sz = len as u32;
+        let cmd = fuse_uring_cmd_req { commit_id, qid: self.qid, ..Default::default() };
+        tracing::trace!(qid = self.qid, index, unique, error, "ring commit");
+        self.submit(command(self.dev.raw_fd(), abi::FUSE_IO_URING_CMD_COMMIT_AND_FETCH, &cmd, None).user_data(index as u64))
+    }
+
+    fn new(qid: u16, depth: usize, payload_size: usize, dev: Arc<Dev>) -> io::Result<Queue> {
+        // One submission per entry at most, and the read of `wake`.
+        let ring = IoUring::<squeue::Entry128>::builder().build(depth as u32 + 1)?;
+        let entries = (0..depth)
+            .map(|_| {
+                let mut header = Box::new(fuse_uring_req_header::new_zeroed());
+                let mut payload = vec![0u8; payload_size].into_boxed_slice();
+                let iov = Box::new([
+                    libc::iovec { iov_base: header.as_mut_bytes().as_mut_ptr().cast(), iov_len: size_of::<fuse_uring_req_header>() },
+                    libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: payload.len() },
+                ]);
+                Ok(Entry { header: UnsafeCell::new(header), payload: UnsafeCell::new(payload), iov, state: Default::default() })
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        // SAFETY: eventfd only creates a descriptor, checked below.
+        let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if wake < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `wake` was just created and is owned by nothing else.
+        let wake = std::fs::File::from(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(wake) });
+        let entries = entries.into_boxed_slice();
+        Ok(Queue { qid, ring, submissions: Mutex::new(()), entries, dev, wake, wake_counter: UnsafeCell::new(Box::new(0)) })
+    }
+
+    /// Queues `sqe`; submits it at once unless this is the queue's own thread, whose next
+    /// wait submits it.
+    fn submit(&self, sqe: squeue::Entry128) -> io::Result<()> {
+        let _serialized = self.submissions.lock().unwrap();
+        // SAFETY: the submission queue is only touched under `submissions`; the SQE's
+        // buffers (an entry's, and its iovecs) live as long as the queue.
+        unsafe {
+            let mut sq = self.ring.submission_shared();
+            sq.push(&sqe).map_err(|_| io::Error::other("ring submission queue full"))?;
+            sq.sync();
+        }
+        if QUEUE_OF_THIS_THREAD.get() != self as *const Queue as usize {
+            use std::io::Write;
+            (&self.wake).write_all(&1u64.to_ne_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Asks the ring to complete an entry `WAKE` when `wake` is written to.
+    fn arm_wake(&self) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: the counter is boxed in the queue, which outlives the ring's read of it.
+        let counter = unsafe { (*self.wake_counter.get()).as_mut() as *mut u64 };
+        let read = opcode::Read::new(types::Fd(self.wake.as_raw_fd()), counter.cast(), 8).build().user_data(WAKE);
+        self.submit(read.into())
+    }
+
+    /// Submits what is queued and waits for at least one completion.
+    fn submit_and_wait(&self) -> io::Result<()> {
+        let pending = {
+            let _serialized = self.submissions.lock().unwrap();
+            // SAFETY: read under `submissions`, as every use of the submission queue.
+            unsafe { self.ring.submission_shared().len() as u32 }
+        };
+        // SAFETY: plain io_uring_enter with no argument structure. Another thread may submit
+        // concurrently: the kernel submits what is published, whoever asks.
+        match unsafe { self.ring.submitter().enter::<libc::sigset_t>(pending, 1, ENTER_GETEVENTS, None) } {
+            Ok(_) => Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) || e.raw_os_error() == Some(libc::EBUSY) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Hands the request the kernel completed entry `index` with to `serve`, with the right
+    /// to answer it.
+    fn take_request(self: &Arc<Self>, index: usize, serve: &mut dyn FnMut(request::Request<'_>, Responder)) {
+        let entry = &self.entries[index];
+        entry.state.lock().unwrap().dispatching = true;
+        {
+            // SAFETY: the kernel completed this entry's command, so the request in it is ours;
+            // a reply given while it is borrowed here waits in EntryState (module documentation).
+            let (header, payload) = unsafe { (&*entry.header.get(), &*entry.payload.get()) };
+            let in_header = abi::read::<abi::fuse_in_header>(&header.in_out).unwrap_or_default();
+            let ring = header.ring_ent_in_out;
+            let entry_ref = EntryRef { queue: self.clone(), index, commit_id: ring.commit_id };
+            let responder = Responder::new(self.dev.clone(), in_header.unique, Route::Ring(entry_ref));
+            let used = (ring.payload_sz as usize).min(payload.len());
+            tracing::trace!(qid = self.qid, index, unique = in_header.unique, opcode = in_header.opcode, "ring request");
+            match request::decode(&in_header, &header.op_in, &payload[..used]) {
+                Ok(request) => serve(request, responder),
+                Err(malformed) => {
+                    tracing::warn!("request {} (opcode {}) malformed: {}", in_header.unique, in_header.opcode, malformed.0);
+                    crate::reply::ReplyEmpty::new(responder).error(libc::EINVAL);
+                }
+            }
+        }
+        let deferred = {
+            let mut state = entry.state.lock().unwrap();
+            state.dispatching = false;
+            state.deferred.take()
+        };
+        if let Some(d) = deferred {
+            if let Err(e) = self.commit(index, d.commit_id, d.unique, d.error, &[&d.bytes]) {
+                tracing::warn!("reply to request {} not delivered: {e}", d.unique);
+            }
+        }
+    }
+
+    /// Registers every entry, then serves requests until the kernel ends the connection.
+    fn run(self: Arc<Self>, mut serve: impl FnMut(request::Request<'_>, Responder)) {
+        QUEUE_OF_THIS_THREAD.set(Arc::as_ptr(&self) as usize);
+        if let Err(e) = self.arm_wake() {
+            tracing::warn!("io_uring queue {}: not started ({e}); requests go through /dev/fuse", self.qid);
+            return;
+        }
+        for (index, entry) in self.entries.iter().enumerate() {
+            let cmd = fuse_uring_cmd_req { qid: self.qid, ..Default::default() };
+            let sqe = command(self.dev.raw_fd(), abi::FUSE_IO_URING_CMD_REGISTER, &cmd, Some(&entry.iov)).user_data(index as u64);
+            if let Err(e) = self.submit(sqe) {
+                tracing::warn!("io_uring queue {}: registration not queued ({e}); requests go through /dev/fuse", self.qid);
+                return;
+            }
+        }
+        loop {
+            if let Err(e) = self.submit_and_wait() {
+                tracing::warn!("io_uring queue {} stopped: {e}", self.qid);
+                return;
+            }
+            // SAFETY: only this thread reads the completion queue.
+            let completions: Vec<(u64, i32)> = unsafe { self.ring.completion_shared() }.map(|c| (c.user_data(), c.result())).collect();
+            for (index, result) in completions {
+                tracing::trace!(qid = self.qid, index, result, "ring completion");
+                if index == WAKE && result >= 0 {
+                    // Commits from other threads are queued; the next wait submits them.
+                    if let Err(e) = self.arm_wake() {
+                        tracing::warn!("io_uring queue {} stopped: {e}", self.qid);
+                        return;
+                    }
+                    continue;
+                }
+                if result < 0 {
+                    let e = io::Error::from_raw_os_error(-result);
+                    match -result {
+                        // The connection ended (unmount) or the ring is being torn down.
+                        libc::ENOTCONN | libc::ECANCELED | libc::ENODEV => tracing::debug!("io_uring queue {} ends: {e}", self.qid),
+                        _ => {
+                            tracing::warn!("io_uring queue {}: the kernel refused an entry ({e}); requests go through /dev/fuse", self.qid)
+                        }
+                    }
+                    return;
+                }
+                if let Some(index) = usize::try_from(index).ok().filter(|&i| i < self.entries.len()) {
+                    self.take_request(index, &mut serve);
+                }
+            }
+        }
+    }
+}
+
+/// How many queues the kernel expects: one per possible CPU (it is ready only when each has
+/// an entry).
+fn possible_cpus() -> io::Result<u16> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    let last = text.trim().rsplit(['-', ',']).next().and_then(|n| n.parse::<u16>().ok());
+    last.map(|n| n + 1).ok_or_else(|| io::Error::other(format!("cannot read the possible CPUs from {text:?}")))
+}
+
+/// Starts one thread per CPU queue, each serving requests with `serve`.
+pub(crate) fn start(
+    dev: &Arc<Dev>,
+    depth: usize,
+    payload_size: usize,
+    serve: impl Fn(request::Request<'_>, Responder) + Clone + Send + 'static,
+) -> io::Result<()> {
+    for qid in 0..possible_cpus()? {
+        let queue = Arc::new(Queue::new(qid, depth, payload_size, dev.clone())?);
+        let serve = serve.clone();
+        std::thread::Builder::new().name(format!("fuse-ring-{qid}")).spawn(move || queue.run(serve))?;
+    }
+    Ok(())
+}

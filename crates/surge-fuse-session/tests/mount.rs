@@ -1,0 +1,298 @@
+//! A small in-memory file system mounted for real (needs root and /dev/fuse), driven through
+//! std::fs over each transport: the session's decoding, replies, readdir paging, unmount.
+//! Over io_uring it also checks that requests did arrive in ring entries (when the kernel
+//! offers FUSE over io_uring; a kernel that does not is reported, and that case asserts the
+//! fallback instead).
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{OsStr, OsString};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use surge_fuse_session::*;
+
+struct Node {
+    attr: FileAttr,
+    data: Vec<u8>,
+    children: BTreeMap<OsString, u64>,
+}
+
+#[derive(Default)]
+struct Counters {
+    /// Requests handled on an io_uring queue's thread.
+    on_ring: AtomicU64,
+    /// Requests handled on the /dev/fuse thread.
+    on_dev: AtomicU64,
+}
+
+struct MemFs {
+    nodes: Mutex<HashMap<u64, Node>>,
+    next: AtomicU64,
+    counters: Arc<Counters>,
+}
+
+const TTL: Duration = Duration::from_secs(1);
+
+fn attr(ino: u64, kind: FileType, perm: u16) -> FileAttr {
+    let now = Time { secs: 1_700_000_000, nanos: 0 };
+    FileAttr {
+        ino,
+        size: 0,
+        blocks: 0,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        kind,
+        perm,
+        nlink: if kind == FileType::Directory { 2 } else { 1 },
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+    }
+}
+
+impl MemFs {
+    fn new(counters: Arc<Counters>) -> MemFs {
+        let root = Node { attr: attr(1, FileType::Directory, 0o755), data: vec![], children: BTreeMap::new() };
+        MemFs { nodes: Mutex::new(HashMap::from([(1, root)])), next: AtomicU64::new(2), counters }
+    }
+
+    fn count(&self) {
+        let on_ring = std::thread::current().name().is_some_and(|n| n.starts_with("fuse-ring"));
+        let counter = if on_ring { &self.counters.on_ring } else { &self.counters.on_dev };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn make(&self, parent: u64, name: &OsStr, kind: FileType, mode: u32) -> Result<FileAttr, i32> {
+        let mut nodes = self.nodes.lock().unwrap();
+        let dir = nodes.get(&parent).ok_or(libc::ENOENT)?;
+        if dir.children.contains_key(name) {
+            return Err(libc::EEXIST);
+        }
+        let ino = self.next.fetch_add(1, Ordering::Relaxed);
+        let a = attr(ino, kind, (mode & 0o7777) as u16);
+        nodes.insert(ino, Node { attr: a, data: vec![], children: BTreeMap::new() });
+        nodes.get_mut(&parent).unwrap().children.insert(name.to_owned(), ino);
+        Ok(a)
+    }
+
+    fn remove(&self, parent: u64, name: &OsStr, dir: bool) -> Result<(), i32> {
+        let mut nodes = self.nodes.lock().unwrap();
+        let ino = *nodes.get(&parent).and_then(|p| p.children.get(name)).ok_or(libc::ENOENT)?;
+        let node = &nodes[&ino];
+        match (dir, node.attr.kind == FileType::Directory) {
+            (true, false) => return Err(libc::ENOTDIR),
+            (false, true) => return Err(libc::EISDIR),
+            (true, true) if !node.children.is_empty() => return Err(libc::ENOTEMPTY),
+            _ => {}
+        }
+        nodes.get_mut(&parent).unwrap().children.remove(name);
+        nodes.remove(&ino);
+        Ok(())
+    }
+}
+
+impl Filesystem for MemFs {
+    fn init(&self, config: &mut KernelConfig) -> std::io::Result<()> {
+        config.set_max_write(1 << 20);
+        Ok(())
+    }
+
+    fn lookup(&self, _c: &Caller, parent: u64, name: &OsStr, reply: ReplyEntry) {
+        self.count();
+        let nodes = self.nodes.lock().unwrap();
+        match nodes.get(&parent).and_then(|p| p.children.get(name)).and_then(|ino| nodes.get(ino)) {
+            Some(node) => reply.entry(TTL, &node.attr, 0),
+            None => reply.error(libc::ENOENT),
+        }
+    }
+
+    fn getattr(&self, _c: &Caller, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
+        self.count();
+        match self.nodes.lock().unwrap().get(&ino) {
+            Some(node) => reply.attr(TTL, &node.attr),
+            None => reply.error(libc::ENOENT),
+        }
+    }
+
+    fn setattr(&self, _c: &Caller, ino: u64, changes: SetAttr, reply: ReplyAttr) {
+        let mut nodes = self.nodes.lock().unwrap();
+        let Some(node) = nodes.get_mut(&ino) else { return reply.error(libc::ENOENT) };
+        if let Some(size) = changes.size {
+            node.data.resize(size as usize, 0);
+            node.attr.size = size;
+        }
+        if let Some(mode) = changes.mode {
+            node.attr.perm = (mode & 0o7777) as u16;
+        }
+        reply.attr(TTL, &node.attr);
+    }
+
+    fn mkdir(&self, _c: &Caller, parent: u64, name: &OsStr, mode: u32, _umask: u32, reply: ReplyEntry) {
+        match self.make(parent, name, FileType::Directory, mode) {
+            Ok(a) => reply.entry(TTL, &a, 0),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn create(&self, _c: &Caller, parent: u64, name: &OsStr, mode: u32, _umask: u32, _flags: i32, reply: ReplyCreate) {
+        self.count();
+        match self.make(parent, name, FileType::RegularFile, mode) {
+            Ok(a) => reply.created(TTL, &a, 0, a.ino, 0),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn open(&self, _c: &Caller, ino: u64, _flags: i32, reply: ReplyOpen) {
+        reply.opened(ino, 0);
+    }
+
+    fn read(&self, _c: &Caller, ino: u64, _fh: u64, offset: u64, size: u32, reply: ReplyData) {
+        let nodes = self.nodes.lock().unwrap();
+        let Some(node) = nodes.get(&ino) else { return reply.error(libc::ENOENT) };
+        let start = (offset as usize).min(node.data.len());
+        let end = (start + size as usize).min(node.data.len());
+        reply.data(&node.data[start..end]);
+    }
+
+    fn write(&self, _c: &Caller, ino: u64, _fh: u64, offset: u64, data: &[u8], _wf: u32, _f: i32, reply: ReplyWrite) {
+        let mut nodes = self.nodes.lock().unwrap();
+        let Some(node) = nodes.get_mut(&ino) else { return reply.error(libc::ENOENT) };
+        let end = offset as usize + data.len();
+        if node.data.len() < end {
+            node.data.resize(end, 0);
+        }
+        node.data[offset as usize..end].copy_from_slice(data);
+        node.attr.size = node.data.len() as u64;
+        reply.written(data.len() as u32);
+    }
+
+    fn flush(&self, _c: &Caller, _ino: u64, _fh: u64, _owner: u64, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn unlink(&self, _c: &Caller, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        self.count();
+        // Answered from another thread, later: replies need not come from the request's.
+        let result = self.remove(parent, name, false);
+        std::thread::spawn(move || match result {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        });
+    }
+
+    fn rmdir(&self, _c: &Caller, parent: u64, name: &OsStr, reply: ReplyEmpty) {
+        match self.remove(parent, name, true) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(e),
+        }
+    }
+
+    fn readdir(&self, _c: &Caller, ino: u64, _fh: u64, offset: u64, mut reply: ReplyDirectory) {
+        let nodes = self.nodes.lock().unwrap();
+        let Some(dir) = nodes.get(&ino) else { return reply.error(libc::ENOENT) };
+        for (i, (name, child)) in dir.children.iter().enumerate().skip(offset as usize) {
+            if reply.add(*child, i as u64 + 1, nodes[child].attr.kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid only reads the process's credentials.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn uring_offered() -> bool {
+    std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring").is_ok_and(|v| v.trim() == "Y")
+}
+
+/// Mounts a MemFs at a fresh directory; the thread serving it ends at unmount.
+fn mounted(transport: Transport) -> (PathBuf, Arc<Counters>, std::thread::JoinHandle<std::io::Result<()>>) {
+    let dir = std::env::temp_dir().join(format!("surge-fuse-session-{}-{}", std::process::id(), transport.io_uring));
+    std::fs::create_dir_all(&dir).unwrap();
+    let counters = Arc::new(Counters::default());
+    let options = MountOptions { fsname: "memfs".into(), subtype: "memfs".into(), default_permissions: true, allow_other: true };
+    let session = Session::mount(MemFs::new(counters.clone()), &dir, &options, transport).expect("mount");
+    let serving = std::thread::spawn(move || session.run());
+    (dir, counters, serving)
+}
+
+fn unmount(dir: &Path, serving: std::thread::JoinHandle<std::io::Result<()>>) {
+    let status = std::process::Command::new("umount").arg(dir).status().unwrap();
+    assert!(status.success(), "umount {}", dir.display());
+    serving.join().unwrap().expect("session ends cleanly at unmount");
+    std::fs::remove_dir(dir).unwrap();
+}
+
+fn exercise(dir: &Path) {
+    // Files: create, write 3 MiB in 1 MiB writes, read back, truncate.
+    let data: Vec<u8> = (0..3 << 20).map(|i: u32| (i * 7 + i / 4096) as u8).collect();
+    let path = dir.join("big");
+    std::fs::File::create(&path).unwrap().write_all(&data).unwrap();
+    let mut back = vec![];
+    std::fs::File::open(&path).unwrap().read_to_end(&mut back).unwrap();
+    assert!(back == data, "read back what was written");
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(10).unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 10);
+
+    // Many entries with long names: readdir answers in pages.
+    let sub = dir.join("many");
+    std::fs::create_dir(&sub).unwrap();
+    let names: Vec<String> = (0..500).map(|i| format!("{i:04}-{}", "x".repeat(200))).collect();
+    for name in &names {
+        std::fs::File::create(sub.join(name)).unwrap();
+    }
+    let mut listed: Vec<String> = std::fs::read_dir(&sub).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    listed.sort();
+    assert_eq!(listed, names);
+
+    // Errors come back as errnos.
+    assert_eq!(std::fs::create_dir(&sub).unwrap_err().raw_os_error(), Some(libc::EEXIST));
+    assert_eq!(std::fs::remove_dir(&sub).unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
+    assert_eq!(std::fs::metadata(dir.join("absent")).unwrap_err().raw_os_error(), Some(libc::ENOENT));
+    for name in &names {
+        std::fs::remove_file(sub.join(name)).unwrap();
+    }
+    std::fs::remove_dir(&sub).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(std::fs::read_dir(dir).unwrap().count(), 0);
+}
+
+#[test]
+fn serves_over_dev_fuse() {
+    if !is_root() {
+        eprintln!("needs root (mount(2)); not run");
+        return;
+    }
+    let (dir, counters, serving) = mounted(Transport { io_uring: false, ..Default::default() });
+    exercise(&dir);
+    unmount(&dir, serving);
+    assert_eq!(counters.on_ring.load(Ordering::Relaxed), 0);
+    assert!(counters.on_dev.load(Ordering::Relaxed) > 1000);
+}
+
+#[test]
+fn serves_over_io_uring() {
+    if !is_root() {
+        eprintln!("needs root (mount(2)); not run");
+        return;
+    }
+    let (dir, counters, serving) = mounted(Transport { io_uring: true, ..Default::default() });
+    exercise(&dir);
+    unmount(&dir, serving);
+    let (on_ring, on_dev) = (counters.on_ring.load(Ordering::Relaxed), counters.on_dev.load(Ordering::Relaxed));
+    if uring_offered() {
+        // All but what came before the queues were registered.
+        assert!(on_ring > 1000 && on_dev < 50, "requests on ring threads {on_ring}, on /dev/fuse {on_dev}");
+    } else {
+        eprintln!("this kernel does not offer FUSE over io_uring: checked the fallback to /dev/fuse");
+        assert!(on_ring == 0 && on_dev > 1000);
+    }
+}
