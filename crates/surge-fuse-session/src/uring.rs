@@ -29,7 +29,6 @@ use crate::request;
 
 /// io_uring_enter's flag to wait for completions.
 const ENTER_GETEVENTS: u32 = 1;
-
 /// One ring entry's buffers, at fixed addresses for the kernel.
 struct Entry {
     header: UnsafeCell<Box<fuse_uring_req_header>>,
@@ -46,6 +45,11 @@ struct Entry {
 struct EntryState {
     dispatching: bool,
     deferred: Option<Deferred>,
+    /// The request in the entry, while it is the file system's: since when, its id and
+    /// opcode (for the watchdog's report of requests left unanswered).
+    holding: Option<(std::time::Instant, u64, u32)>,
+    /// The watchdog has reported the request it holds.
+    reported: bool,
 }
 
 struct Deferred {
@@ -146,6 +150,7 @@ impl Queue {
     /// Writes a reply into entry `index` and commits it.
     fn commit(&self, index: usize, commit_id: u64, unique: u64, error: i32, parts: &[&[u8]]) -> io::Result<()> {
         let entry = &self.entries[index];
+        entry.state.lock().unwrap().holding = None;
         // SAFETY: the entry's request has been answered by its one EntryRef and is no longer
         // borrowed (EntryState); the kernel does not touch the buffers until the commit.
         let (header, payload) = unsafe { (&mut *entry.header.get(), &mut *entry.payload.get()) };
@@ -221,18 +226,28 @@ impl Queue {
         self.submit(read.into())
     }
 
+    /// How many submissions are queued and not yet taken by the kernel.
+    fn queued(&self) -> usize {
+        let serialized = self.submissions.lock().unwrap();
+        // SAFETY: used under `submissions`, as every use of the submission queue.
+        let snapshot = unsafe { self.ring.submission_shared() };
+        let queued = snapshot.len();
+        // The snapshot writes its view of the queue's tail back when dropped: it must go
+        // before the lock does, or it could undo a submission queued in between (a
+        // temporary in a block's last expression would outlive the block's lock guard).
+        drop(snapshot);
+        drop(serialized);
+        queued
+    }
+
     /// Submits what is queued and waits for at least one completion.
     fn submit_and_wait(&self) -> io::Result<()> {
-        let pending = {
-            let _serialized = self.submissions.lock().unwrap();
-            // SAFETY: read under `submissions`, as every use of the submission queue.
-            unsafe { self.ring.submission_shared().len() as u32 }
-        };
+        let pending = self.queued() as u32;
         // SAFETY: plain io_uring_enter with no argument structure. Another thread may submit
         // concurrently: the kernel submits what is published, whoever asks.
         match unsafe { self.ring.submitter().enter::<libc::sigset_t>(pending, 1, ENTER_GETEVENTS, None) } {
             Ok(_) => Ok(()),
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) || e.raw_os_error() == Some(libc::EBUSY) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => Ok(()),
             Err(e) => Err(e),
         }
     }
@@ -241,12 +256,17 @@ impl Queue {
     /// to answer it.
     fn take_request(self: &Arc<Self>, index: usize, serve: &mut dyn FnMut(request::Request<'_>, Responder)) {
         let entry = &self.entries[index];
-        entry.state.lock().unwrap().dispatching = true;
         {
             // SAFETY: the kernel completed this entry's command, so the request in it is ours;
             // a reply given while it is borrowed here waits in EntryState (module documentation).
             let (header, payload) = unsafe { (&*entry.header.get(), &*entry.payload.get()) };
             let in_header = abi::read::<abi::fuse_in_header>(&header.in_out).unwrap_or_default();
+            {
+                let mut state = entry.state.lock().unwrap();
+                state.dispatching = true;
+                state.holding = Some((std::time::Instant::now(), in_header.unique, in_header.opcode));
+                state.reported = false;
+            }
             let ring = header.ring_ent_in_out;
             let entry_ref = EntryRef { queue: self.clone(), index, commit_id: ring.commit_id };
             let responder = Responder::new(self.dev.clone(), in_header.unique, Route::Ring(entry_ref));
@@ -338,10 +358,46 @@ pub(crate) fn start(
     payload_size: usize,
     serve: impl Fn(request::Request<'_>, Responder) + Clone + Send + 'static,
 ) -> io::Result<()> {
+    let mut queues = vec![];
     for qid in 0..possible_cpus()? {
         let queue = Arc::new(Queue::new(qid, depth, payload_size, dev.clone())?);
+        queues.push(Arc::downgrade(&queue));
         let serve = serve.clone();
         std::thread::Builder::new().name(format!("fuse-ring-{qid}")).spawn(move || queue.run(serve))?;
     }
+    std::thread::Builder::new().name("fuse-ring-watch".into()).spawn(move || watch(queues))?;
     Ok(())
+}
+
+/// How long a request may stay unanswered before the watchdog says so.
+const UNANSWERED_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Reports, once each, requests the file system has held longer than `UNANSWERED_AFTER`
+/// (their callers are waiting); ends with the queues.
+fn watch(queues: Vec<std::sync::Weak<Queue>>) {
+    loop {
+        std::thread::sleep(UNANSWERED_AFTER / 2);
+        let mut alive = false;
+        for queue in queues.iter().filter_map(std::sync::Weak::upgrade) {
+            alive = true;
+            for (index, entry) in queue.entries.iter().enumerate() {
+                let mut state = entry.state.lock().unwrap();
+                if let Some((since, unique, opcode)) = state.holding {
+                    if !state.reported && since.elapsed() > UNANSWERED_AFTER {
+                        state.reported = true;
+                        tracing::warn!(
+                            "request {unique} (opcode {opcode}) unanswered for {:.0} s (ring queue {}, entry {index}, dispatching {}, reply waiting {})",
+                            since.elapsed().as_secs_f64(),
+                            queue.qid,
+                            state.dispatching,
+                            state.deferred.is_some()
+                        );
+                    }
+                }
+            }
+        }
+        if !alive {
+            return;
+        }
+    }
 }
