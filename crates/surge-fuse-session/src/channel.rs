@@ -27,6 +27,13 @@ impl Dev {
         self.file.as_raw_fd()
     }
 
+    pub(crate) fn set_nonblocking(&self) -> io::Result<()> {
+        use nix::fcntl::{fcntl, FcntlArg, OFlag};
+        let flags = OFlag::from_bits_truncate(fcntl(&self.file, FcntlArg::F_GETFL)?);
+        fcntl(&self.file, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+        Ok(())
+    }
+
     /// Reads one request (the kernel hands out whole requests, one per read).
     pub(crate) fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
         (&self.file).read(buf)

@@ -30,4 +30,4 @@ pub use reply::{
     ReplyStatfs, ReplyWrite, ReplyXattr, Time,
 };
 pub use request::{Caller, LockRange, SetAttr, TimeOrNow};
-pub use session::{Filesystem, KernelConfig, Session, Transport};
+pub use session::{Filesystem, Flow, KernelConfig, Session, Transport};

@@ -256,20 +256,39 @@ pub struct Session<FS: Filesystem> {
     fs: Arc<FS>,
     dev: Arc<Dev>,
     transport: Transport,
+    /// Where requests are read into: enough for the init request, then for the largest
+    /// request agreed at init.
+    buf: Vec<u8>,
     /// Unmounted when the session ends, if this process mounted it.
     _mount: Option<Mount>,
+}
+
+/// Where [`Session::serve_waiting`] stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// No request waits.
+    Idle,
+    /// It served as many as it was allowed; more may wait.
+    More,
+    /// The file system was unmounted: the session is over.
+    Unmounted,
 }
 
 impl<FS: Filesystem> Session<FS> {
     /// Mounts `fs` at `mountpoint`.
     pub fn mount(fs: FS, mountpoint: &Path, options: &MountOptions, transport: Transport) -> io::Result<Self> {
         let (fd, mount) = Mount::new(mountpoint, options)?;
-        Ok(Session { fs: Arc::new(fs), dev: Arc::new(Dev::new(fd)), transport, _mount: Some(mount) })
+        Ok(Session::new(fs, fd, transport, Some(mount)))
     }
 
     /// Serves a mount someone else made on the /dev/fuse descriptor `fd`.
     pub fn from_fd(fs: FS, fd: OwnedFd, transport: Transport) -> Self {
-        Session { fs: Arc::new(fs), dev: Arc::new(Dev::new(fd)), transport, _mount: None }
+        Session::new(fs, fd, transport, None)
+    }
+
+    fn new(fs: FS, fd: OwnedFd, transport: Transport, mount: Option<Mount>) -> Self {
+        let buf = vec![0u8; abi::FUSE_MIN_READ_BUFFER as usize];
+        Session { fs: Arc::new(fs), dev: Arc::new(Dev::new(fd)), transport, buf, _mount: mount }
     }
 
     /// What sends the kernel invalidations, for use from any thread.
@@ -277,48 +296,73 @@ impl<FS: Filesystem> Session<FS> {
         Notifier::new(self.dev.clone())
     }
 
-    /// Serves requests until the file system is unmounted.
-    pub fn run(self) -> io::Result<()> {
-        // Enough for the init request; grown to the agreed request size after it.
-        let mut buf = vec![0u8; abi::FUSE_MIN_READ_BUFFER as usize];
+    /// Serves requests until the file system is unmounted, reading /dev/fuse on this thread.
+    pub fn run(mut self) -> io::Result<()> {
         loop {
-            let n = match self.dev.read(&mut buf) {
+            if let Flow::Unmounted = self.serve_waiting(usize::MAX)? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The /dev/fuse descriptor, for an event loop that drives the session itself: after
+    /// [`Session::set_nonblocking`], wait until it is readable, then call
+    /// [`Session::serve_waiting`]. Serving requests on the thread that runs their work
+    /// spares a hand-off between threads per request.
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        self.dev.raw_fd()
+    }
+
+    /// Makes reads of /dev/fuse return at once when no request waits.
+    pub fn set_nonblocking(&self) -> io::Result<()> {
+        self.dev.set_nonblocking()
+    }
+
+    /// Reads and hands over requests until none waits (with [`Session::set_nonblocking`];
+    /// otherwise it waits for the next), at most `limit` of them.
+    pub fn serve_waiting(&mut self, limit: usize) -> io::Result<Flow> {
+        for _ in 0..limit {
+            let n = match self.dev.read(&mut self.buf) {
                 Ok(n) => n,
                 Err(e) => match e.raw_os_error() {
-                    // Interrupted before it was read, a signal, nothing there yet.
-                    Some(libc::ENOENT | libc::EINTR | libc::EAGAIN) => continue,
-                    // Unmounted.
-                    Some(libc::ENODEV) => return Ok(()),
+                    // Nothing there (non-blocking).
+                    Some(libc::EAGAIN) => return Ok(Flow::Idle),
+                    // Interrupted before it was read, or a signal.
+                    Some(libc::ENOENT | libc::EINTR) => continue,
+                    Some(libc::ENODEV) => return Ok(Flow::Unmounted),
                     _ => return Err(e),
                 },
             };
-            let (header, op_header, payload) = match request::split_dev_request(&buf[..n]) {
-                Ok(parts) => parts,
-                Err(malformed) => {
-                    self.refuse_malformed(&buf[..n], malformed);
-                    continue;
-                }
-            };
-            let request = match request::decode(&header, op_header, payload) {
-                Ok(request) => request,
-                Err(malformed) => {
-                    self.refuse_malformed(&buf[..n], malformed);
-                    continue;
-                }
-            };
-            tracing::trace!(unique = header.unique, opcode = header.opcode, "dev request");
-            match request.op {
-                Operation::Init { major, minor, max_readahead, capabilities } => {
-                    let Some(size) = self.init(header.unique, major, minor, max_readahead, capabilities)? else { continue };
-                    buf = vec![0u8; size];
-                }
-                Operation::Destroy => {
-                    self.fs.destroy();
-                    let _ = self.dev.reply(header.unique, 0, &[]);
-                }
-                _ => dispatch(&*self.fs, request, Responder::new(self.dev.clone(), header.unique, Route::Dev)),
-            }
+            self.serve_one(n)?;
         }
+        Ok(Flow::More)
+    }
+
+    /// Hands over the request in the first `n` bytes of the buffer.
+    fn serve_one(&mut self, n: usize) -> io::Result<()> {
+        let buf = &self.buf[..n];
+        let parts = request::split_dev_request(buf).and_then(|(h, op, payload)| Ok((h, request::decode(&h, op, payload)?)));
+        let (header, request) = match parts {
+            Ok(parts) => parts,
+            Err(malformed) => {
+                self.refuse_malformed(buf, malformed);
+                return Ok(());
+            }
+        };
+        tracing::trace!(unique = header.unique, opcode = header.opcode, "dev request");
+        match request.op {
+            Operation::Init { major, minor, max_readahead, capabilities } => {
+                if let Some(size) = self.init(header.unique, major, minor, max_readahead, capabilities)? {
+                    self.buf = vec![0u8; size];
+                }
+            }
+            Operation::Destroy => {
+                self.fs.destroy();
+                let _ = self.dev.reply(header.unique, 0, &[]);
+            }
+            _ => dispatch(&*self.fs, request, Responder::new(self.dev.clone(), header.unique, Route::Dev)),
+        }
+        Ok(())
     }
 
     fn refuse_malformed(&self, buf: &[u8], malformed: request::Malformed) {

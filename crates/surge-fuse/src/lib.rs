@@ -9,13 +9,15 @@
 //! bookkeeping ([`kernel`], `listings`), the handle table (`handles`) and the per-handle
 //! chunk cache (`chunks`); `convert` translates between the session's types and Surge's.
 //!
-//! * **Concurrency**: the FUSE session thread decodes requests and hands each to a task on a
-//!   tokio runtime, so many requests are in flight at once (FUSE replies may be sent from any
-//!   thread, in any order). A plain read (random 4 KiB, nothing cached) is sent to its server
-//!   by the session thread itself and answered by the connection's reader
-//!   ([`surge_client::File::read_then`]), and a write that fits the write-behind window is
-//!   sent from there and answered at once ([`surge_client::File::write_behind_now`]): no task
-//!   and one thread wake-up fewer per request.
+//! * **Concurrency**: requests are read from /dev/fuse by a task on the tokio runtime (one
+//!   thread by default), which decodes each and starts its work there, so many requests are in
+//!   flight at once (FUSE replies may be sent from any thread, in any order) and no thread
+//!   wakes another to hand a request over (`surge-fuse --session-thread` reads on a thread of
+//!   its own instead; `--io-uring` takes requests from io_uring ring entries, one thread per
+//!   CPU queue). A plain read (random 4 KiB, nothing cached) is sent to its server at once and
+//!   answered by the connection's reader ([`surge_client::File::read_then`]), and a write that
+//!   fits the write-behind window is sent and answered at once
+//!   ([`surge_client::File::write_behind_now`]): no task per request.
 //! * **Large I/O**: 1 MiB writes (`max_write`, the kernel's ceiling) with write-behind; async
 //!   reads served from a per-handle cache of whole chunks for streaming readers ([`chunks`]),
 //!   and a raised kernel read-ahead (set by `main`).
