@@ -48,8 +48,11 @@ fn attr(ino: u64, kind: FileType, perm: u16) -> FileAttr {
         kind,
         perm,
         nlink: if kind == FileType::Directory { 2 } else { 1 },
-        uid: 0,
-        gid: 0,
+        // The mounting user's, so that an unprivileged mount may write in it.
+        // SAFETY: geteuid and getegid only read the process's credentials.
+        uid: unsafe { libc::geteuid() },
+        // SAFETY: as above.
+        gid: unsafe { libc::getegid() },
         rdev: 0,
         blksize: 4096,
     }
@@ -217,11 +220,15 @@ fn uring_offered() -> bool {
 fn mounted(transport: Transport) -> (PathBuf, Arc<Counters>, std::thread::JoinHandle<std::io::Result<()>>) {
     let dir = std::env::temp_dir().join(format!("surge-fuse-session-{}-{}", std::process::id(), transport.io_uring));
     std::fs::create_dir_all(&dir).unwrap();
-    let counters = Arc::new(Counters::default());
-    let options = MountOptions { fsname: "memfs".into(), subtype: "memfs".into(), default_permissions: true, allow_other: true };
-    let session = Session::mount(MemFs::new(counters.clone()), &dir, &options, transport).expect("mount");
-    let serving = std::thread::spawn(move || session.run());
+    let (counters, serving) = mounted_at(&dir, true, transport);
     (dir, counters, serving)
+}
+
+fn mounted_at(dir: &Path, allow_other: bool, transport: Transport) -> (Arc<Counters>, std::thread::JoinHandle<std::io::Result<()>>) {
+    let counters = Arc::new(Counters::default());
+    let options = MountOptions { fsname: "memfs".into(), subtype: "memfs".into(), default_permissions: true, allow_other };
+    let session = Session::mount(MemFs::new(counters.clone()), dir, &options, transport).expect("mount");
+    (counters, std::thread::spawn(move || session.run()))
 }
 
 fn unmount(dir: &Path, serving: std::thread::JoinHandle<std::io::Result<()>>) {
@@ -295,4 +302,60 @@ fn serves_over_io_uring() {
         eprintln!("this kernel does not offer FUSE over io_uring: checked the fallback to /dev/fuse");
         assert!(on_ring == 0 && on_dev > 1000);
     }
+}
+
+/// Set in the child that `mounts_without_privilege_through_fusermount3` starts as an
+/// unprivileged user: the directory to mount on.
+const CHILD_DIR: &str = "SURGE_FUSE_SESSION_TEST_UNPRIVILEGED_DIR";
+
+/// Without root, the session mounts through the setuid fusermount3 (which opens /dev/fuse,
+/// mounts, and passes the descriptor back over a socket) and unmounts the same way. The test
+/// runs itself again as uid 65534 to be that user.
+#[test]
+fn mounts_without_privilege_through_fusermount3() {
+    if let Some(dir) = std::env::var_os(CHILD_DIR) {
+        let dir = PathBuf::from(dir);
+        assert!(!is_root());
+        let (counters, serving) = mounted_at(&dir, false, Transport::default());
+        exercise(&dir);
+        let status = std::process::Command::new("fusermount3").arg("-u").arg(&dir).status().unwrap();
+        assert!(status.success(), "fusermount3 -u {}", dir.display());
+        serving.join().unwrap().expect("session ends cleanly at unmount");
+        assert!(counters.on_dev.load(Ordering::Relaxed) > 1000);
+        return;
+    }
+    if !is_root() {
+        eprintln!("needs root (to become another user); not run");
+        return;
+    }
+    // fusermount3 opens /dev/fuse as the calling user: most distributions ship it 0666; where
+    // it is root's alone (as on some build machines) it is opened up for the test's span.
+    struct Restore(u32);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = std::fs::set_permissions("/dev/fuse", std::os::unix::fs::PermissionsExt::from_mode(self.0));
+        }
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata("/dev/fuse").unwrap().permissions().mode() & 0o7777;
+    let _restore = Restore(mode);
+    std::fs::set_permissions("/dev/fuse", std::fs::Permissions::from_mode(mode | 0o666)).unwrap();
+    let dir = std::env::temp_dir().join(format!("surge-fuse-session-{}-user", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "mounts_without_privilege_through_fusermount3", "--nocapture"])
+        .env(CHILD_DIR, &dir)
+        .output()
+        .unwrap();
+    let _ = std::process::Command::new("umount").arg("-l").arg(&dir).status();
+    std::fs::remove_dir(&dir).unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
