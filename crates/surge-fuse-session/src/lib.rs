@@ -31,3 +31,4 @@ pub use reply::{
 };
 pub use request::{Caller, LockRange, SetAttr, TimeOrNow};
 pub use session::{Filesystem, Flow, KernelConfig, Session, Transport};
+pub use uring::Ring;

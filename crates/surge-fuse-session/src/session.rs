@@ -243,11 +243,14 @@ pub struct Transport {
     /// once (more wait in the kernel). A request that waits for another (a blocking lock)
     /// holds its entry meanwhile.
     pub ring_depth: usize,
+    /// A thread of its own per ring queue; otherwise the rings are handed to the caller's
+    /// event loop ([`Session::take_rings`]).
+    pub ring_threads: bool,
 }
 
 impl Default for Transport {
     fn default() -> Self {
-        Transport { io_uring: false, ring_depth: 32 }
+        Transport { io_uring: false, ring_depth: 32, ring_threads: true }
     }
 }
 
@@ -259,6 +262,8 @@ pub struct Session<FS: Filesystem> {
     /// Where requests are read into: enough for the init request, then for the largest
     /// request agreed at init.
     buf: Vec<u8>,
+    /// Rings made at init for the caller to drive (`Transport::ring_threads` off).
+    rings: Vec<uring::Ring>,
     /// Unmounted when the session ends, if this process mounted it.
     _mount: Option<Mount>,
 }
@@ -288,7 +293,7 @@ impl<FS: Filesystem> Session<FS> {
 
     fn new(fs: FS, fd: OwnedFd, transport: Transport, mount: Option<Mount>) -> Self {
         let buf = vec![0u8; abi::FUSE_MIN_READ_BUFFER as usize];
-        Session { fs: Arc::new(fs), dev: Arc::new(Dev::new(fd)), transport, buf, _mount: mount }
+        Session { fs: Arc::new(fs), dev: Arc::new(Dev::new(fd)), transport, buf, rings: vec![], _mount: mount }
     }
 
     /// What sends the kernel invalidations, for use from any thread.
@@ -311,6 +316,13 @@ impl<FS: Filesystem> Session<FS> {
     /// spares a hand-off between threads per request.
     pub fn fd(&self) -> std::os::fd::RawFd {
         self.dev.raw_fd()
+    }
+
+    /// The io_uring queues made at init, for the caller's event loop to drive (with
+    /// `Transport::ring_threads` off; empty otherwise, or before init, or when the kernel
+    /// declined io_uring).
+    pub fn take_rings(&mut self) -> Vec<uring::Ring> {
+        std::mem::take(&mut self.rings)
     }
 
     /// Makes reads of /dev/fuse return at once when no request waits.
@@ -374,7 +386,7 @@ impl<FS: Filesystem> Session<FS> {
 
     /// Answers the init request; returns the size of the largest request to read from now
     /// on, or None when the kernel's protocol is too old to serve.
-    fn init(&self, unique: u64, major: u32, minor: u32, kernel_max_readahead: u32, offered: u64) -> io::Result<Option<usize>> {
+    fn init(&mut self, unique: u64, major: u32, minor: u32, kernel_max_readahead: u32, offered: u64) -> io::Result<Option<usize>> {
         if major != abi::FUSE_KERNEL_VERSION || minor < 31 {
             tracing::error!("the kernel speaks FUSE {major}.{minor}; this file system needs 7.31 or later");
             self.dev.reply(unique, -libc::EPROTO, &[])?;
@@ -390,9 +402,12 @@ impl<FS: Filesystem> Session<FS> {
         let payload = config.max_payload();
         if io_uring {
             let fs = self.fs.clone();
-            match uring::start(&self.dev, self.transport.ring_depth, payload, move |request, responder| dispatch(&*fs, request, responder))
-            {
-                Ok(()) => tracing::info!("FUSE over io_uring: {} entries per CPU queue", self.transport.ring_depth),
+            let (depth, threads) = (self.transport.ring_depth, self.transport.ring_threads);
+            match uring::start(&self.dev, depth, payload, threads, move |request, responder| dispatch(&*fs, request, responder)) {
+                Ok(rings) => {
+                    self.rings = rings;
+                    tracing::info!("FUSE over io_uring: {depth} entries per CPU queue");
+                }
                 Err(e) => tracing::warn!("FUSE over io_uring not started ({e}); requests go through /dev/fuse"),
             }
         }

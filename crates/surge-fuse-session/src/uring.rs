@@ -101,6 +101,17 @@ thread_local! {
     /// The queue whose thread this is (its address), if any: a commit made there is submitted
     /// by the queue's next wait instead of a system call of its own.
     static QUEUE_OF_THIS_THREAD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// This thread drives rings for an event loop ([`Ring::serve_ready`]): it lives as long as
+    /// they do, so it may submit commits itself. `DRIVING` while it is inside `serve_ready`,
+    /// which submits what was queued when it returns.
+    static DRIVER: std::cell::Cell<Driver> = const { std::cell::Cell::new(Driver::No) };
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Driver {
+    No,
+    Idle,
+    Driving,
 }
 
 impl EntryRef {
@@ -210,11 +221,32 @@ impl Queue {
             sq.push(&sqe).map_err(|_| io::Error::other("ring submission queue full"))?;
             sq.sync();
         }
-        if QUEUE_OF_THIS_THREAD.get() != self as *const Queue as usize {
-            use std::io::Write;
-            (&self.wake).write_all(&1u64.to_ne_bytes())?;
+        drop(_serialized);
+        if QUEUE_OF_THIS_THREAD.get() == self as *const Queue as usize {
+            return Ok(());
         }
-        Ok(())
+        match DRIVER.get() {
+            Driver::Driving => Ok(()),
+            Driver::Idle => self.submit_now(),
+            Driver::No => {
+                use std::io::Write;
+                (&self.wake).write_all(&1u64.to_ne_bytes())
+            }
+        }
+    }
+
+    /// Submits what is queued, without waiting.
+    fn submit_now(&self) -> io::Result<()> {
+        let pending = self.queued() as u32;
+        if pending == 0 {
+            return Ok(());
+        }
+        // SAFETY: plain io_uring_enter with no argument structure.
+        match unsafe { self.ring.submitter().enter::<libc::sigset_t>(pending, 0, 0, None) } {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Asks the ring to complete an entry `WAKE` when `wake` is written to.
@@ -292,54 +324,111 @@ impl Queue {
         }
     }
 
-    /// Registers every entry, then serves requests until the kernel ends the connection.
-    fn run(self: Arc<Self>, mut serve: impl FnMut(request::Request<'_>, Responder)) {
-        QUEUE_OF_THIS_THREAD.set(Arc::as_ptr(&self) as usize);
-        if let Err(e) = self.arm_wake() {
-            tracing::warn!("io_uring queue {}: not started ({e}); requests go through /dev/fuse", self.qid);
-            return;
-        }
+    /// Arms the wake-up read and registers every entry (queued: the caller submits them).
+    fn register(&self) -> io::Result<()> {
+        self.arm_wake()?;
         for (index, entry) in self.entries.iter().enumerate() {
             let cmd = fuse_uring_cmd_req { qid: self.qid, ..Default::default() };
-            let sqe = command(self.dev.raw_fd(), abi::FUSE_IO_URING_CMD_REGISTER, &cmd, Some(&entry.iov)).user_data(index as u64);
-            if let Err(e) = self.submit(sqe) {
-                tracing::warn!("io_uring queue {}: registration not queued ({e}); requests go through /dev/fuse", self.qid);
-                return;
+            self.submit(command(self.dev.raw_fd(), abi::FUSE_IO_URING_CMD_REGISTER, &cmd, Some(&entry.iov)).user_data(index as u64))?;
+        }
+        Ok(())
+    }
+
+    /// Hands over the requests of the completions there are; how many completions there were,
+    /// or the end of the queue (unmounted, or the kernel refused an entry: said in the log).
+    fn handle_completions(self: &Arc<Self>, serve: &mut dyn FnMut(request::Request<'_>, Responder)) -> Result<usize, ()> {
+        // SAFETY: only the thread driving the queue reads its completion queue.
+        let completions: Vec<(u64, i32)> = unsafe { self.ring.completion_shared() }.map(|c| (c.user_data(), c.result())).collect();
+        for &(index, result) in &completions {
+            tracing::trace!(qid = self.qid, index, result, "ring completion");
+            if index == WAKE && result >= 0 {
+                // Commits from other threads are queued; the caller submits them next.
+                if let Err(e) = self.arm_wake() {
+                    tracing::warn!("io_uring queue {} stopped: {e}", self.qid);
+                    return Err(());
+                }
+                continue;
             }
+            if result < 0 {
+                let e = io::Error::from_raw_os_error(-result);
+                match -result {
+                    // The connection ended (unmount) or the ring is being torn down.
+                    libc::ENOTCONN | libc::ECANCELED | libc::ENODEV => tracing::debug!("io_uring queue {} ends: {e}", self.qid),
+                    _ => tracing::warn!("io_uring queue {}: the kernel refused an entry ({e}); requests go through /dev/fuse", self.qid),
+                }
+                return Err(());
+            }
+            if let Some(index) = usize::try_from(index).ok().filter(|&i| i < self.entries.len()) {
+                self.take_request(index, serve);
+            }
+        }
+        Ok(completions.len())
+    }
+
+    /// On a thread of the queue's own: registers every entry, then serves requests until the
+    /// kernel ends the connection.
+    fn run(self: Arc<Self>, mut serve: impl FnMut(request::Request<'_>, Responder)) {
+        QUEUE_OF_THIS_THREAD.set(Arc::as_ptr(&self) as usize);
+        if let Err(e) = self.register() {
+            tracing::warn!("io_uring queue {}: not started ({e}); requests go through /dev/fuse", self.qid);
+            return;
         }
         loop {
             if let Err(e) = self.submit_and_wait() {
                 tracing::warn!("io_uring queue {} stopped: {e}", self.qid);
                 return;
             }
-            // SAFETY: only this thread reads the completion queue.
-            let completions: Vec<(u64, i32)> = unsafe { self.ring.completion_shared() }.map(|c| (c.user_data(), c.result())).collect();
-            for (index, result) in completions {
-                tracing::trace!(qid = self.qid, index, result, "ring completion");
-                if index == WAKE && result >= 0 {
-                    // Commits from other threads are queued; the next wait submits them.
-                    if let Err(e) = self.arm_wake() {
-                        tracing::warn!("io_uring queue {} stopped: {e}", self.qid);
-                        return;
-                    }
-                    continue;
-                }
-                if result < 0 {
-                    let e = io::Error::from_raw_os_error(-result);
-                    match -result {
-                        // The connection ended (unmount) or the ring is being torn down.
-                        libc::ENOTCONN | libc::ECANCELED | libc::ENODEV => tracing::debug!("io_uring queue {} ends: {e}", self.qid),
-                        _ => {
-                            tracing::warn!("io_uring queue {}: the kernel refused an entry ({e}); requests go through /dev/fuse", self.qid)
-                        }
-                    }
-                    return;
-                }
-                if let Some(index) = usize::try_from(index).ok().filter(|&i| i < self.entries.len()) {
-                    self.take_request(index, &mut serve);
-                }
+            if self.handle_completions(&mut serve).is_err() {
+                return;
             }
         }
+    }
+}
+
+/// The request handler a driven ring hands requests to.
+type Serve = Box<dyn Fn(request::Request<'_>, Responder) + Send + Sync>;
+
+/// One CPU's ring queue, for an event loop to drive instead of a thread of its own: wait
+/// until [`Ring::fd`] is readable (completions waiting), then call [`Ring::serve_ready`].
+/// The thread that drives a ring must live as long as the ring (an event loop's own thread):
+/// the kernel delivers requests as task work of the thread that submitted their entries.
+pub struct Ring {
+    queue: Arc<Queue>,
+    serve: Serve,
+    registered: std::sync::atomic::AtomicBool,
+}
+
+impl Ring {
+    /// The ring's descriptor: readable when completions wait.
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.queue.ring.as_raw_fd()
+    }
+
+    /// Submits what is queued and hands over the requests that arrived, at most `limit`
+    /// rounds of completions; registers the ring's entries the first time.
+    pub fn serve_ready(&self, limit: usize) -> io::Result<crate::Flow> {
+        let was = DRIVER.replace(Driver::Driving);
+        let flow = self.serve_ready_driving(limit);
+        DRIVER.set(if was == Driver::No { Driver::Idle } else { was });
+        flow
+    }
+
+    fn serve_ready_driving(&self, limit: usize) -> io::Result<crate::Flow> {
+        if !self.registered.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            self.queue.register()?;
+        }
+        let mut serve = |request: request::Request<'_>, responder: Responder| (self.serve)(request, responder);
+        for _ in 0..limit {
+            self.queue.submit_now()?;
+            match self.queue.handle_completions(&mut serve) {
+                Err(()) => return Ok(crate::Flow::Unmounted),
+                Ok(0) => return Ok(crate::Flow::Idle),
+                Ok(_) => {}
+            }
+        }
+        self.queue.submit_now()?;
+        Ok(crate::Flow::More)
     }
 }
 
@@ -351,22 +440,29 @@ fn possible_cpus() -> io::Result<u16> {
     last.map(|n| n + 1).ok_or_else(|| io::Error::other(format!("cannot read the possible CPUs from {text:?}")))
 }
 
-/// Starts one thread per CPU queue, each serving requests with `serve`.
+/// Makes one queue per CPU, each serving requests with `serve`: on a thread of its own
+/// each (`threads`), or returned as [`Ring`]s for the caller's event loop to drive.
 pub(crate) fn start(
     dev: &Arc<Dev>,
     depth: usize,
     payload_size: usize,
-    serve: impl Fn(request::Request<'_>, Responder) + Clone + Send + 'static,
-) -> io::Result<()> {
+    threads: bool,
+    serve: impl Fn(request::Request<'_>, Responder) + Clone + Send + Sync + 'static,
+) -> io::Result<Vec<Ring>> {
     let mut queues = vec![];
+    let mut rings = vec![];
     for qid in 0..possible_cpus()? {
         let queue = Arc::new(Queue::new(qid, depth, payload_size, dev.clone())?);
         queues.push(Arc::downgrade(&queue));
         let serve = serve.clone();
-        std::thread::Builder::new().name(format!("fuse-ring-{qid}")).spawn(move || queue.run(serve))?;
+        if threads {
+            std::thread::Builder::new().name(format!("fuse-ring-{qid}")).spawn(move || queue.run(serve))?;
+        } else {
+            rings.push(Ring { queue, serve: Box::new(serve), registered: Default::default() });
+        }
     }
     std::thread::Builder::new().name("fuse-ring-watch".into()).spawn(move || watch(queues))?;
-    Ok(())
+    Ok(rings)
 }
 
 /// How long a request may stay unanswered before the watchdog says so.

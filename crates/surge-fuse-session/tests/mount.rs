@@ -304,6 +304,61 @@ fn serves_over_io_uring() {
     }
 }
 
+/// The rings handed to the caller (`ring_threads` off) and driven, with /dev/fuse, by one
+/// poll(2) loop on one thread, as an event loop would.
+#[test]
+fn serves_over_io_uring_driven_by_an_event_loop() {
+    if !is_root() {
+        eprintln!("needs root (mount(2)); not run");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("surge-fuse-session-{}-driven", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let counters = Arc::new(Counters::default());
+    let options = MountOptions { fsname: "memfs".into(), subtype: "memfs".into(), default_permissions: true, allow_other: true };
+    let transport = Transport { io_uring: true, ring_threads: false, ..Default::default() };
+    let mut session = Session::mount(MemFs::new(counters.clone()), &dir, &options, transport).expect("mount");
+    // Requests handed over during each kind of call, from the file system's count.
+    let (via_dev, via_ring) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let served = {
+        let counters = counters.clone();
+        move || counters.on_dev.load(Ordering::Relaxed) + counters.on_ring.load(Ordering::Relaxed)
+    };
+    let (dev_count, ring_count) = (via_dev.clone(), via_ring.clone());
+    let serving = std::thread::spawn(move || -> std::io::Result<()> {
+        session.set_nonblocking()?;
+        let mut rings: Vec<Ring> = vec![];
+        loop {
+            let mut fds: Vec<libc::pollfd> = std::iter::once(session.fd())
+                .chain(rings.iter().map(Ring::fd))
+                .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
+                .collect();
+            // SAFETY: `fds` is a valid array of pollfd for the call's duration.
+            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 100) };
+            let before = served();
+            if session.serve_waiting(64)? == Flow::Unmounted {
+                return Ok(());
+            }
+            dev_count.fetch_add(served() - before, Ordering::Relaxed);
+            rings.extend(session.take_rings());
+            for ring in &rings {
+                let before = served();
+                ring.serve_ready(64)?;
+                ring_count.fetch_add(served() - before, Ordering::Relaxed);
+            }
+        }
+    });
+    exercise(&dir);
+    unmount(&dir, serving);
+    let (via_ring, via_dev) = (via_ring.load(Ordering::Relaxed), via_dev.load(Ordering::Relaxed));
+    if uring_offered() {
+        assert!(via_ring > 1000 && via_dev < 50, "requests through rings {via_ring}, through /dev/fuse {via_dev}");
+    } else {
+        eprintln!("this kernel does not offer FUSE over io_uring: checked the fallback to /dev/fuse");
+        assert!(via_ring == 0 && via_dev > 1000);
+    }
+}
+
 /// Set in the child that `mounts_without_privilege_through_fusermount3` starts as an
 /// unprivileged user: the directory to mount on.
 const CHILD_DIR: &str = "SURGE_FUSE_SESSION_TEST_UNPRIVILEGED_DIR";
@@ -350,7 +405,7 @@ fn mounts_without_privilege_through_fusermount3() {
         .env(CHILD_DIR, &dir)
         .output()
         .unwrap();
-    let _ = std::process::Command::new("umount").arg("-l").arg(&dir).status();
+    let _ = std::process::Command::new("umount").arg("-l").arg(&dir).stderr(std::process::Stdio::null()).status();
     std::fs::remove_dir(&dir).unwrap();
     assert!(
         out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),

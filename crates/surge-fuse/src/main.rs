@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use surge_client::{Client, ClientOptions};
-use surge_fuse_session::{Filesystem, Flow, MountOptions, Session, Transport};
+use surge_fuse_session::{Filesystem, Flow, MountOptions, Ring, Session, Transport};
 
 #[derive(Parser)]
 #[command(version, about = "Surge FUSE mount daemon")]
@@ -81,7 +81,8 @@ fn main() -> anyhow::Result<()> {
         println!("ready");
     }
     let notifier = fs.notifier_slot();
-    let transport = Transport { io_uring: args.io_uring, ..Default::default() };
+    // With the session on the runtime, so are the io_uring rings.
+    let transport = Transport { io_uring: args.io_uring, ring_threads: args.session_thread, ..Default::default() };
     let session = match args.fuse_fd {
         Some(fd) => {
             use std::os::fd::FromRawFd;
@@ -118,33 +119,60 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Serves the session from a task: requests are read when /dev/fuse is readable, on the
-/// runtime's thread, and their work starts there without waking another thread.
-async fn serve_on_runtime<FS: Filesystem>(mut session: Session<FS>) -> std::io::Result<()> {
-    /// The session's descriptor, which the session owns and outlives this registration.
-    struct DevFuse(std::os::fd::RawFd);
-    impl std::os::fd::AsRawFd for DevFuse {
-        fn as_raw_fd(&self) -> std::os::fd::RawFd {
-            self.0
-        }
+/// A descriptor a session owns, registered with the runtime's reactor while the session lives.
+struct Polled(std::os::fd::RawFd);
+
+impl std::os::fd::AsRawFd for Polled {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0
     }
+}
+
+/// What the reactor waits for: readable, or an error (an unmounted connection polls as an
+/// error only; the next read or completion reports the end).
+const READY: tokio::io::Interest = tokio::io::Interest::READABLE.add(tokio::io::Interest::ERROR);
+
+/// Serves the session from a task: requests are read when /dev/fuse is readable, on the
+/// runtime's thread, and their work starts there without waking another thread. io_uring
+/// rings made at init are driven by tasks of their own the same way.
+async fn serve_on_runtime<FS: Filesystem>(mut session: Session<FS>) -> std::io::Result<()> {
     session.set_nonblocking()?;
-    // An unmounted connection polls as an error only (not readable): that is the session's
-    // end, which the next read reports.
-    let interest = tokio::io::Interest::READABLE | tokio::io::Interest::ERROR;
     // SAFETY: the descriptor is the session's, open until the session is dropped, which is
     // after `dev` (declared later, dropped first); it always names the same /dev/fuse.
-    let dev = unsafe { tokio::io::unix::AsyncFd::register_with_interest(DevFuse(session.fd()), interest)? };
+    let dev = unsafe { tokio::io::unix::AsyncFd::register_with_interest(Polled(session.fd()), READY)? };
     loop {
-        let mut ready = dev.ready(interest).await?;
+        let mut ready = dev.ready(READY).await?;
         // A bounded batch, so the replies and server traffic of those requests get their turn.
-        match session.serve_waiting(64)? {
+        let flow = session.serve_waiting(64)?;
+        for ring in session.take_rings() {
+            tokio::spawn(async move {
+                if let Err(e) = drive_ring(ring).await {
+                    tracing::warn!("an io_uring queue stopped: {e}");
+                }
+            });
+        }
+        match flow {
             Flow::Idle => ready.clear_ready(),
             Flow::More => {
                 drop(ready);
                 tokio::task::yield_now().await;
             }
             Flow::Unmounted => return Ok(()),
+        }
+    }
+}
+
+/// Drives one io_uring queue from the runtime: registers its entries, then hands over the
+/// requests that arrive and submits the replies, whenever its descriptor is readable.
+async fn drive_ring(ring: Ring) -> std::io::Result<()> {
+    // SAFETY: the ring's descriptor stays open while `ring` lives, which is longer than
+    // `polled` (declared later, dropped first).
+    let polled = unsafe { tokio::io::unix::AsyncFd::register_with_interest(Polled(ring.fd()), READY)? };
+    loop {
+        match ring.serve_ready(64)? {
+            Flow::Unmounted => return Ok(()),
+            Flow::More => tokio::task::yield_now().await,
+            Flow::Idle => polled.ready(READY).await?.clear_ready(),
         }
     }
 }
