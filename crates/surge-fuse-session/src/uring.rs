@@ -4,11 +4,18 @@
 //! each entry a header and a payload buffer. The kernel writes a request into a free entry of
 //! the queue of the CPU the calling process runs on and completes that entry's command; the
 //! reply is written into the same entry and committed with one command that also makes the
-//! entry wait for the next request. A reply given on the queue's own thread rides on the
-//! system call that waits for the next completion.
+//! entry wait for the next request.
 //!
-//! Forgets, interrupts and notices still go through /dev/fuse, whose session thread keeps
-//! running beside the queues; requests sent before every queue is registered do too.
+//! A queue is driven either by a thread of its own, or by the caller's event loop through
+//! [`Ring`] (its descriptor is readable when completions wait). Either way the thread that
+//! drives it submits the commits: the kernel delivers an entry's next request as task work
+//! of the thread that submitted the entry's commit, so that thread must live as long as the
+//! queue. A reply given on that thread is submitted by it (on a queue thread, with the
+//! system call that waits for the next completion); a reply from any other thread is queued
+//! and the driver woken through the queue's eventfd, which the ring reads.
+//!
+//! Forgets, interrupts and notices still go through /dev/fuse, whose reader keeps running
+//! beside the queues; requests sent before every queue is registered do too.
 //!
 //! Ownership of an entry's buffers alternates: the kernel's from registration (or a commit)
 //! until it completes the entry's command with a request, then the file system's until the
@@ -29,6 +36,7 @@ use crate::request;
 
 /// io_uring_enter's flag to wait for completions.
 const ENTER_GETEVENTS: u32 = 1;
+
 /// One ring entry's buffers, at fixed addresses for the kernel.
 struct Entry {
     header: UnsafeCell<Box<fuse_uring_req_header>>,
