@@ -4,7 +4,7 @@
 //! typed replies in [`reply`]) and carries it over either transport Linux has: reads and
 //! writes of /dev/fuse, or FUSE over io_uring (Linux 6.14+), where requests arrive in ring
 //! entries registered per CPU and each reply is one command that also takes the next
-//! request ([`uring`](crate::uring) has the details). A file system implements
+//! request ([`Ring`] and the `uring` module have the details). A file system implements
 //! [`Filesystem`]; its methods may be called from several threads at once and answer from
 //! any thread.
 //!
