@@ -43,20 +43,7 @@ run() {
     mkdir -p "$dir"
     stats=$(mktemp)
     local times
-    times=$(perf stat -x, -e context-switches,task-clock -p "$mount,$server" -o "$stats" -- python3 - "$dir" "$ITEMS" <<'EOF_PY'
-import os, sys, time
-d, n = sys.argv[1], int(sys.argv[2])
-names = [os.path.join(d, f"f{i}") for i in range(n)]
-t0 = time.perf_counter()
-for p in names:
-    os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-t1 = time.perf_counter()
-for p in names:
-    os.unlink(p)
-t2 = time.perf_counter()
-print(round((t1 - t0) / n * 1e6), round((t2 - t1) / n * 1e6))
-EOF_PY
-)
+    times=$(perf stat -x, -e context-switches,task-clock -p "$mount,$server" -o "$stats" -- python3 bench/serial_create_unlink.py "$dir" "$ITEMS")
     rmdir "$dir"
     awk -F, -v n="$ITEMS" -v times="$times" '
         $3 == "context-switches" {cs = $1} $3 == "task-clock" {ms = $1}

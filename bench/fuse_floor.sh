@@ -59,19 +59,7 @@ files() {
 # one process
 serial() {
     mkdir -p "$1/serial"
-    python3 - "$1/serial" "$ITEMS" <<'EOF_PY'
-import os, sys, time
-d, n = sys.argv[1], int(sys.argv[2])
-names = [os.path.join(d, f"f{i}") for i in range(n)]
-t0 = time.perf_counter()
-for p in names:
-    os.close(os.open(p, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-t1 = time.perf_counter()
-for p in names:
-    os.unlink(p)
-t2 = time.perf_counter()
-print(round((t1 - t0) / n * 1e6), round((t2 - t1) / n * 1e6))
-EOF_PY
+    python3 bench/serial_create_unlink.py "$1/serial" "$ITEMS"
     rmdir "$1/serial"
 }
 

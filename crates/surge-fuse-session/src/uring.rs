@@ -245,16 +245,7 @@ impl Queue {
 
     /// Submits what is queued, without waiting.
     fn submit_now(&self) -> io::Result<()> {
-        let pending = self.queued() as u32;
-        if pending == 0 {
-            return Ok(());
-        }
-        // SAFETY: plain io_uring_enter with no argument structure.
-        match unsafe { self.ring.submitter().enter::<libc::sigset_t>(pending, 0, 0, None) } {
-            Ok(_) => Ok(()),
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => Ok(()),
-            Err(e) => Err(e),
-        }
+        self.enter(false)
     }
 
     /// Asks the ring to complete an entry `WAKE` when `wake` is written to.
@@ -282,10 +273,19 @@ impl Queue {
 
     /// Submits what is queued and waits for at least one completion.
     fn submit_and_wait(&self) -> io::Result<()> {
+        self.enter(true)
+    }
+
+    /// Submits what is queued and, if `wait`, waits for at least one completion. Another
+    /// thread may submit concurrently: the kernel submits what is published, whoever asks.
+    fn enter(&self, wait: bool) -> io::Result<()> {
         let pending = self.queued() as u32;
-        // SAFETY: plain io_uring_enter with no argument structure. Another thread may submit
-        // concurrently: the kernel submits what is published, whoever asks.
-        match unsafe { self.ring.submitter().enter::<libc::sigset_t>(pending, 1, ENTER_GETEVENTS, None) } {
+        if pending == 0 && !wait {
+            return Ok(());
+        }
+        let (min_complete, flags) = if wait { (1, ENTER_GETEVENTS) } else { (0, 0) };
+        // SAFETY: plain io_uring_enter with no argument structure.
+        match unsafe { self.ring.submitter().enter::<libc::sigset_t>(pending, min_complete, flags, None) } {
             Ok(_) => Ok(()),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EBUSY)) => Ok(()),
             Err(e) => Err(e),
