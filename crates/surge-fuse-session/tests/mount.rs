@@ -295,12 +295,17 @@ fn serves_over_io_uring() {
     exercise(&dir);
     unmount(&dir, serving);
     let (on_ring, on_dev) = (counters.on_ring.load(Ordering::Relaxed), counters.on_dev.load(Ordering::Relaxed));
+    assert_requests_came_through_rings(on_ring, on_dev);
+}
+
+/// With FUSE over io_uring offered, the requests (all but those before the queues were
+/// registered) came through ring entries; without it, all through /dev/fuse.
+fn assert_requests_came_through_rings(via_ring: u64, via_dev: u64) {
     if uring_offered() {
-        // All but what came before the queues were registered.
-        assert!(on_ring > 1000 && on_dev < 50, "requests on ring threads {on_ring}, on /dev/fuse {on_dev}");
+        assert!(via_ring > 1000 && via_dev < 50, "requests through rings {via_ring}, through /dev/fuse {via_dev}");
     } else {
         eprintln!("this kernel does not offer FUSE over io_uring: checked the fallback to /dev/fuse");
-        assert!(on_ring == 0 && on_dev > 1000);
+        assert!(via_ring == 0 && via_dev > 1000);
     }
 }
 
@@ -351,12 +356,7 @@ fn serves_over_io_uring_driven_by_an_event_loop() {
     exercise(&dir);
     unmount(&dir, serving);
     let (via_ring, via_dev) = (via_ring.load(Ordering::Relaxed), via_dev.load(Ordering::Relaxed));
-    if uring_offered() {
-        assert!(via_ring > 1000 && via_dev < 50, "requests through rings {via_ring}, through /dev/fuse {via_dev}");
-    } else {
-        eprintln!("this kernel does not offer FUSE over io_uring: checked the fallback to /dev/fuse");
-        assert!(via_ring == 0 && via_dev > 1000);
-    }
+    assert_requests_came_through_rings(via_ring, via_dev);
 }
 
 /// Set in the child that `mounts_without_privilege_through_fusermount3` starts as an
