@@ -16,6 +16,7 @@
 //! ENOSYS. Interrupts are not acted on: every request is answered when its work is done.
 
 pub mod abi;
+mod buffers;
 mod channel;
 mod mount;
 pub mod reply;
@@ -23,6 +24,7 @@ pub mod request;
 mod session;
 mod uring;
 
+pub use buffers::WriteData;
 pub use channel::{BackingId, Notifier};
 pub use mount::MountOptions;
 pub use reply::{

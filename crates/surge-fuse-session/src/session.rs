@@ -11,6 +11,7 @@ use std::sync::Arc;
 use zerocopy::IntoBytes;
 
 use crate::abi::{self, init};
+use crate::buffers::{Buffers, WriteData};
 use crate::channel::{Dev, Notifier};
 use crate::mount::{Mount, MountOptions};
 use crate::reply::*;
@@ -71,8 +72,9 @@ pub trait Filesystem: Send + Sync + 'static {
     fn read(&self, caller: &Caller, ino: u64, fh: u64, offset: u64, size: u32, reply: ReplyData) {
         reply.error(libc::ENOSYS);
     }
-    /// `write_flags`: FUSE_WRITE_* bits; `flags`: the descriptor's open flags.
-    fn write(&self, caller: &Caller, ino: u64, fh: u64, offset: u64, data: &[u8], write_flags: u32, flags: i32, reply: ReplyWrite) {
+    /// `write_flags`: FUSE_WRITE_* bits; `flags`: the descriptor's open flags. `data` is
+    /// kept past the call without a copy where the transport allows ([`WriteData::to_bytes`]).
+    fn write(&self, caller: &Caller, ino: u64, fh: u64, offset: u64, data: WriteData<'_>, write_flags: u32, flags: i32, reply: ReplyWrite) {
         reply.error(libc::ENOSYS);
     }
     fn flush(&self, caller: &Caller, ino: u64, fh: u64, lock_owner: u64, reply: ReplyEmpty) {
@@ -260,8 +262,10 @@ pub struct Session<FS: Filesystem> {
     dev: Arc<Dev>,
     transport: Transport,
     /// Where requests are read into: enough for the init request, then for the largest
-    /// request agreed at init.
+    /// request agreed at init, from `buffers`.
     buf: Vec<u8>,
+    /// Read buffers once init has sized them (a large write takes its buffer along).
+    buffers: Buffers,
     /// Rings made at init for the caller to drive (`Transport::ring_threads` off).
     rings: Vec<uring::Ring>,
     /// Unmounted when the session ends, if this process mounted it.
@@ -292,8 +296,9 @@ impl<FS: Filesystem> Session<FS> {
     }
 
     fn new(fs: FS, fd: OwnedFd, transport: Transport, mount: Option<Mount>) -> Self {
-        let buf = vec![0u8; abi::FUSE_MIN_READ_BUFFER as usize];
-        Session { fs: Arc::new(fs), dev: Arc::new(Dev::new(fd)), transport, buf, rings: vec![], _mount: mount }
+        let buffers = Buffers::new(abi::FUSE_MIN_READ_BUFFER as usize);
+        let buf = buffers.take();
+        Session { fs: Arc::new(fs), dev: Arc::new(Dev::new(fd)), transport, buf, buffers, rings: vec![], _mount: mount }
     }
 
     /// What sends the kernel invalidations, for use from any thread.
@@ -350,9 +355,14 @@ impl<FS: Filesystem> Session<FS> {
         Ok(Flow::More)
     }
 
-    /// Hands over the request in the first `n` bytes of the buffer.
+    /// Hands over the request in the first `n` bytes of the buffer (with the buffer itself,
+    /// when it is a large write).
     fn serve_one(&mut self, n: usize) -> io::Result<()> {
-        let buf = &self.buf[..n];
+        let lent = Buffers::worth_handing_over(&self.buf[..n]).then(|| self.buffers.hand_over(&mut self.buf, n));
+        let buf = match &lent {
+            Some(whole) => &whole[..],
+            None => &self.buf[..n],
+        };
         let parts = request::split_dev_request(buf).and_then(|(h, op, payload)| Ok((h, request::decode(&h, op, payload)?)));
         let (header, request) = match parts {
             Ok(parts) => parts,
@@ -365,14 +375,15 @@ impl<FS: Filesystem> Session<FS> {
         match request.op {
             Operation::Init { major, minor, max_readahead, capabilities } => {
                 if let Some(size) = self.init(header.unique, major, minor, max_readahead, capabilities)? {
-                    self.buf = vec![0u8; size];
+                    self.buffers = Buffers::new(size);
+                    self.buf = self.buffers.take();
                 }
             }
             Operation::Destroy => {
                 self.fs.destroy();
                 let _ = self.dev.reply(header.unique, 0, &[]);
             }
-            _ => dispatch(&*self.fs, request, Responder::new(self.dev.clone(), header.unique, Route::Dev)),
+            _ => dispatch(&*self.fs, request, lent.as_ref(), Responder::new(self.dev.clone(), header.unique, Route::Dev)),
         }
         Ok(())
     }
@@ -403,7 +414,7 @@ impl<FS: Filesystem> Session<FS> {
         if io_uring {
             let fs = self.fs.clone();
             let (depth, threads) = (self.transport.ring_depth, self.transport.ring_threads);
-            match uring::start(&self.dev, depth, payload, threads, move |request, responder| dispatch(&*fs, request, responder)) {
+            match uring::start(&self.dev, depth, payload, threads, move |request, responder| dispatch(&*fs, request, None, responder)) {
                 Ok(rings) => {
                     self.rings = rings;
                     tracing::info!("FUSE over io_uring: {depth} entries per CPU queue");
@@ -415,8 +426,9 @@ impl<FS: Filesystem> Session<FS> {
     }
 }
 
-/// Hands one request to the file system with its reply.
-pub(crate) fn dispatch<FS: Filesystem>(fs: &FS, request: Request<'_>, responder: Responder) {
+/// Hands one request to the file system with its reply. `lent`: the buffer the request was
+/// read into, when the session hands it over with a write's data.
+pub(crate) fn dispatch<FS: Filesystem>(fs: &FS, request: Request<'_>, lent: Option<&bytes::Bytes>, responder: Responder) {
     let (ino, caller) = (request.nodeid, &request.caller);
     match request.op {
         Operation::Forget { nlookup } => {
@@ -445,7 +457,7 @@ pub(crate) fn dispatch<FS: Filesystem>(fs: &FS, request: Request<'_>, responder:
         Operation::Open { flags } => fs.open(caller, ino, flags, Reply::new(responder)),
         Operation::Read { fh, offset, size } => fs.read(caller, ino, fh, offset, size, Reply::new(responder)),
         Operation::Write { fh, offset, data, write_flags, flags } => {
-            fs.write(caller, ino, fh, offset, data, write_flags, flags, Reply::new(responder))
+            fs.write(caller, ino, fh, offset, WriteData::within(data, lent), write_flags, flags, Reply::new(responder))
         }
         Operation::Statfs => fs.statfs(caller, ino, Reply::new(responder)),
         Operation::Release { fh } => fs.release(caller, ino, fh, Reply::new(responder)),

@@ -11,7 +11,7 @@ use surge_client::{Client, Error, Result};
 use surge_fuse_session::abi::{self, init};
 use surge_fuse_session::{
     BackingId, Caller as KernelCaller, FileType, Filesystem, KernelConfig, LockRange, Notifier, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, SetAttr,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, SetAttr, WriteData,
 };
 use tokio::runtime::Handle;
 
@@ -363,14 +363,24 @@ impl Filesystem for SurgeFs {
         self.ops().read(fh, ino, offset, size, data(reply));
     }
 
-    fn write(&self, _req: &KernelCaller, ino: u64, fh: u64, offset: u64, bytes: &[u8], write_flags: u32, flags: i32, reply: ReplyWrite) {
+    fn write(
+        &self,
+        _req: &KernelCaller,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        data: WriteData<'_>,
+        write_flags: u32,
+        flags: i32,
+        reply: ReplyWrite,
+    ) {
         if write_flags & abi::FUSE_WRITE_KILL_SUIDGID != 0 {
             // A write by someone else than root to a set-id file drops its set-id bits.
             self.answer(self.ops().drop_set_id_bits(ino), |_| {});
         }
         // `flags`: the descriptor's open flags.
         let append = flags & libc::O_APPEND != 0;
-        self.ops().write(fh, ino, offset, bytes, append, move |result| match result {
+        self.ops().write(fh, ino, offset, data.to_bytes(), append, move |result| match result {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
         });

@@ -18,7 +18,8 @@
 //!   answered by the connection's reader ([`surge_client::File::read_then`]), and a write that
 //!   fits the write-behind window is sent and answered at once
 //!   ([`surge_client::File::write_behind_now`]): no task per request.
-//! * **Large I/O**: 1 MiB writes (`max_write`, the kernel's ceiling) with write-behind; async
+//! * **Large I/O**: 1 MiB writes (`max_write`, the kernel's ceiling) with write-behind, a large
+//!   write's data kept in the buffer the session read it into (no copy of the mount's own); async
 //!   reads served from a per-handle cache of whole chunks for streaming readers ([`chunks`]),
 //!   and a raised kernel read-ahead (set by `main`).
 //! * **Kernel caching kept exact by the servers' notices**: the kernel keeps attributes and

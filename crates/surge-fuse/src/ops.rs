@@ -551,7 +551,7 @@ impl Ops {
         fh: u64,
         ino: u64,
         offset: u64,
-        data: &[u8],
+        data: Bytes,
         append: bool,
         done: impl FnOnce(Result<usize>) + Send + 'static,
     ) {
@@ -565,11 +565,10 @@ impl Ops {
             other.chunks.clear();
         }
         if append {
-            let data = Bytes::copy_from_slice(data);
             let len = data.len();
             return self.spawn(async move { done(f.file.append(data).await.map(|_| len)) });
         }
-        let data = match f.file.write_behind_now(offset, Bytes::copy_from_slice(data)) {
+        let data = match f.file.write_behind_now(offset, data) {
             Ok(n) => return done(Ok(n)),
             Err(data) => data,
         };

@@ -52,7 +52,7 @@ fn me() -> Caller {
 
 async fn write(ops: &Arc<Ops>, fh: u64, ino: u64, offset: u64, data: &[u8]) -> surge_client::Result<usize> {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    ops.write(fh, ino, offset, data, false, move |r| {
+    ops.write(fh, ino, offset, bytes::Bytes::copy_from_slice(data), false, move |r| {
         let _ = tx.send(r);
     });
     rx.await.expect("the write is answered")
