@@ -309,7 +309,7 @@ impl File {
         let writer = self.client.local_writer();
         for (file, piece) in claimed {
             let payload = data.slice(piece.buf_offset..piece.buf_offset + piece.len as usize);
-            behind.push(piece.server, piece.len, writer.submit(file, self.ino, piece.file_offset, payload), true);
+            behind.push(piece.server, piece.len, writer.submit(file, self.ino, piece.server, piece.file_offset, payload), true);
         }
         true
     }

@@ -273,41 +273,61 @@ struct Job {
     done: tokio::sync::oneshot::Sender<Response>,
 }
 
-/// A thread that does a client's local writes in the order they come, so that a writer that
-/// keeps writes behind (the FUSE mount) is answered at once and goes on with its next
-/// write while the data is copied into the file on the other core — as with writes sent to a
-/// server, one copy fewer than them and no socket in between.
+/// Threads that do a client's local writes, so that a writer that keeps writes behind (the
+/// FUSE mount) is answered at once and goes on with its next write while the data is copied
+/// into the file on another core — as with writes sent to a server, one copy fewer than them
+/// and no socket in between. Each server's data file of an inode has one lane, whose writes
+/// are done in the order they come (a later write over the same bytes lands last); different
+/// data files' writes go on side by side in as many lanes as there are cores (up to
+/// `MAX_LANES`), so two streams — two files, or one file striped over this node's servers —
+/// are not held to one thread's copying speed.
 pub(crate) struct LocalWriter {
-    jobs: std::sync::mpsc::Sender<Job>,
+    lanes: Vec<std::sync::mpsc::Sender<Job>>,
 }
+
+/// At most this many local-writer threads per client.
+const MAX_LANES: usize = 4;
 
 impl LocalWriter {
     pub fn start() -> LocalWriter {
-        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
-        std::thread::Builder::new()
-            .name("surge-local-writer".into())
-            .spawn(move || {
-                // Ends when the client, holding the sender, goes.
-                for job in queue {
-                    let outcome = match job.file.write_all_at(&job.data, job.offset) {
-                        Ok(()) => Ok(Answer { message: encode_reply(&(job.data.len() as u32)), payload: Vec::new() }),
-                        Err(e) => Err(io_error("write", job.ino, job.offset, e)),
-                    };
-                    let _ = job.done.send(outcome);
-                }
+        let count = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, MAX_LANES);
+        let lanes = (0..count)
+            .map(|lane| {
+                let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+                std::thread::Builder::new()
+                    .name(format!("surge-local-writer-{lane}"))
+                    .spawn(move || {
+                        // Ends when the client, holding the sender, goes.
+                        for job in queue {
+                            let outcome = match job.file.write_all_at(&job.data, job.offset) {
+                                Ok(()) => Ok(Answer { message: encode_reply(&(job.data.len() as u32)), payload: Vec::new() }),
+                                Err(e) => Err(io_error("write", job.ino, job.offset, e)),
+                            };
+                            let _ = job.done.send(outcome);
+                        }
+                    })
+                    .expect("start a local writer thread");
+                jobs
             })
-            .expect("start the local writer thread");
-        LocalWriter { jobs }
+            .collect();
+        LocalWriter { lanes }
     }
 
-    /// Queues `data` to be written at `offset` of `file`; the outcome comes through the
-    /// returned [`Pending`], like a server's answer.
-    pub fn submit(&self, file: Arc<StdFile>, ino: Ino, offset: u64, data: Bytes) -> Pending {
+    /// Queues `data` to be written at `offset` of `file`, server `server`'s data file of
+    /// inode `ino`; the outcome comes through the returned [`Pending`], like a server's answer.
+    pub fn submit(&self, file: Arc<StdFile>, ino: Ino, server: usize, offset: u64, data: Bytes) -> Pending {
         let (done, outcome) = tokio::sync::oneshot::channel();
         // A send fails only if the thread is gone; the dropped sender then reads as a failure.
-        let _ = self.jobs.send(Job { file, ino, offset, data, done });
+        let _ = self.lanes[lane_of(ino, server, self.lanes.len())].send(Job { file, ino, offset, data, done });
         Pending::local(outcome)
     }
+}
+
+/// The lane of server `server`'s data file of inode `ino`, out of `lanes`: inodes spread by a
+/// multiplicative hash, and a striped file's data files on consecutive servers take
+/// consecutive lanes.
+fn lane_of(ino: Ino, server: usize, lanes: usize) -> usize {
+    (ino.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(server as u64) % lanes as u64) as usize
 }
 
 /// Fills `buf` from `file` at `offset` until the file ends (the rest of `buf` is left alone).
@@ -322,4 +342,44 @@ fn read_at_most(file: &StdFile, buf: &mut [u8], offset: u64) -> std::io::Result<
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_striped_files_data_files_take_different_lanes() {
+        for ino in [1u64, 2, 0x0001_0000_0000_0007, u64::MAX] {
+            assert_ne!(lane_of(ino, 0, 2), lane_of(ino, 1, 2));
+            let four: std::collections::HashSet<usize> = (0..4).map(|server| lane_of(ino, server, 4)).collect();
+            assert_eq!(four.len(), 4);
+        }
+        assert!((0..100).all(|ino| lane_of(ino, 3, 1) == 0));
+    }
+
+    #[tokio::test]
+    async fn writes_to_one_data_file_land_in_the_order_they_came() {
+        let dir = std::env::temp_dir().join(format!("surge-local-writer-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("data");
+        let file = Arc::new(std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&path).unwrap());
+        let other = Arc::new(std::fs::OpenOptions::new().create(true).truncate(true).write(true).open(dir.join("other")).unwrap());
+        let writer = LocalWriter::start();
+        let mut pending = Vec::new();
+        for round in 0..200u8 {
+            // The same 64 KiB, over and over: the last submitted must be what stays.
+            pending.push(writer.submit(file.clone(), 7, 0, 4096, Bytes::from(vec![round; 64 << 10])));
+            // Other data files' writes go on in other lanes meanwhile.
+            pending.push(writer.submit(other.clone(), 8, 1, u64::from(round) << 16, Bytes::from(vec![round; 64 << 10])));
+        }
+        for p in pending {
+            p.wait_untimed().await.expect("local write");
+        }
+        let mut back = vec![0u8; 64 << 10];
+        file.read_exact_at(&mut back, 4096).unwrap();
+        assert!(back.iter().all(|&b| b == 199));
+        assert_eq!(std::fs::metadata(dir.join("other")).unwrap().len(), 200 << 16);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
