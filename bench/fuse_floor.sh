@@ -2,7 +2,8 @@
 # How fast can any FUSE file system create and remove files on this machine? mdtest's file rows
 # (2 ranks, -F -n ITEMS each, one shared directory), and what one create (open O_CREAT|O_EXCL,
 # close) and one unlink take for a single process, one after another (a round trip each, no
-# overlap: the latency a serial tool such as tar or cp sees), through
+# overlap: the latency a serial tool such as tar or cp sees), and one stat of a missing name
+# (a request each file system answers from what it holds: the per-request floor), through
 #   bindfs        a FUSE file system over tmpfs (the issue's yardstick),
 #   memfs         libfuse's in-memory example (example/memfs_ll), which answers every request
 #                 from its own memory, with entries and attributes cached for good (no_timeout):
@@ -55,11 +56,11 @@ files() {
              END {printf "%d %d\n", c, r}'
 }
 
-# serial DIR -> "CREATE UNLINK" microseconds per file, for ITEMS files made then removed by
-# one process
+# serial DIR -> "CREATE UNLINK LOOKUP" microseconds per file, for ITEMS files made then removed
+# by one process, and per stat of a name that is not there
 serial() {
     mkdir -p "$1/serial"
-    python3 bench/serial_create_unlink.py "$1/serial" "$ITEMS"
+    python3 bench/serial_create_unlink.py "$1/serial" "$ITEMS" --lookups
     rmdir "$1/serial"
 }
 
@@ -68,17 +69,18 @@ for round in $(seq "$ROUNDS"); do
     for t in $SYSTEMS; do
         read -r c r <<<"$(files "$WORK/$t")"
         results[$t,create]+="$c "; results[$t,remove]+="$r "
-        read -r c r <<<"$(serial "$WORK/$t")"
-        results[$t,serial-create]+="$c "; results[$t,serial-unlink]+="$r "
+        read -r c r l <<<"$(serial "$WORK/$t")"
+        results[$t,serial-create]+="$c "; results[$t,serial-unlink]+="$r "; results[$t,serial-lookup]+="$l "
     done
     echo "round $round of $ROUNDS done" >&2
 done
 
 table_header "files/s, 2 ranks x $ITEMS (median of $ROUNDS, range)" "memfs / bindfs" "memfs-uring / bindfs" "surge / bindfs" "surge-uring / bindfs"
-for row in create remove serial-create serial-unlink; do
+for row in create remove serial-create serial-unlink serial-lookup; do
     case $row in
         serial-create) line="| one process, create + close, us per file (lower is better) |" ;;
         serial-unlink) line="| one process, unlink, us per file (lower is better) |" ;;
+        serial-lookup) line="| one process, stat of a name that is not there, us (lower is better) |" ;;
         *) line="| mdtest file $row |" ;;
     esac
     for t in $SYSTEMS; do line+=" $(cell "${results[$t,$row]}") |"; done
