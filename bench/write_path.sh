@@ -6,7 +6,9 @@
 #     over tmpfs in the same round as the baseline;
 #   * one `dd` of SIZE MiB with fsync, and two at once (SIZE/2 each, two files), with the CPU
 #     time of the mount and the servers over the single stream (`perf stat`), which stays
-#     countable when elapsed times swing on a busy machine.
+#     countable when elapsed times swing on a busy machine; then the single stream's file read
+#     back at once on the node (from the kernel's pages, or through the mount when the writes
+#     went around them).
 #
 #   BUILD_A=DIR BUILD_B=DIR bench/write_path.sh [ROUNDS] [IOR_BLOCK_PER_RANK] [SIZE_MIB]
 #       defaults: 3 1g 2048; DIR holds `surge` with its surge-server and surge-fuse (e.g. a
@@ -58,6 +60,9 @@ for round in $(seq "$ROUNDS"); do
         results[$build,one]+="$((SIZE * 1000 / elapsed)) "
         results[$build,cpu]+="$(awk -F, -v size="$SIZE" '/task-clock/ {printf "%d", $1 * 1024 / size}' "$WORK/perf.txt") "
         start=$(now_ms)
+        dd if="$WORK/surge/one" of=/dev/null bs=1M 2>/dev/null
+        results[$build,back]+="$((SIZE * 1000 / ($(now_ms) - start))) "
+        start=$(now_ms)
         for f in two-a two-b; do dd if=/dev/zero of="$WORK/surge/$f" bs=1M count=$((SIZE / 2)) conv=fsync 2>/dev/null & done
         wait
         results[$build,two]+="$((SIZE * 1000 / ($(now_ms) - start))) "
@@ -69,12 +74,13 @@ done
 
 SYSTEMS="bindfs A B"
 table_header "median of $ROUNDS (range)" "B / A" "B / bindfs"
-for row in ior one two cpu; do
+for row in ior one two cpu back; do
     case $row in
         ior) label="IOR shared file write, 2 ranks, MiB/s" ;;
         one) label="one dd stream with fsync, MiB/s" ;;
         two) label="two dd streams at once, MiB/s in all" ;;
         cpu) label="CPU of mount and servers per GiB of the one stream, ms (lower is better)" ;;
+        back) label="the one stream read back at once on the node, MiB/s" ;;
     esac
     base="-"; [ $row = ior ] && base=$(cell "${results[bindfs,$row]}")
     ratio_b="-"; [ $row = ior ] && ratio_b=$(ratio "${results[B,$row]}" "${results[bindfs,$row]}")

@@ -711,6 +711,14 @@ impl File {
         self.size.fetch_max(size, Ordering::Relaxed);
     }
 
+    /// Another handle on this node truncated or extended the file to `size` (it has waited
+    /// for its own writes): this handle's idea of the size follows, lower too; its own later
+    /// writes raise it again.
+    pub fn note_resize(&self, size: u64) {
+        self.size.store(size, Ordering::Relaxed);
+        self.written_end.fetch_min(size, Ordering::Relaxed);
+    }
+
     /// Re-reads the size from the file's home (to see another node's published writes
     /// through a handle opened earlier).
     pub async fn refresh(&self) -> Result<u64> {

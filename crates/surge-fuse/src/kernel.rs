@@ -45,6 +45,9 @@ pub(crate) struct KernelCache {
     /// The content version whose bytes the kernel's page cache holds, per inode opened on
     /// the request path (see [`KernelCache::open_pages`]).
     pages: Mutex<HashMap<u64, HeldPages>>,
+    /// How far handles on this node have written each inode the kernel knows (see
+    /// [`KernelCache::written_end`]).
+    written: Mutex<HashMap<u64, u64>>,
 }
 
 /// The version the kernel's pages of a file hold, and this node's publications whose answers
@@ -71,7 +74,29 @@ impl KernelCache {
             invalidations: Default::default(),
             listings: Default::default(),
             pages: Default::default(),
+            written: Default::default(),
         }
+    }
+
+    /// A handle on this node wrote `ino` up to `end`.
+    pub(crate) fn wrote(&self, ino: u64, end: u64) {
+        let mut written = self.written.lock().unwrap();
+        let known = written.entry(ino).or_default();
+        *known = (*known).max(end);
+    }
+
+    /// How far handles on this node have written `ino` (since its last truncation here): a
+    /// read through a handle opened earlier must reach that far (a read sees every write that
+    /// returned before it on the node, through any descriptor), where the handle's own idea of
+    /// the size may be older. The kernel asks only within the size it knows, so the mount must
+    /// not answer such a read short: a short read makes the kernel cut the file there.
+    pub(crate) fn written_end(&self, ino: u64) -> Option<u64> {
+        self.written.lock().unwrap().get(&ino).copied()
+    }
+
+    /// `ino` was truncated or extended to `size` here: what was written past it is gone.
+    pub(crate) fn resized(&self, ino: u64, size: u64) {
+        self.written.lock().unwrap().insert(ino, size);
     }
 
     /// An open of `ino` on the request path, at content version `now`: whether the kernel
@@ -137,6 +162,7 @@ impl KernelCache {
     /// The kernel evicted the inode: it holds nothing of it any more.
     pub(crate) fn forgotten(&self, ino: u64) {
         self.reported.lock().unwrap().remove(&ino);
+        self.written.lock().unwrap().remove(&ino);
         self.forget_pages(ino);
         self.refused.lock().unwrap().remove(&ino);
         self.forget_directory(ino);

@@ -63,6 +63,9 @@ pub struct Ops {
     passthrough: AtomicBool,
     /// The task keeping capacity set aside for passthrough handles runs.
     passthrough_guard: AtomicBool,
+    /// Write-only handles go through the kernel's page cache as others do (see
+    /// [`Ops::bypasses_page_cache`]).
+    cached_write_only: AtomicBool,
 }
 
 /// A file opened: its handle, and the data file to hand to the kernel when its I/O is passed
@@ -102,6 +105,7 @@ impl Ops {
             lock_owners: Default::default(),
             passthrough: AtomicBool::new(false),
             passthrough_guard: AtomicBool::new(false),
+            cached_write_only: AtomicBool::new(false),
         })
     }
 
@@ -109,6 +113,20 @@ impl Ops {
     /// Opens files in passthrough mode from now on, where their data allows it.
     pub fn enable_passthrough(&self) {
         self.passthrough.store(true, Ordering::Relaxed);
+    }
+
+    /// Keeps write-only handles in the kernel's page cache from now on: a node that reads
+    /// back what it just wrote finds it there, at the cost of the writes' speed.
+    pub fn cache_write_only_handles(&self) {
+        self.cached_write_only.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a handle opened with `flags` reads and writes around the kernel's page cache
+    /// (direct I/O): O_APPEND, so that one write is one append, and write-only handles (unless
+    /// [`Ops::cache_write_only_handles`]), so that writes skip the copy into the cache and
+    /// several of one file run at once (the adapter's `open_reply_flags` says why).
+    pub fn bypasses_page_cache(&self, flags: i32) -> bool {
+        flags & libc::O_APPEND != 0 || (flags & libc::O_ACCMODE == libc::O_WRONLY && !self.cached_write_only.load(Ordering::Relaxed))
     }
 
     /// Hands `f`'s data file to the kernel when every chunk is on this node's server (not for
@@ -163,7 +181,7 @@ impl Ops {
     fn register(&self, file: File, flags: i32, backing: Option<Arc<std::fs::File>>) -> Opened {
         let fh = self.handle();
         let ino = file.ino();
-        let paged = backing.is_none() && flags & libc::O_APPEND == 0;
+        let paged = backing.is_none() && !self.bypasses_page_cache(flags);
         let keep_cache = if paged {
             // Truncated by this open: the kernel drops its pages of the file, and the pages it
             // fills from now on are of the version after the truncation.
@@ -177,6 +195,17 @@ impl Ops {
         let chunks = ChunkCache::new(self.client.chunk_size(), self.client.stream_window(), self.budget.clone());
         self.files.lock().unwrap().insert(fh, Arc::new(OpenFile { file: Arc::new(file), chunks, paged }));
         Opened { fh, backing, keep_cache }
+    }
+
+    /// `ino` was truncated or extended to `size` through this mount (through handle `fh`, or
+    /// 0): every other handle of it here takes that size, so that what they report (the
+    /// larger of the open handles' sizes covers writes not published yet) and where they
+    /// stop reading follow the truncation.
+    fn resized_here(&self, ino: u64, size: u64, fh: u64) {
+        self.kernel.resized(ino, size);
+        for handle in siblings(&self.files, fh, ino) {
+            handle.file.note_resize(size);
+        }
     }
 
     /// After a flush, fsync or release of `open` that ended with `outcome`: what its
@@ -280,11 +309,16 @@ impl Ops {
         let ops = self.clone();
         async move {
             let mut changes = AttrChanges { mode: change.mode.map(|m| m & 0o7777), ..change };
+            let resized = changes.size;
             if let (Some(size), Some(f)) = (changes.size, &open) {
                 f.file.set_len(size).await?;
                 changes.size = None;
             }
-            ops.client.setattr(ino, changes).await.map(|attr| ops.told(attr))
+            let attr = ops.client.setattr(ino, changes).await?;
+            if let Some(size) = resized {
+                ops.resized_here(ino, size, fh.unwrap_or(0));
+            }
+            Ok(ops.told(attr))
         }
     }
 
@@ -459,6 +493,7 @@ impl Ops {
             kernel.revalidate(f.attr_at_open());
             if flags & libc::O_TRUNC != 0 {
                 f.set_len(0).await?;
+                ops.resized_here(ino, 0, 0);
             }
             if flags & libc::O_ACCMODE != libc::O_RDONLY {
                 // Its close publishes the file (see surge_client::workflow).
@@ -487,6 +522,7 @@ impl Ops {
                 let f = client.create_at_with_umask(parent, &name, mode & 0o7777, umask, flags & libc::O_EXCL != 0).await?;
                 if flags & libc::O_TRUNC != 0 && f.size() > 0 {
                     f.set_len(0).await?;
+                    ops.resized_here(f.ino(), 0, 0);
                 }
                 f.set_write_behind(ops.client.stream_window()).await?;
                 Ok(f)
@@ -510,6 +546,9 @@ impl Ops {
             Ok(f) => f,
             Err(e) => return done(Err(e)),
         };
+        if let Some(end) = self.kernel.written_end(ino) {
+            f.file.note_size(end);
+        }
         let siblings = siblings(&self.files, fh, ino);
         if siblings.is_empty() {
             if let Some(data) = f.file.read_local(offset, size as usize) {
@@ -565,9 +604,16 @@ impl Ops {
             other.chunks.clear();
         }
         if append {
-            let len = data.len();
-            return self.spawn(async move { done(f.file.append(data).await.map(|_| len)) });
+            let (len, ops) = (data.len(), self.clone());
+            return self.spawn(async move {
+                let landed = f.file.append(data).await;
+                if let Ok(at) = landed {
+                    ops.kernel.wrote(ino, at + len as u64);
+                }
+                done(landed.map(|_| len))
+            });
         }
+        self.kernel.wrote(ino, offset + data.len() as u64);
         let data = match f.file.write_behind_now(offset, data) {
             Ok(n) => return done(Ok(n)),
             Err(data) => data,
