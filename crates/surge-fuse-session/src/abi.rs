@@ -22,9 +22,6 @@ pub mod init {
     pub const HANDLE_KILLPRIV_V2: u64 = FUSE_HANDLE_KILLPRIV_V2 as u64;
     pub const INIT_EXT: u64 = FUSE_INIT_EXT as u64;
     pub const PASSTHROUGH: u64 = FUSE_PASSTHROUGH;
-    /// Shared mmap of direct-I/O files (7.39, Linux 6.6, the release whose direct writes also
-    /// drop the page cache's copy of the range they write).
-    pub const DIRECT_IO_ALLOW_MMAP: u64 = FUSE_DIRECT_IO_ALLOW_MMAP;
     /// Requests through io_uring ring entries instead of reads of /dev/fuse (7.42).
     pub const OVER_IO_URING: u64 = 1 << 41;
 }

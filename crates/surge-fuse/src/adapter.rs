@@ -99,19 +99,14 @@ impl SurgeFs {
         SurgeFs { ops: Ops::new(client, runtime, ttl), want_passthrough: passthrough, backings: Default::default() }
     }
 
-    /// See [`Ops::cache_write_only_handles`].
-    pub fn cache_write_only_handles(&self) {
-        self.ops.cache_write_only_handles();
-    }
-
     /// Answers an open: passed through when the operations layer gave a data file and the
     /// kernel takes it; the plain way otherwise.
     fn opened_file(&self, ino: u64, reply: ReplyOpen, flags: i32) -> impl FnOnce(Result<Opened>) + Send + 'static {
-        let (backings, direct) = (self.backings.clone(), self.ops().bypasses_page_cache(flags));
+        let backings = self.backings.clone();
         move |result| match result {
             Ok(Opened { fh, backing, keep_cache }) => match backings.for_handle(ino, fh, backing, |file| reply.open_backing(file)) {
-                Some(id) => reply.opened_passthrough(fh, 0, &id),
-                None => reply.opened(fh, open_reply_flags(flags, direct, keep_cache)),
+                Some(id) => reply.opened_passthrough(fh, open_reply_flags(flags, false), &id),
+                None => reply.opened(fh, open_reply_flags(flags, keep_cache)),
             },
             Err(e) => reply.error(errno(&e)),
         }
@@ -216,34 +211,18 @@ fn log_failure(e: &Error) {
 
 fn opened(reply: ReplyOpen, flags: i32) -> impl FnOnce(Result<u64>) + Send + 'static {
     move |result| match result {
-        Ok(fh) => reply.opened(fh, open_reply_flags(flags, false, false)),
+        Ok(fh) => reply.opened(fh, open_reply_flags(flags, false)),
         Err(e) => reply.error(errno(&e)),
     }
 }
 
-/// How the kernel is to treat a handle the mount serves itself (a passed-through handle gets
-/// none of these: direct I/O would override passthrough); `direct`: see
-/// [`Ops::bypasses_page_cache`].
-///
 /// An O_APPEND descriptor bypasses the page cache: through the cache the kernel splits one
 /// write(2) into several requests where it meets a page it does not hold whole, and each
 /// would be appended on its own (another node's append could land between the pieces).
 /// Direct, a write of up to `max_write` is one request, one append.
-///
-/// A write-only descriptor (checkpoints, `dd`, `cp`, shell redirections) bypasses it too
-/// (unless the mount runs with `--cached-writes`),
-/// with writes of one file by several descriptors at once: through the cache every write is
-/// first copied into a page (the writer's time), then sent while the file's lock is held,
-/// one request at a time per file; direct, the kernel copies the writer's memory straight
-/// into the request the mount keeps (no copy of its own, see surge-fuse-session's
-/// `WriteData`), and writes inside the file run side by side. Nothing can be read through
-/// such a descriptor, so no read loses the cache; pages other descriptors hold of the range
-/// are dropped by the kernel at each direct write (Linux 6.6+), so they never show old bytes.
-fn open_reply_flags(flags: i32, direct: bool, keep_cache: bool) -> u32 {
+fn open_reply_flags(flags: i32, keep_cache: bool) -> u32 {
     if flags & libc::O_APPEND != 0 {
         abi::FOPEN_DIRECT_IO
-    } else if direct {
-        abi::FOPEN_DIRECT_IO | abi::FOPEN_PARALLEL_DIRECT_WRITES
     } else if keep_cache {
         abi::FOPEN_KEEP_CACHE
     } else {
@@ -281,13 +260,6 @@ impl Filesystem for SurgeFs {
             } else {
                 tracing::info!("kernel passthrough off: the kernel does not offer it (Linux 6.9 or later does)");
             }
-        }
-        // Write-only handles go around the page cache only where a direct write also drops
-        // the cached copy of its range (Linux 6.6+, which offers DIRECT_IO_ALLOW_MMAP):
-        // before that, a reader on this node could be left with the old bytes.
-        if config.offered() & init::DIRECT_IO_ALLOW_MMAP == 0 {
-            self.ops.cache_write_only_handles();
-            tracing::info!("write-only handles through the page cache: this kernel's direct writes leave cached pages stale (Linux 6.6 or later does not)");
         }
         // Not FUSE_AUTO_INVAL_DATA: with it the kernel drops a file's pages whenever it sees a
         // new mtime, also the one this node's own close published, so a file read back after
@@ -523,16 +495,15 @@ impl Filesystem for SurgeFs {
     fn create(&self, req: &KernelCaller, parent: u64, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
         let name = name_or_reply!(name, reply);
         let (ttl, blksize, backings) = (self.ops().ttl(), self.ops().blksize(), self.backings.clone());
-        let direct = self.ops().bypasses_page_cache(flags);
         self.answer(self.ops().create(parent, name, mode, umask, flags, caller(req)), move |result| {
             let (attr, Opened { fh, backing, keep_cache }) = match result {
                 Ok(created) => created,
                 Err(e) => return reply.error(errno(&e)),
             };
-            let attr = fuse_attr(&attr, blksize);
+            let (attr, open_flags) = (fuse_attr(&attr, blksize), open_reply_flags(flags, keep_cache));
             match backings.for_handle(attr.ino, fh, backing, |file| reply.open_backing(file)) {
-                Some(id) => reply.created_passthrough(ttl, &attr, 0, fh, 0, &id),
-                None => reply.created(ttl, &attr, 0, fh, open_reply_flags(flags, direct, keep_cache)),
+                Some(id) => reply.created_passthrough(ttl, &attr, 0, fh, open_flags, &id),
+                None => reply.created(ttl, &attr, 0, fh, open_flags),
             }
         });
     }

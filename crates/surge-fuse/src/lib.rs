@@ -19,9 +19,7 @@
 //!   fits the write-behind window is sent and answered at once
 //!   ([`surge_client::File::write_behind_now`]): no task per request.
 //! * **Large I/O**: 1 MiB writes (`max_write`, the kernel's ceiling) with write-behind, a large
-//!   write's data kept in the buffer the session read it into (no copy of the mount's own);
-//!   write-only descriptors write around the page cache, several into one file at once
-//!   (`--cached-writes` keeps them in it, for nodes that read back what they just wrote); async
+//!   write's data kept in the buffer the session read it into (no copy of the mount's own); async
 //!   reads served from a per-handle cache of whole chunks for streaming readers ([`chunks`]),
 //!   and a raised kernel read-ahead (set by `main`).
 //! * **Kernel caching kept exact by the servers' notices**: the kernel keeps attributes and

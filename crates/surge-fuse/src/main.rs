@@ -54,12 +54,6 @@ struct Args {
     /// instead of 7, bench/RESULTS.md).
     #[arg(long, env = "SURGE_FUSE_SESSION_THREAD", value_parser = clap::builder::FalseyValueParser::new())]
     session_thread: bool,
-    /// Keep write-only descriptors' writes in the kernel's page cache, so that reading back on
-    /// this node what was just written needs no request. By default they go around it (direct
-    /// I/O): faster writes, several at once into one file, and no node memory spent caching
-    /// what a checkpoint writes (bench/RESULTS.md).
-    #[arg(long, env = "SURGE_FUSE_CACHED_WRITES", value_parser = clap::builder::FalseyValueParser::new())]
-    cached_writes: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -80,9 +74,6 @@ fn main() -> anyhow::Result<()> {
         std::time::Duration::from_secs_f64(args.cache_secs),
         !args.no_passthrough,
     );
-    if args.cached_writes {
-        fs.cache_write_only_handles();
-    }
     // Fail before mounting when the instance does not answer.
     runtime.block_on(client.getattr(surge_client::surge_proto::ROOT_INO)).context("instance root not reachable")?;
     if args.fuse_fd.is_some() {

@@ -63,9 +63,6 @@ pub struct Ops {
     passthrough: AtomicBool,
     /// The task keeping capacity set aside for passthrough handles runs.
     passthrough_guard: AtomicBool,
-    /// Write-only handles go through the kernel's page cache as others do (see
-    /// [`Ops::bypasses_page_cache`]).
-    cached_write_only: AtomicBool,
 }
 
 /// A file opened: its handle, and the data file to hand to the kernel when its I/O is passed
@@ -105,7 +102,6 @@ impl Ops {
             lock_owners: Default::default(),
             passthrough: AtomicBool::new(false),
             passthrough_guard: AtomicBool::new(false),
-            cached_write_only: AtomicBool::new(false),
         })
     }
 
@@ -113,20 +109,6 @@ impl Ops {
     /// Opens files in passthrough mode from now on, where their data allows it.
     pub fn enable_passthrough(&self) {
         self.passthrough.store(true, Ordering::Relaxed);
-    }
-
-    /// Keeps write-only handles in the kernel's page cache from now on: a node that reads
-    /// back what it just wrote finds it there, at the cost of the writes' speed.
-    pub fn cache_write_only_handles(&self) {
-        self.cached_write_only.store(true, Ordering::Relaxed);
-    }
-
-    /// Whether a handle opened with `flags` reads and writes around the kernel's page cache
-    /// (direct I/O): O_APPEND, so that one write is one append, and write-only handles (unless
-    /// [`Ops::cache_write_only_handles`]), so that writes skip the copy into the cache and
-    /// several of one file run at once (the adapter's `open_reply_flags` says why).
-    pub fn bypasses_page_cache(&self, flags: i32) -> bool {
-        flags & libc::O_APPEND != 0 || (flags & libc::O_ACCMODE == libc::O_WRONLY && !self.cached_write_only.load(Ordering::Relaxed))
     }
 
     /// Hands `f`'s data file to the kernel when every chunk is on this node's server (not for
@@ -181,7 +163,7 @@ impl Ops {
     fn register(&self, file: File, flags: i32, backing: Option<Arc<std::fs::File>>) -> Opened {
         let fh = self.handle();
         let ino = file.ino();
-        let paged = backing.is_none() && !self.bypasses_page_cache(flags);
+        let paged = backing.is_none() && flags & libc::O_APPEND == 0;
         let keep_cache = if paged {
             // Truncated by this open: the kernel drops its pages of the file, and the pages it
             // fills from now on are of the version after the truncation.
