@@ -706,6 +706,12 @@ impl File {
         self.writer.store(true, Ordering::Relaxed);
     }
 
+    /// The handle was opened for writing (or made by a create), or wrote: what it says of the
+    /// size is what it made the file, not only what it saw.
+    pub fn is_writer(&self) -> bool {
+        self.writer.load(Ordering::Relaxed) || self.dirty.load(Ordering::Relaxed)
+    }
+
     /// Raises this handle's idea of the size (another handle on this node wrote further).
     pub fn note_size(&self, size: u64) {
         self.size.fetch_max(size, Ordering::Relaxed);

@@ -91,11 +91,6 @@ pub struct WriteData<'a> {
 }
 
 impl<'a> WriteData<'a> {
-    /// Data borrowed from a buffer the transport keeps.
-    pub fn borrowed(data: &'a [u8]) -> WriteData<'a> {
-        WriteData { data, owner: None }
-    }
-
     /// `data`, which lies within `owner`.
     pub(crate) fn within(data: &'a [u8], owner: Option<&'a Bytes>) -> WriteData<'a> {
         WriteData { data, owner }
@@ -173,7 +168,7 @@ mod tests {
     #[test]
     fn borrowed_data_is_copied_to_keep() {
         let source = [1u8, 2, 3];
-        let data = WriteData::borrowed(&source);
+        let data = WriteData::within(&source, None);
         assert!(!data.is_shared());
         let kept = data.to_bytes();
         assert_ne!(kept.as_ptr(), source.as_ptr());

@@ -45,7 +45,7 @@ pub(crate) struct KernelCache {
     /// The content version whose bytes the kernel's page cache holds, per inode opened on
     /// the request path (see [`KernelCache::open_pages`]).
     pages: Mutex<HashMap<u64, HeldPages>>,
-    /// How far handles on this node have written each inode the kernel knows (see
+    /// How far released handles on this node had written each inode the kernel knows (see
     /// [`KernelCache::written_end`]).
     written: Mutex<HashMap<u64, u64>>,
 }
@@ -78,15 +78,16 @@ impl KernelCache {
         }
     }
 
-    /// A handle on this node wrote `ino` up to `end`.
+    /// A handle on this node that wrote `ino` up to `end` was released (open handles are
+    /// asked themselves: see the operations layer's `read`).
     pub(crate) fn wrote(&self, ino: u64, end: u64) {
         let mut written = self.written.lock().unwrap();
         let known = written.entry(ino).or_default();
         *known = (*known).max(end);
     }
 
-    /// How far handles on this node have written `ino` (since its last truncation here): a
-    /// read through a handle opened earlier must reach that far (a read sees every write that
+    /// How far released handles on this node had written `ino` (since its last truncation
+    /// here): a read through a handle opened earlier must reach that far (a read sees every write that
     /// returned before it on the node, through any descriptor), where the handle's own idea of
     /// the size may be older. The kernel asks only within the size it knows, so the mount must
     /// not answer such a read short: a short read makes the kernel cut the file there.

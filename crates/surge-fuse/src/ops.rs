@@ -586,16 +586,9 @@ impl Ops {
             other.chunks.clear();
         }
         if append {
-            let (len, ops) = (data.len(), self.clone());
-            return self.spawn(async move {
-                let landed = f.file.append(data).await;
-                if let Ok(at) = landed {
-                    ops.kernel.wrote(ino, at + len as u64);
-                }
-                done(landed.map(|_| len))
-            });
+            let len = data.len();
+            return self.spawn(async move { done(f.file.append(data).await.map(|_| len)) });
         }
-        self.kernel.wrote(ino, offset + data.len() as u64);
         let data = match f.file.write_behind_now(offset, data) {
             Ok(n) => return done(Ok(n)),
             Err(data) => data,
@@ -634,7 +627,16 @@ impl Ops {
     pub fn release(self: &Arc<Self>, ino: u64, fh: u64) -> impl Future<Output = Result<()>> + Send + 'static {
         // flock and OFD locks belong to the open file, whose last close this is.
         let (ops, owners) = (self.clone(), self.lock_owners.closed(ino, fh));
-        let f = self.files.lock().unwrap().remove(fh);
+        let f = {
+            let mut files = self.files.lock().unwrap();
+            if let Some(writer) = files.get(fh).filter(|f| f.file.is_writer()) {
+                // Its writes (through the mount, O_APPEND or passthrough alike) are in its size,
+                // which the handles still open here will not find among their siblings: told
+                // before it leaves them, so that no read in between misses both.
+                self.kernel.wrote(ino, writer.file.size());
+            }
+            files.remove(fh)
+        };
         async move {
             ops.give_back_locks(ino, owners).await;
             match f {
