@@ -271,6 +271,50 @@ fn a_writer_held_at_the_high_water_mark_resumes_when_room_frees_and_fails_after_
     assert!(logs.contains("past its high-water mark") && logs.contains("refused"), "the reason is logged");
 }
 
+/// A write already answered (write-behind) that the servers then refuse is reported to every
+/// later write, fsync and close of the file description — not to the first close alone,
+/// which may be another process's: a child's exec closes the descriptors it inherited, and
+/// took the failure with it, so that the writer went on and closed without an error over a
+/// file with a hole in it.
+#[test]
+fn a_refused_write_behind_fails_every_later_call_of_the_description_not_one() {
+    use std::os::fd::AsRawFd;
+    let hosts: Vec<String> = (0..4).map(|i| format!("127.0.5.{}", 11 + i)).collect();
+    let inst = Instance::up(
+        "refused",
+        &["--capacity", "64M", "--hosts", &hosts.join(","), "--high-water", "0.5", "--low-water", "0.25", "--pressure-wait", "1"],
+    );
+    let m = inst.mount("a", "127.0.5.20");
+    std::fs::create_dir(m.path("run")).unwrap();
+    let set = inst.surge(&["retention", "/run", "--keep-last", "1000"]);
+    assert!(set.status.success(), "{}", text(&set));
+    // 7 MiB of each 16 MiB share; 2 MiB more each passes the 8 MiB high-water mark.
+    std::fs::write(m.path("run/old"), surge_tests::pattern(1, 28 << 20)).unwrap();
+    let mut file = std::fs::File::create(m.path("run/new")).unwrap();
+    let body = surge_tests::pattern(2, 8 << 20);
+    // Within the mount's write-behind window: each write is answered before the servers
+    // decide, so none of them can report the refusal.
+    let wrote = body.chunks(1 << 20).map(|piece| file.write_all(piece)).collect::<Result<Vec<()>, _>>();
+    // Past the 1 s limit the held writes are refused.
+    std::thread::sleep(Duration::from_millis(2500));
+    // Another descriptor of the same description is closed first (as an exec'd child does).
+    // SAFETY: dup(2) of a descriptor this function owns; the copy is closed right below.
+    let copy = unsafe { libc::dup(file.as_raw_fd()) };
+    assert!(copy >= 0);
+    // SAFETY: `copy` was just made by dup and is closed once.
+    let copy_closed = unsafe { libc::close(copy) };
+    assert_eq!(copy_closed, -1, "the refusal reaches the first close");
+    let again = file.write_all(b"more");
+    let synced = file.sync_all();
+    // SAFETY: the descriptor is closed once, here; `file` forgets it.
+    let closed = unsafe { libc::close(std::os::fd::IntoRawFd::into_raw_fd(file)) };
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    assert!(wrote.is_ok(), "answered before the refusal: {wrote:?}");
+    assert_eq!(again.map_err(|e| e.raw_os_error()), Err(Some(libc::ENOSPC)), "a later write fails too");
+    assert_eq!(synced.map_err(|e| e.raw_os_error()), Err(Some(libc::ENOSPC)), "and fsync");
+    assert_eq!((closed, errno), (-1, Some(libc::ENOSPC)), "and the writer's own close");
+}
+
 /// The drain manager beside a simulation: every third checkpoint staged out as soon as it is
 /// published, all but the newest two removed (a staged one only after its stage-out; one
 /// being read only once closed), across a kill -9 and restart of the server it runs beside,

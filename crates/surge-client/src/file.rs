@@ -3,8 +3,11 @@
 //!
 //! * **write-behind** ([`File::set_write_behind`]): `pwrite` returns once its chunks are sent,
 //!   with up to `window` bytes unacknowledged; a failure is reported by a later `pwrite`, or at
-//!   the latest by `fsync` / `close`, which wait for everything (as NFS does). Off by default:
-//!   plain `pwrite` reports its own errors.
+//!   the latest by `fsync` / `close`, which wait for everything (as NFS does) — and by every
+//!   call after it: the handle's data has a hole its writer was told was filled, so nothing
+//!   written, synced or closed through it may look whole again (a caller that continues where
+//!   a short write left off, or a second descriptor closed first, would hide it). Off by
+//!   default: plain `pwrite` reports its own errors.
 //! * **read-ahead** ([`File::set_read_ahead`]): when reads are sequential, the chunks after the
 //!   current request are requested before they are asked for.
 //!
@@ -36,6 +39,8 @@ struct WriteBehind {
     /// A server's bytes must never be written both ways at once: one could overtake the other.
     sent: Vec<u32>,
     local: Vec<u32>,
+    /// Write calls begun on the handle; each write in `queue` carries the number of its call.
+    calls: u64,
 }
 
 /// A write sent to a server, or handed to the local writer.
@@ -44,6 +49,8 @@ struct InFlight {
     pending: Pending,
     server: usize,
     local: bool,
+    /// The write call it is part of (see [`WriteBehind::begin_call`]).
+    call: u64,
 }
 
 impl WriteBehind {
@@ -55,13 +62,21 @@ impl WriteBehind {
         }
     }
 
+    /// Numbers a new write call: what it pushes is told apart from the writes of calls already
+    /// answered, whose failure the caller has not seen.
+    fn begin_call(&mut self) -> u64 {
+        self.calls += 1;
+        self.calls
+    }
+
+    /// Queues a write of the call begun last.
     fn push(&mut self, server: usize, len: u64, pending: Pending, local: bool) {
         let counts = self.counts(local);
         if counts.len() <= server {
             counts.resize(server + 1, 0);
         }
         counts[server] += 1;
-        self.queue.push_back(InFlight { len, pending, server, local });
+        self.queue.push_back(InFlight { len, pending, server, local, call: self.calls });
         self.queued_bytes += len;
     }
 
@@ -109,8 +124,8 @@ pub struct File {
     writer: AtomicBool,
     behind: tokio::sync::Mutex<WriteBehind>,
     ahead: tokio::sync::Mutex<ReadAhead>,
-    /// A write-behind failure not yet reported to the caller.
-    deferred_error: Mutex<Option<crate::Error>>,
+    /// The first write-behind failure: reported by every later write, fsync and close.
+    write_failure: Mutex<Option<crate::Error>>,
     /// Attributes when the handle was opened.
     opened: Attr,
     /// The file's content version as the home last told this handle: at open, then after
@@ -148,7 +163,7 @@ impl File {
             writer: AtomicBool::new(false),
             behind: Default::default(),
             ahead: Default::default(),
-            deferred_error: Mutex::new(None),
+            write_failure: Mutex::new(None),
             opened: attr.clone(),
             version: Mutex::new(attr.content_version()),
             ticket,
@@ -220,7 +235,7 @@ impl File {
 
     /// Lets up to `window` bytes of writes be in flight unacknowledged (0: off).
     pub async fn set_write_behind(&self, window: u64) -> Result<()> {
-        self.drain_writes(0).await?;
+        self.drain_writes(0, None).await?;
         self.behind.lock().await.window = window;
         Ok(())
     }
@@ -232,26 +247,33 @@ impl File {
         ahead.window = window;
     }
 
-    fn take_deferred(&self) -> Result<()> {
-        match self.deferred_error.lock().unwrap().take() {
-            Some(e) => Err(e),
+    /// The handle's write-behind failure, if one happened (it stays: see the module's doc).
+    fn write_failed(&self) -> Result<()> {
+        match &*self.write_failure.lock().unwrap() {
+            Some(e) => Err(e.clone()),
             None => Ok(()),
         }
     }
 
-    /// Waits until at most `keep` bytes of writes are unacknowledged; the first failure among
-    /// them is returned (or kept for the next call if another was already kept).
-    async fn drain_writes(&self, keep: u64) -> Result<()> {
+    /// Waits until at most `keep` bytes of writes are unacknowledged. The handle's
+    /// write-behind failure, among them or earlier, is returned; else the failure of a write
+    /// of call `own`, the caller's, which is reported by that call alone (nobody was told it
+    /// was written).
+    async fn drain_writes(&self, keep: u64, own: Option<u64>) -> Result<()> {
         let timeout = self.client.timeout();
+        let mut own_failure = None;
         let mut behind = self.behind.lock().await;
         while behind.queued_bytes > keep {
-            let Some(InFlight { pending, .. }) = behind.pop() else { break };
-            if let Err(e) = pending.wait(timeout).await {
-                self.deferred_error.lock().unwrap().get_or_insert(e);
+            let Some(InFlight { pending, call, .. }) = behind.pop() else { break };
+            match pending.wait(timeout).await {
+                Err(e) if Some(call) == own => _ = own_failure.get_or_insert(e),
+                Err(e) => _ = self.write_failure.lock().unwrap().get_or_insert(e),
+                Ok(_) => {}
             }
         }
         drop(behind);
-        self.take_deferred()
+        self.write_failed()?;
+        own_failure.map_or(Ok(()), Err)
     }
 
     /// Writes `data` at `offset`. The chunks it covers are sent to their servers concurrently.
@@ -265,19 +287,21 @@ impl File {
         if len == 0 {
             return Ok(0);
         }
-        self.take_deferred()?;
+        self.write_failed()?;
         // Chunks fetched ahead may hold what this write replaces.
         self.forget_read_ahead().await;
         let local = self.prepare_local_write(offset, len as u64).await?;
         let may_wait = self.may_wait(offset).await?;
-        let window = {
+        let (window, call) = {
             let mut behind = self.behind.lock().await;
+            let mut call = behind.begin_call();
             if !(local && self.write_locally(&mut behind, offset, &data)) {
                 if behind.crossing(self.servers_of(offset, len as u64), false) {
                     // Local writes to these servers still going: this one must not overtake them.
                     drop(behind);
-                    self.drain_writes(0).await?;
+                    self.drain_writes(0, None).await?;
                     behind = self.behind.lock().await;
+                    call = behind.begin_call();
                 }
                 for piece in self.client.layout().pieces(self.ino, offset, len as u64) {
                     let payload = data.slice(piece.buf_offset..piece.buf_offset + piece.len as usize);
@@ -292,10 +316,10 @@ impl File {
                     behind.push(piece.server, piece.len, pending, false);
                 }
             }
-            behind.window
+            (behind.window, call)
         };
         self.wrote(offset + len as u64);
-        self.drain_writes(window).await?;
+        self.drain_writes(window, Some(call)).await?;
         Ok(len)
     }
 
@@ -354,18 +378,18 @@ impl File {
         let len = data.len();
         let no_read_ahead = self.no_read_ahead();
         let Ok(mut behind) = self.behind.try_lock() else { return Err(data) };
-        if len == 0 || behind.window == 0 || !no_read_ahead || self.deferred_error.lock().unwrap().is_some() {
+        if len == 0 || behind.window == 0 || !no_read_ahead || self.write_failure.lock().unwrap().is_some() {
             return Err(data);
         }
-        // Let go of the writes already done; a failure among them is reported by the next
-        // write on the ordinary path.
+        // Let go of the writes already done; a failure among them is reported by this write,
+        // on the ordinary path, and every one after it.
         while let Some(first) = behind.queue.front_mut() {
             match first.pending.try_take() {
                 None => break,
                 Some(outcome) => {
                     behind.pop();
                     if let Err(e) = outcome {
-                        self.deferred_error.lock().unwrap().get_or_insert(e);
+                        self.write_failure.lock().unwrap().get_or_insert(e);
                         return Err(data);
                     }
                 }
@@ -374,6 +398,7 @@ impl File {
         if behind.queued_bytes + len as u64 > behind.window {
             return Err(data);
         }
+        behind.begin_call();
         if self.write_locally(&mut behind, offset, &data) {
             self.wrote(offset + len as u64);
             return Ok(len);
@@ -403,7 +428,7 @@ impl File {
     /// No write of this handle in flight (as far as can be told without waiting), no failure
     /// to report.
     fn writes_settled(&self) -> bool {
-        self.deferred_error.lock().unwrap().is_none() && self.behind.try_lock().is_ok_and(|behind| behind.queue.is_empty())
+        self.write_failure.lock().unwrap().is_none() && self.behind.try_lock().is_ok_and(|behind| behind.queue.is_empty())
     }
 
     fn no_read_ahead(&self) -> bool {
@@ -496,7 +521,7 @@ impl File {
         let crossing = self.behind.lock().await.crossing(self.servers_of(offset, len), true);
         if crossing {
             // Writes to these servers in flight over the network: a local write could overtake.
-            self.drain_writes(0).await?;
+            self.drain_writes(0, None).await?;
         }
         // A step ahead from every server at once; from one that has no room for that, just what
         // this write needs.
@@ -546,7 +571,7 @@ impl File {
         }
         let len = (len as u64).min(size - offset);
         // Read what this handle wrote, even if it is still in flight.
-        self.drain_writes(0).await?;
+        self.drain_writes(0, None).await?;
         if let Some(read) = self.read_local(offset, len as usize) {
             return read;
         }
@@ -599,7 +624,7 @@ impl File {
     /// Waits until every write sent through this handle is acknowledged (another handle's
     /// reader on this node must see them); reports a failure among them.
     pub async fn wait_writes(&self) -> Result<()> {
-        self.drain_writes(0).await?;
+        self.drain_writes(0, None).await?;
         self.report_local_writes().await
     }
 
@@ -690,7 +715,7 @@ impl File {
 
     /// Sets the file's size (ftruncate).
     pub async fn set_len(&self, size: u64) -> Result<()> {
-        self.drain_writes(0).await?;
+        self.drain_writes(0, None).await?;
         let attr = self.client.setattr_unmeasured(self.ino, AttrChanges { size: Some(size), ..Default::default() }).await?;
         *self.version.lock().unwrap() = attr.content_version();
         self.size.store(size, Ordering::Relaxed);
