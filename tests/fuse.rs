@@ -244,12 +244,19 @@ fn locks_exclude_across_nodes_and_go_with_their_holders() {
     sh(&format!("flock -s {a}/data -c 'flock -s -n {b}/data -c true'"));
 
     // A mount that dies takes its locks with it (its connections to the servers end).
-    let mut holder = std::process::Command::new("flock").args(["-x", &format!("{a}/data"), "-c", "sleep 60"]).spawn().unwrap();
+    // In a process group of its own: `sleep` inherits the locked descriptor, and both go.
+    let mut holder = std::os::unix::process::CommandExt::process_group(
+        std::process::Command::new("flock").args(["-x", &format!("{a}/data"), "-c", "sleep 60"]),
+        0,
+    )
+    .spawn()
+    .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     assert!(!sh(&format!("flock -n {b}/data -c true && echo got-it || echo refused")).contains("got-it"));
     let daemon = sh(&format!("pgrep -f 'surge-fuse locks {a} '"));
     sh(&format!("kill -9 {}", daemon.trim()));
-    let _ = holder.kill();
+    // SAFETY: kill(2) of the holder's own process group, made above.
+    unsafe { libc::kill(-(holder.id() as i32), libc::SIGKILL) };
     let _ = holder.wait();
     let took = sh(&format!("timeout 10 flock -x {b}/data -c 'echo got-it' || echo timed-out"));
     assert_eq!(took.trim(), "got-it", "node a's mount died: its lock went with it");
