@@ -239,13 +239,31 @@ struct Run {
     pfs: PathBuf,
     /// The server's address (its own mirror, for [`Run::mirror_step`]).
     addr: SocketAddr,
+    secret: auth::Secret,
+    /// A second client, whose steps meet the first's delegations ([`Run::delegation_step`]).
+    other: Option<Conn>,
+    /// Inode numbers delegations granted to this connection set aside, and the directories.
+    set_aside: Vec<Ino>,
+    delegated: Vec<Ino>,
 }
 
 impl Run {
     fn new(addr: SocketAddr, secret: &auth::Secret, pfs: PathBuf) -> Run {
         std::fs::create_dir_all(&pfs).expect("a PFS directory");
         std::fs::write(pfs.join("source"), (0..300_000u32).map(|i| i as u8).collect::<Vec<u8>>()).expect("a PFS file");
-        Run { conn: Conn::connect(addr, secret), addr, raw: false, inos: vec![ROOT_INO], held: HashMap::new(), data: HashMap::new(), pfs }
+        Run {
+            conn: Conn::connect(addr, secret),
+            addr,
+            secret: *secret,
+            other: None,
+            set_aside: Vec::new(),
+            delegated: Vec::new(),
+            raw: false,
+            inos: vec![ROOT_INO],
+            held: HashMap::new(),
+            data: HashMap::new(),
+            pfs,
+        }
     }
 
     fn learn(&mut self, ino: Ino) {
@@ -393,12 +411,76 @@ impl Run {
         }
     }
 
+    /// Directory delegations in any order (docs/delegation.md): a grant of any directory with
+    /// any count, write-backs of creates with set-aside or made-up numbers, give-backs, and a
+    /// second client's steps that meet a delegation (answered `Recalling` at once, the holder
+    /// sent a notice, never a hang).
+    fn delegation_step(&mut self, input: &mut Input) {
+        let answer = match input.below(5) {
+            0 => {
+                let count = if input.bool() { input.below(8) as u32 } else { input.u32() };
+                let dir = self.ino(input);
+                let answer = self.conn.call(Delegate { dir, count, place_on: Self::opt(input, |i| i.below(3) as u32) }, &[]);
+                if let Some(granted) = answer.decode::<Delegated>("delegate") {
+                    self.set_aside.extend(granted.inos.into_iter().take(16));
+                    self.delegated.push(dir);
+                }
+                answer
+            }
+            1 => {
+                let ino = match self.set_aside.len() {
+                    0 => self.ino(input),
+                    n if !input.one_in(8) => self.set_aside[input.below(n)],
+                    _ => self.ino(input),
+                };
+                let parent = self.delegated_or_any(input);
+                let (name, open) = (self.name(input), input.bool());
+                let answer =
+                    self.conn.call(CreateAs { parent, name, ino, mode: input.u32(), umask: input.u32(), uid: 0, gid: 0, open }, &[]);
+                if let Some(entry) = self.entry(&answer) {
+                    if open {
+                        *self.held.entry(entry.ino).or_default() += 1;
+                    }
+                }
+                answer
+            }
+            2 => {
+                let dir = self.delegated_or_any(input);
+                self.conn.call(GiveBack { dir }, &[])
+            }
+            _ => {
+                let (addr, secret) = (self.addr, self.secret);
+                let other = self.other.get_or_insert_with(|| Conn::connect(addr, &secret));
+                let (parent, name) = (self.inos[input.below(self.inos.len())], NAMES[input.below(NAMES.len())].to_string());
+                let request: Request = match input.below(4) {
+                    0 => Lookup { parent, name }.into(),
+                    1 => Readdir { ino: parent, after: None, limit: 8 }.into(),
+                    2 => GetAttr { ino: parent }.into(),
+                    _ => ListInodes { after: None }.into(),
+                };
+                other.call(request, &[])
+            }
+        };
+        if tracing() {
+            eprintln!("delegation step: {}", if matches!(answer, Answer::Reply { .. }) { "answered" } else { "refused" });
+        }
+    }
+
+    /// Mostly a directory delegated to this connection, if any.
+    fn delegated_or_any(&mut self, input: &mut Input) -> Ino {
+        match self.delegated.len() {
+            n if n > 0 && !input.one_in(4) => self.delegated[input.below(n)],
+            _ => self.ino(input),
+        }
+    }
+
     fn step(&mut self, input: &mut Input) {
         // Client steps 0-28, 44-47 (links, exchange, mknod, locks), 49-50 (extended
         // attributes, ACLs), 52 (layouts), 53 (fallocate, data extents) and 54 (publication
         // logs, consumer groups), added later: numbered after the rest so that kept inputs
-        // mean what they meant; raw steps 29-43, 48, 51 and 55 (replication).
-        let steps = if self.raw { 56 } else { 38 };
+        // mean what they meant; raw steps 29-43, 48, 51, 55 (replication) and 56
+        // (delegations).
+        let steps = if self.raw { 57 } else { 38 };
         let mut n = input.below(steps);
         if !self.raw && n >= 29 {
             n += match n {
@@ -412,6 +494,7 @@ impl Run {
             49 | 50 => return self.xattr_step(n - 49, input),
             54 => return self.workflow_step(input),
             55 => return self.mirror_step(input),
+            56 => return self.delegation_step(input),
             51 => {
                 // mkdir's steps with a default ACL to inherit, and a link that claims one.
                 let (parent, name, mode, umask) = (self.ino(input), self.name(input), input.u32(), input.u32());

@@ -39,6 +39,14 @@ struct Replication {
 
 /// How long a step retries while the entry it needs is locked by a rename in progress.
 const BUSY_RETRY_FOR: Duration = Duration::from_secs(5);
+/// How long a step retries while another client's delegation of its directory is recalled:
+/// twice what a server gives a holder before it takes the delegation back (5 s), so that
+/// even a holder that never answers costs a delay, not an error.
+const RECALL_RETRY_FOR: Duration = Duration::from_secs(10);
+/// The first and the longest pause before asking again while a delegation is recalled
+/// (the pause doubles in between).
+const RECALL_FIRST_RETRY: Duration = Duration::from_micros(100);
+const RECALL_LAST_RETRY: Duration = Duration::from_millis(20);
 
 struct ServerSlot {
     addr: std::net::SocketAddr,
@@ -361,17 +369,28 @@ impl Client {
     }
 
     /// Sends `call` to server `server` and waits for its reply (a failure answered is `Err`),
-    /// retrying for a while when a rename in progress holds the entry it needs (`Busy`).
+    /// retrying for a while when a rename in progress holds the entry it needs (`Busy`), or
+    /// another client's delegation of its directory is being recalled (`Recalling`: the
+    /// holder is a round trip away from giving it back, so the first retries come soon).
     pub async fn call<C: Call>(&self, server: usize, call: C) -> Result<C::Reply> {
-        let deadline = tokio::time::Instant::now() + BUSY_RETRY_FOR;
+        let start = tokio::time::Instant::now();
+        let mut recall_pause = RECALL_FIRST_RETRY;
         loop {
             let request: Request = call.clone().into();
-            match self.send(server, &request, Bytes::new()).await?.wait(self.inner.opts.timeout).await {
-                Err(e) if e.code == ErrorCode::Busy && tokio::time::Instant::now() < deadline => {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+            let answer = self.send(server, &request, Bytes::new()).await?.wait(self.inner.opts.timeout).await;
+            let (pause, retry_for) = match &answer {
+                Err(e) if e.code == ErrorCode::Busy => (Duration::from_millis(20), BUSY_RETRY_FOR),
+                Err(e) if e.code == ErrorCode::Recalling => {
+                    let pause = recall_pause;
+                    recall_pause = (recall_pause * 2).min(RECALL_LAST_RETRY);
+                    (pause, RECALL_RETRY_FOR)
                 }
-                answer => return answer?.reply::<C>(),
+                _ => return answer?.reply::<C>(),
+            };
+            if start.elapsed() + pause >= retry_for {
+                return answer?.reply::<C>();
             }
+            tokio::time::sleep(pause).await;
         }
     }
 

@@ -332,6 +332,9 @@ impl surge_client::Watcher for Invalidations {
                 self.kernel.listings.changed_elsewhere(parent);
                 self.kernel.invalidate(Invalidation::Entry(parent, name));
             }
+            // The mount asks for no delegation yet (docs/delegation.md, step 3): a recall has
+            // nothing to give back, and the server takes the directory back after its deadline.
+            Notice::Recall { dir } => tracing::debug!(dir = format!("{dir:#x}"), "recall of a delegation this mount does not hold"),
         }
     }
 

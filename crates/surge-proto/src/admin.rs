@@ -188,4 +188,7 @@ pub enum Notice {
     Attr { ino: Ino },
     /// `parent/name` now names something else, or nothing, or something new.
     Entry { parent: Ino, name: String },
+    /// Another client needs directory `dir`, delegated to this connection: write its steps
+    /// back and give it up ([`crate::namespace::GiveBack`]).
+    Recall { dir: Ino },
 }

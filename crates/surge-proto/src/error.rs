@@ -46,6 +46,9 @@ pub enum ErrorCode {
     /// No data or hole at or past an offset at or past the file's end (SEEK_DATA and
     /// SEEK_HOLE's ENXIO).
     PastEnd,
+    /// The directory (or an inode made in it) is delegated to another client, which is being
+    /// asked to write its steps back and give it up: retry shortly (NFSv4's NFS4ERR_DELAY).
+    Recalling,
 }
 
 impl ErrorCode {
@@ -78,6 +81,7 @@ impl ErrorCode {
             ErrorCode::TooBig => libc::E2BIG,
             ErrorCode::OutOfRange => libc::ERANGE,
             ErrorCode::PastEnd => libc::ENXIO,
+            ErrorCode::Recalling => libc::EAGAIN,
         }
     }
 
@@ -110,6 +114,7 @@ impl ErrorCode {
             ErrorCode::TooBig => "attribute value too large",
             ErrorCode::OutOfRange => "attribute name empty or too long",
             ErrorCode::PastEnd => "no data past this offset",
+            ErrorCode::Recalling => "directory delegated elsewhere, being recalled",
         }
     }
 }

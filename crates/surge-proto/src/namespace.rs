@@ -364,6 +364,54 @@ pub struct LayoutOf {
     pub set: Option<crate::placement::DirLayout>,
 }
 
+/// Asks for directory `dir`'s delegation (docs/delegation.md): the caller alone may then
+/// create, unlink and rename files in it, answering its own callers at once and telling
+/// this server afterwards, in order (`CreateAs` for a create, the usual steps for the rest).
+/// Granted only to a watching connection, for a directory that is the caller's own and that
+/// no other client holds names of; with the grant come `count` (at most
+/// [`MAX_DELEGATED_INOS`]) inode numbers for the files it makes, placed on `place_on` in a
+/// node-local directory as [`Create`]'s are. Any other client's step naming the directory,
+/// a name in it or a file made under the delegation is answered `Recalling` while the
+/// holder is sent [`crate::admin::Notice::Recall`]; the holder's `GiveBack` (or the end of its
+/// connection) ends it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Delegate {
+    pub dir: Ino,
+    pub count: u32,
+    pub place_on: Option<u32>,
+}
+
+/// The most inode numbers one `Delegate` sets aside.
+pub const MAX_DELEGATED_INOS: u32 = 4096;
+
+/// A delegation granted: the inode numbers set aside for the holder's creates (never handed
+/// out again, even after a restart).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Delegated {
+    pub inos: Vec<Ino>,
+}
+
+/// A create made under a delegation, written back: like [`Create`] (exclusive), with the
+/// inode number the holder gave the file, one of those its delegation set aside.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct CreateAs {
+    pub parent: Ino,
+    pub name: String,
+    pub ino: Ino,
+    pub mode: u32,
+    pub umask: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub open: bool,
+}
+
+/// The holder gives directory `dir`'s delegation up (after writing its steps back); the
+/// inode numbers it did not use are not handed out again.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct GiveBack {
+    pub dir: Ino,
+}
+
 service! {
     /// A namespace step.
     NamespaceRequest => Namespace {
@@ -405,5 +453,8 @@ service! {
         RemoveXattr -> Attr, "remove-xattr";
         LayoutOf -> crate::placement::DirLayout, "layout";
         NoteAllocation -> (), "note-allocation";
+        Delegate -> Delegated, "delegate";
+        CreateAs -> DirEntry, "create-as";
+        GiveBack -> (), "give-back";
     }
 }

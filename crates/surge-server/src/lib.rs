@@ -10,7 +10,8 @@
 //! runs one client connection: challenge/response authentication first, then pipelined
 //! request frames, each answered by a handler of its service (`handle`) on behalf of the
 //! connection's session (`session`: what the connection holds, given back when it ends);
-//! connections that cache metadata are told of changes ([`watch`]). For
+//! connections that cache metadata are told of changes ([`watch`]), and one may hold a
+//! directory alone for a while (`delegation`). For
 //! staging, every server copies the chunks it owns between the PFS and its store when asked
 //! ([`stage_copy`]); the other staging requests go to the stage coordinator the daemon attached
 //! beside the server ([`Server::attach_coordinator`]), which is a client of the instance and
@@ -24,6 +25,7 @@
 mod access;
 pub mod conn;
 pub mod data;
+mod delegation;
 pub mod error;
 mod handle;
 pub mod in_process;

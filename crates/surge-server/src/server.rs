@@ -66,6 +66,8 @@ pub struct Shared {
     pub journal: Arc<journal::Journal>,
     /// Byte-range locks on the files homed here.
     pub(crate) locks: crate::locks::Locks,
+    /// Directories delegated to a client (see [`crate::delegation`]).
+    pub(crate) delegations: crate::delegation::Delegations,
     /// How many publications the namespace share has made: readers of publication logs wait
     /// for it to change ([`crate::meta::publications`]).
     pub(crate) published: tokio::sync::watch::Sender<u64>,
@@ -151,6 +153,7 @@ impl Shared {
             coordinator: OnceLock::new(),
             watchers: Default::default(),
             locks: Default::default(),
+            delegations: Default::default(),
             published: tokio::sync::watch::Sender::new(0),
             shutdown: Notify::new(),
             mirror: feed,

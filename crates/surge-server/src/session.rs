@@ -94,6 +94,12 @@ impl Drop for Session {
             held.lock_or_recover().connection_ended(self.lock_connection);
         }
         if let Some(id) = self.watcher {
+            for dir in self.shared.delegations.connection_ended(id) {
+                tracing::info!(
+                    dir = format!("{dir:#x}"),
+                    "a delegation's holder went away: the directory is as its last write-back left it"
+                );
+            }
             self.shared.watchers.unregister(id);
         }
         self.shared.locks.drop_connection(self.lock_connection);

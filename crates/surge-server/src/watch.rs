@@ -138,6 +138,13 @@ impl Watchers {
         self.count.load(Ordering::Relaxed) > 0
     }
 
+    /// Sends `notice` to watcher `to`, no acknowledgement awaited (a delegation's recall).
+    pub fn notify(&self, to: WatcherId, notice: Notice) {
+        if let Some(outbox) = self.state.lock_or_recover().outboxes.get(&to) {
+            let _ = outbox.send((0, notice));
+        }
+    }
+
     /// The ledger, to hold while a metadata step runs and until its effects are applied: then
     /// no change can slip between what a watcher is told and its registration (it would never
     /// hear of that change).
@@ -147,6 +154,11 @@ impl Watchers {
 }
 
 impl Ledger {
+    /// Whether a watcher other than `me` may hold names in directory `dir`.
+    pub fn others_hold_names(&self, dir: Ino, me: WatcherId) -> bool {
+        self.dirs.get(&dir).is_some_and(|set| set.iter().any(|&w| w != me))
+    }
+
     /// Records what `by` (None: a connection that does not watch) was told and notifies the
     /// other watchers of what it changed. Returns the acknowledgements to wait for before the
     /// change is answered.

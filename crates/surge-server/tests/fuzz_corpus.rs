@@ -109,6 +109,29 @@ fn requests_short_run() {
     }
 }
 
+/// The `requests` target in raw mode on bytes that lean to its delegation steps: a byte of
+/// 25 is `Watch` (a delegation's holder must watch) or, read as a sub-choice, a grant; 56 the
+/// delegation step (a write-back, as a sub-choice); random bytes between them pick the
+/// directories, numbers, give-backs and the second client's steps that recall.
+#[test]
+fn requests_delegation_short_run() {
+    let mut rng = Rng(0xde1e_6a7e);
+    for i in 0..2000 {
+        let mut bytes = rng.bytes(160);
+        for byte in bytes.iter_mut() {
+            *byte = match rng.next() % 20 {
+                0..=4 => 56,
+                5..=7 => 25,
+                _ => *byte,
+            };
+        }
+        if let Some(mode) = bytes.first_mut() {
+            *mode |= 1;
+        }
+        replay_or_keep("requests", 10_000 + i, &bytes, surge_fuzz::requests::run);
+    }
+}
+
 /// Runs `target` on `bytes`; if it fails, keeps the input where `cargo fuzz tmin` can take it
 /// (and this file's regressions can keep it once minimised), then fails.
 fn replay_or_keep(target: &str, index: usize, bytes: &[u8], run: fn(&[u8])) {

@@ -54,6 +54,17 @@ impl Session {
                 self.durable = Some(self.shared.journal.last_seq());
                 Answer::of::<SyncMetadata>(Ok(()))
             }
+            // A scan (`surge fsck`) sees the share whole: no directory delegated elsewhere, whose
+            // creates not written back would look like orphaned data.
+            AdminRequest::ListInodes(_) | AdminRequest::ListEntries(_) | AdminRequest::ListDataFiles(_)
+                if self.shared.delegations.any()
+                    && self.shared.delegations.guard(self.watcher, &[], true, &self.shared.watchers).is_err() =>
+            {
+                Answer::Failure(crate::error::ServerError::new(
+                    surge_proto::ErrorCode::Recalling,
+                    "directories delegated to clients are being recalled: retry shortly",
+                ))
+            }
             AdminRequest::ListInodes(list) => Answer::of::<ListInodes>(Ok(self.shared.meta.lock_or_recover().inode_page(list.after))),
             AdminRequest::ListEntries(list) => Answer::of::<ListEntries>(Ok(self.shared.meta.lock_or_recover().entry_page(list.after))),
             AdminRequest::ListDataFiles(list) => Answer::of::<ListDataFiles>(self.shared.data.data_file_page(list.after)),

@@ -125,6 +125,12 @@ pub(crate) trait Step: Call {
 
 impl Session {
     pub(super) fn namespace(&mut self, request: NamespaceRequest) -> Answer {
+        if self.shared.delegations.any() {
+            let named = crate::delegation::named(&request);
+            if let Err(e) = self.shared.delegations.guard(self.watcher, &named, false, &self.shared.watchers) {
+                return Answer::Failure(e);
+            }
+        }
         match request {
             NamespaceRequest::Lookup(s) => self.answer_step(s),
             NamespaceRequest::GetAttr(s) => self.answer_step(s),
@@ -162,6 +168,12 @@ impl Session {
             NamespaceRequest::ListXattr(s) => self.answer_step(s),
             NamespaceRequest::RemoveXattr(s) => self.answer_step(s),
             NamespaceRequest::LayoutOf(s) => self.answer_step(s),
+            NamespaceRequest::Delegate(s) => Answer::of::<Delegate>(self.delegate(s)),
+            NamespaceRequest::CreateAs(s) => match self.shared.delegations.may_create(self.watcher, s.parent, s.ino) {
+                Ok(()) => self.answer_step(s),
+                Err(e) => Answer::Failure(e),
+            },
+            NamespaceRequest::GiveBack(s) => Answer::of::<GiveBack>(self.shared.delegations.give_back(self.watcher, s.dir)),
             NamespaceRequest::SetLock(s) => self.set_lock(s),
             NamespaceRequest::GetLock(s) => Answer::of::<GetLock>(self.lockable(s.ino).map(|()| {
                 let wanted = self.wanted(s.owner, 0, s.kind, s.start, s.end);
@@ -215,6 +227,41 @@ impl Session {
             // to the client rather than taking the connection down.
             _ => Err(surge_proto::Error::new(surge_proto::ErrorCode::Io, "a batched step did not answer at once")),
         }
+    }
+
+    /// Grants directory `d.dir`'s delegation to this connection when rule 1 of
+    /// docs/delegation.md allows it (see [`Delegate`]).
+    fn delegate(&mut self, d: Delegate) -> Result<Delegated> {
+        let refuse = |why: String| Err(ServerError::new(ErrorCode::NotPermitted, format!("no delegation of {:#x}: {why}", d.dir)));
+        let Some(me) = self.watcher else {
+            return refuse("only a watching connection may hold one (a recall reaches it as a notice)".into());
+        };
+        if d.count == 0 || d.count > MAX_DELEGATED_INOS {
+            return Err(ServerError::new(ErrorCode::Invalid, format!("{} inode numbers asked for (1 to {MAX_DELEGATED_INOS})", d.count)));
+        }
+        let shared = self.shared.clone();
+        // Under the ledger: no step can tell another connection a name of the directory
+        // between the check and the grant.
+        let ledger = shared.watchers.lock();
+        let mut meta = shared.meta.lock_or_recover();
+        if let Some(caller) = &self.caller {
+            let perms = meta.perms(d.dir)?;
+            if caller.uid != perms.attr.uid {
+                return refuse(format!("uid {} does not own it", caller.uid));
+            }
+            caller.check(perms, WRITE | EXEC, "delegate")?;
+        }
+        meta.delegable(d.dir)?;
+        if let Some(holder) = shared.delegations.holder(d.dir) {
+            return refuse(format!("already delegated{}", if holder == me { " to this connection" } else { "" }));
+        }
+        if ledger.others_hold_names(d.dir, me) {
+            return refuse("other clients hold names in it".into());
+        }
+        let inos = meta.set_aside(d.dir, d.count, d.place_on.map(|s| s as usize))?;
+        shared.journal_changes(&mut meta);
+        shared.delegations.grant(d.dir, me, inos.clone());
+        Ok(Delegated { inos })
     }
 
     fn answer_step<S: Step>(&mut self, step: S) -> Answer {
@@ -313,6 +360,25 @@ impl Step for Create {
         let entry =
             cx.meta.create(self.parent, &self.name, self.mode, self.umask, self.uid, self.gid, self.exclusive, self.open, place_on)?;
         if self.open && entry.attr.is_some() {
+            opened(cx, entry.ino);
+        }
+        Ok(entry)
+    }
+
+    fn effects(&self, entry: &DirEntry) -> Effects {
+        let mut fx = Effects::default();
+        fx.new_name(self.parent, &self.name, Some(entry.ino));
+        fx
+    }
+}
+
+/// A create written back by a delegation's holder (which [`Session::namespace`] checked):
+/// the checks a create makes, with the holder's inode number.
+impl Step for CreateAs {
+    fn run(&self, cx: &mut StepContext) -> Result<DirEntry> {
+        cx.check_create(self.parent, self.uid, self.gid)?;
+        let entry = cx.meta.create_as(self.parent, &self.name, self.ino, self.mode, self.umask, self.uid, self.gid, self.open)?;
+        if self.open {
             opened(cx, entry.ino);
         }
         Ok(entry)

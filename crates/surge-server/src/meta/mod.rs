@@ -872,17 +872,91 @@ impl MetaStore {
         if let Some(server) = data_server.filter(|&s| s >= ino::MAX_PLACED_SERVERS) {
             return fail(ErrorCode::Invalid, format!("server {server} cannot hold a file's chunks (at most {})", ino::MAX_PLACED_SERVERS));
         }
-        let perms = access::inherit(FileKind::File, mode, umask, self.default_acl_of(parent));
         let ino = match data_server {
             Some(server) => self.alloc_placed_ino(server),
             None => self.alloc_ino(),
         };
+        self.make_file(parent, name, ino, mode, umask, uid, gid, open)
+    }
+
+    /// A new file `parent/name` numbered `ino` (a number this share handed out and nothing
+    /// uses), in directory `parent` (checked by the caller).
+    #[allow(clippy::too_many_arguments)]
+    fn make_file(&mut self, parent: Ino, name: &str, ino: Ino, mode: u32, umask: u32, uid: u32, gid: u32, open: bool) -> Result<DirEntry> {
+        let perms = access::inherit(FileKind::File, mode, umask, self.default_acl_of(parent));
         let attr = self.insert_inode(ino, FileKind::File, perms, uid, gid, Body::File);
         self.link_entry(parent, name, ino, FileKind::File)?;
         if open {
             self.inode_mut(ino)?.opens += 1;
         }
         Ok(DirEntry { name: name.to_string(), ino, kind: FileKind::File, attr: Some(attr) })
+    }
+
+    /// Whether directory `dir` may be delegated (docs/delegation.md, rule 1): a directory here,
+    /// not being removed, whose steps need no check the holder could not make itself — no
+    /// default ACL, not sticky, no retention policy, no consumer group.
+    pub fn delegable(&self, dir: Ino) -> Result<()> {
+        let refuse = |why: &str| fail(ErrorCode::NotPermitted, format!("directory {dir:#x} cannot be delegated: {why}"));
+        let d = self.dir(dir)?;
+        if d.retired {
+            return refuse("it is being removed");
+        }
+        if self.default_acl_of(dir).is_some() {
+            return refuse("it has a default ACL");
+        }
+        if self.inode(dir)?.attr.mode & libc::S_ISVTX != 0 {
+            return refuse("it is sticky");
+        }
+        if let Some(log) = self.publications.get(&dir) {
+            if log.retention.is_some() || !log.groups.is_empty() {
+                return refuse("it has a retention policy or consumer groups");
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets `count` inode numbers aside for a delegation's creates in `dir` (placed on
+    /// `place_on` in a node-local directory, as [`MetaStore::create`] does): the counter moves
+    /// past them, and the journal keeps the counter, so they are never handed out again.
+    pub fn set_aside(&mut self, dir: Ino, count: u32, place_on: Option<usize>) -> Result<Vec<Ino>> {
+        let data_server = match self.dir(dir)?.layout {
+            DirLayout::NodeLocal => place_on.filter(|&s| s < ino::MAX_PLACED_SERVERS),
+            DirLayout::Striped => None,
+        };
+        let inos = (0..count)
+            .map(|_| match data_server {
+                Some(server) => self.alloc_placed_ino(server),
+                None => self.alloc_ino(),
+            })
+            .collect();
+        // A record is journaled when something in it changed: the directory stands for the
+        // counter, which every record carries.
+        self.changed(dir);
+        Ok(inos)
+    }
+
+    /// A create made under a delegation, written back: `parent/name` (a new name) is file
+    /// `ino`, one of the numbers [`MetaStore::set_aside`] gave the delegation.
+    #[allow(clippy::too_many_arguments)]
+    pub fn create_as(
+        &mut self,
+        parent: Ino,
+        name: &str,
+        ino: Ino,
+        mode: u32,
+        umask: u32,
+        uid: u32,
+        gid: u32,
+        open: bool,
+    ) -> Result<DirEntry> {
+        check_name(name)?;
+        if self.dir(parent)?.entries.contains_key(name) {
+            return fail(ErrorCode::Exists, format!("'{name}' exists"));
+        }
+        if self.inodes.contains_key(&ino) {
+            return fail(ErrorCode::Exists, format!("inode {ino:#x} exists"));
+        }
+        self.make_file(parent, name, ino, mode, umask, uid, gid, open)
     }
 
     /// A FIFO, socket or device node: an inode without data.

@@ -1,0 +1,192 @@
+//! Directory delegations against a real server in this process (docs/delegation.md, step 1):
+//! who is granted one, what a holder writes back, how another client's step recalls it, and
+//! how a delegation ends (given back, its holder gone, its holder silent past the deadline).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use surge_client::surge_proto::admin::{ListInodes, Notice};
+use surge_client::surge_proto::namespace::{CreateAs, Delegate, Delegated, GiveBack, Unlink};
+use surge_client::surge_proto::{ino, ErrorCode, Ino, ROOT_INO};
+use surge_client::{Client, ClientOptions, Watcher};
+use surge_server::in_process::InProcessInstance;
+
+/// Notices a client was sent, in order.
+#[derive(Default)]
+struct Notices(Mutex<Vec<Notice>>);
+
+impl Watcher for Notices {
+    fn notice(&self, notice: Notice) {
+        self.0.lock().unwrap().push(notice);
+    }
+    fn lost(&self, _server: usize) {}
+}
+
+impl Notices {
+    fn recalls(&self) -> Vec<Ino> {
+        self.0.lock().unwrap().iter().filter_map(|n| if let Notice::Recall { dir } = n { Some(*dir) } else { None }).collect()
+    }
+}
+
+struct Fixture {
+    instance: Option<InProcessInstance>,
+    root: std::path::PathBuf,
+}
+
+impl Fixture {
+    async fn new(test: &str) -> Fixture {
+        let root = std::env::temp_dir().join(format!("surge-delegation-test-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let instance = InProcessInstance::start(&root, 2, 1 << 30).await.expect("start the servers");
+        Fixture { instance: Some(instance), root }
+    }
+
+    fn client(&self) -> Client {
+        let instance = self.instance.as_ref().unwrap();
+        let opts = ClientOptions { local_io: false, ..Default::default() };
+        Client::from_parts(instance.addrs.clone(), 1 << 20, instance.secret, opts).unwrap()
+    }
+
+    /// A client that watches, with the notices it gets.
+    fn watching(&self) -> (Client, Arc<Notices>) {
+        let client = self.client();
+        let notices = Arc::new(Notices::default());
+        assert!(client.watch(notices.clone()));
+        (client, notices)
+    }
+
+    async fn stop(mut self) {
+        if let Some(instance) = self.instance.take() {
+            instance.stop().await;
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+async fn delegate(client: &Client, dir: Ino, count: u32) -> surge_client::Result<Delegated> {
+    client.call(ino::home(dir), Delegate { dir, count, place_on: None }).await
+}
+
+fn create_as(dir: Ino, name: &str, ino: Ino) -> CreateAs {
+    CreateAs { parent: dir, name: name.into(), ino, mode: 0o644, umask: 0o022, uid: 0, gid: 0, open: false }
+}
+
+/// A holder's creates written back are found by others; another client's lookup is answered
+/// only after the holder was recalled and gave the directory back, and finds what the holder
+/// wrote back before giving it up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_clients_lookup_recalls_the_delegation_and_sees_what_was_written_back() {
+    let fx = Fixture::new("recall").await;
+    let (a, a_notices) = fx.watching();
+    let b = fx.client();
+    let dir = a.mkdir_at(ROOT_INO, "out", 0o755).await.unwrap().ino;
+    let granted = delegate(&a, dir, 8).await.unwrap();
+    assert_eq!(granted.inos.len(), 8);
+    assert!(granted.inos.iter().all(|&i| ino::home(i) == ino::home(dir)), "numbers homed with the directory");
+    // Written back while held.
+    let home = ino::home(dir);
+    let made = a.call(home, create_as(dir, "f0", granted.inos[0])).await.unwrap();
+    assert_eq!(made.ino, granted.inos[0]);
+    // A number not set aside for this directory is refused.
+    let stray = a.call(home, create_as(dir, "f1", granted.inos[0] + 1_000_000)).await.unwrap_err();
+    assert_eq!(stray.code, ErrorCode::Invalid, "{stray}");
+
+    // The holder answers a recall by writing its last step back and giving the directory up.
+    let holder = a.clone();
+    let (notices, second) = (a_notices.clone(), granted.inos[1]);
+    let answering = tokio::spawn(async move {
+        while notices.recalls().is_empty() {
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        holder.call(ino::home(dir), create_as(dir, "f1", second)).await.unwrap();
+        holder.call(ino::home(dir), GiveBack { dir }).await.unwrap();
+    });
+    let asked = Instant::now();
+    let found = b.lookup(dir, "f1").await.expect("found once the holder gave the directory back");
+    assert_eq!(found.ino, granted.inos[1]);
+    assert!(asked.elapsed() < Duration::from_secs(2), "answered after the recall, not the deadline: {:?}", asked.elapsed());
+    answering.await.unwrap();
+    assert_eq!(a_notices.recalls(), vec![dir], "one recall");
+
+    // Given back: the holder's write-backs are refused, everybody's steps go on as usual.
+    let late = a.call(home, create_as(dir, "f2", granted.inos[2])).await.unwrap_err();
+    assert_eq!(late.code, ErrorCode::Invalid, "{late}");
+    b.call(home, Unlink { parent: dir, name: "f0".into() }).await.unwrap();
+    let names: Vec<String> = b.readdir_ino(dir).await.unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, vec!["f1".to_string()]);
+    // The numbers set aside are never handed out again.
+    let next = b.create_at(dir, "plain", 0o644, true).await.unwrap();
+    assert!(!granted.inos.contains(&next.ino()), "a plain create took a number set aside");
+    fx.stop().await;
+}
+
+/// Who may hold a delegation: only a watching connection, not of a directory another watcher
+/// holds names of, nor of a sticky one, nor twice; a holder's write-back only in its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delegation_is_granted_only_where_the_holder_needs_no_check_of_the_server() {
+    let fx = Fixture::new("grant").await;
+    let (a, _) = fx.watching();
+    let (c, _) = fx.watching();
+    let plain = fx.client();
+    let dir = a.mkdir_at(ROOT_INO, "mine", 0o755).await.unwrap().ino;
+    let refused = delegate(&plain, dir, 4).await.unwrap_err();
+    assert_eq!(refused.code, ErrorCode::NotPermitted, "a connection that does not watch: {refused}");
+    let too_many = delegate(&a, dir, 1 << 20).await.unwrap_err();
+    assert_eq!(too_many.code, ErrorCode::Invalid, "{too_many}");
+
+    // Another watcher listed the directory: it holds its names.
+    let listed = a.mkdir_at(ROOT_INO, "listed", 0o755).await.unwrap().ino;
+    c.readdir_ino(listed).await.unwrap();
+    let refused = delegate(&a, listed, 4).await.unwrap_err();
+    assert_eq!(refused.code, ErrorCode::NotPermitted, "names held elsewhere: {refused}");
+
+    let sticky = a.mkdir_at(ROOT_INO, "sticky", 0o1777).await.unwrap().ino;
+    let refused = delegate(&a, sticky, 4).await.unwrap_err();
+    assert_eq!(refused.code, ErrorCode::NotPermitted, "sticky: {refused}");
+
+    let granted = delegate(&a, dir, 4).await.unwrap();
+    let twice = delegate(&a, dir, 4).await.unwrap_err();
+    assert_eq!(twice.code, ErrorCode::NotPermitted, "{twice}");
+    // Another client's write-back into it is a step on a delegated directory: recalled (and,
+    // as nobody answers the recall here, taken back after the deadline), then refused as
+    // not its own.
+    let theirs = c.call(ino::home(dir), create_as(dir, "x", granted.inos[0])).await.unwrap_err();
+    assert_eq!(theirs.code, ErrorCode::Invalid, "{theirs}");
+    fx.stop().await;
+}
+
+/// A delegation ends with its holder's connection (what it wrote back stays), and a scan of
+/// the share (`surge fsck`) recalls every delegation first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_goes_takes_its_delegation_with_it_and_scans_wait_for_recalls() {
+    let fx = Fixture::new("ends").await;
+    let b = fx.client();
+    let (dir, kept) = {
+        let (a, _) = fx.watching();
+        let dir = a.mkdir_at(ROOT_INO, "gone", 0o755).await.unwrap().ino;
+        let granted = delegate(&a, dir, 4).await.unwrap();
+        a.call(ino::home(dir), create_as(dir, "kept", granted.inos[0])).await.unwrap();
+        (dir, granted.inos[0])
+    };
+    // The holder's client is dropped: its connections close, and with them the delegation
+    // (the lookup is answered at once, well before a recall's deadline).
+    let asked = Instant::now();
+    let found = b.lookup(dir, "kept").await.unwrap();
+    assert_eq!(found.ino, kept);
+    assert!(asked.elapsed() < Duration::from_secs(4), "{:?}", asked.elapsed());
+
+    let (a, a_notices) = fx.watching();
+    let dir = a.mkdir_at(ROOT_INO, "scanned", 0o755).await.unwrap().ino;
+    delegate(&a, dir, 4).await.unwrap();
+    let holder = a.clone();
+    let notices = a_notices.clone();
+    tokio::spawn(async move {
+        while notices.recalls().is_empty() {
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        holder.call(ino::home(dir), GiveBack { dir }).await.unwrap();
+    });
+    b.call(ino::home(dir), ListInodes { after: None }).await.expect("the scan goes on once the directory is given back");
+    assert_eq!(a_notices.recalls(), vec![dir]);
+    fx.stop().await;
+}
