@@ -29,12 +29,15 @@
 //!   renamed into it), resumable from a cursor, and handing them to consumer groups;
 //! * [`stage`]: staging between the PFS and the instance, through its stage coordinator;
 //!   [`target`]: where a burst-buffer path a user gives is, and PFS paths made absolute;
+//! * [`delegation`]: a directory held alone, its creates and unlinks answered here and
+//!   written back later (docs/delegation.md);
 //! * [`descriptor`]: instance descriptors and token files; [`options`]: how a client behaves;
 //! * [`fsck`]: checking an instance's consistency across its servers, and repairing it.
 
 mod allocation;
 pub mod client;
 pub mod conn;
+pub mod delegation;
 pub mod descriptor;
 pub mod error;
 pub mod file;

@@ -190,3 +190,52 @@ async fn a_holder_that_goes_takes_its_delegation_with_it_and_scans_wait_for_reca
     assert_eq!(a_notices.recalls(), vec![dir]);
     fx.stop().await;
 }
+
+/// The library's side (step 2): a holder answers creates and unlinks of its own files alone,
+/// and another client's listing, which recalls the directory, sees exactly what the holder
+/// answered — its names, with the numbers it gave them — once the holder gave it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holders_creates_and_unlinks_reach_the_home_in_order_at_the_recall() {
+    let fx = Fixture::new("holder").await;
+    let (a, a_notices) = fx.watching();
+    let b = fx.client();
+    let dir = a.mkdir_at(ROOT_INO, "ranks", 0o755).await.unwrap().ino;
+    let plain = fx.client();
+    assert!(plain.delegate(dir, 8).await.unwrap().is_none(), "refused to a client that does not watch");
+    let held = Arc::new(a.delegate(dir, 64).await.unwrap().expect("granted"));
+    let mut made = std::collections::BTreeMap::new();
+    for i in 0..50 {
+        let name = format!("file.{i:02}");
+        let attr = held.create(&name, 0o666, 0o022, 0, 0).unwrap().expect("answered here");
+        assert_eq!((attr.mode, attr.size, attr.nlink), (0o644, 0, 1));
+        made.insert(name, attr.ino);
+    }
+    assert_eq!(held.create("file.00", 0o644, 0, 0, 0).unwrap_err().code, ErrorCode::Exists);
+    for i in (0..50).step_by(5) {
+        let name = format!("file.{i:02}");
+        assert!(held.unlink(&name).unwrap(), "a file made here is unlinked here");
+        made.remove(&name);
+    }
+    assert_eq!(held.unlink("file.00").unwrap_err().code, ErrorCode::NotFound);
+    assert_eq!(held.pending(), 60, "50 creates and 10 unlinks, none sent yet");
+
+    // The holder gives the directory back when recalled.
+    let (holder, notices) = (held.clone(), a_notices.clone());
+    let answering = tokio::spawn(async move {
+        while notices.recalls().is_empty() {
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        holder.give_back().await.unwrap();
+    });
+    let listed: std::collections::BTreeMap<String, Ino> = b.readdir_ino(dir).await.unwrap().into_iter().map(|e| (e.name, e.ino)).collect();
+    answering.await.unwrap();
+    assert_eq!(listed, made, "the home holds what the holder answered");
+    assert!(!held.is_held());
+    assert!(held.create("late", 0o644, 0, 0, 0).unwrap().is_none(), "nothing answered after the give-back");
+    // Files made under the delegation are ordinary files now.
+    let f = b.open_ino(made["file.01"]).await.unwrap();
+    f.pwrite(0, b"data").await.unwrap();
+    f.close().await.unwrap();
+    assert_eq!(b.lookup(dir, "file.01").await.unwrap().size, 4);
+    fx.stop().await;
+}
