@@ -16,6 +16,23 @@ fn instance(name: &str, base: u8) -> Instance {
     Instance::up(name, &["--capacity", "2G", "--hosts", &hosts.join(",")])
 }
 
+/// Four servers on `prefix.base` onwards with 16 MiB shares, whose writers into drained
+/// directories wait past half full (8 MiB) for up to `wait` seconds.
+fn under_pressure(name: &str, prefix: &str, base: u8, wait: &str) -> Instance {
+    let hosts: Vec<String> = (0..4).map(|i| format!("{prefix}.{}", base + i)).collect();
+    Instance::up(
+        name,
+        &["--capacity", "64M", "--hosts", &hosts.join(","), "--high-water", "0.5", "--low-water", "0.25", "--pressure-wait", wait],
+    )
+}
+
+/// A retention policy that lets nothing go by itself: `dir` is drained, its writers held past
+/// the high-water mark.
+fn hold_writers_of(inst: &Instance, dir: &str) {
+    let set = inst.surge(&["retention", dir, "--keep-last", "1000"]);
+    assert!(set.status.success(), "{}", text(&set));
+}
+
 /// `surge watch DIR --json ARGS...` from node `node`, its output read line by line.
 struct Watcher {
     child: Child,
@@ -222,18 +239,12 @@ fn a_group_hands_each_file_out_once_even_when_a_consumer_is_killed() {
 /// with ENOSPC after the time limit, and the server logs why.
 #[test]
 fn a_writer_held_at_the_high_water_mark_resumes_when_room_frees_and_fails_after_the_limit() {
-    let hosts: Vec<String> = (0..4).map(|i| format!("127.0.0.{}", 96 + i)).collect();
-    let inst = Instance::up(
-        "pressure",
-        &["--capacity", "64M", "--hosts", &hosts.join(","), "--high-water", "0.5", "--low-water", "0.25", "--pressure-wait", "3"],
-    );
+    let inst = under_pressure("pressure", "127.0.0", 96, "3");
     let m = inst.mount("a", "127.0.0.100");
     for dir in ["run", "frames"] {
         std::fs::create_dir(m.path(dir)).unwrap();
     }
-    // A policy that lets nothing go by itself: the directory is drained, its writers held.
-    let set = inst.surge(&["retention", "/run", "--keep-last", "1000"]);
-    assert!(set.status.success(), "{}", text(&set));
+    hold_writers_of(&inst, "/run");
     // 6 MiB of each 16 MiB share: under the 8 MiB high-water mark.
     std::fs::write(m.path("run/old"), surge_tests::pattern(1, 24 << 20)).unwrap();
     let new_path = m.path("run/new");
@@ -279,15 +290,10 @@ fn a_writer_held_at_the_high_water_mark_resumes_when_room_frees_and_fails_after_
 #[test]
 fn a_refused_write_behind_fails_every_later_call_of_the_description_not_one() {
     use std::os::fd::AsRawFd;
-    let hosts: Vec<String> = (0..4).map(|i| format!("127.0.5.{}", 11 + i)).collect();
-    let inst = Instance::up(
-        "refused",
-        &["--capacity", "64M", "--hosts", &hosts.join(","), "--high-water", "0.5", "--low-water", "0.25", "--pressure-wait", "1"],
-    );
+    let inst = under_pressure("refused", "127.0.5", 11, "1");
     let m = inst.mount("a", "127.0.5.20");
     std::fs::create_dir(m.path("run")).unwrap();
-    let set = inst.surge(&["retention", "/run", "--keep-last", "1000"]);
-    assert!(set.status.success(), "{}", text(&set));
+    hold_writers_of(&inst, "/run");
     // 7 MiB of each 16 MiB share; 2 MiB more each passes the 8 MiB high-water mark.
     std::fs::write(m.path("run/old"), surge_tests::pattern(1, 28 << 20)).unwrap();
     let mut file = std::fs::File::create(m.path("run/new")).unwrap();

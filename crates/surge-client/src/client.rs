@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use surge_proto::admin::{Batch, Shutdown, StatFs};
+use surge_proto::admin::{Batch, BatchOutcome, Shutdown, StatFs};
 use surge_proto::auth::Secret;
 use surge_proto::ino::{self, Ino};
 use surge_proto::namespace::NamespaceRequest;
@@ -402,10 +402,16 @@ impl Client {
     /// Sends several namespace steps of one kind to one server, [`BATCH_STEPS`] per frame (all
     /// frames before waiting for any answer); each step gets its own outcome, in order.
     pub async fn batch<C: Call + Into<NamespaceRequest>>(&self, server: usize, calls: Vec<C>) -> Result<Vec<Result<C::Reply>>> {
+        let outcomes = self.batch_steps(server, calls.into_iter().map(Into::into)).await?;
+        Ok(outcomes.into_iter().map(|outcome| Answer { message: outcome?, payload: Vec::new() }.reply::<C>()).collect())
+    }
+
+    /// [`Client::batch`] for steps of any kinds: each step's outcome, its reply still encoded.
+    pub(crate) async fn batch_steps(&self, server: usize, steps: impl IntoIterator<Item = NamespaceRequest>) -> Result<Vec<BatchOutcome>> {
         let mut pending = Vec::new();
-        let mut calls = calls.into_iter().peekable();
-        while calls.peek().is_some() {
-            let requests: Vec<NamespaceRequest> = calls.by_ref().take(BATCH_STEPS).map(Into::into).collect();
+        let mut steps = steps.into_iter().peekable();
+        while steps.peek().is_some() {
+            let requests: Vec<NamespaceRequest> = steps.by_ref().take(BATCH_STEPS).collect();
             let count = requests.len();
             pending.push((count, self.send(server, &Batch { requests }.into(), Bytes::new()).await?));
         }
@@ -415,7 +421,7 @@ impl Client {
             if outcomes.len() != count {
                 return Err(Error::new(ErrorCode::Protocol, format!("batch of {count}: {} answers", outcomes.len())));
             }
-            all.extend(outcomes.into_iter().map(|outcome| Answer { message: outcome?, payload: Vec::new() }.reply::<C>()));
+            all.extend(outcomes);
         }
         Ok(all)
     }

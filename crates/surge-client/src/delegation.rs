@@ -15,12 +15,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
-use bytes::Bytes;
-use surge_proto::admin::Batch;
 use surge_proto::namespace::{CreateAs, Delegate, GiveBack, NamespaceRequest, Unlink};
-use surge_proto::{ino, Attr, ErrorCode, FileKind, Ino, Timestamp, Unlinked};
+use surge_proto::{ino, Attr, ErrorCode, FileKind, Ino, Timestamp};
 
-use crate::client::BATCH_STEPS;
 use crate::conn::Answer;
 use crate::error::{Error, Result};
 use crate::Client;
@@ -160,29 +157,17 @@ impl DelegatedDir {
         if log.is_empty() {
             return Ok(());
         }
-        let home = ino::home(self.dir);
-        let mut sent = Vec::new();
-        let mut steps = log.into_iter().peekable();
-        while steps.peek().is_some() {
-            let requests: Vec<NamespaceRequest> = steps.by_ref().take(BATCH_STEPS).collect();
-            let pending = self.client.send(home, &Batch { requests: requests.clone() }.into(), Bytes::new()).await?;
-            sent.push((requests, pending));
-        }
+        let unlinks: Vec<bool> = log.iter().map(|step| matches!(step, NamespaceRequest::Unlink(_))).collect();
+        let outcomes = self.client.batch_steps(ino::home(self.dir), log).await?;
         let mut first_failure = None;
-        for (requests, pending) in sent {
-            let outcomes = pending.wait(self.client.timeout()).await?.reply::<Batch>()?;
-            if outcomes.len() != requests.len() {
-                return Err(Error::new(ErrorCode::Protocol, format!("batch of {}: {} answers", requests.len(), outcomes.len())));
-            }
-            for (request, outcome) in requests.iter().zip(outcomes) {
-                let outcome = match (request, outcome) {
-                    (NamespaceRequest::Unlink(_), Ok(message)) => self.finish_unlink(message).await,
-                    (_, Ok(_)) => Ok(()),
-                    (_, Err(e)) => Err(e),
-                };
-                if let Err(e) = outcome {
-                    first_failure.get_or_insert(e);
-                }
+        for (unlink, outcome) in unlinks.into_iter().zip(outcomes) {
+            let outcome = match outcome {
+                Ok(message) if unlink => self.finish_unlink(message).await,
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = outcome {
+                first_failure.get_or_insert(e);
             }
         }
         match first_failure {
@@ -198,7 +183,7 @@ impl DelegatedDir {
     /// Purges what an unlink written back left without a name.
     async fn finish_unlink(&self, message: Vec<u8>) -> Result<()> {
         let unlinked = Answer { message, payload: Vec::new() }.reply::<Unlink>()?;
-        self.client.finish_unlinked(&unlinked as &Unlinked).await
+        self.client.finish_unlinked(&unlinked).await
     }
 
     /// Writes the log back and gives the directory up (what a recall asks). Nothing is

@@ -26,6 +26,17 @@ impl Notices {
     fn recalls(&self) -> Vec<Ino> {
         self.0.lock().unwrap().iter().filter_map(|n| if let Notice::Recall { dir } = n { Some(*dir) } else { None }).collect()
     }
+
+    /// Runs `answer` (the holder's side) once a recall has come.
+    fn on_recall(self: &Arc<Self>, answer: impl std::future::Future<Output = ()> + Send + 'static) -> tokio::task::JoinHandle<()> {
+        let notices = self.clone();
+        tokio::spawn(async move {
+            while notices.recalls().is_empty() {
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+            answer.await;
+        })
+    }
 }
 
 struct Fixture {
@@ -92,12 +103,8 @@ async fn another_clients_lookup_recalls_the_delegation_and_sees_what_was_written
     assert_eq!(stray.code, ErrorCode::Invalid, "{stray}");
 
     // The holder answers a recall by writing its last step back and giving the directory up.
-    let holder = a.clone();
-    let (notices, second) = (a_notices.clone(), granted.inos[1]);
-    let answering = tokio::spawn(async move {
-        while notices.recalls().is_empty() {
-            tokio::time::sleep(Duration::from_micros(200)).await;
-        }
+    let (holder, second) = (a.clone(), granted.inos[1]);
+    let answering = a_notices.on_recall(async move {
         holder.call(ino::home(dir), create_as(dir, "f1", second)).await.unwrap();
         holder.call(ino::home(dir), GiveBack { dir }).await.unwrap();
     });
@@ -179,13 +186,7 @@ async fn a_holder_that_goes_takes_its_delegation_with_it_and_scans_wait_for_reca
     let dir = a.mkdir_at(ROOT_INO, "scanned", 0o755).await.unwrap().ino;
     delegate(&a, dir, 4).await.unwrap();
     let holder = a.clone();
-    let notices = a_notices.clone();
-    tokio::spawn(async move {
-        while notices.recalls().is_empty() {
-            tokio::time::sleep(Duration::from_micros(200)).await;
-        }
-        holder.call(ino::home(dir), GiveBack { dir }).await.unwrap();
-    });
+    a_notices.on_recall(async move { holder.call(ino::home(dir), GiveBack { dir }).await.unwrap() });
     b.call(ino::home(dir), ListInodes { after: None }).await.expect("the scan goes on once the directory is given back");
     assert_eq!(a_notices.recalls(), vec![dir]);
     fx.stop().await;
@@ -220,13 +221,8 @@ async fn a_holders_creates_and_unlinks_reach_the_home_in_order_at_the_recall() {
     assert_eq!(held.pending(), 60, "50 creates and 10 unlinks, none sent yet");
 
     // The holder gives the directory back when recalled.
-    let (holder, notices) = (held.clone(), a_notices.clone());
-    let answering = tokio::spawn(async move {
-        while notices.recalls().is_empty() {
-            tokio::time::sleep(Duration::from_micros(200)).await;
-        }
-        holder.give_back().await.unwrap();
-    });
+    let holder = held.clone();
+    let answering = a_notices.on_recall(async move { holder.give_back().await.unwrap() });
     let listed: std::collections::BTreeMap<String, Ino> = b.readdir_ino(dir).await.unwrap().into_iter().map(|e| (e.name, e.ino)).collect();
     answering.await.unwrap();
     assert_eq!(listed, made, "the home holds what the holder answered");

@@ -17,6 +17,14 @@ impl Session {
                 return Answer::Failure(e);
             }
         }
+        // A scan (`surge fsck`) sees the share whole: no directory delegated elsewhere, whose
+        // creates not written back would look like orphaned data.
+        let scans = matches!(request, AdminRequest::ListInodes(_) | AdminRequest::ListEntries(_) | AdminRequest::ListDataFiles(_));
+        if scans && self.shared.delegations.any() {
+            if let Err(e) = self.shared.delegations.guard(self.watcher, &[], true, &self.shared.watchers) {
+                return Answer::Failure(e);
+            }
+        }
         match request {
             AdminRequest::StatFs(_) => {
                 let (shared, data) = (&self.shared, &self.shared.data);
@@ -53,17 +61,6 @@ impl Session {
                 // The connection answers once the journal holds this sequence number.
                 self.durable = Some(self.shared.journal.last_seq());
                 Answer::of::<SyncMetadata>(Ok(()))
-            }
-            // A scan (`surge fsck`) sees the share whole: no directory delegated elsewhere, whose
-            // creates not written back would look like orphaned data.
-            AdminRequest::ListInodes(_) | AdminRequest::ListEntries(_) | AdminRequest::ListDataFiles(_)
-                if self.shared.delegations.any()
-                    && self.shared.delegations.guard(self.watcher, &[], true, &self.shared.watchers).is_err() =>
-            {
-                Answer::Failure(crate::error::ServerError::new(
-                    surge_proto::ErrorCode::Recalling,
-                    "directories delegated to clients are being recalled: retry shortly",
-                ))
             }
             AdminRequest::ListInodes(list) => Answer::of::<ListInodes>(Ok(self.shared.meta.lock_or_recover().inode_page(list.after))),
             AdminRequest::ListEntries(list) => Answer::of::<ListEntries>(Ok(self.shared.meta.lock_or_recover().entry_page(list.after))),
