@@ -1105,3 +1105,167 @@ fn reopened_files_keep_their_pages_until_another_node_changes_them() {
     assert!(std::fs::read(a.path("data")).unwrap() == new);
     assert!(bytes_through(daemon) - before < 1 << 20, "and keeps those in turn");
 }
+
+/// Two servers on `127.0.5.{base}` and `base + 1`; mounts there ("a", holding delegations and
+/// logging them) and on `base + 4` ("b", a node of its own).
+fn delegating_nodes(inst: &Instance, base: u8) -> (Mount<'_>, Mount<'_>) {
+    let a = inst.mount_with("a", &format!("127.0.5.{base}"), &[("SURGE_LOG", "warn,surge_fuse::delegations=debug")]);
+    (a, inst.mount("b", &format!("127.0.5.{}", base + 4)))
+}
+
+fn delegating_instance(name: &str, base: u8) -> Instance {
+    Instance::up(name, &["--capacity", "4G", "--hosts", &format!("127.0.5.{base},127.0.5.{}", base + 1)])
+}
+
+/// How many delegations the mounts of `inst` were granted (their log says).
+fn delegations_granted(inst: &Instance) -> usize {
+    let log = std::fs::read_to_string(inst.home.join("instances").join(format!("{}.fuse.log", inst.name))).unwrap_or_default();
+    log.lines().filter(|l| l.contains("surge_fuse::delegations: delegated")).count()
+}
+
+fn names_in(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    names
+}
+
+/// A mount creating files in a directory it made holds the directory under a delegation and
+/// answers the creates itself; another node listing it at any moment sees a prefix of those
+/// creates, in order, including every create that had returned, with its bytes; afterwards
+/// both nodes create there. (Once the other node holds names of the directory, the home
+/// grants it to nobody: each round takes a fresh directory.)
+#[test]
+fn creates_under_a_delegation_reach_another_node_in_order_and_at_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let inst = delegating_instance("delegated", 41);
+    let (a, b) = delegating_nodes(&inst, 41);
+    const ROUNDS: usize = 5;
+    const FILES: usize = 400;
+    for round in 0..ROUNDS {
+        let dir = format!("out{round}");
+        std::fs::create_dir(a.path(&dir)).unwrap();
+        let done = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 0..FILES {
+                    let content = if i % 2 == 0 { format!("{i}") } else { String::new() };
+                    std::fs::write(a.path(&format!("{dir}/f{i:04}")), content).unwrap();
+                    done.store(i + 1, SeqCst);
+                }
+            });
+            // Look once the directory is held, at a moment that differs from round to round.
+            while delegations_granted(&inst) <= round && done.load(SeqCst) < FILES {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_millis(round as u64 * 3));
+            loop {
+                let returned = done.load(SeqCst);
+                let names = names_in(&b.path(&dir));
+                let prefix: Vec<String> = (0..names.len()).map(|i| format!("f{i:04}")).collect();
+                assert_eq!(names, prefix, "round {round}: not a prefix of a's creates");
+                assert!(names.len() >= returned, "round {round}: {} names, {returned} creates had returned", names.len());
+                if let Some(last) = returned.checked_sub(1).map(|i| i & !1) {
+                    assert_eq!(std::fs::read_to_string(b.path(&format!("{dir}/f{last:04}"))).unwrap(), format!("{last}"));
+                }
+                if returned == FILES {
+                    break;
+                }
+            }
+        });
+        assert!(delegations_granted(&inst) > round, "round {round}: the directory was never delegated");
+        assert_eq!(names_in(&b.path(&dir)).len(), FILES);
+    }
+    for i in 0..50 {
+        std::fs::write(a.path(&format!("out0/a{i}")), b"a").unwrap();
+        std::fs::write(b.path(&format!("out0/b{i}")), b"b").unwrap();
+    }
+    assert_eq!(names_in(&a.path("out0")), names_in(&b.path("out0")));
+    assert_eq!(names_in(&a.path("out0")).len(), FILES + 100);
+}
+
+/// Files made under a delegation behave as any file, for the node that made them and for
+/// another: fsync publishes before close; unlinked while open, a file keeps its bytes for
+/// its descriptor and is gone everywhere after; renames, links, truncation, explicit times
+/// and unlinks of files made before the delegation all keep their meaning.
+#[test]
+fn files_made_under_a_delegation_behave_as_any_file() {
+    use std::io::{Read, Seek, Write};
+    let inst = delegating_instance("delegatedfiles", 51);
+    let (a, b) = delegating_nodes(&inst, 51);
+    std::fs::create_dir(a.path("d")).unwrap();
+    std::fs::write(a.path("d/before"), b"made before").unwrap();
+    for i in 0..8 {
+        std::fs::write(a.path(&format!("d/warm{i}")), b"").unwrap();
+    }
+    // The grant is asked in the background: wait for it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while delegations_granted(&inst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no delegation granted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let mut synced = std::fs::File::create(a.path("d/synced")).unwrap();
+    synced.write_all(b"durable").unwrap();
+    synced.sync_all().unwrap();
+    assert_eq!(std::fs::read(b.path("d/synced")).unwrap(), b"durable", "fsync publishes, close has not happened");
+    drop(synced);
+
+    let mut scratch = std::fs::OpenOptions::new().create_new(true).read(true).write(true).open(a.path("d/scratch")).unwrap();
+    std::fs::remove_file(a.path("d/scratch")).unwrap();
+    scratch.write_all(&[7u8; 100_000]).unwrap();
+    scratch.rewind().unwrap();
+    let mut back = Vec::new();
+    scratch.read_to_end(&mut back).unwrap();
+    assert_eq!(back, vec![7u8; 100_000], "an unlinked open file keeps its bytes");
+    assert!(!b.path("d/scratch").exists());
+    drop(scratch);
+
+    std::fs::write(a.path("d/tmp"), b"checkpoint").unwrap();
+    std::fs::rename(a.path("d/tmp"), a.path("d/ckpt")).unwrap();
+    std::fs::hard_link(a.path("d/ckpt"), a.path("d/ckpt.link")).unwrap();
+    std::fs::write(a.path("d/cut"), b"0123456789").unwrap();
+    std::fs::OpenOptions::new().write(true).open(a.path("d/cut")).unwrap().set_len(4).unwrap();
+    std::fs::write(a.path("d/old"), b"old").unwrap();
+    sh(&format!("touch -d '2001-02-03 04:05:06' {}", a.path("d/old").display()));
+    std::fs::remove_file(a.path("d/before")).unwrap();
+    std::fs::remove_file(a.path("d/warm3")).unwrap();
+
+    assert_eq!(std::fs::read(b.path("d/ckpt")).unwrap(), b"checkpoint");
+    assert!(!b.path("d/tmp").exists());
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(b.path("d/ckpt.link")).unwrap().nlink(), 2);
+    assert_eq!(std::fs::read(b.path("d/cut")).unwrap(), b"0123");
+    assert_eq!(std::fs::metadata(b.path("d/old")).unwrap().mtime(), sh("date -d '2001-02-03 04:05:06' +%s").trim().parse::<i64>().unwrap());
+    let mut expected = vec!["ckpt", "ckpt.link", "cut", "old", "synced"];
+    expected.extend(["warm0", "warm1", "warm2", "warm4", "warm5", "warm6", "warm7"]);
+    assert_eq!(names_in(&b.path("d")), expected);
+    assert_eq!(names_in(&a.path("d")), expected);
+    // Created with the caller's mode less its umask.
+    assert_eq!(std::fs::metadata(b.path("d/synced")).unwrap().mode() & 0o777, 0o644);
+}
+
+/// A mount killed while it holds a delegation loses at most the steps it had not written
+/// back: the directory is a prefix of its creates, and holds every create made before an
+/// fsync of the directory.
+#[test]
+fn a_killed_holder_leaves_a_prefix_of_its_creates_and_every_synced_one() {
+    let inst = delegating_instance("delegatedkill", 61);
+    let (a, b) = delegating_nodes(&inst, 61);
+    std::fs::create_dir(a.path("d")).unwrap();
+    for i in 0..300 {
+        std::fs::write(a.path(&format!("d/f{i:04}")), b"").unwrap();
+    }
+    std::fs::File::open(a.path("d")).unwrap().sync_all().unwrap();
+    for i in 300..600 {
+        std::fs::write(a.path(&format!("d/f{i:04}")), b"").unwrap();
+    }
+    assert!(delegations_granted(&inst) >= 1, "no delegation granted");
+    sh(&format!("kill -9 {}", daemon_of(&a)));
+    let names = names_in(&b.path("d"));
+    assert!(names.len() >= 300, "only {} names: creates synced before the kill were lost", names.len());
+    let prefix: Vec<String> = (0..names.len()).map(|i| format!("f{i:04}")).collect();
+    assert_eq!(names, prefix, "not a prefix of the killed holder's creates");
+    // The directory is usable from the other node at once (the holder's connection ended).
+    std::fs::write(b.path("d/after"), b"b").unwrap();
+    sh(&format!("umount -l {} || true", a.dir.display()));
+}

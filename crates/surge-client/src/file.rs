@@ -144,6 +144,9 @@ pub struct File {
     /// Whether this handle's writes wait at a high-water mark, once known (see
     /// [`File::may_wait`]).
     may_wait: tokio::sync::OnceCell<bool>,
+    /// The delegation the file was made under, while its home may not know the file yet
+    /// (see [`Client::file_made_under`]); None once it does.
+    made_under: Mutex<Option<std::sync::Arc<crate::DelegatedDir>>>,
 }
 
 /// Local writes start once a handle has written this much: a small file stays one request per
@@ -170,7 +173,25 @@ impl File {
             passthrough: Mutex::new(None),
             publication: Mutex::new(None),
             may_wait: tokio::sync::OnceCell::new(),
+            made_under: Mutex::new(None),
         }
+    }
+
+    /// A handle of a file made under delegation `dir`, whose writes are known to wait or not.
+    pub(crate) fn made_under(self, dir: std::sync::Arc<crate::DelegatedDir>, may_wait: bool) -> File {
+        let _ = self.may_wait.set(may_wait);
+        self.writer.store(true, Ordering::Relaxed);
+        *self.made_under.lock().unwrap() = Some(dir);
+        self
+    }
+
+    /// Makes sure the file's home knows the file (and counts this handle's open) before a
+    /// request names it there: writes back the delegation it was made under, if any.
+    async fn known_at_home(&self) -> Result<()> {
+        let Some(dir) = self.made_under.lock().unwrap().clone() else { return Ok(()) };
+        dir.write_back().await?;
+        *self.made_under.lock().unwrap() = None;
+        Ok(())
     }
 
     /// Whether this handle's writes wait for room at their servers' high-water marks rather
@@ -355,6 +376,7 @@ impl File {
     /// append meanwhile (O_APPEND across nodes): the home sets the range aside, then the
     /// data goes there. Answers the offset it landed at.
     pub async fn append(&self, data: Bytes) -> Result<u64> {
+        self.known_at_home().await?;
         let offset = self.client.call_home(self.ino, Append { ino: self.ino, len: data.len() as u64 }).await?;
         self.pwrite_bytes(offset, data).await?;
         Ok(offset)
@@ -669,6 +691,14 @@ impl File {
             release,
             wrote: release && wrote,
         };
+        let made_under = self.made_under.lock().unwrap().clone();
+        if let Some(dir) = made_under.filter(|_| release) {
+            if dir.log_release(self.ino, commit.clone()) {
+                *self.made_under.lock().unwrap() = None;
+                return Ok(InodeFate { purge: false, size: self.size(), ticket: None, published: None });
+            }
+        }
+        self.known_at_home().await?;
         let fate = self.client.call_home(self.ino, commit).await?;
         if fate.published.is_some() {
             *self.publication.lock().unwrap() = fate.published;
@@ -716,6 +746,7 @@ impl File {
     /// Sets the file's size (ftruncate).
     pub async fn set_len(&self, size: u64) -> Result<()> {
         self.drain_writes(0, None).await?;
+        self.known_at_home().await?;
         let attr = self.client.setattr_unmeasured(self.ino, AttrChanges { size: Some(size), ..Default::default() }).await?;
         *self.version.lock().unwrap() = attr.content_version();
         self.size.store(size, Ordering::Relaxed);
@@ -753,6 +784,7 @@ impl File {
     /// Re-reads the size from the file's home (to see another node's published writes
     /// through a handle opened earlier).
     pub async fn refresh(&self) -> Result<u64> {
+        self.known_at_home().await?;
         let attr = self.client.getattr(self.ino).await?;
         self.size.fetch_max(attr.size, Ordering::Relaxed);
         Ok(self.size())

@@ -127,6 +127,12 @@ impl SurgeFs {
         &self.ops
     }
 
+    /// The operations layer, for what the daemon does around the session (see
+    /// [`Ops::give_back_delegations`]).
+    pub fn operations(&self) -> Arc<Ops> {
+        self.ops.clone()
+    }
+
     /// Where to put the session's notifier once the session exists.
     pub fn notifier_slot(&self) -> Arc<OnceLock<Notifier>> {
         self.ops().kernel.notifier.clone()
@@ -458,6 +464,10 @@ impl Filesystem for SurgeFs {
             next += 1;
         }
         reply.ok();
+    }
+
+    fn fsyncdir(&self, _req: &KernelCaller, _ino: u64, _fh: u64, reply: ReplyEmpty) {
+        self.answer(self.ops().fsyncdir(), empty(reply));
     }
 
     fn releasedir(&self, _req: &KernelCaller, _ino: u64, fh: u64, reply: ReplyEmpty) {

@@ -11,6 +11,7 @@ use surge_client::surge_proto::admin::Notice;
 use surge_client::surge_proto::{Attr, ContentVersion, ErrorCode, FileKind, Timestamp};
 use surge_fuse_session::Notifier;
 
+use crate::delegations::Delegations;
 use crate::listings::Listings;
 
 /// How long after ESTALE the kernel's retry may take on a loaded node (see
@@ -295,11 +296,12 @@ pub(crate) enum Invalidation {
 /// would be blocked.
 pub struct Invalidations {
     kernel: Arc<KernelCache>,
+    delegations: Arc<Delegations>,
 }
 
 impl Invalidations {
     /// Starts the thread that sends invalidations through the session's notifier.
-    pub(crate) fn start(kernel: Arc<KernelCache>) -> Invalidations {
+    pub(crate) fn start(kernel: Arc<KernelCache>, delegations: Arc<Delegations>) -> Invalidations {
         let (tx, rx) = std::sync::mpsc::channel::<Invalidation>();
         let _ = kernel.invalidations.set(tx);
         let notifier = kernel.notifier.clone();
@@ -320,7 +322,7 @@ impl Invalidations {
                 }
             })
             .expect("start the invalidation thread");
-        Invalidations { kernel }
+        Invalidations { kernel, delegations }
     }
 }
 
@@ -332,9 +334,9 @@ impl surge_client::Watcher for Invalidations {
                 self.kernel.listings.changed_elsewhere(parent);
                 self.kernel.invalidate(Invalidation::Entry(parent, name));
             }
-            // The mount asks for no delegation yet (docs/delegation.md, step 3): a recall has
-            // nothing to give back, and the server takes the directory back after its deadline.
-            Notice::Recall { dir } => tracing::debug!(dir = format!("{dir:#x}"), "recall of a delegation this mount does not hold"),
+            // Given back from a task: this is the connection's reader, which the write-back's
+            // answers must come through.
+            Notice::Recall { dir } => self.delegations.recall(dir),
         }
     }
 

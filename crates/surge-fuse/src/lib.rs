@@ -47,6 +47,7 @@
 pub mod adapter;
 mod chunks;
 mod convert;
+mod delegations;
 mod handles;
 pub mod kernel;
 mod listings;

@@ -58,6 +58,11 @@ impl Listings {
         self.state.lock().unwrap().known.get(&dir).is_some_and(|names| !names.contains(name))
     }
 
+    /// Whether every name in `dir` is known here.
+    pub fn knows(&self, dir: u64) -> bool {
+        self.state.lock().unwrap().known.contains_key(&dir)
+    }
+
     /// This mount made `dir`: it is empty and watched from birth.
     pub fn made(&self, dir: u64) {
         self.state.lock().unwrap().known.insert(dir, HashSet::new());

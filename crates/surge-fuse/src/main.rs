@@ -81,6 +81,7 @@ fn main() -> anyhow::Result<()> {
         println!("ready");
     }
     let notifier = fs.notifier_slot();
+    let ops = fs.operations();
     // With the session on the runtime, so are the io_uring rings.
     let transport = Transport { io_uring: args.io_uring, ring_threads: args.session_thread, ..Default::default() };
     let session = match args.fuse_fd {
@@ -115,6 +116,9 @@ fn main() -> anyhow::Result<()> {
     } else {
         session.run()
     };
+    // Unmounted: what was answered under a delegation reaches the servers before the
+    // process ends.
+    runtime.block_on(ops.give_back_delegations());
     served.with_context(|| format!("serve {}", args.mountpoint.display()))?;
     Ok(())
 }

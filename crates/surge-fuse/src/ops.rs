@@ -18,10 +18,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use surge_client::surge_proto::data::AllocateMode;
 use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, LockHolder, LockKind};
-use surge_client::{Client, Error, File, LockRange, Result};
+use surge_client::{Client, Error, File, LockRange, Named, Result};
 use tokio::runtime::Handle;
 
 use crate::chunks::{Budget, ChunkCache, Route};
+use crate::delegations::Delegations;
 use crate::handles::{local_size, siblings, Files, OpenFile};
 use crate::kernel::{Invalidations, KernelCache};
 use crate::locks::LockOwners;
@@ -63,6 +64,8 @@ pub struct Ops {
     passthrough: AtomicBool,
     /// The task keeping capacity set aside for passthrough handles runs.
     passthrough_guard: AtomicBool,
+    /// Directories held under a delegation: creates and unlinks there answered here.
+    delegations: Arc<Delegations>,
 }
 
 /// A file opened: its handle, and the data file to hand to the kernel when its I/O is passed
@@ -90,7 +93,8 @@ impl Ops {
     /// connections opened afterwards bring change notices.
     pub fn new(client: Client, runtime: Handle, ttl: Duration) -> Arc<Ops> {
         let kernel = Arc::new(KernelCache::new(ttl, client.chunk_size() as u32));
-        client.watch(Arc::new(Invalidations::start(kernel.clone())));
+        let delegations = Delegations::new(client.clone(), runtime.clone());
+        client.watch(Arc::new(Invalidations::start(kernel.clone(), delegations.clone())));
         Arc::new(Ops {
             client,
             runtime,
@@ -102,7 +106,14 @@ impl Ops {
             lock_owners: Default::default(),
             passthrough: AtomicBool::new(false),
             passthrough_guard: AtomicBool::new(false),
+            delegations,
         })
+    }
+
+    /// Writes back and gives up every directory delegation (before the mount goes away: a
+    /// step answered here and not written back would be lost with the process).
+    pub async fn give_back_delegations(&self) {
+        self.delegations.give_all_back().await;
     }
 
     /// How long the kernel may keep what it is told.
@@ -231,6 +242,7 @@ impl Ops {
     pub fn lookup(self: &Arc<Self>, parent: u64, name: String, caller: Caller) -> impl Future<Output = Result<Attr>> + Send + 'static {
         let ops = self.clone();
         async move {
+            ops.delegations.settle().await?;
             let result = ops.client.lookup(parent, &name).await.map(|mut attr| {
                 attr.size = attr.size.max(local_size(&ops.files, attr.ino));
                 attr
@@ -260,6 +272,7 @@ impl Ops {
     pub fn getattr(self: &Arc<Self>, ino: u64, caller: Caller) -> impl Future<Output = Result<Attr>> + Send + 'static {
         let (ops, local) = (self.clone(), local_size(&self.files, ino));
         async move {
+            ops.delegations.settle().await?;
             let attr = ops.check_stale(ops.client.getattr(ino).await, caller.pid)?;
             Ok(ops.told(Attr { size: attr.size.max(local), ..attr }))
         }
@@ -290,6 +303,7 @@ impl Ops {
         }
         let ops = self.clone();
         async move {
+            ops.delegations.settle().await?;
             let mut changes = AttrChanges { mode: change.mode.map(|m| m & 0o7777), ..change };
             let resized = changes.size;
             if let (Some(size), Some(f)) = (changes.size, &open) {
@@ -325,7 +339,7 @@ impl Ops {
             let client = ops.client.as_user(caller.uid, caller.gid);
             if let Some(kind) = crate::convert::special_kind(mode, rdev) {
                 let made = client.mknod_at_with_umask(parent, &name, kind, mode & 0o7777, umask);
-                return ops.changed_name(parent, &name, true, made).await.map(|attr| ops.told(attr));
+                return ops.changed_name(parent, &name, Some(Named::NotDirectory), made).await.map(|attr| ops.told(attr));
             }
             if mode & libc::S_IFMT != libc::S_IFREG {
                 return Err(Error::new(ErrorCode::Invalid, format!("mknod of an unknown file type {:o}", mode & libc::S_IFMT)));
@@ -336,7 +350,7 @@ impl Ops {
                 f.close().await?;
                 client.getattr(ino).await
             };
-            ops.changed_name(parent, &name, true, made).await.map(|attr| ops.told(attr))
+            ops.changed_name(parent, &name, Some(Named::NotDirectory), made).await.map(|attr| ops.told(attr))
         }
     }
 
@@ -357,19 +371,32 @@ impl Ops {
                 ops.kernel.subdirectory_count_moved(parent, 1);
                 Ok(attr)
             };
-            ops.changed_name(parent, &name, true, made).await.map(|attr| ops.told(attr))
+            ops.changed_name(parent, &name, Some(Named::Other), made).await.map(|attr| ops.told(attr))
         }
     }
 
+    /// Answered at once in a directory held under a delegation (not for a subdirectory).
     pub fn unlink(self: &Arc<Self>, parent: u64, name: String) -> impl Future<Output = Result<()>> + Send + 'static {
         let ops = self.clone();
-        async move { ops.changed_name(parent, &name, false, ops.client.unlink_at(parent, &name)).await }
+        async move {
+            if let Some(delegated) = ops.delegations.held(parent) {
+                if delegated.unlink(&name)? {
+                    ops.kernel.listings.named(parent, &name, Some(false));
+                    return Ok(());
+                }
+            }
+            let removed = ops.changed_name(parent, &name, None, ops.client.unlink_at(parent, &name)).await;
+            if removed.is_ok() {
+                ops.delegations.stepped_in(parent, ops.kernel.listings.knows(parent));
+            }
+            removed
+        }
     }
 
     pub fn rmdir(self: &Arc<Self>, parent: u64, name: String) -> impl Future<Output = Result<()>> + Send + 'static {
         let ops = self.clone();
         async move {
-            let removed = ops.changed_name(parent, &name, false, ops.client.rmdir_at(parent, &name)).await;
+            let removed = ops.changed_name(parent, &name, None, ops.client.rmdir_at(parent, &name)).await;
             if removed.is_ok() {
                 ops.kernel.subdirectory_count_moved(parent, -1);
             }
@@ -377,11 +404,21 @@ impl Ops {
         }
     }
 
-    /// Runs `change` of `parent/name` and records what it did to the name (`exists` after it,
-    /// once it succeeded) for the directory listings this mount knows in full.
-    async fn changed_name<T>(&self, parent: u64, name: &str, exists: bool, change: impl Future<Output = Result<T>>) -> Result<T> {
+    /// Runs `change` of `parent/name` once every delegated step before it is applied, and
+    /// records what it did to the name (`now` after it, once it succeeded: what the name
+    /// names, or nothing) for the directory listings this mount knows in full and the
+    /// delegation of `parent`, if held.
+    async fn changed_name<T>(&self, parent: u64, name: &str, now: Option<Named>, change: impl Future<Output = Result<T>>) -> Result<T> {
+        self.delegations.settle().await?;
         let result = change.await;
-        self.kernel.listings.named(parent, name, outcome(&result, exists));
+        self.kernel.listings.named(parent, name, outcome(&result, now.is_some()));
+        if let Some(delegated) = self.delegations.held(parent) {
+            match &result {
+                Ok(_) => delegated.learned(name, now),
+                // What the name names now is not known: ask no more of the delegation.
+                Err(_) => self.delegations.give_back(parent),
+            }
+        }
         result
     }
 
@@ -395,7 +432,7 @@ impl Ops {
         let ops = self.clone();
         async move {
             let client = ops.client.as_user(caller.uid, caller.gid);
-            let result = ops.changed_name(parent, &name, true, client.symlink_at(parent, &name, &target)).await;
+            let result = ops.changed_name(parent, &name, Some(Named::NotDirectory), client.symlink_at(parent, &name, &target)).await;
             result.map(|attr| ops.told(attr))
         }
     }
@@ -404,7 +441,8 @@ impl Ops {
     pub fn link(self: &Arc<Self>, ino: u64, newparent: u64, newname: String) -> impl Future<Output = Result<Attr>> + Send + 'static {
         let (ops, local) = (self.clone(), local_size(&self.files, ino));
         async move {
-            let attr = ops.changed_name(newparent, &newname, true, ops.client.link_at(ino, newparent, &newname)).await?;
+            let attr =
+                ops.changed_name(newparent, &newname, Some(Named::NotDirectory), ops.client.link_at(ino, newparent, &newname)).await?;
             Ok(ops.told(Attr { size: attr.size.max(local), ..attr }))
         }
     }
@@ -420,6 +458,7 @@ impl Ops {
     ) -> impl Future<Output = Result<()>> + Send + 'static {
         let ops = self.clone();
         async move {
+            ops.delegations.settle().await?;
             let exchange = flags == libc::RENAME_EXCHANGE;
             let result = if exchange {
                 ops.client.exchange_at(parent, &name, newparent, &newname).await
@@ -434,6 +473,16 @@ impl Ops {
             // After an exchange both names still stand; after a rename only the new one.
             ops.kernel.listings.named(parent, &name, outcome(&result, exchange));
             ops.kernel.listings.named(newparent, &newname, outcome(&result, true));
+            // What moved is not known here (a file or a directory): a held directory answers
+            // no unlink of the names involved without asking.
+            for (dir, name, stays) in [(parent, &name, exchange), (newparent, &newname, true)] {
+                if let Some(delegated) = ops.delegations.held(dir) {
+                    match result {
+                        Ok(()) => delegated.learned(name, stays.then_some(Named::Other)),
+                        Err(_) => ops.delegations.give_back(dir),
+                    }
+                }
+            }
             result
         }
     }
@@ -462,6 +511,7 @@ impl Ops {
         let ops = self.clone();
         async move {
             let kernel = &ops.kernel;
+            ops.delegations.settle().await?;
             let f = match ops.client.open_ino(ino).await {
                 Ok(f) if f.attr_at_open().nlink == 0 && kernel.refuse_once(ino) => {
                     let _ = f.close().await;
@@ -487,7 +537,8 @@ impl Ops {
         }
     }
 
-    /// Creates (and opens) a file; answers its attributes and the new handle.
+    /// Creates (and opens) a file; answers its attributes and the new handle. In a directory
+    /// held under a delegation, answered at once (no request: see [`crate::delegations`]).
     pub fn create(
         self: &Arc<Self>,
         parent: u64,
@@ -499,6 +550,22 @@ impl Ops {
     ) -> impl Future<Output = Result<(Attr, Opened)>> + Send + 'static {
         let ops = self.clone();
         async move {
+            if let Some(delegated) = ops.delegations.held(parent) {
+                match delegated.create(&name, mode & 0o7777, umask, caller.uid, caller.gid) {
+                    Ok(Some(attr)) => {
+                        ops.kernel.listings.named(parent, &name, Some(true));
+                        let f = ops.client.file_made_under(&delegated, &attr);
+                        f.set_write_behind(ops.client.stream_window()).await?;
+                        let backing = ops.passthrough_for(&f, flags).await;
+                        return Ok((ops.told(attr), ops.register(f, flags, backing)));
+                    }
+                    // Ended, or its numbers are used up: given back, asked for again later.
+                    Ok(None) => ops.delegations.give_back(parent),
+                    // An existing file, opened the ordinary way.
+                    Err(e) if e.code == ErrorCode::Exists && flags & libc::O_EXCL == 0 => {}
+                    Err(e) => return Err(e),
+                }
+            }
             let client = ops.client.as_user(caller.uid, caller.gid);
             let created = async {
                 let f = client.create_at_with_umask(parent, &name, mode & 0o7777, umask, flags & libc::O_EXCL != 0).await?;
@@ -509,7 +576,8 @@ impl Ops {
                 f.set_write_behind(ops.client.stream_window()).await?;
                 Ok(f)
             };
-            let f = ops.changed_name(parent, &name, true, created).await?;
+            let f = ops.changed_name(parent, &name, Some(Named::NotDirectory), created).await?;
+            ops.delegations.stepped_in(parent, ops.kernel.listings.knows(parent));
             let attr = Attr { size: f.size(), ..f.attr_at_open().clone() };
             let backing = ops.passthrough_for(&f, flags).await;
             Ok((ops.told(attr), ops.register(f, flags, backing)))
@@ -715,13 +783,19 @@ impl Ops {
             self.lock_owners.let_go(ino, lock.owner);
         }
         let ops = self.clone();
-        async move { ops.client.set_lock(ino, lock, wait).await }
+        async move {
+            ops.delegations.settle().await?;
+            ops.client.set_lock(ino, lock, wait).await
+        }
     }
 
     /// The lock of another owner in the way of `lock` (F_GETLK).
     pub fn get_lock(self: &Arc<Self>, ino: u64, lock: LockRange) -> impl Future<Output = Result<Option<LockHolder>>> + Send + 'static {
         let ops = self.clone();
-        async move { ops.client.get_lock(ino, lock).await }
+        async move {
+            ops.delegations.settle().await?;
+            ops.client.get_lock(ino, lock).await
+        }
     }
 
     /// Gives back every lock of `owners` on `ino` (their holders closed the file) before the
@@ -742,6 +816,7 @@ impl Ops {
     pub fn opendir(self: &Arc<Self>, ino: u64) -> impl Future<Output = Result<u64>> + Send + 'static {
         let (ops, fh) = (self.clone(), self.handle());
         async move {
+            ops.delegations.settle().await?;
             let entries = ops.client.readdir_ino(ino).await?;
             ops.dirs.lock().unwrap().insert(fh, Arc::new(entries));
             Ok(fh)
@@ -758,6 +833,13 @@ impl Ops {
             .ok_or_else(|| Error::new(ErrorCode::BadHandle, format!("directory handle {fh} is not open")))
     }
 
+    /// fsync(2) of a directory: every create and unlink answered under a delegation is
+    /// applied at its home when this returns.
+    pub fn fsyncdir(self: &Arc<Self>) -> impl Future<Output = Result<()>> + Send + 'static {
+        let ops = self.clone();
+        async move { ops.delegations.settle().await }
+    }
+
     pub fn releasedir(&self, fh: u64) {
         self.dirs.lock().unwrap().remove(&fh);
     }
@@ -767,6 +849,7 @@ impl Ops {
     pub fn drop_set_id_bits(self: &Arc<Self>, ino: u64) -> impl Future<Output = Result<Attr>> + Send + 'static {
         let ops = self.clone();
         async move {
+            ops.delegations.settle().await?;
             let attr = ops.client.getattr(ino).await?;
             let mode = attr.mode & !(libc::S_ISUID | libc::S_ISGID);
             if mode == attr.mode {
@@ -784,14 +867,18 @@ impl Ops {
     /// permissions, trusted.* for root) before asking; the servers check again where they
     /// check identities.
     pub fn get_xattr(self: &Arc<Self>, ino: u64, name: String, caller: Caller) -> impl Future<Output = Result<Vec<u8>>> + Send + 'static {
-        let client = self.client.as_user(caller.uid, caller.gid);
-        async move { client.get_xattr(ino, &name).await }
+        let (ops, client) = (self.clone(), self.client.as_user(caller.uid, caller.gid));
+        async move {
+            ops.delegations.settle().await?;
+            client.get_xattr(ino, &name).await
+        }
     }
 
     /// The names, each followed by a NUL (listxattr's form).
     pub fn list_xattr(self: &Arc<Self>, ino: u64, caller: Caller) -> impl Future<Output = Result<Vec<u8>>> + Send + 'static {
-        let client = self.client.as_user(caller.uid, caller.gid);
+        let (ops, client) = (self.clone(), self.client.as_user(caller.uid, caller.gid));
         async move {
+            ops.delegations.settle().await?;
             let names = client.list_xattr(ino).await?;
             Ok(names.iter().flat_map(|n| n.bytes().chain(std::iter::once(0))).collect())
         }
@@ -810,6 +897,7 @@ impl Ops {
         let (ops, client) = (self.clone(), self.client.as_user(caller.uid, caller.gid));
         async move {
             let mode = surge_client::surge_proto::XattrSetMode::from_flags(flags)?;
+            ops.delegations.settle().await?;
             let attr = client.set_xattr(ino, &name, &value, mode).await?;
             ops.kernel.attr_changed(attr.ino);
             Ok(())
@@ -819,6 +907,7 @@ impl Ops {
     pub fn remove_xattr(self: &Arc<Self>, ino: u64, name: String, caller: Caller) -> impl Future<Output = Result<()>> + Send + 'static {
         let (ops, client) = (self.clone(), self.client.as_user(caller.uid, caller.gid));
         async move {
+            ops.delegations.settle().await?;
             let attr = client.remove_xattr(ino, &name).await?;
             ops.kernel.attr_changed(attr.ino);
             Ok(())

@@ -1,0 +1,183 @@
+//! Directories this mount holds under a delegation (docs/delegation.md): creates and unlinks
+//! there are answered by the mount at once ([`DelegatedDir`]) and written back to the
+//! directory's home every few milliseconds, and before any request that could see or name
+//! what they did ([`Delegations::settle`]).
+//!
+//! The mount asks for a directory after a few creates or unlinks there, in a directory whose
+//! every name it knows (one it made, mostly: a job's private output directory), and only where
+//! servers do not check identities (a file made under a delegation has no data ticket until
+//! its write-back). The home recalls the directory when another client names it; the recall
+//! comes as a notice, and the directory is given back at once, its log written back first.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use surge_client::{Client, DelegatedDir, Result};
+use tokio::runtime::Handle;
+
+/// Creates and unlinks in a directory before the mount asks for it: a directory used once
+/// (a file dropped into a shared one) is not worth the grant and its listing.
+const ASK_AFTER: u32 = 4;
+/// After each refusal a directory is asked for only after twice as many (up to this shift).
+const MAX_BACKOFF: u32 = 10;
+/// Inode numbers asked for with a delegation (creates answered before it must be renewed).
+const NUMBERS: u32 = 4096;
+/// How often a delegation's log is written back while it has steps: what another node's
+/// recall waits for at most, besides the write-back itself.
+const WRITE_BACK_EVERY: Duration = Duration::from_millis(10);
+/// Delegations held at once: every request that may name one waits for its write-backs.
+const MAX_HELD: usize = 64;
+
+pub(crate) struct Delegations {
+    client: Client,
+    runtime: Handle,
+    state: Arc<Mutex<State>>,
+    /// The servers check identities: no delegation is asked for.
+    never: AtomicBool,
+}
+
+#[derive(Default)]
+struct State {
+    held: HashMap<u64, Arc<DelegatedDir>>,
+    /// Creates and unlinks per directory since it was last asked for or given back.
+    steps: HashMap<u64, u32>,
+    refusals: HashMap<u64, u32>,
+    /// Asked for, no answer yet; with whether the home recalled it meanwhile (the recall can
+    /// overtake the grant's answer).
+    asking: HashMap<u64, bool>,
+    /// Being given back: asked for again only once that is done.
+    returning: HashSet<u64>,
+}
+
+impl Delegations {
+    pub(crate) fn new(client: Client, runtime: Handle) -> Arc<Delegations> {
+        Arc::new(Delegations { client, runtime, state: Default::default(), never: AtomicBool::new(false) })
+    }
+
+    /// The delegation of `dir`, if this mount holds it (it may have ended: see
+    /// [`DelegatedDir::is_held`]).
+    pub(crate) fn held(&self, dir: u64) -> Option<Arc<DelegatedDir>> {
+        self.state.lock().unwrap().held.get(&dir).cloned()
+    }
+
+    /// A create or unlink in `dir` took the ordinary path; `known_in_full`: the mount knows
+    /// every name in it. Asks for the directory once that has happened often enough.
+    pub(crate) fn stepped_in(self: &Arc<Self>, dir: u64, known_in_full: bool) {
+        if !known_in_full || self.never.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut st = self.state.lock().unwrap();
+        if st.held.contains_key(&dir) || st.asking.contains_key(&dir) || st.returning.contains(&dir) || st.held.len() >= MAX_HELD {
+            return;
+        }
+        let due = ASK_AFTER << st.refusals.get(&dir).copied().unwrap_or(0);
+        let steps = st.steps.entry(dir).or_default();
+        *steps += 1;
+        if *steps < due {
+            return;
+        }
+        st.steps.remove(&dir);
+        st.asking.insert(dir, false);
+        drop(st);
+        let delegations = self.clone();
+        self.runtime.spawn(async move { delegations.ask(dir).await });
+    }
+
+    async fn ask(self: Arc<Self>, dir: u64) {
+        let granted = match self.client.checks_identity(dir).await {
+            Ok(true) => {
+                self.never.store(true, Ordering::Relaxed);
+                Ok(None)
+            }
+            Ok(false) => self.client.delegate(dir, NUMBERS).await,
+            Err(e) => Err(e),
+        };
+        let mut st = self.state.lock().unwrap();
+        let recalled = st.asking.remove(&dir).unwrap_or(false);
+        match granted {
+            Ok(Some(delegated)) => {
+                let delegated = Arc::new(delegated);
+                st.refusals.remove(&dir);
+                st.held.insert(dir, delegated.clone());
+                drop(st);
+                tracing::debug!(dir = format!("{dir:#x}"), "delegated");
+                self.runtime.spawn(write_back_while_held(delegated));
+                if recalled {
+                    self.give_back(dir);
+                }
+            }
+            Ok(None) => _ = st.refusals.entry(dir).and_modify(|n| *n = (*n + 1).min(MAX_BACKOFF)).or_insert(1),
+            Err(e) => {
+                tracing::debug!(dir = format!("{dir:#x}"), "no delegation: {e}");
+                st.refusals.entry(dir).and_modify(|n| *n = (*n + 1).min(MAX_BACKOFF)).or_insert(1);
+            }
+        }
+    }
+
+    /// The home recalls `dir` (another client names it): give it back at once.
+    pub(crate) fn recall(&self, dir: u64) {
+        let mut st = self.state.lock().unwrap();
+        if let Some(recalled) = st.asking.get_mut(&dir) {
+            *recalled = true;
+        }
+        drop(st);
+        self.give_back(dir);
+    }
+
+    /// Gives `dir` back (its log written back first), in the background; it stays listed
+    /// until that is done, so that [`Delegations::settle`] waits for the write-back.
+    pub(crate) fn give_back(&self, dir: u64) {
+        let mut st = self.state.lock().unwrap();
+        let Some(delegated) = st.held.get(&dir).cloned() else { return };
+        if !st.returning.insert(dir) {
+            return;
+        }
+        drop(st);
+        let state = self.state.clone();
+        self.runtime.spawn(async move {
+            if let Err(e) = delegated.give_back().await {
+                tracing::warn!(dir = format!("{dir:#x}"), "a delegation was not given back cleanly: {e}");
+            }
+            let mut st = state.lock().unwrap();
+            st.held.remove(&dir);
+            st.returning.remove(&dir);
+        });
+    }
+
+    /// Waits until every step answered under a delegation before the call is applied at the
+    /// directory's home: what a request about anything else must see (a lookup, a listing, an
+    /// open, attributes, another namespace change). Costs nothing while no write-back is due.
+    pub(crate) async fn settle(&self) -> Result<()> {
+        let due: Vec<Arc<DelegatedDir>> = self.state.lock().unwrap().held.values().filter(|d| !d.is_quiet()).cloned().collect();
+        for delegated in due {
+            delegated.write_back().await?;
+        }
+        Ok(())
+    }
+
+    /// Gives every delegation back and waits for it (the mount is going away).
+    pub(crate) async fn give_all_back(&self) {
+        let held: Vec<(u64, Arc<DelegatedDir>)> = self.state.lock().unwrap().held.drain().collect();
+        for (dir, delegated) in held {
+            if let Err(e) = delegated.give_back().await {
+                tracing::warn!(dir = format!("{dir:#x}"), "a delegation was not given back cleanly: {e}");
+            }
+        }
+    }
+}
+
+/// Writes `delegated`'s log back every few milliseconds while it has steps, until it ends.
+async fn write_back_while_held(delegated: Arc<DelegatedDir>) {
+    let mut tick = tokio::time::interval(WRITE_BACK_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    while delegated.is_held() {
+        tick.tick().await;
+        if delegated.pending() > 0 {
+            // A refusal ends the delegation and is logged there; the files it concerned report
+            // it when their handles next ask their home.
+            let _ = delegated.write_back().await;
+        }
+    }
+}
