@@ -49,9 +49,11 @@ $SURGE up --name "$NAME" --capacity 4G --root "$WORK/servers" --hosts 127.0.0.31
 $SURGE mount "$NAME" "$WORK/surge" --node 127.0.0.31 >/dev/null
 SURGE_FUSE_IO_URING=1 $SURGE mount "$NAME" "$WORK/surge-uring" --node 127.0.0.31 >/dev/null
 
-# files DIR -> "CREATE REMOVE" files/s (mdtest's summary)
+# files DIR SYSTEM -> "CREATE REMOVE" files/s (mdtest's summary). Each system its own directory:
+# the two surge mounts share one instance, and a directory whose names another mount's kernel
+# holds is not delegated (docs/delegation.md).
 files() {
-    mpirun -np 2 --oversubscribe mdtest -F -n "$ITEMS" -d "$1/md" 2>&1 |
+    mpirun -np 2 --oversubscribe mdtest -F -n "$ITEMS" -d "$1/md-$2" 2>&1 |
         awk '$1 == "File" && $2 == "creation" {c = $5} $1 == "File" && $2 == "removal" {r = $5}
              END {printf "%d %d\n", c, r}'
 }
@@ -67,7 +69,7 @@ serial() {
 declare -A results
 for round in $(seq "$ROUNDS"); do
     for t in $SYSTEMS; do
-        read -r c r <<<"$(files "$WORK/$t")"
+        read -r c r <<<"$(files "$WORK/$t" "$t")"
         results[$t,create]+="$c "; results[$t,remove]+="$r "
         read -r c r l <<<"$(serial "$WORK/$t")"
         results[$t,serial-create]+="$c "; results[$t,serial-unlink]+="$r "; results[$t,serial-lookup]+="$l "

@@ -1269,3 +1269,24 @@ fn a_killed_holder_leaves_a_prefix_of_its_creates_and_every_synced_one() {
     std::fs::write(b.path("d/after"), b"b").unwrap();
     sh(&format!("umount -l {} || true", a.dir.display()));
 }
+
+/// The mount asks for a directory while it goes on creating there the ordinary way: a
+/// create answered while the grant was on its way is one the delegation knows (else an unlink
+/// of it would find nothing), in directory after directory.
+#[test]
+fn creates_made_while_a_grant_is_on_its_way_stay_known() {
+    let inst = delegating_instance("delegatedrace", 71);
+    let (a, _b) = delegating_nodes(&inst, 71);
+    for round in 0..30 {
+        let dir = a.path(&format!("d{round}"));
+        std::fs::create_dir(&dir).unwrap();
+        for i in 0..40 {
+            std::fs::File::create(dir.join(format!("f{i}"))).unwrap();
+        }
+        for i in 0..40 {
+            std::fs::remove_file(dir.join(format!("f{i}"))).unwrap_or_else(|e| panic!("round {round}: unlink f{i}: {e}"));
+        }
+        std::fs::remove_dir(&dir).unwrap();
+    }
+    assert!(delegations_granted(&inst) >= 10, "few grants: {}", delegations_granted(&inst));
+}

@@ -89,7 +89,10 @@ impl Client {
         let place_on = self.near_server().map(|server| server as u32);
         let granted = match self.call_home(dir, Delegate { dir, count, place_on }).await {
             Ok(granted) => granted,
-            Err(e) if e.code == ErrorCode::NotPermitted => return Ok(None),
+            Err(e) if e.code == ErrorCode::NotPermitted => {
+                tracing::debug!(dir = format!("{dir:#x}"), "no delegation: {e}");
+                return Ok(None);
+            }
             Err(e) => return Err(e),
         };
         // Nobody else may change the directory now: its listing stays exact.
@@ -109,10 +112,11 @@ impl Client {
     /// need nothing of the home); whatever it would ask the home (a publication, a truncation,
     /// an append) writes the delegation back first; a release with nothing asked before is
     /// logged ([`DelegatedDir::log_release`]), so a file created and closed costs no request.
-    pub fn file_made_under(&self, dir: &Arc<DelegatedDir>, attr: &Attr) -> File {
+    /// `write_behind`: its window, as [`File::set_write_behind`] sets it.
+    pub fn file_made_under(&self, dir: &Arc<DelegatedDir>, attr: &Attr, write_behind: u64) -> File {
         // A delegated directory has no retention policy or consumer group: writers there are
         // not held at the high-water mark (what the home would answer, asked).
-        File::new(self.clone(), attr, None).made_under(dir.clone(), false)
+        File::new(self.clone(), attr, None).made_under(dir.clone(), false, write_behind)
     }
 }
 

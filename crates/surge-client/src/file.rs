@@ -178,8 +178,9 @@ impl File {
     }
 
     /// A handle of a file made under delegation `dir`, whose writes are known to wait or not.
-    pub(crate) fn made_under(self, dir: std::sync::Arc<crate::DelegatedDir>, may_wait: bool) -> File {
+    pub(crate) fn made_under(mut self, dir: std::sync::Arc<crate::DelegatedDir>, may_wait: bool, write_behind: u64) -> File {
         let _ = self.may_wait.set(may_wait);
+        self.behind.get_mut().window = write_behind;
         self.writer.store(true, Ordering::Relaxed);
         *self.made_under.lock().unwrap() = Some(dir);
         self
@@ -679,26 +680,64 @@ impl File {
         Ok(out)
     }
 
-    async fn publish(&self, release: bool) -> Result<InodeFate> {
+    /// What a publication tells the home: the size and mtime due since the last one (taken:
+    /// the next says only what changes after it), and, with `release`, the handle's end.
+    fn commit(&self, release: bool) -> Commit {
         let dirty = self.dirty.swap(false, Ordering::Relaxed);
         let written = self.written_end.load(Ordering::Relaxed);
         let mtime_due = self.mtime_due.swap(false, Ordering::Relaxed);
         let wrote = self.writer.fetch_or(dirty, Ordering::Relaxed) || dirty;
-        let commit = Commit {
+        Commit {
             ino: self.ino,
             size: (dirty && written > 0).then_some(written),
             mtime: mtime_due.then(Timestamp::now),
             release,
             wrote: release && wrote,
-        };
+        }
+    }
+
+    /// Releases a handle made under a delegation that its home has not registered, by
+    /// logging its release there ([`crate::DelegatedDir::log_release`]): true when that was
+    /// done (the handle is released; nothing was due but what the log carries). False: the
+    /// handle is not such a one, or has writes or reports to wait for (call `release`).
+    pub fn release_logged(&self) -> bool {
+        let Some(dir) = self.made_under.lock().unwrap().clone() else { return false };
+        if !self.is_clean() {
+            return false;
+        }
+        let mut commit = self.commit(true);
+        if dir.log_release(self.ino, commit.clone()) {
+            *self.made_under.lock().unwrap() = None;
+            return true;
+        }
+        // Registered at a write-back meanwhile: what was taken is due again.
+        commit.release = false;
+        self.restore(&commit);
+        false
+    }
+
+    /// Puts back what `commit` took (it was not sent).
+    fn restore(&self, commit: &Commit) {
+        if commit.size.is_some() {
+            self.dirty.store(true, Ordering::Relaxed);
+        }
+        if commit.mtime.is_some() {
+            self.mtime_due.store(true, Ordering::Relaxed);
+        }
+    }
+
+    async fn publish(&self, release: bool) -> Result<InodeFate> {
         let made_under = self.made_under.lock().unwrap().clone();
         if let Some(dir) = made_under.filter(|_| release) {
+            let commit = self.commit(true);
             if dir.log_release(self.ino, commit.clone()) {
                 *self.made_under.lock().unwrap() = None;
                 return Ok(InodeFate { purge: false, size: self.size(), ticket: None, published: None });
             }
+            self.restore(&commit);
         }
         self.known_at_home().await?;
+        let commit = self.commit(release);
         let fate = self.client.call_home(self.ino, commit).await?;
         if fate.published.is_some() {
             *self.publication.lock().unwrap() = fate.published;

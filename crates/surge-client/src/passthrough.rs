@@ -57,15 +57,30 @@ impl File {
     /// answers the data file to hand to the kernel. None otherwise (the handle stays on the
     /// request path).
     pub async fn begin_passthrough(&self) -> Option<Arc<StdFile>> {
+        let server = self.passthrough_server()?;
+        let conn = self.client().connection(server).await.ok()?;
+        self.begin_passthrough_on(server, &conn)
+    }
+
+    /// [`File::begin_passthrough`] without waiting: None also when the connection to the
+    /// data file's server is not open yet.
+    pub fn begin_passthrough_now(&self) -> Option<Arc<StdFile>> {
+        let server = self.passthrough_server()?;
+        let conn = self.client().connection_now(server)?;
+        self.begin_passthrough_on(server, &conn)
+    }
+
+    /// The server whose data file could be passed through: the one holding every chunk.
+    fn passthrough_server(&self) -> Option<usize> {
         let client = self.client();
         if !client.options().local_io {
             return None;
         }
         let server = client.layout().sole_server(self.ino())?;
-        if client.refused_lately(server, AFTER_REFUSAL) {
-            return None;
-        }
-        let conn = client.connection(server).await.ok()?;
+        (!client.refused_lately(server, AFTER_REFUSAL)).then_some(server)
+    }
+
+    fn begin_passthrough_on(&self, server: usize, conn: &crate::conn::Connection) -> Option<Arc<StdFile>> {
         if !conn.local_writes() {
             return None; // The kernel's writes would not reach the share's mirror.
         }

@@ -120,8 +120,12 @@ impl SurgeFs {
         }
         if !IN_RUNTIME.get() {
             // Kept for the thread's life: its guard is never dropped, so the thread stays in
-            // the runtime's context whatever runs on it later.
-            std::mem::forget(self.ops.runtime().enter());
+            // the runtime's context whatever runs on it later. Not on the runtime's own
+            // threads, which are in it already: a guard forgotten there outlives the
+            // worker's own, and the runtime's shutdown panics on the order.
+            if tokio::runtime::Handle::try_current().is_err() {
+                std::mem::forget(self.ops.runtime().enter());
+            }
             IN_RUNTIME.set(true);
         }
         &self.ops
@@ -336,6 +340,9 @@ impl Filesystem for SurgeFs {
 
     fn unlink(&self, _req: &KernelCaller, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
+        if let Some(result) = self.ops().unlink_now(parent, &name) {
+            return empty(reply)(result);
+        }
         self.answer(self.ops().unlink(parent, name), empty(reply));
     }
 
@@ -401,6 +408,9 @@ impl Filesystem for SurgeFs {
 
     fn release(&self, _req: &KernelCaller, ino: u64, fh: u64, reply: ReplyEmpty) {
         self.backings.released(ino, fh);
+        if let Some(result) = self.ops().release_now(ino, fh) {
+            return empty(reply)(result);
+        }
         self.answer(self.ops().release(ino, fh), empty(reply));
     }
 
@@ -505,7 +515,7 @@ impl Filesystem for SurgeFs {
     fn create(&self, req: &KernelCaller, parent: u64, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
         let name = name_or_reply!(name, reply);
         let (ttl, blksize, backings) = (self.ops().ttl(), self.ops().blksize(), self.backings.clone());
-        self.answer(self.ops().create(parent, name, mode, umask, flags, caller(req)), move |result| {
+        let answer = move |result: Result<(Attr, Opened)>| {
             let (attr, Opened { fh, backing, keep_cache }) = match result {
                 Ok(created) => created,
                 Err(e) => return reply.error(errno(&e)),
@@ -515,6 +525,10 @@ impl Filesystem for SurgeFs {
                 Some(id) => reply.created_passthrough(ttl, &attr, 0, fh, open_flags, &id),
                 None => reply.created(ttl, &attr, 0, fh, open_flags),
             }
-        });
+        };
+        if let Some(result) = self.ops().create_now(parent, &name, mode, umask, flags, caller(req)) {
+            return answer(result);
+        }
+        self.answer(self.ops().create(parent, name, mode, umask, flags, caller(req)), answer);
     }
 }

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use surge_client::{Client, DelegatedDir, Result};
+use surge_client::{Client, DelegatedDir, Named, Result};
 use tokio::runtime::Handle;
 
 /// Creates and unlinks in a directory before the mount asks for it: a directory used once
@@ -44,11 +44,20 @@ struct State {
     /// Creates and unlinks per directory since it was last asked for or given back.
     steps: HashMap<u64, u32>,
     refusals: HashMap<u64, u32>,
-    /// Asked for, no answer yet; with whether the home recalled it meanwhile (the recall can
-    /// overtake the grant's answer).
-    asking: HashMap<u64, bool>,
+    /// Asked for, no answer yet.
+    asking: HashMap<u64, Asking>,
     /// Being given back: asked for again only once that is done.
     returning: HashSet<u64>,
+}
+
+/// A directory asked for, while the answer is on its way.
+#[derive(Default)]
+struct Asking {
+    /// The home recalled it meanwhile (the recall can overtake the grant's answer).
+    recalled: bool,
+    /// This mount's own changes to names in it meanwhile, in order: the listing that comes
+    /// with the grant may have been taken before or after each.
+    changes: Vec<(String, Option<Named>)>,
 }
 
 impl Delegations {
@@ -79,7 +88,7 @@ impl Delegations {
             return;
         }
         st.steps.remove(&dir);
-        st.asking.insert(dir, false);
+        st.asking.insert(dir, Asking::default());
         drop(st);
         let delegations = self.clone();
         self.runtime.spawn(async move { delegations.ask(dir).await });
@@ -95,9 +104,15 @@ impl Delegations {
             Err(e) => Err(e),
         };
         let mut st = self.state.lock().unwrap();
-        let recalled = st.asking.remove(&dir).unwrap_or(false);
+        let asking = st.asking.remove(&dir).unwrap_or_default();
+        let recalled = asking.recalled;
         match granted {
             Ok(Some(delegated)) => {
+                // Replayed over the grant's listing: each says what its name is after it, so
+                // the last word on every name is the mount's latest change.
+                for (name, now) in asking.changes {
+                    delegated.learned(&name, now);
+                }
                 let delegated = Arc::new(delegated);
                 st.refusals.remove(&dir);
                 st.held.insert(dir, delegated.clone());
@@ -118,12 +133,30 @@ impl Delegations {
 
     /// The home recalls `dir` (another client names it): give it back at once.
     pub(crate) fn recall(&self, dir: u64) {
-        let mut st = self.state.lock().unwrap();
-        if let Some(recalled) = st.asking.get_mut(&dir) {
-            *recalled = true;
+        if let Some(asking) = self.state.lock().unwrap().asking.get_mut(&dir) {
+            asking.recalled = true;
         }
-        drop(st);
         self.give_back(dir);
+    }
+
+    /// This mount changed `dir/name` the ordinary way (after a write-back): `now` is what the
+    /// name names after it (None: nothing), or the outcome is not known (`Err`). A delegation
+    /// of `dir`, held or on its way, learns it; one that cannot is given back.
+    pub(crate) fn changed(&self, dir: u64, name: &str, now: std::result::Result<Option<Named>, ()>) {
+        let mut st = self.state.lock().unwrap();
+        if let Some(asking) = st.asking.get_mut(&dir) {
+            match now {
+                Ok(now) => asking.changes.push((name.to_string(), now)),
+                Err(()) => asking.recalled = true,
+            }
+            return;
+        }
+        let Some(delegated) = st.held.get(&dir).cloned() else { return };
+        drop(st);
+        match now {
+            Ok(now) => delegated.learned(name, now),
+            Err(()) => self.give_back(dir),
+        }
     }
 
     /// Gives `dir` back (its log written back first), in the background; it stays listed

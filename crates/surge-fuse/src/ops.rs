@@ -125,15 +125,35 @@ impl Ops {
     /// Hands `f`'s data file to the kernel when every chunk is on this node's server (not for
     /// O_APPEND: appends go through the file's server, which orders them across nodes).
     async fn passthrough_for(self: &Arc<Self>, f: &File, flags: i32) -> Option<Arc<std::fs::File>> {
-        if !self.passthrough.load(Ordering::Relaxed) || flags & libc::O_APPEND != 0 {
+        if !self.may_pass_through(flags) {
             return None;
         }
         let backing = f.begin_passthrough().await?;
+        self.guard_passthrough_room();
+        Some(backing)
+    }
+
+    /// [`Ops::passthrough_for`] without waiting (none when the data file's server is not
+    /// connected yet).
+    fn passthrough_now(self: &Arc<Self>, f: &File, flags: i32) -> Option<Arc<std::fs::File>> {
+        if !self.may_pass_through(flags) {
+            return None;
+        }
+        let backing = f.begin_passthrough_now()?;
+        self.guard_passthrough_room();
+        Some(backing)
+    }
+
+    fn may_pass_through(&self, flags: i32) -> bool {
+        self.passthrough.load(Ordering::Relaxed) && flags & libc::O_APPEND == 0
+    }
+
+    /// Starts the task keeping room set aside for passthrough handles, unless it runs.
+    fn guard_passthrough_room(self: &Arc<Self>) {
         if !self.passthrough_guard.swap(true, Ordering::Relaxed) {
             let ops = Arc::downgrade(self);
             self.runtime.spawn(keep_passthrough_room(ops));
         }
-        Some(backing)
     }
 
     /// The runtime requests are answered on.
@@ -375,16 +395,24 @@ impl Ops {
         }
     }
 
-    /// Answered at once in a directory held under a delegation (not for a subdirectory).
+    /// An unlink answered on the spot: in a directory held under a delegation, of a name that
+    /// is not a directory (see [`crate::delegations`]).
+    pub fn unlink_now(&self, parent: u64, name: &str) -> Option<Result<()>> {
+        let delegated = self.delegations.held(parent)?;
+        match delegated.unlink(name) {
+            Ok(true) => {
+                self.kernel.listings.named(parent, name, Some(false));
+                Some(Ok(()))
+            }
+            Ok(false) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// An unlink [`Ops::unlink_now`] did not answer.
     pub fn unlink(self: &Arc<Self>, parent: u64, name: String) -> impl Future<Output = Result<()>> + Send + 'static {
         let ops = self.clone();
         async move {
-            if let Some(delegated) = ops.delegations.held(parent) {
-                if delegated.unlink(&name)? {
-                    ops.kernel.listings.named(parent, &name, Some(false));
-                    return Ok(());
-                }
-            }
             let removed = ops.changed_name(parent, &name, None, ops.client.unlink_at(parent, &name)).await;
             if removed.is_ok() {
                 ops.delegations.stepped_in(parent, ops.kernel.listings.knows(parent));
@@ -412,13 +440,7 @@ impl Ops {
         self.delegations.settle().await?;
         let result = change.await;
         self.kernel.listings.named(parent, name, outcome(&result, now.is_some()));
-        if let Some(delegated) = self.delegations.held(parent) {
-            match &result {
-                Ok(_) => delegated.learned(name, now),
-                // What the name names now is not known: ask no more of the delegation.
-                Err(_) => self.delegations.give_back(parent),
-            }
-        }
+        self.delegations.changed(parent, name, result.as_ref().map(|_| now).map_err(|_| ()));
         result
     }
 
@@ -476,12 +498,7 @@ impl Ops {
             // What moved is not known here (a file or a directory): a held directory answers
             // no unlink of the names involved without asking.
             for (dir, name, stays) in [(parent, &name, exchange), (newparent, &newname, true)] {
-                if let Some(delegated) = ops.delegations.held(dir) {
-                    match result {
-                        Ok(()) => delegated.learned(name, stays.then_some(Named::Other)),
-                        Err(_) => ops.delegations.give_back(dir),
-                    }
-                }
+                ops.delegations.changed(dir, name, result.as_ref().map(|_| stays.then_some(Named::Other)).map_err(|_| ()));
             }
             result
         }
@@ -537,8 +554,38 @@ impl Ops {
         }
     }
 
-    /// Creates (and opens) a file; answers its attributes and the new handle. In a directory
-    /// held under a delegation, answered at once (no request: see [`crate::delegations`]).
+    /// A create answered on the spot: in a directory held under a delegation (no request:
+    /// see [`crate::delegations`]). None: it takes [`Ops::create`].
+    pub fn create_now(
+        self: &Arc<Self>,
+        parent: u64,
+        name: &str,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        caller: Caller,
+    ) -> Option<Result<(Attr, Opened)>> {
+        let delegated = self.delegations.held(parent)?;
+        match delegated.create(name, mode & 0o7777, umask, caller.uid, caller.gid) {
+            Ok(Some(attr)) => {
+                self.kernel.listings.named(parent, name, Some(true));
+                let f = self.client.file_made_under(&delegated, &attr, self.client.stream_window());
+                let backing = self.passthrough_now(&f, flags);
+                Some(Ok((self.told(attr), self.register(f, flags, backing))))
+            }
+            Ok(None) => {
+                // Ended, or its numbers are used up: given back, asked for again later.
+                self.delegations.give_back(parent);
+                None
+            }
+            // An existing file, opened the ordinary way.
+            Err(e) if e.code == ErrorCode::Exists && flags & libc::O_EXCL == 0 => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// Creates (and opens) a file, where [`Ops::create_now`] did not; answers its attributes
+    /// and the new handle.
     pub fn create(
         self: &Arc<Self>,
         parent: u64,
@@ -550,22 +597,6 @@ impl Ops {
     ) -> impl Future<Output = Result<(Attr, Opened)>> + Send + 'static {
         let ops = self.clone();
         async move {
-            if let Some(delegated) = ops.delegations.held(parent) {
-                match delegated.create(&name, mode & 0o7777, umask, caller.uid, caller.gid) {
-                    Ok(Some(attr)) => {
-                        ops.kernel.listings.named(parent, &name, Some(true));
-                        let f = ops.client.file_made_under(&delegated, &attr);
-                        f.set_write_behind(ops.client.stream_window()).await?;
-                        let backing = ops.passthrough_for(&f, flags).await;
-                        return Ok((ops.told(attr), ops.register(f, flags, backing)));
-                    }
-                    // Ended, or its numbers are used up: given back, asked for again later.
-                    Ok(None) => ops.delegations.give_back(parent),
-                    // An existing file, opened the ordinary way.
-                    Err(e) if e.code == ErrorCode::Exists && flags & libc::O_EXCL == 0 => {}
-                    Err(e) => return Err(e),
-                }
-            }
             let client = ops.client.as_user(caller.uid, caller.gid);
             let created = async {
                 let f = client.create_at_with_umask(parent, &name, mode & 0o7777, umask, flags & libc::O_EXCL != 0).await?;
@@ -690,6 +721,21 @@ impl Ops {
             ops.published(&f, &outcome);
             outcome
         }
+    }
+
+    /// A release answered on the spot: a clean handle of a file made under a delegation
+    /// whose home has not heard of it yet (its release goes into the delegation's log).
+    pub fn release_now(&self, ino: u64, fh: u64) -> Option<Result<()>> {
+        let f = self.files.lock().unwrap().get(fh)?;
+        if !f.file.release_logged() {
+            return None;
+        }
+        // Never registered at the home: no lock was taken through it (a lock request writes
+        // the delegation back first), so there are none to give back.
+        self.lock_owners.closed(ino, fh);
+        self.kernel.wrote(ino, f.file.size());
+        self.files.lock().unwrap().remove(fh);
+        Some(Ok(()))
     }
 
     pub fn release(self: &Arc<Self>, ino: u64, fh: u64) -> impl Future<Output = Result<()>> + Send + 'static {
