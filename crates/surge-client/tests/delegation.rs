@@ -235,3 +235,62 @@ async fn a_holders_creates_and_unlinks_reach_the_home_in_order_at_the_recall() {
     assert_eq!(b.lookup(dir, "file.01").await.unwrap().size, 4);
     fx.stop().await;
 }
+
+/// Handles of files made under a delegation (step 3's `File`): the home hears of such a file
+/// only when a handle needs it to — a flush of written data writes the delegation back first
+/// and registers the still-open handle; a clean release is logged behind the create — and it
+/// counts each open exactly once, so an unlink from elsewhere removes every file at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handles_made_under_a_delegation_reach_the_home_only_when_they_must() {
+    let fx = Fixture::new("handles").await;
+    let (a, a_notices) = fx.watching();
+    let b = fx.client();
+    let dir = a.mkdir_at(ROOT_INO, "out", 0o755).await.unwrap().ino;
+    let held = Arc::new(a.delegate(dir, 64).await.unwrap().expect("granted"));
+    let made = |name: &str| held.create(name, 0o644, 0o022, 0, 0).unwrap().expect("answered here");
+
+    let empty = a.file_made_under(&held, &made("empty"), 0);
+    assert!(empty.release_logged(), "a clean handle's release goes into the log");
+    assert_eq!(held.pending(), 2, "its create and its release, nothing sent");
+
+    let written = made("written");
+    let f = a.file_made_under(&held, &written, 1 << 20);
+    f.pwrite(0, b"data").await.unwrap();
+    assert_eq!(held.pending(), 3, "a write needs only the data servers");
+    f.flush().await.unwrap();
+    assert_eq!(held.pending(), 0, "the flush wrote the delegation back before publishing");
+    assert!(!f.release_logged(), "registered at the write-back: released the ordinary way");
+    let second = a.open_ino(written.ino).await.unwrap();
+    f.release().await.unwrap();
+
+    let scratch = made("scratch");
+    let s = a.file_made_under(&held, &scratch, 0);
+    assert!(held.unlink("scratch").unwrap());
+    s.pwrite(0, b"gone soon").await.unwrap();
+    assert_eq!(s.pread(0, 9).await.unwrap(), b"gone soon", "unlinked here, still open");
+    held.write_back().await.unwrap();
+    assert_eq!(a.getattr(scratch.ino).await.unwrap().nlink, 0, "kept for its open handle");
+    s.release().await.unwrap();
+
+    let holder = held.clone();
+    let answering = a_notices.on_recall(async move { holder.give_back().await.unwrap() });
+    let names: Vec<String> = b.readdir_ino(dir).await.unwrap().into_iter().map(|e| e.name).collect();
+    answering.await.unwrap();
+    assert_eq!(names, vec!["empty".to_string(), "written".to_string()]);
+    assert_eq!(b.lookup(dir, "written").await.unwrap().size, 4);
+    let reopened = b.open_ino(written.ino).await.unwrap();
+    assert_eq!(reopened.pread(0, 4).await.unwrap(), b"data");
+    reopened.close().await.unwrap();
+    assert_eq!(b.getattr(scratch.ino).await.unwrap_err().code, ErrorCode::NotFound, "the last close removed it");
+    // The home counted the made-under handle's open and the second one: the first's release
+    // left the second's, which keeps the file after an unlink until it closes.
+    b.unlink_at(dir, "written").await.unwrap();
+    assert_eq!(second.pread(0, 4).await.unwrap(), b"data", "an open handle keeps an unlinked file");
+    second.close().await.unwrap();
+    assert_eq!(b.getattr(written.ino).await.unwrap_err().code, ErrorCode::NotFound, "its last close removed it");
+    // No open was counted twice (or left behind): an unlink removes a closed file at once.
+    let ino = b.lookup(dir, "empty").await.unwrap().ino;
+    b.unlink_at(dir, "empty").await.unwrap();
+    assert_eq!(b.getattr(ino).await.unwrap_err().code, ErrorCode::NotFound, "outlived its unlink");
+    fx.stop().await;
+}

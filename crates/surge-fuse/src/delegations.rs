@@ -11,15 +11,15 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use surge_client::{Client, DelegatedDir, Named, Result};
 use tokio::runtime::Handle;
 
 /// Creates and unlinks in a directory before the mount asks for it: a directory used once
 /// (a file dropped into a shared one) is not worth the grant and its listing.
-const ASK_AFTER: u32 = 4;
+const ASK_AFTER: u32 = 16;
 /// After each refusal a directory is asked for only after twice as many (up to this shift).
 const MAX_BACKOFF: u32 = 10;
 /// Inode numbers asked for with a delegation (creates answered before it must be renewed).
@@ -29,6 +29,9 @@ const NUMBERS: u32 = 4096;
 const WRITE_BACK_EVERY: Duration = Duration::from_millis(10);
 /// Delegations held at once: every request that may name one waits for its write-backs.
 const MAX_HELD: usize = 64;
+/// A delegation with no step for this long is given back: the directory's burst is over
+/// (and one removed, or forgotten by the kernel, is given back at once).
+const IDLE_FOR: Duration = Duration::from_secs(2);
 
 pub(crate) struct Delegations {
     client: Client,
@@ -118,7 +121,7 @@ impl Delegations {
                 st.held.insert(dir, delegated.clone());
                 drop(st);
                 tracing::debug!(dir = format!("{dir:#x}"), "delegated");
-                self.runtime.spawn(write_back_while_held(delegated));
+                self.runtime.spawn(write_back_while_held(Arc::downgrade(&self), dir, delegated));
                 if recalled {
                     self.give_back(dir);
                 }
@@ -179,6 +182,14 @@ impl Delegations {
         });
     }
 
+    /// The kernel forgot inode `ino` (a directory removed, or one it has not used for long):
+    /// a delegation of it is given back.
+    pub(crate) fn forgotten(&self, ino: u64) {
+        if self.state.lock().unwrap().held.contains_key(&ino) {
+            self.give_back(ino);
+        }
+    }
+
     /// Waits until every step answered under a delegation before the call is applied at the
     /// directory's home: what a request about anything else must see (a lookup, a listing, an
     /// open, attributes, another namespace change). Costs nothing while no write-back is due.
@@ -201,16 +212,23 @@ impl Delegations {
     }
 }
 
-/// Writes `delegated`'s log back every few milliseconds while it has steps, until it ends.
-async fn write_back_while_held(delegated: Arc<DelegatedDir>) {
+/// Writes `delegated`'s log back every few milliseconds while it has steps, until it ends;
+/// gives it back once it has been idle for [`IDLE_FOR`].
+async fn write_back_while_held(delegations: Weak<Delegations>, dir: u64, delegated: Arc<DelegatedDir>) {
     let mut tick = tokio::time::interval(WRITE_BACK_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_step = Instant::now();
     while delegated.is_held() {
         tick.tick().await;
         if delegated.pending() > 0 {
+            last_step = Instant::now();
             // A refusal ends the delegation and is logged there; the files it concerned report
             // it when their handles next ask their home.
             let _ = delegated.write_back().await;
+        } else if last_step.elapsed() >= IDLE_FOR {
+            let Some(delegations) = delegations.upgrade() else { return };
+            delegations.give_back(dir);
+            last_step = Instant::now();
         }
     }
 }

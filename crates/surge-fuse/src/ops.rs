@@ -246,6 +246,7 @@ impl Ops {
     /// The kernel evicted the inode: it holds nothing of it any more.
     pub fn forget(&self, ino: u64) {
         self.kernel.forgotten(ino);
+        self.delegations.forgotten(ino);
     }
 
     /// A lookup answered without a round trip: a name missing from a directory whose every
