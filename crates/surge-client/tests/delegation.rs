@@ -27,11 +27,11 @@ impl Notices {
         self.0.lock().unwrap().iter().filter_map(|n| if let Notice::Recall { dir } = n { Some(*dir) } else { None }).collect()
     }
 
-    /// Runs `answer` (the holder's side) once a recall has come.
+    /// Runs `answer` (the holder's side) once the next recall has come.
     fn on_recall(self: &Arc<Self>, answer: impl std::future::Future<Output = ()> + Send + 'static) -> tokio::task::JoinHandle<()> {
-        let notices = self.clone();
+        let (notices, seen) = (self.clone(), self.recalls().len());
         tokio::spawn(async move {
-            while notices.recalls().is_empty() {
+            while notices.recalls().len() == seen {
                 tokio::time::sleep(Duration::from_micros(200)).await;
             }
             answer.await;
@@ -292,5 +292,36 @@ async fn handles_made_under_a_delegation_reach_the_home_only_when_they_must() {
     let ino = b.lookup(dir, "empty").await.unwrap().ino;
     b.unlink_at(dir, "empty").await.unwrap();
     assert_eq!(b.getattr(ino).await.unwrap_err().code, ErrorCode::NotFound, "outlived its unlink");
+    fx.stop().await;
+}
+
+/// Another client's rmdir of a delegated directory (named by its parent and name, not its
+/// number) recalls it first: the holder's creates, not yet written back, keep it from being
+/// removed as empty. So does a rename onto it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_rmdir_elsewhere_recalls_the_directory_and_finds_the_holders_files() {
+    let fx = Fixture::new("rmdir").await;
+    let (a, a_notices) = fx.watching();
+    let b = fx.client();
+    let dir = a.mkdir_at(ROOT_INO, "busy", 0o755).await.unwrap().ino;
+    b.mkdir_at(ROOT_INO, "other", 0o755).await.unwrap();
+    let held = Arc::new(a.delegate(dir, 8).await.unwrap().expect("granted"));
+    held.create("made", 0o644, 0o022, 0, 0).unwrap().expect("answered here");
+    let holder = held.clone();
+    let answering = a_notices.on_recall(async move { holder.give_back().await.unwrap() });
+    let refused = b.rmdir_at(ROOT_INO, "busy").await.unwrap_err();
+    assert_eq!(refused.code, ErrorCode::NotEmpty, "{refused}");
+    answering.await.unwrap();
+    assert_eq!(b.lookup(dir, "made").await.unwrap().kind, surge_client::surge_proto::FileKind::File);
+
+    let again = Arc::new(a.delegate(dir, 8).await.unwrap().expect("granted again"));
+    assert!(again.unlink("made").unwrap());
+    let holder = again.clone();
+    let answering = a_notices.on_recall(async move { holder.give_back().await.unwrap() });
+    // The unlink was not written back either: the rename onto the directory must not see it
+    // empty before the recall, and may replace it after.
+    b.rename_at(ROOT_INO, "other", ROOT_INO, "busy", false).await.expect("replaces the emptied directory");
+    answering.await.unwrap();
+    assert_eq!(a_notices.recalls(), vec![dir, dir], "the rename recalled the directory it replaced");
     fx.stop().await;
 }

@@ -172,6 +172,18 @@ impl State {
     }
 }
 
+/// The entry a step removes or replaces by name when it may be a directory (an rmdir, a
+/// rename onto an empty directory), which [`named`] cannot give without a lookup: the guard
+/// must meet that directory too, or its holder's creates not yet written back would let it
+/// be removed as empty.
+pub(crate) fn removed_by_name(request: &NamespaceRequest) -> Option<(Ino, &str)> {
+    match request {
+        NamespaceRequest::Rmdir(s) => Some((s.parent, &s.name)),
+        NamespaceRequest::Rename(s) if !s.noreplace => Some((s.dst_parent, &s.dst_name)),
+        _ => None,
+    }
+}
+
 /// The directories and inodes a namespace step reads or changes, for the guard. Exhaustive on
 /// purpose: a new step must say what it names.
 pub(crate) fn named(request: &NamespaceRequest) -> Vec<Ino> {

@@ -126,7 +126,12 @@ pub(crate) trait Step: Call {
 impl Session {
     pub(super) fn namespace(&mut self, request: NamespaceRequest) -> Answer {
         if self.shared.delegations.any() {
-            let named = crate::delegation::named(&request);
+            let mut named = crate::delegation::named(&request);
+            if let Some((parent, name)) = crate::delegation::removed_by_name(&request) {
+                if let Ok(entry) = self.shared.meta.lock_or_recover().lookup(parent, name) {
+                    named.push(entry.ino);
+                }
+            }
             if let Err(e) = self.shared.delegations.guard(self.watcher, &named, false, &self.shared.watchers) {
                 return Answer::Failure(e);
             }
