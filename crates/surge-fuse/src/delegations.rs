@@ -203,9 +203,15 @@ impl Delegations {
 
     /// Gives every delegation back and waits for it (the mount is going away).
     pub(crate) async fn give_all_back(&self) {
-        let held: Vec<(u64, Arc<DelegatedDir>)> = self.state.lock().unwrap().held.drain().collect();
+        let (held, returning): (Vec<(u64, Arc<DelegatedDir>)>, HashSet<u64>) = {
+            let mut st = self.state.lock().unwrap();
+            (st.held.drain().collect(), std::mem::take(&mut st.returning))
+        };
         for (dir, delegated) in held {
-            if let Err(e) = delegated.give_back().await {
+            // One on its way back already: wait for its write-back (its connection's end
+            // frees it at the home if its `GiveBack` does not get there first).
+            let outcome = if returning.contains(&dir) { delegated.write_back().await } else { delegated.give_back().await };
+            if let Err(e) = outcome {
                 tracing::warn!(dir = format!("{dir:#x}"), "a delegation was not given back cleanly: {e}");
             }
         }
