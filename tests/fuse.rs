@@ -1290,3 +1290,35 @@ fn creates_made_while_a_grant_is_on_its_way_stay_known() {
     }
     assert!(delegations_granted(&inst) >= 10, "few grants: {}", delegations_granted(&inst));
 }
+
+/// In a directory held under a delegation, new files are handed to the kernel as data files
+/// (passthrough) only once files made there turned out to be written at length: a create
+/// of an empty file (mdtest) skips the data file's creation and backing id, and a directory
+/// of checkpoints gets passthrough from its next file on.
+#[test]
+fn a_delegated_directory_passes_files_through_once_its_files_are_written_at_length() {
+    let inst = Instance::up("delegatedpt", &["--capacity", "1G", "--hosts", "127.0.5.81"]);
+    let a = inst.mount_with("a", "127.0.5.81", &[("SURGE_LOG", "warn,surge_fuse::delegations=debug")]);
+    let b = inst.mount("b", "127.0.5.85");
+    std::fs::create_dir(a.path("ckpt")).unwrap();
+    for i in 0..20 {
+        std::fs::write(a.path(&format!("ckpt/empty{i:02}")), b"").unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while delegations_granted(&inst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no delegation granted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let daemon = daemon_of(&a);
+    let (first, second) = (surge_tests::pattern(81, 8 << 20), surge_tests::pattern(82, 32 << 20));
+    let before = bytes_through(daemon);
+    std::fs::write(a.path("ckpt/first"), &first).unwrap();
+    let through = bytes_through(daemon) - before;
+    assert!(through >= 8 << 20, "the first file of the directory went through the daemon ({through} bytes)");
+    let before = bytes_through(daemon);
+    std::fs::write(a.path("ckpt/second"), &second).unwrap();
+    let through = bytes_through(daemon) - before;
+    assert!(through < 4 << 20, "the daemon moved {through} bytes of the second file: not passed through");
+    assert!(std::fs::read(b.path("ckpt/first")).unwrap() == first);
+    assert!(std::fs::read(b.path("ckpt/second")).unwrap() == second);
+}

@@ -51,6 +51,9 @@ struct State {
     asking: HashMap<u64, Asking>,
     /// Being given back: asked for again only once that is done.
     returning: HashSet<u64>,
+    /// Directories whose files made under a delegation were written at length: their next
+    /// creates are passed through to data files (see `Ops::create_now`).
+    written_at_length: HashSet<u64>,
 }
 
 /// A directory asked for, while the answer is on its way.
@@ -132,6 +135,16 @@ impl Delegations {
                 st.refusals.entry(dir).and_modify(|n| *n = (*n + 1).min(MAX_BACKOFF)).or_insert(1);
             }
         }
+    }
+
+    /// Whether files made in `dir` under a delegation have been written at length.
+    pub(crate) fn writes_at_length(&self, dir: u64) -> bool {
+        self.state.lock().unwrap().written_at_length.contains(&dir)
+    }
+
+    /// A file made in `dir` under a delegation was written at length.
+    pub(crate) fn written_at_length(&self, dir: u64) {
+        self.state.lock().unwrap().written_at_length.insert(dir);
     }
 
     /// The home recalls `dir` (another client names it): give it back at once.

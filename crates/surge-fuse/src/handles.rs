@@ -15,6 +15,9 @@ pub(crate) struct OpenFile {
     /// Its reads and writes go through the kernel's page cache (not passed through to a
     /// data file, not O_APPEND's direct I/O): see [`crate::kernel::KernelCache::open_pages`].
     pub paged: bool,
+    /// Created in this directory under a delegation without passthrough: its large writes
+    /// tell the directory's next creates to pass through (see [`crate::delegations`]).
+    pub made_in: Option<u64>,
 }
 
 /// The open handles, by handle and by inode: every read and write asks for the other handles

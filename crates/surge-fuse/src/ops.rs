@@ -77,6 +77,9 @@ pub struct Opened {
     pub keep_cache: bool,
 }
 
+/// A file written this far is worth passing through (see [`Ops::create_now`]).
+const PASSTHROUGH_WORTH: u64 = 1 << 20;
+
 /// How often the capacity set aside for passthrough handles is checked: what a writer can
 /// outgrow it by is what it writes in this time.
 const PASSTHROUGH_GUARD_PERIOD: Duration = Duration::from_millis(10);
@@ -192,6 +195,11 @@ impl Ops {
     /// Registers `file` under a new handle, opened with `flags` and passed through to
     /// `backing` or not; says whether the kernel may keep its cached pages of the file.
     fn register(&self, file: File, flags: i32, backing: Option<Arc<std::fs::File>>) -> Opened {
+        self.register_made_in(file, flags, backing, None)
+    }
+
+    /// [`Ops::register`] for a file made in directory `made_in` under its delegation.
+    fn register_made_in(&self, file: File, flags: i32, backing: Option<Arc<std::fs::File>>, made_in: Option<u64>) -> Opened {
         let fh = self.handle();
         let ino = file.ino();
         let paged = backing.is_none() && flags & libc::O_APPEND == 0;
@@ -206,7 +214,8 @@ impl Ops {
             false
         };
         let chunks = ChunkCache::new(self.client.chunk_size(), self.client.stream_window(), self.budget.clone());
-        self.files.lock().unwrap().insert(fh, Arc::new(OpenFile { file: Arc::new(file), chunks, paged }));
+        let made_in = made_in.filter(|_| backing.is_none());
+        self.files.lock().unwrap().insert(fh, Arc::new(OpenFile { file: Arc::new(file), chunks, paged, made_in }));
         Opened { fh, backing, keep_cache }
     }
 
@@ -571,8 +580,11 @@ impl Ops {
             Ok(Some(attr)) => {
                 self.kernel.listings.named(parent, name, Some(true));
                 let f = self.client.file_made_under(&delegated, &attr, self.client.stream_window());
-                let backing = self.passthrough_now(&f, flags);
-                Some(Ok((self.told(attr), self.register(f, flags, backing))))
+                // Handing the kernel a data file costs a create + close about a third more
+                // (the data file made, its backing id opened and closed): only once files made
+                // in this directory turned out to be written at length.
+                let backing = self.delegations.writes_at_length(parent).then(|| self.passthrough_now(&f, flags)).flatten();
+                Some(Ok((self.told(attr), self.register_made_in(f, flags, backing, Some(parent)))))
             }
             Ok(None) => {
                 // Ended, or its numbers are used up: given back, asked for again later.
@@ -680,6 +692,9 @@ impl Ops {
             Ok(f) => f,
             Err(e) => return done(Err(e)),
         };
+        if let Some(dir) = f.made_in.filter(|_| offset + data.len() as u64 >= PASSTHROUGH_WORTH) {
+            self.delegations.written_at_length(dir);
+        }
         // Cached chunks may hold what this write replaces, for this and every other reader here.
         f.chunks.clear();
         for other in siblings(&self.files, fh, ino) {
