@@ -701,40 +701,33 @@ impl File {
     /// done (the handle is released; nothing was due but what the log carries). False: the
     /// handle is not such a one, or has writes or reports to wait for (call `release`).
     pub fn release_logged(&self) -> bool {
+        // The cheap test first: every release of the mount asks.
+        self.made_under.lock().unwrap().is_some() && self.is_clean() && self.log_release()
+    }
+
+    /// Logs this handle's release, with what it publishes, in the delegation its file was
+    /// made under, if the home has not registered it: true when done. Otherwise what the
+    /// release took is due again.
+    fn log_release(&self) -> bool {
         let Some(dir) = self.made_under.lock().unwrap().clone() else { return false };
-        if !self.is_clean() {
-            return false;
-        }
-        let mut commit = self.commit(true);
+        let commit = self.commit(true);
         if dir.log_release(self.ino, commit.clone()) {
             *self.made_under.lock().unwrap() = None;
             return true;
         }
-        // Registered at a write-back meanwhile: what was taken is due again.
-        commit.release = false;
-        self.restore(&commit);
-        false
-    }
-
-    /// Puts back what `commit` took (it was not sent).
-    fn restore(&self, commit: &Commit) {
+        // Registered at a write-back meanwhile: put back what the commit took.
         if commit.size.is_some() {
             self.dirty.store(true, Ordering::Relaxed);
         }
         if commit.mtime.is_some() {
             self.mtime_due.store(true, Ordering::Relaxed);
         }
+        false
     }
 
     async fn publish(&self, release: bool) -> Result<InodeFate> {
-        let made_under = self.made_under.lock().unwrap().clone();
-        if let Some(dir) = made_under.filter(|_| release) {
-            let commit = self.commit(true);
-            if dir.log_release(self.ino, commit.clone()) {
-                *self.made_under.lock().unwrap() = None;
-                return Ok(InodeFate { purge: false, size: self.size(), ticket: None, published: None });
-            }
-            self.restore(&commit);
+        if release && self.log_release() {
+            return Ok(InodeFate { purge: false, size: self.size(), ticket: None, published: None });
         }
         self.known_at_home().await?;
         let commit = self.commit(release);

@@ -129,9 +129,10 @@ impl Delegations {
                     self.give_back(dir);
                 }
             }
-            Ok(None) => _ = st.refusals.entry(dir).and_modify(|n| *n = (*n + 1).min(MAX_BACKOFF)).or_insert(1),
-            Err(e) => {
-                tracing::debug!(dir = format!("{dir:#x}"), "no delegation: {e}");
+            refused => {
+                if let Err(e) = refused {
+                    tracing::debug!(dir = format!("{dir:#x}"), "no delegation: {e}");
+                }
                 st.refusals.entry(dir).and_modify(|n| *n = (*n + 1).min(MAX_BACKOFF)).or_insert(1);
             }
         }
@@ -198,9 +199,7 @@ impl Delegations {
     /// The kernel forgot inode `ino` (a directory removed, or one it has not used for long):
     /// a delegation of it is given back.
     pub(crate) fn forgotten(&self, ino: u64) {
-        if self.state.lock().unwrap().held.contains_key(&ino) {
-            self.give_back(ino);
-        }
+        self.give_back(ino);
     }
 
     /// Waits until every step answered under a delegation before the call is applied at the
