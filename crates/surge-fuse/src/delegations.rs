@@ -249,4 +249,9 @@ async fn write_back_while_held(delegations: Weak<Delegations>, dir: u64, delegat
             last_step = Instant::now();
         }
     }
+    // Ended by a refused write-back rather than given back: off the list too, or it keeps
+    // one of the places until the next create in its directory.
+    if let Some(delegations) = delegations.upgrade() {
+        delegations.give_back(dir);
+    }
 }
