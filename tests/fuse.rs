@@ -1123,6 +1123,15 @@ fn delegations_granted(inst: &Instance) -> usize {
     log.lines().filter(|l| l.contains("surge_fuse::delegations: delegated")).count()
 }
 
+/// Waits (up to 5 s) until a mount of `inst` holds a delegation: it asks in the background.
+fn await_a_grant(inst: &Instance) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while delegations_granted(inst) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no delegation granted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn names_in(dir: &std::path::Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     names.sort();
@@ -1197,12 +1206,7 @@ fn files_made_under_a_delegation_behave_as_any_file() {
     for i in 0..20 {
         std::fs::write(a.path(&format!("d/warm{i:02}")), b"").unwrap();
     }
-    // The grant is asked in the background: wait for it.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while delegations_granted(&inst) == 0 {
-        assert!(std::time::Instant::now() < deadline, "no delegation granted");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    await_a_grant(&inst);
 
     let mut synced = std::fs::File::create(a.path("d/synced")).unwrap();
     synced.write_all(b"durable").unwrap();
@@ -1304,11 +1308,7 @@ fn a_delegated_directory_passes_files_through_once_its_files_are_written_at_leng
     for i in 0..20 {
         std::fs::write(a.path(&format!("ckpt/empty{i:02}")), b"").unwrap();
     }
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while delegations_granted(&inst) == 0 {
-        assert!(std::time::Instant::now() < deadline, "no delegation granted");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    await_a_grant(&inst);
     let daemon = daemon_of(&a);
     let (first, second) = (surge_tests::pattern(81, 8 << 20), surge_tests::pattern(82, 32 << 20));
     let before = bytes_through(daemon);
