@@ -30,8 +30,11 @@ venv:
 demo: build venv
 	.venv/bin/python examples/in-transit/run.py --out in-transit-results
 
+# The mount tests run twice: over FUSE-over-io_uring where the kernel offers it (the mount's
+# default; .ci/run turns the fuse module's enable_uring on), then over /dev/fuse.
 test-rust: build
 	$(CARGO) test --release --workspace
+	SURGE_FUSE_IO_URING=0 $(CARGO) test --release -p surge-tests --test fuse
 
 test-python: venv build
 	.venv/bin/python -m pytest -q python/tests

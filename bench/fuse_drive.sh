@@ -2,11 +2,12 @@
 # How the mount takes the kernel's requests, and what each way costs per create and unlink:
 # one process creating (open O_CREAT|O_EXCL, close) then unlinking ITEMS files through
 #   runtime   /dev/fuse read by a task on the mount's tokio runtime, where the requests' work
-#             runs (the default),
+#             runs (the mount's way without io_uring),
 #   thread    /dev/fuse read by a thread of its own that hands each request to the runtime
 #             (surge-fuse --session-thread),
-#   uring     FUSE over io_uring, one ring queue and thread per CPU (--io-uring; Linux 6.14+,
-#             the fuse module's enable_uring, which this script turns on),
+#   uring     FUSE over io_uring, one ring queue per CPU and a thread kept on that CPU (the
+#             default where the kernel offers it: Linux 6.14+, the fuse module's enable_uring,
+#             which this script turns on),
 # three mounts of one 2-server instance (node-local layout) on the first server's node. Besides
 # the time per file, `perf stat` counts the context switches and CPU time of the mount and its
 # node's server during each run: the thread wake-ups are what these modes differ in, and they
@@ -30,8 +31,8 @@ SYSTEMS="runtime thread uring"
 trap "unmount_all_and_clean $WORK runtime thread uring" EXIT
 for m in $SYSTEMS; do mkdir -p "$WORK/$m"; done
 $SURGE up --name "$NAME" --capacity 4G --root "$WORK/servers" --hosts 127.0.0.31,127.0.0.32 --layout node-local >/dev/null
-$SURGE mount "$NAME" "$WORK/runtime" --node 127.0.0.31 >/dev/null
-SURGE_FUSE_SESSION_THREAD=1 $SURGE mount "$NAME" "$WORK/thread" --node 127.0.0.31 >/dev/null
+SURGE_FUSE_IO_URING=0 $SURGE mount "$NAME" "$WORK/runtime" --node 127.0.0.31 >/dev/null
+SURGE_FUSE_IO_URING=0 SURGE_FUSE_SESSION_THREAD=1 $SURGE mount "$NAME" "$WORK/thread" --node 127.0.0.31 >/dev/null
 SURGE_FUSE_IO_URING=1 $SURGE mount "$NAME" "$WORK/uring" --node 127.0.0.31 >/dev/null
 server=$(pgrep -f "surge-server --listen 127.0.0.31:" | head -1)
 

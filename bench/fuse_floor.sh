@@ -11,9 +11,11 @@
 #   memfs-uring   the same over FUSE-over-io_uring (Linux 6.14+; the fuse module's
 #                 enable_uring parameter, which this script turns on),
 #   surge         a 2-server Surge instance on loopback, node-local layout, mounted on the first
-#                 server's node (every create and remove is answered once its server has it),
-#   surge-uring   the same instance mounted a second time on that node, the mount taking the
-#                 kernel's requests over FUSE-over-io_uring (SURGE_FUSE_IO_URING=1).
+#                 server's node, as mounts run by default: requests over FUSE-over-io_uring,
+#                 each CPU's queue served by a thread kept on that CPU,
+#   surge-devfuse the same instance mounted a second time on that node, the mount reading the
+#                 kernel's requests from /dev/fuse (SURGE_FUSE_IO_URING=0: the mount on a
+#                 kernel without io_uring).
 # Rounds are interleaved over the systems; each cell is the median of the rounds and their range.
 #
 #   bench/fuse_floor.sh [ITEMS] [ROUNDS]        defaults: 3000 3
@@ -37,8 +39,8 @@ echo Y >"$URING_PARAM"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 WORK=/dev/shm/surge-fuse-floor-$$
 NAME=fusefloor$$
-SYSTEMS="bindfs memfs memfs-uring surge surge-uring"
-trap "unmount_all_and_clean $WORK bindfs memfs memfs-uring surge-uring" EXIT
+SYSTEMS="bindfs memfs memfs-uring surge surge-devfuse"
+trap "unmount_all_and_clean $WORK bindfs memfs memfs-uring surge-devfuse" EXIT
 for t in $SYSTEMS; do mkdir -p "$WORK/$t"; done
 mkdir -p "$WORK/bindfs-src"
 
@@ -47,7 +49,7 @@ bindfs -o big_writes --multithreaded "$WORK/bindfs-src" "$WORK/bindfs"
 "$MEMFS" -o no_timeout,io_uring "$WORK/memfs-uring"
 $SURGE up --name "$NAME" --capacity 4G --root "$WORK/servers" --hosts 127.0.0.31,127.0.0.32 --layout node-local >/dev/null
 $SURGE mount "$NAME" "$WORK/surge" --node 127.0.0.31 >/dev/null
-SURGE_FUSE_IO_URING=1 $SURGE mount "$NAME" "$WORK/surge-uring" --node 127.0.0.31 >/dev/null
+SURGE_FUSE_IO_URING=0 $SURGE mount "$NAME" "$WORK/surge-devfuse" --node 127.0.0.31 >/dev/null
 
 # files DIR SYSTEM -> "CREATE REMOVE" files/s (mdtest's summary). Each system its own directory:
 # the two surge mounts share one instance, and a directory whose names another mount's kernel
@@ -77,7 +79,7 @@ for round in $(seq "$ROUNDS"); do
     echo "round $round of $ROUNDS done" >&2
 done
 
-table_header "files/s, 2 ranks x $ITEMS (median of $ROUNDS, range)" "memfs / bindfs" "memfs-uring / bindfs" "surge / bindfs" "surge-uring / bindfs"
+table_header "files/s, 2 ranks x $ITEMS (median of $ROUNDS, range)" "memfs / bindfs" "memfs-uring / bindfs" "surge / bindfs" "surge-devfuse / bindfs"
 for row in create remove serial-create serial-unlink serial-lookup; do
     case $row in
         serial-create) line="| one process, create + close, us per file (lower is better) |" ;;
@@ -86,6 +88,6 @@ for row in create remove serial-create serial-unlink serial-lookup; do
         *) line="| mdtest file $row |" ;;
     esac
     for t in $SYSTEMS; do line+=" $(cell "${results[$t,$row]}") |"; done
-    for t in memfs memfs-uring surge surge-uring; do line+=" $(ratio "${results[$t,$row]}" "${results[bindfs,$row]}") |"; done
+    for t in memfs memfs-uring surge surge-devfuse; do line+=" $(ratio "${results[$t,$row]}" "${results[bindfs,$row]}") |"; done
     echo "$line"
 done

@@ -10,8 +10,10 @@
 #   passthrough_hp       libfuse's high-performance example over tmpfs, with kernel passthrough,
 #   passthrough_hp-nopt  the same with --nopassthrough,
 #   surge                a 2-server Surge instance on loopback, node-local layout, mounted on
-#                        the first server's node (its files pass through to the kernel); IOR's
-#                        shared file goes in a directory set back to striped (both servers).
+#                        the first server's node (its files pass through to the kernel; requests
+#                        over FUSE-over-io_uring, whose enable_uring parameter this script turns
+#                        on); IOR's shared file goes in a directory set back to striped (both
+#                        servers).
 # Rounds are interleaved over the systems (the machine is noisy); each cell is the median of the
 # rounds and their range.
 #
@@ -33,6 +35,8 @@ for tool in ior mdtest mpirun bindfs; do
 done
 PTHP=${PASSTHROUGH_HP:-$(command -v passthrough_hp || true)}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+URING_PARAM=/sys/module/fuse/parameters/enable_uring
+[ -w "$URING_PARAM" ] && echo Y >"$URING_PARAM"
 WORK=/dev/shm/surge-posix-bench-$$
 NAME=posixbench$$
 SYSTEMS="tmpfs bindfs"

@@ -1322,3 +1322,69 @@ fn a_delegated_directory_passes_files_through_once_its_files_are_written_at_leng
     assert!(std::fs::read(b.path("ckpt/first")).unwrap() == first);
     assert!(std::fs::read(b.path("ckpt/second")).unwrap() == second);
 }
+
+/// Where the kernel offers FUSE over io_uring, the mount takes its requests from one ring
+/// queue per CPU, each served by a thread kept on that CPU (a caller's request is answered
+/// on the CPU it waits on); where it does not, or with SURGE_FUSE_IO_URING=0, from
+/// /dev/fuse. Both serve files alike.
+#[test]
+fn each_cpus_requests_are_served_on_that_cpu_where_the_kernel_offers_io_uring() {
+    let inst = Instance::up("rings", &["--capacity", "1G", "--hosts", "127.0.5.91", "--layout", "node-local"]);
+    let rings = inst.mount_with("rings", "127.0.5.91", &[("SURGE_FUSE_IO_URING", "1"), ("SURGE_LOG", "info")]);
+    let plain = inst.mount_with("plain", "127.0.5.91", &[("SURGE_FUSE_IO_URING", "0")]);
+    for (mount, label) in [(&rings, "rings"), (&plain, "plain")] {
+        let dir = mount.path(label);
+        std::fs::create_dir(&dir).unwrap();
+        for i in 0..200 {
+            std::fs::write(dir.join(format!("f{i}")), surge_tests::pattern(i, 4096 + i as usize)).unwrap();
+        }
+        for i in 0..200 {
+            assert!(std::fs::read(dir.join(format!("f{i}"))).unwrap() == surge_tests::pattern(i, 4096 + i as usize));
+            std::fs::remove_file(dir.join(format!("f{i}"))).unwrap();
+        }
+        std::fs::remove_dir(&dir).unwrap();
+    }
+    let ring_threads = |mount: &Mount| -> Vec<(usize, String)> {
+        let pid = sh(&format!("pgrep -f '[s]urge-fuse rings {}'", mount.dir.display()));
+        let mut threads = vec![];
+        for task in std::fs::read_dir(format!("/proc/{}/task", pid.trim())).unwrap() {
+            let task = task.unwrap().path();
+            let name = std::fs::read_to_string(task.join("comm")).unwrap();
+            if let Some(Ok(cpu)) = name.trim().strip_prefix("fuse-ring-").map(str::parse::<usize>) {
+                let status = std::fs::read_to_string(task.join("status")).unwrap();
+                let allowed = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim().to_string();
+                threads.push((cpu, allowed));
+            }
+        }
+        threads.sort();
+        threads
+    };
+    let offered = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring").is_ok_and(|v| v.trim() == "Y");
+    let log = std::fs::read_to_string(inst.home.join("instances").join("rings.fuse.log")).unwrap_or_default();
+    let (threads, online) = (ring_threads(&rings), cpus_in(&std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap()));
+    if offered {
+        assert!(log.contains("FUSE over io_uring: "), "{log}");
+        let possible = cpus_in(&std::fs::read_to_string("/sys/devices/system/cpu/possible").unwrap());
+        assert_eq!(threads.iter().map(|(cpu, _)| *cpu).collect::<Vec<_>>(), possible, "a queue thread per possible CPU");
+        for (cpu, allowed) in threads.iter().filter(|(cpu, _)| online.contains(cpu)) {
+            assert_eq!(allowed, &cpu.to_string(), "queue {cpu}'s thread runs on CPU {cpu} only");
+        }
+    } else {
+        eprintln!("this kernel does not offer FUSE over io_uring: checked the fallback to /dev/fuse");
+        assert!(log.contains("FUSE over io_uring off"), "{log}");
+        assert!(threads.is_empty());
+    }
+    let pid = sh(&format!("pgrep -f '[s]urge-fuse rings {}'", plain.dir.display()));
+    let names = sh(&format!("cat /proc/{}/task/*/comm", pid.trim()));
+    assert!(!names.contains("fuse-ring"), "SURGE_FUSE_IO_URING=0: no rings ({names})");
+}
+
+/// The CPUs of a kernel CPU list ("0-3,8").
+fn cpus_in(list: &str) -> Vec<usize> {
+    let mut cpus = vec![];
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        let (first, last) = part.split_once('-').unwrap_or((part, part));
+        cpus.extend(first.parse::<usize>().unwrap()..=last.parse::<usize>().unwrap());
+    }
+    cpus
+}

@@ -237,9 +237,9 @@ impl KernelConfig {
 #[derive(Debug, Clone, Copy)]
 pub struct Transport {
     /// Ask for FUSE over io_uring (used when the kernel offers it: Linux 6.14+ with the fuse
-    /// module's `enable_uring` set; said in the log either way). Off by default: under
-    /// dbench through Surge's mount a request is sometimes never answered (see
-    /// docs/fuse-transport.md).
+    /// module's `enable_uring` set; said in the log either way). A queue takes requests from
+    /// its CPU only, `ring_depth` at a time: a request held long (a blocking lock's wait)
+    /// holds its entry meanwhile.
     pub io_uring: bool,
     /// Ring entries per CPU queue: how many requests of one CPU can be in the file system at
     /// once (more wait in the kernel). A request that waits for another (a blocking lock)

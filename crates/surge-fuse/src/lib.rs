@@ -9,12 +9,14 @@
 //! bookkeeping ([`kernel`], `listings`), the handle table (`handles`) and the per-handle
 //! chunk cache (`chunks`); `convert` translates between the session's types and Surge's.
 //!
-//! * **Concurrency**: requests are read from /dev/fuse by a task on the tokio runtime (one
-//!   thread by default), which decodes each and starts its work there, so many requests are in
-//!   flight at once (FUSE replies may be sent from any thread, in any order) and no thread
-//!   wakes another to hand a request over (`surge-fuse --session-thread` reads on a thread of
-//!   its own instead; `--io-uring` takes requests from io_uring ring entries, one thread per
-//!   CPU queue). A plain read (random 4 KiB, nothing cached) is sent to its server at once and
+//! * **Concurrency**: where the kernel offers FUSE over io_uring, requests arrive in ring
+//!   entries of one queue per CPU, each served by a thread kept on that CPU, so a caller's
+//!   request is answered on the CPU it waits on (what needs no server — a delegated create,
+//!   a directory's attributes — on that thread at once). Otherwise they are read from
+//!   /dev/fuse by a task on the tokio runtime (one thread by default), which decodes each and
+//!   starts its work there (`surge-fuse --session-thread` reads on a thread of its own
+//!   instead). Either way many requests are in flight at once (FUSE replies may be sent from
+//!   any thread, in any order). A plain read (random 4 KiB, nothing cached) is sent to its server at once and
 //!   answered by the connection's reader ([`surge_client::File::read_then`]), and a write that
 //!   fits the write-behind window is sent and answered at once
 //!   ([`surge_client::File::write_behind_now`]): no task per request.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use surge_client::{Client, ClientOptions};
-use surge_fuse_session::{Filesystem, Flow, MountOptions, Ring, Session, Transport};
+use surge_fuse_session::{Filesystem, Flow, MountOptions, Session, Transport};
 
 #[derive(Parser)]
 #[command(version, about = "Surge FUSE mount daemon")]
@@ -43,15 +43,19 @@ struct Args {
     /// files whose chunks all live on this node's server.
     #[arg(long, env = "SURGE_FUSE_NO_PASSTHROUGH", value_parser = clap::builder::FalseyValueParser::new())]
     no_passthrough: bool,
-    /// Take the kernel's requests through io_uring ring entries instead of reads of /dev/fuse
-    /// (Linux 6.14+ with the fuse module's enable_uring). Experimental: under dbench a
-    /// request is sometimes never answered (docs/fuse-transport.md).
-    #[arg(long, env = "SURGE_FUSE_IO_URING", value_parser = clap::builder::FalseyValueParser::new())]
+    /// Take the kernel's requests through io_uring ring entries, one queue per CPU served by a
+    /// thread kept on that CPU, where the kernel offers it (Linux 6.14+ with the fuse module's
+    /// enable_uring; /dev/fuse otherwise, said in the log). A caller's request is then answered
+    /// on its own CPU: mdtest creates 1.5-2x those through /dev/fuse (bench/RESULTS.md).
+    /// `--io-uring false` (or SURGE_FUSE_IO_URING=0): always /dev/fuse.
+    #[arg(long, env = "SURGE_FUSE_IO_URING", default_value_t = true, action = clap::ArgAction::Set,
+          value_parser = clap::builder::FalseyValueParser::new())]
     io_uring: bool,
     /// Read /dev/fuse on a thread of its own that hands each request to the runtime, instead
     /// of on the runtime's thread where the requests' work runs (which spares a thread
     /// wake-up per request: 4 context switches per create or unlink of mount and server
-    /// instead of 7, bench/RESULTS.md).
+    /// instead of 7, bench/RESULTS.md). /dev/fuse carries every request without io_uring,
+    /// and with it forgets, interrupts and what comes before the rings are set up.
     #[arg(long, env = "SURGE_FUSE_SESSION_THREAD", value_parser = clap::builder::FalseyValueParser::new())]
     session_thread: bool,
 }
@@ -82,8 +86,9 @@ fn main() -> anyhow::Result<()> {
     }
     let notifier = fs.notifier_slot();
     let ops = fs.operations();
-    // With the session on the runtime, so are the io_uring rings.
-    let transport = Transport { io_uring: args.io_uring, ring_threads: args.session_thread, ..Default::default() };
+    // Each ring queue on a thread of its own, kept on its CPU: driven from the runtime's
+    // thread instead, a request of another CPU waits for that thread to be woken there.
+    let transport = Transport { io_uring: args.io_uring, ring_threads: true, ..Default::default() };
     let session = match args.fuse_fd {
         Some(fd) => {
             use std::os::fd::FromRawFd;
@@ -137,8 +142,7 @@ impl std::os::fd::AsRawFd for Polled {
 const READY: tokio::io::Interest = tokio::io::Interest::READABLE.add(tokio::io::Interest::ERROR);
 
 /// Serves the session from a task: requests are read when /dev/fuse is readable, on the
-/// runtime's thread, and their work starts there without waking another thread. io_uring
-/// rings made at init are driven by tasks of their own the same way.
+/// runtime's thread, and their work starts there without waking another thread.
 async fn serve_on_runtime<FS: Filesystem>(mut session: Session<FS>) -> std::io::Result<()> {
     session.set_nonblocking()?;
     // SAFETY: the descriptor is the session's, open until the session is dropped, which is
@@ -147,36 +151,13 @@ async fn serve_on_runtime<FS: Filesystem>(mut session: Session<FS>) -> std::io::
     loop {
         let mut ready = dev.ready(READY).await?;
         // A bounded batch, so the replies and server traffic of those requests get their turn.
-        let flow = session.serve_waiting(64)?;
-        for ring in session.take_rings() {
-            tokio::spawn(async move {
-                if let Err(e) = drive_ring(ring).await {
-                    tracing::warn!("an io_uring queue stopped: {e}");
-                }
-            });
-        }
-        match flow {
+        match session.serve_waiting(64)? {
             Flow::Idle => ready.clear_ready(),
             Flow::More => {
                 drop(ready);
                 tokio::task::yield_now().await;
             }
             Flow::Unmounted => return Ok(()),
-        }
-    }
-}
-
-/// Drives one io_uring queue from the runtime: registers its entries, then hands over the
-/// requests that arrive and submits the replies, whenever its descriptor is readable.
-async fn drive_ring(ring: Ring) -> std::io::Result<()> {
-    // SAFETY: the ring's descriptor stays open while `ring` lives, which is longer than
-    // `polled` (declared later, dropped first).
-    let polled = unsafe { tokio::io::unix::AsyncFd::register_with_interest(Polled(ring.fd()), READY)? };
-    loop {
-        match ring.serve_ready(64)? {
-            Flow::Unmounted => return Ok(()),
-            Flow::More => tokio::task::yield_now().await,
-            Flow::Idle => polled.ready(READY).await?.clear_ready(),
         }
     }
 }
