@@ -34,7 +34,7 @@ demo: build venv
 # default; .ci/run turns the fuse module's enable_uring on), then over /dev/fuse.
 test-rust: build
 	$(CARGO) test --release --workspace
-	SURGE_FUSE_IO_URING=0 $(CARGO) test --release -p surge-tests --test fuse
+	SURGE_FUSE_IO_URING=0 $(CARGO) test --release --workspace --test fuse
 
 test-python: venv build
 	.venv/bin/python -m pytest -q python/tests
