@@ -1388,3 +1388,95 @@ fn cpus_in(list: &str) -> Vec<usize> {
     }
     cpus
 }
+
+/// A blocking lock's wait holds the request's ring entry, and the kernel hands a CPU's
+/// requests to that CPU's queue alone: a hundred waiters on one CPU (more than a queue starts
+/// with) must not take every entry, or the holder's unlock from that CPU could never be
+/// handed over and the holder and every waiter would hang, unkillable. The queue grows
+/// instead (said in the log); with its growth limited to 64 entries, the waits that would
+/// take its last 16 are refused (ENOLCK) and the rest get the lock. Over /dev/fuse waiters
+/// cost nothing but memory. Where the kernel does not offer io_uring, all three mounts are
+/// /dev/fuse and must let all waiters through.
+#[test]
+fn a_hundred_lock_waiters_on_one_cpu_all_end_and_never_hang_the_mount() {
+    let inst = Instance::up("waiters", &["--capacity", "1G", "--hosts", "127.0.5.95"]);
+    let offered = std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring").is_ok_and(|v| v.trim() == "Y");
+    let log_path = inst.home.join("instances").join("waiters.fuse.log");
+    for (label, env) in [
+        ("rings", vec![("SURGE_FUSE_IO_URING", "1")]),
+        ("rings-of-64", vec![("SURGE_FUSE_IO_URING", "1"), ("SURGE_FUSE_RING_ENTRIES", "64")]),
+        ("devfuse", vec![("SURGE_FUSE_IO_URING", "0")]),
+    ] {
+        let log_before = std::fs::read_to_string(&log_path).map_or(0, |l| l.len());
+        let env = [env, vec![("SURGE_LOG", "warn,surge_fuse_session=debug")]].concat();
+        let m = inst.mount_with(label, "127.0.5.95", &env);
+        let (got, refused) = lock_waiters_on_cpu0(&m, 100);
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default().split_off(log_before);
+        match (label, offered) {
+            ("rings", true) => {
+                assert_eq!((got, refused), (100, 0), "{label}: every waiter gets the lock");
+                assert!(log.contains("ring queue grows"), "{label}: queue 0 grew past its first entries: {log}");
+            }
+            ("rings-of-64", true) => {
+                assert!(refused > 0 && got >= 40 && got + refused == 100, "{label}: {got} got the lock, {refused} refused");
+                assert!(log.contains("answered ENOLCK"), "{label}: the refusals are said in the log: {log}");
+            }
+            _ => assert_eq!((got, refused), (100, 0), "{label}: every waiter gets the lock"),
+        }
+    }
+}
+
+/// Takes an exclusive flock on a file in `m` for 2 s, with `n` more flock calls waiting for
+/// it, every process on CPU 0; how many waiters then got the lock and how many were refused.
+/// Waiters still waiting 30 s after the holder let go fail the test (the mount's connection
+/// is aborted first: its waiters would otherwise hang unkillable).
+fn lock_waiters_on_cpu0(m: &Mount, n: usize) -> (usize, usize) {
+    let file = m.path("lockfile");
+    std::fs::write(&file, b"").unwrap();
+    let file = file.display().to_string();
+    let on_cpu0 = |args: &[&str]| {
+        let mut command = std::process::Command::new("taskset");
+        command.args(["-c", "0", "flock", "-x", &file]).args(args).stderr(std::process::Stdio::null());
+        command.spawn().unwrap()
+    };
+    let holder = on_cpu0(&["-c", "sleep 2"]);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(sh(&format!("flock -n {file} -c true && echo got-it || echo refused")).contains("refused"), "the holder holds it");
+    let mut processes: Vec<_> = (0..n).map(|_| on_cpu0(&["-c", "true"])).collect();
+    processes.insert(0, holder);
+    let deadline = std::time::Instant::now() + Duration::from_secs(32);
+    let mut statuses = vec![];
+    for process in &mut processes {
+        loop {
+            if let Some(status) = process.try_wait().unwrap() {
+                statuses.push(status);
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                let waiting = n + 1 - statuses.len();
+                abort_fuse_connection(&m.dir);
+                processes.iter_mut().for_each(|p| drop(p.kill()));
+                panic!("{waiting} of the holder and {n} waiters still wait 30 s after the holder let go (lock never handed on)");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    assert!(statuses[0].success(), "the holder's flock: {:?}", statuses[0]);
+    let got = statuses[1..].iter().filter(|s| s.success()).count();
+    (got, n - got)
+}
+
+/// Aborts the FUSE connection of the mount on `dir` (through the fusectl file system): its
+/// waiting requests fail, and their callers, unkillable until then, can end.
+/// The connection is named by the mount's device number, read from the mount table: a stat
+/// of the mount could wait as its requests do.
+fn abort_fuse_connection(dir: &std::path::Path) {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    // Fields: mount id, parent id, major:minor, root, mount point, ...
+    let device = mounts.lines().map(|l| l.split(' ').collect::<Vec<_>>()).find(|f| f.len() > 4 && std::path::Path::new(f[4]) == dir);
+    let Some(minor) = device.and_then(|f| f[2].split_once(':').map(|(_, minor)| minor.to_string())) else { return };
+    if !std::path::Path::new("/sys/fs/fuse/connections").read_dir().is_ok_and(|mut d| d.next().is_some()) {
+        sh("mount -t fusectl none /sys/fs/fuse/connections || true");
+    }
+    let _ = std::fs::write(format!("/sys/fs/fuse/connections/{minor}/abort"), "1");
+}

@@ -238,13 +238,17 @@ impl KernelConfig {
 pub struct Transport {
     /// Ask for FUSE over io_uring (used when the kernel offers it: Linux 6.14+ with the fuse
     /// module's `enable_uring` set; said in the log either way). A queue takes requests from
-    /// its CPU only, `ring_depth` at a time: a request held long (a blocking lock's wait)
-    /// holds its entry meanwhile.
+    /// its CPU only, as many at a time as it has entries.
     pub io_uring: bool,
-    /// Ring entries per CPU queue: how many requests of one CPU can be in the file system at
-    /// once (more wait in the kernel). A request that waits for another (a blocking lock)
-    /// holds its entry meanwhile.
+    /// Ring entries each CPU queue starts with: how many requests of one CPU can be in the
+    /// file system at once (more wait in the kernel) until the queue grows.
     pub ring_depth: usize,
+    /// Ring entries a CPU queue may grow to. A request that waits for another (a blocking
+    /// lock) holds its entry meanwhile, so a queue registers more entries while a quarter of
+    /// its entries is free, up to this many; at the limit, lock waits that would take the
+    /// last few are answered ENOLCK (an entry costs its header and the address space of a
+    /// payload buffer, whose pages are only made when used).
+    pub ring_max_depth: usize,
     /// A thread of its own per ring queue; otherwise the rings are handed to the caller's
     /// event loop ([`Session::take_rings`]).
     pub ring_threads: bool,
@@ -252,7 +256,7 @@ pub struct Transport {
 
 impl Default for Transport {
     fn default() -> Self {
-        Transport { io_uring: false, ring_depth: 32, ring_threads: true }
+        Transport { io_uring: false, ring_depth: 32, ring_max_depth: 1024, ring_threads: true }
     }
 }
 
@@ -413,11 +417,13 @@ impl<FS: Filesystem> Session<FS> {
         let payload = config.max_payload();
         if io_uring {
             let fs = self.fs.clone();
-            let (depth, threads) = (self.transport.ring_depth, self.transport.ring_threads);
+            let initial = self.transport.ring_depth.max(1);
+            let depth = uring::Depth { initial, max: self.transport.ring_max_depth.max(initial) };
+            let threads = self.transport.ring_threads;
             match uring::start(&self.dev, depth, payload, threads, move |request, responder| dispatch(&*fs, request, None, responder)) {
                 Ok(rings) => {
                     self.rings = rings;
-                    tracing::info!("FUSE over io_uring: {depth} entries per CPU queue");
+                    tracing::info!("FUSE over io_uring: {} entries per CPU queue, up to {}", depth.initial, depth.max);
                 }
                 Err(e) => tracing::warn!("FUSE over io_uring not started ({e}); requests go through /dev/fuse"),
             }

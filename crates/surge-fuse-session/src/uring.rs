@@ -14,6 +14,16 @@
 //! system call that waits for the next completion); a reply from any other thread is queued
 //! and the driver woken through the queue's eventfd, which the ring reads.
 //!
+//! A request the file system holds long (a blocking lock's wait) holds its entry meanwhile,
+//! and the kernel hands a request only to the queue of its caller's CPU: were every entry of
+//! a queue held, the request that would end the waits (the holder's unlock) could never be
+//! handed over, and its caller and every waiter would hang, unkillable, until the connection
+//! is aborted. So a queue grows, registering more entries while a quarter of them is still
+//! free, up to a limit; and at the limit it keeps the last [`LOCK_WAIT_RESERVE`] entries from
+//! lock waits, answering those ENOLCK ("no locks available") instead (said in the log).
+//! Growth must come before exhaustion: the kernel gives a newly registered entry the next
+//! request that arrives, not one already waiting (that one waits for an entry's next commit).
+//!
 //! Forgets, interrupts and notices still go through /dev/fuse, whose reader keeps running
 //! beside the queues; requests sent before every queue is registered do too.
 //!
@@ -24,6 +34,7 @@
 
 use std::cell::UnsafeCell;
 use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use io_uring::{opcode, squeue, types, IoUring};
@@ -67,6 +78,28 @@ struct Deferred {
     bytes: Vec<u8>,
 }
 
+impl Entry {
+    /// An entry with buffers for a header and `payload_size` bytes. The payload is allocated
+    /// zeroed, which for a buffer this large maps pages the kernel provides on first touch:
+    /// entries rarely used cost address space, not memory.
+    fn new(payload_size: usize) -> Entry {
+        let mut header = Box::new(fuse_uring_req_header::new_zeroed());
+        let mut payload = vec![0u8; payload_size].into_boxed_slice();
+        let iov = Box::new([
+            libc::iovec { iov_base: header.as_mut_bytes().as_mut_ptr().cast(), iov_len: size_of::<fuse_uring_req_header>() },
+            libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: payload.len() },
+        ]);
+        Entry { header: UnsafeCell::new(header), payload: UnsafeCell::new(payload), iov, state: Default::default() }
+    }
+}
+
+/// How many entries a queue registers first, and how many it may grow to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Depth {
+    pub initial: usize,
+    pub max: usize,
+}
+
 // SAFETY: an entry's buffers are touched by one party at a time (see the module
 // documentation): the queue thread reads a request between the kernel's completion and the
 // hand-over of its EntryRef, and the EntryRef's holder writes the reply before committing it.
@@ -80,7 +113,19 @@ pub(crate) struct Queue {
     ring: IoUring<squeue::Entry128>,
     /// Serializes pushes to the submission queue (replies come from any thread).
     submissions: Mutex<()>,
-    entries: Box<[Entry]>,
+    /// Room for as many entries as the queue may grow to; the first `registered` are made
+    /// (each at a fixed address from then on: the kernel writes into its buffers).
+    entries: Box<[std::sync::OnceLock<Entry>]>,
+    /// How many entries have been made and registered; grown by the driving thread only.
+    registered: AtomicUsize,
+    /// How many requests the file system holds (handed over, reply not yet committed).
+    held: AtomicUsize,
+    /// How many entries the queue registers first.
+    initial_depth: usize,
+    /// Refusing lock waits at the limit has been said in the log.
+    lock_waits_refused_said: std::sync::atomic::AtomicBool,
+    /// The size of an entry's payload buffer.
+    payload_size: usize,
     dev: Arc<Dev>,
     /// Written by a reply from another thread to wake the queue's thread, which submits the
     /// commit: the kernel delivers the entry's next request in the context of the thread that
@@ -89,6 +134,11 @@ pub(crate) struct Queue {
     /// Where the ring reads `wake`'s counter into.
     wake_counter: UnsafeCell<Box<u64>>,
 }
+
+/// Entries a queue at its limit keeps from blocking lock waits (F_SETLKW, flock without
+/// LOCK_NB), which may be held for as long as the lock is: the requests that end the waits
+/// must find an entry.
+pub(crate) const LOCK_WAIT_RESERVE: usize = 16;
 
 /// `user_data` of the ring's read of `wake` (entries use their index).
 const WAKE: u64 = u64::MAX;
@@ -126,7 +176,7 @@ impl EntryRef {
     /// Commits the reply (the entry then waits for the next request); while the request is
     /// still being handed over, the reply waits for the hand-over to return.
     pub(crate) fn commit(self, unique: u64, error: i32, parts: &[&[u8]]) -> io::Result<()> {
-        let mut state = self.queue.entries[self.index].state.lock().unwrap();
+        let mut state = self.queue.entry(self.index).state.lock().unwrap();
         if state.dispatching {
             state.deferred = Some(Deferred { commit_id: self.commit_id, unique, error, bytes: parts.concat() });
             return Ok(());
@@ -168,8 +218,9 @@ fn with_len(sqe: squeue::Entry128, len: u32) -> squeue::Entry128 {
 impl Queue {
     /// Writes a reply into entry `index` and commits it.
     fn commit(&self, index: usize, commit_id: u64, unique: u64, error: i32, parts: &[&[u8]]) -> io::Result<()> {
-        let entry = &self.entries[index];
+        let entry = self.entry(index);
         entry.state.lock().unwrap().holding = None;
+        self.held.fetch_sub(1, Ordering::Relaxed);
         // SAFETY: the entry's request has been answered by its one EntryRef and is no longer
         // borrowed (EntryState); the kernel does not touch the buffers until the commit.
         let (header, payload) = unsafe { (&mut *entry.header.get(), &mut *entry.payload.get()) };
@@ -193,20 +244,20 @@ impl Queue {
         self.submit(command(self.dev.raw_fd(), abi::FUSE_IO_URING_CMD_COMMIT_AND_FETCH, &cmd, None).user_data(index as u64))
     }
 
-    fn new(qid: u16, depth: usize, payload_size: usize, dev: Arc<Dev>) -> io::Result<Queue> {
+    /// Entry `index`, which has been made (the kernel only names registered entries).
+    fn entry(&self, index: usize) -> &Entry {
+        self.entries[index].get().expect("a registered ring entry")
+    }
+
+    /// The entries made so far, with their indices.
+    fn made_entries(&self) -> impl Iterator<Item = (usize, &Entry)> {
+        self.entries.iter().enumerate().filter_map(|(index, slot)| Some((index, slot.get()?)))
+    }
+
+    fn new(qid: u16, depth: Depth, payload_size: usize, dev: Arc<Dev>) -> io::Result<Queue> {
         // One submission per entry at most, and the read of `wake`.
-        let ring = IoUring::<squeue::Entry128>::builder().build(depth as u32 + 1)?;
-        let entries = (0..depth)
-            .map(|_| {
-                let mut header = Box::new(fuse_uring_req_header::new_zeroed());
-                let mut payload = vec![0u8; payload_size].into_boxed_slice();
-                let iov = Box::new([
-                    libc::iovec { iov_base: header.as_mut_bytes().as_mut_ptr().cast(), iov_len: size_of::<fuse_uring_req_header>() },
-                    libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: payload.len() },
-                ]);
-                Ok(Entry { header: UnsafeCell::new(header), payload: UnsafeCell::new(payload), iov, state: Default::default() })
-            })
-            .collect::<io::Result<Vec<_>>>()?;
+        let ring = IoUring::<squeue::Entry128>::builder().build(depth.max as u32 + 1)?;
+        let entries = (0..depth.max).map(|_| std::sync::OnceLock::new()).collect();
         // SAFETY: eventfd only creates a descriptor, checked below.
         let wake = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if wake < 0 {
@@ -214,8 +265,21 @@ impl Queue {
         }
         // SAFETY: `wake` was just created and is owned by nothing else.
         let wake = std::fs::File::from(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(wake) });
-        let entries = entries.into_boxed_slice();
-        Ok(Queue { qid, ring, submissions: Mutex::new(()), entries, dev, wake, wake_counter: UnsafeCell::new(Box::new(0)) })
+        let queue = Queue {
+            qid,
+            ring,
+            submissions: Mutex::new(()),
+            entries,
+            registered: AtomicUsize::new(0),
+            held: AtomicUsize::new(0),
+            initial_depth: depth.initial.clamp(1, depth.max),
+            lock_waits_refused_said: Default::default(),
+            payload_size,
+            dev,
+            wake,
+            wake_counter: UnsafeCell::new(Box::new(0)),
+        };
+        Ok(queue)
     }
 
     /// Queues `sqe`; submits it at once unless this is the queue's own thread, whose next
@@ -295,7 +359,8 @@ impl Queue {
     /// Hands the request the kernel completed entry `index` with to `serve`, with the right
     /// to answer it.
     fn take_request(self: &Arc<Self>, index: usize, serve: &mut dyn FnMut(request::Request<'_>, Responder)) {
-        let entry = &self.entries[index];
+        let entry = self.entry(index);
+        self.held.fetch_add(1, Ordering::Relaxed);
         {
             // SAFETY: the kernel completed this entry's command, so the request in it is ours;
             // a reply given while it is borrowed here waits in EntryState (module documentation).
@@ -312,11 +377,15 @@ impl Queue {
             let responder = Responder::new(self.dev.clone(), in_header.unique, Route::Ring(entry_ref));
             let used = (ring.payload_sz as usize).min(payload.len());
             tracing::trace!(qid = self.qid, index, unique = in_header.unique, opcode = in_header.opcode, "ring request");
-            match request::decode(&in_header, &header.op_in, &payload[..used]) {
-                Ok(request) => serve(request, responder),
-                Err(malformed) => {
-                    tracing::warn!("request {} (opcode {}) malformed: {}", in_header.unique, in_header.opcode, malformed.0);
-                    crate::reply::ReplyEmpty::new(responder).error(libc::EINVAL);
+            if in_header.opcode == abi::fuse_opcode::FUSE_SETLKW as u32 && self.keeps_entries_from_lock_waits() {
+                crate::reply::ReplyEmpty::new(responder).error(libc::ENOLCK);
+            } else {
+                match request::decode(&in_header, &header.op_in, &payload[..used]) {
+                    Ok(request) => serve(request, responder),
+                    Err(malformed) => {
+                        tracing::warn!("request {} (opcode {}) malformed: {}", in_header.unique, in_header.opcode, malformed.0);
+                        crate::reply::ReplyEmpty::new(responder).error(libc::EINVAL);
+                    }
                 }
             }
         }
@@ -330,16 +399,61 @@ impl Queue {
                 tracing::warn!("reply to request {} not delivered: {e}", d.unique);
             }
         }
+        if let Err(e) = self.grow_if_short() {
+            tracing::warn!("io_uring queue {}: could not add entries ({e})", self.qid);
+        }
     }
 
-    /// Arms the wake-up read and registers every entry (queued: the caller submits them).
-    fn register(&self) -> io::Result<()> {
-        self.arm_wake()?;
-        for (index, entry) in self.entries.iter().enumerate() {
+    /// Whether a lock wait would take one of the entries a queue at its limit keeps for the
+    /// requests that end such waits (the one being handed over already counts as held).
+    fn keeps_entries_from_lock_waits(&self) -> bool {
+        let registered = self.registered.load(Ordering::Relaxed);
+        let free = registered.saturating_sub(self.held.load(Ordering::Relaxed));
+        let keeps = registered == self.entries.len() && free < LOCK_WAIT_RESERVE.min(registered / 2);
+        if keeps && !self.lock_waits_refused_said.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "io_uring queue {}: {} of its {registered} entries hold requests; lock waits from CPU {} are answered ENOLCK while fewer than {} are free (--ring-entries raises the limit)",
+                self.qid,
+                registered - free,
+                self.qid,
+                LOCK_WAIT_RESERVE.min(registered / 2)
+            );
+        }
+        keeps
+    }
+
+    /// Registers more entries while a quarter of them is still free (twice as many, up to the
+    /// limit), so that requests held long cannot take the last one. On the driving thread.
+    fn grow_if_short(&self) -> io::Result<()> {
+        let registered = self.registered.load(Ordering::Relaxed);
+        let free = registered.saturating_sub(self.held.load(Ordering::Relaxed));
+        if free * 4 >= registered {
+            return Ok(());
+        }
+        let limit = self.entries.len();
+        if registered == limit {
+            return Ok(());
+        }
+        let grown = (registered * 2).min(limit);
+        tracing::debug!(qid = self.qid, registered, held = registered - free, grown, "ring queue grows");
+        self.register_entries(registered..grown)
+    }
+
+    /// Makes entries `indices` and registers them (queued: the driving thread submits them).
+    fn register_entries(&self, indices: std::ops::Range<usize>) -> io::Result<()> {
+        for index in indices {
+            let entry = self.entries[index].get_or_init(|| Entry::new(self.payload_size));
             let cmd = fuse_uring_cmd_req { qid: self.qid, ..Default::default() };
             self.submit(command(self.dev.raw_fd(), abi::FUSE_IO_URING_CMD_REGISTER, &cmd, Some(&entry.iov)).user_data(index as u64))?;
+            self.registered.store(index + 1, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    /// Arms the wake-up read and registers the first entries (queued: the caller submits them).
+    fn register(&self) -> io::Result<()> {
+        self.arm_wake()?;
+        self.register_entries(0..self.initial_depth)
     }
 
     /// Hands over the requests of the completions there are; how many completions there were,
@@ -366,7 +480,7 @@ impl Queue {
                 }
                 return Err(());
             }
-            if let Some(index) = usize::try_from(index).ok().filter(|&i| i < self.entries.len()) {
+            if let Some(index) = usize::try_from(index).ok().filter(|&i| i < self.registered.load(Ordering::Relaxed)) {
                 self.take_request(index, serve);
             }
         }
@@ -474,7 +588,7 @@ fn possible_cpus() -> io::Result<u16> {
 /// each (`threads`), or returned as [`Ring`]s for the caller's event loop to drive.
 pub(crate) fn start(
     dev: &Arc<Dev>,
-    depth: usize,
+    depth: Depth,
     payload_size: usize,
     threads: bool,
     serve: impl Fn(request::Request<'_>, Responder) + Clone + Send + Sync + 'static,
@@ -506,7 +620,7 @@ fn watch(queues: Vec<std::sync::Weak<Queue>>) {
         let mut alive = false;
         for queue in queues.iter().filter_map(std::sync::Weak::upgrade) {
             alive = true;
-            for (index, entry) in queue.entries.iter().enumerate() {
+            for (index, entry) in queue.made_entries() {
                 let mut state = entry.state.lock().unwrap();
                 if let Some((since, unique, opcode)) = state.holding {
                     if !state.reported && since.elapsed() > UNANSWERED_AFTER {

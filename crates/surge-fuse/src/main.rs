@@ -51,6 +51,12 @@ struct Args {
     #[arg(long, env = "SURGE_FUSE_IO_URING", default_value_t = true, action = clap::ArgAction::Set,
           value_parser = clap::builder::FalseyValueParser::new())]
     io_uring: bool,
+    /// Most ring entries one CPU's queue grows to (from 32, as requests held long, such as
+    /// blocking lock waits, take them). Each costs a header and the address space of a payload
+    /// buffer whose pages are only made when used; at the limit, lock waits that would take
+    /// the last 16 entries are answered ENOLCK so that the requests that end them still pass.
+    #[arg(long, env = "SURGE_FUSE_RING_ENTRIES", default_value_t = 1024, value_parser = clap::value_parser!(u16).range(32..=16384))]
+    ring_entries: u16,
     /// Read /dev/fuse on a thread of its own that hands each request to the runtime, instead
     /// of on the runtime's thread where the requests' work runs (which spares a thread
     /// wake-up per request: 4 context switches per create or unlink of mount and server
@@ -88,7 +94,7 @@ fn main() -> anyhow::Result<()> {
     let ops = fs.operations();
     // Each ring queue on a thread of its own, kept on its CPU: driven from the runtime's
     // thread instead, a request of another CPU waits for that thread to be woken there.
-    let transport = Transport { io_uring: args.io_uring, ring_threads: true, ..Default::default() };
+    let transport = Transport { io_uring: args.io_uring, ring_threads: true, ring_max_depth: args.ring_entries.into(), ..Default::default() };
     let session = match args.fuse_fd {
         Some(fd) => {
             use std::os::fd::FromRawFd;
