@@ -94,7 +94,8 @@ fn main() -> anyhow::Result<()> {
     let ops = fs.operations();
     // Each ring queue on a thread of its own, kept on its CPU: driven from the runtime's
     // thread instead, a request of another CPU waits for that thread to be woken there.
-    let transport = Transport { io_uring: args.io_uring, ring_threads: true, ring_max_depth: args.ring_entries.into(), ..Default::default() };
+    let transport =
+        Transport { io_uring: args.io_uring, ring_threads: true, ring_max_depth: args.ring_entries.into(), ..Default::default() };
     let session = match args.fuse_fd {
         Some(fd) => {
             use std::os::fd::FromRawFd;
