@@ -317,6 +317,11 @@ impl Server {
             }
         }
         let _ = std::fs::remove_file(&ready);
+        // What holders of delegations answered goes into the shares before their snapshots.
+        let stand_ins: Vec<Arc<Shared>> = shared.stand_ins.lock_or_recover().values().cloned().collect();
+        for share in std::iter::once(&shared).chain(&stand_ins) {
+            share.delegations.give_all_back_before_stop(&share.watchers).await;
+        }
         shared.close()
     }
 }

@@ -241,6 +241,9 @@ impl Session {
         let Some(me) = self.watcher else {
             return refuse("only a watching connection may hold one (a recall reaches it as a notice)".into());
         };
+        if self.shared.delegations.stopping() {
+            return refuse("the server is stopping".into());
+        }
         if d.count == 0 || d.count > MAX_DELEGATED_INOS {
             return Err(ServerError::new(ErrorCode::Invalid, format!("{} inode numbers asked for (1 to {MAX_DELEGATED_INOS})", d.count)));
         }
