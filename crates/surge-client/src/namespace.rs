@@ -8,8 +8,8 @@ use surge_proto::acl::AclKind;
 use surge_proto::data::{PurgeData, TruncateData};
 use surge_proto::ino::{self, Ino};
 use surge_proto::namespace::{
-    AddLink, Commit, Create, DropInode, DropLink, Exchange, GetAttr, Grant, InsertEntry, Lookup, MakeDirInode, MakeNode, Open, Readdir,
-    Readlink, RemoveEntry, Rename, RenameFinish, RenamePrepare, RetireDir, Rmdir, SetAttr, SetParent, SwapEntry, Symlink, Unlink,
+    AddLink, Commit, Create, DropInode, DropLink, Exchange, GetAttr, Grant, InsertEntry, Lookup, MakeDir, MakeDirInode, MakeNode, Open,
+    Readdir, Readlink, RemoveEntry, Rename, RenameFinish, RenamePrepare, RetireDir, Rmdir, SetAttr, SetParent, SwapEntry, Symlink, Unlink,
     UnretireDir,
 };
 use surge_proto::ticket::Ticket;
@@ -137,8 +137,9 @@ impl Client {
     /// [`Client::mkdir_at`] for a caller with a umask (see [`Client::create_at_with_umask`]).
     ///
     /// The new directory is homed by a hash of (parent, name), often not with its parent;
-    /// the parent's default ACL and layout must reach whichever server makes it. That server
-    /// reads them itself when the parent is homed there. Otherwise this first supposes the
+    /// the parent's default ACL and layout must reach whichever server makes it. When that is
+    /// the parent's home, one step there (`MakeDir`) makes and links it. Otherwise this first
+    /// supposes the
     /// parent has no default ACL and the instance's default layout (so the common mkdir
     /// stays two steps), and the parent's home, linking the name, checks that: if the parent
     /// has others, the directory made without them is dropped, and made again with them as
@@ -149,6 +150,10 @@ impl Client {
         let target = self.layout().dir_home(parent, name);
         let (uid, gid) = self.identity();
         let homed_apart = target != ino::home(parent);
+        if !homed_apart {
+            // Homed with its parent: inode and name in one step on that server.
+            return self.call_home(parent, MakeDir { parent, name: name.to_string(), mode, umask, uid, gid }).await;
+        }
         let mut inherited = DirInheritance { default_acl: None, layout: self.default_layout() };
         let mut attempts = 0;
         loop {

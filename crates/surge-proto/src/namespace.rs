@@ -94,6 +94,21 @@ pub struct MakeDirInode {
     pub inherited: DirInheritance,
 }
 
+/// Makes directory `parent/name` in one step, where the new directory is homed with its
+/// parent (its home is chosen by (parent, name)): the inode and the name on one server, with
+/// `mode` less `umask` or what the parent's default ACL makes of it, and the parent's layout.
+/// Elsewhere a mkdir takes two steps, `MakeDirInode` on the new directory's home and then
+/// `InsertEntry` on the parent's. Durable once answered, as that link step is.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct MakeDir {
+    pub parent: Ino,
+    pub name: String,
+    pub mode: u32,
+    pub umask: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
 /// Removes an inode that never got linked (mkdir step 2 failed), or a retired directory.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct DropInode {
@@ -456,5 +471,6 @@ service! {
         Delegate -> Delegated, "delegate";
         CreateAs -> DirEntry, "create-as";
         GiveBack -> (), "give-back";
+        MakeDir -> Attr, "mkdir";
     }
 }

@@ -227,6 +227,7 @@ pub(crate) fn named(request: &NamespaceRequest) -> Vec<Ino> {
         R::MakeNode(s) => vec![s.parent],
         R::Readlink(s) => vec![s.ino],
         R::MakeDirInode(s) => vec![s.parent],
+        R::MakeDir(s) => vec![s.parent],
         R::DropInode(s) => vec![s.ino],
         R::InsertEntry(s) => vec![s.parent, s.ino],
         R::Unlink(s) => vec![s.parent],

@@ -148,6 +148,7 @@ impl Session {
             NamespaceRequest::MakeDirInode(s) => self.answer_step(s),
             NamespaceRequest::DropInode(s) => self.answer_step(s),
             NamespaceRequest::InsertEntry(s) => self.answer_step(s),
+            NamespaceRequest::MakeDir(s) => self.answer_step(s),
             NamespaceRequest::Unlink(s) => self.answer_step(s),
             NamespaceRequest::Rmdir(s) => self.answer_step(s),
             NamespaceRequest::RetireDir(s) => self.answer_step(s),
@@ -497,6 +498,29 @@ impl Step for DropInode {
 
     fn run(&self, cx: &mut StepContext) -> Result<()> {
         cx.meta.drop_inode(self.ino)
+    }
+}
+
+impl Step for MakeDir {
+    /// Durable once answered, as the link step of a mkdir in two steps is.
+    fn durable(&self) -> bool {
+        true
+    }
+
+    fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {
+        cx.check(self.parent, WRITE | EXEC, "make a directory")?;
+        if let Some(caller) = cx.caller {
+            caller.check_new_owner(self.uid, self.gid, None)?;
+        }
+        cx.meta.make_dir(self.parent, &self.name, self.mode, self.umask, self.uid, self.gid)
+    }
+
+    /// The new name, and the new directory watched from birth (as `MakeDirInode`'s).
+    fn effects(&self, attr: &surge_proto::Attr) -> Effects {
+        let mut fx = Effects::default();
+        fx.new_name(self.parent, &self.name, Some(attr.ino));
+        fx.told_dirs.push(attr.ino);
+        fx
     }
 }
 

@@ -1025,6 +1025,28 @@ impl MetaStore {
         Ok(self.insert_inode(ino, FileKind::Dir, perms, uid, gid, Body::Dir(dir)))
     }
 
+    /// A directory made in one step where it is homed with its parent (see
+    /// `surge_proto::namespace::MakeDir`): `parent/name`, a new name, is a new directory
+    /// inode as [`MetaStore::make_dir_inode`] makes one, linked as
+    /// [`MetaStore::insert_entry`] links one; a link refused leaves no inode behind.
+    #[allow(clippy::too_many_arguments)]
+    pub fn make_dir(&mut self, parent: Ino, name: &str, mode: u32, umask: u32, uid: u32, gid: u32) -> Result<Attr> {
+        check_name(name)?;
+        if !self.is_local(parent) {
+            return fail(ErrorCode::Invalid, format!("a one-step mkdir needs its parent {parent:#x} homed here"));
+        }
+        let layout = self.dir(parent)?.layout;
+        if self.dir(parent)?.entries.contains_key(name) {
+            return fail(ErrorCode::Exists, format!("'{name}' exists"));
+        }
+        let attr = self.make_dir_inode(parent, mode, umask, uid, gid, None, layout)?;
+        if let Err(e) = self.insert_entry(parent, name, attr.ino, FileKind::Dir, false, None) {
+            self.drop_inode(attr.ino)?;
+            return Err(e);
+        }
+        Ok(attr)
+    }
+
     /// Deletes a directory inode whose name is elsewhere (a mkdir undone, a directory removed
     /// from another server's parent). Files lose their inode through their links only.
     pub fn drop_inode(&mut self, ino: Ino) -> Result<()> {
@@ -1458,6 +1480,26 @@ mod tests {
             WorkflowChange::Retention(r) => (2, r.dir, 0, String::new()),
         });
         r
+    }
+
+    /// A mkdir in one step (parent homed here) makes what the two steps make: a directory
+    /// with its parent's layout, linked, the parent's link count up; an existing name or a
+    /// parent not homed here is refused and leaves no inode behind.
+    #[test]
+    fn a_one_step_mkdir_makes_and_links_or_leaves_nothing() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let before = s.getattr(ROOT_INO).unwrap().nlink;
+        let made = s.make_dir(ROOT_INO, "d", 0o777, 0o022, 1, 1).unwrap();
+        assert_eq!((made.kind, made.mode & 0o7777), (FileKind::Dir, 0o755));
+        assert_eq!(s.lookup(ROOT_INO, "d").unwrap().ino, made.ino);
+        assert_eq!(s.getattr(ROOT_INO).unwrap().nlink, before + 1);
+        assert_eq!(s.layout_of(made.ino).unwrap(), s.layout_of(ROOT_INO).unwrap());
+        let inodes = s.inodes.len();
+        assert_eq!(s.make_dir(ROOT_INO, "d", 0o755, 0, 1, 1).unwrap_err().code, ErrorCode::Exists);
+        assert_eq!(s.make_dir(ROOT_INO, "a/b", 0o755, 0, 1, 1).unwrap_err().code, ErrorCode::Invalid);
+        let elsewhere = ino::make(1, 42);
+        assert_eq!(s.make_dir(elsewhere, "x", 0o755, 0, 1, 1).unwrap_err().code, ErrorCode::Invalid);
+        assert_eq!(s.inodes.len(), inodes, "a refused mkdir left an inode");
     }
 
     /// The records taken after each step, applied in order to a new store, rebuild the same
