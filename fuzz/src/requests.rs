@@ -496,8 +496,14 @@ impl Run {
             55 => return self.mirror_step(input),
             56 => return self.delegation_step(input),
             51 => {
-                // mkdir's steps with a default ACL to inherit, and a link that claims one.
+                // mkdir's steps with a default ACL to inherit, and a link that claims one; or
+                // mkdir in one step (its parent anywhere: refused unless homed here).
                 let (parent, name, mode, umask) = (self.ino(input), self.name(input), input.u32(), input.u32());
+                if input.one_in(3) {
+                    let answer = self.conn.call(MakeDir { parent, name, mode, umask, uid: 0, gid: 0 }, &[]);
+                    self.attr(&answer);
+                    return;
+                }
                 let inherited = DirInheritance { default_acl: Self::opt(input, Self::acl_value), layout: Self::layout(input) };
                 let answer = self.conn.call(MakeDirInode { parent, mode, umask, uid: 0, gid: 0, inherited }, &[]);
                 if let Some(attr) = self.attr(&answer) {
