@@ -139,18 +139,16 @@ impl Client {
     /// The new directory is homed by a hash of (parent, name), often not with its parent;
     /// the parent's default ACL and layout must reach whichever server makes it. When that is
     /// the parent's home, one step there (`MakeDir`) makes and links it. Otherwise this first
-    /// supposes the
-    /// parent has no default ACL and the instance's default layout (so the common mkdir
-    /// stays two steps), and the parent's home, linking the name, checks that: if the parent
-    /// has others, the directory made without them is dropped, and made again with them as
-    /// read from the parent.
+    /// supposes the parent has no default ACL and the instance's default layout (so the
+    /// common mkdir stays two steps), and the parent's home, linking the name, checks that:
+    /// if the parent has others, the directory made without them is dropped, and made again
+    /// with them as read from the parent.
     pub async fn mkdir_at_with_umask(&self, parent: Ino, name: &str, mode: u32, umask: u32) -> Result<Attr> {
         check_name(name)?;
         // Spread directories over servers by (parent, name), so a tree's metadata load spreads.
         let target = self.layout().dir_home(parent, name);
         let (uid, gid) = self.identity();
-        let homed_apart = target != ino::home(parent);
-        if !homed_apart {
+        if target == ino::home(parent) {
             // Homed with its parent: inode and name in one step on that server.
             return self.call_home(parent, MakeDir { parent, name: name.to_string(), mode, umask, uid, gid }).await;
         }
@@ -160,7 +158,8 @@ impl Client {
             attempts += 1;
             let make = MakeDirInode { parent, mode, umask, uid, gid, inherited: inherited.clone() };
             let attr = self.call(target, make).await?;
-            let new_dir = homed_apart.then(|| inherited.clone());
+            // Linked on another server: with what it inherited, for the parent's home to check.
+            let new_dir = Some(inherited.clone());
             let insert = InsertEntry {
                 parent,
                 name: name.to_string(),
@@ -176,7 +175,7 @@ impl Client {
                     let _ = self.call(target, DropInode { ino: attr.ino }).await;
                     // Stale: the parent's default ACL or layout was not what the directory
                     // inherited.
-                    if e.code != ErrorCode::Stale || !homed_apart || attempts == MKDIR_ATTEMPTS {
+                    if e.code != ErrorCode::Stale || attempts == MKDIR_ATTEMPTS {
                         return Err(e);
                     }
                     inherited = DirInheritance { default_acl: self.default_acl_of(parent).await?, layout: self.layout_of(parent).await? };

@@ -93,7 +93,8 @@ impl Entry {
     }
 }
 
-/// How many entries a queue registers first, and how many it may grow to.
+/// How many entries a queue registers first, and how many it may grow to (1 <= initial <= max:
+/// the session makes it so).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Depth {
     pub initial: usize,
@@ -272,7 +273,7 @@ impl Queue {
             entries,
             registered: AtomicUsize::new(0),
             held: AtomicUsize::new(0),
-            initial_depth: depth.initial.clamp(1, depth.max),
+            initial_depth: depth.initial,
             lock_waits_refused_said: Default::default(),
             payload_size,
             dev,
@@ -404,19 +405,24 @@ impl Queue {
         }
     }
 
+    /// How many entries are registered, and how many of them hold no request.
+    fn occupancy(&self) -> (usize, usize) {
+        let registered = self.registered.load(Ordering::Relaxed);
+        (registered, registered.saturating_sub(self.held.load(Ordering::Relaxed)))
+    }
+
     /// Whether a lock wait would take one of the entries a queue at its limit keeps for the
     /// requests that end such waits (the one being handed over already counts as held).
     fn keeps_entries_from_lock_waits(&self) -> bool {
-        let registered = self.registered.load(Ordering::Relaxed);
-        let free = registered.saturating_sub(self.held.load(Ordering::Relaxed));
-        let keeps = registered == self.entries.len() && free < LOCK_WAIT_RESERVE.min(registered / 2);
+        let (registered, free) = self.occupancy();
+        let reserve = LOCK_WAIT_RESERVE.min(registered / 2);
+        let keeps = registered == self.entries.len() && free < reserve;
         if keeps && !self.lock_waits_refused_said.swap(true, Ordering::Relaxed) {
             tracing::warn!(
-                "io_uring queue {}: {} of its {registered} entries hold requests; lock waits from CPU {} are answered ENOLCK while fewer than {} are free (--ring-entries raises the limit)",
+                "io_uring queue {}: {} of its {registered} entries hold requests; lock waits from CPU {} are answered ENOLCK while fewer than {reserve} are free (--ring-entries raises the limit)",
                 self.qid,
                 registered - free,
                 self.qid,
-                LOCK_WAIT_RESERVE.min(registered / 2)
             );
         }
         keeps
@@ -425,8 +431,7 @@ impl Queue {
     /// Registers more entries while a quarter of them is still free (twice as many, up to the
     /// limit), so that requests held long cannot take the last one. On the driving thread.
     fn grow_if_short(&self) -> io::Result<()> {
-        let registered = self.registered.load(Ordering::Relaxed);
-        let free = registered.saturating_sub(self.held.load(Ordering::Relaxed));
+        let (registered, free) = self.occupancy();
         if free * 4 >= registered {
             return Ok(());
         }

@@ -1035,10 +1035,11 @@ impl MetaStore {
         if !self.is_local(parent) {
             return fail(ErrorCode::Invalid, format!("a one-step mkdir needs its parent {parent:#x} homed here"));
         }
-        let layout = self.dir(parent)?.layout;
-        if self.dir(parent)?.entries.contains_key(name) {
+        let dir = self.dir(parent)?;
+        if dir.entries.contains_key(name) {
             return fail(ErrorCode::Exists, format!("'{name}' exists"));
         }
+        let layout = dir.layout;
         let attr = self.make_dir_inode(parent, mode, umask, uid, gid, None, layout)?;
         if let Err(e) = self.insert_entry(parent, name, attr.ino, FileKind::Dir, false, None) {
             self.drop_inode(attr.ino)?;
