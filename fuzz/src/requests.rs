@@ -242,9 +242,10 @@ struct Run {
     secret: auth::Secret,
     /// A second client, whose steps meet the first's delegations ([`Run::delegation_step`]).
     other: Option<Conn>,
-    /// Inode numbers delegations granted to this connection set aside, and the directories.
+    /// Inode numbers delegations granted to this connection set aside, and the directories
+    /// with their delegations' tokens.
     set_aside: Vec<Ino>,
-    delegated: Vec<Ino>,
+    delegated: Vec<(Ino, Ino)>,
 }
 
 impl Run {
@@ -412,18 +413,19 @@ impl Run {
     }
 
     /// Directory delegations in any order (docs/delegation.md): a grant of any directory with
-    /// any count, write-backs of creates with set-aside or made-up numbers, give-backs, and a
-    /// second client's steps that meet a delegation (answered `Recalling` at once, the holder
-    /// sent a notice, never a hang).
+    /// any count, write-backs of creates with set-aside or made-up numbers (and of steps a
+    /// write-back may not hold), creates outside a write-back, give-backs and reclaims with
+    /// right or made-up tokens, and a second client's steps that meet a delegation (answered
+    /// `Recalling` at once, the holder sent a notice, never a hang).
     fn delegation_step(&mut self, input: &mut Input) {
-        let answer = match input.below(5) {
+        let answer = match input.below(6) {
             0 => {
                 let count = if input.bool() { input.below(8) as u32 } else { input.u32() };
                 let dir = self.ino(input);
                 let answer = self.conn.call(Delegate { dir, count, place_on: Self::opt(input, |i| i.below(3) as u32) }, &[]);
                 if let Some(granted) = answer.decode::<Delegated>("delegate") {
                     self.set_aside.extend(granted.inos.into_iter().take(16));
-                    self.delegated.push(dir);
+                    self.delegated.push((dir, granted.token));
                 }
                 answer
             }
@@ -433,11 +435,24 @@ impl Run {
                     n if !input.one_in(8) => self.set_aside[input.below(n)],
                     _ => self.ino(input),
                 };
-                let parent = self.delegated_or_any(input);
+                let (parent, token) = self.delegated_or_any(input);
                 let (name, open) = (self.name(input), input.bool());
-                let answer =
-                    self.conn.call(CreateAs { parent, name, ino, mode: input.u32(), umask: input.u32(), uid: 0, gid: 0, open }, &[]);
-                if let Some(entry) = self.entry(&answer) {
+                let create = CreateAs { parent, name, ino, mode: input.u32(), umask: input.u32(), uid: 0, gid: 0, open };
+                if input.one_in(8) {
+                    // Outside a write-back: refused.
+                    return drop(self.conn.call(create, &[]));
+                }
+                let mut steps: Vec<NamespaceRequest> = vec![create.into()];
+                if input.one_in(4) {
+                    let name = self.name(input);
+                    steps.push(if input.bool() { Unlink { parent, name }.into() } else { Lookup { parent, name }.into() });
+                }
+                let first_seq = if input.bool() { input.below(4) as u64 } else { input.u64() };
+                let answer = self.conn.call(WriteBack { dir: parent, token, first_seq, steps }, &[]);
+                let created = answer.decode::<Vec<BatchOutcome>>("write-back").and_then(|outcomes| outcomes.into_iter().next()?.ok());
+                if let Some(message) = created {
+                    let entry =
+                        self.entry(&Answer::Reply { message, payload: Vec::new(), payload_len: 0 }).expect("a create-as answers an entry");
                     if open {
                         *self.held.entry(entry.ino).or_default() += 1;
                     }
@@ -445,8 +460,12 @@ impl Run {
                 answer
             }
             2 => {
-                let dir = self.delegated_or_any(input);
-                self.conn.call(GiveBack { dir }, &[])
+                let (dir, token) = self.delegated_or_any(input);
+                self.conn.call(GiveBack { dir, token }, &[])
+            }
+            3 => {
+                let (dir, token) = self.delegated_or_any(input);
+                self.conn.call(Reclaim { dir, token }, &[])
             }
             _ => {
                 let (addr, secret) = (self.addr, self.secret);
@@ -466,11 +485,11 @@ impl Run {
         }
     }
 
-    /// Mostly a directory delegated to this connection, if any.
-    fn delegated_or_any(&mut self, input: &mut Input) -> Ino {
+    /// Mostly a directory delegated to this connection, if any, with its token.
+    fn delegated_or_any(&mut self, input: &mut Input) -> (Ino, Ino) {
         match self.delegated.len() {
             n if n > 0 && !input.one_in(4) => self.delegated[input.below(n)],
-            _ => self.ino(input),
+            _ => (self.ino(input), self.ino(input)),
         }
     }
 

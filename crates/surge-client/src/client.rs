@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use surge_proto::admin::{Batch, BatchOutcome, Shutdown, StatFs};
+use surge_proto::admin::{Batch, BatchOutcome, Shutdown, StatFs, WriteBack};
 use surge_proto::auth::Secret;
 use surge_proto::ino::{self, Ino};
 use surge_proto::namespace::NamespaceRequest;
@@ -309,7 +309,7 @@ impl Client {
             None => open(slot.addr, None).await?,
             Some(standby) => match open(slot.addr, None).await {
                 Ok(conn) => conn,
-                Err(lost) if matches!(lost.code, ErrorCode::ServerDown | ErrorCode::TimedOut) => {
+                Err(lost) if lost.code.is_lost_contact() => {
                     // The share may be served by the next server, which took it over (or is
                     // about to, with automatic failover: then wait for it, trying both).
                     let deadline = self.inner.failover_wait.map(|wait| tokio::time::Instant::now() + wait);
@@ -408,15 +408,43 @@ impl Client {
 
     /// [`Client::batch`] for steps of any kinds: each step's outcome, its reply still encoded.
     pub(crate) async fn batch_steps(&self, server: usize, steps: impl IntoIterator<Item = NamespaceRequest>) -> Result<Vec<BatchOutcome>> {
+        self.steps_in_frames(server, steps, |_, requests| Batch { requests }.into()).await
+    }
+
+    /// Delegation `token`'s write-back of `steps` in directory `dir` (numbered in its log from
+    /// `first_seq` on): each step's outcome, as [`Client::batch_steps`].
+    pub(crate) async fn write_back_steps(
+        &self,
+        dir: Ino,
+        token: Ino,
+        first_seq: u64,
+        steps: Vec<NamespaceRequest>,
+    ) -> Result<Vec<BatchOutcome>> {
+        self.steps_in_frames(ino::home(dir), steps, |offset, steps| WriteBack { dir, token, first_seq: first_seq + offset, steps }.into())
+            .await
+    }
+
+    /// Sends `steps` to `server` in frames of [`BATCH_STEPS`] made by `frame` (from the number
+    /// of steps before it, and its steps), all before waiting for any answer; each step's
+    /// outcome, in order.
+    async fn steps_in_frames(
+        &self,
+        server: usize,
+        steps: impl IntoIterator<Item = NamespaceRequest>,
+        frame: impl Fn(u64, Vec<NamespaceRequest>) -> Request,
+    ) -> Result<Vec<BatchOutcome>> {
         let mut pending = Vec::new();
         let mut steps = steps.into_iter().peekable();
+        let mut sent = 0;
         while steps.peek().is_some() {
             let requests: Vec<NamespaceRequest> = steps.by_ref().take(BATCH_STEPS).collect();
             let count = requests.len();
-            pending.push((count, self.send(server, &Batch { requests }.into(), Bytes::new()).await?));
+            pending.push((count, self.send(server, &frame(sent, requests), Bytes::new()).await?));
+            sent += count as u64;
         }
         let mut all = Vec::new();
         for (count, batch) in pending {
+            // A write-back is answered as a batch is.
             let outcomes = batch.wait(self.inner.opts.timeout).await?.reply::<Batch>()?;
             if outcomes.len() != count {
                 return Err(Error::new(ErrorCode::Protocol, format!("batch of {count}: {} answers", outcomes.len())));

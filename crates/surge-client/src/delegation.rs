@@ -11,21 +11,41 @@
 //! ([`DelegatedDir::give_back`]) when the home recalls it (`Notice::Recall`). Everything this
 //! module does not answer (links, renames, names it did not make) takes the ordinary path,
 //! after a write-back.
+//!
+//! Each step has a number in the log, and the home journals with each step it applies its
+//! number. A write-back that loses its connection (the home crashed, or the network broke)
+//! keeps its steps: applied or not, nobody knows yet. The holder then stops answering here,
+//! reconnects, reclaims the delegation (the home keeps it a few seconds for it, answering
+//! everybody else `Recalling`), learns the last step applied, writes back the rest and gives
+//! the directory up ([`DelegatedDir::give_back`] does all of it, retrying while the home is
+//! away for up to [`RECLAIM_FOR`]). What the holder answered is lost only if the holder dies
+//! too, or the home stays away longer than that.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use surge_proto::namespace::{Commit, CreateAs, Delegate, GiveBack, NamespaceRequest, Unlink};
+use surge_proto::namespace::{Commit, CreateAs, Delegate, GiveBack, NamespaceRequest, Reclaim, Unlink};
 use surge_proto::{ino, Attr, ErrorCode, FileKind, Ino, Timestamp};
 
 use crate::conn::Answer;
 use crate::error::{Error, Result};
 use crate::{Client, File};
 
+/// How long a holder that lost its home tries to reach it again to write back and give the
+/// directory up (a restart takes a few seconds; the home keeps the delegation a few seconds
+/// after it is back).
+pub const RECLAIM_FOR: Duration = Duration::from_secs(60);
+/// The first pause between those tries, doubled up to [`RECLAIM_PAUSE_MAX`].
+const RECLAIM_PAUSE: Duration = Duration::from_millis(50);
+const RECLAIM_PAUSE_MAX: Duration = Duration::from_secs(1);
+
 /// A directory delegated to this client.
 pub struct DelegatedDir {
     client: Client,
     dir: Ino,
+    /// The delegation's name, quoted by its write-backs, reclaim and give-back.
+    token: Ino,
     state: Mutex<Held>,
     /// One write-back at a time, so that batches reach the home in the log's order.
     writing_back: tokio::sync::Mutex<()>,
@@ -36,8 +56,16 @@ struct Held {
     names: HashMap<String, Named>,
     /// Numbers set aside for creates, not used yet.
     free: VecDeque<Ino>,
-    /// Steps answered here, not yet written back, in order.
+    /// Steps answered here, not yet written back (or not known to be applied), in order.
     log: Vec<NamespaceRequest>,
+    /// The number of `log`'s first step (numbers start at 1).
+    first_seq: u64,
+    /// A write-back lost its connection: the next one reclaims the delegation first, to learn
+    /// which of `log`'s steps the home applied.
+    away: bool,
+    /// The home ended the delegation (given back, or not reclaimed in time): nothing more to
+    /// write back or give back.
+    gone: bool,
     /// Files made here whose creating handle is still open and whose `CreateAs` is still in
     /// `log`: the write-back registers that open at the home (`open: true`), or the handle's
     /// release is logged after it ([`DelegatedDir::log_release`]). A file is here exactly as
@@ -97,8 +125,18 @@ impl Client {
         };
         // Nobody else may change the directory now: its listing stays exact.
         let names = self.readdir_ino(dir).await?.into_iter().map(|entry| (entry.name, Named::of(entry.kind))).collect();
-        let held = Held { names, free: granted.inos.into(), log: Vec::new(), open_here: HashSet::new(), ended: false };
-        Ok(Some(DelegatedDir { client: self.clone(), dir, state: Mutex::new(held), writing_back: Default::default() }))
+        let held = Held {
+            names,
+            free: granted.inos.into(),
+            log: Vec::new(),
+            first_seq: 1,
+            away: false,
+            gone: false,
+            open_here: HashSet::new(),
+            ended: false,
+        };
+        let token = granted.token;
+        Ok(Some(DelegatedDir { client: self.clone(), dir, token, state: Mutex::new(held), writing_back: Default::default() }))
     }
 
     /// Whether the servers check identities (the home of `ino` does; every server of an
@@ -128,6 +166,21 @@ impl DelegatedDir {
     /// Whether the delegation still answers here (not given back).
     pub fn is_held(&self) -> bool {
         !self.state.lock().unwrap().ended
+    }
+
+    /// Whether its home was lost with steps perhaps not applied: they are written back once
+    /// the home is reached again ([`DelegatedDir::give_back`]), and the home holds the
+    /// directory for them meanwhile. Nobody need wait for them here.
+    pub fn is_away(&self) -> bool {
+        self.state.lock().unwrap().away
+    }
+
+    /// The connection to the home was lost: nothing more is answered here, and the next
+    /// write-back reclaims the delegation first.
+    pub fn lost_home(&self) {
+        let mut held = self.state.lock().unwrap();
+        held.ended = true;
+        held.away = !held.gone;
     }
 
     /// Steps answered here and not written back yet.
@@ -231,10 +284,14 @@ impl DelegatedDir {
     /// Writes the log back to the directory's home, in order; returns once every step
     /// answered here before the call is applied there (or refused). A step the home refuses
     /// (the delegation was taken back, or a bug) ends the delegation here: its error is
-    /// returned once every other step was tried.
+    /// returned once every other step was tried. A lost connection keeps the steps for the
+    /// next call, which reclaims the delegation first (see the module's doc).
     pub async fn write_back(&self) -> Result<()> {
         let _in_order = self.writing_back.lock().await;
-        let log = {
+        if self.is_away() {
+            self.reclaim().await?;
+        }
+        let (first_seq, log) = {
             let mut held = self.state.lock().unwrap();
             let mut log = std::mem::take(&mut held.log);
             for step in &mut log {
@@ -243,16 +300,32 @@ impl DelegatedDir {
                     create.open |= held.open_here.remove(&create.ino);
                 }
             }
-            log
+            let first_seq = held.first_seq;
+            held.first_seq += log.len() as u64;
+            (first_seq, log)
         };
         if log.is_empty() {
             return Ok(());
         }
         let unlinks: Vec<bool> = log.iter().map(|step| matches!(step, NamespaceRequest::Unlink(_))).collect();
-        let outcomes = match self.client.batch_steps(ino::home(self.dir), log).await {
+        let outcomes = match self.client.write_back_steps(self.dir, self.token, first_seq, log.clone()).await {
             Ok(outcomes) => outcomes,
+            Err(e) if e.code.is_lost_contact() => {
+                // Applied or not, nobody knows: the steps wait, in front of any logged since,
+                // for the home to say which it has.
+                let mut held = self.state.lock().unwrap();
+                let later = std::mem::replace(&mut held.log, log);
+                held.log.extend(later);
+                held.first_seq = first_seq;
+                held.ended = true;
+                held.away = true;
+                tracing::warn!(
+                    dir = format!("{:#x}", self.dir),
+                    "a delegation's write-back lost its home ({e}): written back once it is reached again"
+                );
+                return Err(e);
+            }
             Err(e) => {
-                // Whether the home applied the batch is unknown: nothing more is answered here.
                 self.state.lock().unwrap().ended = true;
                 tracing::warn!(dir = format!("{:#x}", self.dir), "a delegation's write-back failed: {e}");
                 return Err(e);
@@ -279,6 +352,34 @@ impl DelegatedDir {
         }
     }
 
+    /// Takes the delegation up again after a lost connection: the steps the home applied
+    /// leave the log. A home that ended the delegation meanwhile (its holder did not come back
+    /// in time) has lost what is left of the log: said in the log, and the error returned.
+    async fn reclaim(&self) -> Result<()> {
+        let applied = match self.client.call_home(self.dir, Reclaim { dir: self.dir, token: self.token }).await {
+            Ok(applied) => applied,
+            Err(e) if e.code.is_lost_contact() => return Err(e),
+            Err(e) => {
+                let mut held = self.state.lock().unwrap();
+                let lost = std::mem::take(&mut held.log).len();
+                held.away = false;
+                held.gone = true;
+                if lost == 0 {
+                    return Ok(());
+                }
+                tracing::error!(dir = format!("{:#x}", self.dir), "{lost} step(s) of a delegation were lost: its home ended it ({e})");
+                return Err(e);
+            }
+        };
+        let mut held = self.state.lock().unwrap();
+        let done = (applied + 1).saturating_sub(held.first_seq).min(held.log.len() as u64);
+        held.log.drain(..done as usize);
+        held.first_seq += done;
+        held.away = false;
+        tracing::info!(dir = format!("{:#x}", self.dir), "a delegation reclaimed: {} step(s) left to write back", held.log.len());
+        Ok(())
+    }
+
     /// Purges what an unlink written back left without a name.
     async fn finish_unlink(&self, message: Vec<u8>) -> Result<()> {
         let unlinked = Answer { message, payload: Vec::new() }.reply::<Unlink>()?;
@@ -287,11 +388,31 @@ impl DelegatedDir {
 
     /// Writes the log back and gives the directory up (what a recall asks). Nothing is
     /// answered here from the call on: a step answered after the write-back took the log
-    /// would be lost with the delegation.
+    /// would be lost with the delegation. Where the home is away, tries again (reclaiming the
+    /// delegation) until it is back, for up to [`RECLAIM_FOR`].
     pub async fn give_back(&self) -> Result<()> {
         self.state.lock().unwrap().ended = true;
-        let written = self.write_back().await;
-        let given = self.client.call_home(self.dir, GiveBack { dir: self.dir }).await;
-        written.and(given)
+        let deadline = tokio::time::Instant::now() + RECLAIM_FOR;
+        let mut pause = RECLAIM_PAUSE;
+        loop {
+            let outcome = match self.write_back().await {
+                Ok(()) if self.state.lock().unwrap().gone => return Ok(()),
+                Ok(()) => self.client.call_home(self.dir, GiveBack { dir: self.dir, token: self.token }).await,
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Err(e) if e.code.is_lost_contact() && tokio::time::Instant::now() + pause < deadline => {
+                    // Whether the give-back got there is not known either: reclaim first.
+                    self.lost_home();
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RECLAIM_PAUSE_MAX);
+                }
+                Ok(()) => {
+                    self.state.lock().unwrap().gone = true;
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 }

@@ -1,13 +1,15 @@
 //! Directory delegations against a real server in this process (docs/delegation.md, step 1):
 //! who is granted one, what a holder writes back, how another client's step recalls it, and
-//! how a delegation ends (given back, its holder gone, its holder silent past the deadline).
+//! how a delegation ends (given back, its holder gone, its holder silent past the deadline),
+//! and how a holder that lost its connection reclaims it to write back the rest.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use surge_client::surge_proto::admin::{ListInodes, Notice};
-use surge_client::surge_proto::namespace::{CreateAs, Delegate, Delegated, GiveBack, Unlink};
-use surge_client::surge_proto::{ino, ErrorCode, Ino, ROOT_INO};
+use surge_client::surge_proto::admin::{ListInodes, Notice, WriteBack};
+use surge_client::surge_proto::frame::decode_message;
+use surge_client::surge_proto::namespace::{CreateAs, Delegate, Delegated, GiveBack, Lookup, NamespaceRequest, Reclaim, Unlink};
+use surge_client::surge_proto::{ino, DirEntry, ErrorCode, Ino, ROOT_INO};
 use surge_client::{Client, ClientOptions, Watcher};
 use surge_server::in_process::InProcessInstance;
 
@@ -82,6 +84,21 @@ fn create_as(dir: Ino, name: &str, ino: Ino) -> CreateAs {
     CreateAs { parent: dir, name: name.into(), ino, mode: 0o644, umask: 0o022, uid: 0, gid: 0, open: false }
 }
 
+/// Writes `step` back as step `seq` of delegation `token`'s log: its outcome (a create's
+/// entry; other steps' replies are not looked at).
+async fn write_back(
+    client: &Client,
+    dir: Ino,
+    token: Ino,
+    seq: u64,
+    step: impl Into<NamespaceRequest>,
+) -> surge_client::Result<Option<DirEntry>> {
+    let write_back = WriteBack { dir, token, first_seq: seq, steps: vec![step.into()] };
+    let outcome = client.call(ino::home(dir), write_back).await?.pop().expect("one outcome");
+    let message = outcome?;
+    Ok(decode_message::<DirEntry>(&message).ok())
+}
+
 /// A holder's creates written back are found by others; another client's lookup is answered
 /// only after the holder was recalled and gave the directory back, and finds what the holder
 /// wrote back before giving it up.
@@ -96,17 +113,24 @@ async fn another_clients_lookup_recalls_the_delegation_and_sees_what_was_written
     assert!(granted.inos.iter().all(|&i| ino::home(i) == ino::home(dir)), "numbers homed with the directory");
     // Written back while held.
     let home = ino::home(dir);
-    let made = a.call(home, create_as(dir, "f0", granted.inos[0])).await.unwrap();
+    let token = granted.token;
+    assert_eq!(token, granted.inos[0], "a delegation is named by its first number");
+    let made = write_back(&a, dir, token, 1, create_as(dir, "f0", granted.inos[0])).await.unwrap().unwrap();
     assert_eq!(made.ino, granted.inos[0]);
-    // A number not set aside for this directory is refused.
-    let stray = a.call(home, create_as(dir, "f1", granted.inos[0] + 1_000_000)).await.unwrap_err();
+    // A number not set aside for this directory is refused, and so is a create outside a
+    // write-back, or one quoting another token.
+    let stray = write_back(&a, dir, token, 2, create_as(dir, "f1", granted.inos[0] + 1_000_000)).await.unwrap_err();
     assert_eq!(stray.code, ErrorCode::Invalid, "{stray}");
+    let outside = a.call(home, create_as(dir, "f1", granted.inos[1])).await.unwrap_err();
+    assert_eq!(outside.code, ErrorCode::Invalid, "{outside}");
+    let forged = write_back(&a, dir, token + 1, 2, create_as(dir, "f1", granted.inos[1])).await.unwrap_err();
+    assert_eq!(forged.code, ErrorCode::Invalid, "{forged}");
 
     // The holder answers a recall by writing its last step back and giving the directory up.
     let (holder, second) = (a.clone(), granted.inos[1]);
     let answering = a_notices.on_recall(async move {
-        holder.call(ino::home(dir), create_as(dir, "f1", second)).await.unwrap();
-        holder.call(ino::home(dir), GiveBack { dir }).await.unwrap();
+        write_back(&holder, dir, token, 2, create_as(dir, "f1", second)).await.unwrap();
+        holder.call(ino::home(dir), GiveBack { dir, token }).await.unwrap();
     });
     let asked = Instant::now();
     let found = b.lookup(dir, "f1").await.expect("found once the holder gave the directory back");
@@ -116,7 +140,7 @@ async fn another_clients_lookup_recalls_the_delegation_and_sees_what_was_written
     assert_eq!(a_notices.recalls(), vec![dir], "one recall");
 
     // Given back: the holder's write-backs are refused, everybody's steps go on as usual.
-    let late = a.call(home, create_as(dir, "f2", granted.inos[2])).await.unwrap_err();
+    let late = write_back(&a, dir, token, 3, create_as(dir, "f2", granted.inos[2])).await.unwrap_err();
     assert_eq!(late.code, ErrorCode::Invalid, "{late}");
     b.call(home, Unlink { parent: dir, name: "f0".into() }).await.unwrap();
     let names: Vec<String> = b.readdir_ino(dir).await.unwrap().into_iter().map(|e| e.name).collect();
@@ -154,41 +178,86 @@ async fn a_delegation_is_granted_only_where_the_holder_needs_no_check_of_the_ser
     let granted = delegate(&a, dir, 4).await.unwrap();
     let twice = delegate(&a, dir, 4).await.unwrap_err();
     assert_eq!(twice.code, ErrorCode::NotPermitted, "{twice}");
-    // Another client's write-back into it is a step on a delegated directory: recalled (and,
-    // as nobody answers the recall here, taken back after the deadline), then refused as
-    // not its own.
-    let theirs = c.call(ino::home(dir), create_as(dir, "x", granted.inos[0])).await.unwrap_err();
+    // Another client's write-back into it, even quoting the token, is refused: the holder is
+    // connected, and it is not the holder.
+    let theirs = write_back(&c, dir, granted.token, 1, create_as(dir, "x", granted.inos[0])).await.unwrap_err();
     assert_eq!(theirs.code, ErrorCode::Invalid, "{theirs}");
     fx.stop().await;
 }
 
-/// A delegation ends with its holder's connection (what it wrote back stays), and a scan of
-/// the share (`surge fsck`) recalls every delegation first.
+/// A holder whose connection ended and that does not come back loses its delegation after
+/// the recall deadline (what it wrote back stays; others wait for that meanwhile), and a scan
+/// of the share (`surge fsck`) recalls every delegation first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_holder_that_goes_takes_its_delegation_with_it_and_scans_wait_for_recalls() {
+async fn a_holder_that_goes_loses_its_delegation_after_the_deadline_and_scans_wait_for_recalls() {
     let fx = Fixture::new("ends").await;
     let b = fx.client();
     let (dir, kept) = {
         let (a, _) = fx.watching();
         let dir = a.mkdir_at(ROOT_INO, "gone", 0o755).await.unwrap().ino;
         let granted = delegate(&a, dir, 4).await.unwrap();
-        a.call(ino::home(dir), create_as(dir, "kept", granted.inos[0])).await.unwrap();
+        write_back(&a, dir, granted.token, 1, create_as(dir, "kept", granted.inos[0])).await.unwrap();
         (dir, granted.inos[0])
     };
-    // The holder's client is dropped: its connections close, and with them the delegation
-    // (the lookup is answered at once, well before a recall's deadline).
+    // The holder's client is dropped: its connections close. The home keeps the directory
+    // for it to reclaim until the deadline (5 s), then answers.
     let asked = Instant::now();
     let found = b.lookup(dir, "kept").await.unwrap();
     assert_eq!(found.ino, kept);
-    assert!(asked.elapsed() < Duration::from_secs(4), "{:?}", asked.elapsed());
+    let waited = asked.elapsed();
+    assert!(waited >= Duration::from_secs(4) && waited < Duration::from_secs(9), "answered after {waited:?}");
 
     let (a, a_notices) = fx.watching();
     let dir = a.mkdir_at(ROOT_INO, "scanned", 0o755).await.unwrap().ino;
-    delegate(&a, dir, 4).await.unwrap();
+    let token = delegate(&a, dir, 4).await.unwrap().token;
     let holder = a.clone();
-    a_notices.on_recall(async move { holder.call(ino::home(dir), GiveBack { dir }).await.unwrap() });
+    a_notices.on_recall(async move { holder.call(ino::home(dir), GiveBack { dir, token }).await.unwrap() });
     b.call(ino::home(dir), ListInodes { after: None }).await.expect("the scan goes on once the directory is given back");
     assert_eq!(a_notices.recalls(), vec![dir]);
+    fx.stop().await;
+}
+
+/// A holder whose connection ended reclaims its delegation over a new one with its token:
+/// the home says which steps of its log it applied, takes the rest (numbered on), and ends
+/// the delegation at the give-back. Meanwhile everybody else waits. A wrong token, a step
+/// outside the directory and a reclaim after the end are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_that_lost_its_connection_reclaims_and_writes_back_the_rest() {
+    let fx = Fixture::new("reclaim").await;
+    let b = fx.client();
+    let (dir, granted) = {
+        let (a, _) = fx.watching();
+        let dir = a.mkdir_at(ROOT_INO, "away", 0o755).await.unwrap().ino;
+        let granted = delegate(&a, dir, 8).await.unwrap();
+        for (seq, name) in [(1, "f1"), (2, "f2")] {
+            write_back(&a, dir, granted.token, seq, create_as(dir, name, granted.inos[seq as usize - 1])).await.unwrap();
+        }
+        (dir, granted)
+    };
+    let (home, token) = (ino::home(dir), granted.token);
+    // Another client's step waits for the holder (it retries `Recalling`).
+    let b_lookup = {
+        let b = b.clone();
+        tokio::spawn(async move { (b.lookup(dir, "f3").await, Instant::now()) })
+    };
+    // The holder, over a new connection (it need not watch).
+    let again = fx.client();
+    let wrong = again.call(home, Reclaim { dir, token: token + 1 }).await.unwrap_err();
+    assert_eq!(wrong.code, ErrorCode::NotFound, "{wrong}");
+    assert_eq!(again.call(home, Reclaim { dir, token }).await.unwrap(), 2, "the last step applied");
+    let made = write_back(&again, dir, token, 3, create_as(dir, "f3", granted.inos[2])).await.unwrap().unwrap();
+    assert_eq!(made.ino, granted.inos[2]);
+    let outside = write_back(&again, dir, token, 4, Lookup { parent: ROOT_INO, name: "away".into() }).await.unwrap_err();
+    assert_eq!(outside.code, ErrorCode::Invalid, "{outside}");
+    let given_back = Instant::now();
+    again.call(home, GiveBack { dir, token }).await.unwrap();
+    let (found, answered) = b_lookup.await.unwrap();
+    assert_eq!(found.expect("b sees the create written back after the reclaim").ino, granted.inos[2]);
+    assert!(answered >= given_back, "b was answered before the give-back");
+    let ended = again.call(home, Reclaim { dir, token }).await.unwrap_err();
+    assert_eq!(ended.code, ErrorCode::NotFound, "{ended}");
+    let names: Vec<String> = b.readdir_ino(dir).await.unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, vec!["f1".to_string(), "f2".to_string(), "f3".to_string()]);
     fx.stop().await;
 }
 

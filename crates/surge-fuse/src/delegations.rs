@@ -8,6 +8,10 @@
 //! servers do not check identities (a file made under a delegation has no data ticket until
 //! its write-back). The home recalls the directory when another client names it; the recall
 //! comes as a notice, and the directory is given back at once, its log written back first.
+//! When the connection to a directory's home is lost (the home restarted, or the network
+//! broke), the delegation stops answering and is given back in the background once the home
+//! is reached again, with whatever of its log the home had not applied (see
+//! `surge_client::DelegatedDir`); the home holds the directory meanwhile.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -205,12 +209,37 @@ impl Delegations {
     /// Waits until every step answered under a delegation before the call is applied at the
     /// directory's home: what a request about anything else must see (a lookup, a listing, an
     /// open, attributes, another namespace change). Costs nothing while no write-back is due.
+    /// Steps waiting for a home that was lost are not waited for: that home answers nobody
+    /// about the directory (`Recalling`) until they are written back.
     pub(crate) async fn settle(&self) -> Result<()> {
-        let due: Vec<Arc<DelegatedDir>> = self.state.lock().unwrap().held.values().filter(|d| !d.is_quiet()).cloned().collect();
+        let due: Vec<Arc<DelegatedDir>> =
+            self.state.lock().unwrap().held.values().filter(|d| !d.is_quiet() && !d.is_away()).cloned().collect();
         for delegated in due {
-            delegated.write_back().await?;
+            match delegated.write_back().await {
+                Err(e) if !e.code.is_lost_contact() => return Err(e),
+                _ => {}
+            }
         }
         Ok(())
+    }
+
+    /// The connection to server `server` was lost: the delegations of directories homed
+    /// there stop answering and are given back once it is reached again.
+    pub(crate) fn home_lost(&self, server: usize) {
+        let lost: Vec<u64> = {
+            let st = self.state.lock().unwrap();
+            st.held
+                .iter()
+                .filter(|(&dir, _)| surge_client::surge_proto::ino::home(dir) == server)
+                .map(|(&dir, d)| {
+                    d.lost_home();
+                    dir
+                })
+                .collect()
+        };
+        for dir in lost {
+            self.give_back(dir);
+        }
     }
 
     /// Gives every delegation back and waits for it (the mount is going away).

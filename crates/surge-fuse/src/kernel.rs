@@ -340,10 +340,12 @@ impl surge_client::Watcher for Invalidations {
         }
     }
 
-    /// Notices from `server` may have been missed: drop every attribute homed there. Names
+    /// Notices from `server` may have been missed: drop every attribute homed there, and give
+    /// back the delegations of directories homed there once it is back. Names
     /// the kernel holds in its directories stay until their time runs out; an open through one
     /// that went stale is still caught (see `open`).
     fn lost(&self, server: usize) {
+        self.delegations.home_lost(server);
         let homed_there = |ino: &u64| surge_client::surge_proto::ino::home(*ino) == server;
         self.kernel.listings.forget_where(|dir| homed_there(&dir));
         let inos: Vec<u64> = self.kernel.reported.lock().unwrap().keys().copied().filter(homed_there).collect();

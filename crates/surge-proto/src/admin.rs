@@ -29,6 +29,20 @@ pub struct Batch {
 /// One request of a batch: its encoded reply, or why it failed.
 pub type BatchOutcome = Result<Vec<u8>, Error>;
 
+/// A delegation's holder writes back (docs/delegation.md): the steps it answered in directory
+/// `dir` under the delegation named `token` (see [`crate::namespace::Delegated`]), numbered
+/// from `first_seq` on in the holder's log, each answered as in a [`Batch`]. Only creates
+/// (`CreateAs`), unlinks, renames and commits in the directory and of the files made under
+/// it. Each step is journaled with its number, so that after a restart of the home the
+/// holder learns where to go on from ([`crate::namespace::Reclaim`]); answered once durable.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct WriteBack {
+    pub dir: crate::Ino,
+    pub token: crate::Ino,
+    pub first_seq: u64,
+    pub steps: Vec<NamespaceRequest>,
+}
+
 /// From now on, tell this connection (with [`Notice`] frames) when something it was told
 /// about changes through another connection: what a client that caches metadata needs to
 /// drop stale entries at once instead of after a timeout.
@@ -166,9 +180,10 @@ service! {
         StatFs -> ServerStats, "statfs";
         Shutdown -> (), "shutdown";
         Batch -> Vec<BatchOutcome>, "batch";
+        WriteBack -> Vec<BatchOutcome>, "write-back";
         Watch -> (), "watch";
-                NoticeSeen -> (), "notice-seen";
-                SyncMetadata -> (), "sync-metadata";
+        NoticeSeen -> (), "notice-seen";
+        SyncMetadata -> (), "sync-metadata";
         ListInodes -> InodePage, "list-inodes";
         ListEntries -> EntryPage, "list-entries";
         ListDataFiles -> DataFilePage, "list-data-files";

@@ -52,6 +52,12 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
+    /// The peer was not reached, or did not answer in time: whether it did what was asked is
+    /// not known.
+    pub fn is_lost_contact(self) -> bool {
+        matches!(self, ErrorCode::ServerDown | ErrorCode::TimedOut)
+    }
+
     pub fn errno(self) -> i32 {
         match self {
             ErrorCode::NotFound => libc::ENOENT,

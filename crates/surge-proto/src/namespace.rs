@@ -387,8 +387,9 @@ pub struct LayoutOf {
 /// [`MAX_DELEGATED_INOS`]) inode numbers for the files it makes, placed on `place_on` in a
 /// node-local directory as [`Create`]'s are. Any other client's step naming the directory,
 /// a name in it or a file made under the delegation is answered `Recalling` while the
-/// holder is sent [`crate::admin::Notice::Recall`]; the holder's `GiveBack` (or the end of its
-/// connection) ends it.
+/// holder is sent [`crate::admin::Notice::Recall`]; the holder's `GiveBack` ends it. A holder
+/// whose connection ended (or whose home restarted) may [`Reclaim`] it within a few seconds
+/// to write back what it had not, and give it back; after that it ends.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Delegate {
     pub dir: Ino,
@@ -400,10 +401,12 @@ pub struct Delegate {
 pub const MAX_DELEGATED_INOS: u32 = 4096;
 
 /// A delegation granted: the inode numbers set aside for the holder's creates (never handed
-/// out again, even after a restart).
+/// out again, even after a restart), and the delegation's name, `token` (unique for ever: the
+/// first of those numbers), which its write-backs, reclaim and give-back quote.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Delegated {
     pub inos: Vec<Ino>,
+    pub token: Ino,
 }
 
 /// A create made under a delegation, written back: like [`Create`] (exclusive), with the
@@ -420,11 +423,23 @@ pub struct CreateAs {
     pub open: bool,
 }
 
-/// The holder gives directory `dir`'s delegation up (after writing its steps back); the
-/// inode numbers it did not use are not handed out again.
+/// The holder gives directory `dir`'s delegation `token` up (after writing its steps back);
+/// the inode numbers it did not use are not handed out again.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct GiveBack {
     pub dir: Ino,
+    pub token: Ino,
+}
+
+/// A holder that lost its connection to the home (the home restarted, or the connection
+/// broke) takes delegation `token` of `dir` up again to write back the rest of its log and
+/// give it back; answered with the number of the last step of the log the home applied
+/// (0: none). Refused once the delegation ended: a few seconds after its holder's connection
+/// did, or after the restart, unless reclaimed meanwhile.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Reclaim {
+    pub dir: Ino,
+    pub token: Ino,
 }
 
 service! {
@@ -472,5 +487,6 @@ service! {
         CreateAs -> DirEntry, "create-as";
         GiveBack -> (), "give-back";
         MakeDir -> Attr, "mkdir";
+        Reclaim -> u64, "reclaim";
     }
 }

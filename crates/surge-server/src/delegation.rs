@@ -8,16 +8,21 @@
 //! made under) a delegation, is answered `Recalling` at once — never waited for inside the
 //! connection's loop, so no two nodes can deadlock — and the holder is sent a `Recall` notice
 //! (once per delegation). The holder writes back and gives the directory up (`GiveBack`); the
-//! caller's library retries meanwhile. A delegation also ends with its holder's connection,
-//! and when its holder has not given it back [`RECALL_DEADLINE`] after the recall (as NFSv4
-//! revokes a delegation whose lease ran out): what it had not written back is lost, as
-//! metadata not yet on disk is in a local file system's crash, and its later write-backs are
-//! refused. A clean stop of the server recalls every delegation and waits for the holders'
-//! write-backs before the share is folded into its snapshot, so that a planned restart loses
-//! nothing a holder answered ([`Delegations::give_all_back_before_stop`]).
+//! caller's library retries meanwhile. A delegation ends when its holder has not given it
+//! back [`RECALL_DEADLINE`] after the recall (as NFSv4 revokes a delegation whose lease ran
+//! out): what it had not written back is lost, as metadata not yet on disk is in a local file
+//! system's crash, and its later write-backs are refused.
+//!
+//! A delegation whose holder is away — its connection ended, or this server restarted (the
+//! journal keeps every unended delegation, [`crate::meta::delegated`]) — stays for
+//! [`RECALL_DEADLINE`] more, answering `Recalling` to everybody: a holder that is still there
+//! reconnects, reclaims it with its token (`Reclaim`, answered with the last step of its log
+//! applied here), writes back the rest and gives it back; one that died lets it end then. A
+//! clean stop of the server recalls every delegation and waits for the holders' write-backs
+//! before the share is folded into its snapshot ([`Delegations::give_all_back_before_stop`]).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -27,10 +32,11 @@ use surge_proto::{ErrorCode, Ino};
 
 use crate::error::{Result, ServerError};
 use crate::lock::LockRecover;
+use crate::meta::delegated::DelegationMark;
 use crate::watch::{WatcherId, Watchers};
 
 /// How long a recalled holder has to write back and give the directory up before the
-/// delegation is taken from it.
+/// delegation is taken from it; and how long a holder that is away has to reclaim it.
 pub(crate) const RECALL_DEADLINE: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
@@ -38,8 +44,12 @@ pub(crate) struct Delegations {
     /// How many directories are delegated: steps pay nothing for the guard while none is.
     count: AtomicUsize,
     /// The server is stopping: no more grants.
-    stopping: std::sync::atomic::AtomicBool,
+    stopping: AtomicBool,
     state: Mutex<State>,
+    /// Delegations ended and not journaled as ended yet (directory, token), and whether there
+    /// are any: [`Delegations::take_ended`].
+    ended: Mutex<Vec<(Ino, Ino)>>,
+    ends_due: AtomicBool,
 }
 
 #[derive(Default)]
@@ -50,13 +60,39 @@ struct State {
 }
 
 struct Held {
-    holder: WatcherId,
+    holder: Holder,
+    token: Ino,
     inos: Vec<Ino>,
     /// When the holder was sent `Recall`.
     recalled: Option<Instant>,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Holder {
+    /// Held through this watching connection.
+    Connected(WatcherId),
+    /// The holder's connection ended, or this server restarted, at `since` (or the holder
+    /// reclaimed it then): reclaimable until [`RECALL_DEADLINE`] after.
+    Away { since: Instant },
+}
+
 impl Delegations {
+    /// The delegations a restart found unended in the journal: each is its holder's to
+    /// reclaim for [`RECALL_DEADLINE`].
+    pub(crate) fn restored<'a>(marks: impl Iterator<Item = &'a DelegationMark>) -> Delegations {
+        let delegations = Delegations::default();
+        let now = Instant::now();
+        for mark in marks {
+            delegations
+                .insert(mark.dir, Held { holder: Holder::Away { since: now }, token: mark.token, inos: mark.inos.clone(), recalled: None });
+        }
+        let count = delegations.count.load(Ordering::Relaxed);
+        if count > 0 {
+            tracing::info!("{count} delegation(s) granted before the restart: their holders may reclaim them for {RECALL_DEADLINE:?}");
+        }
+        delegations
+    }
+
     /// Whether any directory is delegated.
     pub(crate) fn any(&self) -> bool {
         self.count.load(Ordering::Relaxed) > 0
@@ -67,10 +103,11 @@ impl Delegations {
         self.stopping.load(Ordering::Relaxed)
     }
 
-    /// A clean stop: no new grants, and every holder is asked to write back and give its
-    /// directory up; completes once all have, or after [`RECALL_DEADLINE`] (what those holders
-    /// had not written back is then lost, as in a crash; said in the log). The connections
-    /// must still be served meanwhile: the write-backs come over them.
+    /// A clean stop: no new grants, and every connected holder is asked to write back and give
+    /// its directory up; completes once all have, or after [`RECALL_DEADLINE`] (what those
+    /// holders had not written back they may still write back after the restart: their
+    /// delegations stay in the journal). The connections must still be served meanwhile: the
+    /// write-backs come over them.
     pub(crate) async fn give_all_back_before_stop(&self, watchers: &Watchers) {
         self.stopping.store(true, Ordering::Relaxed);
         if !self.any() {
@@ -79,67 +116,127 @@ impl Delegations {
         // Recalls every delegation (answered `Recalling`: nobody to answer here).
         let _ = self.guard(None, &[], true, watchers);
         let deadline = Instant::now() + RECALL_DEADLINE;
-        while self.any() && Instant::now() < deadline {
+        while self.connected() > 0 && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         match self.count.load(Ordering::Relaxed) {
             0 => tracing::info!("every delegation given back before the stop"),
-            left => tracing::warn!("{left} delegation(s) not given back before the stop: what their holders had not written back is lost"),
+            left => tracing::warn!("{left} delegation(s) not given back before the stop: their holders may reclaim them after the restart"),
         }
     }
 
-    /// Whether `dir` is delegated, and to whom.
-    pub(crate) fn holder(&self, dir: Ino) -> Option<WatcherId> {
-        self.state.lock_or_recover().dirs.get(&dir).map(|held| held.holder)
+    /// Delegations held through a connection.
+    fn connected(&self) -> usize {
+        self.state.lock_or_recover().dirs.values().filter(|held| matches!(held.holder, Holder::Connected(_))).count()
     }
 
-    /// `dir` is `holder`'s from now on, with `inos` for its creates (checked by the caller:
-    /// not delegated yet).
-    pub(crate) fn grant(&self, dir: Ino, holder: WatcherId, inos: Vec<Ino>) {
+    /// Whether `dir` is delegated: to `Some(connection)`, or to a holder away (None).
+    pub(crate) fn delegated_to(&self, dir: Ino) -> Option<Option<WatcherId>> {
+        self.state.lock_or_recover().dirs.get(&dir).map(|held| match held.holder {
+            Holder::Connected(id) => Some(id),
+            Holder::Away { .. } => None,
+        })
+    }
+
+    /// `dir` is `holder`'s from now on, as delegation `token`, with `inos` for its creates
+    /// (checked by the caller: not delegated yet).
+    pub(crate) fn grant(&self, dir: Ino, holder: WatcherId, token: Ino, inos: Vec<Ino>) {
+        self.insert(dir, Held { holder: Holder::Connected(holder), token, inos, recalled: None });
+    }
+
+    fn insert(&self, dir: Ino, held: Held) {
         let mut st = self.state.lock_or_recover();
-        for &ino in &inos {
+        for &ino in &held.inos {
             st.set_aside.insert(ino, dir);
         }
-        if st.dirs.insert(dir, Held { holder, inos, recalled: None }).is_none() {
+        if st.dirs.insert(dir, held).is_none() {
             self.count.fetch_add(1, Ordering::Relaxed);
         }
     }
 
-    /// Whether `holder` may write back a create of `ino` in `dir`: one of the numbers its
-    /// delegation of `dir` set aside.
-    pub(crate) fn may_create(&self, holder: Option<WatcherId>, dir: Ino, ino: Ino) -> Result<()> {
+    /// Whether connection `by` may write `step` back as part of delegation `token` of `dir`:
+    /// it holds the delegation (or the delegation's holder is away: the token stands for it),
+    /// and the step is a create, unlink, rename or commit in the directory or of a file made
+    /// under it.
+    pub(crate) fn may_write_back(&self, by: Option<WatcherId>, dir: Ino, token: Ino, step: &NamespaceRequest) -> Result<()> {
         let st = self.state.lock_or_recover();
-        match (st.dirs.get(&dir), st.set_aside.get(&ino)) {
-            (Some(held), Some(&of)) if Some(held.holder) == holder && of == dir => Ok(()),
-            (Some(held), _) if Some(held.holder) == holder => {
-                Err(ServerError::new(ErrorCode::Invalid, format!("inode {ino:#x} was not set aside for directory {dir:#x}")))
-            }
-            _ => Err(ServerError::new(ErrorCode::Invalid, format!("directory {dir:#x} is not delegated to this connection"))),
+        if !st.dirs.get(&dir).is_some_and(|held| held.theirs(by, token)) {
+            return Err(ServerError::new(
+                ErrorCode::Invalid,
+                format!("delegation {token:#x} of directory {dir:#x} is not this connection's"),
+            ));
         }
+        let ours = |ino: &Ino| *ino == dir || st.set_aside.get(ino) == Some(&dir);
+        let fits = match step {
+            NamespaceRequest::CreateAs(s) => s.parent == dir && st.set_aside.get(&s.ino) == Some(&dir),
+            NamespaceRequest::Unlink(_) | NamespaceRequest::Rename(_) | NamespaceRequest::Commit(_) => named(step).iter().all(ours),
+            _ => false,
+        };
+        if !fits {
+            return Err(ServerError::new(ErrorCode::Invalid, format!("a write-back of directory {dir:#x} holds a step outside it")));
+        }
+        Ok(())
     }
 
-    /// `holder` gives `dir` up.
-    pub(crate) fn give_back(&self, holder: Option<WatcherId>, dir: Ino) -> Result<()> {
+    /// Delegation `token` of `dir` is taken up again by a holder that lost its connection
+    /// (or whose home restarted): it has [`RECALL_DEADLINE`] from now to write back and give
+    /// it up. (Asked by the holding connection itself, nothing changes.)
+    pub(crate) fn reclaim(&self, by: Option<WatcherId>, dir: Ino, token: Ino) -> Result<()> {
         let mut st = self.state.lock_or_recover();
-        match st.dirs.get(&dir) {
-            Some(held) if Some(held.holder) == holder => {
-                st.end(dir);
-                self.count.fetch_sub(1, Ordering::Relaxed);
+        match st.dirs.get_mut(&dir) {
+            Some(held) if held.token == token => {
+                if by.is_none_or(|by| held.holder != Holder::Connected(by)) {
+                    held.holder = Holder::Away { since: Instant::now() };
+                }
                 Ok(())
             }
-            _ => Err(ServerError::new(ErrorCode::Invalid, format!("directory {dir:#x} is not delegated to this connection"))),
+            _ => Err(ServerError::new(ErrorCode::NotFound, format!("delegation {token:#x} of directory {dir:#x} has ended"))),
         }
     }
 
-    /// `holder`'s connection ended: its delegations with it. Answers the directories.
+    /// `by` gives delegation `token` of `dir` up.
+    pub(crate) fn give_back(&self, by: Option<WatcherId>, dir: Ino, token: Ino) -> Result<()> {
+        let mut st = self.state.lock_or_recover();
+        if !st.dirs.get(&dir).is_some_and(|held| held.theirs(by, token)) {
+            return Err(ServerError::new(ErrorCode::Invalid, format!("directory {dir:#x} is not delegated to this connection")));
+        }
+        self.end(&mut st, dir);
+        Ok(())
+    }
+
+    /// `holder`'s connection ended: its delegations wait for it to reclaim them. Answers the
+    /// directories.
     pub(crate) fn connection_ended(&self, holder: WatcherId) -> Vec<Ino> {
         let mut st = self.state.lock_or_recover();
-        let ended: Vec<Ino> = st.dirs.iter().filter(|(_, held)| held.holder == holder).map(|(&dir, _)| dir).collect();
-        for &dir in &ended {
-            st.end(dir);
+        let now = Instant::now();
+        let mut away = Vec::new();
+        for (&dir, held) in st.dirs.iter_mut() {
+            if held.holder == Holder::Connected(holder) {
+                held.holder = Holder::Away { since: now };
+                away.push(dir);
+            }
         }
-        self.count.fetch_sub(ended.len(), Ordering::Relaxed);
-        ended
+        away
+    }
+
+    /// Delegations ended since the last call, as (directory, token): the journal records
+    /// their end with the next record. Costs an atomic load while there are none.
+    pub(crate) fn take_ended(&self) -> Vec<(Ino, Ino)> {
+        if !self.ends_due.swap(false, Ordering::Relaxed) {
+            return Vec::new();
+        }
+        std::mem::take(&mut *self.ended.lock_or_recover())
+    }
+
+    fn end(&self, st: &mut State, dir: Ino) {
+        if let Some(held) = st.dirs.remove(&dir) {
+            for ino in held.inos {
+                st.set_aside.remove(&ino);
+            }
+            self.count.fetch_sub(1, Ordering::Relaxed);
+            self.ended.lock_or_recover().push((dir, held.token));
+            self.ends_due.store(true, Ordering::Relaxed);
+        }
     }
 
     /// The guard: `Recalling` when a step of connection `by` names something delegated to
@@ -153,7 +250,7 @@ impl Delegations {
             } else {
                 inos.iter().filter_map(|ino| if st.dirs.contains_key(ino) { Some(*ino) } else { st.set_aside.get(ino).copied() }).collect()
             };
-            met.retain(|dir| st.dirs.get(dir).is_some_and(|held| Some(held.holder) != by));
+            met.retain(|dir| st.dirs.get(dir).is_some_and(|held| by.is_none_or(|by| held.holder != Holder::Connected(by))));
             if met.is_empty() {
                 return Ok(());
             }
@@ -163,21 +260,23 @@ impl Delegations {
             let mut still_held = false;
             for dir in met {
                 let held = st.dirs.get_mut(&dir).expect("met only held directories");
-                match held.recalled {
-                    None => {
+                let overdue = match (held.holder, held.recalled) {
+                    (Holder::Away { since }, _) => since.elapsed() >= RECALL_DEADLINE,
+                    (Holder::Connected(holder), None) => {
                         held.recalled = Some(Instant::now());
-                        to_recall.push((held.holder, dir));
-                        still_held = true;
+                        to_recall.push((holder, dir));
+                        false
                     }
-                    Some(at) if at.elapsed() >= RECALL_DEADLINE => {
-                        tracing::warn!(
-                            dir = format!("{dir:#x}"),
-                            "a delegation's holder did not give it back after its recall: taken from it"
-                        );
-                        st.end(dir);
-                        self.count.fetch_sub(1, Ordering::Relaxed);
-                    }
-                    Some(_) => still_held = true,
+                    (Holder::Connected(_), Some(at)) => at.elapsed() >= RECALL_DEADLINE,
+                };
+                if overdue {
+                    tracing::warn!(
+                        dir = format!("{dir:#x}"),
+                        "a delegation's holder did not give it back in time: taken from it, with what it had not written back"
+                    );
+                    self.end(&mut st, dir);
+                } else {
+                    still_held = true;
                 }
             }
             if !still_held {
@@ -192,13 +291,15 @@ impl Delegations {
     }
 }
 
-impl State {
-    fn end(&mut self, dir: Ino) {
-        if let Some(held) = self.dirs.remove(&dir) {
-            for ino in held.inos {
-                self.set_aside.remove(&ino);
+impl Held {
+    /// Whether connection `by`, quoting `token`, speaks for the holder: it is the holder's
+    /// connection, or the holder is away (the token stands for it).
+    fn theirs(&self, by: Option<WatcherId>, token: Ino) -> bool {
+        self.token == token
+            && match self.holder {
+                Holder::Away { .. } => true,
+                Holder::Connected(holder) => by == Some(holder),
             }
-        }
     }
 }
 
@@ -259,7 +360,7 @@ pub(crate) fn named(request: &NamespaceRequest) -> Vec<Ino> {
         R::LayoutOf(s) => vec![s.dir],
         R::Delegate(s) => vec![s.dir],
         R::CreateAs(s) => vec![s.parent, s.ino],
-        // Checked by its own step: only the holder may give a directory back.
-        R::GiveBack(_) => Vec::new(),
+        // Checked by their own steps: only the holder may give a directory back or reclaim it.
+        R::GiveBack(_) | R::Reclaim(_) => Vec::new(),
     }
 }

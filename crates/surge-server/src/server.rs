@@ -90,6 +90,9 @@ impl Shared {
     /// Journals what the steps run on `meta` changed since the last call; the record's
     /// sequence number (see [`journal::Journal::durable`]). Call with the lock held.
     pub fn journal_changes(&self, meta: &mut meta::MetaStore) -> u64 {
+        for (dir, token) in self.delegations.take_ended() {
+            meta.delegation_ended(dir, token);
+        }
         let appended = self.journal.append(meta.take_changes());
         if meta.publications_made() != *self.published.borrow() {
             self.published.send_replace(meta.publications_made());
@@ -139,6 +142,7 @@ impl Shared {
             // Unlinked while a client had it open, before the stop: nobody has it now.
             let _ = data.purge(ino);
         }
+        let delegations = crate::delegation::Delegations::restored(meta.delegations());
         let held = (config.replicas > 1)
             .then(|| Mutex::new(mirror::held::Held::new(&config.root, surge_proto::mirror::mirrored_by(config.index, config.count))));
         let shared = Arc::new(Shared {
@@ -153,7 +157,7 @@ impl Shared {
             coordinator: OnceLock::new(),
             watchers: Default::default(),
             locks: Default::default(),
-            delegations: Default::default(),
+            delegations,
             published: tokio::sync::watch::Sender::new(0),
             shutdown: Notify::new(),
             mirror: feed,

@@ -33,6 +33,17 @@ pub(crate) struct Session {
     pub caller: Option<Caller>,
     /// This connection's number among lock holders (its locks go with it).
     pub lock_connection: u64,
+    /// The write-back step being answered: journaled as applied with the step's own changes
+    /// (see [`crate::meta::delegated`]).
+    pub written_back: Option<WrittenBack>,
+}
+
+/// Step `seq` of the log of delegation `token` of directory `dir`.
+#[derive(Clone, Copy)]
+pub(crate) struct WrittenBack {
+    pub dir: Ino,
+    pub token: Ino,
+    pub seq: u64,
 }
 
 impl Session {
@@ -48,6 +59,7 @@ impl Session {
             durable: None,
             mirrored: None,
             caller: None,
+            written_back: None,
         }
     }
 
@@ -97,7 +109,7 @@ impl Drop for Session {
             for dir in self.shared.delegations.connection_ended(id) {
                 tracing::info!(
                     dir = format!("{dir:#x}"),
-                    "a delegation's holder went away: the directory is as its last write-back left it"
+                    "a delegation's holder went away: it may reclaim the directory for a few seconds"
                 );
             }
             self.shared.watchers.unregister(id);

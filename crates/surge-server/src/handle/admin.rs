@@ -49,6 +49,15 @@ impl Session {
                 let outcomes = batch.requests.into_iter().map(|request| self.batched(request)).collect();
                 Answer::of::<Batch>(Ok(outcomes))
             }
+            AdminRequest::WriteBack(w) => {
+                let outcomes = (w.first_seq..)
+                    .zip(w.steps)
+                    .map(|(seq, step)| self.written_back(crate::session::WrittenBack { dir: w.dir, token: w.token, seq }, step))
+                    .collect();
+                // The holder forgets what is answered: it must survive a crash of this server.
+                self.durable = Some(self.shared.journal.last_seq());
+                Answer::of::<WriteBack>(Ok(outcomes))
+            }
             AdminRequest::Watch(_) => {
                 self.watch();
                 Answer::of::<Watch>(Ok(()))

@@ -19,7 +19,7 @@ use crate::error::{Result, ServerError};
 use crate::lock::LockRecover;
 use crate::locks::{Owner, Wanted};
 use crate::meta::MetaStore;
-use crate::session::Session;
+use crate::session::{Session, WrittenBack};
 use crate::watch::Effects;
 use surge_proto::ErrorCode;
 
@@ -125,7 +125,8 @@ pub(crate) trait Step: Call {
 
 impl Session {
     pub(super) fn namespace(&mut self, request: NamespaceRequest) -> Answer {
-        if self.shared.delegations.any() {
+        // A write-back's steps were checked against its delegation (`WriteBack`).
+        if self.shared.delegations.any() && self.written_back.is_none() {
             let mut named = crate::delegation::named(&request);
             if let Some((parent, name)) = crate::delegation::removed_by_name(&request) {
                 if let Ok(entry) = self.shared.meta.lock_or_recover().lookup(parent, name) {
@@ -175,11 +176,12 @@ impl Session {
             NamespaceRequest::RemoveXattr(s) => self.answer_step(s),
             NamespaceRequest::LayoutOf(s) => self.answer_step(s),
             NamespaceRequest::Delegate(s) => Answer::of::<Delegate>(self.delegate(s)),
-            NamespaceRequest::CreateAs(s) => match self.shared.delegations.may_create(self.watcher, s.parent, s.ino) {
-                Ok(()) => self.answer_step(s),
-                Err(e) => Answer::Failure(e),
-            },
-            NamespaceRequest::GiveBack(s) => Answer::of::<GiveBack>(self.shared.delegations.give_back(self.watcher, s.dir)),
+            NamespaceRequest::CreateAs(s) if self.written_back.is_some() => self.answer_step(s),
+            NamespaceRequest::CreateAs(_) => {
+                Answer::Failure(ServerError::new(ErrorCode::Invalid, "a create-as is written back only in a delegation's write-back"))
+            }
+            NamespaceRequest::GiveBack(s) => Answer::of::<GiveBack>(self.give_back(s)),
+            NamespaceRequest::Reclaim(s) => Answer::of::<Reclaim>(self.reclaim(s)),
             NamespaceRequest::SetLock(s) => self.set_lock(s),
             NamespaceRequest::GetLock(s) => Answer::of::<GetLock>(self.lockable(s.ino).map(|()| {
                 let wanted = self.wanted(s.owner, 0, s.kind, s.start, s.end);
@@ -261,16 +263,61 @@ impl Session {
             caller.check(perms, WRITE | EXEC, "delegate")?;
         }
         meta.delegable(d.dir)?;
-        if let Some(holder) = shared.delegations.holder(d.dir) {
-            return refuse(format!("already delegated{}", if holder == me { " to this connection" } else { "" }));
+        if let Some(holder) = shared.delegations.delegated_to(d.dir) {
+            let whom = match holder {
+                Some(holder) if holder == me => " to this connection",
+                Some(_) => "",
+                None => " to a holder that may reclaim it",
+            };
+            return refuse(format!("already delegated{whom}"));
         }
         if ledger.others_hold_names(d.dir, me) {
             return refuse("other clients hold names in it".into());
         }
         let inos = meta.set_aside(d.dir, d.count, d.place_on.map(|s| s as usize))?;
-        shared.journal_changes(&mut meta);
-        shared.delegations.grant(d.dir, me, inos.clone());
-        Ok(Delegated { inos })
+        // Never handed out again: the delegation's name for ever.
+        let token = inos[0];
+        meta.delegation_granted(d.dir, token, inos.clone());
+        // Durable before the holder uses it: the numbers must never be handed out again, and
+        // the holder must find its delegation after a crash here.
+        let seq = shared.journal_changes(&mut meta);
+        self.durable = self.durable.max(Some(seq));
+        shared.delegations.grant(d.dir, me, token, inos.clone());
+        Ok(Delegated { inos, token })
+    }
+
+    /// The holder gives its delegation up; its end is journaled at once (else a restart
+    /// would hold the directory for a holder that is not coming back).
+    fn give_back(&mut self, g: GiveBack) -> Result<()> {
+        self.shared.delegations.give_back(self.watcher, g.dir, g.token)?;
+        self.shared.journal_changes(&mut self.shared.meta.lock_or_recover());
+        Ok(())
+    }
+
+    /// A holder that lost its connection or its home's restart takes its delegation up again
+    /// (see [`Reclaim`]): the last step of its log applied here.
+    fn reclaim(&mut self, r: Reclaim) -> Result<u64> {
+        let meta = self.shared.meta.lock_or_recover();
+        let applied = meta.delegation(r.dir, r.token).map(|mark| mark.applied);
+        self.shared.delegations.reclaim(self.watcher, r.dir, r.token)?;
+        applied.ok_or_else(|| ServerError::new(ErrorCode::NotFound, format!("delegation {:#x} of {:#x} is not journaled", r.token, r.dir)))
+    }
+
+    /// One step of delegation `mark`'s write-back, checked against the delegation.
+    pub(super) fn written_back(&mut self, mark: WrittenBack, step: NamespaceRequest) -> BatchOutcome {
+        if let Err(e) = self.shared.delegations.may_write_back(self.watcher, mark.dir, mark.token, &step) {
+            return Err(e.into());
+        }
+        self.written_back = Some(mark);
+        let outcome = self.batched(step);
+        if let Some(mark) = self.written_back.take() {
+            // Not run as a step (it cannot happen for the four kinds a write-back holds; a step
+            // must still never be reported applied without its mark).
+            let mut meta = self.shared.meta.lock_or_recover();
+            meta.delegation_applied(mark.dir, mark.token, mark.seq);
+            self.shared.journal_changes(&mut meta);
+        }
+        outcome
     }
 
     fn answer_step<S: Step>(&mut self, step: S) -> Answer {
@@ -292,6 +339,9 @@ impl Session {
                 ticket_key: shared.ticket_key.as_ref(),
             };
             let reply = step.run(&mut cx);
+            if let Some(mark) = self.written_back.take() {
+                meta.delegation_applied(mark.dir, mark.token, mark.seq);
+            }
             // Journaled whatever the outcome: a failed step may have changed nothing, or
             // something before it failed.
             let seq = shared.journal_changes(&mut meta);

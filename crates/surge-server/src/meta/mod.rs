@@ -23,6 +23,7 @@ use surge_proto::{
     check_name, Attr, AttrChanges, DirEntry, ErrorCode, FileKind, InodeFate, LinkOutcome, Timestamp, Unlinked, MAX_SYMLINK_LEN,
 };
 
+pub mod delegated;
 pub mod format1;
 pub mod format2;
 pub mod format3;
@@ -32,6 +33,7 @@ pub mod retention;
 mod scan;
 mod xattrs;
 
+use delegated::{DelegationChange, DelegationMark};
 use groups::GroupChange;
 use publications::{PublicationLog, PublicationState};
 use retention::RetentionChange;
@@ -117,6 +119,8 @@ pub struct MetaStore {
     /// Files published by a rename or link while open here, with that publication's
     /// directory and cursor (see [`MetaStore::commit`]); forgotten when the last handle closes.
     published_while_open: HashMap<Ino, (Ino, u64)>,
+    /// The unended delegations of directories of this share, by directory ([`delegated`]).
+    delegated: HashMap<Ino, DelegationMark>,
 }
 
 /// Inodes, directory entries and extended attributes changed since the journal last took
@@ -256,6 +260,7 @@ pub enum WorkflowChange {
     Published(PublicationState),
     Group(GroupChange),
     Retention(RetentionChange),
+    Delegation(DelegationChange),
 }
 
 /// Items per record when one is written as several ([`Record::split`]), each record far
@@ -307,6 +312,7 @@ impl MetaStore {
             publications: HashMap::new(),
             publications_made: 0,
             published_while_open: HashMap::new(),
+            delegated: HashMap::new(),
         };
         if server_index == 0 {
             let root = store.alloc_ino();
@@ -407,6 +413,7 @@ impl MetaStore {
         record.workflow.extend(self.all_publications().map(WorkflowChange::Published));
         record.workflow.extend(self.all_groups().map(WorkflowChange::Group));
         record.workflow.extend(self.all_retentions().map(WorkflowChange::Retention));
+        record.workflow.extend(self.all_delegations().map(WorkflowChange::Delegation));
         record
     }
 
@@ -470,6 +477,7 @@ impl MetaStore {
                 WorkflowChange::Published(state) => self.restore_publication(state),
                 WorkflowChange::Group(change) => self.restore_group(change),
                 WorkflowChange::Retention(change) => self.restore_retention(change),
+                WorkflowChange::Delegation(change) => self.restore_delegation(change),
             }
         }
         for ino in record.removed {
@@ -1479,6 +1487,8 @@ mod tests {
             WorkflowChange::Published(p) => (0, p.dir, p.publication.cursor, String::new()),
             WorkflowChange::Group(g) => (1, g.dir, 0, g.name.clone()),
             WorkflowChange::Retention(r) => (2, r.dir, 0, String::new()),
+            // A delegation's changes stay in their order (the sort is stable).
+            WorkflowChange::Delegation(d) => (3, d.dir(), 0, String::new()),
         });
         r
     }

@@ -1,0 +1,151 @@
+//! What the journal keeps of the delegations this share granted (docs/delegation.md, rule 5):
+//! for each unended one, its token, the inode numbers its grant set aside and the number of
+//! the last step of its holder's log applied here. A write-back step and its number go into
+//! the same journal record, so after a crash of this server the holder learns exactly where
+//! its log must go on from ([`surge_proto::namespace::Reclaim`]): nothing applied twice,
+//! nothing the holder answered lost.
+//!
+//! Who holds a delegation now (a connection, or nobody yet after a restart) is not kept:
+//! that is [`crate::delegation`]'s, rebuilt from these marks when the share opens.
+
+use serde::{Deserialize, Serialize};
+use surge_proto::Ino;
+
+use super::MetaStore;
+
+/// A delegation as the journal keeps it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DelegationMark {
+    pub dir: Ino,
+    pub token: Ino,
+    pub inos: Vec<Ino>,
+    /// The number of the last step of the holder's log applied here (0: none yet).
+    pub applied: u64,
+}
+
+/// A change of a delegation, as journaled. (Variants may only be appended.)
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub enum DelegationChange {
+    Granted { dir: Ino, token: Ino, inos: Vec<Ino> },
+    Applied { dir: Ino, token: Ino, seq: u64 },
+    Ended { dir: Ino, token: Ino },
+}
+
+impl DelegationChange {
+    /// The delegated directory.
+    pub fn dir(&self) -> Ino {
+        match self {
+            DelegationChange::Granted { dir, .. } | DelegationChange::Applied { dir, .. } | DelegationChange::Ended { dir, .. } => *dir,
+        }
+    }
+}
+
+impl MetaStore {
+    fn delegation_changed(&mut self, change: DelegationChange) {
+        if let Some(changes) = self.changes.as_mut() {
+            changes.workflow.push(super::WorkflowChange::Delegation(change));
+        }
+    }
+
+    /// Delegation `token` of `dir` was granted with `inos` set aside.
+    pub fn delegation_granted(&mut self, dir: Ino, token: Ino, inos: Vec<Ino>) {
+        self.delegation_changed(DelegationChange::Granted { dir, token, inos: inos.clone() });
+        self.delegated.insert(dir, DelegationMark { dir, token, inos, applied: 0 });
+    }
+
+    /// Step `seq` of delegation `token`'s log was applied (journaled with the step's changes).
+    pub fn delegation_applied(&mut self, dir: Ino, token: Ino, seq: u64) {
+        if let Some(mark) = self.delegated.get_mut(&dir).filter(|mark| mark.token == token) {
+            mark.applied = mark.applied.max(seq);
+            self.delegation_changed(DelegationChange::Applied { dir, token, seq });
+        }
+    }
+
+    /// Delegation `token` of `dir` ended: nobody can reclaim it any more.
+    pub fn delegation_ended(&mut self, dir: Ino, token: Ino) {
+        if self.delegated.get(&dir).is_some_and(|mark| mark.token == token) {
+            self.delegated.remove(&dir);
+            self.delegation_changed(DelegationChange::Ended { dir, token });
+        }
+    }
+
+    /// The unended delegation of `dir`, if its token is `token`.
+    pub fn delegation(&self, dir: Ino, token: Ino) -> Option<&DelegationMark> {
+        self.delegated.get(&dir).filter(|mark| mark.token == token)
+    }
+
+    /// Every unended delegation (what a restart makes reclaimable).
+    pub fn delegations(&self) -> impl Iterator<Item = &DelegationMark> {
+        self.delegated.values()
+    }
+
+    pub(super) fn restore_delegation(&mut self, change: DelegationChange) {
+        match change {
+            DelegationChange::Granted { dir, token, inos } => {
+                self.delegated.insert(dir, DelegationMark { dir, token, inos, applied: 0 });
+            }
+            DelegationChange::Applied { dir, token, seq } => {
+                if let Some(mark) = self.delegated.get_mut(&dir).filter(|mark| mark.token == token) {
+                    mark.applied = mark.applied.max(seq);
+                }
+            }
+            DelegationChange::Ended { dir, token } => {
+                if self.delegated.get(&dir).is_some_and(|mark| mark.token == token) {
+                    self.delegated.remove(&dir);
+                }
+            }
+        }
+    }
+
+    /// The unended delegations as changes that rebuild them (for a snapshot).
+    pub(super) fn all_delegations(&self) -> impl Iterator<Item = DelegationChange> + '_ {
+        self.delegated.values().flat_map(|mark| {
+            let granted = DelegationChange::Granted { dir: mark.dir, token: mark.token, inos: mark.inos.clone() };
+            let applied = DelegationChange::Applied { dir: mark.dir, token: mark.token, seq: mark.applied };
+            [granted, applied]
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::Record;
+    use surge_proto::ROOT_INO;
+
+    /// Replayed from its records (or from a snapshot), a share knows every unended delegation,
+    /// its numbers and the last step applied; an ended one is gone, and an end or a step of
+    /// an older delegation of the same directory changes nothing of a newer one.
+    #[test]
+    fn delegations_survive_a_replay_as_their_last_applied_step() {
+        let mut store = MetaStore::new(0, 0, 0);
+        store.track_changes();
+        let mut records: Vec<Record> = Vec::new();
+        let mut step = |store: &mut MetaStore, change: &dyn Fn(&mut MetaStore)| {
+            change(store);
+            records.push(store.take_changes());
+        };
+        step(&mut store, &|s| s.delegation_granted(ROOT_INO, 100, vec![100, 101, 102]));
+        step(&mut store, &|s| s.delegation_applied(ROOT_INO, 100, 1));
+        step(&mut store, &|s| s.delegation_applied(ROOT_INO, 100, 2));
+        step(&mut store, &|s| s.delegation_ended(ROOT_INO, 100));
+        step(&mut store, &|s| s.delegation_granted(ROOT_INO, 200, vec![200]));
+        step(&mut store, &|s| s.delegation_applied(ROOT_INO, 200, 7));
+        // Of the ended one: nothing.
+        step(&mut store, &|s| s.delegation_applied(ROOT_INO, 100, 9));
+        step(&mut store, &|s| s.delegation_ended(ROOT_INO, 100));
+
+        let expected = vec![DelegationMark { dir: ROOT_INO, token: 200, inos: vec![200], applied: 7 }];
+        let mut replayed = MetaStore::new(0, 0, 0);
+        for record in records {
+            replayed.apply(record).unwrap();
+        }
+        assert_eq!(replayed.delegations().cloned().collect::<Vec<_>>(), expected);
+        let mut from_snapshot = MetaStore::new(0, 0, 0);
+        for piece in store.snapshot().split() {
+            from_snapshot.apply(piece).unwrap();
+        }
+        assert_eq!(from_snapshot.delegations().cloned().collect::<Vec<_>>(), expected);
+        assert!(from_snapshot.delegation(ROOT_INO, 100).is_none());
+    }
+}
