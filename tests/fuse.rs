@@ -1249,6 +1249,55 @@ fn files_made_under_a_delegation_behave_as_any_file() {
     assert_eq!(std::fs::metadata(b.path("d/synced")).unwrap().mode() & 0o777, 0o644);
 }
 
+/// Directories made under a delegation (homed with their parent, answered by the mount)
+/// behave as any directory, for the node that made them and for another: modes, link counts
+/// of the parent and the new directory, files made in them, an rmdir of an empty one answered
+/// by the mount and of a full one refused, renames, and a name that exists.
+#[test]
+fn directories_made_under_a_delegation_behave_as_any_directory() {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let inst = delegating_instance("delegateddirs", 111);
+    let (a, b) = delegating_nodes(&inst, 111);
+    std::fs::create_dir(a.path("d")).unwrap();
+    for i in 0..20 {
+        std::fs::write(a.path(&format!("d/warm{i:02}")), b"").unwrap();
+    }
+    await_a_grant(&inst);
+    let sub = |node: &Mount, i: usize| node.path(&format!("d/sub{i:02}"));
+    let errno = |r: std::io::Result<()>| r.unwrap_err().raw_os_error().unwrap();
+    for i in 0..50 {
+        std::fs::DirBuilder::new().mode(0o750).create(sub(&a, i)).unwrap();
+    }
+    assert_eq!(errno(std::fs::create_dir(sub(&a, 7))), libc::EEXIST);
+    std::fs::write(sub(&a, 0).join("f"), b"in a new directory").unwrap();
+    std::fs::write(sub(&a, 1).join("g"), b"gone soon").unwrap();
+    std::fs::remove_file(sub(&a, 1).join("g")).unwrap();
+    for i in (40..50).chain([1]) {
+        std::fs::remove_dir(sub(&a, i)).unwrap_or_else(|e| panic!("rmdir sub{i:02}: {e}"));
+    }
+    assert_eq!(errno(std::fs::remove_dir(sub(&a, 0))), libc::ENOTEMPTY);
+    std::fs::rename(sub(&a, 39), a.path("d/moved")).unwrap();
+    std::fs::remove_dir(sub(&a, 38)).unwrap();
+
+    // 50 made, 12 removed: 38 left, seen alike from both nodes.
+    let mut expected: Vec<String> = (0..38).filter(|&i| i != 1).map(|i| format!("sub{i:02}")).collect();
+    expected.push("moved".into());
+    expected.extend((0..20).map(|i| format!("warm{i:02}")));
+    expected.sort();
+    assert_eq!(names_in(&b.path("d")), expected);
+    assert_eq!(names_in(&a.path("d")), expected);
+    for node in [&a, &b] {
+        assert_eq!(std::fs::metadata(node.path("d")).unwrap().nlink(), 2 + 38, "the parent's link count");
+        let made = std::fs::metadata(sub(node, 2)).unwrap();
+        assert!(made.is_dir());
+        assert_eq!((made.mode() & 0o7777, made.nlink()), (0o750, 2));
+    }
+    assert_eq!(std::fs::read(sub(&b, 0).join("f")).unwrap(), b"in a new directory");
+    std::fs::write(sub(&b, 2).join("from-b"), b"b").unwrap();
+    assert_eq!(std::fs::read(sub(&a, 2).join("from-b")).unwrap(), b"b");
+    assert!(b.path("d/moved").is_dir());
+}
+
 /// A mount killed while it holds a delegation loses at most the steps it had not written
 /// back: the directory is a prefix of its creates, and holds every create made before an
 /// fsync of the directory.

@@ -437,25 +437,38 @@ impl Run {
                 };
                 let (parent, token) = self.delegated_or_any(input);
                 let (name, open) = (self.name(input), input.bool());
-                let create = CreateAs { parent, name, ino, mode: input.u32(), umask: input.u32(), uid: 0, gid: 0, open };
+                let (mode, umask) = (input.u32(), input.u32());
+                let made: NamespaceRequest = if input.one_in(4) {
+                    MakeDir { parent, name, mode, umask, uid: 0, gid: 0, ino: Some(ino) }.into()
+                } else {
+                    CreateAs { parent, name, ino, mode, umask, uid: 0, gid: 0, open }.into()
+                };
                 if input.one_in(8) {
                     // Outside a write-back: refused.
-                    return drop(self.conn.call(create, &[]));
+                    return drop(self.conn.call(Request::Namespace(made), &[]));
                 }
-                let mut steps: Vec<NamespaceRequest> = vec![create.into()];
+                let makes_dir = matches!(made, NamespaceRequest::MakeDir(_));
+                let mut steps = vec![made];
                 if input.one_in(4) {
                     let name = self.name(input);
-                    steps.push(if input.bool() { Unlink { parent, name }.into() } else { Lookup { parent, name }.into() });
+                    steps.push(match input.below(3) {
+                        0 => Unlink { parent, name }.into(),
+                        1 => Rmdir { parent, name }.into(),
+                        _ => Lookup { parent, name }.into(),
+                    });
                 }
                 let first_seq = if input.bool() { input.below(4) as u64 } else { input.u64() };
                 let answer = self.conn.call(WriteBack { dir: parent, token, first_seq, steps }, &[]);
                 let created = answer.decode::<Vec<BatchOutcome>>("write-back").and_then(|outcomes| outcomes.into_iter().next()?.ok());
-                if let Some(message) = created {
-                    let entry =
-                        self.entry(&Answer::Reply { message, payload: Vec::new(), payload_len: 0 }).expect("a create-as answers an entry");
-                    if open {
-                        *self.held.entry(entry.ino).or_default() += 1;
+                match created.map(|message| Answer::Reply { message, payload: Vec::new(), payload_len: 0 }) {
+                    Some(made) if makes_dir => drop(self.attr(&made).expect("a mkdir answers attributes")),
+                    Some(made) => {
+                        let entry = self.entry(&made).expect("a create-as answers an entry");
+                        if open {
+                            *self.held.entry(entry.ino).or_default() += 1;
+                        }
                     }
+                    None => {}
                 }
                 answer
             }
@@ -519,7 +532,9 @@ impl Run {
                 // mkdir in one step (its parent anywhere: refused unless homed here).
                 let (parent, name, mode, umask) = (self.ino(input), self.name(input), input.u32(), input.u32());
                 if input.one_in(3) {
-                    let answer = self.conn.call(MakeDir { parent, name, mode, umask, uid: 0, gid: 0 }, &[]);
+                    // A number: refused outside a delegation's write-back.
+                    let ino = if input.one_in(8) { Some(self.ino(input)) } else { None };
+                    let answer = self.conn.call(MakeDir { parent, name, mode, umask, uid: 0, gid: 0, ino }, &[]);
                     self.attr(&answer);
                     return;
                 }

@@ -25,7 +25,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use surge_proto::namespace::{Commit, CreateAs, Delegate, GiveBack, NamespaceRequest, Reclaim, Unlink};
+use surge_proto::namespace::{Commit, CreateAs, Delegate, GiveBack, MakeDir, NamespaceRequest, Reclaim, Rmdir, Unlink};
 use surge_proto::{ino, Attr, ErrorCode, FileKind, Ino, Timestamp};
 
 use crate::conn::Answer;
@@ -80,6 +80,10 @@ struct Held {
 pub enum Named {
     /// A file made under this delegation (its number).
     Made(Ino),
+    /// A directory made under this delegation (its number): nobody else can name anything in
+    /// it while the delegation is held (the home recalls the delegation first), so its holder
+    /// knows whether it is empty.
+    MadeDir(Ino),
     /// Not a directory: an unlink is answered here (the home drops the name at the
     /// write-back, and the inode with it or not, as for any unlink).
     NotDirectory,
@@ -107,6 +111,13 @@ impl Held {
             }
         }
     }
+}
+
+/// The attributes a new inode made under a delegation will have at the home.
+fn new_attr(ino: Ino, kind: FileKind, mode: u32, uid: u32, gid: u32) -> Attr {
+    let now = Timestamp::now();
+    let nlink = if kind == FileKind::Dir { 2 } else { 1 };
+    Attr { ino, kind, mode: mode & 0o7777, uid, gid, size: 0, nlink, atime: now, mtime: now, ctime: now, blocks: Some(0) }
 }
 
 impl Client {
@@ -213,6 +224,26 @@ impl DelegatedDir {
     /// The file counts as open by its creator until [`DelegatedDir::log_release`] (see
     /// [`Client::file_made_under`] for its handle).
     pub fn create(&self, name: &str, mode: u32, umask: u32, uid: u32, gid: u32) -> Result<Option<Attr>> {
+        let made = self.make(name, FileKind::File, |ino| {
+            CreateAs { parent: self.dir, name: name.to_string(), ino, mode, umask, uid, gid, open: false }.into()
+        });
+        Ok(made?.map(|ino| new_attr(ino, FileKind::File, mode & !umask, uid, gid)))
+    }
+
+    /// Makes directory `name` with `mode` less `umask`, owned by `uid:gid`, at once: its
+    /// attributes as the home will hold them (it is homed with this directory, on a number
+    /// the delegation set aside). None as for [`DelegatedDir::create`].
+    pub fn mkdir(&self, name: &str, mode: u32, umask: u32, uid: u32, gid: u32) -> Result<Option<Attr>> {
+        let made = self.make(name, FileKind::Dir, |ino| {
+            MakeDir { parent: self.dir, name: name.to_string(), mode, umask, uid, gid, ino: Some(ino) }.into()
+        });
+        Ok(made?.map(|ino| new_attr(ino, FileKind::Dir, mode & !umask, uid, gid)))
+    }
+
+    /// Logs `step(ino)`, which makes `name` (new) a `kind` with a number set aside; the number.
+    /// A file counts as open by its creator from then on (in the same breath: a write-back
+    /// must not find its create without it).
+    fn make(&self, name: &str, kind: FileKind, step: impl FnOnce(Ino) -> NamespaceRequest) -> Result<Option<Ino>> {
         surge_proto::check_name(name)?;
         let mut held = self.state.lock().unwrap();
         if held.ended {
@@ -222,23 +253,37 @@ impl DelegatedDir {
             return Err(Error::new(ErrorCode::Exists, format!("'{name}' exists")));
         }
         let Some(ino) = held.free.pop_front() else { return Ok(None) };
-        held.names.insert(name.to_string(), Named::Made(ino));
-        held.open_here.insert(ino);
-        held.log.push(CreateAs { parent: self.dir, name: name.to_string(), ino, mode, umask, uid, gid, open: false }.into());
-        let now = Timestamp::now();
-        Ok(Some(Attr {
-            ino,
-            kind: FileKind::File,
-            mode: mode & !umask & 0o7777,
-            uid,
-            gid,
-            size: 0,
-            nlink: 1,
-            atime: now,
-            mtime: now,
-            ctime: now,
-            blocks: Some(0),
-        }))
+        let named = match kind {
+            FileKind::Dir => Named::MadeDir(ino),
+            _ => {
+                held.open_here.insert(ino);
+                Named::Made(ino)
+            }
+        };
+        held.names.insert(name.to_string(), named);
+        held.log.push(step(ino));
+        Ok(Some(ino))
+    }
+
+    /// The directory `name` names, if it was made under this delegation.
+    pub fn made_dir(&self, name: &str) -> Option<Ino> {
+        match self.state.lock().unwrap().names.get(name) {
+            Some(&Named::MadeDir(ino)) => Some(ino),
+            _ => None,
+        }
+    }
+
+    /// Removes directory `name`, made under this delegation, at once (true); the caller has
+    /// checked that it is empty ([`Named::MadeDir`] says why it can). False: the ordinary
+    /// path (the delegation ended, or `name` is not such a directory any more).
+    pub fn rmdir(&self, name: &str) -> bool {
+        let mut held = self.state.lock().unwrap();
+        if held.ended || !matches!(held.names.get(name), Some(Named::MadeDir(_))) {
+            return false;
+        }
+        held.names.remove(name);
+        held.log.push(Rmdir { parent: self.dir, name: name.to_string() }.into());
+        true
     }
 
     /// Unlinks `name` at once when it is not a directory (true); false when it must take the
@@ -250,7 +295,7 @@ impl DelegatedDir {
         }
         match held.names.get(name) {
             None => Err(Error::new(ErrorCode::NotFound, format!("no entry '{name}'"))),
-            Some(Named::Other) => Ok(false),
+            Some(Named::Other | Named::MadeDir(_)) => Ok(false),
             Some(&named) => {
                 held.names.remove(name);
                 if let Named::Made(ino) = named {
@@ -396,9 +441,17 @@ impl DelegatedDir {
         let mut pause = RECLAIM_PAUSE;
         loop {
             let outcome = match self.write_back().await {
-                Ok(()) if self.state.lock().unwrap().gone => return Ok(()),
-                Ok(()) => self.client.call_home(self.dir, GiveBack { dir: self.dir, token: self.token }).await,
-                Err(e) => Err(e),
+                Err(e) if e.code.is_lost_contact() => Err(e),
+                written if self.state.lock().unwrap().gone => written,
+                // Given back even after a refused write-back (which ended it here): the home
+                // would otherwise hold the directory for nobody until the recall deadline.
+                written => {
+                    let given = self.client.call_home(self.dir, GiveBack { dir: self.dir, token: self.token }).await;
+                    if given.is_ok() {
+                        self.state.lock().unwrap().gone = true;
+                    }
+                    written.and(given)
+                }
             };
             match outcome {
                 Err(e) if e.code.is_lost_contact() && tokio::time::Instant::now() + pause < deadline => {
@@ -407,11 +460,7 @@ impl DelegatedDir {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(RECLAIM_PAUSE_MAX);
                 }
-                Ok(()) => {
-                    self.state.lock().unwrap().gone = true;
-                    return Ok(());
-                }
-                Err(e) => return Err(e),
+                outcome => return outcome,
             }
         }
     }

@@ -150,7 +150,7 @@ impl Client {
         let (uid, gid) = self.identity();
         if target == ino::home(parent) {
             // Homed with its parent: inode and name in one step on that server.
-            return self.call_home(parent, MakeDir { parent, name: name.to_string(), mode, umask, uid, gid }).await;
+            return self.call_home(parent, MakeDir { parent, name: name.to_string(), mode, umask, uid, gid, ino: None }).await;
         }
         let mut inherited = DirInheritance { default_acl: None, layout: self.default_layout() };
         let mut attempts = 0;

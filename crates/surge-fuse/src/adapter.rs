@@ -335,6 +335,9 @@ impl Filesystem for SurgeFs {
 
     fn mkdir(&self, req: &KernelCaller, parent: u64, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
+        if let Some(result) = self.ops().mkdir_now(parent, &name, mode, umask, caller(req)) {
+            return self.entry(reply)(result);
+        }
         self.answer(self.ops().mkdir(parent, name, mode, umask, caller(req)), self.entry(reply));
     }
 
@@ -348,6 +351,9 @@ impl Filesystem for SurgeFs {
 
     fn rmdir(&self, _req: &KernelCaller, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
+        if let Some(result) = self.ops().rmdir_now(parent, &name) {
+            return empty(reply)(result);
+        }
         self.answer(self.ops().rmdir(parent, name), empty(reply));
     }
 

@@ -58,6 +58,11 @@ impl Listings {
         self.state.lock().unwrap().known.get(&dir).is_some_and(|names| !names.contains(name))
     }
 
+    /// Whether `dir` is known to have no entries.
+    pub fn known_empty(&self, dir: u64) -> bool {
+        self.state.lock().unwrap().known.get(&dir).is_some_and(|names| names.is_empty())
+    }
+
     /// Whether every name in `dir` is known here.
     pub fn knows(&self, dir: u64) -> bool {
         self.state.lock().unwrap().known.contains_key(&dir)

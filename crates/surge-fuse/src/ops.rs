@@ -384,6 +384,26 @@ impl Ops {
         }
     }
 
+    /// A mkdir answered on the spot: in a directory held under a delegation (no request; the
+    /// new directory is homed with its parent). None: it takes [`Ops::mkdir`].
+    pub fn mkdir_now(&self, parent: u64, name: &str, mode: u32, umask: u32, caller: Caller) -> Option<Result<Attr>> {
+        let delegated = self.delegations.held(parent)?;
+        match delegated.mkdir(name, mode & 0o7777, umask, caller.uid, caller.gid) {
+            Ok(Some(attr)) => {
+                self.kernel.listings.named(parent, name, Some(true));
+                self.kernel.listings.made(attr.ino);
+                self.kernel.subdirectory_count_moved(parent, 1);
+                Some(Ok(self.told(attr)))
+            }
+            Ok(None) => {
+                // Ended, or its numbers are used up: given back, asked for again later.
+                self.delegations.give_back(parent);
+                None
+            }
+            Err(e) => Some(Err(e)),
+        }
+    }
+
     pub fn mkdir(
         self: &Arc<Self>,
         parent: u64,
@@ -401,7 +421,9 @@ impl Ops {
                 ops.kernel.subdirectory_count_moved(parent, 1);
                 Ok(attr)
             };
-            ops.changed_name(parent, &name, Some(Named::Other), made).await.map(|attr| ops.told(attr))
+            let made = ops.changed_name(parent, &name, Some(Named::Other), made).await?;
+            ops.delegations.stepped_in(parent, ops.kernel.listings.knows(parent));
+            Ok(ops.told(made))
         }
     }
 
@@ -431,14 +453,31 @@ impl Ops {
         }
     }
 
+    /// An rmdir answered on the spot: of an empty directory made under the delegation of
+    /// `parent` (while it is held, nobody else can have put anything in it, and the kernel
+    /// holds the directory's lock across the rmdir). None: it takes [`Ops::rmdir`].
+    pub fn rmdir_now(&self, parent: u64, name: &str) -> Option<Result<()>> {
+        let delegated = self.delegations.held(parent)?;
+        let dir = delegated.made_dir(name)?;
+        // Held itself, its own log (files made and unlinked in it) must reach the home before
+        // the rmdir does: the ordinary path, which writes every log back first.
+        if !self.kernel.listings.known_empty(dir) || self.delegations.held(dir).is_some() || !delegated.rmdir(name) {
+            return None;
+        }
+        self.kernel.listings.named(parent, name, Some(false));
+        self.kernel.listings.forget(dir);
+        self.kernel.subdirectory_count_moved(parent, -1);
+        Some(Ok(()))
+    }
+
+    /// An rmdir [`Ops::rmdir_now`] did not answer.
     pub fn rmdir(self: &Arc<Self>, parent: u64, name: String) -> impl Future<Output = Result<()>> + Send + 'static {
         let ops = self.clone();
         async move {
-            let removed = ops.changed_name(parent, &name, None, ops.client.rmdir_at(parent, &name)).await;
-            if removed.is_ok() {
-                ops.kernel.subdirectory_count_moved(parent, -1);
-            }
-            removed
+            ops.changed_name(parent, &name, None, ops.client.rmdir_at(parent, &name)).await?;
+            ops.kernel.subdirectory_count_moved(parent, -1);
+            ops.delegations.stepped_in(parent, ops.kernel.listings.knows(parent));
+            Ok(())
         }
     }
 

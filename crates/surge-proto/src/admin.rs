@@ -32,8 +32,8 @@ pub type BatchOutcome = Result<Vec<u8>, Error>;
 /// A delegation's holder writes back (docs/delegation.md): the steps it answered in directory
 /// `dir` under the delegation named `token` (see [`crate::namespace::Delegated`]), numbered
 /// from `first_seq` on in the holder's log, each answered as in a [`Batch`]. Only creates
-/// (`CreateAs`), unlinks, renames and commits in the directory and of the files made under
-/// it. Each step is journaled with its number, so that after a restart of the home the
+/// (`CreateAs`), mkdirs (`MakeDir` with a number), unlinks, rmdirs, renames and commits in
+/// the directory and of the files made under it. Each step is journaled with its number, so that after a restart of the home the
 /// holder learns where to go on from ([`crate::namespace::Reclaim`]); answered once durable.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct WriteBack {

@@ -98,7 +98,9 @@ pub struct MakeDirInode {
 /// parent (its home is chosen by (parent, name)): the inode and the name on one server, with
 /// `mode` less `umask` or what the parent's default ACL makes of it, and the parent's layout.
 /// Elsewhere a mkdir takes two steps, `MakeDirInode` on the new directory's home and then
-/// `InsertEntry` on the parent's. Durable once answered, as that link step is.
+/// `InsertEntry` on the parent's. Durable once answered, as that link step is. With `ino`, a
+/// mkdir made under a delegation of `parent`, written back with the number the holder gave
+/// the directory (one the delegation set aside): only in the holder's `WriteBack`.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct MakeDir {
     pub parent: Ino,
@@ -107,6 +109,7 @@ pub struct MakeDir {
     pub umask: u32,
     pub uid: u32,
     pub gid: u32,
+    pub ino: Option<Ino>,
 }
 
 /// Removes an inode that never got linked (mkdir step 2 failed), or a retired directory.

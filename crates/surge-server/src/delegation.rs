@@ -156,8 +156,8 @@ impl Delegations {
 
     /// Whether connection `by` may write `step` back as part of delegation `token` of `dir`:
     /// it holds the delegation (or the delegation's holder is away: the token stands for it),
-    /// and the step is a create, unlink, rename or commit in the directory or of a file made
-    /// under it.
+    /// and the step is a create, mkdir, unlink, rmdir, rename or commit in the directory or of
+    /// a file made under it.
     pub(crate) fn may_write_back(&self, by: Option<WatcherId>, dir: Ino, token: Ino, step: &NamespaceRequest) -> Result<()> {
         let st = self.state.lock_or_recover();
         if !st.dirs.get(&dir).is_some_and(|held| held.theirs(by, token)) {
@@ -167,9 +167,13 @@ impl Delegations {
             ));
         }
         let ours = |ino: &Ino| *ino == dir || st.set_aside.get(ino) == Some(&dir);
+        let set_aside_here = |parent: Ino, ino: Ino| parent == dir && st.set_aside.get(&ino) == Some(&dir);
         let fits = match step {
-            NamespaceRequest::CreateAs(s) => s.parent == dir && st.set_aside.get(&s.ino) == Some(&dir),
-            NamespaceRequest::Unlink(_) | NamespaceRequest::Rename(_) | NamespaceRequest::Commit(_) => named(step).iter().all(ours),
+            NamespaceRequest::CreateAs(s) => set_aside_here(s.parent, s.ino),
+            NamespaceRequest::MakeDir(s) => s.ino.is_some_and(|ino| set_aside_here(s.parent, ino)),
+            NamespaceRequest::Unlink(_) | NamespaceRequest::Rmdir(_) | NamespaceRequest::Rename(_) | NamespaceRequest::Commit(_) => {
+                named(step).iter().all(ours)
+            }
             _ => false,
         };
         if !fits {
@@ -328,7 +332,7 @@ pub(crate) fn named(request: &NamespaceRequest) -> Vec<Ino> {
         R::MakeNode(s) => vec![s.parent],
         R::Readlink(s) => vec![s.ino],
         R::MakeDirInode(s) => vec![s.parent],
-        R::MakeDir(s) => vec![s.parent],
+        R::MakeDir(s) => s.ino.into_iter().chain([s.parent]).collect(),
         R::DropInode(s) => vec![s.ino],
         R::InsertEntry(s) => vec![s.parent, s.ino],
         R::Unlink(s) => vec![s.parent],

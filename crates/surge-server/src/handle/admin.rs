@@ -50,9 +50,14 @@ impl Session {
                 Answer::of::<Batch>(Ok(outcomes))
             }
             AdminRequest::WriteBack(w) => {
-                let outcomes = (w.first_seq..)
+                let outcomes = (0..)
                     .zip(w.steps)
-                    .map(|(seq, step)| self.written_back(crate::session::WrittenBack { dir: w.dir, token: w.token, seq }, step))
+                    .map(|(i, step)| match w.first_seq.checked_add(i) {
+                        Some(seq) => self.written_back(crate::session::WrittenBack { dir: w.dir, token: w.token, seq }, step),
+                        None => {
+                            Err(surge_proto::Error::new(surge_proto::ErrorCode::Invalid, "a write-back's steps are numbered past 2^64"))
+                        }
+                    })
                     .collect();
                 // The holder forgets what is answered: it must survive a crash of this server.
                 self.durable = Some(self.shared.journal.last_seq());

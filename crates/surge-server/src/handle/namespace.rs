@@ -149,7 +149,11 @@ impl Session {
             NamespaceRequest::MakeDirInode(s) => self.answer_step(s),
             NamespaceRequest::DropInode(s) => self.answer_step(s),
             NamespaceRequest::InsertEntry(s) => self.answer_step(s),
-            NamespaceRequest::MakeDir(s) => self.answer_step(s),
+            NamespaceRequest::MakeDir(s) if s.ino.is_none() || self.written_back.is_some() => self.answer_step(s),
+            NamespaceRequest::MakeDir(_) => Answer::Failure(ServerError::new(
+                ErrorCode::Invalid,
+                "a mkdir with a number is written back only in a delegation's write-back",
+            )),
             NamespaceRequest::Unlink(s) => self.answer_step(s),
             NamespaceRequest::Rmdir(s) => self.answer_step(s),
             NamespaceRequest::RetireDir(s) => self.answer_step(s),
@@ -562,7 +566,7 @@ impl Step for MakeDir {
         if let Some(caller) = cx.caller {
             caller.check_new_owner(self.uid, self.gid, None)?;
         }
-        cx.meta.make_dir(self.parent, &self.name, self.mode, self.umask, self.uid, self.gid)
+        cx.meta.make_dir(self.parent, &self.name, self.mode, self.umask, self.uid, self.gid, self.ino)
     }
 
     /// The new name, and the new directory watched from birth (as `MakeDirInode`'s).

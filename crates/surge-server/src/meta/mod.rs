@@ -1022,13 +1022,36 @@ impl MetaStore {
         remote_default: Option<&Acl>,
         remote_layout: DirLayout,
     ) -> Result<Attr> {
+        self.new_dir_inode(parent, None, mode, umask, uid, gid, remote_default, remote_layout)
+    }
+
+    /// [`MetaStore::make_dir_inode`] with number `ino` (one a delegation set aside: not in
+    /// use), or a new one.
+    #[allow(clippy::too_many_arguments)]
+    fn new_dir_inode(
+        &mut self,
+        parent: Ino,
+        ino: Option<Ino>,
+        mode: u32,
+        umask: u32,
+        uid: u32,
+        gid: u32,
+        remote_default: Option<&Acl>,
+        remote_layout: DirLayout,
+    ) -> Result<Attr> {
         // A `..` naming a file, or nothing, would answer lookups with another inode's kind.
         let (default, layout) = match self.is_local(parent) {
             true => (self.default_acl_of(parent), self.dir(parent)?.layout),
             false => (remote_default, remote_layout),
         };
         let perms = access::inherit(FileKind::Dir, mode, umask, default);
-        let ino = self.alloc_ino();
+        let ino = match ino {
+            None => self.alloc_ino(),
+            Some(ino) if self.inodes.contains_key(&ino) || !self.is_local(ino) => {
+                return fail(ErrorCode::Exists, format!("inode {ino:#x} is in use or not homed here"));
+            }
+            Some(ino) => ino,
+        };
         let dir = Dir { parent, entries: BTreeMap::new(), subdirs: 0, retired: false, layout };
         Ok(self.insert_inode(ino, FileKind::Dir, perms, uid, gid, Body::Dir(dir)))
     }
@@ -1036,9 +1059,10 @@ impl MetaStore {
     /// A directory made in one step where it is homed with its parent (see
     /// `surge_proto::namespace::MakeDir`): `parent/name`, a new name, is a new directory
     /// inode as [`MetaStore::make_dir_inode`] makes one, linked as
-    /// [`MetaStore::insert_entry`] links one; a link refused leaves no inode behind.
+    /// [`MetaStore::insert_entry`] links one; a link refused leaves no inode behind. `ino`:
+    /// the number a delegation's holder gave it (see `surge_proto::namespace::MakeDir`).
     #[allow(clippy::too_many_arguments)]
-    pub fn make_dir(&mut self, parent: Ino, name: &str, mode: u32, umask: u32, uid: u32, gid: u32) -> Result<Attr> {
+    pub fn make_dir(&mut self, parent: Ino, name: &str, mode: u32, umask: u32, uid: u32, gid: u32, ino: Option<Ino>) -> Result<Attr> {
         check_name(name)?;
         if !self.is_local(parent) {
             return fail(ErrorCode::Invalid, format!("a one-step mkdir needs its parent {parent:#x} homed here"));
@@ -1048,7 +1072,7 @@ impl MetaStore {
             return fail(ErrorCode::Exists, format!("'{name}' exists"));
         }
         let layout = dir.layout;
-        let attr = self.make_dir_inode(parent, mode, umask, uid, gid, None, layout)?;
+        let attr = self.new_dir_inode(parent, ino, mode, umask, uid, gid, None, layout)?;
         if let Err(e) = self.insert_entry(parent, name, attr.ino, FileKind::Dir, false, None) {
             self.drop_inode(attr.ino)?;
             return Err(e);
@@ -1500,17 +1524,22 @@ mod tests {
     fn a_one_step_mkdir_makes_and_links_or_leaves_nothing() {
         let mut s = MetaStore::new(0, 0, 0);
         let before = s.getattr(ROOT_INO).unwrap().nlink;
-        let made = s.make_dir(ROOT_INO, "d", 0o777, 0o022, 1, 1).unwrap();
+        let made = s.make_dir(ROOT_INO, "d", 0o777, 0o022, 1, 1, None).unwrap();
         assert_eq!((made.kind, made.mode & 0o7777), (FileKind::Dir, 0o755));
         assert_eq!(s.lookup(ROOT_INO, "d").unwrap().ino, made.ino);
         assert_eq!(s.getattr(ROOT_INO).unwrap().nlink, before + 1);
         assert_eq!(s.layout_of(made.ino).unwrap(), s.layout_of(ROOT_INO).unwrap());
         let inodes = s.inodes.len();
-        assert_eq!(s.make_dir(ROOT_INO, "d", 0o755, 0, 1, 1).unwrap_err().code, ErrorCode::Exists);
-        assert_eq!(s.make_dir(ROOT_INO, "a/b", 0o755, 0, 1, 1).unwrap_err().code, ErrorCode::Invalid);
+        assert_eq!(s.make_dir(ROOT_INO, "d", 0o755, 0, 1, 1, None).unwrap_err().code, ErrorCode::Exists);
+        assert_eq!(s.make_dir(ROOT_INO, "a/b", 0o755, 0, 1, 1, None).unwrap_err().code, ErrorCode::Invalid);
         let elsewhere = ino::make(1, 42);
-        assert_eq!(s.make_dir(elsewhere, "x", 0o755, 0, 1, 1).unwrap_err().code, ErrorCode::Invalid);
+        assert_eq!(s.make_dir(elsewhere, "x", 0o755, 0, 1, 1, None).unwrap_err().code, ErrorCode::Invalid);
+        // With a number given (a delegation's): that number, unless it is in use.
+        assert_eq!(s.make_dir(ROOT_INO, "e", 0o755, 0, 1, 1, Some(made.ino)).unwrap_err().code, ErrorCode::Exists);
         assert_eq!(s.inodes.len(), inodes, "a refused mkdir left an inode");
+        let given = s.set_aside(ROOT_INO, 1, None).unwrap()[0];
+        assert_eq!(s.make_dir(ROOT_INO, "e", 0o755, 0, 1, 1, Some(given)).unwrap().ino, given);
+        assert_eq!(s.lookup(ROOT_INO, "e").unwrap().ino, given);
     }
 
     /// The records taken after each step, applied in order to a new store, rebuild the same
