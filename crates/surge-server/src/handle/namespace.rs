@@ -507,7 +507,7 @@ impl Step for MakeDirInode {
         }
         let remote_default = decode_acl(&self.inherited.default_acl)?;
         let remote_layout = self.inherited.layout;
-        cx.meta.make_dir_inode(self.parent, self.mode, self.umask, self.uid, self.gid, remote_default.as_ref(), remote_layout)
+        cx.meta.make_dir_inode(self.parent, self.mode, self.umask, self.uid, self.gid, remote_default.as_ref(), remote_layout, None)
     }
 
     /// Watched from birth: a client that made a directory may know all its names.

@@ -1010,7 +1010,8 @@ impl MetaStore {
     /// A directory's inode (mkdir step 1), with `mode` less `umask` or what the parent's
     /// default ACL makes of `mode`, and the parent's layout: the parent's own if it is homed
     /// here (it must then be a directory here), else `remote_default` and `remote_layout`,
-    /// what the client says it has.
+    /// what the client says it has. `ino`: the number a delegation's holder gave it (one the
+    /// delegation set aside, not in use), or None for a new one.
     #[allow(clippy::too_many_arguments)]
     pub fn make_dir_inode(
         &mut self,
@@ -1021,23 +1022,7 @@ impl MetaStore {
         gid: u32,
         remote_default: Option<&Acl>,
         remote_layout: DirLayout,
-    ) -> Result<Attr> {
-        self.new_dir_inode(parent, None, mode, umask, uid, gid, remote_default, remote_layout)
-    }
-
-    /// [`MetaStore::make_dir_inode`] with number `ino` (one a delegation set aside: not in
-    /// use), or a new one.
-    #[allow(clippy::too_many_arguments)]
-    fn new_dir_inode(
-        &mut self,
-        parent: Ino,
         ino: Option<Ino>,
-        mode: u32,
-        umask: u32,
-        uid: u32,
-        gid: u32,
-        remote_default: Option<&Acl>,
-        remote_layout: DirLayout,
     ) -> Result<Attr> {
         // A `..` naming a file, or nothing, would answer lookups with another inode's kind.
         let (default, layout) = match self.is_local(parent) {
@@ -1072,7 +1057,7 @@ impl MetaStore {
             return fail(ErrorCode::Exists, format!("'{name}' exists"));
         }
         let layout = dir.layout;
-        let attr = self.new_dir_inode(parent, ino, mode, umask, uid, gid, None, layout)?;
+        let attr = self.make_dir_inode(parent, mode, umask, uid, gid, None, layout, ino)?;
         if let Err(e) = self.insert_entry(parent, name, attr.ino, FileKind::Dir, false, None) {
             self.drop_inode(attr.ino)?;
             return Err(e);
@@ -1551,7 +1536,7 @@ mod tests {
         s.track_changes();
         let mut journal = vec![s.take_changes()];
         let step = |s: &mut MetaStore, journal: &mut Vec<Record>| journal.push(s.take_changes());
-        let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 1, 1, None, DirLayout::Striped).unwrap();
+        let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 1, 1, None, DirLayout::Striped, None).unwrap();
         s.insert_entry(ROOT_INO, "a", a.ino, FileKind::Dir, false, None).unwrap();
         step(&mut s, &mut journal);
         for i in 0..50 {
@@ -1571,7 +1556,7 @@ mod tests {
         let open = s.create(ROOT_INO, "open-then-unlinked", 0o644, 0, 1, 1, true, true, None).unwrap();
         s.unlink(ROOT_INO, "open-then-unlinked").unwrap();
         step(&mut s, &mut journal);
-        let empty = s.make_dir_inode(ROOT_INO, 0o755, 0, 1, 1, None, DirLayout::Striped).unwrap();
+        let empty = s.make_dir_inode(ROOT_INO, 0o755, 0, 1, 1, None, DirLayout::Striped, None).unwrap();
         s.insert_entry(ROOT_INO, "gone", empty.ino, FileKind::Dir, false, None).unwrap();
         s.rmdir(ROOT_INO, "gone").unwrap();
         step(&mut s, &mut journal);
@@ -1622,7 +1607,7 @@ mod tests {
     fn a_directory_inode_needs_a_directory_parent_here() {
         let mut s = MetaStore::new(0, 0, 0);
         let file = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, false, None).unwrap().ino;
-        let under = |s: &mut MetaStore, parent| s.make_dir_inode(parent, 0o755, 0, 0, 0, None, DirLayout::Striped).map(|a| a.ino);
+        let under = |s: &mut MetaStore, parent| s.make_dir_inode(parent, 0o755, 0, 0, 0, None, DirLayout::Striped, None).map(|a| a.ino);
         assert_eq!(under(&mut s, file).unwrap_err().code, ErrorCode::NotDir);
         assert_eq!(under(&mut s, ROOT_INO + 999).unwrap_err().code, ErrorCode::NotFound);
         let dir = under(&mut s, ROOT_INO).unwrap();
@@ -1644,7 +1629,7 @@ mod tests {
     #[test]
     fn a_split_snapshot_rebuilds_the_store() {
         let mut s = MetaStore::new(0, 0, 0);
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).unwrap();
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None).unwrap();
         s.insert_entry(ROOT_INO, "d", dir.ino, FileKind::Dir, false, None).unwrap();
         for i in 0..XATTRS_PER_RECORD + 10 {
             let file = s.create(dir.ino, &format!("f{i}"), 0o644, 0, 0, 0, true, false, None).unwrap();
@@ -1758,7 +1743,7 @@ mod tests {
         assert_eq!(s.getattr(ino).unwrap().blocks, None, "truncating changes it");
         s.setattr(ino, &AttrChanges { size: Some(0), ..Default::default() }).unwrap();
         assert_eq!(s.getattr(ino).unwrap().blocks, Some(0), "nothing is left of an emptied file");
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).unwrap();
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None).unwrap();
         s.note_allocation(&[note(Some(16), s.getattr(ino).unwrap().content_version())]);
         let mut replayed = MetaStore::new(0, 0, 0);
         replayed.apply(s.take_changes()).unwrap();
@@ -1791,7 +1776,7 @@ mod tests {
         assert_eq!(s.getattr(ino).unwrap().nlink, 1);
         assert!(s.unlink(ROOT_INO, "g").unwrap().purge, "the last name took the file");
         assert_eq!(s.add_link(ino).unwrap_err().code, ErrorCode::NotFound);
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).unwrap().ino;
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None).unwrap().ino;
         assert_eq!(s.add_link(dir).unwrap_err().code, ErrorCode::NotPermitted);
         let open = s.create(ROOT_INO, "open", 0o644, 0, 0, 0, true, true, None).unwrap().ino;
         s.unlink(ROOT_INO, "open").unwrap();
@@ -1801,12 +1786,12 @@ mod tests {
     #[test]
     fn directory_rules() {
         let mut s = MetaStore::new(0, 0, 0);
-        let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).unwrap().ino;
+        let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None).unwrap().ino;
         s.insert_entry(ROOT_INO, "a", a, FileKind::Dir, false, None).unwrap();
         file(&mut s, a, "x");
         assert_eq!(s.rmdir(ROOT_INO, "a").unwrap_err().code, ErrorCode::NotEmpty);
         assert_eq!(s.getattr(ROOT_INO).unwrap().nlink, 3);
-        let b = s.make_dir_inode(a, 0o755, 0, 0, 0, None, DirLayout::Striped).unwrap().ino;
+        let b = s.make_dir_inode(a, 0o755, 0, 0, 0, None, DirLayout::Striped, None).unwrap().ino;
         s.insert_entry(a, "b", b, FileKind::Dir, false, None).unwrap();
         assert_eq!(s.rename(ROOT_INO, "a", b, "a2", false, None).unwrap_err().code, ErrorCode::Invalid);
         assert_eq!(s.rename(a, "x", ROOT_INO, "a", false, None).unwrap_err().code, ErrorCode::IsDir);
@@ -1819,7 +1804,7 @@ mod tests {
     #[test]
     fn insert_entry_refuses_a_kind_its_inode_does_not_have() {
         let mut s = MetaStore::new(0, 0, 0);
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).unwrap().ino;
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None).unwrap().ino;
         assert_eq!(s.insert_entry(ROOT_INO, "d", dir, FileKind::File, false, None).unwrap_err().code, ErrorCode::Invalid);
         assert_eq!(s.insert_entry(ROOT_INO, "x", ino::make(0, 999), FileKind::File, false, None).unwrap_err().code, ErrorCode::NotFound);
         s.insert_entry(ROOT_INO, "d", dir, FileKind::Dir, false, None).unwrap();
@@ -1854,7 +1839,7 @@ mod tests {
         }
         assert_eq!(s.drop_inode(file.ino).unwrap_err().code, ErrorCode::Invalid);
         assert_eq!(s.lookup(ROOT_INO, "f").unwrap().ino, file.ino, "the file is still there");
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).unwrap();
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None).unwrap();
         s.drop_inode(dir.ino).unwrap();
     }
 
@@ -1873,7 +1858,7 @@ mod tests {
         assert_eq!(too_far.code, ErrorCode::Invalid);
         assert!(s.lookup(ROOT_INO, "bad").is_err(), "nothing made");
 
-        let inherits = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped).unwrap().ino;
+        let inherits = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None).unwrap().ino;
         assert_eq!(s.layout_of(inherits).unwrap(), DirLayout::NodeLocal, "the parent here says, not the client");
         s.insert_entry(ROOT_INO, "sub", inherits, FileKind::Dir, false, None).unwrap();
         s.set_layout(inherits, DirLayout::Striped).unwrap();
@@ -1882,7 +1867,7 @@ mod tests {
         assert_eq!(s.layout_of(striped).unwrap_err().code, ErrorCode::NotDir);
 
         let mut elsewhere = MetaStore::new(1, 0, 0);
-        let told = elsewhere.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::NodeLocal).unwrap().ino;
+        let told = elsewhere.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::NodeLocal, None).unwrap().ino;
         assert_eq!(elsewhere.layout_of(told).unwrap(), DirLayout::NodeLocal);
     }
 
