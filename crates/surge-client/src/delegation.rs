@@ -49,6 +49,8 @@ pub struct DelegatedDir {
     state: Mutex<Held>,
     /// One write-back at a time, so that batches reach the home in the log's order.
     writing_back: tokio::sync::Mutex<()>,
+    /// One give-back at a time: a second waits for the first, then finds nothing to do.
+    giving_back: tokio::sync::Mutex<()>,
 }
 
 struct Held {
@@ -63,6 +65,9 @@ struct Held {
     /// A write-back lost its connection: the next one reclaims the delegation first, to learn
     /// which of `log`'s steps the home applied.
     away: bool,
+    /// When the home was first found away: give-backs try to reach it until [`RECLAIM_FOR`]
+    /// after (every give-back the same deadline, however many there are).
+    away_since: Option<tokio::time::Instant>,
     /// The home ended the delegation (given back, or not reclaimed in time): nothing more to
     /// write back or give back.
     gone: bool,
@@ -101,6 +106,12 @@ impl Named {
 }
 
 impl Held {
+    fn lost_home(&mut self) {
+        self.ended = true;
+        self.away = !self.gone;
+        self.away_since.get_or_insert_with(tokio::time::Instant::now);
+    }
+
     /// The logged `CreateAs` of `ino` registers its creator's open at the home.
     fn register_open(&mut self, ino: Ino) {
         for step in &mut self.log {
@@ -142,12 +153,20 @@ impl Client {
             log: Vec::new(),
             first_seq: 1,
             away: false,
+            away_since: None,
             gone: false,
             open_here: HashSet::new(),
             ended: false,
         };
         let token = granted.token;
-        Ok(Some(DelegatedDir { client: self.clone(), dir, token, state: Mutex::new(held), writing_back: Default::default() }))
+        Ok(Some(DelegatedDir {
+            client: self.clone(),
+            dir,
+            token,
+            state: Mutex::new(held),
+            writing_back: Default::default(),
+            giving_back: Default::default(),
+        }))
     }
 
     /// Whether the servers check identities (the home of `ino` does; every server of an
@@ -189,9 +208,7 @@ impl DelegatedDir {
     /// The connection to the home was lost: nothing more is answered here, and the next
     /// write-back reclaims the delegation first.
     pub fn lost_home(&self) {
-        let mut held = self.state.lock().unwrap();
-        held.ended = true;
-        held.away = !held.gone;
+        self.state.lock().unwrap().lost_home();
     }
 
     /// Steps answered here and not written back yet.
@@ -362,8 +379,7 @@ impl DelegatedDir {
                 let later = std::mem::replace(&mut held.log, log);
                 held.log.extend(later);
                 held.first_seq = first_seq;
-                held.ended = true;
-                held.away = true;
+                held.lost_home();
                 tracing::warn!(
                     dir = format!("{:#x}", self.dir),
                     "a delegation's write-back lost its home ({e}): written back once it is reached again"
@@ -437,7 +453,7 @@ impl DelegatedDir {
     /// delegation) until it is back, for up to [`RECLAIM_FOR`].
     pub async fn give_back(&self) -> Result<()> {
         self.state.lock().unwrap().ended = true;
-        let deadline = tokio::time::Instant::now() + RECLAIM_FOR;
+        let _one_at_a_time = self.giving_back.lock().await;
         let mut pause = RECLAIM_PAUSE;
         loop {
             let outcome = match self.write_back().await {
@@ -453,12 +469,30 @@ impl DelegatedDir {
                     written.and(given)
                 }
             };
+            if matches!(&outcome, Err(e) if e.code.is_lost_contact()) {
+                // Whether the give-back got there is not known either: reclaim first.
+                self.lost_home();
+            }
+            let deadline = self.state.lock().unwrap().away_since.map(|since| since + RECLAIM_FOR);
             match outcome {
-                Err(e) if e.code.is_lost_contact() && tokio::time::Instant::now() + pause < deadline => {
-                    // Whether the give-back got there is not known either: reclaim first.
-                    self.lost_home();
+                Err(e) if e.code.is_lost_contact() && deadline.is_some_and(|deadline| tokio::time::Instant::now() + pause < deadline) => {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(RECLAIM_PAUSE_MAX);
+                }
+                Err(e) if e.code.is_lost_contact() => {
+                    let dir = format!("{:#x}", self.dir);
+                    match self.state.lock().unwrap().log.len() {
+                        // Nothing lost: a home that comes back ends the delegation itself.
+                        0 => {
+                            tracing::info!(dir, "a delegation not given back: its home was away for {RECLAIM_FOR:?} ({e})");
+                            return Ok(());
+                        }
+                        lost => tracing::error!(
+                            dir,
+                            "{lost} step(s) of a delegation not written back: its home was away for {RECLAIM_FOR:?} ({e})"
+                        ),
+                    }
+                    return Err(e);
                 }
                 outcome => return outcome,
             }

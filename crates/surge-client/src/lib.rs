@@ -58,7 +58,7 @@ pub mod xattrs;
 
 pub use client::Client;
 pub use conn::Watcher;
-pub use delegation::{DelegatedDir, Named};
+pub use delegation::{DelegatedDir, Named, RECLAIM_FOR};
 pub use descriptor::{InstanceDescriptor, Mode};
 pub use error::{Error, Result};
 pub use file::File;

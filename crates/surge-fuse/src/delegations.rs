@@ -242,18 +242,23 @@ impl Delegations {
         }
     }
 
-    /// Gives every delegation back and waits for it (the mount is going away).
+    /// Gives every delegation back and waits for it (the mount is going away). All at once: a
+    /// home that is away is waited for once (up to `surge_client::RECLAIM_FOR`), not once per
+    /// directory. One already on its way back is given back again: that waits for the first
+    /// and costs nothing more.
     pub(crate) async fn give_all_back(&self) {
-        let (held, returning): (Vec<(u64, Arc<DelegatedDir>)>, HashSet<u64>) = {
+        let held: Vec<(u64, Arc<DelegatedDir>)> = {
             let mut st = self.state.lock().unwrap();
-            (st.held.drain().collect(), std::mem::take(&mut st.returning))
+            st.returning.clear();
+            st.held.drain().collect()
         };
-        for (dir, delegated) in held {
-            // One on its way back already: wait for its write-back (its connection's end
-            // frees it at the home if its `GiveBack` does not get there first).
-            let outcome = if returning.contains(&dir) { delegated.write_back().await } else { delegated.give_back().await };
-            if let Err(e) = outcome {
-                tracing::warn!(dir = format!("{dir:#x}"), "a delegation was not given back cleanly: {e}");
+        let giving: Vec<_> =
+            held.into_iter().map(|(dir, delegated)| (dir, self.runtime.spawn(async move { delegated.give_back().await }))).collect();
+        for (dir, given) in giving {
+            match given.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::warn!(dir = format!("{dir:#x}"), "a delegation was not given back cleanly: {e}"),
+                Err(e) => tracing::warn!(dir = format!("{dir:#x}"), "a delegation's give-back did not finish: {e}"),
             }
         }
     }

@@ -15,7 +15,8 @@
 //!
 //! A delegation whose holder is away — its connection ended, or this server restarted (the
 //! journal keeps every unended delegation, [`crate::meta::delegated`]) — stays for
-//! [`RECALL_DEADLINE`] more, answering `Recalling` to everybody: a holder that is still there
+//! [`RECALL_DEADLINE`] more ([`RECLAIM_AFTER_RESTART`] after a restart), answering
+//! `Recalling` to everybody: a holder that is still there
 //! reconnects, reclaims it with its token (`Reclaim`, answered with the last step of its log
 //! applied here), writes back the rest and gives it back; one that died lets it end then. A
 //! clean stop of the server recalls every delegation and waits for the holders' write-backs
@@ -36,8 +37,12 @@ use crate::meta::delegated::DelegationMark;
 use crate::watch::{WatcherId, Watchers};
 
 /// How long a recalled holder has to write back and give the directory up before the
-/// delegation is taken from it; and how long a holder that is away has to reclaim it.
+/// delegation is taken from it; and how long a holder whose connection ended has to reclaim it.
 pub(crate) const RECALL_DEADLINE: Duration = Duration::from_secs(5);
+/// How long the holders of the delegations a restart found in the journal have to reclaim them
+/// (a grace period, as an NFSv4 server's after its restart): every holder must notice the
+/// restart, reconnect and reclaim, all at once, on nodes that may be busy.
+pub(crate) const RECLAIM_AFTER_RESTART: Duration = Duration::from_secs(30);
 
 #[derive(Default)]
 pub(crate) struct Delegations {
@@ -71,9 +76,9 @@ struct Held {
 enum Holder {
     /// Held through this watching connection.
     Connected(WatcherId),
-    /// The holder's connection ended, or this server restarted, at `since` (or the holder
-    /// reclaimed it then): reclaimable until [`RECALL_DEADLINE`] after.
-    Away { since: Instant },
+    /// The holder's connection ended, or this server restarted (or the holder reclaimed it):
+    /// reclaimable until `until`.
+    Away { until: Instant },
 }
 
 impl Delegations {
@@ -81,14 +86,16 @@ impl Delegations {
     /// reclaim for [`RECALL_DEADLINE`].
     pub(crate) fn restored<'a>(marks: impl Iterator<Item = &'a DelegationMark>) -> Delegations {
         let delegations = Delegations::default();
-        let now = Instant::now();
+        let until = Instant::now() + RECLAIM_AFTER_RESTART;
         for mark in marks {
             delegations
-                .insert(mark.dir, Held { holder: Holder::Away { since: now }, token: mark.token, inos: mark.inos.clone(), recalled: None });
+                .insert(mark.dir, Held { holder: Holder::Away { until }, token: mark.token, inos: mark.inos.clone(), recalled: None });
         }
         let count = delegations.count.load(Ordering::Relaxed);
         if count > 0 {
-            tracing::info!("{count} delegation(s) granted before the restart: their holders may reclaim them for {RECALL_DEADLINE:?}");
+            tracing::info!(
+                "{count} delegation(s) granted before the restart: their holders may reclaim them for {RECLAIM_AFTER_RESTART:?}"
+            );
         }
         delegations
     }
@@ -190,7 +197,7 @@ impl Delegations {
         match st.dirs.get_mut(&dir) {
             Some(held) if held.token == token => {
                 if by.is_none_or(|by| held.holder != Holder::Connected(by)) {
-                    held.holder = Holder::Away { since: Instant::now() };
+                    held.holder = Holder::Away { until: Instant::now() + RECALL_DEADLINE };
                 }
                 Ok(())
             }
@@ -212,11 +219,11 @@ impl Delegations {
     /// directories.
     pub(crate) fn connection_ended(&self, holder: WatcherId) -> Vec<Ino> {
         let mut st = self.state.lock_or_recover();
-        let now = Instant::now();
+        let until = Instant::now() + RECALL_DEADLINE;
         let mut away = Vec::new();
         for (&dir, held) in st.dirs.iter_mut() {
             if held.holder == Holder::Connected(holder) {
-                held.holder = Holder::Away { since: now };
+                held.holder = Holder::Away { until };
                 away.push(dir);
             }
         }
@@ -265,7 +272,7 @@ impl Delegations {
             for dir in met {
                 let held = st.dirs.get_mut(&dir).expect("met only held directories");
                 let overdue = match (held.holder, held.recalled) {
-                    (Holder::Away { since }, _) => since.elapsed() >= RECALL_DEADLINE,
+                    (Holder::Away { until }, _) => Instant::now() >= until,
                     (Holder::Connected(holder), None) => {
                         held.recalled = Some(Instant::now());
                         to_recall.push((holder, dir));
