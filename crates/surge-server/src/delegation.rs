@@ -83,7 +83,7 @@ enum Holder {
 
 impl Delegations {
     /// The delegations a restart found unended in the journal: each is its holder's to
-    /// reclaim for [`RECALL_DEADLINE`].
+    /// reclaim for [`RECLAIM_AFTER_RESTART`].
     pub(crate) fn restored<'a>(marks: impl Iterator<Item = &'a DelegationMark>) -> Delegations {
         let delegations = Delegations::default();
         let until = Instant::now() + RECLAIM_AFTER_RESTART;
