@@ -225,6 +225,12 @@ impl Instance {
             .any(|s| s["addr"].as_str().is_some_and(|a| a.rsplit_once(':').is_some_and(|(ip, _)| ip == node)))
     }
 
+    /// What the instance's mounts have logged so far (they share one log file); empty before
+    /// the first mount.
+    pub fn mount_log(&self) -> String {
+        std::fs::read_to_string(self.home.join("instances").join(format!("{}.fuse.log", self.name))).unwrap_or_default()
+    }
+
     /// Where `surge up` wrote the instance's descriptor.
     pub fn descriptor_path(&self) -> PathBuf {
         self.home.join("instances").join(format!("{}.json", self.name))

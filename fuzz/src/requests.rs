@@ -476,9 +476,18 @@ impl Run {
                 let (dir, token) = self.delegated_or_any(input);
                 self.conn.call(GiveBack { dir, token }, &[])
             }
-            3 => {
+            3 if input.bool() => {
                 let (dir, token) = self.delegated_or_any(input);
                 self.conn.call(Reclaim { dir, token }, &[])
+            }
+            3 => {
+                let (dir, token) = self.delegated_or_any(input);
+                let count = if input.bool() { input.below(8) as u32 } else { input.u32() };
+                let answer = self.conn.call(Renew { dir, token, count, place_on: Self::opt(input, |i| i.below(3) as u32) }, &[]);
+                if let Some(inos) = answer.decode::<Vec<Ino>>("renew") {
+                    self.set_aside.extend(inos.into_iter().take(16));
+                }
+                answer
             }
             _ => {
                 let (addr, secret) = (self.addr, self.secret);

@@ -25,7 +25,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use surge_proto::namespace::{Commit, CreateAs, Delegate, GiveBack, MakeDir, NamespaceRequest, Reclaim, Rmdir, Unlink};
+use surge_proto::namespace::{Commit, CreateAs, Delegate, GiveBack, MakeDir, NamespaceRequest, Reclaim, Renew, Rmdir, Unlink};
 use surge_proto::{ino, Attr, ErrorCode, FileKind, Ino, Timestamp};
 
 use crate::conn::Answer;
@@ -209,6 +209,32 @@ impl DelegatedDir {
     /// write-back reclaims the delegation first.
     pub fn lost_home(&self) {
         self.state.lock().unwrap().lost_home();
+    }
+
+    /// Numbers left for creates and mkdirs here.
+    pub fn numbers_left(&self) -> usize {
+        self.state.lock().unwrap().free.len()
+    }
+
+    /// Asks the home for `count` more numbers for creates, keeping the directory (see
+    /// [`Renew`]). False when the home refused (the delegation is being recalled, or ended):
+    /// the holder goes on with what it has.
+    pub async fn renew(&self, count: u32) -> Result<bool> {
+        if !self.is_held() {
+            return Ok(false);
+        }
+        let place_on = self.client.near_server().map(|server| server as u32);
+        match self.client.call_home(self.dir, Renew { dir: self.dir, token: self.token, count, place_on }).await {
+            Ok(inos) => {
+                self.state.lock().unwrap().free.extend(inos);
+                Ok(true)
+            }
+            Err(e) if e.code.is_lost_contact() => Err(e),
+            Err(e) => {
+                tracing::debug!(dir = format!("{:#x}", self.dir), "a delegation not renewed: {e}");
+                Ok(false)
+            }
+        }
     }
 
     /// Steps answered here and not written back yet.

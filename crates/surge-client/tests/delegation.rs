@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use surge_client::surge_proto::admin::{ListInodes, Notice, WriteBack};
 use surge_client::surge_proto::frame::decode_message;
-use surge_client::surge_proto::namespace::{CreateAs, Delegate, Delegated, GiveBack, Lookup, NamespaceRequest, Reclaim, Unlink};
+use surge_client::surge_proto::namespace::{CreateAs, Delegate, Delegated, GiveBack, Lookup, NamespaceRequest, Reclaim, Renew, Unlink};
 use surge_client::surge_proto::{ino, DirEntry, ErrorCode, Ino, ROOT_INO};
 use surge_client::{Client, ClientOptions, Watcher};
 use surge_server::in_process::InProcessInstance;
@@ -302,6 +302,56 @@ async fn a_holders_creates_and_unlinks_reach_the_home_in_order_at_the_recall() {
     f.pwrite(0, b"data").await.unwrap();
     f.close().await.unwrap();
     assert_eq!(b.lookup(dir, "file.01").await.unwrap().size, 4);
+    fx.stop().await;
+}
+
+/// A holder whose numbers run out renews its delegation and goes on creating without giving
+/// the directory back; only the holder may renew, and not once the directory is recalled. The
+/// home holds every create made under either set of numbers, and hands none of them out again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_renews_its_numbers_and_keeps_the_directory() {
+    let fx = Fixture::new("renew").await;
+    let (a, a_notices) = fx.watching();
+    let (c, _) = fx.watching();
+    let b = fx.client();
+    let dir = a.mkdir_at(ROOT_INO, "burst", 0o755).await.unwrap().ino;
+    let held = Arc::new(a.delegate(dir, 4).await.unwrap().expect("granted"));
+    let mut made = std::collections::BTreeMap::new();
+    for i in 0..4 {
+        made.insert(format!("f{i}"), held.create(&format!("f{i}"), 0o644, 0, 0, 0).unwrap().expect("answered here").ino);
+    }
+    assert!(held.create("f4", 0o644, 0, 0, 0).unwrap().is_none(), "no number left");
+    assert!(held.renew(4).await.unwrap(), "renewed");
+    assert_eq!(held.numbers_left(), 4);
+    for i in 4..8 {
+        let attr = held.create(&format!("f{i}"), 0o644, 0, 0, 0).unwrap().expect("answered with a renewed number");
+        assert_eq!(ino::home(attr.ino), ino::home(dir), "renewed numbers are homed with the directory");
+        made.insert(format!("f{i}"), attr.ino);
+    }
+    let distinct: std::collections::BTreeSet<Ino> = made.values().copied().collect();
+    assert_eq!(distinct.len(), 8, "no number given twice: {made:?}");
+    held.write_back().await.unwrap();
+    // Nobody else renews it: not another connection, not a made-up token.
+    let home = ino::home(dir);
+    let token = made["f0"];
+    let other = c.call(home, Renew { dir, token, count: 4, place_on: None }).await.unwrap_err();
+    assert_eq!(other.code, ErrorCode::Invalid, "{other}");
+    let forged = a.call(home, Renew { dir, token: token + 1, count: 4, place_on: None }).await.unwrap_err();
+    assert_eq!(forged.code, ErrorCode::Invalid, "{forged}");
+    let none_asked = a.call(home, Renew { dir, token, count: 0, place_on: None }).await.unwrap_err();
+    assert_eq!(none_asked.code, ErrorCode::Invalid, "{none_asked}");
+
+    // Recalled: the holder's renewal is refused, and it gives the directory back.
+    let holder = held.clone();
+    let answering = a_notices.on_recall(async move {
+        assert!(!holder.renew(4).await.unwrap(), "a recalled delegation was renewed");
+        holder.give_back().await.unwrap();
+    });
+    let listed: std::collections::BTreeMap<String, Ino> = b.readdir_ino(dir).await.unwrap().into_iter().map(|e| (e.name, e.ino)).collect();
+    answering.await.unwrap();
+    assert_eq!(listed, made, "the home holds the creates of both sets of numbers");
+    let next = b.create_at(dir, "plain", 0o644, true).await.unwrap();
+    assert!(!distinct.contains(&next.ino()), "a plain create took a number set aside");
     fx.stop().await;
 }
 

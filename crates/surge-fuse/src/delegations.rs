@@ -26,8 +26,11 @@ use tokio::runtime::Handle;
 const ASK_AFTER: u32 = 16;
 /// After each refusal a directory is asked for only after twice as many (up to this shift).
 const MAX_BACKOFF: u32 = 10;
-/// Inode numbers asked for with a delegation (creates answered before it must be renewed).
+/// Inode numbers asked for with a delegation, and with each renewal.
 const NUMBERS: u32 = 4096;
+/// A delegation is renewed when fewer numbers than this are left: at 25,000 creates a second
+/// the renewal has 40 ms to come back before the creates there take the ordinary path.
+const RENEW_BELOW: usize = 1024;
 /// How often a delegation's log is written back while it has steps: what another node's
 /// recall waits for at most, besides the write-back itself.
 const WRITE_BACK_EVERY: Duration = Duration::from_millis(10);
@@ -265,13 +268,20 @@ impl Delegations {
 }
 
 /// Writes `delegated`'s log back every few milliseconds while it has steps, until it ends;
-/// gives it back once it has been idle for [`IDLE_FOR`].
+/// renews it before its numbers run out; gives it back once it has been idle for [`IDLE_FOR`].
 async fn write_back_while_held(delegations: Weak<Delegations>, dir: u64, delegated: Arc<DelegatedDir>) {
     let mut tick = tokio::time::interval(WRITE_BACK_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_step = Instant::now();
+    let mut renewal_refused = false;
     while delegated.is_held() {
         tick.tick().await;
+        if delegated.numbers_left() < RENEW_BELOW && !renewal_refused {
+            // A refusal means a recall is on its way (or the delegation ended): not asked again.
+            let renewed = delegated.renew(NUMBERS).await;
+            tracing::debug!(dir = format!("{dir:#x}"), "renewed: {renewed:?}");
+            renewal_refused = matches!(renewed, Ok(false));
+        }
         if delegated.pending() > 0 {
             last_step = Instant::now();
             // A refusal ends the delegation and is logged there; the files it concerned report

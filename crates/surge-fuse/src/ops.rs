@@ -18,7 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use surge_client::surge_proto::data::AllocateMode;
 use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, LockHolder, LockKind};
-use surge_client::{Client, Error, File, LockRange, Named, Result};
+use surge_client::{Client, DelegatedDir, Error, File, LockRange, Named, Result};
 use tokio::runtime::Handle;
 
 use crate::chunks::{Budget, ChunkCache, Route};
@@ -395,13 +395,19 @@ impl Ops {
                 self.kernel.subdirectory_count_moved(parent, 1);
                 Some(Ok(self.told(attr)))
             }
-            Ok(None) => {
-                // Ended, or its numbers are used up: given back, asked for again later.
-                self.delegations.give_back(parent);
-                None
-            }
+            Ok(None) => self.not_answered_now(parent, &delegated),
             Err(e) => Some(Err(e)),
         }
+    }
+
+    /// A create or mkdir the delegation of `parent` could not answer: it ended (then off the
+    /// list with it, asked for again later), or its numbers ran out before its renewal came
+    /// (it stays: the ordinary path meanwhile, which it learns of). None: the ordinary path.
+    fn not_answered_now<T>(&self, parent: u64, delegated: &DelegatedDir) -> Option<T> {
+        if !delegated.is_held() {
+            self.delegations.give_back(parent);
+        }
+        None
     }
 
     pub fn mkdir(
@@ -625,11 +631,7 @@ impl Ops {
                 let backing = self.delegations.writes_at_length(parent).then(|| self.passthrough_now(&f, flags)).flatten();
                 Some(Ok((self.told(attr), self.register_made_in(f, flags, backing, Some(parent)))))
             }
-            Ok(None) => {
-                // Ended, or its numbers are used up: given back, asked for again later.
-                self.delegations.give_back(parent);
-                None
-            }
+            Ok(None) => self.not_answered_now(parent, &delegated),
             // An existing file, opened the ordinary way.
             Err(e) if e.code == ErrorCode::Exists && flags & libc::O_EXCL == 0 => None,
             Err(e) => Some(Err(e)),

@@ -445,6 +445,20 @@ pub struct Reclaim {
     pub token: Ino,
 }
 
+/// The holder of delegation `token` of `dir` asks for `count` (at most
+/// [`MAX_DELEGATED_INOS`]) more inode numbers for its creates, placed as [`Delegate`]'s, without
+/// giving the directory back: a burst of creates longer than one grant's numbers stays local,
+/// and so does what the holder knows of the directories it made there. Answered with the
+/// numbers once they are durable; refused once the delegation was recalled (the holder is to
+/// give it back) or ended.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Renew {
+    pub dir: Ino,
+    pub token: Ino,
+    pub count: u32,
+    pub place_on: Option<u32>,
+}
+
 service! {
     /// A namespace step.
     NamespaceRequest => Namespace {
@@ -491,5 +505,6 @@ service! {
         GiveBack -> (), "give-back";
         MakeDir -> Attr, "mkdir";
         Reclaim -> u64, "reclaim";
+        Renew -> Vec<Ino>, "renew";
     }
 }

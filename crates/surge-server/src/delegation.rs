@@ -151,6 +151,31 @@ impl Delegations {
         self.insert(dir, Held { holder: Holder::Connected(holder), token, inos, recalled: None });
     }
 
+    /// Whether connection `by` may renew delegation `token` of `dir`: it holds it, and it
+    /// was not recalled (a recalled holder is to give the directory back, not grow it).
+    pub(crate) fn may_renew(&self, by: Option<WatcherId>, dir: Ino, token: Ino) -> Result<()> {
+        let st = self.state.lock_or_recover();
+        match st.dirs.get(&dir) {
+            Some(held) if held.theirs(by, token) && held.recalled.is_none() && matches!(held.holder, Holder::Connected(_)) => Ok(()),
+            Some(held) if held.theirs(by, token) => {
+                Err(ServerError::new(ErrorCode::NotPermitted, format!("delegation {token:#x} of {dir:#x} is being recalled")))
+            }
+            _ => Err(ServerError::new(ErrorCode::Invalid, format!("delegation {token:#x} of {dir:#x} is not this connection's"))),
+        }
+    }
+
+    /// Delegation `token` of `dir` renewed: `inos` are its too. False when it ended since
+    /// [`Delegations::may_renew`] (the numbers are then nobody's: never handed out again).
+    pub(crate) fn renewed(&self, dir: Ino, token: Ino, inos: &[Ino]) -> bool {
+        let mut st = self.state.lock_or_recover();
+        let Some(held) = st.dirs.get_mut(&dir).filter(|held| held.token == token) else { return false };
+        held.inos.extend_from_slice(inos);
+        for &ino in inos {
+            st.set_aside.insert(ino, dir);
+        }
+        true
+    }
+
     fn insert(&self, dir: Ino, held: Held) {
         let mut st = self.state.lock_or_recover();
         for &ino in &held.inos {
@@ -372,6 +397,6 @@ pub(crate) fn named(request: &NamespaceRequest) -> Vec<Ino> {
         R::Delegate(s) => vec![s.dir],
         R::CreateAs(s) => vec![s.parent, s.ino],
         // Checked by their own steps: only the holder may give a directory back or reclaim it.
-        R::GiveBack(_) | R::Reclaim(_) => Vec::new(),
+        R::GiveBack(_) | R::Reclaim(_) | R::Renew(_) => Vec::new(),
     }
 }

@@ -186,6 +186,7 @@ impl Session {
             }
             NamespaceRequest::GiveBack(s) => Answer::of::<GiveBack>(self.give_back(s)),
             NamespaceRequest::Reclaim(s) => Answer::of::<Reclaim>(self.reclaim(s)),
+            NamespaceRequest::Renew(s) => Answer::of::<Renew>(self.renew(s)),
             NamespaceRequest::SetLock(s) => self.set_lock(s),
             NamespaceRequest::GetLock(s) => Answer::of::<GetLock>(self.lockable(s.ino).map(|()| {
                 let wanted = self.wanted(s.owner, 0, s.kind, s.start, s.end);
@@ -288,6 +289,25 @@ impl Session {
         self.durable = self.durable.max(Some(seq));
         shared.delegations.grant(d.dir, me, token, inos.clone());
         Ok(Delegated { inos, token })
+    }
+
+    /// The holder asks for more numbers for its creates (see [`Renew`]); answered once they
+    /// are durable, as a grant's.
+    fn renew(&mut self, r: Renew) -> Result<Vec<Ino>> {
+        if r.count == 0 || r.count > MAX_DELEGATED_INOS {
+            return Err(ServerError::new(ErrorCode::Invalid, format!("{} inode numbers asked for (1 to {MAX_DELEGATED_INOS})", r.count)));
+        }
+        let shared = self.shared.clone();
+        shared.delegations.may_renew(self.watcher, r.dir, r.token)?;
+        let mut meta = shared.meta.lock_or_recover();
+        let inos = meta.set_aside(r.dir, r.count, r.place_on.map(|s| s as usize))?;
+        meta.delegation_renewed(r.dir, r.token, inos.clone());
+        let seq = shared.journal_changes(&mut meta);
+        self.durable = self.durable.max(Some(seq));
+        if !shared.delegations.renewed(r.dir, r.token, &inos) {
+            return Err(ServerError::new(ErrorCode::NotFound, format!("delegation {:#x} of {:#x} ended", r.token, r.dir)));
+        }
+        Ok(inos)
     }
 
     /// The holder gives its delegation up; its end is journaled at once (else a restart

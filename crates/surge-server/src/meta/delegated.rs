@@ -26,16 +26,36 @@ pub struct DelegationMark {
 /// A change of a delegation, as journaled. (Variants may only be appended.)
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub enum DelegationChange {
-    Granted { dir: Ino, token: Ino, inos: Vec<Ino> },
-    Applied { dir: Ino, token: Ino, seq: u64 },
-    Ended { dir: Ino, token: Ino },
+    Granted {
+        dir: Ino,
+        token: Ino,
+        inos: Vec<Ino>,
+    },
+    Applied {
+        dir: Ino,
+        token: Ino,
+        seq: u64,
+    },
+    Ended {
+        dir: Ino,
+        token: Ino,
+    },
+    /// More numbers set aside for the delegation's creates (`surge_proto::namespace::Renew`).
+    Renewed {
+        dir: Ino,
+        token: Ino,
+        inos: Vec<Ino>,
+    },
 }
 
 impl DelegationChange {
     /// The delegated directory.
     pub fn dir(&self) -> Ino {
         match self {
-            DelegationChange::Granted { dir, .. } | DelegationChange::Applied { dir, .. } | DelegationChange::Ended { dir, .. } => *dir,
+            DelegationChange::Granted { dir, .. }
+            | DelegationChange::Applied { dir, .. }
+            | DelegationChange::Ended { dir, .. }
+            | DelegationChange::Renewed { dir, .. } => *dir,
         }
     }
 }
@@ -51,6 +71,14 @@ impl MetaStore {
     pub fn delegation_granted(&mut self, dir: Ino, token: Ino, inos: Vec<Ino>) {
         self.delegation_changed(DelegationChange::Granted { dir, token, inos: inos.clone() });
         self.delegated.insert(dir, DelegationMark { dir, token, inos, applied: 0 });
+    }
+
+    /// Delegation `token` of `dir` was renewed with `inos` more set aside.
+    pub fn delegation_renewed(&mut self, dir: Ino, token: Ino, inos: Vec<Ino>) {
+        if let Some(mark) = self.delegated.get_mut(&dir).filter(|mark| mark.token == token) {
+            mark.inos.extend_from_slice(&inos);
+            self.delegation_changed(DelegationChange::Renewed { dir, token, inos });
+        }
     }
 
     /// Step `seq` of delegation `token`'s log was applied (journaled with the step's changes).
@@ -94,6 +122,11 @@ impl MetaStore {
                     self.delegated.remove(&dir);
                 }
             }
+            DelegationChange::Renewed { dir, token, inos } => {
+                if let Some(mark) = self.delegated.get_mut(&dir).filter(|mark| mark.token == token) {
+                    mark.inos.extend(inos);
+                }
+            }
         }
     }
 
@@ -114,7 +147,7 @@ mod tests {
     use surge_proto::ROOT_INO;
 
     /// Replayed from its records (or from a snapshot), a share knows every unended delegation,
-    /// its numbers and the last step applied; an ended one is gone, and an end or a step of
+    /// its numbers (those its renewals added too) and the last step applied; an ended one is gone, and an end or a step of
     /// an older delegation of the same directory changes nothing of a newer one.
     #[test]
     fn delegations_survive_a_replay_as_their_last_applied_step() {
@@ -131,11 +164,14 @@ mod tests {
         step(&mut store, &|s| s.delegation_ended(ROOT_INO, 100));
         step(&mut store, &|s| s.delegation_granted(ROOT_INO, 200, vec![200]));
         step(&mut store, &|s| s.delegation_applied(ROOT_INO, 200, 7));
+        step(&mut store, &|s| s.delegation_renewed(ROOT_INO, 200, vec![300, 301]));
+        // Of the ended one: nothing.
+        step(&mut store, &|s| s.delegation_renewed(ROOT_INO, 100, vec![400]));
         // Of the ended one: nothing.
         step(&mut store, &|s| s.delegation_applied(ROOT_INO, 100, 9));
         step(&mut store, &|s| s.delegation_ended(ROOT_INO, 100));
 
-        let expected = vec![DelegationMark { dir: ROOT_INO, token: 200, inos: vec![200], applied: 7 }];
+        let expected = vec![DelegationMark { dir: ROOT_INO, token: 200, inos: vec![200, 300, 301], applied: 7 }];
         let mut replayed = MetaStore::new(0, 0, 0);
         for record in records {
             replayed.apply(record).unwrap();
