@@ -1298,6 +1298,91 @@ fn directories_made_under_a_delegation_behave_as_any_directory() {
     assert!(b.path("d/moved").is_dir());
 }
 
+/// Renames within a directory held under a delegation (answered by the mount where it knows
+/// both names) behave as any rename, for the node that made them and for another: a
+/// checkpoint written as a temporary and renamed over the last one, a file renamed while
+/// open, directories moved, one replacing an empty one, rename(2)'s refusals, and a rotation
+/// of names as mdtest's rename phase makes.
+#[test]
+fn renames_in_a_delegated_directory_behave_as_any_rename() {
+    use std::io::Write;
+    use std::os::unix::fs::MetadataExt;
+    let inst = delegating_instance("delegatedrename", 131);
+    let (a, b) = delegating_nodes(&inst, 131);
+    std::fs::create_dir(a.path("d")).unwrap();
+    for i in 0..20 {
+        std::fs::write(a.path(&format!("d/warm{i:02}")), b"").unwrap();
+    }
+    await_a_grant(&inst);
+    let at = |node: &Mount, name: &str| node.path(&format!("d/{name}"));
+    let rename = |from: &str, to: &str, flags: u32| {
+        let (from, to) = (std::ffi::CString::new(at(&a, from).into_os_string().into_encoded_bytes()).unwrap(), {
+            std::ffi::CString::new(at(&a, to).into_os_string().into_encoded_bytes()).unwrap()
+        });
+        // SAFETY: two NUL-terminated paths that outlive the call.
+        match unsafe { libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), flags) } {
+            0 => 0,
+            _ => std::io::Error::last_os_error().raw_os_error().unwrap(),
+        }
+    };
+    for step in 0..5 {
+        std::fs::write(at(&a, "ckpt.tmp"), format!("step {step}")).unwrap();
+        assert_eq!(rename("ckpt.tmp", "ckpt", 0), 0);
+    }
+    let mut open = std::fs::File::create(at(&a, "open")).unwrap();
+    open.write_all(b"first ").unwrap();
+    assert_eq!(rename("open", "renamed-open", 0), 0);
+    open.write_all(b"second").unwrap();
+    drop(open);
+    // A file replaced while its creator holds it open keeps its bytes for the handle.
+    let mut victim = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(at(&a, "victim")).unwrap();
+    victim.write_all(b"still mine").unwrap();
+    std::fs::write(at(&a, "winner"), b"won").unwrap();
+    assert_eq!(rename("winner", "victim", 0), 0);
+    victim.write_all(b"!").unwrap();
+    let mut kept = String::new();
+    std::io::Seek::rewind(&mut victim).unwrap();
+    std::io::Read::read_to_string(&mut victim, &mut kept).unwrap();
+    assert_eq!(kept, "still mine!");
+    drop(victim);
+    for i in 0..10 {
+        std::fs::create_dir(at(&a, &format!("dir{i}"))).unwrap();
+    }
+    std::fs::write(at(&a, "dir9/inside"), b"x").unwrap();
+    assert_eq!(rename("dir0", "moved0", 0), 0);
+    assert_eq!(rename("dir1", "dir2", 0), 0, "a directory over an empty one");
+    assert_eq!(rename("dir3", "dir9", 0), libc::ENOTEMPTY);
+    assert_eq!(rename("warm00", "dir4", 0), libc::EISDIR);
+    assert_eq!(rename("dir4", "warm01", 0), libc::ENOTDIR);
+    assert_eq!(rename("warm02", "warm03", libc::RENAME_NOREPLACE), libc::EEXIST);
+    assert_eq!(rename("warm02", "fresh", libc::RENAME_NOREPLACE), 0);
+    assert_eq!(rename("nothing", "fresh2", 0), libc::ENOENT);
+    std::fs::remove_dir(at(&a, "moved0")).unwrap();
+    // mdtest's rotation: dir5 -> dir5-XX, dir6 -> dir5, dir5-XX -> dir6.
+    std::fs::write(at(&a, "dir6/mark"), b"was dir6").unwrap();
+    for (from, to) in [("dir5", "dir5-XX"), ("dir6", "dir5"), ("dir5-XX", "dir6")] {
+        assert_eq!(rename(from, to, 0), 0, "{from} -> {to}");
+    }
+
+    let mut expected: Vec<String> =
+        ["ckpt", "renamed-open", "victim", "fresh", "dir2", "dir3", "dir4", "dir5", "dir6", "dir7", "dir8", "dir9"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain((0..20).filter(|&i| i != 2).map(|i| format!("warm{i:02}")))
+            .collect();
+    expected.sort();
+    assert_eq!(names_in(&b.path("d")), expected);
+    assert_eq!(names_in(&a.path("d")), expected);
+    for node in [&a, &b] {
+        assert_eq!(std::fs::read(at(node, "ckpt")).unwrap(), b"step 4");
+        assert_eq!(std::fs::read(at(node, "renamed-open")).unwrap(), b"first second");
+        assert_eq!(std::fs::read(at(node, "victim")).unwrap(), b"won");
+        assert_eq!(std::fs::read(at(node, "dir5/mark")).unwrap(), b"was dir6");
+        assert_eq!(std::fs::read(at(node, "dir9/inside")).unwrap(), b"x");
+        assert_eq!(std::fs::metadata(node.path("d")).unwrap().nlink(), 2 + 8, "the parent's link count");
+    }
+}
+
 /// A mount killed while it holds a delegation loses at most the steps it had not written
 /// back: the directory is a prefix of its creates, and holds every create made before an
 /// fsync of the directory.

@@ -25,8 +25,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use surge_proto::namespace::{Commit, CreateAs, Delegate, GiveBack, MakeDir, NamespaceRequest, Reclaim, Renew, Rmdir, Unlink};
-use surge_proto::{ino, Attr, ErrorCode, FileKind, Ino, Timestamp};
+use surge_proto::namespace::{Commit, CreateAs, Delegate, GiveBack, MakeDir, NamespaceRequest, Reclaim, Rename, Renew, Rmdir, Unlink};
+use surge_proto::{ino, Attr, ErrorCode, FileKind, Ino, LinkOutcome, Timestamp};
 
 use crate::conn::Answer;
 use crate::error::{Error, Result};
@@ -78,6 +78,14 @@ struct Held {
     open_here: HashSet<Ino>,
     /// Given back (or refused a write-back): nothing more is answered here.
     ended: bool,
+}
+
+/// What a step written back may leave to finish (see [`DelegatedDir::write_back`]).
+#[derive(Clone, Copy)]
+enum Finish {
+    Nothing,
+    Unlink,
+    Rename,
 }
 
 /// What a name in a delegated directory is, as far as an unlink needs to know.
@@ -355,6 +363,52 @@ impl DelegatedDir {
         }
     }
 
+    /// Renames `src` to `dst` in this directory at once (true), when the mount knows both:
+    /// `src` is not a name of unknown kind, and `dst` is free, or a file made here when `src`
+    /// is one too (its inode loses that link at the write-back, as at an unlink), or an empty
+    /// directory made here when `src` is one too (`may_replace(dir)`: the caller knows it
+    /// empty and not held itself).
+    /// False: the ordinary path. Errors as rename(2) gives them (EEXIST under `noreplace`,
+    /// EISDIR, ENOTDIR).
+    pub fn rename(&self, src: &str, dst: &str, noreplace: bool, may_replace: impl FnOnce(Ino) -> bool) -> Result<bool> {
+        surge_proto::check_name(dst)?;
+        let mut held = self.state.lock().unwrap();
+        if held.ended || src == dst {
+            return Ok(false);
+        }
+        let moving = match held.names.get(src) {
+            None => return Err(Error::new(ErrorCode::NotFound, format!("no entry '{src}'"))),
+            Some(Named::Other) => return Ok(false),
+            Some(&moving) => moving,
+        };
+        let moving_dir = matches!(moving, Named::MadeDir(_));
+        match held.names.get(dst).copied() {
+            None => {}
+            Some(_) if noreplace => return Err(Error::new(ErrorCode::Exists, format!("'{dst}' exists"))),
+            Some(Named::Other) => return Ok(false),
+            Some(Named::MadeDir(_)) if !moving_dir => return Err(Error::new(ErrorCode::IsDir, format!("'{dst}' is a directory"))),
+            Some(Named::MadeDir(target)) if !may_replace(target) => return Ok(false),
+            Some(Named::MadeDir(_)) => {}
+            Some(_) if moving_dir => return Err(Error::new(ErrorCode::NotDir, format!("'{dst}' is not a directory"))),
+            // Two files made here are two inodes; otherwise both names may be links to one
+            // (rename(2) then does nothing): the home knows.
+            Some(Named::Made(target)) if matches!(moving, Named::Made(_)) => {
+                // Replaced while its creator holds it open: as at an unlink.
+                let replaced_while_open = held.open_here.remove(&target);
+                if replaced_while_open {
+                    held.register_open(target);
+                }
+            }
+            Some(_) => return Ok(false),
+        }
+        held.names.remove(src);
+        held.names.insert(dst.to_string(), moving);
+        let (src_name, dst_name) = (src.to_string(), dst.to_string());
+        let step = Rename { src_parent: self.dir, src_name, dst_parent: self.dir, dst_name, noreplace, retired_target: None };
+        held.log.push(step.into());
+        Ok(true)
+    }
+
     /// Ends the creating handle of file `ino` made here, if the home has not been told of
     /// the file yet: `commit` (its release, with what it publishes) is logged behind the
     /// file's `CreateAs`, and true comes back — the handle owes the home nothing more. False:
@@ -395,7 +449,15 @@ impl DelegatedDir {
         if log.is_empty() {
             return Ok(());
         }
-        let unlinks: Vec<bool> = log.iter().map(|step| matches!(step, NamespaceRequest::Unlink(_))).collect();
+        // What each step leaves to finish once applied: an inode that lost its last name.
+        let finishing: Vec<Finish> = log
+            .iter()
+            .map(|step| match step {
+                NamespaceRequest::Unlink(_) => Finish::Unlink,
+                NamespaceRequest::Rename(_) => Finish::Rename,
+                _ => Finish::Nothing,
+            })
+            .collect();
         let outcomes = match self.client.write_back_steps(self.dir, self.token, first_seq, log.clone()).await {
             Ok(outcomes) => outcomes,
             Err(e) if e.code.is_lost_contact() => {
@@ -419,10 +481,9 @@ impl DelegatedDir {
             }
         };
         let mut first_failure = None;
-        for (unlink, outcome) in unlinks.into_iter().zip(outcomes) {
+        for (finish, outcome) in finishing.into_iter().zip(outcomes) {
             let outcome = match outcome {
-                Ok(message) if unlink => self.finish_unlink(message).await,
-                Ok(_) => Ok(()),
+                Ok(message) => self.finish(finish, message).await,
                 Err(e) => Err(e),
             };
             if let Err(e) = outcome {
@@ -467,10 +528,17 @@ impl DelegatedDir {
         Ok(())
     }
 
-    /// Purges what an unlink written back left without a name.
-    async fn finish_unlink(&self, message: Vec<u8>) -> Result<()> {
-        let unlinked = Answer { message, payload: Vec::new() }.reply::<Unlink>()?;
-        self.client.finish_unlinked(&unlinked).await
+    /// Finishes what a step written back left without a name (its reply: `message`).
+    async fn finish(&self, finish: Finish, message: Vec<u8>) -> Result<()> {
+        let answer = Answer { message, payload: Vec::new() };
+        match finish {
+            Finish::Nothing => Ok(()),
+            Finish::Unlink => self.client.finish_unlinked(&answer.reply::<Unlink>()?).await,
+            Finish::Rename => {
+                let outcome: LinkOutcome = answer.reply::<Rename>()?;
+                self.client.finish_renamed(outcome, self.dir).await
+            }
+        }
     }
 
     /// Writes the log back and gives the directory up (what a recall asks). Nothing is

@@ -323,10 +323,16 @@ impl Client {
                 return Err(e);
             }
         };
-        if let Some(ino) = reparent {
+        self.finish_renamed(LinkOutcome { replaced, reparent }, dst_parent).await
+    }
+
+    /// Finishes a rename into `dst_parent` its home applied: a directory moved from another
+    /// parent learns its new one at its own home, and what the rename replaced is finished off.
+    pub(crate) async fn finish_renamed(&self, outcome: LinkOutcome, dst_parent: Ino) -> Result<()> {
+        if let Some(ino) = outcome.reparent {
             self.call_home(ino, SetParent { ino, parent: dst_parent }).await?;
         }
-        if let Some(u) = replaced {
+        if let Some(u) = outcome.replaced {
             self.finish_unlinked(&u).await?;
         }
         Ok(())

@@ -371,6 +371,9 @@ impl Filesystem for SurgeFs {
     fn rename(&self, _req: &KernelCaller, parent: u64, name: &OsStr, newparent: u64, newname: &OsStr, flags: u32, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
         let newname = name_or_reply!(newname, reply);
+        if let Some(result) = self.ops().rename_now(parent, &name, newparent, &newname, flags) {
+            return empty(reply)(result);
+        }
         self.answer(self.ops().rename(parent, name, newparent, newname, flags), empty(reply));
     }
 

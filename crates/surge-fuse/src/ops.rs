@@ -524,6 +524,33 @@ impl Ops {
         }
     }
 
+    /// A rename answered on the spot: within one directory held under a delegation, of names
+    /// it knows (see `DelegatedDir::rename`). None: it takes [`Ops::rename`].
+    pub fn rename_now(&self, parent: u64, name: &str, newparent: u64, newname: &str, flags: u32) -> Option<Result<()>> {
+        if parent != newparent || flags & !libc::RENAME_NOREPLACE != 0 {
+            return None;
+        }
+        let delegated = self.delegations.held(parent)?;
+        let mut replaced_dir = None;
+        let may_replace = |dir| {
+            replaced_dir = Some(dir);
+            self.kernel.listings.known_empty(dir) && self.delegations.held(dir).is_none()
+        };
+        match delegated.rename(name, newname, flags & libc::RENAME_NOREPLACE != 0, may_replace) {
+            Ok(true) => {
+                self.kernel.listings.named(parent, name, Some(false));
+                self.kernel.listings.named(parent, newname, Some(true));
+                if let Some(dir) = replaced_dir {
+                    self.kernel.listings.forget(dir);
+                    self.kernel.subdirectory_count_moved(parent, -1);
+                }
+                Some(Ok(()))
+            }
+            Ok(false) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+
     /// `flags`: RENAME_NOREPLACE, RENAME_EXCHANGE, or nothing; RENAME_WHITEOUT is refused.
     pub fn rename(
         self: &Arc<Self>,
