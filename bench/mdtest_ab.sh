@@ -24,7 +24,7 @@ done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 WORK=/dev/shm/surge-mdtest-ab-$$
 trap 'for b in "$A" "$B"; do SURGE=$b/surge down_all_instances; done; rm -rf "$WORK" "$SURGE_HOME"' EXIT
-ROWS="Directory_creation Directory_stat Directory_removal File_creation File_stat File_removal"
+ROWS="Directory_creation Directory_stat Directory_rename Directory_removal File_creation File_stat File_removal"
 
 # one_round BUILD -> "ROW RATE" lines, one per row of ROWS
 one_round() {
@@ -33,7 +33,7 @@ one_round() {
     $surge up --name $name --capacity 4G --root "$WORK/servers" --hosts 127.0.6.11,127.0.6.12 \
         --layout node-local --mount "$WORK/m" >/dev/null
     mpirun -np 2 --oversubscribe mdtest -n "$ITEMS" -d "$WORK/m/md" 2>&1 |
-        awk '/^ *(Directory|File) (creation|stat|removal)/ { printf "%s_%s %d\n", $1, $2, $4 }'
+        awk '/^ *(Directory|File) (creation|stat|rename|removal)/ { printf "%s_%s %d\n", $1, $2, $4 }'
     $surge umount "$WORK/m" >/dev/null 2>&1 || true
     $surge down $name >/dev/null 2>&1 || true
 }

@@ -63,7 +63,7 @@ ior_run() {
     mpirun -np 2 --oversubscribe ior -a POSIX -w -r -e -t 1m -b "$BLOCK" -i 1 -o "$dir/ior" "$@" 2>&1 |
         awk '/^Summary of all tests/ {s=1} s && $1=="write" {w=$2} s && $1=="read" {r=$2} END {printf "%d %d\n", w, r}'
 }
-MD_ROWS="Directory_creation Directory_stat Directory_removal File_creation File_stat File_removal Tree_creation Tree_removal"
+MD_ROWS="Directory_creation Directory_stat Directory_rename Directory_removal File_creation File_stat File_removal Tree_creation Tree_removal"
 # mdtest DIR [EXTRA...] -> one rate (ops/s) per row of MD_ROWS, in that order
 md_run() {
     local dir=$1; shift

@@ -272,6 +272,8 @@ pub struct Session<FS: Filesystem> {
     buffers: Buffers,
     /// Rings made at init for the caller to drive (`Transport::ring_threads` off).
     rings: Vec<uring::Ring>,
+    /// Init started FUSE over io_uring: /dev/fuse carries forgets, interrupts and stragglers.
+    over_rings: bool,
     /// Unmounted when the session ends, if this process mounted it.
     _mount: Option<Mount>,
 }
@@ -302,7 +304,7 @@ impl<FS: Filesystem> Session<FS> {
     fn new(fs: FS, fd: OwnedFd, transport: Transport, mount: Option<Mount>) -> Self {
         let buffers = Buffers::new(abi::FUSE_MIN_READ_BUFFER as usize);
         let buf = buffers.take();
-        Session { fs: Arc::new(fs), dev: Arc::new(Dev::new(fd)), transport, buf, buffers, rings: vec![], _mount: mount }
+        Session { fs: Arc::new(fs), dev: Arc::new(Dev::new(fd)), transport, buf, buffers, rings: vec![], over_rings: false, _mount: mount }
     }
 
     /// What sends the kernel invalidations, for use from any thread.
@@ -332,6 +334,12 @@ impl<FS: Filesystem> Session<FS> {
     /// declined io_uring).
     pub fn take_rings(&mut self) -> Vec<uring::Ring> {
         std::mem::take(&mut self.rings)
+    }
+
+    /// Whether requests come through FUSE over io_uring (from init on): /dev/fuse then
+    /// carries forgets and interrupts, and requests only while a queue is not registered.
+    pub fn over_rings(&self) -> bool {
+        self.over_rings
     }
 
     /// Makes reads of /dev/fuse return at once when no request waits.
@@ -423,6 +431,7 @@ impl<FS: Filesystem> Session<FS> {
             match uring::start(&self.dev, depth, payload, threads, move |request, responder| dispatch(&*fs, request, None, responder)) {
                 Ok(rings) => {
                     self.rings = rings;
+                    self.over_rings = true;
                     tracing::info!("FUSE over io_uring: {} entries per CPU queue, up to {}", depth.initial, depth.max);
                 }
                 Err(e) => tracing::warn!("FUSE over io_uring not started ({e}); requests go through /dev/fuse"),
