@@ -1445,6 +1445,59 @@ fn a_home_killed_gets_every_create_its_holder_answered_once_it_is_back() {
     }
 }
 
+/// A mount unmounted while both servers are down, holding creates its delegation answered and
+/// had not written back: `surge umount` returns at once, and the daemon writes them back once
+/// the home is back within its reclaim time, then ends; when the home does not come back in
+/// that time, it ends all the same and says so in the log.
+#[test]
+fn an_unmount_while_the_home_is_down_writes_back_when_it_returns_and_ends_when_it_does_not() {
+    let inst = delegating_instance("delegatedunmount", 141);
+    let log = "warn,surge_fuse::delegations=debug,surge_client::delegation=info";
+    let reclaim_secs = 4;
+    let env = [("SURGE_LOG", log), ("SURGE_RECLAIM_SECS", "4")];
+    let b = inst.mount("b", "127.0.5.145");
+    let mut restarted = Vec::new();
+    for (round, home_returns) in [(0, true), (1, false)] {
+        let a = inst.mount_with(&format!("a{round}"), "127.0.5.141", &env);
+        let dir = format!("d{round}");
+        std::fs::create_dir(a.path(&dir)).unwrap();
+        for i in 0..400 {
+            std::fs::write(a.path(&format!("{dir}/f{i:04}")), b"").unwrap();
+        }
+        for server in 0..2 {
+            inst.kill_server(server);
+        }
+        assert!(delegations_granted(&inst) > round, "no delegation granted in round {round}");
+        let daemon = daemon_of(&a);
+        let unmounted = std::time::Instant::now();
+        let out = inst.surge(&["umount", a.dir.to_str().unwrap()]);
+        assert!(out.status.success(), "umount: {}", surge_tests::text(&out));
+        assert!(unmounted.elapsed() < Duration::from_secs(5), "umount waited for the daemon: {:?}", unmounted.elapsed());
+        if home_returns {
+            restarted.extend((0..2).map(|server| inst.restart_server(server)));
+        }
+        while std::path::Path::new(&format!("/proc/{daemon}")).exists() {
+            let limit = Duration::from_secs(reclaim_secs + 15);
+            assert!(unmounted.elapsed() < limit, "the daemon still runs {limit:?} after the unmount:\n{}", inst.mount_log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if home_returns {
+            let expected: Vec<String> = (0..400).map(|i| format!("f{i:04}")).collect();
+            assert_eq!(names_in(&b.path(&dir)), expected, "creates lost:\n{}", inst.mount_log());
+        } else {
+            assert!(unmounted.elapsed() >= Duration::from_secs(reclaim_secs), "gave up before its reclaim time");
+            let told = inst.mount_log().lines().any(|l| l.contains("of a delegation not") && l.contains("its home was away"));
+            assert!(told, "the daemon did not say what it gave up:\n{}", inst.mount_log());
+            restarted.extend((0..2).map(|server| inst.restart_server(server)));
+        }
+    }
+    drop(b);
+    drop(inst);
+    for mut server in restarted {
+        server.wait().unwrap();
+    }
+}
+
 /// `a` makes 400 files in a directory it holds under a delegation; right after the last,
 /// both servers get `signal` at once and are restarted; `b` must then list all 400, and both
 /// nodes go on creating there. The restarted servers, for the caller to wait for once the

@@ -287,6 +287,10 @@ impl Client {
         self.inner.opts.timeout
     }
 
+    pub(crate) fn reclaim_for(&self) -> Duration {
+        self.inner.opts.reclaim_for
+    }
+
     // ------------------------------------------------------------ transport
 
     pub(crate) async fn connection(&self, server: usize) -> Result<Arc<Connection>> {

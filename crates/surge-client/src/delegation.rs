@@ -18,8 +18,8 @@
 //! reconnects, reclaims the delegation (the home keeps it a few seconds for it, answering
 //! everybody else `Recalling`), learns the last step applied, writes back the rest and gives
 //! the directory up ([`DelegatedDir::give_back`] does all of it, retrying while the home is
-//! away for up to [`RECLAIM_FOR`]). What the holder answered is lost only if the holder dies
-//! too, or the home stays away longer than that.
+//! away for up to `ClientOptions::reclaim_for`, [`RECLAIM_FOR`] by default). What the holder
+//! answered is lost only if the holder dies too, or the home stays away longer than that.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -33,8 +33,8 @@ use crate::error::{Error, Result};
 use crate::{Client, File};
 
 /// How long a holder that lost its home tries to reach it again to write back and give the
-/// directory up (a restart takes a few seconds; the home keeps the delegation a few seconds
-/// after it is back).
+/// directory up, by default (a restart takes a few seconds; the home keeps the delegation a
+/// few seconds after it is back): `ClientOptions::reclaim_for`.
 pub const RECLAIM_FOR: Duration = Duration::from_secs(60);
 /// The first pause between those tries, doubled up to [`RECLAIM_PAUSE_MAX`].
 const RECLAIM_PAUSE: Duration = Duration::from_millis(50);
@@ -65,8 +65,8 @@ struct Held {
     /// A write-back lost its connection: the next one reclaims the delegation first, to learn
     /// which of `log`'s steps the home applied.
     away: bool,
-    /// When the home was first found away: give-backs try to reach it until [`RECLAIM_FOR`]
-    /// after (every give-back the same deadline, however many there are).
+    /// When the home was first found away: give-backs try to reach it until
+    /// `ClientOptions::reclaim_for` after (every give-back the same deadline, however many).
     away_since: Option<tokio::time::Instant>,
     /// The home ended the delegation (given back, or not reclaimed in time): nothing more to
     /// write back or give back.
@@ -544,7 +544,7 @@ impl DelegatedDir {
     /// Writes the log back and gives the directory up (what a recall asks). Nothing is
     /// answered here from the call on: a step answered after the write-back took the log
     /// would be lost with the delegation. Where the home is away, tries again (reclaiming the
-    /// delegation) until it is back, for up to [`RECLAIM_FOR`].
+    /// delegation) until it is back, for up to `ClientOptions::reclaim_for`.
     pub async fn give_back(&self) -> Result<()> {
         self.state.lock().unwrap().ended = true;
         let _one_at_a_time = self.giving_back.lock().await;
@@ -567,7 +567,8 @@ impl DelegatedDir {
                 // Whether the give-back got there is not known either: reclaim first.
                 self.lost_home();
             }
-            let deadline = self.state.lock().unwrap().away_since.map(|since| since + RECLAIM_FOR);
+            let reclaim_for = self.client.reclaim_for();
+            let deadline = self.state.lock().unwrap().away_since.map(|since| since + reclaim_for);
             match outcome {
                 Err(e) if e.code.is_lost_contact() && deadline.is_some_and(|deadline| tokio::time::Instant::now() + pause < deadline) => {
                     tokio::time::sleep(pause).await;
@@ -578,12 +579,12 @@ impl DelegatedDir {
                     match self.state.lock().unwrap().log.len() {
                         // Nothing lost: a home that comes back ends the delegation itself.
                         0 => {
-                            tracing::info!(dir, "a delegation not given back: its home was away for {RECLAIM_FOR:?} ({e})");
+                            tracing::info!(dir, "a delegation not given back: its home was away for {reclaim_for:?} ({e})");
                             return Ok(());
                         }
                         lost => tracing::error!(
                             dir,
-                            "{lost} step(s) of a delegation not written back: its home was away for {RECLAIM_FOR:?} ({e})"
+                            "{lost} step(s) of a delegation not written back: its home was away for {reclaim_for:?} ({e})"
                         ),
                     }
                     return Err(e);

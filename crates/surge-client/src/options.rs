@@ -27,6 +27,11 @@ pub struct ClientOptions {
     /// server is up. On by default; `SURGE_LOCAL_IO=0` turns it off (all data then crosses
     /// the network).
     pub local_io: bool,
+    /// How long the holder of a directory delegation whose home was lost keeps trying to reach
+    /// it again, to write back what it answered and give the directory up
+    /// ([`crate::RECLAIM_FOR`] by default, `SURGE_RECLAIM_SECS`): a mount unmounted meanwhile
+    /// lives on that long at most.
+    pub reclaim_for: Duration,
 }
 
 impl Default for ClientOptions {
@@ -37,7 +42,12 @@ impl Default for ClientOptions {
         let local_io = !matches!(std::env::var("SURGE_LOCAL_IO").as_deref(), Ok("0" | "off" | "false" | "no"));
         // SAFETY: geteuid/getegid take no arguments and cannot fail.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        ClientOptions { node, timeout, uid, gid, local_io }
+        let reclaim_for = std::env::var("SURGE_RECLAIM_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map(Duration::from_secs_f64)
+            .unwrap_or(crate::RECLAIM_FOR);
+        ClientOptions { node, timeout, uid, gid, local_io, reclaim_for }
     }
 }
 

@@ -246,7 +246,7 @@ impl Delegations {
     }
 
     /// Gives every delegation back and waits for it (the mount is going away). All at once: a
-    /// home that is away is waited for once (up to `surge_client::RECLAIM_FOR`), not once per
+    /// home that is away is waited for once (up to `ClientOptions::reclaim_for`), not once per
     /// directory. One already on its way back is given back again: that waits for the first
     /// and costs nothing more.
     pub(crate) async fn give_all_back(&self) {
