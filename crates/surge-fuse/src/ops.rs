@@ -538,6 +538,7 @@ impl Ops {
         };
         match delegated.rename(name, newname, flags & libc::RENAME_NOREPLACE != 0, may_replace) {
             Ok(true) => {
+                tracing::trace!(parent = format!("{parent:#x}"), name, newname, "rename answered under a delegation");
                 self.kernel.listings.named(parent, name, Some(false));
                 self.kernel.listings.named(parent, newname, Some(true));
                 if let Some(dir) = replaced_dir {
