@@ -451,9 +451,15 @@ impl Run {
                 let mut steps = vec![made];
                 if input.one_in(4) {
                     let name = self.name(input);
-                    steps.push(match input.below(3) {
+                    steps.push(match input.below(4) {
                         0 => Unlink { parent, name }.into(),
                         1 => Rmdir { parent, name }.into(),
+                        2 => {
+                            // Within the directory, as a holder's rename answered at once.
+                            let (dst_name, noreplace) = (self.name(input), input.bool());
+                            Rename { src_parent: parent, src_name: name, dst_parent: parent, dst_name, noreplace, retired_target: None }
+                                .into()
+                        }
                         _ => Lookup { parent, name }.into(),
                     });
                 }
