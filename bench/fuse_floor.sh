@@ -10,6 +10,9 @@
 #                 the floor of a FUSE file system answering from memory over /dev/fuse,
 #   memfs-uring   the same over FUSE-over-io_uring (Linux 6.14+; the fuse module's
 #                 enable_uring parameter, which this script turns on),
+#   memfs-uring-perm  the same with default_permissions, as Surge mounts: the kernel checks
+#                 permissions itself, and asks for a directory's attributes again after every
+#                 change in it (the floor of a file system that leaves the checks to the kernel),
 #   surge         a 2-server Surge instance on loopback, node-local layout, mounted on the first
 #                 server's node, as mounts run by default: requests over FUSE-over-io_uring,
 #                 each CPU's queue served by a thread kept on that CPU,
@@ -39,14 +42,15 @@ echo Y >"$URING_PARAM"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 WORK=/dev/shm/surge-fuse-floor-$$
 NAME=fusefloor$$
-SYSTEMS="bindfs memfs memfs-uring surge surge-devfuse"
-trap "unmount_all_and_clean $WORK bindfs memfs memfs-uring surge-devfuse" EXIT
+SYSTEMS="bindfs memfs memfs-uring memfs-uring-perm surge surge-devfuse"
+trap "unmount_all_and_clean $WORK bindfs memfs memfs-uring memfs-uring-perm surge-devfuse" EXIT
 for t in $SYSTEMS; do mkdir -p "$WORK/$t"; done
 mkdir -p "$WORK/bindfs-src"
 
 bindfs -o big_writes --multithreaded "$WORK/bindfs-src" "$WORK/bindfs"
 "$MEMFS" -o no_timeout "$WORK/memfs"
 "$MEMFS" -o no_timeout,io_uring "$WORK/memfs-uring"
+"$MEMFS" -o no_timeout,io_uring,default_permissions "$WORK/memfs-uring-perm"
 $SURGE up --name "$NAME" --capacity 4G --root "$WORK/servers" --hosts 127.0.0.31,127.0.0.32 --layout node-local >/dev/null
 $SURGE mount "$NAME" "$WORK/surge" --node 127.0.0.31 >/dev/null
 SURGE_FUSE_IO_URING=0 $SURGE mount "$NAME" "$WORK/surge-devfuse" --node 127.0.0.31 >/dev/null
@@ -79,7 +83,9 @@ for round in $(seq "$ROUNDS"); do
     echo "round $round of $ROUNDS done" >&2
 done
 
-table_header "files/s, 2 ranks x $ITEMS (median of $ROUNDS, range)" "memfs / bindfs" "memfs-uring / bindfs" "surge / bindfs" "surge-devfuse / bindfs"
+OTHERS="memfs memfs-uring memfs-uring-perm surge surge-devfuse"
+ratios=(); for t in $OTHERS; do ratios+=("$t / bindfs"); done
+table_header "files/s, 2 ranks x $ITEMS (median of $ROUNDS, range)" "${ratios[@]}"
 for row in create remove serial-create serial-unlink serial-lookup; do
     case $row in
         serial-create) line="| one process, create + close, us per file (lower is better) |" ;;
@@ -88,6 +94,6 @@ for row in create remove serial-create serial-unlink serial-lookup; do
         *) line="| mdtest file $row |" ;;
     esac
     for t in $SYSTEMS; do line+=" $(cell "${results[$t,$row]}") |"; done
-    for t in memfs memfs-uring surge surge-devfuse; do line+=" $(ratio "${results[$t,$row]}" "${results[bindfs,$row]}") |"; done
+    for t in $OTHERS; do line+=" $(ratio "${results[$t,$row]}" "${results[bindfs,$row]}") |"; done
     echo "$line"
 done
