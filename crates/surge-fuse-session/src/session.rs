@@ -274,6 +274,9 @@ pub struct Session<FS: Filesystem> {
     rings: Vec<uring::Ring>,
     /// Init started FUSE over io_uring: /dev/fuse carries forgets, interrupts and stragglers.
     over_rings: bool,
+    /// A request other than a forget or an interrupt was read from /dev/fuse since the last
+    /// [`Session::took_requests`].
+    took_requests: bool,
     /// Unmounted when the session ends, if this process mounted it.
     _mount: Option<Mount>,
 }
@@ -304,7 +307,17 @@ impl<FS: Filesystem> Session<FS> {
     fn new(fs: FS, fd: OwnedFd, transport: Transport, mount: Option<Mount>) -> Self {
         let buffers = Buffers::new(abi::FUSE_MIN_READ_BUFFER as usize);
         let buf = buffers.take();
-        Session { fs: Arc::new(fs), dev: Arc::new(Dev::new(fd)), transport, buf, buffers, rings: vec![], over_rings: false, _mount: mount }
+        Session {
+            fs: Arc::new(fs),
+            dev: Arc::new(Dev::new(fd)),
+            transport,
+            buf,
+            buffers,
+            rings: vec![],
+            over_rings: false,
+            took_requests: false,
+            _mount: mount,
+        }
     }
 
     /// What sends the kernel invalidations, for use from any thread.
@@ -337,9 +350,16 @@ impl<FS: Filesystem> Session<FS> {
     }
 
     /// Whether requests come through FUSE over io_uring (from init on): /dev/fuse then
-    /// carries forgets and interrupts, and requests only while a queue is not registered.
+    /// carries forgets and interrupts, and requests only while a queue is not registered (or
+    /// after one failed).
     pub fn over_rings(&self) -> bool {
         self.over_rings
+    }
+
+    /// Whether a request other than a forget or an interrupt came from /dev/fuse since the
+    /// last call (over rings: one of their stragglers, which must not be kept waiting).
+    pub fn took_requests(&mut self) -> bool {
+        std::mem::take(&mut self.took_requests)
     }
 
     /// Makes reads of /dev/fuse return at once when no request waits.
@@ -384,6 +404,9 @@ impl<FS: Filesystem> Session<FS> {
             }
         };
         tracing::trace!(unique = header.unique, opcode = header.opcode, "dev request");
+        if !matches!(request.op, Operation::Forget { .. } | Operation::BatchForget(_) | Operation::Interrupt { .. }) {
+            self.took_requests = true;
+        }
         match request.op {
             Operation::Init { major, minor, max_readahead, capabilities } => {
                 if let Some(size) = self.init(header.unique, major, minor, max_readahead, capabilities)? {
