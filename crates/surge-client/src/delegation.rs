@@ -144,7 +144,7 @@ impl Client {
     /// must watch ([`Client::watch`]): the home's recall comes as a notice. None when the home
     /// refuses (the directory is another's, shared, or needs the home's checks).
     pub async fn delegate(&self, dir: Ino, count: u32) -> Result<Option<DelegatedDir>> {
-        let place_on = self.near_server().map(|server| server as u32);
+        let place_on = self.place_on();
         let granted = match self.call_home(dir, Delegate { dir, count, place_on }).await {
             Ok(granted) => granted,
             Err(e) if e.code == ErrorCode::NotPermitted => {
@@ -175,6 +175,12 @@ impl Client {
             writing_back: Default::default(),
             giving_back: Default::default(),
         }))
+    }
+
+    /// Where a delegation's numbers are placed in a node-local directory: on this node's
+    /// server, as the files this client creates there.
+    fn place_on(&self) -> Option<u32> {
+        self.near_server().map(|server| server as u32)
     }
 
     /// Whether the servers check identities (the home of `ino` does; every server of an
@@ -231,7 +237,7 @@ impl DelegatedDir {
         if !self.is_held() {
             return Ok(false);
         }
-        let place_on = self.client.near_server().map(|server| server as u32);
+        let place_on = self.client.place_on();
         match self.client.call_home(self.dir, Renew { dir: self.dir, token: self.token, count, place_on }).await {
             Ok(inos) => {
                 self.state.lock().unwrap().free.extend(inos);

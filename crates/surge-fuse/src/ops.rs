@@ -465,15 +465,26 @@ impl Ops {
     pub fn rmdir_now(&self, parent: u64, name: &str) -> Option<Result<()>> {
         let delegated = self.delegations.held(parent)?;
         let dir = delegated.made_dir(name)?;
-        // Held itself, its own log (files made and unlinked in it) must reach the home before
-        // the rmdir does: the ordinary path, which writes every log back first.
-        if !self.kernel.listings.known_empty(dir) || self.delegations.held(dir).is_some() || !delegated.rmdir(name) {
+        if !self.removable_here(dir) || !delegated.rmdir(name) {
             return None;
         }
         self.kernel.listings.named(parent, name, Some(false));
+        self.removed_here(parent, dir);
+        Some(Ok(()))
+    }
+
+    /// Whether directory `dir`, made under a delegation, may be removed (or replaced by a
+    /// rename) by the mount: its listing here is empty, and it is not held itself (its own
+    /// log, files made and unlinked in it, must reach the home first: the ordinary path,
+    /// which writes every log back).
+    fn removable_here(&self, dir: u64) -> bool {
+        self.kernel.listings.known_empty(dir) && self.delegations.held(dir).is_none()
+    }
+
+    /// Directory `dir` in `parent` was removed (or replaced) by the mount.
+    fn removed_here(&self, parent: u64, dir: u64) {
         self.kernel.listings.forget(dir);
         self.kernel.subdirectory_count_moved(parent, -1);
-        Some(Ok(()))
     }
 
     /// An rmdir [`Ops::rmdir_now`] did not answer.
@@ -534,7 +545,7 @@ impl Ops {
         let mut replaced_dir = None;
         let may_replace = |dir| {
             replaced_dir = Some(dir);
-            self.kernel.listings.known_empty(dir) && self.delegations.held(dir).is_none()
+            self.removable_here(dir)
         };
         match delegated.rename(name, newname, flags & libc::RENAME_NOREPLACE != 0, may_replace) {
             Ok(true) => {
@@ -542,8 +553,7 @@ impl Ops {
                 self.kernel.listings.named(parent, name, Some(false));
                 self.kernel.listings.named(parent, newname, Some(true));
                 if let Some(dir) = replaced_dir {
-                    self.kernel.listings.forget(dir);
-                    self.kernel.subdirectory_count_moved(parent, -1);
+                    self.removed_here(parent, dir);
                 }
                 Some(Ok(()))
             }

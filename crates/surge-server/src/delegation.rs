@@ -170,17 +170,13 @@ impl Delegations {
         let mut st = self.state.lock_or_recover();
         let Some(held) = st.dirs.get_mut(&dir).filter(|held| held.token == token) else { return false };
         held.inos.extend_from_slice(inos);
-        for &ino in inos {
-            st.set_aside.insert(ino, dir);
-        }
+        st.set_aside_for(dir, inos);
         true
     }
 
     fn insert(&self, dir: Ino, held: Held) {
         let mut st = self.state.lock_or_recover();
-        for &ino in &held.inos {
-            st.set_aside.insert(ino, dir);
-        }
+        st.set_aside_for(dir, &held.inos);
         if st.dirs.insert(dir, held).is_none() {
             self.count.fetch_add(1, Ordering::Relaxed);
         }
@@ -324,6 +320,13 @@ impl Delegations {
             watchers.notify(holder, Notice::Recall { dir });
         }
         Err(ServerError::new(ErrorCode::Recalling, "directory delegated to another client: recalled, retry shortly"))
+    }
+}
+
+impl State {
+    /// `inos` are set aside for delegated directory `dir`.
+    fn set_aside_for(&mut self, dir: Ino, inos: &[Ino]) {
+        self.set_aside.extend(inos.iter().map(|&ino| (ino, dir)));
     }
 }
 

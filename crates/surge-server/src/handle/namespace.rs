@@ -252,9 +252,7 @@ impl Session {
         if self.shared.delegations.stopping() {
             return refuse("the server is stopping".into());
         }
-        if d.count == 0 || d.count > MAX_DELEGATED_INOS {
-            return Err(ServerError::new(ErrorCode::Invalid, format!("{} inode numbers asked for (1 to {MAX_DELEGATED_INOS})", d.count)));
-        }
+        check_delegated_count(d.count)?;
         let shared = self.shared.clone();
         // Under the ledger: no step can tell another connection a name of the directory
         // between the check and the grant.
@@ -294,9 +292,7 @@ impl Session {
     /// The holder asks for more numbers for its creates (see [`Renew`]); answered once they
     /// are durable, as a grant's.
     fn renew(&mut self, r: Renew) -> Result<Vec<Ino>> {
-        if r.count == 0 || r.count > MAX_DELEGATED_INOS {
-            return Err(ServerError::new(ErrorCode::Invalid, format!("{} inode numbers asked for (1 to {MAX_DELEGATED_INOS})", r.count)));
-        }
+        check_delegated_count(r.count)?;
         let shared = self.shared.clone();
         shared.delegations.may_renew(self.watcher, r.dir, r.token)?;
         let mut meta = shared.meta.lock_or_recover();
@@ -949,6 +945,14 @@ impl Step for Commit {
         }
         fx
     }
+}
+
+/// How many numbers a grant or a renewal may set aside: 1 to [`MAX_DELEGATED_INOS`].
+fn check_delegated_count(count: u32) -> Result<()> {
+    if count == 0 || count > MAX_DELEGATED_INOS {
+        return Err(ServerError::new(ErrorCode::Invalid, format!("{count} inode numbers asked for (1 to {MAX_DELEGATED_INOS})")));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

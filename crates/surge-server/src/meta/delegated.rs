@@ -147,8 +147,9 @@ mod tests {
     use surge_proto::ROOT_INO;
 
     /// Replayed from its records (or from a snapshot), a share knows every unended delegation,
-    /// its numbers (those its renewals added too) and the last step applied; an ended one is gone, and an end or a step of
-    /// an older delegation of the same directory changes nothing of a newer one.
+    /// its numbers (those its renewals added too) and the last step applied; an ended one is
+    /// gone, and an end, a step or a renewal of an older delegation of the same directory
+    /// changes nothing of a newer one.
     #[test]
     fn delegations_survive_a_replay_as_their_last_applied_step() {
         let mut store = MetaStore::new(0, 0, 0);
@@ -167,7 +168,6 @@ mod tests {
         step(&mut store, &|s| s.delegation_renewed(ROOT_INO, 200, vec![300, 301]));
         // Of the ended one: nothing.
         step(&mut store, &|s| s.delegation_renewed(ROOT_INO, 100, vec![400]));
-        // Of the ended one: nothing.
         step(&mut store, &|s| s.delegation_applied(ROOT_INO, 100, 9));
         step(&mut store, &|s| s.delegation_ended(ROOT_INO, 100));
 
