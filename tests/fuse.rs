@@ -1124,6 +1124,17 @@ fn delegations_granted(inst: &Instance) -> usize {
     log.lines().filter(|l| l.contains("surge_fuse::delegations: delegated")).count()
 }
 
+/// Makes 20 empty files, warm00 to warm19, in `dir` (enough creates for the mount to ask for
+/// it) and waits until a mount of `inst` holds a delegation. Answers their names.
+fn warm_until_held(inst: &Instance, dir: &std::path::Path) -> Vec<String> {
+    let warm: Vec<String> = (0..20).map(|i| format!("warm{i:02}")).collect();
+    for name in &warm {
+        std::fs::write(dir.join(name), b"").unwrap();
+    }
+    await_a_grant(inst);
+    warm
+}
+
 /// Waits (up to 5 s) until a mount of `inst` holds a delegation: it asks in the background.
 fn await_a_grant(inst: &Instance) {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -1204,10 +1215,7 @@ fn files_made_under_a_delegation_behave_as_any_file() {
     let (a, b) = delegating_nodes(&inst, 51);
     std::fs::create_dir(a.path("d")).unwrap();
     std::fs::write(a.path("d/before"), b"made before").unwrap();
-    for i in 0..20 {
-        std::fs::write(a.path(&format!("d/warm{i:02}")), b"").unwrap();
-    }
-    await_a_grant(&inst);
+    let warm = warm_until_held(&inst, &a.path("d"));
 
     let mut synced = std::fs::File::create(a.path("d/synced")).unwrap();
     synced.write_all(b"durable").unwrap();
@@ -1242,7 +1250,7 @@ fn files_made_under_a_delegation_behave_as_any_file() {
     assert_eq!(std::fs::read(b.path("d/cut")).unwrap(), b"0123");
     assert_eq!(std::fs::metadata(b.path("d/old")).unwrap().mtime(), sh("date -d '2001-02-03 04:05:06' +%s").trim().parse::<i64>().unwrap());
     let mut expected: Vec<String> = ["ckpt", "ckpt.link", "cut", "old", "synced"].map(String::from).to_vec();
-    expected.extend((0..20).filter(|&i| i != 3).map(|i| format!("warm{i:02}")));
+    expected.extend(warm.into_iter().filter(|name| name != "warm03"));
     assert_eq!(names_in(&b.path("d")), expected);
     assert_eq!(names_in(&a.path("d")), expected);
     // Created with the caller's mode less its umask.
@@ -1259,10 +1267,7 @@ fn directories_made_under_a_delegation_behave_as_any_directory() {
     let inst = delegating_instance("delegateddirs", 111);
     let (a, b) = delegating_nodes(&inst, 111);
     std::fs::create_dir(a.path("d")).unwrap();
-    for i in 0..20 {
-        std::fs::write(a.path(&format!("d/warm{i:02}")), b"").unwrap();
-    }
-    await_a_grant(&inst);
+    let warm = warm_until_held(&inst, &a.path("d"));
     let sub = |node: &Mount, i: usize| node.path(&format!("d/sub{i:02}"));
     let errno = |r: std::io::Result<()>| r.unwrap_err().raw_os_error().unwrap();
     for i in 0..50 {
@@ -1282,7 +1287,7 @@ fn directories_made_under_a_delegation_behave_as_any_directory() {
     // 50 made, 12 removed: 38 left, seen alike from both nodes.
     let mut expected: Vec<String> = (0..38).filter(|&i| i != 1).map(|i| format!("sub{i:02}")).collect();
     expected.push("moved".into());
-    expected.extend((0..20).map(|i| format!("warm{i:02}")));
+    expected.extend(warm);
     expected.sort();
     assert_eq!(names_in(&b.path("d")), expected);
     assert_eq!(names_in(&a.path("d")), expected);
@@ -1310,10 +1315,7 @@ fn renames_in_a_delegated_directory_behave_as_any_rename() {
     let inst = delegating_instance("delegatedrename", 131);
     let (a, b) = delegating_nodes(&inst, 131);
     std::fs::create_dir(a.path("d")).unwrap();
-    for i in 0..20 {
-        std::fs::write(a.path(&format!("d/warm{i:02}")), b"").unwrap();
-    }
-    await_a_grant(&inst);
+    let warm = warm_until_held(&inst, &a.path("d"));
     let at = |node: &Mount, name: &str| node.path(&format!("d/{name}"));
     let rename = |from: &str, to: &str, flags: u32| {
         let (from, to) = (std::ffi::CString::new(at(&a, from).into_os_string().into_encoded_bytes()).unwrap(), {
@@ -1370,7 +1372,7 @@ fn renames_in_a_delegated_directory_behave_as_any_rename() {
         ["ckpt", "renamed-open", "victim", "fresh", "dir2", "dir3", "dir4", "dir5", "dir6", "dir7", "dir8", "dir9"]
             .iter()
             .map(|s| s.to_string())
-            .chain((0..20).filter(|&i| i != 2).map(|i| format!("warm{i:02}")))
+            .chain(warm.into_iter().filter(|name| name != "warm02"))
             .collect();
     expected.sort();
     assert_eq!(names_in(&b.path("d")), expected);
