@@ -7,11 +7,12 @@ import pytest
 
 import pandas as pd
 
-from surge.predict.advise import _duration, advise, parse_size
+from surge.predict.advise import _duration, advise
 from surge.predict.cli import main
 from surge.predict.shared_data import swf_trace
 from surge.predict.simulate import refined_walltime, simulate
 from surge.predict.traces import Machine, Trace, read_trace
+from surge.units import parse_rate, parse_size
 
 
 def test_evaluate_prints_one_row_per_model_and_writes_the_plot(tmp_path, capsys):
@@ -72,17 +73,17 @@ def test_advice_follows_the_predicted_wait(theta):
     waited = int(np.flatnonzero(result.jobs["wait"].to_numpy() > 4 * 3600)[-1])
     instant = int(np.flatnonzero(result.jobs["wait"].to_numpy() == 0)[-1])
     small = advise(theta, int(theta.jobs["job_id"].iloc[waited]), parse_size("100GiB"),
-                   parse_size("1GB/s"), walltime, min_confidence=0.0)
+                   parse_rate("1GB/s"), walltime, min_confidence=0.0)
     assert small.can_stage and small.advised and small.begin_at < small.predicted_start
     assert small.begin_at >= small.submit
     assert 0.0 <= small.confidence <= 1.0 and small.confidence_jobs > 0
     assert "advice                   PRE-STAGE" in small.render()
     doubtful = advise(theta, int(theta.jobs["job_id"].iloc[waited]), parse_size("100GiB"),
-                      parse_size("1GB/s"), walltime, min_confidence=1.01)
+                      parse_rate("1GB/s"), walltime, min_confidence=1.01)
     assert doubtful.can_stage and not doubtful.advised
     assert "rarely known that early" in doubtful.render()
     huge = advise(theta, int(theta.jobs["job_id"].iloc[waited]), parse_size("1PB"),
-                  parse_size("1GB/s"), walltime)
+                  parse_rate("1GB/s"), walltime)
     assert not huge.can_stage and "DO NOT PRE-STAGE" in huge.render()
     # No staging can finish in time: no "confidence 0%", but what is the case.
     assert "confidence               none needed: staging (" in huge.render()
@@ -142,10 +143,20 @@ def test_advise_command_and_its_errors(capsys):
     assert "cannot read a size from 'ten'" in capsys.readouterr().err
 
 
-def test_parse_size():
-    assert parse_size("40GiB") == 40 * 2**30
-    assert parse_size("2.5e9") == 2.5e9
-    assert parse_size("800MB/s") == 800e6
+def test_advise_reads_sizes_by_the_one_rule(capsys):
+    # docs/units.md: 1G is 2^30 bytes (as in #DW capacity=), 1MB/s is 10^6 bytes/s: staging
+    # takes 1073.7 s = 17.9 min (it took 16.7 min when 1G was read as 10^9).
+    trace = str(swf_trace("theta_argonne.swf.gz"))
+    assert main(["advise", trace, "--jobs", "300", "--job", "639487", "--stage-bytes", "1G",
+                 "--bandwidth", "1MB/s", "--estimate", "request"]) == 0
+    assert "staging time             17.9 min\n" in capsys.readouterr().out
+    # A rate is a size per second; an exponent is not a size.
+    assert main(["advise", trace, "--jobs", "300", "--job", "639487", "--stage-bytes", "1G",
+                 "--bandwidth", "1GB", "--estimate", "request"]) == 2
+    assert "a rate is a size followed by /s" in capsys.readouterr().err
+    assert main(["advise", trace, "--jobs", "300", "--job", "639487", "--stage-bytes", "2.5e9",
+                 "--bandwidth", "1GB/s", "--estimate", "request"]) == 2
+    assert "exponent" in capsys.readouterr().err
 
 
 def test_advice_with_too_few_comparable_jobs():

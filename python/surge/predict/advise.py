@@ -183,18 +183,3 @@ def advise(trace: Trace, job_id: int, stage_bytes: float, bandwidth: float,
         submitted_at=f"{trace.local_time(submit)[0]:%Y-%m-%d %H:%M %Z}",
     )
 
-
-def parse_size(text: str) -> float:
-    """``"40GiB"``, ``"1.5e9"``, ``"500MB/s"`` -> bytes (or bytes/s); binary and decimal units."""
-    units = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9,
-             "T": 1e12, "TB": 1e12, "P": 1e15, "PB": 1e15,
-             "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "PIB": 2**50}
-    cleaned = text.strip().upper().removesuffix("/S")
-    number = cleaned.rstrip("KMGTPIB")
-    unit = cleaned[len(number):]
-    if unit not in units:
-        raise ValueError(f"cannot read a size from {text!r} (e.g. 40GiB, 2.5e9, 800MB/s)")
-    try:
-        return float(number) * units[unit]
-    except ValueError:
-        raise ValueError(f"cannot read a size from {text!r} (e.g. 40GiB, 2.5e9, 800MB/s)") from None

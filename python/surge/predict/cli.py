@@ -147,16 +147,18 @@ def cmd_simulate(args) -> int:
 
 
 def cmd_advise(args) -> int:
-    from .advise import advise, parse_size
+    from ..units import parse_rate, parse_size
+    from .advise import advise
 
     oracle = uses_true_runtime(args.estimate)
     if oracle and not args.oracle:
         raise ValueError(f"--estimate {args.estimate} plans with each job's true runtime "
                          "(T_run + lambda (T_req - T_run)), which nobody knows when a job is "
                          "submitted: an oracle. Add --oracle to run it as a what-if")
+    stage_bytes, bandwidth = parse_size(args.stage_bytes), parse_rate(args.bandwidth)
     trace = _load(args)
     walltime = walltime_for(trace, args.estimate)
-    advice = advise(trace, args.job, parse_size(args.stage_bytes), parse_size(args.bandwidth),
+    advice = advise(trace, args.job, stage_bytes, bandwidth,
                     walltime, policy=args.policy, margin=args.margin, depth=args.depth,
                     min_confidence=args.min_confidence, estimate=args.estimate, oracle=oracle)
     print(advice.render())
@@ -203,8 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
     advise = sub.add_parser("advise", help="should a job's input be pre-staged, and when?")
     _add_trace_arguments(advise)
     advise.add_argument("--job", type=int, required=True, help="job ID in the trace")
-    advise.add_argument("--stage-bytes", required=True, help="bytes to stage, e.g. 200GiB")
-    advise.add_argument("--bandwidth", required=True, help="staging bandwidth, e.g. 2GB/s")
+    advise.add_argument("--stage-bytes", required=True,
+                        help="bytes to stage, by the size rule of docs/units.md: 200G = 200GiB "
+                             "= 200 x 2^30, 200GB = 200 x 10^9, a bare number is bytes")
+    advise.add_argument("--bandwidth", required=True,
+                        help="staging bandwidth, a size per second: 2GB/s = 2 x 10^9 bytes/s, "
+                             "2G/s = 2GiB/s = 2 x 2^30 bytes/s")
     advise.add_argument("--policy", default="conservative", choices=["fcfs", "easy", "conservative"])
     advise.add_argument("--estimate", default="cautious",
                         help="scheduler walltimes: a model name (default cautious: the upper-"
