@@ -113,6 +113,25 @@ def test_sacct_bad_time_and_missing_columns():
 
 def test_hostlist_expansion():
     assert expand_hostlist("cn[01-03,07],gpu1") == ["cn01", "cn02", "cn03", "cn07", "gpu1"]
+    # A suffix after the brackets, and more than one bracket in a name.
+    assert expand_hostlist("n[1-2]-ib") == ["n1-ib", "n2-ib"]
+    assert expand_hostlist("r[1-2]n[01-02]") == ["r1n01", "r1n02", "r2n01", "r2n02"]
+    # Commas inside brackets do not split the list.
+    assert expand_hostlist("n[1,3-4],m5") == ["n1", "n3", "n4", "m5"]
+    assert expand_hostlist("None assigned") == [] and expand_hostlist("(null)") == []
+    for bad in ("n[1-", "n[3-1]", "n1]"):
+        with pytest.raises(ValueError, match=r"not a Slurm hostlist: '.*'"):
+            expand_hostlist(bad)
+
+
+def test_sacct_node_lists_with_suffixes_and_a_bad_one():
+    text = SACCT.replace("|cn[01-02]\n", "|r[1-2]n[01-02]-ib\n").replace("|cn03\n", "|r1n01-ib\n")
+    trace = read_sacct_text(text, "sacct.txt")
+    assert [trace.machine.names[i] for i in trace.node_lists[0]] == \
+        ["r1n01-ib", "r1n02-ib", "r2n01-ib", "r2n02-ib"]
+    assert [trace.machine.names[i] for i in trace.node_lists[1]] == ["r1n01-ib"]
+    with pytest.raises(TraceFormatError, match=r"sacct.txt:5: NodeList: not a Slurm hostlist"):
+        read_sacct_text(SACCT.replace("|cn03\n", "|cn[03\n"), "sacct.txt")
 
 
 HEADER = """; Version: 2.2

@@ -35,6 +35,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import hostlist
 import numpy as np
 import pandas as pd
 
@@ -412,19 +413,24 @@ def _slurm_duration(value: str) -> float:
     return days * 86400 + seconds
 
 
+#: What sacct prints in NodeList for a job that has no nodes.
+_NO_NODES = {"", "None assigned", "(null)"}
+
+
 def expand_hostlist(text: str) -> list[str]:
-    """Slurm hostlist (``node[01-03,07],gpu1``) -> ``['node01', 'node02', ...]``."""
-    hosts = []
-    for match in re.finditer(r"([^,\[]+)(?:\[([^\]]+)\])?", text):
-        prefix, ranges = match.group(1), match.group(2)
-        if not ranges:
-            hosts.append(prefix)
-            continue
-        for part in ranges.split(","):
-            lo, _, hi = part.partition("-")
-            hi = hi or lo
-            hosts.extend(f"{prefix}{i:0{len(lo)}d}" for i in range(int(lo), int(hi) + 1))
-    return [h for h in hosts if h and h not in ("None assigned", "(null)")]
+    """Slurm hostlist -> host names, in order: ``node[01-03,07],gpu1`` -> ``node01 node02
+    node03 node07 gpu1``, ``n[1-2]-ib`` -> ``n1-ib n2-ib``, ``r[1-2]n[01-02]`` -> ``r1n01
+    r1n02 r2n01 r2n02``; no host for sacct's "None assigned" and "(null)".
+
+    Expanded by python-hostlist (``hostlist.expand_hostlist``); a list it cannot read raises
+    ValueError naming the list."""
+    text = text.strip()
+    if text in _NO_NODES:
+        return []
+    try:
+        return hostlist.expand_hostlist(text)
+    except hostlist.BadHostlist as error:
+        raise ValueError(f"not a Slurm hostlist: {text!r} ({error})") from None
 
 
 def read_sacct_text(text: str, source: str = "<sacct>") -> Trace:
@@ -478,8 +484,16 @@ def read_sacct_text(text: str, source: str = "<sacct>") -> Trace:
         "nodes": nnodes, "ppn": np.ceil(ncpus / nnodes.clip(lower=1)), "line": frame["line"],
     })[~never_started.to_numpy()]
     node_lists = None
-    hosts_by_job = frame.loc[~never_started, "NodeList"].map(expand_hostlist) \
-        if "NodeList" in frame else None
+    hosts_by_job = None
+    if "NodeList" in frame:
+        started = frame.loc[~never_started]
+        hosts = []
+        for text, number in zip(started["NodeList"], started["line"]):
+            try:
+                hosts.append(expand_hostlist(text))
+            except ValueError as error:
+                raise TraceFormatError(source, int(number), f"NodeList: {error}") from None
+        hosts_by_job = pd.Series(hosts, index=started.index, dtype=object)
     if hosts_by_job is not None and hosts_by_job.map(len).sum() > 0:
         names = sorted({h for hosts in hosts_by_job for h in hosts})
         index = {h: i for i, h in enumerate(names)}
