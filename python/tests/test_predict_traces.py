@@ -111,6 +111,47 @@ def test_sacct_bad_time_and_missing_columns():
         read_sacct_text("JobID|User|Submit|Start\n1|a|2024-01-01T00:00:00|\n", "s")
 
 
+@pytest.mark.parametrize("text,seconds", [
+    ("60", 3600),                    # minutes
+    ("5:30", 330),                   # minutes:seconds
+    ("01:02:03", 3723),              # hours:minutes:seconds
+    ("2-12", 2 * 86400 + 12 * 3600),                 # days-hours
+    ("1-02:30", 86400 + 2 * 3600 + 30 * 60),         # days-hours:minutes, not minutes:seconds
+    ("1-02:03:04", 86400 + 2 * 3600 + 3 * 60 + 4),   # days-hours:minutes:seconds
+    ("12:34.567", 754.567),          # a fraction of a second (TotalCPU)
+    (" 7 ", 420),
+])
+def test_slurm_durations_in_every_form(text, seconds):
+    from surge.predict.traces import _slurm_duration
+
+    assert _slurm_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["UNLIMITED", "Partition_Limit", "INVALID", "NONE", "Unknown", "", "  "])
+def test_slurm_durations_without_a_value_are_nan(text):
+    from surge.predict.traces import _slurm_duration
+
+    assert np.isnan(_slurm_duration(text))
+
+
+@pytest.mark.parametrize("text", ["1:2:3:4", "1-2-3", "1-", "1.5:30", "1-2.5", "2.5", "abc:1", "-5"])
+def test_malformed_slurm_durations_are_refused(text):
+    from surge.predict.traces import _slurm_duration
+
+    with pytest.raises(ValueError, match="not a Slurm duration"):
+        _slurm_duration(text)
+
+
+def test_sacct_day_limits_and_unlimited_jobs():
+    text = SACCT.replace("|1-00:00:00|1|32|CANCELLED", "|1-02:30|1|32|CANCELLED")
+    assert list(read_sacct_text(text, "s").jobs["req_time"]) == [7200, 86400 + 2 * 3600 + 30 * 60]
+    # No limit is no requested time: the job is dropped and counted, not planned with.
+    trace = read_sacct_text(SACCT.replace("|02:00:00|2|64|", "|UNLIMITED|2|64|"), "s")
+    assert list(trace.jobs["job_id"]) == [102] and trace.dropped["no requested time"] == 1
+    with pytest.raises(TraceFormatError, match=r"s:5: Timelimit: not a Slurm duration: '1-2-3'"):
+        read_sacct_text(SACCT.replace("|1-00:00:00|1|32|CANCELLED", "|1-2-3|1|32|CANCELLED"), "s")
+
+
 def test_hostlist_expansion():
     assert expand_hostlist("cn[01-03,07],gpu1") == ["cn01", "cn02", "cn03", "cn07", "gpu1"]
     # A suffix after the brackets, and more than one bracket in a name.

@@ -396,21 +396,51 @@ def _alea_allocations(rows, numbers, source, jobs, clusters, header, warnings):
 _SACCT_REQUIRED = {"JobID", "User", "Submit", "Start", "Timelimit"}
 
 
+_NUMBER = r"(\d+(?:\.\d*)?)"
+_DURATION = re.compile(rf"(?:(\d+)-)?{_NUMBER}(?::{_NUMBER})?(?::{_NUMBER})?")
+
+
 def _slurm_duration(value: str) -> float:
-    """``[D-]HH:MM:SS`` / ``MM:SS`` / minutes -> seconds; NaN for UNLIMITED and the like."""
-    value = value.strip()
-    if not value or not value[0].isdigit():
+    """A Slurm duration (sbatch ``--time``, sacct ``Elapsed`` / ``Timelimit``) -> seconds.
+
+    The forms are Slurm's:
+
+    ==========================  =====================================================
+    ``M``                       minutes (Timelimit ``60``: one hour)
+    ``M:S``                     minutes and seconds
+    ``H:M:S``                   hours, minutes, seconds (sacct's ``Elapsed`` form)
+    ``D-H``                     days and hours
+    ``D-H:M``                   days, hours, minutes (not minutes:seconds)
+    ``D-H:M:S``                 days, hours, minutes, seconds
+    ==========================  =====================================================
+
+    A field of seconds may have a fraction (``MM:SS.mmm``, as in TotalCPU). Where there
+    is no value the result is NaN: an empty field, and the words sacct prints instead of a
+    time - ``UNLIMITED`` (no limit: nothing a scheduler can plan with), ``Partition_Limit``
+    (the partition's limit, which sacct does not show), ``INVALID``, ``NONE``, ``Unknown``,
+    or any other word. A job whose Timelimit or Elapsed is NaN is dropped and counted
+    (``Trace.dropped``). Anything else (``1:2:3:4``, ``1-2-3``) raises ValueError.
+    """
+    text = value.strip()
+    if not text or re.fullmatch(r"[A-Za-z_]+", text):
         return math.nan
-    days = 0
-    if "-" in value:
-        day_text, value = value.split("-", 1)
-        days = int(day_text)
-    parts = [float(p) for p in value.split(":")]
-    if len(parts) == 1:      # bare minutes, as in Timelimit "60"
-        seconds = parts[0] * 60
-    else:
-        seconds = sum(p * 60 ** i for i, p in enumerate(reversed(parts)))
-    return days * 86400 + seconds
+    match = _DURATION.fullmatch(text)
+    days, *parts = match.groups() if match else (None,)
+    parts = [f for f in parts if f is not None]
+    # Only a field of seconds, the last, may have a fraction.
+    seconds_last = len(parts) == 3 or (days is None and len(parts) == 2)
+    if not match or any("." in f for f in parts[:-1]) or ("." in parts[-1] and not seconds_last):
+        raise ValueError(f"not a Slurm duration: {value!r} (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S)")
+    fields = [float(f) for f in parts]
+    if days is not None:
+        # After "D-" the fields are hours, minutes, seconds.
+        hours, minutes, seconds = (fields + [0.0, 0.0])[:3]
+        return int(days) * 86400 + hours * 3600 + minutes * 60 + seconds
+    if len(fields) == 1:
+        return fields[0] * 60                       # bare minutes
+    if len(fields) == 2:
+        return fields[0] * 60 + fields[1]           # minutes:seconds
+    return fields[0] * 3600 + fields[1] * 60 + fields[2]
 
 
 #: What sacct prints in NodeList for a job that has no nodes.
@@ -463,8 +493,17 @@ def read_sacct_text(text: str, source: str = "<sacct>") -> Trace:
         first = frame.loc[bad_submit, "line"].iloc[0]
         raise TraceFormatError(source, int(first),
                                f"Submit is not a time: {frame.loc[bad_submit, 'Submit'].iloc[0]!r}")
+    def durations(column: str) -> pd.Series:
+        values = []
+        for text, number in zip(frame[column], frame["line"]):
+            try:
+                values.append(_slurm_duration(text))
+            except ValueError as error:
+                raise TraceFormatError(source, int(number), f"{column}: {error}") from None
+        return pd.Series(values, index=frame.index, dtype=np.float64)
+
     if "Elapsed" in frame:
-        run = frame["Elapsed"].map(_slurm_duration)
+        run = durations("Elapsed")
     else:
         run = times("End") - start
     nnodes = pd.to_numeric(frame.get("NNodes", pd.Series("1", index=frame.index)), errors="coerce")
@@ -475,7 +514,7 @@ def read_sacct_text(text: str, source: str = "<sacct>") -> Trace:
         "job_id": frame["JobID"].str.extract(r"^(\d+)", expand=False).astype(float).fillna(-1)
         .astype(np.int64),
         "submit": submit, "wait": start - submit, "run": run,
-        "req_time": frame["Timelimit"].map(_slurm_duration), "procs": ncpus,
+        "req_time": durations("Timelimit"), "procs": ncpus,
         "user": frame["User"], "group": frame.get("Group", frame["User"]).astype("category")
         .cat.codes.astype(np.int64),
         "queue": frame.get("Partition", pd.Series("", index=frame.index)),
