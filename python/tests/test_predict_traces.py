@@ -152,6 +152,58 @@ def test_sacct_day_limits_and_unlimited_jobs():
         read_sacct_text(SACCT.replace("|1-00:00:00|1|32|CANCELLED", "|1-2-3|1|32|CANCELLED"), "s")
 
 
+DST = """JobID|User|Submit|Start|End|Elapsed|Timelimit|NNodes|NCPUS|State
+1|a|2024-03-31T01:30:00|2024-03-31T03:30:00|2024-03-31T04:30:00|01:00:00|02:00:00|1|1|COMPLETED
+2|a|2024-10-27T01:30:00|2024-10-27T02:30:00|2024-10-27T03:30:00|01:00:00|02:00:00|1|1|COMPLETED
+"""
+
+
+def _utc(seconds: float) -> str:
+    import pandas as pd
+
+    return str(pd.Timestamp(seconds, unit="s", tz="UTC"))
+
+
+def test_sacct_times_are_local_times_of_the_given_zone():
+    # Berlin moved its clocks 02:00 CET -> 03:00 CEST on 2024-03-31 and 03:00 CEST -> 02:00
+    # CET on 2024-10-27: job 1 waited one hour (not two), job 2 starts in the hour that occurs
+    # twice, read as its first occurrence (CEST).
+    trace = read_sacct_text(DST, "s", timezone="Europe/Berlin")
+    jobs = trace.jobs
+    assert [_utc(t) for t in jobs["submit"]] == ["2024-03-31 00:30:00+00:00",
+                                                 "2024-10-26 23:30:00+00:00"]
+    assert list(jobs["wait"]) == [3600, 3600]
+    assert trace.timezone == "Europe/Berlin" and "(Europe/Berlin)" in trace.summary()
+    assert str(trace.local_time(jobs["submit"].iloc[0])[0]) == "2024-03-31 01:30:00+01:00"
+    # The same text in another zone is another moment.
+    tokyo = read_sacct_text(DST, "s", timezone="Asia/Tokyo").jobs
+    assert list(jobs["submit"] - tokyo["submit"]) == [8 * 3600, 7 * 3600]
+    with pytest.raises(ValueError, match="unknown time zone 'Mars/Olympus'"):
+        read_sacct_text(DST, "s", timezone="Mars/Olympus")
+
+
+def test_sacct_times_default_to_the_local_zone(monkeypatch):
+    monkeypatch.setenv("TZ", "America/New_York")
+    trace = read_sacct_text(DST, "s")
+    assert trace.timezone == "America/New_York"
+    assert _utc(trace.jobs["submit"].iloc[0]) == "2024-03-31 05:30:00+00:00"    # EDT, UTC-4
+
+
+def test_the_cli_reads_sacct_in_the_zone_given(tmp_path, capsys):
+    from surge.predict.cli import main
+
+    path = tmp_path / "jobs.sacct"
+    path.write_text(SACCT)
+    assert main(["advise", str(path), "--job", "102", "--stage-bytes", "1K", "--bandwidth", "1K/s",
+                 "--estimate", "request", "--tz", "Europe/Berlin"]) == 0
+    captured = capsys.readouterr()
+    assert "(Europe/Berlin)" in captured.err
+    assert "job                      102 (submitted 2024-03-01 10:20 CET)" in captured.out
+    assert main(["advise", str(path), "--job", "102", "--stage-bytes", "1K", "--bandwidth", "1K/s",
+                 "--estimate", "request", "--tz", "Nowhere/Special"]) == 2
+    assert "unknown time zone 'Nowhere/Special'" in capsys.readouterr().err
+
+
 def test_hostlist_expansion():
     assert expand_hostlist("cn[01-03,07],gpu1") == ["cn01", "cn02", "cn03", "cn07", "gpu1"]
     # A suffix after the brackets, and more than one bracket in a name.
@@ -213,6 +265,10 @@ def test_swf_header_fields_are_read_and_honoured(tmp_path):
     assert list(features["hour"]) == [0, 1, 2]          # local hours, not UTC's 15, 16, 17
     assert trace.machine.size == 4 and set(trace.machine.cores) == {8}
     assert "2010-05-01" in trace.summary() and "Asia/Tokyo" in trace.summary()
+    # A zone given for an SWF trace is not used (its times are Unix seconds), and it says so.
+    other = read_trace(path, timezone="Europe/Berlin")
+    assert other.timezone == "Asia/Tokyo" and list(other.jobs["submit"]) == list(trace.jobs["submit"])
+    assert any("time zone Europe/Berlin not used" in w for w in other.warnings)
 
 
 def test_header_disagreeing_with_machines_file_warns_and_wins(tmp_path):

@@ -25,6 +25,11 @@ def _add_trace_arguments(parser: argparse.ArgumentParser, outputs: bool = False)
                         help="trace layout (default: detect)")
     parser.add_argument("--jobs", type=int, default=0,
                         help="use only the first N jobs in submit order (0 = all)")
+    parser.add_argument("--tz", default=None, metavar="ZONE",
+                        help="time zone of sacct's Submit/Start/End, which sacct prints as "
+                             "local times without an offset: an IANA name such as "
+                             "Europe/Berlin (default: this machine's local zone). SWF traces "
+                             "hold Unix times and name their zone in the header")
     if outputs:
         parser.add_argument("--out", type=Path, default=Path("predict-out"),
                             help="output directory for tables and plots")
@@ -32,7 +37,7 @@ def _add_trace_arguments(parser: argparse.ArgumentParser, outputs: bool = False)
 
 
 def _load(args):
-    trace = read_trace(args.trace, args.layout)
+    trace = read_trace(args.trace, args.layout, args.tz)
     if args.jobs:
         trace = trace.head(args.jobs)
     print(trace.summary(), file=sys.stderr)

@@ -15,6 +15,18 @@ Supported layouts
              allocated CPU (``{1240,1240,...}``), the queue name and the resource request.
 ``sacct``    ``sacct --parsable2`` output with a header line (``|``-separated).
 
+sacct times
+-----------
+sacct prints Submit, Start and End as the local time of the machine it ran on, with no
+offset (``2024-03-31T03:30:00``). They are read as local times of the zone given
+(``read_trace(..., timezone=)``, ``surge-predict --tz Europe/Berlin``; an IANA name), by
+default the local zone of the machine reading them (``TZ``, else ``/etc/localtime``): run the
+reader where sacct ran, or name that machine's zone. Across a change to daylight saving time
+the hour that does not exist is moved forward; in the hour that occurs twice, a time is read
+as its first occurrence (daylight saving time), as ``datetime``'s ``fold=0`` does. The zone
+becomes ``Trace.timezone``, so hours and weekdays are the site's. Durations (Elapsed,
+Timelimit) are read as :func:`_slurm_duration` says.
+
 SWF header
 ----------
 The comment lines at the top of an SWF file (``; Key: value``) are read into
@@ -31,9 +43,12 @@ from __future__ import annotations
 import gzip
 import io
 import math
+import os
 import re
 from dataclasses import dataclass, field
+from datetime import tzinfo
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import hostlist
 import numpy as np
@@ -83,8 +98,9 @@ class Trace:
     dropped: dict[str, int] = field(default_factory=dict)
     #: Real allocations (list of machine node indices per job) when the trace records them.
     node_lists: list[np.ndarray] | None = None
-    #: IANA time zone of the site (SWF ``TimeZoneString``); None = UTC.
-    timezone: str | None = None
+    #: Time zone of the site (SWF ``TimeZoneString``, the zone sacct's times were read in):
+    #: an IANA name or a tzinfo; None = UTC.
+    timezone: str | tzinfo | None = None
     #: Things the reader noticed and the user should know (header vs .machines file, ...).
     warnings: list[str] = field(default_factory=list)
 
@@ -120,8 +136,13 @@ def _open_text(path: Path) -> str:
         return handle.read()
 
 
-def read_trace(path: str | Path, layout: str = "auto") -> Trace:
-    """Read a trace file (``.gz`` is decompressed); ``layout`` is auto-detected unless given."""
+def read_trace(path: str | Path, layout: str = "auto",
+               timezone: str | tzinfo | None = None) -> Trace:
+    """Read a trace file (``.gz`` is decompressed); ``layout`` is auto-detected unless given.
+
+    ``timezone``: the zone sacct's local times are in (None: this machine's, see the module
+    notes). SWF times are Unix seconds and the header names the zone, so it is not used there
+    (a warning says so)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"trace not found: {path}")
@@ -129,10 +150,59 @@ def read_trace(path: str | Path, layout: str = "auto") -> Trace:
     if layout == "auto":
         layout = detect_layout(text)
     if layout == "sacct":
-        return read_sacct_text(text, str(path))
+        return read_sacct_text(text, str(path), timezone)
     if layout in ("swf", "argonne", "alea"):
-        return read_swf_text(text, str(path), layout, machines_file=_machines_file(path))
+        trace = read_swf_text(text, str(path), layout, machines_file=_machines_file(path))
+        if timezone is not None:
+            trace.warnings.append(f"time zone {timezone} not used: SWF times are Unix seconds, "
+                                  "and the header's TimeZoneString names the site's zone")
+        return trace
     raise ValueError(f"unknown trace layout {layout!r} (swf, argonne, alea, sacct)")
+
+
+def local_timezone() -> tzinfo:
+    """This machine's local time zone: ``TZ`` when it names an IANA zone or a zone file, else
+    ``/etc/localtime`` (by the zone name it links to, else ``/etc/timezone``, else its
+    contents), else UTC."""
+    name = os.environ.get("TZ", "").lstrip(":")
+    if name:
+        try:
+            if os.path.isabs(name):
+                with open(name, "rb") as handle:
+                    return ZoneInfo.from_file(handle, key=name)
+            return ZoneInfo(name)
+        except (OSError, ValueError, ZoneInfoNotFoundError):
+            pass             # e.g. a POSIX rule such as "CET-1CEST": fall back to the system's
+    target = os.path.realpath("/etc/localtime")
+    candidates = [target.split("/zoneinfo/", 1)[1]] if "/zoneinfo/" in target else []
+    try:
+        candidates.append(Path("/etc/timezone").read_text().strip())
+    except OSError:
+        pass
+    for candidate in candidates:
+        try:
+            return ZoneInfo(candidate)
+        except (ValueError, ZoneInfoNotFoundError):
+            continue
+    try:
+        with open("/etc/localtime", "rb") as handle:
+            return ZoneInfo.from_file(handle, key="localtime")
+    except (OSError, ValueError):
+        return ZoneInfo("UTC")
+
+
+def time_zone(zone: str | tzinfo | None) -> tzinfo:
+    """``zone`` as a tzinfo: an IANA name (``Europe/Berlin``), a tzinfo, or None for this
+    machine's local zone; an unknown name raises ValueError."""
+    if zone is None:
+        return local_timezone()
+    if isinstance(zone, tzinfo):
+        return zone
+    try:
+        return ZoneInfo(zone)
+    except (ValueError, ZoneInfoNotFoundError):
+        raise ValueError(f"unknown time zone {zone!r} (an IANA name such as Europe/Berlin or "
+                         "UTC)") from None
 
 
 def _machines_file(path: Path) -> Path | None:
@@ -292,6 +362,15 @@ def _timezone(name: str | None, warnings: list[str]) -> str | None:
         warnings.append(f"unknown TimeZoneString {name!r}: local times are shown in UTC")
         return None
     return name
+
+
+def _named(zone: tzinfo) -> bool:
+    """Whether ``zone`` is a ZoneInfo that its key loads again (an IANA name to show)."""
+    key = getattr(zone, "key", None)
+    try:
+        return bool(key) and ZoneInfo(key) == zone
+    except (ValueError, ZoneInfoNotFoundError):
+        return False
 
 
 def _machines_text(clusters: list[tuple[str, int, int]]) -> str:
@@ -463,8 +542,13 @@ def expand_hostlist(text: str) -> list[str]:
         raise ValueError(f"not a Slurm hostlist: {text!r} ({error})") from None
 
 
-def read_sacct_text(text: str, source: str = "<sacct>") -> Trace:
-    """Parse ``sacct --parsable2`` output (header line, ``|`` separators, job steps skipped)."""
+def read_sacct_text(text: str, source: str = "<sacct>",
+                    timezone: str | tzinfo | None = None) -> Trace:
+    """Parse ``sacct --parsable2`` output (header line, ``|`` separators, job steps skipped).
+
+    Submit/Start/End are local times of ``timezone`` (None: this machine's local zone; see
+    the module notes)."""
+    zone = time_zone(timezone)
     lines = text.splitlines()
     header = lines[0].split("|") if lines else []
     missing = _SACCT_REQUIRED - set(header)
@@ -483,9 +567,15 @@ def read_sacct_text(text: str, source: str = "<sacct>") -> Trace:
     dropped = {"job steps (not jobs)": int(steps.sum())}
     frame = frame[~steps]
 
+    epoch = pd.Timestamp(0, tz="UTC")
+
     def times(column: str) -> pd.Series:
         parsed = pd.to_datetime(frame[column], format="%Y-%m-%dT%H:%M:%S", errors="coerce")
-        return (parsed - pd.Timestamp(0)).dt.total_seconds()
+        # Local times without an offset (see the module notes): the repeated hour of a change
+        # from daylight saving time is read as its first occurrence, a missing one moved on.
+        local = parsed.dt.tz_localize(zone, ambiguous=np.ones(len(parsed), dtype=bool),
+                                      nonexistent="shift_forward")
+        return (local - epoch).dt.total_seconds()
 
     submit, start = times("Submit"), times("Start")
     bad_submit = submit.isna()
@@ -546,6 +636,7 @@ def read_sacct_text(text: str, source: str = "<sacct>") -> Trace:
                           [f"n{i}" for i in range(count)])
     trace = _finish(jobs, machine, source, "sacct", node_lists)
     trace.dropped = {**dropped, **trace.dropped}
+    trace.timezone = zone.key if _named(zone) else zone
     return trace
 
 
