@@ -39,10 +39,7 @@ class StageCounts(NamedTuple):
     failed: int
 
 
-_lib = libsurge.load()
-_lib.surge_open_failed_stage.restype = ctypes.c_void_p
-_lib.surge_next_failed_stage.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
-_lib.surge_close_failed_stage.argtypes = [ctypes.c_void_p]
+_lib = libsurge.load()      # every call's argtypes and restype: libsurge.SIGNATURES
 
 
 _path = libsurge.path

@@ -25,24 +25,8 @@ from typing import Iterator, NamedTuple, Optional
 
 from . import _libsurge as libsurge
 
-_lib = libsurge.load()
-_lib.surge_watch_open.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint64, ctypes.POINTER(ctypes.c_void_p)]
-_lib.surge_watch_next.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t,
-                                  ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint64)]
-_lib.surge_watch_close.argtypes = [ctypes.c_void_p]
-_lib.surge_queue_claim.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_double, ctypes.c_int,
-                                   ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64)]
-_lib.surge_queue_done.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_uint64]
-
-
-
-class _Counts(ctypes.Structure):
-    _fields_ = [("produced", ctypes.c_uint64), ("claimed", ctypes.c_uint64), ("done", ctypes.c_uint64),
-                ("backlog", ctypes.c_uint64), ("expired", ctypes.c_uint64),
-                ("production_per_s", ctypes.c_double), ("consumption_per_s", ctypes.c_double)]
-
-
-_lib.surge_queue_status.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_Counts)]
+_lib = libsurge.load()      # every call's argtypes and restype: libsurge.SIGNATURES
+_Counts = libsurge.QueueCounts
 
 _UNKNOWN_SIZE = 2**64 - 1
 # What a wait is cut into, so that Ctrl-C reaches Python between the library's waits.
