@@ -86,6 +86,8 @@ def watch(directory, pattern: Optional[str] = None, from_cursor: int = 0,
     handle = ctypes.c_void_p()
     libsurge.check(_lib.surge_watch_open(libsurge.path(directory), pattern.encode() if pattern else None,
                                          ctypes.c_uint64(from_cursor), ctypes.byref(handle)), WorkflowError)
+    # PATH_MAX. A longer path raises WorkflowError(ERANGE): the library has taken the
+    # publication by then and does not keep it, so a bigger buffer could not get it back.
     path = ctypes.create_string_buffer(4096)
     cursor, size = ctypes.c_uint64(0), ctypes.c_uint64(0)
     try:
@@ -109,6 +111,8 @@ def claim(directory, group: str, pattern: Optional[str] = None, lease: float = 3
     """The next file of ``directory`` for consumer group ``group`` (made with ``pattern`` by its
     first claim), held for ``lease`` seconds; waits for one up to ``timeout`` seconds (None:
     for ever) and answers None if none came."""
+    # PATH_MAX. A longer path raises WorkflowError(ERANGE); the library has claimed the file
+    # by then and does not keep it for a retry: it goes back to the group when the lease ends.
     path = ctypes.create_string_buffer(4096)
     token = ctypes.c_uint64(0)
     deadline = _deadline(timeout)

@@ -3,6 +3,8 @@ C header, the truth of the C API: every call the Python side makes has its argum
 types declared, as the header declares them. No instance needed."""
 
 import ctypes
+import errno
+import os
 import re
 from pathlib import Path
 
@@ -147,3 +149,47 @@ def test_the_loaded_library_has_the_types():
         # argtypes is None for a function nobody declared; [] is a declared "no arguments".
         assert function.argtypes is not None and list(function.argtypes) == list(argtypes), name
         assert function.restype is restype, name
+
+
+class FakeFailedStages:
+    """surge_*_failed_stage as surge.h says: -ERANGE for a path that does not fit, which is
+    kept for the next call; ``always_short`` refuses every buffer."""
+
+    def __init__(self, paths, always_short=False):
+        self.paths, self.always_short = [os.fsencode(p) for p in paths], always_short
+        self.sizes, self.closed = [], False
+
+    def surge_open_failed_stage(self, bb_dir):
+        return 1234
+
+    def surge_next_failed_stage(self, handle, buffer, size):
+        assert handle == 1234 and size == len(buffer)
+        self.sizes.append(size)
+        assert len(self.sizes) < 100, "asked for the same path again and again with one buffer size"
+        if not self.paths:
+            return 0
+        path = self.paths[0]
+        if self.always_short or len(path) + 1 > size:
+            return -errno.ERANGE
+        ctypes.memmove(buffer, path + b"\0", len(path) + 1)
+        self.paths.pop(0)
+        return 1
+
+    def surge_close_failed_stage(self, handle):
+        self.closed = True
+
+
+def test_failed_stages_grows_its_buffer_until_a_long_path_fits(monkeypatch):
+    staging = pytest.importorskip("surge.staging", reason="libsurge not built")
+    long = "/mnt/bb/" + "/".join(["d" * 250] * 40) + "/chk.h5"        # 10,000+ bytes
+    paths = ["/mnt/bb/a.h5", long, "/mnt/bb/b.h5", long[:5000]]
+    fake = FakeFailedStages(paths)
+    monkeypatch.setattr(staging, "_lib", fake)
+    assert staging.failed_stages("/mnt/bb") == paths          # nothing lost, nothing cut
+    assert fake.closed and max(fake.sizes) == 16384 and fake.sizes[0] == 4096
+
+    endless = FakeFailedStages(["/mnt/bb/x"], always_short=True)
+    monkeypatch.setattr(staging, "_lib", endless)
+    with pytest.raises(staging.StageError) as error:
+        staging.failed_stages("/mnt/bb")
+    assert error.value.errno == errno.ERANGE and endless.closed

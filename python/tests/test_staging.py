@@ -63,6 +63,35 @@ def test_failures_raise_with_errno_and_are_listed(surge_mount, tmp_path):
     assert outside.value.errno == errno.EINVAL
 
 
+def test_failed_stage_paths_longer_than_path_max_are_listed_whole(surge_mount):
+    # 20 directories of 250 bytes: the file's path is over 5,000 bytes, past the 4,096 that
+    # failed_stages starts with. Made relative to open directories (a path that long is past
+    # what one system call takes).
+    names = [f"{i:02d}" + "d" * 248 for i in range(20)]
+    fd = os.open(surge_mount, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in names:
+            os.mkdir(name, dir_fd=fd)
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        out = os.open("doomed.h5", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd)
+        os.write(out, b"data")
+        os.close(out)
+    finally:
+        os.close(fd)
+    deep = os.path.join(str(surge_mount), *names, "doomed.h5")
+    assert len(os.fsencode(deep)) > 5000
+    short = surge_mount / "short.h5"
+    short.write_bytes(b"data")
+    for bb in (deep, short):
+        with pytest.raises(staging.StageError):
+            staging.stage_file_out(bb, "/proc/surge-cannot-write-here/doomed.h5")
+            staging.wait_file_stage(bb)
+    # Neither skipped nor cut: the long path comes back whole, and the one after it too.
+    assert sorted(staging.failed_stages(surge_mount)) == sorted([deep, str(short)])
+
+
 def test_the_calls_are_reachable_from_the_package():
     import surge
 
