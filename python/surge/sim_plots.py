@@ -18,11 +18,10 @@ import os
 import sys
 
 try:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # Figures are matplotlib.figure.Figure objects saved straight to files: no pyplot, and
+    # the program's matplotlib backend is left as it was.
     import pandas as pd
+    from matplotlib.figure import Figure
 except ModuleNotFoundError as error:
     # The 'sim' extra: as a command, name it instead of a traceback.
     if __name__ != "__main__":
@@ -68,7 +67,8 @@ def load_sweep(sweep: str) -> pd.DataFrame:
 
 def _grouped_bars(df: pd.DataFrame, value: str, ylabel: str, title: str, out: str, log: bool = False) -> str:
     systems = sorted(df["system"].unique())
-    fig, axes = plt.subplots(1, len(systems), figsize=(4.5 * len(systems), 3.6), sharey=True, squeeze=False)
+    fig = Figure(figsize=(4.5 * len(systems), 3.6))
+    axes = fig.subplots(1, len(systems), sharey=True, squeeze=False)
     for ax, system in zip(axes[0], systems):
         sub = df[df["system"] == system]
         # One bar group per job (a co-scheduled workload shows each of its jobs), never an
@@ -93,7 +93,6 @@ def _grouped_bars(df: pd.DataFrame, value: str, ylabel: str, title: str, out: st
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(out)
-    plt.close(fig)
     return out
 
 
@@ -111,7 +110,8 @@ def plot_rank_phases(df: pd.DataFrame, workload: str, out: str, phase: int = 0, 
     """Fig. 7: one horizontal segment per rank from its phase start to end (highest rank on top)."""
     sub = df[df["workload"] == workload].drop_duplicates(["system", "placement"])
     systems = sorted(sub["system"].unique())
-    fig, axes = plt.subplots(len(systems), len(PLACEMENTS), figsize=(11, 2.6 * len(systems)), squeeze=False, sharex=True)
+    fig = Figure(figsize=(11, 2.6 * len(systems)))
+    axes = fig.subplots(len(systems), len(PLACEMENTS), squeeze=False, sharex=True)
     for i, system in enumerate(systems):
         for j, p in enumerate(PLACEMENTS):
             ax = axes[i][j]
@@ -132,7 +132,6 @@ def plot_rank_phases(df: pd.DataFrame, workload: str, out: str, phase: int = 0, 
     fig.suptitle(f"I/O phase of each rank: {workload}")
     fig.tight_layout()
     fig.savefig(out)
-    plt.close(fig)
     return out
 
 

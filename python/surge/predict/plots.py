@@ -1,18 +1,16 @@
 """Figures for the predictor: error CDFs (seed 002 Fig. 5) and node-list lead time (Fig. 6).
 
-Everything draws with matplotlib's Agg backend into PNG files; nothing opens a window.
+Figures are ``matplotlib.figure.Figure`` objects saved straight to PNG files: no pyplot, no
+window, and the program's matplotlib backend is left as it was.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
 
 #: Fig. 6 colours: instant (blue), < 1 s (orange), 1 s - 10 min (green), > 10 min (red).
 CLASS_COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
@@ -28,7 +26,8 @@ def _cdf(ax, values: np.ndarray, label: str) -> None:
 def error_cdf(user_median_errors: pd.DataFrame, job_errors: pd.DataFrame, title: str,
               path: Path) -> Path:
     """Left: CDF over users of each model's per-user median AE (Fig. 5); right: over jobs."""
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    fig = Figure(figsize=(11, 4.2))
+    left, right = fig.subplots(1, 2, sharey=True)
     for name in user_median_errors.columns:
         _cdf(left, user_median_errors[name].to_numpy(), name)
         _cdf(right, job_errors[name].to_numpy(), name)
@@ -44,7 +43,6 @@ def error_cdf(user_median_errors: pd.DataFrame, job_errors: pd.DataFrame, title:
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path
 
 
@@ -54,8 +52,8 @@ def lead_time_bars(shares: pd.DataFrame, title: str, path: Path) -> Path:
     ``shares`` has a (policy, estimate) row index and the four class columns, values in [0, 1].
     """
     policies = list(dict.fromkeys(shares.index.get_level_values(0)))
-    fig, axes = plt.subplots(1, len(policies), figsize=(4.2 * len(policies), 4.2), sharey=True,
-                             squeeze=False)
+    fig = Figure(figsize=(4.2 * len(policies), 4.2))
+    axes = fig.subplots(1, len(policies), sharey=True, squeeze=False)
     for ax, policy in zip(axes[0], policies):
         part = shares.loc[policy]
         bottom = np.zeros(len(part))
@@ -71,5 +69,4 @@ def lead_time_bars(shares: pd.DataFrame, title: str, path: Path) -> Path:
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return path
