@@ -193,3 +193,10 @@ def test_failed_stages_grows_its_buffer_until_a_long_path_fits(monkeypatch):
     with pytest.raises(staging.StageError) as error:
         staging.failed_stages("/mnt/bb")
     assert error.value.errno == errno.ERANGE and endless.closed
+
+
+def test_kappa_is_production_over_consumption():
+    workflow = pytest.importorskip("surge.workflow", reason="libsurge not built")
+    counts = dict(produced=6, claimed=0, done=6, backlog=0, expired=0)
+    assert workflow.QueueStatus(**counts, production_per_s=3.0, consumption_per_s=1.5).kappa == 2.0
+    assert workflow.QueueStatus(**counts, production_per_s=3.0, consumption_per_s=0.0).kappa is None

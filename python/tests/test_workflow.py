@@ -3,6 +3,7 @@ iterator sees files as they are published (not while written, not temporary name
 resumes from a cursor; a consumer group hands each file to one consumer."""
 
 import errno
+import math
 import threading
 
 import pytest
@@ -54,7 +55,9 @@ def test_a_group_hands_each_file_out_once(surge_mount):
     assert taken == [str(plots / f"plt{i}.h5") for i in range(6)]
     st = workflow.status(plots, "vis")
     assert (st.produced, st.done, st.backlog, st.claimed) == (6, 6, 0, 0)
-    assert st.consumption_per_s > 0 and st.kappa is not None
+    # Rates are measured (over the last minute): reported, not judged here. What kappa is made
+    # of is tested without an instance (test_bindings.py).
+    assert math.isfinite(st.production_per_s) and math.isfinite(st.consumption_per_s)
     with pytest.raises(workflow.WorkflowError) as nobody:
         workflow.status(plots, "nobody")
     assert nobody.value.errno == errno.ENOENT
