@@ -84,7 +84,9 @@ void surge_close_failed_stage(surge_failed_stages *failed);
  *   while (surge_watch_next(w, -1, path, sizeof path, &cursor, &size) == 0) ...;
  *   surge_watch_close(w);
  * surge_watch_next waits up to timeout_ms (-1: for ever) and returns -ETIMEDOUT when nothing
- * came, -ERANGE if the path does not fit; size is UINT64_MAX when not known. */
+ * came, -ERANGE if the path does not fit (the publication is kept: the next call hands the
+ * same one again, so call again with a bigger buffer; cursor and file_size are not written);
+ * size is UINT64_MAX when not known. */
 typedef struct surge_watch surge_watch;
 int surge_watch_open(const char *dir, const char *pattern, uint64_t from_cursor, surge_watch **out);
 int surge_watch_next(surge_watch *watch, int timeout_ms, char *path, size_t size, uint64_t *cursor, uint64_t *file_size);
@@ -94,6 +96,12 @@ void surge_watch_close(surge_watch *watch);
  * group's first claim; NULL: '*') is handed to one consumer at a time, for lease_seconds; not
  * acknowledged by then, it goes back to the group. surge_queue_claim waits up to timeout_ms
  * (-1: for ever; -ETIMEDOUT then) and writes the file's path and the claim's token.
+ * -ERANGE if the path does not fit: with no room for even "dir/x", nothing is claimed; else
+ * the claim is kept for this process (the group's consumer, as the instance sees it) and the
+ * next surge_queue_claim of the same dir (spelt the same) and group hands that same file and
+ * token at once, without waiting, as long as its lease (counted from the first call) lasts:
+ * call again with a bigger buffer. A kept claim no call takes goes back to the group when its
+ * lease runs out, like any claim not acknowledged.
  * surge_queue_done acknowledges it (group NULL: the one group holding it; token 0: whichever
  * claim holds it, else only that claim: -ENOENT if its lease ran out and it went to another). */
 int surge_queue_claim(const char *dir, const char *group, const char *pattern, double lease_seconds, int timeout_ms,

@@ -1,10 +1,18 @@
 //! The workflow calls of `include/surge.h`: following the files published in a directory
 //! (`surge_watch_*`) and taking them as a consumer of a group (`surge_queue_*`), over the
 //! client library's [`surge_client::workflow`].
+//!
+//! A path that does not fit the caller's buffer (-ERANGE) does not cost the caller its item:
+//! a watch keeps the publication and hands it again on its next call; a claim is kept by the
+//! library and handed again to the next claim of the same directory and group in this
+//! process, while its lease lasts.
 
+use std::collections::HashMap;
 use std::ffi::{c_char, c_int};
-use std::time::Duration;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
+use surge_client::surge_proto::workflow::{Publication, MAX_LEASE_MS};
 use surge_client::workflow::Publications;
 use surge_client::Client;
 
@@ -16,6 +24,8 @@ pub struct Watch {
     reader: Publications,
     /// The directory as the caller named it: paths handed back start with it.
     shown: String,
+    /// A publication whose path did not fit the caller's buffer: the next call hands it again.
+    pending: Option<Publication>,
 }
 
 /// `timeout_ms` as a wait: negative waits for ever.
@@ -65,7 +75,7 @@ pub unsafe extern "C" fn surge_watch_open(dir: *const c_char, pattern: *const c_
         let pattern = optional_text(pattern, "pattern")?;
         let (client, inner) = resolve(&shown)?;
         let reader = runtime().block_on(client.publications(&inner, pattern.as_deref(), from_cursor))?;
-        let watch = Box::new(Watch { client, reader, shown: shown.trim_end_matches('/').to_string() });
+        let watch = Box::new(Watch { client, reader, shown: shown.trim_end_matches('/').to_string(), pending: None });
         // SAFETY: checked not NULL above.
         unsafe { *out = Box::into_raw(watch) };
         Ok(())
@@ -90,10 +100,21 @@ pub unsafe extern "C" fn surge_watch_next(
         }
         // SAFETY: not NULL (checked above), from surge_watch_open and not yet closed.
         let watch = unsafe { &mut *watch };
-        let Some(p) = runtime().block_on(watch.reader.next(wait_of(timeout_ms)))? else {
-            return Err(Failure::new(libc::ETIMEDOUT, format!("nothing published in {} within {timeout_ms} ms", watch.shown)));
+        let p = match watch.pending.take() {
+            Some(p) => p,
+            None => match runtime().block_on(watch.reader.next(wait_of(timeout_ms)))? {
+                Some(p) => p,
+                None => {
+                    let detail = format!("nothing published in {} within {timeout_ms} ms", watch.shown);
+                    return Err(Failure::new(libc::ETIMEDOUT, detail));
+                }
+            },
         };
-        copy_out(&format!("{}/{}", watch.shown, p.name), path, size)?;
+        if let Err(e) = copy_out(&format!("{}/{}", watch.shown, p.name), path, size) {
+            // Kept, not lost: the next call (with a bigger buffer) hands this one again.
+            watch.pending = Some(p);
+            return Err(e);
+        }
         set(cursor, p.cursor);
         set(file_size, p.size.unwrap_or(u64::MAX));
         Ok(())
@@ -108,6 +129,50 @@ pub unsafe extern "C" fn surge_watch_close(watch: *mut Watch) {
         // SAFETY: made by Box::into_raw in surge_watch_open; the caller gives it up here.
         let watch = unsafe { Box::from_raw(watch) };
         drop(watch.client);
+    }
+}
+
+/// A claim whose path did not fit the caller's buffer. The protocol has no way to give a
+/// claim back to its group (only `Done`, which would mark the file processed, or the lease
+/// running out), so the library keeps it for this process — the group's consumer, as the
+/// instance sees it (`libsurge:<pid>`) — and the next claim of the same directory and group
+/// hands it out again, under the same token, while its lease lasts.
+struct Held {
+    /// The file's name in the directory.
+    name: String,
+    token: u64,
+    /// When its lease runs out at the latest (counted from before the claim was asked for).
+    until: Instant,
+}
+
+/// Held claims by (directory as the caller named it, group), oldest first.
+fn held() -> std::sync::MutexGuard<'static, HashMap<(String, String), Vec<Held>>> {
+    static HELD: OnceLock<Mutex<HashMap<(String, String), Vec<Held>>>> = OnceLock::new();
+    HELD.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The oldest held claim of `key` whose lease has not run out (those that ran out went back
+/// to the group: they are dropped).
+fn take_held(key: &(String, String)) -> Option<Held> {
+    let mut held = held();
+    let claims = held.get_mut(key)?;
+    let now = Instant::now();
+    claims.retain(|c| c.until > now);
+    let first = (!claims.is_empty()).then(|| claims.remove(0));
+    if claims.is_empty() {
+        held.remove(key);
+    }
+    first
+}
+
+/// Keeps `claim` for the next claim of `key` (at the front when it was taken from there).
+fn keep_held(key: (String, String), claim: Held, front: bool) {
+    let mut held = held();
+    let claims = held.entry(key).or_default();
+    if front {
+        claims.insert(0, claim);
+    } else {
+        claims.push(claim);
     }
 }
 
@@ -130,14 +195,35 @@ pub unsafe extern "C" fn surge_queue_claim(
         let (shown, group) = unsafe { (text(dir, "directory")?, text(group, "group")?) };
         let pattern = optional_text(pattern, "pattern")?;
         let lease = Duration::try_from_secs_f64(lease_seconds).map_err(|_| Failure::new(libc::EINVAL, "bad lease"))?;
-        let (client, inner) = resolve(&shown)?;
-        let consumer = format!("libsurge:{}", std::process::id());
-        let claimed = runtime().block_on(client.claim(&inner, &group, pattern.as_deref(), &consumer, lease, wait_of(timeout_ms)))?;
-        let Some(claimed) = claimed else {
-            return Err(Failure::new(libc::ETIMEDOUT, format!("nothing to claim in {shown} for group '{group}' within {timeout_ms} ms")));
+        let prefix = shown.trim_end_matches('/').to_string();
+        // No name is shorter than a byte: a buffer without room for "<dir>/x" cannot take any
+        // claim, so none is made.
+        if size < prefix.len() + 3 {
+            return Err(Failure::new(libc::ERANGE, format!("no path in {prefix} fits the {size} bytes given")));
+        }
+        let key = (prefix.clone(), group.clone());
+        let (claim, was_held) = match take_held(&key) {
+            Some(claim) => (claim, true),
+            None => {
+                let (client, inner) = resolve(&shown)?;
+                let consumer = format!("libsurge:{}", std::process::id());
+                let asked = Instant::now();
+                let claimed =
+                    runtime().block_on(client.claim(&inner, &group, pattern.as_deref(), &consumer, lease, wait_of(timeout_ms)))?;
+                let Some(claimed) = claimed else {
+                    let detail = format!("nothing to claim in {shown} for group '{group}' within {timeout_ms} ms");
+                    return Err(Failure::new(libc::ETIMEDOUT, detail));
+                };
+                let until = asked + lease.min(Duration::from_millis(MAX_LEASE_MS));
+                (Held { name: claimed.name, token: claimed.token, until }, false)
+            }
         };
-        copy_out(&format!("{}/{}", shown.trim_end_matches('/'), claimed.name), path, size)?;
-        set(token, claimed.token);
+        if let Err(e) = copy_out(&format!("{prefix}/{}", claim.name), path, size) {
+            // Kept, not lost until its lease runs out: the next claim here hands it again.
+            keep_held(key, claim, was_held);
+            return Err(e);
+        }
+        set(token, claim.token);
         Ok(())
     })
 }

@@ -1,7 +1,8 @@
 /* libsurge's workflow calls from C, against a live instance mounted at argv[1]: a watch
  * sees files published through the mount in order (not a temporary name, not a file still
  * being written), resumes from a cursor, times out cleanly; a consumer group hands each
- * file out once and takes the acknowledgement. Prints "all workflow checks passed". */
+ * file out once and takes the acknowledgement; a path that does not fit the buffer given
+ * (-ERANGE) loses neither a publication nor a claim. Prints "all workflow checks passed". */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -70,23 +71,49 @@ int main(int argc, char **argv) {
     CHECK(strcmp(path + strlen(dir), "/c.h5") == 0 && size == 2, "c.h5 whole: %s", path);
     surge_watch_close(w);
 
-    /* Resumed after a.h5: b.h5 next; a path that does not fit is refused. */
+    /* Resumed after a.h5: b.h5 next. A path that does not fit is refused and kept: the next
+     * call, with room for it, hands that same publication, then the next (notes.txt). */
     CHECK(surge_watch_open(dir, NULL, first, &w) == 0, "reopen");
+    cursor = 0;
     CHECK(surge_watch_next(w, 5000, small, sizeof small, &cursor, &size) == -ERANGE, "a short buffer");
+    CHECK(cursor == 0, "no cursor for a publication not handed out");
+    CHECK(surge_watch_next(w, 5000, small, sizeof small, &cursor, &size) == -ERANGE, "still too short");
+    CHECK(surge_watch_next(w, 5000, path, sizeof path, &cursor, &size) == 0, "b.h5 with room for it");
+    CHECK(strcmp(path + strlen(dir), "/b.h5") == 0 && cursor > first, "b.h5 again, not lost: %s", path);
+    CHECK(surge_watch_next(w, 5000, path, sizeof path, &cursor, &size) == 0, "then notes.txt");
+    CHECK(strcmp(path + strlen(dir), "/notes.txt") == 0, "notes.txt after b.h5: %s", path);
     surge_watch_close(w);
     CHECK(surge_watch_open("/no/such/mount/dir", NULL, 0, &w) < 0, "a path outside any instance");
 
-    /* A group: each of the three .h5 files once, then nothing. */
-    uint64_t token = 0;
+    /* A group: each of the three .h5 files once, then nothing. A path that does not fit
+     * takes nothing from the group: with no room for any name, no claim is made; with room for
+     * "DIR/x" but not "DIR/a.h5", a.h5 is claimed and kept for this process, and the next
+     * claim hands it at once (no wait, same token). */
+    uint64_t token = 0, kept_token = 0;
     int handed = 0;
+    surge_queue_counts counts;
+    CHECK(surge_queue_claim(dir, "vis", "*.h5", 30.0, 0, small, sizeof small, &token) == -ERANGE, "no room for any name");
+    CHECK(surge_queue_status(dir, "vis", &counts) == -ENOENT, "nothing asked of the instance: no group yet");
+    size_t tight_size = strlen(dir) + 4; /* "DIR/a.h" does not fit, let alone "DIR/a.h5" */
+    char *tight = malloc(tight_size);
+    CHECK(tight != NULL, "malloc");
+    CHECK(surge_queue_claim(dir, "vis", "*.h5", 30.0, 5000, tight, tight_size, &kept_token) == -ERANGE, "a short buffer");
+    CHECK(surge_queue_claim(dir, "vis", "*.h5", 30.0, 5000, tight, tight_size, &kept_token) == -ERANGE, "still too short");
+    free(tight);
+    CHECK(surge_queue_status(dir, "vis", &counts) == 0 && counts.claimed == 1 && counts.backlog == 2,
+          "one claim kept, not one per call: claimed %llu, backlog %llu", (unsigned long long)counts.claimed,
+          (unsigned long long)counts.backlog);
+    CHECK(surge_queue_claim(dir, "vis", "*.h5", 30.0, 0, path, sizeof path, &kept_token) == 0, "claimable again at once");
+    CHECK(strcmp(path + strlen(dir), "/a.h5") == 0 && kept_token != 0, "the same file, a.h5: %s", path);
+    CHECK(surge_queue_done(path, "vis", kept_token) == 0, "done %s", path);
+    handed++;
     while (surge_queue_claim(dir, "vis", "*.h5", 30.0, 300, path, sizeof path, &token) == 0) {
-        CHECK(token != 0, "a token");
+        CHECK(token != 0 && token != kept_token, "a token");
         CHECK(surge_queue_done(path, NULL, token) == 0, "done %s", path);
         CHECK(surge_queue_done(path, "vis", token) == -ENOENT, "done once");
         handed++;
     }
     CHECK(handed == 3, "three files handed out, not %d", handed);
-    surge_queue_counts counts;
     CHECK(surge_queue_status(dir, "vis", &counts) == 0, "status");
     CHECK(counts.produced == 3 && counts.done == 3 && counts.backlog == 0 && counts.claimed == 0,
           "counts %llu %llu %llu %llu", (unsigned long long)counts.produced, (unsigned long long)counts.done,
