@@ -29,6 +29,11 @@ _lib = libsurge.load()      # every call's argtypes and restype: libsurge.SIGNAT
 _Counts = libsurge.QueueCounts
 
 _UNKNOWN_SIZE = 2**64 - 1
+#: The path buffer the calls start with (PATH_MAX), and the most it grows to: a path that
+#: does not fit (-ERANGE; the library keeps the publication or the claim) is asked for again
+#: with a buffer twice as large.
+_PATH_BUFFER = 4096
+_MAX_PATH_BUFFER = 1 << 24
 # What a wait is cut into, so that Ctrl-C reaches Python between the library's waits.
 _SLICE_MS = 1000
 
@@ -77,18 +82,25 @@ def _deadline(timeout: Optional[float]) -> Optional[float]:
     return None if timeout is None else time.monotonic() + timeout
 
 
+def _grown(buffer: ctypes.Array) -> ctypes.Array:
+    """A buffer twice as large as ``buffer``, for a path that did not fit it."""
+    if len(buffer) >= _MAX_PATH_BUFFER:
+        raise WorkflowError(errno.ERANGE, f"a path does not fit {_MAX_PATH_BUFFER} bytes")
+    return ctypes.create_string_buffer(2 * len(buffer))
+
+
 def watch(directory, pattern: Optional[str] = None, from_cursor: int = 0,
           timeout: Optional[float] = None) -> Iterator[Published]:
     """The files published in ``directory`` after ``from_cursor`` (0: from the oldest the log
     holds) whose names match the glob ``pattern`` (None: every name not starting with '.'),
-    in publication order; waits for the next one, and ends once none came for ``timeout``
-    seconds (None: never)."""
+    in publication order, their paths whole whatever their length; waits for the next one,
+    and ends once none came for ``timeout`` seconds (None: never)."""
     handle = ctypes.c_void_p()
     libsurge.check(_lib.surge_watch_open(libsurge.path(directory), pattern.encode() if pattern else None,
                                          ctypes.c_uint64(from_cursor), ctypes.byref(handle)), WorkflowError)
-    # PATH_MAX. A longer path raises WorkflowError(ERANGE): the library has taken the
-    # publication by then and does not keep it, so a bigger buffer could not get it back.
-    path = ctypes.create_string_buffer(4096)
+    # A longer path than the buffer: the library keeps the publication (-ERANGE) and the
+    # next call, with a buffer twice as large, gets it.
+    path = ctypes.create_string_buffer(_PATH_BUFFER)
     cursor, size = ctypes.c_uint64(0), ctypes.c_uint64(0)
     try:
         deadline = _deadline(timeout)
@@ -98,6 +110,9 @@ def watch(directory, pattern: Optional[str] = None, from_cursor: int = 0,
             if rc == -errno.ETIMEDOUT:
                 if left is not None and left <= _SLICE_MS / 1000:
                     return
+                continue
+            if rc == -errno.ERANGE:
+                path = _grown(path)
                 continue
             libsurge.check(rc, WorkflowError)
             yield Published(os.fsdecode(path.value), cursor.value, None if size.value == _UNKNOWN_SIZE else size.value)
@@ -109,11 +124,11 @@ def watch(directory, pattern: Optional[str] = None, from_cursor: int = 0,
 def claim(directory, group: str, pattern: Optional[str] = None, lease: float = 300.0,
           timeout: Optional[float] = None) -> Optional[Claim]:
     """The next file of ``directory`` for consumer group ``group`` (made with ``pattern`` by its
-    first claim), held for ``lease`` seconds; waits for one up to ``timeout`` seconds (None:
-    for ever) and answers None if none came."""
-    # PATH_MAX. A longer path raises WorkflowError(ERANGE); the library has claimed the file
-    # by then and does not keep it for a retry: it goes back to the group when the lease ends.
-    path = ctypes.create_string_buffer(4096)
+    first claim), held for ``lease`` seconds, its path whole whatever its length; waits for
+    one up to ``timeout`` seconds (None: for ever) and answers None if none came."""
+    # A longer path than the buffer: the library keeps the claim for this process (-ERANGE)
+    # and the next call, with a buffer twice as large, gets the same file at once.
+    path = ctypes.create_string_buffer(_PATH_BUFFER)
     token = ctypes.c_uint64(0)
     deadline = _deadline(timeout)
     while True:
@@ -123,6 +138,9 @@ def claim(directory, group: str, pattern: Optional[str] = None, lease: float = 3
         if rc == -errno.ETIMEDOUT:
             if left is not None and left <= _SLICE_MS / 1000:
                 return None
+            continue
+        if rc == -errno.ERANGE:
+            path = _grown(path)
             continue
         libsurge.check(rc, WorkflowError)
         return Claim(os.fsdecode(path.value), token.value)

@@ -1,9 +1,11 @@
 """surge.workflow (a ctypes binding of libsurge) against a live instance and its mount: a watch
 iterator sees files as they are published (not while written, not temporary names) and
-resumes from a cursor; a consumer group hands each file to one consumer."""
+resumes from a cursor; a consumer group hands each file to one consumer; paths longer than
+the library's first buffer come back whole from both."""
 
 import errno
 import math
+import os
 import threading
 
 import pytest
@@ -61,3 +63,61 @@ def test_a_group_hands_each_file_out_once(surge_mount):
     with pytest.raises(workflow.WorkflowError) as nobody:
         workflow.status(plots, "nobody")
     assert nobody.value.errno == errno.ENOENT
+
+
+def _make_tree(root, names, files):
+    """Makes the directories ``names`` nested under ``root`` and writes ``files`` (name -> bytes)
+    into the deepest, relative to open directories (a path past 4,096 bytes is past what one
+    system call takes)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for name in names:
+            if name not in os.listdir(fd):
+                os.mkdir(name, dir_fd=fd)
+            inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        for name, data in files.items():
+            out = os.open(name, os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd)
+            os.write(out, data)
+            os.close(out)  # published here
+    finally:
+        os.close(fd)
+    return os.path.join(str(root), *names)
+
+
+def test_paths_longer_than_path_max_come_back_whole(surge_mount):
+    # Directories (of 250 bytes, then one to make up the rest) whose path is 3,950 bytes: under
+    # the 4,096 the calls start with, its files' (243-byte names) over it; one more directory,
+    # whose own path is over it.
+    names = []
+    length = lambda: len(os.fsencode(os.path.join(str(surge_mount), *names)))  # noqa: E731
+    while length() + 251 <= 3950:
+        names.append(f"{len(names):02d}" + "d" * 248)
+    if length() < 3949:
+        names.append("f" * (3950 - length() - 1))
+    files = {"a" * 240 + ".h5": b"a", "b" * 240 + ".h5": b"bb"}
+    near = _make_tree(surge_mount, names, files)
+    deeper = _make_tree(surge_mount, names + ["e" * 250], {"c" * 240 + ".h5": b"ccc"})
+    assert len(os.fsencode(near)) + len("/x") < 4096 < len(os.fsencode(near)) + len("/") + 243
+    assert len(os.fsencode(deeper)) > 4096
+    expected = [os.path.join(near, n) for n in files]
+    deep = os.path.join(deeper, "c" * 240 + ".h5")
+
+    # A watch: neither skipped nor cut, in order, the one after a long path too.
+    seen = list(workflow.watch(near, pattern="*.h5", timeout=1))
+    assert [f.path for f in seen] == expected and [f.size for f in seen] == [1, 2]
+    assert [f.path for f in workflow.watch(deeper, timeout=1)] == [deep]
+
+    # A group: each long path claimed whole, in order; nothing is left claimed or lost.
+    taken = []
+    while (c := workflow.claim(near, "vis", pattern="*.h5", timeout=0.5)) is not None:
+        taken.append(c.path)
+        workflow.done(c.path, group="vis", token=c.token)
+    assert taken == expected
+    st = workflow.status(near, "vis")
+    assert (st.produced, st.done, st.claimed, st.backlog) == (2, 2, 0, 0)
+    c = workflow.claim(deeper, "vis", timeout=5)
+    assert c is not None and c.path == deep
+    workflow.done(c.path, token=c.token)
+    assert workflow.claim(deeper, "vis", timeout=0.2) is None
