@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use surge_client::{Client, ClientOptions};
 
 use crate::table::Table;
-use surge_directives::size::parse as parse_size;
+use surge_units::parse_size;
 
 use crate::output::{out, outln};
 

@@ -190,7 +190,7 @@ pub async fn dw_wlm_cli(a: DwWlmCli) -> Result<()> {
             let uid = a.uid.context("-u UID is needed")?;
             let (pool, size) =
                 a.pool_capacity.as_deref().context("-C POOL:BYTES is needed")?.split_once(':').context("-C takes POOL:BYTES")?;
-            let capacity = surge_directives::size::parse(size).map_err(anyhow::Error::msg)?;
+            let capacity = surge_units::parse_size(size).map_err(anyhow::Error::msg)?;
             if a.access.as_deref().is_some_and(|m| m != "striped") || a.kind.as_deref().is_some_and(|t| t != "scratch") {
                 bail!("create_persistent {name}: Surge's reservations are striped scratch");
             }

@@ -89,7 +89,7 @@ enum Command {
         /// Total capacity (split equally over the servers; each share must fit the free space
         /// of --root on its node), in bytes or with a unit: K, M, G, T (or KiB ...) are powers
         /// of 1024, KB, MB, GB, TB powers of 1000.
-        #[arg(long, value_parser = surge_directives::size::parse)]
+        #[arg(long, value_parser = surge_units::parse_size)]
         capacity: u64,
         /// Node-local directory under which each server keeps its data (made absolute here).
         #[arg(long)]
@@ -102,7 +102,7 @@ enum Command {
         #[arg(long, default_value = "striped", value_parser = ["striped", "private"])]
         mode: String,
         /// Stripe chunk size, 4K to 64M (units as for --capacity).
-        #[arg(long, default_value = "1M", value_parser = surge_directives::size::parse)]
+        #[arg(long, default_value = "1M", value_parser = surge_units::parse_size)]
         chunk_size: u64,
         /// Print the descriptor as JSON instead of a summary.
         #[arg(long)]

@@ -51,7 +51,7 @@ impl Table {
 
 /// Bytes as a short human figure with binary units: 1536 -> "1.5 KiB".
 pub fn human_bytes(bytes: u64) -> String {
-    surge_directives::size::format(bytes)
+    surge_units::format_size(bytes)
 }
 
 #[cfg(test)]

@@ -7,10 +7,9 @@
 //! a user can act on: what Slurm's submit hook shows when it refuses a job. It does no I/O.
 //!
 //! * [`script`]: finding the directives (anywhere in the script: a `#DW stage_out` may follow
-//!   the commands) and turning them into a [`JobRequest`];
-//! * [`size`]: sizes as users write them (`200GiB`, `1TB`, `512M`).
+//!   the commands) and turning them into a [`JobRequest`]; sizes (`capacity=200GiB`) follow
+//!   Surge's one rule, `surge_units`.
 
 pub mod script;
-pub mod size;
 
 pub use script::{parse_script, resolve_bb_path, AccessMode, Buffer, DirectiveError, JobDw, JobRequest, Persistent, Stage, StageKind};

@@ -17,8 +17,6 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::size;
-
 /// What a job asks of the burst buffer.
 #[derive(Debug, Default, Clone, PartialEq, Eq, Serialize)]
 pub struct JobRequest {
@@ -221,7 +219,7 @@ fn directive(rest: &str, line: usize, request: &mut JobRequest) -> Result<(), St
 }
 
 fn capacity(map: &BTreeMap<&str, &str>) -> Result<u64, String> {
-    let bytes = size::parse(required(map, "capacity")?).map_err(|e| format!("capacity: {e}"))?;
+    let bytes = surge_units::parse_size(required(map, "capacity")?).map_err(|e| format!("capacity: {e}"))?;
     if bytes == 0 {
         return Err("capacity=0: ask for some room".into());
     }

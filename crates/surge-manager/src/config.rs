@@ -115,7 +115,7 @@ fn size<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     }
     match Size::deserialize(d)? {
         Size::Bytes(bytes) => Ok(bytes),
-        Size::Text(text) => surge_directives::size::parse(&text).map_err(serde::de::Error::custom),
+        Size::Text(text) => surge_units::parse_size(&text).map_err(serde::de::Error::custom),
     }
 }
 

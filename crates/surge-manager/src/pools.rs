@@ -60,7 +60,7 @@ pub fn place_standing(pool: &PoolConfig, used: &HashMap<String, u64>, capacity: 
         return Err(format!(
             "pool '{}' has {available} free unit(s) of {}, the request needs {wanted}",
             pool.name,
-            surge_directives::size::format(pool.granularity)
+            surge_units::format_size(pool.granularity)
         ));
     }
     let mut given: HashMap<String, u64> = HashMap::new();
@@ -97,7 +97,7 @@ pub fn place_standing_mirrored(pool: &PoolConfig, used: &HashMap<String, u64>, c
         "pool '{}' keeps two copies on different nodes: no two of its nodes have room for {} unit(s) of {} each (share and mirror)",
         pool.name,
         2 * wanted.div_ceil(2),
-        surge_directives::size::format(pool.granularity)
+        surge_units::format_size(pool.granularity)
     ))
 }
 
@@ -125,9 +125,9 @@ pub fn place_on_demand(
         if share > free {
             return Err(format!(
                 "node {name} has {} free in pool '{}', its share of the buffer is {}",
-                surge_directives::size::format(free),
+                surge_units::format_size(free),
                 pool.name,
-                surge_directives::size::format(share)
+                surge_units::format_size(share)
             ));
         }
         placed.push((name.clone(), share));

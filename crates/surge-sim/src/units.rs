@@ -1,28 +1,13 @@
 //! Human-readable quantities in configuration files: sizes ("128 KiB", "669.41 MB"),
 //! rates ("25 GB/s", "2100 MiB/s") and durations ("45 us", "40 s").
 //!
-//! Decimal prefixes (kB, MB, GB, TB) are powers of 1000 and binary prefixes (KiB, MiB, GiB, TiB)
-//! powers of 1024, so a config can quote a vendor sheet or a paper exactly as printed. A bare
-//! number is taken as bytes, bytes/s or seconds.
+//! Sizes and rates follow Surge's one rule (`surge_units`, docs/units.md): `KiB`, `MiB` and a
+//! bare `K`, `M` are powers of 1024, `kB`, `MB` powers of 1000, so a config can quote a vendor
+//! sheet or a paper exactly as printed. A bare number is taken as bytes, bytes/s or seconds.
 
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use std::fmt;
-
-fn size_multiplier(unit: &str) -> Option<f64> {
-    Some(match unit {
-        "" | "B" => 1.0,
-        "kB" | "KB" | "k" | "K" => 1e3,
-        "MB" | "M" => 1e6,
-        "GB" | "G" => 1e9,
-        "TB" | "T" => 1e12,
-        "KiB" | "Ki" => 1024.0,
-        "MiB" | "Mi" => 1024.0 * 1024.0,
-        "GiB" | "Gi" => 1024.0 * 1024.0 * 1024.0,
-        "TiB" | "Ti" => 1024.0f64.powi(4),
-        _ => return None,
-    })
-}
 
 fn time_multiplier(unit: &str) -> Option<f64> {
     Some(match unit {
@@ -50,18 +35,12 @@ fn split_number(text: &str) -> Result<(f64, &str), String> {
 
 /// Parses a size such as "1 GiB" into bytes.
 pub fn parse_size(text: &str) -> Result<f64, String> {
-    let (value, unit) = split_number(text)?;
-    let mult =
-        size_multiplier(unit).ok_or_else(|| format!("unknown size unit '{unit}' in '{text}' (use B, kB, MB, GB, KiB, MiB, GiB ...)"))?;
-    Ok(value * mult)
+    surge_units::parse_size(text).map(|bytes| bytes as f64)
 }
 
 /// Parses a rate such as "25 GB/s" into bytes per second.
 pub fn parse_rate(text: &str) -> Result<f64, String> {
-    let (value, unit) = split_number(text)?;
-    let unit = unit.strip_suffix("/s").ok_or_else(|| format!("rate '{text}' must end in /s, e.g. '25 GB/s'"))?;
-    let mult = size_multiplier(unit.trim()).ok_or_else(|| format!("unknown unit '{unit}' in rate '{text}'"))?;
-    Ok(value * mult)
+    surge_units::parse_rate(text).map(|rate| rate as f64)
 }
 
 /// Parses a duration such as "45 us" into seconds.
@@ -140,7 +119,8 @@ mod tests {
 
     #[test]
     fn rejects_bad_quantities() {
-        assert!(parse_size("12 furlongs").unwrap_err().contains("unknown size unit"));
+        assert!(parse_size("12 furlongs").unwrap_err().contains("bad size unit"));
+        assert_eq!(parse_size("1G").unwrap(), 1073741824.0, "one rule: a bare G is binary");
         assert!(parse_rate("25 GB").unwrap_err().contains("/s"));
         assert!(parse_time("fast").is_err());
         assert!(parse_size("-3 MB").is_err());
