@@ -165,8 +165,8 @@ impl Testbed {
         self.restart_manager_crashing_at(None);
     }
 
-    /// Kills the manager (-9) and starts it again; with a crash point, that one kills itself
-    /// when it gets there (`SURGE_MANAGER_CRASH_AT`).
+    /// Kills the manager (-9) and starts it again; with a crash point, the one started is
+    /// `surge-manager-crashing`, which kills itself when it gets there.
     fn restart_manager_crashing_at(&self, crash_point: Option<&str>) {
         let pid_file = self.dir.join("run/surge-manager.pid");
         let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
@@ -177,11 +177,12 @@ impl Testbed {
             let _ = earlier.wait();
         }
         self.wait_until("manager gone", Duration::from_secs(10), || !alive(pid));
-        let manager = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/surge-manager");
+        let binary = if crash_point.is_some() { "surge-manager-crashing" } else { "surge-manager" };
+        let manager = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release").join(binary);
         let log = std::fs::OpenOptions::new().append(true).open(self.dir.join("log/manager.log")).unwrap();
         let mut command = self.command(manager.to_str().unwrap());
         if let Some(point) = crash_point {
-            command.env("SURGE_MANAGER_CRASH_AT", point);
+            command.args(["--crash-at", point]);
         }
         let child = command
             .arg("--config")

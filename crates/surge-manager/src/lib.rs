@@ -19,3 +19,34 @@ pub mod manager;
 pub mod pools;
 pub mod service;
 pub mod store;
+
+use anyhow::Result;
+use config::Config;
+use manager::{Manager, StepObserver};
+
+/// The daemon's life: opens the state, binds the socket, reconciles with what runs, serves
+/// until SIGINT or SIGTERM. `steps` observes the manager's steps (tests of recovery; the
+/// daemon passes none).
+pub fn run(config: Config, steps: Option<StepObserver>) -> Result<()> {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?.block_on(async move {
+        let socket = config.socket.clone();
+        let manager = Manager::open_with_steps(config, steps)?;
+        let listener = service::bind(&socket)?;
+        manager.reconcile().await?;
+        manager.sweep_forgotten_jobs();
+        tracing::info!(socket = %socket.display(), "manager ready");
+        service::serve(manager, listener, surge_control::host::stop_signal()).await?;
+        let _ = std::fs::remove_file(&socket);
+        tracing::info!("manager stopped");
+        Ok(())
+    })
+}
+
+/// Logs to stderr, filtered by `SURGE_LOG` (default `info`).
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("SURGE_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+}

@@ -48,6 +48,8 @@ pub struct Manager {
     placement: tokio::sync::Mutex<()>,
     /// (job, direction) whose stages a task is driving.
     driving: Mutex<HashSet<(u64, Direction)>>,
+    /// Told of each step passed (tests of recovery); none in the daemon.
+    steps: Option<StepObserver>,
 }
 
 /// The instance's secret, as its record keeps it.
@@ -108,18 +110,31 @@ struct Owner {
 }
 
 /// Requests only the workload manager and the nodes (root) may make.
-/// Fault injection for the tests of recovery: `SURGE_MANAGER_CRASH_AT=<point>` kills the
-/// manager (SIGKILL, as `kill -9` would) when it reaches that point, so that a restart from
-/// exactly there can be checked. The points: `setup-servers-started` (a job's servers run,
-/// the manager has not recorded where), `teardown-instances-stopped` (a job's servers are
-/// stopped and their records gone, the job's record not yet).
-fn crash_point(point: &str) {
-    if std::env::var("SURGE_MANAGER_CRASH_AT").is_ok_and(|wanted| wanted == point) {
-        tracing::error!(point, "SURGE_MANAGER_CRASH_AT: killed here");
-        // SAFETY: kill(2) of this very process.
-        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+/// The points of a manager's work where a crash leaves the most to recover, named so that a
+/// test can stop a manager at exactly one of them ([`Manager::open_with_steps`]) and check a
+/// restart from there. The shipped daemon passes no observer; nothing here reads the
+/// environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// A job's servers run; the manager has not recorded where.
+    SetupServersStarted,
+    /// A job's servers are stopped and their records gone; the job's record not yet.
+    TeardownInstancesStopped,
+}
+
+impl Step {
+    pub const ALL: [Step; 2] = [Step::SetupServersStarted, Step::TeardownInstancesStopped];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::SetupServersStarted => "setup-servers-started",
+            Step::TeardownInstancesStopped => "teardown-instances-stopped",
+        }
     }
 }
+
+/// Told of each [`Step`] as the manager passes it.
+pub type StepObserver = Box<dyn Fn(Step) + Send + Sync>;
 
 /// When a job's directives are checked: at submission everything they name must exist;
 /// at setup (which may be an attempt again) what they destroy may be gone already.
@@ -135,6 +150,11 @@ fn is_privileged(request: &Request) -> bool {
 
 impl Manager {
     pub fn open(config: Config) -> Result<Arc<Manager>> {
+        Self::open_with_steps(config, None)
+    }
+
+    /// [`Manager::open`], with an observer told of each [`Step`] as it is passed.
+    pub fn open_with_steps(config: Config, steps: Option<StepObserver>) -> Result<Arc<Manager>> {
         let key = surge_control::wire::read_key(&config.key_file).with_context(|| format!("cluster key {}", config.key_file.display()))?;
         std::fs::create_dir_all(&config.state_dir).with_context(|| format!("create {}", config.state_dir.display()))?;
         std::fs::set_permissions(&config.state_dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
@@ -146,7 +166,14 @@ impl Manager {
             changed: tokio::sync::Notify::new(),
             placement: tokio::sync::Mutex::new(()),
             driving: Mutex::new(HashSet::new()),
+            steps,
         }))
+    }
+
+    fn passed(&self, step: Step) {
+        if let Some(observer) = &self.steps {
+            observer(step);
+        }
     }
 
     fn store(&self) -> std::sync::MutexGuard<'_, Store> {
@@ -363,7 +390,7 @@ impl Manager {
     /// nodes (both copies, whole units), can never be placed in `pool`, if it cannot.
     fn fits_pool(&self, pool: &PoolConfig, capacity: u64, held: u64, what: &str) -> Option<String> {
         let total = pool.quantity() * pool.granularity;
-        let format = surge_directives::size::format;
+        let format = surge_units::format_size;
         (held > total).then(|| {
             if held > pools::charged(capacity, pool.granularity) {
                 format!(
@@ -638,7 +665,7 @@ impl Manager {
             self.store().set_instance_state(name, "failed")?;
             return Err(e.context(format!("start instance {name}")));
         }
-        crash_point("setup-servers-started");
+        self.passed(Step::SetupServersStarted);
         {
             let store = self.store();
             for (server, s) in &running {
@@ -1060,7 +1087,7 @@ impl Manager {
         for instance in listed {
             self.stop_instance(&instance.name).await?;
         }
-        crash_point("teardown-instances-stopped");
+        self.passed(Step::TeardownInstancesStopped);
         self.store().transaction(|tx| store::delete_job(tx, job))?;
         self.changed.notify_waiters();
         tracing::info!(job, hurry, "job torn down");
