@@ -124,15 +124,18 @@ async fn write_behind_and_read_ahead_keep_bytes_and_report_errors() {
     // Past capacity with write-behind: the failure surfaces by close at the latest.
     let f = c.create("/too-big", 0o644).await.unwrap();
     f.set_write_behind(4 << 20).await.unwrap();
-    let mut failed = false;
+    let mut failed = None;
     for i in 0..64u64 {
-        if f.pwrite(i << 20, &vec![1u8; 1 << 20]).await.is_err() {
-            failed = true;
+        if let Err(e) = f.pwrite(i << 20, &vec![1u8; 1 << 20]).await {
+            failed = Some(e);
             break;
         }
     }
     let closed = f.close().await;
-    assert!(failed || closed.as_ref().is_err_and(|e| e.errno() == libc::ENOSPC), "64 MiB into 24 MiB reported no ENOSPC: {closed:?}");
+    match failed {
+        Some(e) => assert_eq!(e.errno(), libc::ENOSPC, "a write past capacity failed otherwise: {e}"),
+        None => assert!(closed.as_ref().is_err_and(|e| e.errno() == libc::ENOSPC), "64 MiB into 24 MiB reported no ENOSPC: {closed:?}"),
+    }
     let f = c.open("/stream", false).await.unwrap();
     assert!(f.pread(0, 4 << 20).await.unwrap() == data, "earlier file damaged");
     f.close().await.unwrap();

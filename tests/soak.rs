@@ -15,10 +15,16 @@ fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
-/// Resident memory of a process, in KiB.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+/// Resident memory of a process, in KiB. A process that is gone (or a status without the
+/// line) fails the test: a dead server must not read as a flat memory curve.
+fn rss_kib(name: &str, pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("{name} (pid {pid}) is gone mid-soak: /proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{name} (pid {pid}): no VmRSS in its status (a zombie?):\n{status}"))
 }
 
 /// The pid of the surge-fuse process serving `dir`.
@@ -76,8 +82,8 @@ fn soak_small_files_and_streams_without_error_or_leak() {
     let limit = Duration::from_secs(secs * 4 + 600);
     let mut outcomes = Vec::new();
     while outcomes.len() < clients.len() {
-        for (sample, (_, pid)) in samples.iter_mut().zip(&watched) {
-            sample.push(rss_kib(*pid));
+        for (sample, (name, pid)) in samples.iter_mut().zip(&watched) {
+            sample.push(rss_kib(name, *pid));
         }
         for (name, child) in clients.iter_mut() {
             if !outcomes.iter().any(|(n, _)| n == name) && child.try_wait().unwrap().is_some() {
@@ -101,6 +107,7 @@ fn soak_small_files_and_streams_without_error_or_leak() {
         "soak: {elapsed:.0} s, {library_ops} library + {mount_ops} mount small-file operations, {stream_rounds} stream rounds of {stream_mib} MiB, 0 errors\n"
     );
     for ((name, _), sample) in watched.iter().zip(&samples) {
+        assert!(sample.len() >= 8, "{name}: {} memory samples, too few to see a trend", sample.len());
         let grew = growth(sample);
         report.push_str(&format!(
             "  {name}: RSS {} -> {} MiB (peak {} MiB), last quarter vs second {:+} MiB\n",

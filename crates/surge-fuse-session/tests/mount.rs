@@ -218,6 +218,11 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Fails the test, saying why, when it cannot run: these tests mount for real.
+fn require_root(why: &str) {
+    assert!(is_root(), "this test needs root ({why}): run the suite as root (`sudo make test`)");
+}
+
 fn uring_offered() -> bool {
     std::fs::read_to_string("/sys/module/fuse/parameters/enable_uring").is_ok_and(|v| v.trim() == "Y")
 }
@@ -280,10 +285,7 @@ fn exercise(dir: &Path) {
 
 #[test]
 fn serves_over_dev_fuse() {
-    if !is_root() {
-        eprintln!("needs root (mount(2)); not run");
-        return;
-    }
+    require_root("mount(2)");
     let (dir, counters, serving) = mounted(Transport { io_uring: false, ..Default::default() });
     exercise(&dir);
     unmount(&dir, serving);
@@ -295,10 +297,7 @@ fn serves_over_dev_fuse() {
 
 #[test]
 fn serves_over_io_uring() {
-    if !is_root() {
-        eprintln!("needs root (mount(2)); not run");
-        return;
-    }
+    require_root("mount(2)");
     let (dir, counters, serving) = mounted(Transport { io_uring: true, ..Default::default() });
     exercise(&dir);
     unmount(&dir, serving);
@@ -321,10 +320,7 @@ fn assert_requests_came_through_rings(via_ring: u64, via_dev: u64) {
 /// poll(2) loop on one thread, as an event loop would.
 #[test]
 fn serves_over_io_uring_driven_by_an_event_loop() {
-    if !is_root() {
-        eprintln!("needs root (mount(2)); not run");
-        return;
-    }
+    require_root("mount(2)");
     let dir = std::env::temp_dir().join(format!("surge-fuse-session-{}-driven", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let counters = Arc::new(Counters::default());
@@ -387,10 +383,7 @@ fn mounts_without_privilege_through_fusermount3() {
         assert!(counters.on_dev.load(Ordering::Relaxed) > 1000);
         return;
     }
-    if !is_root() {
-        eprintln!("needs root (to become another user); not run");
-        return;
-    }
+    require_root("to become another user");
     // fusermount3 opens /dev/fuse as the calling user: most distributions ship it 0666; where
     // it is root's alone (as on some build machines) it is opened up for the test's span.
     struct Restore(u32);

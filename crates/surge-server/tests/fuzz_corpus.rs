@@ -26,9 +26,12 @@ impl Rng {
     }
 }
 
-/// Runs `target` on every input kept under `fuzz/regressions/<target>/`.
+/// Runs `target` on every input kept under `fuzz/regressions/<target>/`: at least one, so
+/// that a folder moved or emptied fails here instead of replaying nothing.
 fn replay_regressions(target: &str, run: fn(&[u8])) {
-    for (path, bytes) in regressions(target) {
+    let found = regressions(target);
+    assert!(!found.is_empty(), "no regression inputs for {target} under fuzz/regressions/{target}/");
+    for (path, bytes) in found {
         eprintln!("replaying {}", path.display());
         run(&bytes);
     }
@@ -59,13 +62,14 @@ fn requests_regressions_replay() {
     replay_regressions("requests", surge_fuzz::requests::run);
 }
 
-/// `SURGE_FUZZ_REPLAY=path`: runs the `requests` target on that one input (with
-/// `SURGE_FUZZ_TRACE=1`, to read what it does).
+/// A tool for a fuzzing session, not part of the suite: runs the `requests` target on the one
+/// input `SURGE_FUZZ_REPLAY` names (with `SURGE_FUZZ_TRACE=1`, to read what it does):
+/// `SURGE_FUZZ_REPLAY=path cargo test --release -p surge-server --test fuzz_corpus replay_one -- --ignored`.
 #[test]
+#[ignore = "by hand: SURGE_FUZZ_REPLAY=<input> ... -- --ignored"]
 fn replay_one() {
-    if let Some(path) = std::env::var_os("SURGE_FUZZ_REPLAY") {
-        surge_fuzz::requests::run(&std::fs::read(path).expect("the input to replay"));
-    }
+    let path = std::env::var_os("SURGE_FUZZ_REPLAY").expect("SURGE_FUZZ_REPLAY names the input to replay");
+    surge_fuzz::requests::run(&std::fs::read(path).expect("the input to replay"));
 }
 
 /// Random bytes, and real frames with a few bytes changed (random bytes alone seldom get past
