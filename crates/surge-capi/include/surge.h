@@ -67,7 +67,8 @@ int surge_terminate_list_stage(const char *bb_dir);
  *   while (surge_next_failed_stage(f, path, sizeof path) == 1) ...;
  *   surge_close_failed_stage(f);
  * surge_open_failed_stage returns NULL (and sets errno) on error; surge_next_failed_stage returns
- * 1 with a path, 0 at the end, -ERANGE if the path does not fit (it is skipped). */
+ * 1 with a path, 0 at the end, -ERANGE if the path does not fit (it is kept: call again with
+ * a bigger buffer). */
 typedef struct surge_failed_stages surge_failed_stages;
 surge_failed_stages *surge_open_failed_stage(const char *bb_dir);
 int surge_next_failed_stage(surge_failed_stages *failed, char *path, size_t size);

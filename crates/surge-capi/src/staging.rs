@@ -127,7 +127,7 @@ stage_calls! {
 
 /// The failed-stage iterator of `surge_open_failed_stage`.
 pub struct FailedStages {
-    paths: std::vec::IntoIter<CString>,
+    paths: std::iter::Peekable<std::vec::IntoIter<CString>>,
 }
 
 /// # Safety
@@ -166,7 +166,7 @@ pub unsafe extern "C" fn surge_open_failed_stage(bb_dir: *const c_char) -> *mut 
         return std::ptr::null_mut();
     }
     let paths: Vec<CString> = found.into_iter().filter_map(|p| CString::new(p).ok()).collect();
-    Box::into_raw(Box::new(FailedStages { paths: paths.into_iter() }))
+    Box::into_raw(Box::new(FailedStages { paths: paths.into_iter().peekable() }))
 }
 
 /// # Safety
@@ -178,13 +178,15 @@ pub unsafe extern "C" fn surge_next_failed_stage(failed: *mut FailedStages, path
     }
     // SAFETY: not NULL (checked above), from surge_open_failed_stage and not yet closed.
     let iter = unsafe { &mut *failed };
-    let Some(next) = iter.paths.next() else { return 0 };
+    let Some(next) = iter.paths.peek() else { return 0 };
     let bytes = next.as_bytes_with_nul();
     if bytes.len() > size {
+        // Kept for the next call: a caller with a bigger buffer still gets it.
         return -libc::ERANGE;
     }
     // SAFETY: the caller guarantees `size` writable bytes at `path`.
     unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr().cast::<c_char>(), path, bytes.len()) };
+    iter.paths.next();
     1
 }
 

@@ -128,7 +128,10 @@ int main(int argc, char **argv) {
     surge_failed_stages *f = surge_open_failed_stage(dir);
     CHECK(f != NULL, "open failed stages");
     char path[4096];
+    char tiny[4];
     int listed = 0;
+    /* A path that does not fit is refused and kept: the bigger buffer below still gets it. */
+    CHECK(f && surge_next_failed_stage(f, tiny, sizeof tiny) == -ERANGE, "a short buffer");
     while (f && surge_next_failed_stage(f, path, sizeof path) == 1) {
         printf("failed stage: %s\n", path);
         listed += strcmp(path, bb) == 0;
