@@ -258,16 +258,14 @@ fn a_writer_held_at_the_high_water_mark_resumes_when_room_frees_and_fails_after_
     assert!(!writer.is_finished(), "the writer should be held at the high-water mark");
     let status = text(&inst.surge(&["status", "pressure"]));
     assert!(status.contains("writers wait"), "`surge status` shows the servers holding writers: {status}");
-    // A consumer's output, outside any drained directory, is written while there is room.
-    let frame = Instant::now();
+    // A consumer's output, outside any drained directory, is written while there is room: a
+    // held write would end in ENOSPC after the 3 s limit, and fail here.
     std::fs::write(m.path("frames/f1"), surge_tests::pattern(4, 2 << 20)).expect("not held");
-    assert!(frame.elapsed() < Duration::from_secs(1), "a write outside a drained directory is not held: {:?}", frame.elapsed());
     assert!(!writer.is_finished(), "the drained directory's writer is still held");
-    let freed = Instant::now();
     std::fs::remove_file(m.path("run/old")).unwrap();
+    // Not woken by the room freed, it would fail with ENOSPC at the limit instead.
     let waited = writer.join().unwrap().expect("the held write goes on, without an error");
     assert!(waited >= Duration::from_millis(1400), "it waited: {waited:?}");
-    assert!(freed.elapsed() < Duration::from_secs(2), "it went on once room was freed: {:?}", freed.elapsed());
     assert!(std::fs::read(m.path("run/new")).unwrap() == expected, "the held writes landed whole");
     assert!(std::fs::read(m.path("frames/f1")).unwrap() == surge_tests::pattern(4, 2 << 20), "the unheld write landed whole");
 
