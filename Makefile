@@ -2,7 +2,7 @@
 # (both are what README.md and .ci/run call).
 CARGO ?= cargo
 
-.PHONY: demo test build venv test-rust test-python bench lint install fuzz
+.PHONY: demo test build venv test-rust test-python test-fuse bench lint install fuzz
 
 build:
 	$(CARGO) build --release --workspace
@@ -30,16 +30,22 @@ venv:
 demo: build venv
 	.venv/bin/python examples/in-transit/run.py --out in-transit-results
 
-# The mount tests run twice: over FUSE-over-io_uring where the kernel offers it (the mount's
-# default; .ci/run turns the fuse module's enable_uring on), then over /dev/fuse.
+# The whole suite, its parts side by side (scripts/run-tests.py: every test executable of the
+# workspace and the Python tests; logs in target/test-logs/). The mounts of the suite take
+# FUSE over io_uring or /dev/fuse, half each (tests/harness.rs, `fuse_transport_of`;
+# .ci/run turns the fuse module's enable_uring on); `SURGE_FUSE_IO_URING=0 make test-fuse`
+# runs every mount test over /dev/fuse.
+test: venv build
+	./scripts/run-tests.py
+
 test-rust: build
-	$(CARGO) test --release --workspace
-	SURGE_FUSE_IO_URING=0 $(CARGO) test --release --workspace --test fuse
+	./scripts/run-tests.py --only surge-
 
 test-python: venv build
 	.venv/bin/python -m pytest -q python/tests
 
-test: test-rust test-python
+test-fuse: build
+	./scripts/run-tests.py --only surge-tests:fuse
 
 # Formatting, clippy with every warning an error (unsafe blocks need a SAFETY comment), and the
 # crate layering of docs/architecture.md. CI runs it before the tests.

@@ -231,6 +231,18 @@ impl Instance {
         std::fs::read_to_string(self.home.join("instances").join(format!("{}.fuse.log", self.name))).unwrap_or_default()
     }
 
+    /// What the instance's servers have logged so far, all of them one after the other.
+    pub fn server_logs(&self) -> String {
+        let descriptor = self.descriptor();
+        let servers = descriptor["servers"].as_array().expect("the descriptor lists servers");
+        servers
+            .iter()
+            .map(|s| {
+                std::fs::read_to_string(Path::new(s["root"].as_str().expect("a server's root")).join("server.log")).unwrap_or_default()
+            })
+            .collect()
+    }
+
     /// Where `surge up` wrote the instance's descriptor.
     pub fn descriptor_path(&self) -> PathBuf {
         self.home.join("instances").join(format!("{}.json", self.name))
@@ -257,6 +269,18 @@ impl Instance {
     }
 }
 
+/// Whether the mount `label` of instance `instance` takes its requests over io_uring (true) or
+/// /dev/fuse, so that one run of the suite covers both transports: half of the instances
+/// (by a hash of their name) start with io_uring, and the mount labelled `b` (a two-node
+/// test's second node) takes the other transport than its instance's others. Where the kernel
+/// does not offer FUSE over io_uring, the mount falls back to /dev/fuse by itself.
+/// `SURGE_FUSE_IO_URING=0` (or `1`) in the test's environment puts every mount on one.
+pub fn fuse_transport_of(instance: &str, label: &str) -> bool {
+    // FNV-1a: stable across runs and Rust versions, so a failure reproduces on its transport.
+    let hash = instance.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3));
+    (hash & 1 == 0) != (label == "b")
+}
+
 /// A FUSE mount of an instance; unmounted when dropped.
 pub struct Mount<'a> {
     instance: &'a Instance,
@@ -270,11 +294,15 @@ impl Instance {
     }
 
     /// [`Instance::mount`] with these environment variables for the mount process (e.g.
-    /// `SURGE_TIMEOUT_SECS`).
+    /// `SURGE_TIMEOUT_SECS`). Unless they or the test's own environment set
+    /// `SURGE_FUSE_IO_URING`, the mount takes the transport [`fuse_transport_of`] picks.
     pub fn mount_with(&self, label: &str, node: &str, env: &[(&str, &str)]) -> Mount<'_> {
         let dir = std::env::temp_dir().join(format!("surge-test-mnt-{}-{label}-{}", self.name, std::process::id()));
+        let chosen = env.iter().any(|(k, _)| *k == "SURGE_FUSE_IO_URING") || std::env::var_os("SURGE_FUSE_IO_URING").is_some();
+        let transport = (!chosen).then(|| ("SURGE_FUSE_IO_URING", if fuse_transport_of(&self.name, label) { "1" } else { "0" }));
         let out = self
             .on_node(Command::new(binary("surge")), node)
+            .envs(transport)
             .envs(env.iter().copied())
             .args(["mount", &self.name, dir.to_str().unwrap(), "--node", node])
             .output()

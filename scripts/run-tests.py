@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Runs Surge's whole test suite with its parts side by side: `make test` calls it.
+
+The suite is a few dozen test executables (one per crate's unit tests and per file under
+tests/) and the Python tests. Most of their time is waiting (servers starting, timeouts
+running out, Slurm daemons), so they run several at a time: the longest first (as the last
+run measured them), each executable with a few test threads. Each part's output goes to
+target/test-logs/<part>.log; a failing part's log is printed in full, and the run fails.
+At the end a table gives each part's time, slowest first (kept in target/test-times.json
+for the next run's order).
+
+Every test executable is found from cargo's own build output, so a new test file needs no
+change here. `--only NAME` (repeatable) runs just the parts whose names contain NAME.
+
+Usage: scripts/run-tests.py [--jobs N] [--test-threads N] [--only NAME] [--list]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = ROOT / "target" / "test-logs"
+TIMES = ROOT / "target" / "test-times.json"
+
+
+def rust_parts():
+    """(name, argv) of every test executable of the workspace, built (release) if needed."""
+    build = subprocess.run(
+        ["cargo", "test", "--release", "--workspace", "--no-run", "--message-format=json-render-diagnostics"],
+        cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    if build.returncode != 0:
+        sys.exit("run-tests: building the tests failed (see above)")
+    parts = []
+    for line in build.stdout.splitlines():
+        try:
+            message = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if message.get("reason") != "compiler-artifact" or not message.get("executable"):
+            continue
+        if not message.get("profile", {}).get("test"):
+            continue
+        target = message["target"]
+        package = message["package_id"].split("#")[0].rsplit("/", 1)[-1].split("@")[0]
+        kind = "lib" if target["kind"] in (["lib"], ["rlib"], ["cdylib"], ["cdylib", "rlib"]) else target["kind"][0]
+        name = f"{package}:{target['name']}" if kind == "test" else f"{package}:{kind}:{target['name']}"
+        parts.append((name, [message["executable"]]))
+    return parts
+
+
+def python_part():
+    return ("python", [str(ROOT / ".venv" / "bin" / "python"), "-m", "pytest", "-q", "--durations=20",
+                       str(ROOT / "python" / "tests")])
+
+
+def run_part(name, argv, test_threads):
+    log = LOGS / (name.replace(":", "-").replace("/", "-") + ".log")
+    if name != "python":
+        argv = argv + [f"--test-threads={test_threads}"]
+    started = time.monotonic()
+    with open(log, "w") as out:
+        code = subprocess.run(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+    return name, code, time.monotonic() - started, log
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=int(os.environ.get("SURGE_TEST_JOBS", "3")),
+                        help="parts run at once (default 3, or SURGE_TEST_JOBS)")
+    parser.add_argument("--test-threads", type=int, default=int(os.environ.get("SURGE_TEST_THREADS", "3")),
+                        help="test threads of each Rust executable (default 3, or SURGE_TEST_THREADS)")
+    parser.add_argument("--only", action="append", default=[], help="run only the parts whose names contain this")
+    parser.add_argument("--list", action="store_true", help="list the parts and stop")
+    args = parser.parse_args()
+
+    parts = rust_parts() + [python_part()]
+    if args.only:
+        parts = [p for p in parts if any(o in p[0] for o in args.only)]
+        if not parts:
+            sys.exit(f"run-tests: no part matches {args.only}")
+    previous = json.loads(TIMES.read_text()) if TIMES.exists() else {}
+    # Longest first, so that the last to finish is a short one; unknown parts count as long.
+    parts.sort(key=lambda p: -previous.get(p[0], 1e9))
+    if args.list:
+        for name, argv in parts:
+            print(f"{name}\t{' '.join(argv)}")
+        return 0
+    LOGS.mkdir(parents=True, exist_ok=True)
+
+    started = time.monotonic()
+    results = []
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        running = [pool.submit(run_part, name, argv, args.test_threads) for name, argv in parts]
+        for done in as_completed(running):
+            name, code, seconds, log = done.result()
+            results.append((name, code, seconds, log))
+            verdict = "ok" if code == 0 else f"FAILED (exit {code})"
+            print(f"[{time.monotonic() - started:6.0f} s] {name}: {verdict} in {seconds:.1f} s", flush=True)
+            if code != 0:
+                print(f"---- {log} ----\n{log.read_text()}---- end of {name} ----", flush=True)
+
+    previous.update({name: round(seconds, 1) for name, _, seconds, _ in results})
+    TIMES.write_text(json.dumps(previous, indent=1, sort_keys=True) + "\n")
+    print(f"\n{'part':<50} {'seconds':>8}  result")
+    for name, code, seconds, _ in sorted(results, key=lambda r: -r[2]):
+        print(f"{name:<50} {seconds:8.1f}  {'ok' if code == 0 else 'FAILED'}")
+    failed = [name for name, code, _, _ in results if code != 0]
+    print(f"\n{len(results) - len(failed)} of {len(results)} parts passed in {time.monotonic() - started:.0f} s"
+          f" ({args.jobs} at a time, {args.test_threads} test threads each)")
+    if failed:
+        print("failed: " + ", ".join(failed))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
