@@ -15,9 +15,15 @@ with one visualization consumer kappa times slower than the simulation (`--kappa
      what the run writes; the drain manager (`surge drain`) staging checkpoints out and keeping
      the newest one, so that the simulation makes no staging call.
 
-It samples buffer use, backlog, consumers and kappa over time, prints a table, checks the
-outcome (v2: no plot file unprocessed, buffer use under its capacity, every checkpoint on the
-PFS, no staging call) and writes `coupled.txt`, `coupled.json` and `coupled.png` into `--out`.
+It samples buffer use, backlog, consumers and kappa over time, prints a table and writes
+`coupled.txt`, `coupled.json` and `coupled.png` into `--out`. It checks only what holds
+whatever the machine's speed (`add_checks`): v1 renders no plot file twice and its group's
+counts match its frames; v2 renders every published plot file exactly once, its group
+acknowledges them all, its buffer stays under a capacity the run writes 5x over, every
+checkpoint reaches the PFS whole (the size written, the same bytes as v1's) without a staging
+call in the simulation. How many plot files v1 leaves unprocessed, how many consumers v2
+grows to and kappa depend on how fast this shared machine runs at the moment: they are
+measurements (`measurements` in `coupled.json`, and the summary), not checks.
 
 The visualization's slowness is a stand-in: each frame is rendered for real, then the
 consumer waits until kappa times the simulation's step time has passed (measured before the
@@ -42,6 +48,7 @@ from pathlib import Path
 import conventions as cv
 import run as v1
 import simulation
+import stageio
 from throttled_pfs import MIB, PFSSetupError, ThrottledPFS
 
 MAX_CONSUMERS = 4
@@ -149,24 +156,44 @@ def one_run(label: str, bb: v1.SurgeInstance, pfs_dir: Path, restart: Path, out:
         if c.wait(timeout=600) != 0:
             raise v1.WorkflowError(f"{label}: a consumer failed (see {logs})")
     workflow_s = time.perf_counter() - t0
+    timings = json.loads((out / f"{label}-simulation.json").read_text())
     if coupled:
         bb.cli("drain", str(chk_dir), "--wait", "--timeout", "300")
+    else:
+        # The job's end: v1's simulation started each checkpoint's stage-out; they all land.
+        for name in timings["checkpoints"]:
+            stageio.wait(chk_dir / name)
     sampler.stop.set()
     sampler.join()
+    # The group's counts once every consumer is gone (nothing can change them any more).
+    groups = json.loads(bb.cli("queue", "status", str(plot_dir), "--json"))
+    vis = next((g for g in groups if g["group"] == "vis"), {})
+    group = {k: vis.get(k) for k in ("produced", "done", "claimed", "backlog", "expired")}
 
-    timings = json.loads((out / f"{label}-simulation.json").read_text())
     written = sum(s["plot_bytes"] + s["checkpoint_bytes"] for s in timings["steps"])
-    plots = sum(1 for s in timings["steps"] if s["plot_bytes"])
-    rendered = len(cv.numbered(frames, cv.FRAME_RE))
+    plot_steps = [s["step"] for s in timings["steps"] if s["plot_bytes"]]
+    # Every frame a consumer rendered (and acknowledged), from each consumer's own record:
+    # a plot file rendered twice shows here twice.
+    rendered_steps = sorted(f["step"] for n in range(len(consumers))
+                            for f in json.loads((out / f"{label}-visualize-{n}.json").read_text())["frames"])
+    frames_out = len(cv.numbered(frames, cv.FRAME_RE))
     kappas = [s["kappa"] for s in sampler.samples if s["kappa"]]
+    on_pfs = sorted(p.name for p in pfs_dir.iterdir()) if pfs_dir.exists() else []
     return {
         "label": label, "coupled": coupled, "simulation_s": sim_s, "workflow_s": workflow_s,
-        "plot_files": plots, "rendered": rendered, "unprocessed": plots - rendered,
+        "plot_files": len(plot_steps), "rendered": frames_out, "unprocessed": len(plot_steps) - frames_out,
+        "plot_steps": plot_steps, "rendered_steps": rendered_steps, "group": group,
         "consumers": len(consumers), "written": written, "capacity": bb.capacity,
         "peak_used": max(s["used"] for s in sampler.samples), "peak_backlog": max(s["backlog"] for s in sampler.samples),
         "kappa": statistics.median(kappas) if kappas else None,
         "stage_calls": sum(1 for s in timings["steps"] if s["stage_call_s"] > 0),
-        "checkpoints": timings["checkpoints"], "on_pfs": sorted(p.name for p in pfs_dir.iterdir()) if pfs_dir.exists() else [],
+        "checkpoints": timings["checkpoints"], "on_pfs": on_pfs,
+        # What the simulation wrote of each checkpoint, and what reached the PFS (read back
+        # while the PFS is there): whole copies have the same size and, across v1 and v2
+        # (same physics, same restart), the same bytes.
+        "checkpoint_bytes": {cv.checkpoint_name(s["step"]): s["checkpoint_bytes"] for s in timings["steps"] if s["checkpoint_bytes"]},
+        "pfs_bytes": {n: (pfs_dir / n).stat().st_size for n in on_pfs},
+        "pfs_sha256": {n: v1.sha256(pfs_dir / n) for n in on_pfs},
         "samples": sampler.samples,
     }
 
@@ -228,6 +255,73 @@ def figure(runs: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def add_checks(checks: v1.Checks, first: dict, second: dict) -> None:
+    """What the two runs must show whatever this machine's speed: counts, sizes and bytes, never
+    a time, a rate or a ratio of them. (How many plot files v1's lone consumer left, how many
+    consumers v2 grew to, kappa: `measurements`.)"""
+    def counts(r: dict) -> str:
+        g = r["group"]
+        return f"produced {g['produced']}, done {g['done']}, claimed {g['claimed']}, waiting {g['backlog']}"
+
+    steps = first["rendered_steps"]
+    checks.add("v1: one consumer, never more", first["consumers"] == 1, f"{first['consumers']}")
+    checks.add("v1: no plot file rendered twice, none that was not published",
+               len(set(steps)) == len(steps) == first["rendered"] and set(steps) <= set(first["plot_steps"]),
+               f"{len(steps)} frames of {first['plot_files']} plot files")
+    g = first["group"]
+    # (No group at all: the consumer stopped before its first claim, and rendered nothing.)
+    checks.add("v1: the group's counts match what its consumer did (every plot file produced, done = rendered, none held)",
+               (g["produced"] is None and first["rendered"] == 0)
+               or (g["produced"] == first["plot_files"] and g["done"] == first["rendered"] and g["claimed"] == 0
+                   and g["backlog"] == first["plot_files"] - first["rendered"]), counts(first))
+    checks.add("v1: every checkpoint staged out by the simulation, under its final name",
+               first["on_pfs"] == sorted(first["checkpoints"]), f"{len(first['on_pfs'])} of {len(first['checkpoints'])}")
+    checks.add("v2: every published plot file rendered exactly once",
+               second["rendered_steps"] == sorted(second["plot_steps"]) and second["rendered"] == second["plot_files"],
+               f"{len(second['rendered_steps'])} frames rendered ({len(set(second['rendered_steps']))} distinct) "
+               f"for {second['plot_files']} plot files")
+    g = second["group"]
+    checks.add("v2: the group acknowledged every plot file, nothing held or waiting",
+               g["produced"] == g["done"] == second["plot_files"] and g["claimed"] == 0 and g["backlog"] == 0, counts(second))
+    checks.add("v2: the run wrote at least 5x the buffer's capacity", second["written"] >= 5 * second["capacity"],
+               f"{second['written'] / second['capacity']:.1f}x")
+    checks.add("v2: buffer use stayed under its capacity", second["peak_used"] <= second["capacity"],
+               f"peak {second['peak_used'] / MIB:.0f} of {second['capacity'] / MIB:.0f} MiB")
+    checks.add("v2: every checkpoint drained to the PFS, under its final name", second["on_pfs"] == sorted(second["checkpoints"]),
+               f"{len(second['on_pfs'])} of {len(second['checkpoints'])}")
+    cut = [f"{r['label']} {n} is {r['pfs_bytes'][n]} bytes, not {r['checkpoint_bytes'].get(n)}"
+           for r in (first, second) for n in r["on_pfs"] if r["pfs_bytes"][n] != r["checkpoint_bytes"].get(n)]
+    differ = [f"{n} differs" for n in second["on_pfs"] if first["pfs_sha256"].get(n) != second["pfs_sha256"][n]]
+    checks.add("checkpoints staged out whole: the size the simulation wrote, v1's and v2's copies bitwise identical",
+               not cut and not differ and first["on_pfs"] == second["on_pfs"], "; ".join(cut + differ))
+    checks.add("v2: the simulation made no staging call", second["stage_calls"] == 0)
+
+
+def measurements(first: dict, second: dict) -> dict:
+    """What depends on how fast this machine ran the two runs (a shared machine, a slow moment):
+    reported, not checked."""
+    return {
+        "v1_unprocessed": first["unprocessed"], "v1_plot_files": first["plot_files"], "v1_kappa": first["kappa"],
+        "v1_peak_backlog": first["peak_backlog"],
+        "v2_consumers": second["consumers"], "v2_consumers_added": second["consumers"] - 1, "v2_kappa": second["kappa"],
+        "v2_peak_backlog": second["peak_backlog"],
+        "v1_simulation_s": first["simulation_s"], "v2_simulation_s": second["simulation_s"],
+    }
+
+
+def measurements_text(m: dict) -> str:
+    def kappa(k):
+        return "-" if k is None else f"{k:.2f}"
+
+    return "\n".join([
+        "measured (depends on this machine's speed; reported, not checked):",
+        f"  v1: the lone consumer left {m['v1_unprocessed']} of {m['v1_plot_files']} plot files unprocessed "
+        f"(kappa {kappa(m['v1_kappa'])}, peak backlog {m['v1_peak_backlog']})",
+        f"  v2: consumers added to the first as the backlog grew: {m['v2_consumers_added']} "
+        f"(kappa {kappa(m['v2_kappa'])}, peak backlog {m['v2_peak_backlog']})",
+    ])
+
+
 def main(args) -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -270,21 +364,13 @@ def main(args) -> int:
                       flush=True)
                 runs.append(one_run(label, bb, pfs.root / f"checkpoints-{label}", restart, out, args, frame_seconds, coupled))
     first, second = runs
-    checks.add("v1: the lone consumer left plot files unprocessed (kappa > 1)", first["unprocessed"] > 0,
-               f"{first['unprocessed']} of {first['plot_files']}")
-    checks.add("v2: no plot file left unprocessed", second["unprocessed"] == 0, f"{second['rendered']} of {second['plot_files']}")
-    checks.add("v2: the run wrote at least 5x the buffer's capacity", second["written"] >= 5 * second["capacity"],
-               f"{second['written'] / second['capacity']:.1f}x")
-    checks.add("v2: buffer use stayed under its capacity", second["peak_used"] <= second["capacity"],
-               f"peak {second['peak_used'] / MIB:.0f} of {second['capacity'] / MIB:.0f} MiB")
-    checks.add("v2: every checkpoint drained to the PFS", second["on_pfs"] == sorted(second["checkpoints"]),
-               f"{len(second['on_pfs'])} of {len(second['checkpoints'])}")
-    checks.add("v2: the simulation made no staging call", second["stage_calls"] == 0)
-    checks.add("v2: consumers were added as the backlog grew", second["consumers"] > 1, f"{second['consumers']} consumers")
-    text = table(runs, args.kappa) + "\n\nchecks:\n" + checks.text()
+    add_checks(checks, first, second)
+    measured = measurements(first, second)
+    text = table(runs, args.kappa) + "\n\n" + measurements_text(measured) + "\n\nchecks:\n" + checks.text()
     print("\n" + text)
     (out / "coupled.txt").write_text(text + "\n")
     (out / "coupled.json").write_text(json.dumps({"kappa": args.kappa, "frame_seconds": frame_seconds, "runs": runs,
+                                                  "measurements": measured,
                                                   "checks": [{"name": n, "ok": ok, "detail": d} for n, ok, d in checks.items],
                                                   "checks_passed": checks.passed}, indent=1))
     figure(runs, out / "coupled.png")
