@@ -146,8 +146,10 @@ struct Held {
 }
 
 /// Held claims by (directory as the caller named it, group), oldest first.
-fn held() -> std::sync::MutexGuard<'static, HashMap<(String, String), Vec<Held>>> {
-    static HELD: OnceLock<Mutex<HashMap<(String, String), Vec<Held>>>> = OnceLock::new();
+type HeldClaims = HashMap<(String, String), Vec<Held>>;
+
+fn held() -> std::sync::MutexGuard<'static, HeldClaims> {
+    static HELD: OnceLock<Mutex<HeldClaims>> = OnceLock::new();
     HELD.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner())
 }
 
