@@ -35,8 +35,14 @@ demo: build venv
 # FUSE over io_uring or /dev/fuse, half each (tests/harness.rs, `fuse_transport_of`;
 # .ci/run turns the fuse module's enable_uring on); `SURGE_FUSE_IO_URING=0 make test-fuse`
 # runs every mount test over /dev/fuse.
-test: venv build
-	./scripts/run-tests.py
+# One build of every target (binaries, libraries, tests: one cargo run keeps both cores busy
+# to its end), while the Python environment is made beside it.
+test:
+	mkdir -p target
+	./scripts/venv.sh >target/venv.log 2>&1 & venv=$$!; \
+	$(CARGO) build --release --workspace --all-targets; built=$$?; \
+	if ! wait $$venv; then cat target/venv.log; exit 1; fi; \
+	[ $$built -eq 0 ] && ./scripts/run-tests.py
 
 test-rust: build
 	./scripts/run-tests.py --only surge-
