@@ -141,7 +141,7 @@ def test_the_loaded_library_has_the_types():
     try:
         from surge import staging, workflow  # noqa: F401 - loads libsurge, as users do
     except ImportError as error:
-        pytest.skip(f"libsurge not built: {error}")
+        pytest.fail(f"libsurge not built ({error}): `make build` first")
     lib = _libsurge.load()
     for name in sorted(calls_made()):
         function = getattr(lib, name)
