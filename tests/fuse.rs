@@ -1475,7 +1475,9 @@ fn an_unmount_while_the_home_is_down_writes_back_when_it_returns_and_ends_when_i
         let unmounted = std::time::Instant::now();
         let out = inst.surge(&["umount", a.dir.to_str().unwrap()]);
         assert!(out.status.success(), "umount: {}", surge_tests::text(&out));
-        assert!(unmounted.elapsed() < Duration::from_secs(5), "umount waited for the daemon: {:?}", unmounted.elapsed());
+        // The home is down: the daemon cannot have written back yet, so it still runs unless
+        // the unmount waited for it.
+        assert!(std::path::Path::new(&format!("/proc/{daemon}")).exists(), "umount waited for the daemon");
         if home_returns {
             restarted.extend((0..2).map(|server| inst.restart_server(server)));
         }

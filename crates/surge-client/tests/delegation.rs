@@ -135,7 +135,8 @@ async fn another_clients_lookup_recalls_the_delegation_and_sees_what_was_written
     let asked = Instant::now();
     let found = b.lookup(dir, "f1").await.expect("found once the holder gave the directory back");
     assert_eq!(found.ino, granted.inos[1]);
-    assert!(asked.elapsed() < Duration::from_secs(2), "answered after the recall, not the deadline: {:?}", asked.elapsed());
+    // The holder's deadline is 60 s: an answer well before it came from the recall.
+    assert!(asked.elapsed() < Duration::from_secs(20), "answered after the recall, not the deadline: {:?}", asked.elapsed());
     answering.await.unwrap();
     assert_eq!(a_notices.recalls(), vec![dir], "one recall");
 
