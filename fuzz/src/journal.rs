@@ -22,14 +22,14 @@
 
 use std::path::Path;
 
+use surge_meta::journal::{framed, Journal, FORMAT};
+use surge_meta::{MetaStore, Record};
 use surge_proto::call::encode_reply;
 use surge_proto::frame::decode_message;
 use surge_proto::placement::DirLayout;
 use surge_proto::workflow::RetentionPolicy;
 use surge_proto::xattr::XattrSetMode;
 use surge_proto::{AttrChanges, FileKind, Ino, ROOT_INO};
-use surge_server::journal::{framed, Journal, FORMAT};
-use surge_server::meta::{MetaStore, Record};
 
 use super::input::Input;
 
@@ -190,7 +190,7 @@ fn write_meta(root: &Path, snapshot: &[u8], journal: &[u8]) {
 /// it cleanly (a fold into a new snapshot); None when the directory is refused.
 fn open(root: &Path) -> Option<MetaStore> {
     let mut store = MetaStore::new(0, 0, 0);
-    let (journal, _orphans) = Journal::open(root, &mut store, Default::default()).ok()?;
+    let (journal, _orphans) = Journal::open(root, &mut store, std::sync::Arc::new(())).ok()?;
     let snapshot = store.snapshot();
     let (inodes, files, dirs) = store.counts();
     assert_eq!(inodes as usize, snapshot.inodes.len(), "the inode count is not the number of inodes held");

@@ -12,6 +12,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use surge_meta::access::Caller;
+use surge_meta::error::{Result, ServerError};
 use surge_proto::frame::{decode_message, encode_frame};
 use surge_proto::frame_io::{read_frame, write_frame, ReadError};
 use surge_proto::handshake::{Challenge, Hello, Welcome};
@@ -21,9 +23,8 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::Mutex as AsyncMutex;
 
-use crate::access::Caller;
+use crate::caller;
 use crate::data::ReadSource;
-use crate::error::{Result, ServerError};
 use crate::handle::Answer;
 use crate::session::Session;
 use crate::Shared;
@@ -101,7 +102,7 @@ async fn authenticate(
                         .await;
                     return Ok(None);
                 }
-                (true, Some(credential)) => match Caller::prove(credential, &challenge).await {
+                (true, Some(credential)) => match caller::prove(credential, &challenge).await {
                     Ok(caller) => Some(caller),
                     Err(why) => {
                         tracing::warn!(%peer, "refused a client's identity: {why}");
@@ -297,7 +298,7 @@ fn answer_after(waits: Waits, outcome: Result<Vec<u8>>) -> Answer {
     Answer::Later(Box::pin(async move {
         await_acknowledgements(waits.awaited).await;
         if let Some(seq) = waits.durable {
-            waits.shared.journal.durable(seq).await?;
+            waits.shared.durable(seq).await?;
         }
         if let Some(seq) = waits.mirrored {
             waits.shared.mirror.reached(seq).await;

@@ -15,12 +15,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use surge_meta::error::{Result, ServerError};
+use surge_meta::poison_free::LockRecover;
 use surge_proto::admin::{DataFilePage, DataFileSummary};
 use surge_proto::data::{AllocateMode, Extents, MAX_ALLOCATED, MAX_EXTENTS};
 use surge_proto::{data_file_name, write_growth, ErrorCode, Ino, LocalData};
-
-use crate::error::{Result, ServerError};
-use crate::lock::LockRecover;
 
 /// Open local files kept at once. This machine class allows 20,000 descriptors per process, and
 /// a job can touch far more files than that, so handles are cached, not held.

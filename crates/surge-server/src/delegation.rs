@@ -14,7 +14,7 @@
 //! system's crash, and its later write-backs are refused.
 //!
 //! A delegation whose holder is away — its connection ended, or this server restarted (the
-//! journal keeps every unended delegation, [`crate::meta::delegated`]) — stays for
+//! journal keeps every unended delegation, [`surge_meta::delegated`]) — stays for
 //! [`RECALL_DEADLINE`] more ([`RECLAIM_AFTER_RESTART`] after a restart), answering
 //! `Recalling` to everybody: a holder that is still there
 //! reconnects, reclaims it with its token (`Reclaim`, answered with the last step of its log
@@ -27,13 +27,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use surge_meta::delegated::DelegationMark;
+use surge_meta::error::{Result, ServerError};
+use surge_meta::poison_free::LockRecover;
 use surge_proto::admin::Notice;
 use surge_proto::namespace::NamespaceRequest;
 use surge_proto::{ErrorCode, Ino};
 
-use crate::error::{Result, ServerError};
-use crate::lock::LockRecover;
-use crate::meta::delegated::DelegationMark;
 use crate::watch::{WatcherId, Watchers};
 
 /// How long a recalled holder has to write back and give the directory up before the

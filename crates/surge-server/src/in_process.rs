@@ -6,13 +6,13 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
+use surge_meta::error::{Result, ServerError};
 use surge_proto::auth::Secret;
 use surge_proto::stage::StageService;
 use tokio::sync::oneshot;
 
 use surge_proto::ErrorCode;
 
-use crate::error::{Result, ServerError};
 use crate::{Server, ServerConfig};
 
 /// Servers serving in this process until [`InProcessInstance::stop`] (or drop).

@@ -1,7 +1,7 @@
 //! # surge-server — one node's share of a Surge burst-buffer instance
 //!
 //! An instance is N of these servers, one per node. Each keeps, in a node-local directory:
-//! * the metadata of the inodes homed on it ([`meta`]), served from memory and journaled to disk
+//! * the metadata of the inodes homed on it ([`surge_meta`]), served from memory and journaled to disk
 //!   ([`journal`]) so that a restart finds it again;
 //! * the chunks of file data it owns ([`data`]), as sparse local files, up to its capacity share.
 //!
@@ -17,27 +17,22 @@
 //! beside the server ([`Server::attach_coordinator`]), which is a client of the instance and
 //! lives in a crate of its own. In an instance with two replicas each server mirrors its share
 //! on the next one and can serve a lost predecessor's share from the mirror it holds
-//! ([`mirror`]). This crate depends on the protocol crate only.
+//! ([`mirror`]). This crate depends on the namespace store's crate and the protocol crate.
 //!
 //! [`Server::bind`] then [`Server::serve`]: the `surge-server` daemon does so in its own
 //! process; [`in_process::InProcessInstance`] does so for a whole instance inside a test's.
 
-mod access;
+mod caller;
 pub mod conn;
 pub mod data;
 mod delegation;
-pub mod error;
 mod handle;
 pub mod in_process;
-pub mod journal;
-mod lock;
 mod locks;
-pub mod meta;
 pub mod mirror;
 mod server;
 mod session;
 pub mod stage_copy;
 pub mod watch;
 
-pub use error::{Result, ServerError};
 pub use server::{Server, ServerConfig, Shared};

@@ -15,11 +15,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use surge_meta::error::{Result, ServerError};
+use surge_meta::poison_free::LockRecover;
 use surge_proto::{ErrorCode, Ino, LockHolder, LockKind};
 use tokio::sync::Notify;
-
-use crate::error::{Result, ServerError};
-use crate::lock::LockRecover;
 
 /// Who holds a lock: an owner within one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -6,6 +6,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use surge_meta::error::{Result, ServerError};
+use surge_meta::journal;
+use surge_meta::poison_free::LockRecover;
+use surge_meta::MetaStore;
 use surge_proto::auth::Secret;
 use surge_proto::stage::StageService;
 use surge_proto::ticket::TicketKey;
@@ -13,9 +17,7 @@ use surge_proto::ErrorCode;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 
-use crate::error::{Result, ServerError};
-use crate::lock::LockRecover;
-use crate::{conn, data, journal, meta, mirror, watch};
+use crate::{conn, data, mirror, watch};
 
 #[derive(Clone)]
 pub struct ServerConfig {
@@ -53,7 +55,7 @@ pub struct Shared {
     pub secret: Secret,
     /// See [`ServerConfig::ticket_key`].
     pub ticket_key: Option<TicketKey>,
-    pub meta: Mutex<meta::MetaStore>,
+    pub meta: Mutex<MetaStore>,
     pub data: data::DataStore,
     /// Where `data` keeps its files, for clients on this node (None: not identifiable).
     pub local: Option<surge_proto::LocalData>,
@@ -69,7 +71,7 @@ pub struct Shared {
     /// Directories delegated to a client (see [`crate::delegation`]).
     pub(crate) delegations: crate::delegation::Delegations,
     /// How many publications the namespace share has made: readers of publication logs wait
-    /// for it to change ([`crate::meta::publications`]).
+    /// for it to change ([`surge_meta::publications`]).
     pub(crate) published: tokio::sync::watch::Sender<u64>,
     /// Changes of this share for its mirror, and the link that sends them.
     pub mirror: Arc<mirror::Feed>,
@@ -88,8 +90,8 @@ pub struct Shared {
 
 impl Shared {
     /// Journals what the steps run on `meta` changed since the last call; the record's
-    /// sequence number (see [`journal::Journal::durable`]). Call with the lock held.
-    pub fn journal_changes(&self, meta: &mut meta::MetaStore) -> u64 {
+    /// sequence number (see [`Shared::durable`]). Call with the lock held.
+    pub fn journal_changes(&self, meta: &mut MetaStore) -> u64 {
         for (dir, token) in self.delegations.take_ended() {
             meta.delegation_ended(dir, token);
         }
@@ -103,6 +105,15 @@ impl Shared {
             }
         }
         appended.seq
+    }
+
+    /// Completes once journal record `seq` (and every one before it) is durable, and on the
+    /// mirror while it is in step; or fails once it cannot be durable (see
+    /// [`journal::Journal::durable`]).
+    pub async fn durable(&self, seq: u64) -> Result<()> {
+        self.journal.durable(seq).await?;
+        self.mirror.journal_reached(seq).await;
+        Ok(())
     }
 
     /// The stage coordinator beside this server.
@@ -135,7 +146,7 @@ impl Shared {
             }
         };
         // The namespace share as the journal left it (a fresh one the first time).
-        let mut meta = meta::MetaStore::with_root_layout(config.index, config.owner_uid, config.owner_gid, config.root_layout);
+        let mut meta = MetaStore::with_root_layout(config.index, config.owner_uid, config.owner_gid, config.root_layout);
         let (journal, orphans) = journal::Journal::open(&config.root, &mut meta, feed.clone())
             .map_err(|e| ServerError::os(&format!("replay the metadata journal under {}", config.root.display()), e))?;
         for ino in orphans {

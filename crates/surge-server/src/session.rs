@@ -5,11 +5,11 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use surge_meta::access::Caller;
+use surge_meta::poison_free::LockRecover;
 use surge_proto::Ino;
 
-use crate::access::Caller;
 use crate::conn::SharedWriter;
-use crate::lock::LockRecover;
 use crate::watch::WatcherId;
 use crate::Shared;
 
@@ -34,7 +34,7 @@ pub(crate) struct Session {
     /// This connection's number among lock holders (its locks go with it).
     pub lock_connection: u64,
     /// The write-back step being answered: journaled as applied with the step's own changes
-    /// (see [`crate::meta::delegated`]).
+    /// (see [`surge_meta::delegated`]).
     pub written_back: Option<WrittenBack>,
 }
 

@@ -7,13 +7,13 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 
+use surge_meta::error::{Result, ServerError};
 use surge_proto::host::with_fs_ids;
 use surge_proto::placement::{Layout, CHUNK_SIZES};
 use surge_proto::stage::{CopyItem, CopyOrder, CopyOutcome, StageDirection};
 use surge_proto::ErrorCode;
 
 use crate::data::DataStore;
-use crate::error::{Result, ServerError};
 
 /// Chunks at least this large are copied inside the kernel (`copy_file_range`); smaller ones
 /// through a buffer, which costs fewer system calls for the small files of a tree.

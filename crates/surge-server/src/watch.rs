@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use crate::lock::LockRecover;
+use surge_meta::poison_free::LockRecover;
 use surge_proto::admin::Notice;
 use surge_proto::{Ino, Unlinked};
 use tokio::sync::{mpsc, oneshot};

@@ -1,13 +1,14 @@
 //! The data service: this server's chunks of files ([`crate::data`]), and the room it sets
 //! aside for a client on its node that writes them itself.
 
+use surge_meta::error::{Result, ServerError};
 use surge_proto::data::*;
 
 use surge_proto::ticket::{Ticket, PURGE, READ, WRITE};
 use surge_proto::ErrorCode;
 
 use super::Answer;
-use crate::error::{Result, ServerError};
+
 use crate::session::Session;
 
 /// Reads at least this large are sent with `sendfile`: from the page cache to the socket in

@@ -1,12 +1,13 @@
 //! The mirror service: the predecessor's changes to its share, kept here (see
 //! [`crate::mirror::held`]). Only a server of the instance may send them.
 
+use surge_meta::error::ServerError;
+use surge_meta::poison_free::LockRecover;
 use surge_proto::mirror::MirrorRequest;
 use surge_proto::ErrorCode;
 
 use super::Answer;
-use crate::error::ServerError;
-use crate::lock::LockRecover;
+
 use crate::session::Session;
 
 impl Session {

@@ -14,11 +14,11 @@ mod xattrs;
 use std::future::Future;
 use std::pin::Pin;
 
+use surge_meta::error::{Result, ServerError};
 use surge_proto::call::encode_reply;
 use surge_proto::{Call, Request};
 
 use crate::data::ReadSource;
-use crate::error::{Result, ServerError};
 use crate::session::Session;
 
 /// An answer produced by a task of its own, encoded (such answers carry no payload).

@@ -1,10 +1,14 @@
 //! The namespace service: each request is one atomic step on this server's share of the
-//! namespace ([`crate::meta`]), run under the metadata lock and, when some connection watches,
+//! namespace ([`surge_meta`]), run under the metadata lock and, when some connection watches,
 //! under the watch ledger, which records what the step told this connection and notifies the
 //! others of what it changed ([`crate::watch`]).
 
 use std::collections::HashMap;
 
+use surge_meta::access::{Caller, Named, EXEC, READ, WRITE};
+use surge_meta::error::{Result, ServerError};
+use surge_meta::poison_free::LockRecover;
+use surge_meta::MetaStore;
 use surge_proto::acl::Acl;
 use surge_proto::admin::BatchOutcome;
 use surge_proto::namespace::*;
@@ -14,11 +18,7 @@ use surge_proto::{Call, DirEntry, DirPage, Ino, LinkOutcome, Unlinked};
 use super::Answer;
 use surge_proto::ticket::{Ticket, TicketKey, PURGE, UNLINK};
 
-use crate::access::{Caller, Named, EXEC, READ, WRITE};
-use crate::error::{Result, ServerError};
-use crate::lock::LockRecover;
 use crate::locks::{Owner, Wanted};
-use crate::meta::MetaStore;
 use crate::session::{Session, WrittenBack};
 use crate::watch::Effects;
 use surge_proto::ErrorCode;

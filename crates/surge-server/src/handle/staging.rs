@@ -2,10 +2,11 @@
 //! ([`crate::stage_copy`], on a blocking thread: PFS calls may take long), and everything else,
 //! handed to the stage coordinator attached beside the server.
 
+use surge_meta::error::{Result, ServerError};
 use surge_proto::stage::*;
 
 use super::Answer;
-use crate::error::{Result, ServerError};
+
 use crate::session::Session;
 
 impl Session {

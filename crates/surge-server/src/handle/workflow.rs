@@ -6,15 +6,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use surge_meta::access::READ;
+use surge_meta::error::Result;
+use surge_meta::groups::ClaimOutcome;
+use surge_meta::poison_free::LockRecover;
+use surge_meta::publications::NamePattern;
 use surge_proto::workflow::*;
 use surge_proto::Timestamp;
 
 use super::Answer;
-use crate::access::READ;
-use crate::error::Result;
-use crate::lock::LockRecover;
-use crate::meta::groups::ClaimOutcome;
-use crate::meta::publications::NamePattern;
+
 use crate::server::Shared;
 use crate::session::Session;
 
@@ -59,7 +60,7 @@ impl Session {
 
     /// Runs `change` on the namespace share and answers once its journal record is durable
     /// (in a task of its own: the connection goes on meanwhile).
-    fn durably<C: surge_proto::Call>(&self, change: impl FnOnce(&mut crate::meta::MetaStore) -> Result<C::Reply>) -> Answer
+    fn durably<C: surge_proto::Call>(&self, change: impl FnOnce(&mut surge_meta::MetaStore) -> Result<C::Reply>) -> Answer
     where
         C::Reply: Send + 'static,
     {
@@ -70,7 +71,7 @@ impl Session {
             (outcome, shared.journal_changes(&mut meta))
         };
         Answer::later::<C>(async move {
-            shared.journal.durable(seq).await?;
+            shared.durable(seq).await?;
             outcome
         })
     }
@@ -96,7 +97,7 @@ impl Session {
                 let owner = meta.perms(dir)?.attr.uid;
                 if caller.uid != 0 && caller.uid != owner {
                     let detail = format!("only the directory's owner (uid {owner}) or root sets its retention policy");
-                    return Err(crate::error::ServerError::new(surge_proto::ErrorCode::NotPermitted, detail));
+                    return Err(surge_meta::error::ServerError::new(surge_proto::ErrorCode::NotPermitted, detail));
                 }
                 Ok(())
             }
@@ -111,7 +112,7 @@ impl Session {
             return Answer::Failure(e);
         }
         if claim.lease_ms == 0 || claim.lease_ms > MAX_LEASE_MS {
-            let e = crate::error::ServerError::new(surge_proto::ErrorCode::Invalid, format!("a lease is 1 ms to {MAX_LEASE_MS} ms"));
+            let e = surge_meta::error::ServerError::new(surge_proto::ErrorCode::Invalid, format!("a lease is 1 ms to {MAX_LEASE_MS} ms"));
             return Answer::Failure(e);
         }
         let shared = self.shared.clone();
@@ -127,7 +128,7 @@ impl Session {
                 };
                 let next_expiry = match outcome? {
                     ClaimOutcome::Claimed(claimed) => {
-                        shared.journal.durable(seq).await?;
+                        shared.durable(seq).await?;
                         return Ok(Some(claimed));
                     }
                     ClaimOutcome::Nothing { next_expiry } => next_expiry,

@@ -1,14 +1,15 @@
 //! The extended attribute steps of the namespace service: get, set, list and remove, on the
 //! inode's home, checked as Linux checks them where the server checks identities
-//! ([`crate::access`]); the ACLs' values are read and acted on (see [`set_acl`]).
+//! ([`surge_meta::access`]); the ACLs' values are read and acted on (see [`set_acl`]).
 
+use surge_meta::error::{Result, ServerError};
 use surge_proto::acl::{decode_entries, Acl, AclKind};
 use surge_proto::namespace::{GetXattr, ListXattr, RemoveXattr, SetXattr};
 use surge_proto::xattr::check_xattr_value;
 use surge_proto::{Attr, FileKind, Ino, XattrNamespace};
 
 use super::namespace::{Step, StepContext};
-use crate::error::{Result, ServerError};
+
 use crate::watch::Effects;
 use surge_proto::ErrorCode;
 

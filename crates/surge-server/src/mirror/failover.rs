@@ -18,13 +18,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use surge_meta::poison_free::LockRecover;
 use surge_proto::admin::CanReach;
 use surge_proto::frame::decode_message;
 use surge_proto::frame_io::{read_frame, write_frame};
 use surge_proto::{FrameKind, MirrorState, Request, MAX_MESSAGE_LEN};
 use tokio::io::AsyncWriteExt;
 
-use crate::lock::LockRecover;
 use crate::Shared;
 
 /// The shortest failover delay: a cut-off server notices within about 2 s (its mirror link

@@ -10,10 +10,9 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use surge_meta::error::{Result, ServerError};
 use surge_proto::mirror::*;
 use surge_proto::{ErrorCode, Ino};
-
-use crate::error::{Result, ServerError};
 
 /// Data files held open at most (then all are closed and reopened on demand).
 const OPEN_FILES: usize = 1024;
@@ -150,7 +149,7 @@ impl Held {
         for sub in ["meta", "data"] {
             std::fs::create_dir_all(self.dir.join(sub)).map_err(|e| store("make the mirror's directories", e))?;
         }
-        std::fs::write(self.dir.join("meta/format"), format!("{}\n", crate::journal::FORMAT))
+        std::fs::write(self.dir.join("meta/format"), format!("{}\n", surge_meta::journal::FORMAT))
             .map_err(|e| store("mark the mirror's format", e))?;
         self.mirroring = Some(connection);
         tracing::info!(from, "mirroring server {from}'s share (emptied; filled from now)");

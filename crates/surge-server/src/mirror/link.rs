@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use surge_meta::poison_free::LockRecover;
 use surge_proto::frame::decode_message;
 use surge_proto::frame_io::{read_frame, write_frame};
 use surge_proto::handshake::{Challenge, Hello, Welcome};
@@ -20,7 +21,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
 use super::Change;
-use crate::lock::LockRecover;
+
 use crate::Shared;
 
 /// How long the link waits between attempts to reach the successor.

@@ -22,10 +22,9 @@ pub mod link;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
+use surge_meta::poison_free::LockRecover;
 use surge_proto::{Ino, MirrorState};
 use tokio::sync::{mpsc, watch};
-
-use crate::lock::LockRecover;
 
 /// One change to send, as noted.
 #[derive(Debug)]
@@ -209,6 +208,17 @@ impl Feed {
         if queue.epoch == epoch && queue.sender.is_some() {
             self.state.send_replace(Some(MirrorState::InStep));
         }
+    }
+}
+
+/// What the journal writes goes to the mirror as written, in the order written.
+impl surge_meta::journal::Observer for Feed {
+    fn journal_written(&self, at: u64, bytes: Vec<u8>, seq: u64) {
+        self.note(Change::Journal { at, bytes, seq });
+    }
+
+    fn snapshot_written(&self, bytes: Vec<u8>, seq: u64) {
+        self.note(Change::Snapshot { bytes, seq });
     }
 }
 

@@ -1,10 +1,13 @@
-//! The part of an instance's namespace homed on this server: the inodes whose number carries
-//! this server's index, and the entries of the directories among them.
+//! # surge-meta — one server's share of a Surge instance's namespace
 //!
-//! Everything here is served from memory behind one mutex held for microseconds (the journal
-//! keeps a copy on disk, see [`crate::journal`]): a metadata operation is a handful of
-//! hash-map updates. Each method is one atomic step of the protocol; steps that span servers
-//! are sequenced by the client.
+//! The inodes whose number carries this server's index, and the entries of the directories
+//! among them, with their extended attributes, the directories' workflow state (publication
+//! logs, consumer groups, retention policies) and the delegations granted of them.
+//!
+//! Everything here is served from memory behind one mutex held for microseconds (the server's
+//! journal keeps a copy on disk): a metadata operation is a handful of hash-map updates. Each
+//! method is one atomic step of the protocol; steps that span servers are sequenced by the
+//! client. This crate does no networking: it depends on the protocol crate's types only.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -14,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use surge_proto::ino::{self, Ino};
 
-use crate::access::{self, Inherited};
+use crate::access::Inherited;
 use crate::error::{Result, ServerError};
 use surge_proto::acl::{Acl, AclKind};
 use surge_proto::namespace::AllocationNote;
@@ -23,11 +26,15 @@ use surge_proto::{
     check_name, Attr, AttrChanges, DirEntry, ErrorCode, FileKind, InodeFate, LinkOutcome, Timestamp, Unlinked, MAX_SYMLINK_LEN,
 };
 
+pub mod access;
 pub mod delegated;
+pub mod error;
 pub mod format1;
 pub mod format2;
 pub mod format3;
 pub mod groups;
+pub mod journal;
+pub mod poison_free;
 pub mod publications;
 pub mod retention;
 mod scan;
@@ -239,7 +246,7 @@ pub struct XattrState {
 
 /// One journal record: the state, after a step, of what the step changed. Applied in order to
 /// an empty store, the records (a snapshot is one big record) rebuild the namespace share.
-/// (Its layout is the journal's format, [`crate::journal::FORMAT`]; [`format1`],
+/// (Its layout is the journal's format, `surge_server::journal::FORMAT`; [`format1`],
 /// [`format2`] and [`format3`] read the records of the earlier ones.)
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 pub struct Record {

@@ -6,7 +6,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-pub(crate) trait LockRecover<T> {
+pub trait LockRecover<T> {
     /// The guard, also when an earlier holder panicked.
     fn lock_or_recover(&self) -> MutexGuard<'_, T>;
 }

@@ -1,9 +1,9 @@
 //! Permission checks a server makes itself, when it checks identities (`--check-identity`):
-//! each connection's caller is the uid and gid a MUNGE credential proved at its handshake
-//! (see [`surge_proto::identity`]), with that user's groups as this node knows them, and a
-//! namespace step is refused as the kernel would refuse the same call on a local file system
-//! (mode bits, owner, group, sticky directories, root). A client that skips the kernel's
-//! checks (the native library, a modified mount) gets the same answers.
+//! a namespace step is refused as the kernel would refuse the same call on a local file
+//! system (mode bits, owner, group, sticky directories, root). A client that skips the
+//! kernel's checks (the native library, a modified mount) gets the same answers. The
+//! [`Caller`] is who a connection proved to be at its handshake, with that user's groups as
+//! the server's node knows them (how it is proven is the server's business).
 //!
 //! Where an inode has an access ACL, it decides instead of the group and other bits, by the
 //! POSIX algorithm (the owner's entry for the owner, a named user's entry within the mask, any
@@ -12,7 +12,7 @@
 //! fs/posix_acl.c has it.
 //!
 //! These are pure functions of the caller and the attributes, so the rules are unit-tested
-//! here; the steps in [`crate::handle`] apply them on the server that homes the inode.
+//! here; the server's request handlers apply them on the server that homes the inode.
 
 use surge_proto::acl::{Acl, Tag};
 use surge_proto::{Attr, AttrChanges, ErrorCode, FileKind, XattrNamespace};
@@ -52,15 +52,6 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// The caller a MUNGE credential made for `challenge` proves, with its groups.
-    pub async fn prove(credential: String, challenge: &[u8]) -> std::result::Result<Caller, String> {
-        let payload = surge_proto::identity::payload_of(challenge);
-        let proven = tokio::task::spawn_blocking(move || surge_proto::identity::verify(&credential, &payload))
-            .await
-            .map_err(|e| format!("credential check: {e}"))??;
-        Ok(Caller { uid: proven.uid, gid: proven.gid, groups: groups_of(proven.uid, proven.gid) })
-    }
-
     fn is_root(&self) -> bool {
         self.uid == 0
     }
@@ -322,28 +313,6 @@ pub fn inherit(kind: FileKind, mode: u32, umask: u32, default: Option<&Acl>) -> 
         access_acl: (!access.is_minimal()).then_some(access),
         default_acl: (kind == FileKind::Dir).then(|| default.clone()),
     }
-}
-
-/// The groups `uid` is in on this node (its primary `gid` at least).
-fn groups_of(uid: u32, gid: u32) -> Vec<u32> {
-    let mut groups = vec![gid];
-    // SAFETY: getpwuid_r writes into the buffers given, of the sizes given; the name it points
-    // at lives in `buf`, which outlives its use by getgrouplist.
-    unsafe {
-        let mut pwd: libc::passwd = std::mem::zeroed();
-        let mut buf = vec![0 as libc::c_char; 16 * 1024];
-        let mut found: *mut libc::passwd = std::ptr::null_mut();
-        if libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) != 0 || found.is_null() {
-            return groups;
-        }
-        let mut list = vec![0 as libc::gid_t; 256];
-        let mut count = list.len() as libc::c_int;
-        if libc::getgrouplist(pwd.pw_name, gid, list.as_mut_ptr(), &mut count) >= 0 {
-            list.truncate(count.max(0) as usize);
-            groups = list;
-        }
-    }
-    groups
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! stop or a kill -9) comes back with it.
 //!
 //! The store in memory stays the one every request reads and changes. After each namespace
-//! step its changes ([`crate::meta::Record`]) are appended here, under the metadata lock, so
+//! step its changes ([`crate::Record`]) are appended here, under the metadata lock, so
 //! records are in the order of the steps. A flusher thread writes what has accumulated and
 //! makes it durable (`fdatasync`) in one go: a group commit, whose cost is shared by every
 //! step that came in while the previous group was being written. A step that must be durable
@@ -27,11 +27,11 @@
 //! the middle of its write); the snapshot is always whole (written aside, then renamed).
 //!
 //! Format 2 (`surge-meta 2`) added extended attributes: a record carries the attributes a
-//! step changed, one by one ([`crate::meta::XattrState`]). Format 3 (`surge-meta 3`) added a
+//! step changed, one by one ([`crate::XattrState`]). Format 3 (`surge-meta 3`) added a
 //! directory's layout to its state; format 4 (`surge-meta 4`) directories' publication logs
-//! ([`crate::meta::publications`]). A directory of an earlier format (format 1 also when it
+//! ([`crate::publications`]). A directory of an earlier format (format 1 also when it
 //! has records and no marker, which predates the marker) is read through that format's record
-//! type ([`crate::meta::format1`], [`crate::meta::format2`], [`crate::meta::format3`]) and
+//! type ([`crate::format1`], [`crate::format2`], [`crate::format3`]) and
 //! rewritten at once: the new
 //! snapshot is written aside (`snapshot.next`), then the marker changes — the moment the
 //! directory is of this build's format —, then the journal of older records (all in the
@@ -50,9 +50,26 @@ use serde::Serialize;
 use surge_proto::ErrorCode;
 
 use crate::error::{Result, ServerError};
-use crate::lock::LockRecover;
-use crate::meta::{format1, format2, format3, MetaStore, Record};
-use crate::mirror::{Change, Feed};
+use crate::poison_free::LockRecover;
+use crate::{format1, format2, format3, MetaStore, Record};
+
+/// Who is told what the journal writes, in the order it writes it (the server's mirror, which
+/// sends the same bytes to the share's copy). Called with the journal file's lock held, so
+/// that the calls come in the order the bytes are in the files.
+pub trait Observer: Send + Sync {
+    /// `bytes` were written at byte `at` of the journal file; they hold the records up to
+    /// number `seq`.
+    fn journal_written(&self, at: u64, bytes: Vec<u8>, seq: u64);
+    /// The journal was folded: `bytes` are the new snapshot, holding the records up to number
+    /// `seq`; the journal is empty after it.
+    fn snapshot_written(&self, bytes: Vec<u8>, seq: u64);
+}
+
+/// Nobody observes: a share without a mirror (tests, tools).
+impl Observer for () {
+    fn journal_written(&self, _at: u64, _bytes: Vec<u8>, _seq: u64) {}
+    fn snapshot_written(&self, _bytes: Vec<u8>, _seq: u64) {}
+}
 
 /// A journal this long is folded into a new snapshot.
 pub const SNAPSHOT_AFTER: u64 = 64 << 20;
@@ -126,9 +143,8 @@ pub struct Journal {
     /// The journal file; held by whoever writes it (the flusher, or a snapshot).
     file: Mutex<File>,
     durable: tokio::sync::watch::Sender<Progress>,
-    /// Where what is written is noted for the share's mirror (see [`crate::mirror`]), under
-    /// the file's lock: in the order it is written.
-    mirror: Arc<Feed>,
+    /// Who is told what is written, under the file's lock: in the order it is written.
+    observer: Arc<dyn Observer>,
     /// Tests: every write fails, torn, as on a full disk.
     #[cfg(test)]
     fail_writes: std::sync::atomic::AtomicBool,
@@ -291,7 +307,7 @@ impl Journal {
     /// Replays `<root>/meta` into `store` (a fresh one), folds it into a new snapshot, and
     /// starts journaling. Returns the journal and the files that were unlinked while open
     /// before the stop (their data is to be purged).
-    pub fn open(root: &Path, store: &mut MetaStore, mirror: Arc<Feed>) -> io::Result<(Arc<Journal>, Vec<surge_proto::Ino>)> {
+    pub fn open(root: &Path, store: &mut MetaStore, observer: Arc<dyn Observer>) -> io::Result<(Arc<Journal>, Vec<surge_proto::Ino>)> {
         let dir = root.join("meta");
         std::fs::create_dir_all(&dir)?;
         let layout = layout_of(&dir)?;
@@ -316,7 +332,7 @@ impl Journal {
             work: Condvar::new(),
             file: Mutex::new(file),
             durable,
-            mirror,
+            observer,
             #[cfg(test)]
             fail_writes: Default::default(),
         });
@@ -357,8 +373,8 @@ impl Journal {
         self.pending.lock_or_recover().appended
     }
 
-    /// Completes once record `seq` (and every one before it) is durable, and on the mirror
-    /// while it is in step; or fails once it cannot be (its write failed, or the journal was
+    /// Completes once record `seq` (and every one before it) is durable; or fails once it
+    /// cannot be (its write failed, or the journal was
     /// closed before it was written), rather than leave its step waiting for ever.
     pub async fn durable(&self, seq: u64) -> Result<()> {
         let mut progress = self.durable.subscribe();
@@ -372,21 +388,20 @@ impl Journal {
             let _ = progress.wait_for(|progress| progress.of(seq).is_some()).await;
         }
         let outcome = progress.borrow().of(seq).unwrap_or(Ok(()));
-        outcome?;
-        self.mirror.journal_reached(seq).await;
-        Ok(())
+        outcome
     }
 
-    /// Notes the snapshot and the journal as they are now for the mirror (the changes noted
-    /// after these follow them in the file).
-    pub(crate) fn note_whole(&self) {
+    /// Tells the observer the snapshot and the journal as they are now, as if just written
+    /// (a mirror filled anew starts from them; what is written after follows them in the
+    /// files).
+    pub fn note_whole(&self) {
         let _file = self.file.lock_or_recover();
         let read = |name: &str| read_all(&self.dir.join(name));
         match (read("snapshot"), read("journal")) {
             (Ok(snapshot), Ok(journal)) => {
                 let seq = self.durable.borrow().durable;
-                self.mirror.note(Change::Snapshot { bytes: snapshot, seq });
-                self.mirror.note(Change::Journal { at: 0, bytes: journal, seq });
+                self.observer.snapshot_written(snapshot, seq);
+                self.observer.journal_written(0, journal, seq);
             }
             (Err(e), _) | (_, Err(e)) => tracing::error!("could not read the metadata journal for the mirror: {e}"),
         }
@@ -408,7 +423,7 @@ impl Journal {
         file.set_len(0)?;
         file.sync_all()?;
         self.durable.send_modify(|progress| progress.durable = progress.durable.max(appended));
-        self.mirror.note(Change::Snapshot { bytes: snapshot, seq: appended });
+        self.observer.snapshot_written(snapshot, appended);
         Ok(())
     }
 
@@ -475,7 +490,7 @@ impl Journal {
             };
             match self.write_group(&mut file, &bytes) {
                 Ok(()) => {
-                    self.mirror.note(Change::Journal { at, bytes, seq: upto });
+                    self.observer.journal_written(at, bytes, upto);
                     drop(file);
                     self.durable.send_if_modified(|progress| {
                         let later = upto > progress.durable;
@@ -579,7 +594,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(root.join("meta")).unwrap();
         std::fs::write(root.join("meta/format"), "surge-meta 99\n").unwrap();
-        let err = Journal::open(&root, &mut MetaStore::new(0, 0, 0), Default::default()).err().expect("refused");
+        let err = Journal::open(&root, &mut MetaStore::new(0, 0, 0), Arc::new(())).err().expect("refused");
         assert!(err.to_string().contains("surge-meta 99"), "{err}");
         let _ = std::fs::remove_dir_all(&root);
     }
@@ -631,7 +646,7 @@ mod tests {
         std::fs::write(root.meta("journal"), framed(&[journal])).unwrap();
 
         let mut store = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root.0, &mut store, Default::default()).unwrap();
+        let (journal, _) = Journal::open(&root.0, &mut store, Arc::new(())).unwrap();
         assert_eq!(store.lookup(ROOT_INO, "dir").unwrap().attr.unwrap().mode, 0o750);
         assert_eq!(store.lookup(dir.ino, "file").unwrap().ino, file.ino, "the journal's record too");
         assert_eq!(std::fs::read_to_string(root.meta("format")).unwrap().trim(), FORMAT);
@@ -641,7 +656,7 @@ mod tests {
         journal.close(&store).unwrap();
 
         let mut again = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root.0, &mut again, Default::default()).unwrap();
+        let (journal, _) = Journal::open(&root.0, &mut again, Arc::new(())).unwrap();
         assert_eq!(again.lookup(dir.ino, "file").unwrap().ino, file.ino);
         assert_eq!(again.get_xattr(file.ino, "user.new").unwrap(), b"v");
         journal.close(&again).unwrap();
@@ -661,7 +676,7 @@ mod tests {
         std::fs::write(root.meta("journal"), framed(&[format3::Record::from(record)])).unwrap();
 
         let mut store = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root.0, &mut store, Default::default()).unwrap();
+        let (journal, _) = Journal::open(&root.0, &mut store, Arc::new(())).unwrap();
         assert_eq!(store.lookup(ROOT_INO, "kept").unwrap().ino, kept.ino);
         assert_eq!(std::fs::read_to_string(root.meta("format")).unwrap().trim(), FORMAT);
         // The replayed name is what a close publishes under.
@@ -671,8 +686,8 @@ mod tests {
         journal.close(&store).unwrap();
 
         let mut again = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root.0, &mut again, Default::default()).unwrap();
-        let everything = crate::meta::publications::NamePattern::default();
+        let (journal, _) = Journal::open(&root.0, &mut again, Arc::new(())).unwrap();
+        let everything = crate::publications::NamePattern::default();
         let page = again.publications(ROOT_INO, 0, 10, &everything).unwrap();
         assert_eq!(page.publications.len(), 1);
         assert_eq!((page.publications[0].name.as_str(), page.publications[0].size), ("kept", Some(5)));
@@ -694,7 +709,7 @@ mod tests {
         std::fs::write(root.meta("journal"), framed(&[format2::Record::from(old.take_changes())])).unwrap();
 
         let mut store = MetaStore::with_root_layout(0, 0, 0, DirLayout::NodeLocal);
-        let (journal, _) = Journal::open(&root.0, &mut store, Default::default()).unwrap();
+        let (journal, _) = Journal::open(&root.0, &mut store, Arc::new(())).unwrap();
         assert_eq!(store.get_xattr(dir.ino, "user.kept").unwrap(), b"yes");
         assert_eq!(store.layout_of(dir.ino).unwrap(), DirLayout::Striped);
         assert_eq!(store.layout_of(ROOT_INO).unwrap(), DirLayout::Striped, "the replayed root, not a fresh one's default");
@@ -704,7 +719,7 @@ mod tests {
         journal.close(&store).unwrap();
 
         let mut again = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root.0, &mut again, Default::default()).unwrap();
+        let (journal, _) = Journal::open(&root.0, &mut again, Arc::new(())).unwrap();
         assert_eq!(again.layout_of(dir.ino).unwrap(), DirLayout::NodeLocal);
         journal.close(&again).unwrap();
     }
@@ -717,7 +732,7 @@ mod tests {
         old.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, false, None).unwrap();
         std::fs::write(root.meta("snapshot"), framed(&[format1(old.snapshot())])).unwrap();
         let mut store = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root.0, &mut store, Default::default()).unwrap();
+        let (journal, _) = Journal::open(&root.0, &mut store, Arc::new(())).unwrap();
         assert!(store.lookup(ROOT_INO, "kept").is_ok());
         assert_eq!(std::fs::read_to_string(root.meta("format")).unwrap().trim(), FORMAT);
         journal.close(&store).unwrap();
@@ -738,7 +753,7 @@ mod tests {
         old.create(ROOT_INO, "also", 0o644, 0, 0, 0, true, false, None).unwrap();
         std::fs::write(root.meta("journal"), framed(&[format1(old.take_changes())])).unwrap();
         let mut store = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root.0, &mut store, Default::default()).unwrap();
+        let (journal, _) = Journal::open(&root.0, &mut store, Arc::new(())).unwrap();
         assert!(store.lookup(ROOT_INO, "kept").is_ok(), "the new snapshot is in place");
         assert!(!root.meta(NEXT_SNAPSHOT).exists());
         journal.close(&store).unwrap();
@@ -753,7 +768,7 @@ mod tests {
         let root = std::env::temp_dir().join(format!("surge-journal-refused-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let mut store = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root, &mut store, Default::default()).unwrap();
+        let (journal, _) = Journal::open(&root, &mut store, Arc::new(())).unwrap();
         let create = |store: &mut MetaStore, name: &str| {
             store.create(ROOT_INO, name, 0o644, 0, 0, 0, true, false, None).unwrap();
             journal.append(store.take_changes()).seq
@@ -771,7 +786,7 @@ mod tests {
         journal.durable(after).await.unwrap();
         // A crash: no clean stop, the journal as written.
         let mut again = MetaStore::new(0, 0, 0);
-        let (journal2, _) = Journal::open(&root, &mut again, Default::default()).unwrap();
+        let (journal2, _) = Journal::open(&root, &mut again, Arc::new(())).unwrap();
         for name in ["before", "refused", "after"] {
             assert!(again.lookup(ROOT_INO, name).is_ok(), "'{name}' lost");
         }
@@ -784,13 +799,13 @@ mod tests {
         let root = std::env::temp_dir().join(format!("surge-journal-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let mut store = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root, &mut store, Default::default()).unwrap();
+        let (journal, _) = Journal::open(&root, &mut store, Arc::new(())).unwrap();
         let file = store.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, false, None).unwrap();
         let seq = journal.append(store.take_changes()).seq;
         journal.durable(seq).await.unwrap();
         // A crash: no clean stop, the journal as written.
         let mut again = MetaStore::new(0, 0, 0);
-        let (journal2, _) = Journal::open(&root, &mut again, Default::default()).unwrap();
+        let (journal2, _) = Journal::open(&root, &mut again, Arc::new(())).unwrap();
         assert_eq!(again.lookup(ROOT_INO, "kept").unwrap().ino, file.ino);
         assert_eq!(again.lookup(ROOT_INO, "kept").unwrap().kind, FileKind::File);
         journal2.close(&again).unwrap();

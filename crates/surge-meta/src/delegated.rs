@@ -6,7 +6,7 @@
 //! nothing the holder answered lost.
 //!
 //! Who holds a delegation now (a connection, or nobody yet after a restart) is not kept:
-//! that is [`crate::delegation`]'s, rebuilt from these marks when the share opens.
+//! that is the server's (its `delegation` module), rebuilt from these marks when the share opens.
 
 use serde::{Deserialize, Serialize};
 use surge_proto::Ino;
@@ -143,7 +143,7 @@ impl MetaStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::meta::Record;
+    use crate::Record;
     use surge_proto::ROOT_INO;
 
     /// Replayed from its records (or from a snapshot), a share knows every unended delegation,
