@@ -1,6 +1,12 @@
 //! The FUSE adapter: each kernel request becomes one call of the operations layer
 //! ([`crate::ops`]), its outcome one reply. Arguments are converted here (names, times, the
 //! umask) and nothing else is decided here.
+//!
+//! Every operation answers an [`Answer`], and every request is answered from it in one place,
+//! `SurgeFs::reply`: an answer ready now is replied on the calling thread (the FUSE session
+//! thread) before the request returns; one that comes later is spawned on the runtime and
+//! replied when it is done. Reads and writes answer through callbacks of their own (see
+//! [`Ops::read`], [`Ops::write`]).
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -17,7 +23,7 @@ use tokio::runtime::Handle;
 
 use crate::convert::{file_type, fuse_attr, name_of, to_timestamp};
 use crate::locks;
-use crate::ops::{Caller, Opened, Ops, STATFS_BLOCK};
+use crate::ops::{Answer, Caller, Opened, Ops, STATFS_BLOCK};
 
 /// The kernel's largest write request.
 const MAX_WRITE: u32 = 1 << 20;
@@ -142,19 +148,19 @@ impl SurgeFs {
         self.ops().kernel.notifier.clone()
     }
 
-    /// Runs `work` on the runtime and answers with `reply` when it is done.
-    fn answer<T: Send + 'static>(
-        &self,
-        work: impl std::future::Future<Output = Result<T>> + Send + 'static,
-        reply: impl FnOnce(Result<T>) + Send + 'static,
-    ) {
-        self.ops().spawn(async move {
-            let result = work.await;
-            if let Err(e) = &result {
-                log_failure(e);
-            }
-            reply(result)
-        });
+    /// Answers a request with `reply`: at once for an answer ready now; for one that comes
+    /// later, from a task on the runtime when its work is done (a failure then logged).
+    fn reply<T: Send + 'static>(&self, answer: Answer<T>, reply: impl FnOnce(Result<T>) + Send + 'static) {
+        match answer {
+            Answer::Now(result) => reply(result),
+            Answer::Later(work) => self.ops().spawn(async move {
+                let result = work.await;
+                if let Err(e) = &result {
+                    log_failure(e);
+                }
+                reply(result)
+            }),
+        }
     }
 
     fn entry(&self, reply: ReplyEntry) -> impl FnOnce(Result<Attr>) + Send + 'static {
@@ -299,17 +305,11 @@ impl Filesystem for SurgeFs {
 
     fn lookup(&self, req: &KernelCaller, parent: u64, name: &OsStr, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
-        if let Some(result) = self.ops().lookup_now(parent, &name, caller(req)) {
-            return self.entry(reply)(result);
-        }
-        self.answer(self.ops().lookup(parent, name, caller(req)), self.entry(reply));
+        self.reply(self.ops().lookup(parent, name, caller(req)), self.entry(reply));
     }
 
     fn getattr(&self, req: &KernelCaller, ino: u64, _fh: Option<u64>, reply: ReplyAttr) {
-        if let Some(attr) = self.ops().getattr_now(ino) {
-            return self.attr(reply)(Ok(attr));
-        }
-        self.answer(self.ops().getattr(ino, caller(req)), self.attr(reply));
+        self.reply(self.ops().getattr(ino, caller(req)), self.attr(reply));
     }
 
     fn setattr(&self, _req: &KernelCaller, ino: u64, c: SetAttr, reply: ReplyAttr) {
@@ -321,64 +321,52 @@ impl Filesystem for SurgeFs {
             atime: c.atime.map(to_timestamp),
             mtime: c.mtime.map(to_timestamp),
         };
-        self.answer(self.ops().setattr(ino, change, c.fh), self.attr(reply));
+        self.reply(self.ops().setattr(ino, change, c.fh), self.attr(reply));
     }
 
     fn readlink(&self, _req: &KernelCaller, ino: u64, reply: ReplyData) {
-        self.answer(self.ops().readlink(ino), data(reply));
+        self.reply(self.ops().readlink(ino), data(reply));
     }
 
     fn mknod(&self, req: &KernelCaller, parent: u64, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
-        self.answer(self.ops().mknod(parent, name, mode, umask, rdev, caller(req)), self.entry(reply));
+        self.reply(self.ops().mknod(parent, name, mode, umask, rdev, caller(req)), self.entry(reply));
     }
 
     fn mkdir(&self, req: &KernelCaller, parent: u64, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let name = name_or_reply!(name, reply);
-        if let Some(result) = self.ops().mkdir_now(parent, &name, mode, umask, caller(req)) {
-            return self.entry(reply)(result);
-        }
-        self.answer(self.ops().mkdir(parent, name, mode, umask, caller(req)), self.entry(reply));
+        self.reply(self.ops().mkdir(parent, name, mode, umask, caller(req)), self.entry(reply));
     }
 
     fn unlink(&self, _req: &KernelCaller, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
-        if let Some(result) = self.ops().unlink_now(parent, &name) {
-            return empty(reply)(result);
-        }
-        self.answer(self.ops().unlink(parent, name), empty(reply));
+        self.reply(self.ops().unlink(parent, name), empty(reply));
     }
 
     fn rmdir(&self, _req: &KernelCaller, parent: u64, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
-        if let Some(result) = self.ops().rmdir_now(parent, &name) {
-            return empty(reply)(result);
-        }
-        self.answer(self.ops().rmdir(parent, name), empty(reply));
+        self.reply(self.ops().rmdir(parent, name), empty(reply));
     }
 
     fn symlink(&self, req: &KernelCaller, parent: u64, link_name: &OsStr, target: &OsStr, reply: ReplyEntry) {
         let name = name_or_reply!(link_name, reply);
         let target = name_or_reply!(target, reply);
-        self.answer(self.ops().symlink(parent, name, target, caller(req)), self.entry(reply));
+        self.reply(self.ops().symlink(parent, name, target, caller(req)), self.entry(reply));
     }
 
     fn link(&self, _req: &KernelCaller, ino: u64, newparent: u64, newname: &OsStr, reply: ReplyEntry) {
         let name = name_or_reply!(newname, reply);
-        self.answer(self.ops().link(ino, newparent, name), self.entry(reply));
+        self.reply(self.ops().link(ino, newparent, name), self.entry(reply));
     }
 
     fn rename(&self, _req: &KernelCaller, parent: u64, name: &OsStr, newparent: u64, newname: &OsStr, flags: u32, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
         let newname = name_or_reply!(newname, reply);
-        if let Some(result) = self.ops().rename_now(parent, &name, newparent, &newname, flags) {
-            return empty(reply)(result);
-        }
-        self.answer(self.ops().rename(parent, name, newparent, newname, flags), empty(reply));
+        self.reply(self.ops().rename(parent, name, newparent, newname, flags), empty(reply));
     }
 
     fn open(&self, req: &KernelCaller, ino: u64, flags: i32, reply: ReplyOpen) {
-        self.answer(self.ops().open(ino, flags, caller(req)), self.opened_file(ino, reply, flags));
+        self.reply(self.ops().open(ino, flags, caller(req)), self.opened_file(ino, reply, flags));
     }
 
     fn read(&self, _req: &KernelCaller, ino: u64, fh: u64, offset: u64, size: u32, reply: ReplyData) {
@@ -398,7 +386,7 @@ impl Filesystem for SurgeFs {
     ) {
         if write_flags & abi::FUSE_WRITE_KILL_SUIDGID != 0 {
             // A write by someone else than root to a set-id file drops its set-id bits.
-            self.answer(self.ops().drop_set_id_bits(ino), |_| {});
+            self.reply(self.ops().drop_set_id_bits(ino), |_| {});
         }
         // `flags`: the descriptor's open flags.
         let append = flags & libc::O_APPEND != 0;
@@ -409,25 +397,19 @@ impl Filesystem for SurgeFs {
     }
 
     fn flush(&self, _req: &KernelCaller, ino: u64, fh: u64, lock_owner: u64, reply: ReplyEmpty) {
-        if let Some(result) = self.ops().flush_now(ino, fh, lock_owner) {
-            return empty(reply)(result);
-        }
-        self.answer(self.ops().flush(ino, fh, lock_owner), empty(reply));
+        self.reply(self.ops().flush(ino, fh, lock_owner), empty(reply));
     }
 
     fn release(&self, _req: &KernelCaller, ino: u64, fh: u64, reply: ReplyEmpty) {
         self.backings.released(ino, fh);
-        if let Some(result) = self.ops().release_now(ino, fh) {
-            return empty(reply)(result);
-        }
-        self.answer(self.ops().release(ino, fh), empty(reply));
+        self.reply(self.ops().release(ino, fh), empty(reply));
     }
 
     fn getlk(&self, _req: &KernelCaller, ino: u64, _fh: u64, owner: u64, lock: LockRange, reply: ReplyLock) {
         let Some(wanted) = locks::range_from_kernel(owner, lock.pid, lock.typ, lock.start, lock.end) else {
             return reply.error(libc::EINVAL);
         };
-        self.answer(self.ops().get_lock(ino, wanted), move |result| match result {
+        self.reply(self.ops().get_lock(ino, wanted), move |result| match result {
             Ok(Some(h)) => reply.locked(h.start, locks::end_to_kernel(h.end), locks::kind_to_kernel(h.kind), h.pid),
             // Nothing in the way: F_GETLK answers F_UNLCK.
             Ok(None) => reply.locked(lock.start, lock.end, libc::F_UNLCK, 0),
@@ -439,26 +421,26 @@ impl Filesystem for SurgeFs {
         let Some(wanted) = locks::range_from_kernel(owner, lock.pid, lock.typ, lock.start, lock.end) else {
             return reply.error(libc::EINVAL);
         };
-        self.answer(self.ops().set_lock(ino, fh, wanted, sleep), empty(reply));
+        self.reply(self.ops().set_lock(ino, fh, wanted, sleep), empty(reply));
     }
 
     fn fsync(&self, _req: &KernelCaller, _ino: u64, fh: u64, _datasync: bool, reply: ReplyEmpty) {
-        self.answer(self.ops().fsync(fh), empty(reply));
+        self.reply(self.ops().fsync(fh), empty(reply));
     }
 
     fn fallocate(&self, _req: &KernelCaller, ino: u64, fh: u64, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
-        self.answer(self.ops().fallocate(ino, fh, offset, length, mode), empty(reply));
+        self.reply(self.ops().fallocate(ino, fh, offset, length, mode), empty(reply));
     }
 
     fn lseek(&self, _req: &KernelCaller, _ino: u64, fh: u64, offset: i64, whence: i32, reply: ReplyLseek) {
-        self.answer(self.ops().seek_data(fh, offset, whence), move |found| match found {
+        self.reply(self.ops().seek_data(fh, offset, whence), move |found| match found {
             Ok(offset) => reply.offset(offset as i64),
             Err(e) => reply.error(errno(&e)),
         });
     }
 
     fn opendir(&self, _req: &KernelCaller, ino: u64, _flags: i32, reply: ReplyOpen) {
-        self.answer(self.ops().opendir(ino), opened(reply, 0));
+        self.reply(self.ops().opendir(ino), opened(reply, 0));
     }
 
     fn readdir(&self, _req: &KernelCaller, ino: u64, fh: u64, offset: u64, mut reply: ReplyDirectory) {
@@ -486,7 +468,7 @@ impl Filesystem for SurgeFs {
     }
 
     fn fsyncdir(&self, _req: &KernelCaller, _ino: u64, _fh: u64, reply: ReplyEmpty) {
-        self.answer(self.ops().fsyncdir(), empty(reply));
+        self.reply(self.ops().fsyncdir(), empty(reply));
     }
 
     fn releasedir(&self, _req: &KernelCaller, _ino: u64, fh: u64, reply: ReplyEmpty) {
@@ -496,26 +478,26 @@ impl Filesystem for SurgeFs {
 
     fn getxattr(&self, req: &KernelCaller, ino: u64, name: &OsStr, size: u32, reply: ReplyXattr) {
         let name = name_or_reply!(name, reply);
-        self.answer(self.ops().get_xattr(ino, name, caller(req)), xattr(reply, size));
+        self.reply(self.ops().get_xattr(ino, name, caller(req)), xattr(reply, size));
     }
 
     fn listxattr(&self, req: &KernelCaller, ino: u64, size: u32, reply: ReplyXattr) {
-        self.answer(self.ops().list_xattr(ino, caller(req)), xattr(reply, size));
+        self.reply(self.ops().list_xattr(ino, caller(req)), xattr(reply, size));
     }
 
     fn setxattr(&self, req: &KernelCaller, ino: u64, name: &OsStr, value: &[u8], flags: i32, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
-        self.answer(self.ops().set_xattr(ino, name, value.to_vec(), flags, caller(req)), empty(reply));
+        self.reply(self.ops().set_xattr(ino, name, value.to_vec(), flags, caller(req)), empty(reply));
     }
 
     fn removexattr(&self, req: &KernelCaller, ino: u64, name: &OsStr, reply: ReplyEmpty) {
         let name = name_or_reply!(name, reply);
-        self.answer(self.ops().remove_xattr(ino, name, caller(req)), empty(reply));
+        self.reply(self.ops().remove_xattr(ino, name, caller(req)), empty(reply));
     }
 
     fn statfs(&self, _req: &KernelCaller, _ino: u64, reply: ReplyStatfs) {
         let block = STATFS_BLOCK as u32;
-        self.answer(self.ops().statfs(), move |result| match result {
+        self.reply(self.ops().statfs(), move |result| match result {
             Ok(s) => reply.statfs(s.blocks, s.free, s.free, s.files, s.files_free, block, 255, block),
             Err(e) => reply.error(errno(&e)),
         });
@@ -535,9 +517,6 @@ impl Filesystem for SurgeFs {
                 None => reply.created(ttl, &attr, 0, fh, open_flags),
             }
         };
-        if let Some(result) = self.ops().create_now(parent, &name, mode, umask, flags, caller(req)) {
-            return answer(result);
-        }
-        self.answer(self.ops().create(parent, name, mode, umask, flags, caller(req)), answer);
+        self.reply(self.ops().create(parent, name, mode, umask, flags, caller(req)), answer);
     }
 }

@@ -59,7 +59,7 @@ struct State {
     /// Being given back: asked for again only once that is done.
     returning: HashSet<u64>,
     /// Directories whose files made under a delegation were written at length: their next
-    /// creates are passed through to data files (see `Ops::create_now`).
+    /// creates are passed through to data files (see `Ops::create`).
     written_at_length: HashSet<u64>,
 }
 

@@ -5,7 +5,8 @@
 //! FUSE inode numbers unchanged (the root is 1 in both).
 //!
 //! Layers: [`adapter`] is the thin `Filesystem` of the FUSE session crate (arguments in, replies out) over
-//! [`ops`], the operations as functions that return `Result`s, which use the kernel-cache
+//! [`ops`], the operations, each answering an [`ops::Answer`] (a `Result` now, or the work
+//! that yields it later, for the runtime), which use the kernel-cache
 //! bookkeeping ([`kernel`], `listings`), the handle table (`handles`) and the per-handle
 //! chunk cache (`chunks`); `convert` translates between the session's types and Surge's.
 //!

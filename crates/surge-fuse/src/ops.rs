@@ -3,14 +3,23 @@
 //! converts the kernel's arguments, calls one of these and turns the outcome into a reply;
 //! this layer knows no FUSE reply type, so it runs (and is tested) without a kernel mount.
 //!
-//! Each operation does its bookkeeping that must happen in request order (cache drops, the
-//! kernel-cache records) on the calling thread, the FUSE session thread, and returns the rest
-//! as a future for the runtime; a few answer on the spot when they can ([`Ops::lookup_now`],
-//! [`Ops::getattr_now`], [`Ops::flush_now`]). Reads and writes choose their own route
-//! ([`Ops::read`], [`Ops::write`]): served on the spot from this node's data files, sent from
-//! this thread and answered by the connection's reader, or handed to a task.
+//! Each operation is one method returning an [`Answer`]: [`Answer::Now`] when it was answered
+//! without a round trip (a name known missing, a directory's attributes heard moments ago, a
+//! close of a clean handle, a namespace change in a directory held under a delegation), else
+//! [`Answer::Later`], the work left for the runtime. The guarantee the adapter builds on: the
+//! method itself runs, on the calling thread (the FUSE session thread), whatever must happen
+//! in request order (the fast path's decision and its side effects, cache drops, the
+//! kernel-cache records), so a `Now` answer is complete when it returns; a `Later` comes back
+//! with none of its remaining work started: that starts when it is first polled (the adapter
+//! spawns it on the runtime). Awaiting an `Answer` gives its result either way (how the tests
+//! drive this layer).
+//!
+//! Reads and writes choose their own route ([`Ops::read`], [`Ops::write`]) and answer through
+//! a callback: served on the spot from this node's data files, sent from this thread and
+//! answered by the connection's reader, or handed to a task.
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -51,6 +60,38 @@ pub struct FsStats {
 /// Size of a STATFS block.
 pub const STATFS_BLOCK: u64 = 4096;
 
+/// What an operation answers: ready now, or later.
+pub enum Answer<T> {
+    /// Answered without a round trip, on the calling thread, before the operation returned.
+    Now(Result<T>),
+    /// The work still to do, for the runtime: none of it has run yet (it starts when first
+    /// polled).
+    Later(Later<T>),
+}
+
+/// The work of an answer that comes later.
+pub type Later<T> = Pin<Box<dyn Future<Output = Result<T>> + Send>>;
+
+impl<T> Answer<T> {
+    /// `work` as an answer that comes later.
+    fn later(work: impl Future<Output = Result<T>> + Send + 'static) -> Answer<T> {
+        Answer::Later(Box::pin(work))
+    }
+}
+
+/// Awaiting an answer gives its result, whether it came now or comes later.
+impl<T: Send + 'static> IntoFuture for Answer<T> {
+    type Output = Result<T>;
+    type IntoFuture = Later<T>;
+
+    fn into_future(self) -> Later<T> {
+        match self {
+            Answer::Now(result) => Box::pin(std::future::ready(result)),
+            Answer::Later(work) => work,
+        }
+    }
+}
+
 pub struct Ops {
     client: Client,
     runtime: Handle,
@@ -77,7 +118,7 @@ pub struct Opened {
     pub keep_cache: bool,
 }
 
-/// A file written this far is worth passing through (see [`Ops::create_now`]).
+/// A file written this far is worth passing through (see [`Ops::create`]).
 const PASSTHROUGH_WORTH: u64 = 1 << 20;
 
 /// How often the capacity set aside for passthrough handles is checked: what a writer can
@@ -258,20 +299,16 @@ impl Ops {
         self.delegations.forgotten(ino);
     }
 
-    /// A lookup answered without a round trip: a name missing from a directory whose every
-    /// name this mount knows.
-    pub fn lookup_now(&self, parent: u64, name: &str, caller: Caller) -> Option<Result<Attr>> {
-        if !self.kernel.listings.known_missing(parent, name) {
-            return None;
+    /// Answered now when the name is missing from a directory whose every name this mount
+    /// knows; otherwise asked of the servers.
+    pub fn lookup(self: &Arc<Self>, parent: u64, name: String, caller: Caller) -> Answer<Attr> {
+        if self.kernel.listings.known_missing(parent, &name) {
+            // A path walk ends here: a retry after ESTALE is over.
+            self.kernel.settled(caller.pid);
+            return Answer::Now(Err(ErrorCode::NotFound.into()));
         }
-        // A path walk ends here: a retry after ESTALE is over.
-        self.kernel.settled(caller.pid);
-        Some(Err(ErrorCode::NotFound.into()))
-    }
-
-    pub fn lookup(self: &Arc<Self>, parent: u64, name: String, caller: Caller) -> impl Future<Output = Result<Attr>> + Send + 'static {
         let ops = self.clone();
-        async move {
+        Answer::later(async move {
             ops.delegations.settle().await?;
             let result = ops.client.lookup(parent, &name).await.map(|mut attr| {
                 attr.size = attr.size.max(local_size(&ops.files, attr.ino));
@@ -290,32 +327,26 @@ impl Ops {
                 }
             }
             result.map(|attr| ops.told(attr))
+        })
+    }
+
+    /// A directory's attributes are answered now from what was heard moments ago (see
+    /// [`KernelCache::directory`]); anything else is asked of its home.
+    pub fn getattr(self: &Arc<Self>, ino: u64, caller: Caller) -> Answer<Attr> {
+        if let Some(attr) = self.kernel.directory(ino) {
+            return Answer::Now(Ok(attr));
         }
-    }
-
-    /// A directory's attributes answered from what was heard moments ago (see
-    /// [`KernelCache::directory`]).
-    pub fn getattr_now(&self, ino: u64) -> Option<Attr> {
-        self.kernel.directory(ino)
-    }
-
-    pub fn getattr(self: &Arc<Self>, ino: u64, caller: Caller) -> impl Future<Output = Result<Attr>> + Send + 'static {
         let (ops, local) = (self.clone(), local_size(&self.files, ino));
-        async move {
+        Answer::later(async move {
             ops.delegations.settle().await?;
             let attr = ops.check_stale(ops.client.getattr(ino).await, caller.pid)?;
             Ok(ops.told(Attr { size: attr.size.max(local), ..attr }))
-        }
+        })
     }
 
     /// `fh`: the handle the change came through, if any (a size change then goes through it,
     /// so its pending writes land first).
-    pub fn setattr(
-        self: &Arc<Self>,
-        ino: u64,
-        change: AttrChanges,
-        fh: Option<u64>,
-    ) -> impl Future<Output = Result<Attr>> + Send + 'static {
+    pub fn setattr(self: &Arc<Self>, ino: u64, change: AttrChanges, fh: Option<u64>) -> Answer<Attr> {
         self.kernel.forget_directory(ino);
         let open = fh.and_then(|fh| self.open_file(fh).ok());
         if change.size.is_some() || change.mtime.is_some() {
@@ -332,7 +363,7 @@ impl Ops {
             }
         }
         let ops = self.clone();
-        async move {
+        Answer::later(async move {
             ops.delegations.settle().await?;
             let mut changes = AttrChanges { mode: change.mode.map(|m| m & 0o7777), ..change };
             let resized = changes.size;
@@ -345,27 +376,19 @@ impl Ops {
                 ops.resized_here(ino, size, fh.unwrap_or(0));
             }
             Ok(ops.told(attr))
-        }
+        })
     }
 
-    pub fn readlink(self: &Arc<Self>, ino: u64) -> impl Future<Output = Result<String>> + Send + 'static {
+    pub fn readlink(self: &Arc<Self>, ino: u64) -> Answer<String> {
         let ops = self.clone();
-        async move { ops.client.readlink_ino(ino).await }
+        Answer::later(async move { ops.client.readlink_ino(ino).await })
     }
 
     /// A regular file made without opening it, or a FIFO, socket or device node (each node
     /// uses it as its own: the kernel runs the pipe or opens the device, as on NFS).
-    pub fn mknod(
-        self: &Arc<Self>,
-        parent: u64,
-        name: String,
-        mode: u32,
-        umask: u32,
-        rdev: u32,
-        caller: Caller,
-    ) -> impl Future<Output = Result<Attr>> + Send + 'static {
+    pub fn mknod(self: &Arc<Self>, parent: u64, name: String, mode: u32, umask: u32, rdev: u32, caller: Caller) -> Answer<Attr> {
         let ops = self.clone();
-        async move {
+        Answer::later(async move {
             let client = ops.client.as_user(caller.uid, caller.gid);
             if let Some(kind) = crate::convert::special_kind(mode, rdev) {
                 let made = client.mknod_at_with_umask(parent, &name, kind, mode & 0o7777, umask);
@@ -381,45 +404,35 @@ impl Ops {
                 client.getattr(ino).await
             };
             ops.changed_name(parent, &name, Some(Named::NotDirectory), made).await.map(|attr| ops.told(attr))
-        }
-    }
-
-    /// A mkdir answered on the spot: in a directory held under a delegation (no request; the
-    /// new directory is homed with its parent). None: it takes [`Ops::mkdir`].
-    pub fn mkdir_now(&self, parent: u64, name: &str, mode: u32, umask: u32, caller: Caller) -> Option<Result<Attr>> {
-        let delegated = self.delegations.held(parent)?;
-        match delegated.mkdir(name, mode & 0o7777, umask, caller.uid, caller.gid) {
-            Ok(Some(attr)) => {
-                self.kernel.listings.named(parent, name, Some(true));
-                self.kernel.listings.made(attr.ino);
-                self.kernel.subdirectory_count_moved(parent, 1);
-                Some(Ok(self.told(attr)))
-            }
-            Ok(None) => self.not_answered_now(parent, &delegated),
-            Err(e) => Some(Err(e)),
-        }
+        })
     }
 
     /// A create or mkdir the delegation of `parent` could not answer: it ended (then off the
     /// list with it, asked for again later), or its numbers ran out before its renewal came
-    /// (it stays: the ordinary path meanwhile, which it learns of). None: the ordinary path.
-    fn not_answered_now<T>(&self, parent: u64, delegated: &DelegatedDir) -> Option<T> {
+    /// (it stays: the ordinary path meanwhile, which it learns of). The ordinary path follows.
+    fn not_answered_now(&self, parent: u64, delegated: &DelegatedDir) {
         if !delegated.is_held() {
             self.delegations.give_back(parent);
         }
-        None
     }
 
-    pub fn mkdir(
-        self: &Arc<Self>,
-        parent: u64,
-        name: String,
-        mode: u32,
-        umask: u32,
-        caller: Caller,
-    ) -> impl Future<Output = Result<Attr>> + Send + 'static {
+    /// Answered now in a directory held under a delegation (no request; the new directory is
+    /// homed with its parent); otherwise made at the parent's home.
+    pub fn mkdir(self: &Arc<Self>, parent: u64, name: String, mode: u32, umask: u32, caller: Caller) -> Answer<Attr> {
+        if let Some(delegated) = self.delegations.held(parent) {
+            match delegated.mkdir(&name, mode & 0o7777, umask, caller.uid, caller.gid) {
+                Ok(Some(attr)) => {
+                    self.kernel.listings.named(parent, &name, Some(true));
+                    self.kernel.listings.made(attr.ino);
+                    self.kernel.subdirectory_count_moved(parent, 1);
+                    return Answer::Now(Ok(self.told(attr)));
+                }
+                Ok(None) => self.not_answered_now(parent, &delegated),
+                Err(e) => return Answer::Now(Err(e)),
+            }
+        }
         let ops = self.clone();
-        async move {
+        Answer::later(async move {
             let made = async {
                 let attr = ops.client.as_user(caller.uid, caller.gid).mkdir_at_with_umask(parent, &name, mode & 0o7777, umask).await?;
                 // Made here: every name in it is known (none yet).
@@ -430,47 +443,52 @@ impl Ops {
             let made = ops.changed_name(parent, &name, Some(Named::Other), made).await?;
             ops.delegations.stepped_in(parent, ops.kernel.listings.knows(parent));
             Ok(ops.told(made))
-        }
+        })
     }
 
-    /// An unlink answered on the spot: in a directory held under a delegation, of a name that
-    /// is not a directory (see [`crate::delegations`]).
-    pub fn unlink_now(&self, parent: u64, name: &str) -> Option<Result<()>> {
-        let delegated = self.delegations.held(parent)?;
-        match delegated.unlink(name) {
-            Ok(true) => {
-                self.kernel.listings.named(parent, name, Some(false));
-                Some(Ok(()))
+    /// Answered now in a directory held under a delegation, of a name that is not a
+    /// directory (see [`crate::delegations`]); otherwise removed at the parent's home.
+    pub fn unlink(self: &Arc<Self>, parent: u64, name: String) -> Answer<()> {
+        if let Some(delegated) = self.delegations.held(parent) {
+            match delegated.unlink(&name) {
+                Ok(true) => {
+                    self.kernel.listings.named(parent, &name, Some(false));
+                    return Answer::Now(Ok(()));
+                }
+                Ok(false) => {}
+                Err(e) => return Answer::Now(Err(e)),
             }
-            Ok(false) => None,
-            Err(e) => Some(Err(e)),
         }
-    }
-
-    /// An unlink [`Ops::unlink_now`] did not answer.
-    pub fn unlink(self: &Arc<Self>, parent: u64, name: String) -> impl Future<Output = Result<()>> + Send + 'static {
         let ops = self.clone();
-        async move {
+        Answer::later(async move {
             let removed = ops.changed_name(parent, &name, None, ops.client.unlink_at(parent, &name)).await;
             if removed.is_ok() {
                 ops.delegations.stepped_in(parent, ops.kernel.listings.knows(parent));
             }
             removed
-        }
+        })
     }
 
-    /// An rmdir answered on the spot: of an empty directory made under the delegation of
-    /// `parent` (while it is held, nobody else can have put anything in it, and the kernel
-    /// holds the directory's lock across the rmdir). None: it takes [`Ops::rmdir`].
-    pub fn rmdir_now(&self, parent: u64, name: &str) -> Option<Result<()>> {
-        let delegated = self.delegations.held(parent)?;
-        let dir = delegated.made_dir(name)?;
-        if !self.removable_here(dir) || !delegated.rmdir(name) {
-            return None;
+    /// Answered now for an empty directory made under the delegation of `parent` (while it
+    /// is held, nobody else can have put anything in it, and the kernel holds the directory's
+    /// lock across the rmdir); otherwise removed at the parent's home.
+    pub fn rmdir(self: &Arc<Self>, parent: u64, name: String) -> Answer<()> {
+        if let Some(delegated) = self.delegations.held(parent) {
+            if let Some(dir) = delegated.made_dir(&name) {
+                if self.removable_here(dir) && delegated.rmdir(&name) {
+                    self.kernel.listings.named(parent, &name, Some(false));
+                    self.removed_here(parent, dir);
+                    return Answer::Now(Ok(()));
+                }
+            }
         }
-        self.kernel.listings.named(parent, name, Some(false));
-        self.removed_here(parent, dir);
-        Some(Ok(()))
+        let ops = self.clone();
+        Answer::later(async move {
+            ops.changed_name(parent, &name, None, ops.client.rmdir_at(parent, &name)).await?;
+            ops.kernel.subdirectory_count_moved(parent, -1);
+            ops.delegations.stepped_in(parent, ops.kernel.listings.knows(parent));
+            Ok(())
+        })
     }
 
     /// Whether directory `dir`, made under a delegation, may be removed (or replaced by a
@@ -487,17 +505,6 @@ impl Ops {
         self.kernel.subdirectory_count_moved(parent, -1);
     }
 
-    /// An rmdir [`Ops::rmdir_now`] did not answer.
-    pub fn rmdir(self: &Arc<Self>, parent: u64, name: String) -> impl Future<Output = Result<()>> + Send + 'static {
-        let ops = self.clone();
-        async move {
-            ops.changed_name(parent, &name, None, ops.client.rmdir_at(parent, &name)).await?;
-            ops.kernel.subdirectory_count_moved(parent, -1);
-            ops.delegations.stepped_in(parent, ops.kernel.listings.knows(parent));
-            Ok(())
-        }
-    }
-
     /// Runs `change` of `parent/name` once every delegated step before it is applied, and
     /// records what it did to the name (`now` after it, once it succeeded: what the name
     /// names, or nothing) for the directory listings this mount knows in full and the
@@ -510,69 +517,53 @@ impl Ops {
         result
     }
 
-    pub fn symlink(
-        self: &Arc<Self>,
-        parent: u64,
-        name: String,
-        target: String,
-        caller: Caller,
-    ) -> impl Future<Output = Result<Attr>> + Send + 'static {
+    pub fn symlink(self: &Arc<Self>, parent: u64, name: String, target: String, caller: Caller) -> Answer<Attr> {
         let ops = self.clone();
-        async move {
+        Answer::later(async move {
             let client = ops.client.as_user(caller.uid, caller.gid);
             let result = ops.changed_name(parent, &name, Some(Named::NotDirectory), client.symlink_at(parent, &name, &target)).await;
             result.map(|attr| ops.told(attr))
-        }
+        })
     }
 
     /// A hard link `newparent/newname` to `ino`.
-    pub fn link(self: &Arc<Self>, ino: u64, newparent: u64, newname: String) -> impl Future<Output = Result<Attr>> + Send + 'static {
+    pub fn link(self: &Arc<Self>, ino: u64, newparent: u64, newname: String) -> Answer<Attr> {
         let (ops, local) = (self.clone(), local_size(&self.files, ino));
-        async move {
+        Answer::later(async move {
             let attr =
                 ops.changed_name(newparent, &newname, Some(Named::NotDirectory), ops.client.link_at(ino, newparent, &newname)).await?;
             Ok(ops.told(Attr { size: attr.size.max(local), ..attr }))
-        }
-    }
-
-    /// A rename answered on the spot: within one directory held under a delegation, of names
-    /// it knows (see `DelegatedDir::rename`). None: it takes [`Ops::rename`].
-    pub fn rename_now(&self, parent: u64, name: &str, newparent: u64, newname: &str, flags: u32) -> Option<Result<()>> {
-        if parent != newparent || flags & !libc::RENAME_NOREPLACE != 0 {
-            return None;
-        }
-        let delegated = self.delegations.held(parent)?;
-        let mut replaced_dir = None;
-        let may_replace = |dir| {
-            replaced_dir = Some(dir);
-            self.removable_here(dir)
-        };
-        match delegated.rename(name, newname, flags & libc::RENAME_NOREPLACE != 0, may_replace) {
-            Ok(true) => {
-                tracing::trace!(parent = format!("{parent:#x}"), name, newname, "rename answered under a delegation");
-                self.kernel.listings.named(parent, name, Some(false));
-                self.kernel.listings.named(parent, newname, Some(true));
-                if let Some(dir) = replaced_dir {
-                    self.removed_here(parent, dir);
-                }
-                Some(Ok(()))
-            }
-            Ok(false) => None,
-            Err(e) => Some(Err(e)),
-        }
+        })
     }
 
     /// `flags`: RENAME_NOREPLACE, RENAME_EXCHANGE, or nothing; RENAME_WHITEOUT is refused.
-    pub fn rename(
-        self: &Arc<Self>,
-        parent: u64,
-        name: String,
-        newparent: u64,
-        newname: String,
-        flags: u32,
-    ) -> impl Future<Output = Result<()>> + Send + 'static {
+    /// Answered now within one directory held under a delegation, of names it knows (see
+    /// `DelegatedDir::rename`); otherwise done at the directories' homes.
+    pub fn rename(self: &Arc<Self>, parent: u64, name: String, newparent: u64, newname: String, flags: u32) -> Answer<()> {
+        let plain_within_one = parent == newparent && flags & !libc::RENAME_NOREPLACE == 0;
+        if let Some(delegated) = if plain_within_one { self.delegations.held(parent) } else { None } {
+            let mut replaced_dir = None;
+            let may_replace = |dir| {
+                replaced_dir = Some(dir);
+                self.removable_here(dir)
+            };
+            match delegated.rename(&name, &newname, flags & libc::RENAME_NOREPLACE != 0, may_replace) {
+                Ok(true) => {
+                    let (name, newname) = (name.as_str(), newname.as_str());
+                    tracing::trace!(parent = format!("{parent:#x}"), name, newname, "rename answered under a delegation");
+                    self.kernel.listings.named(parent, name, Some(false));
+                    self.kernel.listings.named(parent, newname, Some(true));
+                    if let Some(dir) = replaced_dir {
+                        self.removed_here(parent, dir);
+                    }
+                    return Answer::Now(Ok(()));
+                }
+                Ok(false) => {}
+                Err(e) => return Answer::Now(Err(e)),
+            }
+        }
         let ops = self.clone();
-        async move {
+        Answer::later(async move {
             ops.delegations.settle().await?;
             let exchange = flags == libc::RENAME_EXCHANGE;
             let result = if exchange {
@@ -594,12 +585,12 @@ impl Ops {
                 ops.delegations.changed(dir, name, result.as_ref().map(|_| stays.then_some(Named::Other)).map_err(|_| ()));
             }
             result
-        }
+        })
     }
 
-    pub fn statfs(self: &Arc<Self>) -> impl Future<Output = Result<FsStats>> + Send + 'static {
+    pub fn statfs(self: &Arc<Self>) -> Answer<FsStats> {
         let ops = self.clone();
-        async move {
+        Answer::later(async move {
             let (mut capacity, mut used, mut inodes) = (0u64, 0u64, 0u64);
             for stats in ops.client.statfs().await {
                 let s = stats?;
@@ -609,7 +600,7 @@ impl Ops {
             }
             let free = capacity.saturating_sub(used) / STATFS_BLOCK;
             Ok(FsStats { blocks: capacity / STATFS_BLOCK, free, files: inodes + (1 << 32), files_free: 1 << 32 })
-        }
+        })
     }
 
     // ------------------------------------------------------------ files
@@ -617,9 +608,9 @@ impl Ops {
     /// Close-to-open: the attributes come fresh from the file's home server; what the kernel
     /// cached is dropped if it differs, and so is the page cache (no FOPEN_KEEP_CACHE).
     /// Answers the new handle.
-    pub fn open(self: &Arc<Self>, ino: u64, flags: i32, caller: Caller) -> impl Future<Output = Result<Opened>> + Send + 'static {
+    pub fn open(self: &Arc<Self>, ino: u64, flags: i32, caller: Caller) -> Answer<Opened> {
         let ops = self.clone();
-        async move {
+        Answer::later(async move {
             let kernel = &ops.kernel;
             ops.delegations.settle().await?;
             let f = match ops.client.open_ino(ino).await {
@@ -644,40 +635,12 @@ impl Ops {
             f.set_write_behind(ops.client.stream_window()).await?;
             let backing = ops.passthrough_for(&f, flags).await;
             Ok(ops.register(f, flags, backing))
-        }
+        })
     }
 
-    /// A create answered on the spot: in a directory held under a delegation (no request:
-    /// see [`crate::delegations`]). None: it takes [`Ops::create`].
-    pub fn create_now(
-        self: &Arc<Self>,
-        parent: u64,
-        name: &str,
-        mode: u32,
-        umask: u32,
-        flags: i32,
-        caller: Caller,
-    ) -> Option<Result<(Attr, Opened)>> {
-        let delegated = self.delegations.held(parent)?;
-        match delegated.create(name, mode & 0o7777, umask, caller.uid, caller.gid) {
-            Ok(Some(attr)) => {
-                self.kernel.listings.named(parent, name, Some(true));
-                let f = self.client.file_made_under(&delegated, &attr, self.client.stream_window());
-                // Handing the kernel a data file costs a create + close about a third more
-                // (the data file made, its backing id opened and closed): only once files made
-                // in this directory turned out to be written at length.
-                let backing = self.delegations.writes_at_length(parent).then(|| self.passthrough_now(&f, flags)).flatten();
-                Some(Ok((self.told(attr), self.register_made_in(f, flags, backing, Some(parent)))))
-            }
-            Ok(None) => self.not_answered_now(parent, &delegated),
-            // An existing file, opened the ordinary way.
-            Err(e) if e.code == ErrorCode::Exists && flags & libc::O_EXCL == 0 => None,
-            Err(e) => Some(Err(e)),
-        }
-    }
-
-    /// Creates (and opens) a file, where [`Ops::create_now`] did not; answers its attributes
-    /// and the new handle.
+    /// Creates (and opens) a file; answers its attributes and the new handle. Answered now in
+    /// a directory held under a delegation (no request: see [`crate::delegations`]);
+    /// otherwise made at the parent's home.
     pub fn create(
         self: &Arc<Self>,
         parent: u64,
@@ -686,9 +649,26 @@ impl Ops {
         umask: u32,
         flags: i32,
         caller: Caller,
-    ) -> impl Future<Output = Result<(Attr, Opened)>> + Send + 'static {
+    ) -> Answer<(Attr, Opened)> {
+        if let Some(delegated) = self.delegations.held(parent) {
+            match delegated.create(&name, mode & 0o7777, umask, caller.uid, caller.gid) {
+                Ok(Some(attr)) => {
+                    self.kernel.listings.named(parent, &name, Some(true));
+                    let f = self.client.file_made_under(&delegated, &attr, self.client.stream_window());
+                    // Handing the kernel a data file costs a create + close about a third more
+                    // (the data file made, its backing id opened and closed): only once files
+                    // made in this directory turned out to be written at length.
+                    let backing = self.delegations.writes_at_length(parent).then(|| self.passthrough_now(&f, flags)).flatten();
+                    return Answer::Now(Ok((self.told(attr), self.register_made_in(f, flags, backing, Some(parent)))));
+                }
+                Ok(None) => self.not_answered_now(parent, &delegated),
+                // An existing file, opened the ordinary way.
+                Err(e) if e.code == ErrorCode::Exists && flags & libc::O_EXCL == 0 => {}
+                Err(e) => return Answer::Now(Err(e)),
+            }
+        }
         let ops = self.clone();
-        async move {
+        Answer::later(async move {
             let client = ops.client.as_user(caller.uid, caller.gid);
             let created = async {
                 let f = client.create_at_with_umask(parent, &name, mode & 0o7777, umask, flags & libc::O_EXCL != 0).await?;
@@ -704,7 +684,7 @@ impl Ops {
             let attr = Attr { size: f.size(), ..f.attr_at_open().clone() };
             let backing = ops.passthrough_for(&f, flags).await;
             Ok((ops.told(attr), ops.register(f, flags, backing)))
-        }
+        })
     }
 
     /// Reads through handle `fh`, answering through `done`. With no other handle of the file
@@ -790,50 +770,43 @@ impl Ops {
         self.spawn(async move { done(f.file.pwrite_bytes(offset, data).await) });
     }
 
-    /// A flush answered on the spot: nothing was written through the handle (a read, or a
-    /// create then close).
-    pub fn flush_now(&self, ino: u64, fh: u64, lock_owner: u64) -> Option<Result<()>> {
-        if self.lock_owners.holds(ino, lock_owner) {
-            return None;
-        }
-        match self.open_file(fh) {
-            Ok(f) if f.file.is_clean() => Some(Ok(())),
-            Ok(_) => None,
-            Err(e) => Some(Err(e)),
-        }
-    }
-
     /// Every close(2): waits for the handle's writes and publishes size and mtime, so the
     /// close-to-open promise holds when close returns (and write errors reach close).
     /// A process's POSIX locks on the file go with any close of it by that process.
-    pub fn flush(self: &Arc<Self>, ino: u64, fh: u64, lock_owner: u64) -> impl Future<Output = Result<()>> + Send + 'static {
+    /// Answered now when nothing was written through the handle (a read, or a create then
+    /// close) and the caller holds no lock on the file.
+    pub fn flush(self: &Arc<Self>, ino: u64, fh: u64, lock_owner: u64) -> Answer<()> {
+        if !self.lock_owners.holds(ino, lock_owner) {
+            match self.open_file(fh) {
+                Ok(f) if f.file.is_clean() => return Answer::Now(Ok(())),
+                Ok(_) => {}
+                Err(e) => return Answer::Now(Err(e)),
+            }
+        }
         let owners = if self.lock_owners.let_go(ino, lock_owner) { vec![lock_owner] } else { Vec::new() };
         let (ops, f) = (self.clone(), self.open_file(fh));
-        async move {
+        Answer::later(async move {
             ops.give_back_locks(ino, owners).await;
             let f = f?;
             let outcome = f.file.flush().await;
             ops.published(&f, &outcome);
             outcome
-        }
+        })
     }
 
-    /// A release answered on the spot: a clean handle of a file made under a delegation
-    /// whose home has not heard of it yet (its release goes into the delegation's log).
-    pub fn release_now(&self, ino: u64, fh: u64) -> Option<Result<()>> {
-        let f = self.files.lock().unwrap().get(fh)?;
-        if !f.file.release_logged() {
-            return None;
+    /// The last close of handle `fh`. Answered now for a clean handle of a file made under a
+    /// delegation whose home has not heard of it yet (its release goes into the delegation's
+    /// log); otherwise released at the file's home.
+    pub fn release(self: &Arc<Self>, ino: u64, fh: u64) -> Answer<()> {
+        let open = self.files.lock().unwrap().get(fh);
+        if let Some(f) = open.filter(|f| f.file.release_logged()) {
+            // Never registered at the home: no lock was taken through it (a lock request
+            // writes the delegation back first), so there are none to give back.
+            self.lock_owners.closed(ino, fh);
+            self.kernel.wrote(ino, f.file.size());
+            self.files.lock().unwrap().remove(fh);
+            return Answer::Now(Ok(()));
         }
-        // Never registered at the home: no lock was taken through it (a lock request writes
-        // the delegation back first), so there are none to give back.
-        self.lock_owners.closed(ino, fh);
-        self.kernel.wrote(ino, f.file.size());
-        self.files.lock().unwrap().remove(fh);
-        Some(Ok(()))
-    }
-
-    pub fn release(self: &Arc<Self>, ino: u64, fh: u64) -> impl Future<Output = Result<()>> + Send + 'static {
         // flock and OFD locks belong to the open file, whose last close this is.
         let (ops, owners) = (self.clone(), self.lock_owners.closed(ino, fh));
         let f = {
@@ -846,7 +819,7 @@ impl Ops {
             }
             files.remove(fh)
         };
-        async move {
+        Answer::later(async move {
             ops.give_back_locks(ino, owners).await;
             match f {
                 Some(f) => {
@@ -856,19 +829,12 @@ impl Ops {
                 }
                 None => Err(Error::new(ErrorCode::BadHandle, format!("handle {fh} is not open"))),
             }
-        }
+        })
     }
 
     /// fallocate(2) through handle `fh` (the modes the kernel passes on: mode 0, KEEP_SIZE,
     /// PUNCH_HOLE, ZERO_RANGE). Chunks cached here forget the range's old bytes.
-    pub fn fallocate(
-        self: &Arc<Self>,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        len: u64,
-        mode: i32,
-    ) -> impl Future<Output = Result<()>> + Send + 'static {
+    pub fn fallocate(self: &Arc<Self>, ino: u64, fh: u64, offset: u64, len: u64, mode: i32) -> Answer<()> {
         let known = libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
         let kind = if mode & !known != 0 {
             Err(Error::new(ErrorCode::NotSupported, format!("fallocate mode {mode:#x}")))
@@ -886,13 +852,13 @@ impl Ops {
         for other in siblings(&self.files, fh, ino) {
             other.chunks.clear();
         }
-        async move { f?.file.allocate(offset, len, kind?, mode & libc::FALLOC_FL_KEEP_SIZE != 0).await }
+        Answer::later(async move { f?.file.allocate(offset, len, kind?, mode & libc::FALLOC_FL_KEEP_SIZE != 0).await })
     }
 
     /// lseek(2)'s SEEK_DATA and SEEK_HOLE (the kernel answers the other kinds itself).
-    pub fn seek_data(self: &Arc<Self>, fh: u64, offset: i64, whence: i32) -> impl Future<Output = Result<u64>> + Send + 'static {
+    pub fn seek_data(self: &Arc<Self>, fh: u64, offset: i64, whence: i32) -> Answer<u64> {
         let f = self.open_file(fh);
-        async move {
+        Answer::later(async move {
             let hole = match whence {
                 libc::SEEK_DATA => false,
                 libc::SEEK_HOLE => true,
@@ -900,23 +866,23 @@ impl Ops {
             };
             let offset = u64::try_from(offset).map_err(|_| Error::new(ErrorCode::Invalid, "negative lseek offset"))?;
             f?.file.seek_data(offset, hole).await
-        }
+        })
     }
 
-    pub fn fsync(self: &Arc<Self>, fh: u64) -> impl Future<Output = Result<()>> + Send + 'static {
+    pub fn fsync(self: &Arc<Self>, fh: u64) -> Answer<()> {
         let (ops, f) = (self.clone(), self.open_file(fh));
-        async move {
+        Answer::later(async move {
             let f = f?;
             let outcome = f.file.fsync().await;
             ops.published(&f, &outcome);
             outcome
-        }
+        })
     }
 
     // ------------------------------------------------------------ locks
 
     /// Takes, changes or gives back a lock (fcntl's F_SETLK/F_SETLKW, flock) through `fh`.
-    pub fn set_lock(self: &Arc<Self>, ino: u64, fh: u64, lock: LockRange, wait: bool) -> impl Future<Output = Result<()>> + Send + 'static {
+    pub fn set_lock(self: &Arc<Self>, ino: u64, fh: u64, lock: LockRange, wait: bool) -> Answer<()> {
         let whole_file = lock.start == 0 && lock.end == u64::MAX;
         if lock.kind != LockKind::Unlock {
             self.lock_owners.took(ino, lock.owner, fh);
@@ -924,19 +890,19 @@ impl Ops {
             self.lock_owners.let_go(ino, lock.owner);
         }
         let ops = self.clone();
-        async move {
+        Answer::later(async move {
             ops.delegations.settle().await?;
             ops.client.set_lock(ino, lock, wait).await
-        }
+        })
     }
 
     /// The lock of another owner in the way of `lock` (F_GETLK).
-    pub fn get_lock(self: &Arc<Self>, ino: u64, lock: LockRange) -> impl Future<Output = Result<Option<LockHolder>>> + Send + 'static {
+    pub fn get_lock(self: &Arc<Self>, ino: u64, lock: LockRange) -> Answer<Option<LockHolder>> {
         let ops = self.clone();
-        async move {
+        Answer::later(async move {
             ops.delegations.settle().await?;
             ops.client.get_lock(ino, lock).await
-        }
+        })
     }
 
     /// Gives back every lock of `owners` on `ino` (their holders closed the file) before the
@@ -954,14 +920,14 @@ impl Ops {
     // ------------------------------------------------------------ directories
 
     /// Takes a snapshot of the directory, read by [`Ops::dir_entries`]; answers its handle.
-    pub fn opendir(self: &Arc<Self>, ino: u64) -> impl Future<Output = Result<u64>> + Send + 'static {
+    pub fn opendir(self: &Arc<Self>, ino: u64) -> Answer<u64> {
         let (ops, fh) = (self.clone(), self.handle());
-        async move {
+        Answer::later(async move {
             ops.delegations.settle().await?;
             let entries = ops.client.readdir_ino(ino).await?;
             ops.dirs.lock().unwrap().insert(fh, Arc::new(entries));
             Ok(fh)
-        }
+        })
     }
 
     /// The snapshot taken at opendir.
@@ -976,9 +942,9 @@ impl Ops {
 
     /// fsync(2) of a directory: every create and unlink answered under a delegation is
     /// applied at its home when this returns.
-    pub fn fsyncdir(self: &Arc<Self>) -> impl Future<Output = Result<()>> + Send + 'static {
+    pub fn fsyncdir(self: &Arc<Self>) -> Answer<()> {
         let ops = self.clone();
-        async move { ops.delegations.settle().await }
+        Answer::later(async move { ops.delegations.settle().await })
     }
 
     pub fn releasedir(&self, fh: u64) {
@@ -987,9 +953,9 @@ impl Ops {
 
     /// Drops a file's set-user-id and set-group-id bits (a write by someone else than root;
     /// the kernel leaves this to the file system, see the adapter's `init`).
-    pub fn drop_set_id_bits(self: &Arc<Self>, ino: u64) -> impl Future<Output = Result<Attr>> + Send + 'static {
+    pub fn drop_set_id_bits(self: &Arc<Self>, ino: u64) -> Answer<Attr> {
         let ops = self.clone();
-        async move {
+        Answer::later(async move {
             ops.delegations.settle().await?;
             let attr = ops.client.getattr(ino).await?;
             let mode = attr.mode & !(libc::S_ISUID | libc::S_ISGID);
@@ -999,7 +965,7 @@ impl Ops {
             let attr = ops.client.setattr(ino, AttrChanges { mode: Some(mode), ..Default::default() }).await?;
             ops.kernel.attr_changed(ino);
             Ok(attr)
-        }
+        })
     }
 
     // ------------------------------------------------------------ extended attributes
@@ -1007,52 +973,45 @@ impl Ops {
     /// The kernel checks who may read or change which namespace (user.* by the file's
     /// permissions, trusted.* for root) before asking; the servers check again where they
     /// check identities.
-    pub fn get_xattr(self: &Arc<Self>, ino: u64, name: String, caller: Caller) -> impl Future<Output = Result<Vec<u8>>> + Send + 'static {
+    pub fn get_xattr(self: &Arc<Self>, ino: u64, name: String, caller: Caller) -> Answer<Vec<u8>> {
         let (ops, client) = (self.clone(), self.client.as_user(caller.uid, caller.gid));
-        async move {
+        Answer::later(async move {
             ops.delegations.settle().await?;
             client.get_xattr(ino, &name).await
-        }
+        })
     }
 
     /// The names, each followed by a NUL (listxattr's form).
-    pub fn list_xattr(self: &Arc<Self>, ino: u64, caller: Caller) -> impl Future<Output = Result<Vec<u8>>> + Send + 'static {
+    pub fn list_xattr(self: &Arc<Self>, ino: u64, caller: Caller) -> Answer<Vec<u8>> {
         let (ops, client) = (self.clone(), self.client.as_user(caller.uid, caller.gid));
-        async move {
+        Answer::later(async move {
             ops.delegations.settle().await?;
             let names = client.list_xattr(ino).await?;
             Ok(names.iter().flat_map(|n| n.bytes().chain(std::iter::once(0))).collect())
-        }
+        })
     }
 
     /// `flags`: setxattr's XATTR_CREATE / XATTR_REPLACE. An ACL set here may change the mode:
     /// the kernel is told the new attributes.
-    pub fn set_xattr(
-        self: &Arc<Self>,
-        ino: u64,
-        name: String,
-        value: Vec<u8>,
-        flags: i32,
-        caller: Caller,
-    ) -> impl Future<Output = Result<()>> + Send + 'static {
+    pub fn set_xattr(self: &Arc<Self>, ino: u64, name: String, value: Vec<u8>, flags: i32, caller: Caller) -> Answer<()> {
         let (ops, client) = (self.clone(), self.client.as_user(caller.uid, caller.gid));
-        async move {
+        Answer::later(async move {
             let mode = surge_client::surge_proto::XattrSetMode::from_flags(flags)?;
             ops.delegations.settle().await?;
             let attr = client.set_xattr(ino, &name, &value, mode).await?;
             ops.kernel.attr_changed(attr.ino);
             Ok(())
-        }
+        })
     }
 
-    pub fn remove_xattr(self: &Arc<Self>, ino: u64, name: String, caller: Caller) -> impl Future<Output = Result<()>> + Send + 'static {
+    pub fn remove_xattr(self: &Arc<Self>, ino: u64, name: String, caller: Caller) -> Answer<()> {
         let (ops, client) = (self.clone(), self.client.as_user(caller.uid, caller.gid));
-        async move {
+        Answer::later(async move {
             ops.delegations.settle().await?;
             let attr = client.remove_xattr(ino, &name).await?;
             ops.kernel.attr_changed(attr.ino);
             Ok(())
-        }
+        })
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use surge_client::surge_proto::AttrChanges;
 use surge_client::surge_proto::{ErrorCode, ROOT_INO};
 use surge_client::{Client, ClientOptions};
-use surge_fuse::ops::{Caller, Opened, Ops};
+use surge_fuse::ops::{Answer, Caller, Opened, Ops};
 use surge_server::in_process::InProcessInstance;
 
 const TTL: Duration = Duration::from_secs(600);
@@ -50,6 +50,15 @@ fn me() -> Caller {
     Caller { uid, gid, pid: std::process::id() }
 }
 
+/// What an operation answered without a round trip; None when its answer comes later (its
+/// work, not started, is dropped).
+fn now<T>(answer: Answer<T>) -> Option<surge_client::Result<T>> {
+    match answer {
+        Answer::Now(result) => Some(result),
+        Answer::Later(_) => None,
+    }
+}
+
 async fn write(ops: &Arc<Ops>, fh: u64, ino: u64, offset: u64, data: &[u8]) -> surge_client::Result<usize> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     ops.write(fh, ino, offset, bytes::Bytes::copy_from_slice(data), false, move |r| {
@@ -74,13 +83,13 @@ async fn a_name_created_elsewhere_is_never_answered_missing() {
     let fx = Fixture::new("missing", 3).await;
     let dir = fx.ops.mkdir(ROOT_INO, "run".into(), 0o755, 0, me()).await.unwrap();
     assert!(
-        matches!(fx.ops.lookup_now(dir.ino, "plot.h5", me()), Some(Err(e)) if e.code == ErrorCode::NotFound),
+        matches!(now(fx.ops.lookup(dir.ino, "plot.h5".into(), me())), Some(Err(e)) if e.code == ErrorCode::NotFound),
         "a name missing from a directory made here is known missing"
     );
     let f = fx.other.create_at(dir.ino, "plot.h5", 0o644, true).await.unwrap();
     let created = f.ino();
     f.close().await.unwrap();
-    assert!(fx.ops.lookup_now(dir.ino, "plot.h5", me()).is_none(), "after another node's create, the mount must ask");
+    assert!(now(fx.ops.lookup(dir.ino, "plot.h5".into(), me())).is_none(), "after another node's create, the mount must ask");
     let found = fx.ops.lookup(dir.ino, "plot.h5".into(), me()).await.unwrap();
     assert_eq!(found.ino, created);
     fx.stop().await;
@@ -92,13 +101,13 @@ async fn a_name_created_elsewhere_is_never_answered_missing() {
 async fn directory_attributes_are_answered_locally_until_changed() {
     let fx = Fixture::new("dirattr", 2).await;
     let dir = fx.ops.mkdir(ROOT_INO, "d".into(), 0o755, 0, me()).await.unwrap();
-    assert_eq!(fx.ops.getattr_now(dir.ino).map(|a| a.mode), Some(0o755));
+    assert_eq!(now(fx.ops.getattr(dir.ino, me())).map(|a| a.unwrap().mode), Some(0o755));
     let changed = fx.ops.setattr(dir.ino, AttrChanges { mode: Some(0o700), ..Default::default() }, None).await.unwrap();
     assert_eq!(changed.mode, 0o700);
     // Told again by setattr's answer: the new mode, never the old one.
-    assert_eq!(fx.ops.getattr_now(dir.ino).map(|a| a.mode), Some(0o700));
+    assert_eq!(now(fx.ops.getattr(dir.ino, me())).map(|a| a.unwrap().mode), Some(0o700));
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    assert!(fx.ops.getattr_now(dir.ino).is_none(), "the window has passed: ask the server");
+    assert!(now(fx.ops.getattr(dir.ino, me())).is_none(), "the window has passed: ask the server");
     fx.stop().await;
 }
 
