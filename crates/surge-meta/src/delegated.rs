@@ -1,6 +1,8 @@
-//! What the journal keeps of the delegations this share granted (docs/delegation.md, rule 5):
-//! for each unended one, its token, the inode numbers its grant set aside and the number of
-//! the last step of its holder's log applied here. A write-back step and its number go into
+//! Delegations of this share's directories, as the store sees them: whether a directory may be
+//! delegated, the inode numbers set aside for a holder's creates, and what the journal keeps of
+//! the delegations granted (docs/delegation.md, rule 5): for each unended one, its token, the
+//! inode numbers its grant set aside and the number of the last step of its holder's log
+//! applied here. A write-back step and its number go into
 //! the same journal record, so after a crash of this server the holder learns exactly where
 //! its log must go on from ([`surge_proto::namespace::Reclaim`]): nothing applied twice,
 //! nothing the holder answered lost.
@@ -9,9 +11,11 @@
 //! that is the server's (its `delegation` module), rebuilt from these marks when the share opens.
 
 use serde::{Deserialize, Serialize};
-use surge_proto::Ino;
+use surge_proto::placement::DirLayout;
+use surge_proto::{ino, ErrorCode, Ino};
 
-use super::MetaStore;
+use crate::error::Result;
+use crate::model::{fail, MetaStore};
 
 /// A delegation as the journal keeps it.
 #[derive(Clone, Debug, PartialEq)]
@@ -61,9 +65,52 @@ impl DelegationChange {
 }
 
 impl MetaStore {
+    /// Whether directory `dir` may be delegated (docs/delegation.md, rule 1): a directory here,
+    /// not being removed, whose steps need no check the holder could not make itself — no
+    /// default ACL, not sticky, no retention policy, no consumer group.
+    pub fn delegable(&self, dir: Ino) -> Result<()> {
+        let refuse = |why: &str| fail(ErrorCode::NotPermitted, format!("directory {dir:#x} cannot be delegated: {why}"));
+        let d = self.dir(dir)?;
+        if d.retired {
+            return refuse("it is being removed");
+        }
+        if self.default_acl_of(dir).is_some() {
+            return refuse("it has a default ACL");
+        }
+        if self.inode(dir)?.attr.mode & libc::S_ISVTX != 0 {
+            return refuse("it is sticky");
+        }
+        if let Some(log) = self.publications.get(&dir) {
+            if log.retention.is_some() || !log.groups.is_empty() {
+                return refuse("it has a retention policy or consumer groups");
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets `count` inode numbers aside for a delegation's creates in `dir` (placed on
+    /// `place_on` in a node-local directory, as [`MetaStore::create`] does): the counter moves
+    /// past them, and the journal keeps the counter, so they are never handed out again.
+    pub fn set_aside(&mut self, dir: Ino, count: u32, place_on: Option<usize>) -> Result<Vec<Ino>> {
+        let data_server = match self.dir(dir)?.layout {
+            DirLayout::NodeLocal => place_on.filter(|&s| s < ino::MAX_PLACED_SERVERS),
+            DirLayout::Striped => None,
+        };
+        let inos = (0..count)
+            .map(|_| match data_server {
+                Some(server) => self.alloc_placed_ino(server),
+                None => self.alloc_ino(),
+            })
+            .collect();
+        // A record is journaled when something in it changed: the directory stands for the
+        // counter, which every record carries.
+        self.changed(dir);
+        Ok(inos)
+    }
+
     fn delegation_changed(&mut self, change: DelegationChange) {
         if let Some(changes) = self.changes.as_mut() {
-            changes.workflow.push(super::WorkflowChange::Delegation(change));
+            changes.workflow.push(crate::WorkflowChange::Delegation(change));
         }
     }
 

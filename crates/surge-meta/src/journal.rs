@@ -29,9 +29,9 @@
 //! Format 2 (`surge-meta 2`) added extended attributes: a record carries the attributes a
 //! step changed, one by one ([`crate::XattrState`]). Format 3 (`surge-meta 3`) added a
 //! directory's layout to its state; format 4 (`surge-meta 4`) directories' publication logs
-//! ([`crate::publications`]). A directory of an earlier format (format 1 also when it
+//! ([`crate::workflow::publications`]). A directory of an earlier format (format 1 also when it
 //! has records and no marker, which predates the marker) is read through that format's record
-//! type ([`crate::format1`], [`crate::format2`], [`crate::format3`]) and
+//! type ([`crate::formats`]) and
 //! rewritten at once: the new
 //! snapshot is written aside (`snapshot.next`), then the marker changes — the moment the
 //! directory is of this build's format —, then the journal of older records (all in the
@@ -50,8 +50,9 @@ use serde::Serialize;
 use surge_proto::ErrorCode;
 
 use crate::error::{Result, ServerError};
+use crate::formats::{format1, format2, format3};
 use crate::poison_free::LockRecover;
-use crate::{format1, format2, format3, MetaStore, Record};
+use crate::{MetaStore, Record};
 
 /// Who is told what the journal writes, in the order it writes it (the server's mirror, which
 /// sends the same bytes to the share's copy). Called with the journal file's lock held, so
@@ -687,7 +688,7 @@ mod tests {
 
         let mut again = MetaStore::new(0, 0, 0);
         let (journal, _) = Journal::open(&root.0, &mut again, Arc::new(())).unwrap();
-        let everything = crate::publications::NamePattern::default();
+        let everything = crate::workflow::publications::NamePattern::default();
         let page = again.publications(ROOT_INO, 0, 10, &everything).unwrap();
         assert_eq!(page.publications.len(), 1);
         assert_eq!((page.publications[0].name.as_str(), page.publications[0].size), ("kept", Some(5)));

@@ -1,8 +1,8 @@
 //! # surge-server — one node's share of a Surge burst-buffer instance
 //!
 //! An instance is N of these servers, one per node. Each keeps, in a node-local directory:
-//! * the metadata of the inodes homed on it ([`surge_meta`]), served from memory and journaled to disk
-//!   ([`journal`]) so that a restart finds it again;
+//! * the metadata of the inodes homed on it ([`surge_meta`]), served from memory and journaled
+//!   to disk ([`surge_meta::journal`]) so that a restart finds it again;
 //! * the chunks of file data it owns ([`data`]), as sparse local files, up to its capacity share.
 //!
 //! There is no central metadata server: clients route each request by inode number (metadata)

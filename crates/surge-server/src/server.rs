@@ -71,7 +71,7 @@ pub struct Shared {
     /// Directories delegated to a client (see [`crate::delegation`]).
     pub(crate) delegations: crate::delegation::Delegations,
     /// How many publications the namespace share has made: readers of publication logs wait
-    /// for it to change ([`surge_meta::publications`]).
+    /// for it to change ([`surge_meta::workflow::publications`]).
     pub(crate) published: tokio::sync::watch::Sender<u64>,
     /// Changes of this share for its mirror, and the link that sends them.
     pub mirror: Arc<mirror::Feed>,

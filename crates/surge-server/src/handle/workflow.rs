@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use surge_meta::access::READ;
 use surge_meta::error::Result;
-use surge_meta::groups::ClaimOutcome;
 use surge_meta::poison_free::LockRecover;
-use surge_meta::publications::NamePattern;
+use surge_meta::workflow::groups::ClaimOutcome;
+use surge_meta::workflow::publications::NamePattern;
 use surge_proto::workflow::*;
 use surge_proto::Timestamp;
 

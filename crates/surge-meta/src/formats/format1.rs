@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use surge_proto::Ino;
 
 use super::format2::{self, InodeState};
-use super::EntryState;
+use crate::EntryState;
 
 /// Format 1's record: format 2's without extended attributes.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
@@ -20,8 +20,8 @@ pub struct Record {
     pub entries: Vec<EntryState>,
 }
 
-impl From<Record> for super::Record {
-    fn from(old: Record) -> super::Record {
+impl From<Record> for crate::Record {
+    fn from(old: Record) -> crate::Record {
         format2::Record { next_local: old.next_local, inodes: old.inodes, removed: old.removed, entries: old.entries, xattrs: Vec::new() }
             .into()
     }

@@ -8,9 +8,9 @@ use serde::{Deserialize, Serialize};
 use surge_proto::placement::DirLayout;
 use surge_proto::Ino;
 
-use super::StoredAttr;
+use crate::StoredAttr;
 
-use super::{EntryState, XattrState};
+use crate::{EntryState, XattrState};
 
 /// Format 2's inode state: a directory without its layout.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -35,19 +35,19 @@ pub struct Record {
     pub xattrs: Vec<XattrState>,
 }
 
-impl From<InodeState> for super::InodeState {
-    fn from(old: InodeState) -> super::InodeState {
+impl From<InodeState> for crate::InodeState {
+    fn from(old: InodeState) -> crate::InodeState {
         let body = match old.body {
-            BodyState::File => super::BodyState::File,
-            BodyState::Symlink(target) => super::BodyState::Symlink(target),
-            BodyState::Dir { parent, subdirs, retired } => super::BodyState::Dir { parent, subdirs, retired, layout: DirLayout::Striped },
+            BodyState::File => crate::BodyState::File,
+            BodyState::Symlink(target) => crate::BodyState::Symlink(target),
+            BodyState::Dir { parent, subdirs, retired } => crate::BodyState::Dir { parent, subdirs, retired, layout: DirLayout::Striped },
         };
-        super::InodeState { attr: old.attr, body }
+        crate::InodeState { attr: old.attr, body }
     }
 }
 
-impl From<Record> for super::Record {
-    fn from(old: Record) -> super::Record {
+impl From<Record> for crate::Record {
+    fn from(old: Record) -> crate::Record {
         super::format3::Record {
             next_local: old.next_local,
             inodes: old.inodes.into_iter().map(Into::into).collect(),
@@ -61,16 +61,16 @@ impl From<Record> for super::Record {
 
 /// The same record as format 2 wrote it (tests write older directories with it).
 #[cfg(test)]
-impl From<super::Record> for Record {
-    fn from(new: super::Record) -> Record {
+impl From<crate::Record> for Record {
+    fn from(new: crate::Record) -> Record {
         let inodes = new
             .inodes
             .into_iter()
             .map(|state| {
                 let body = match state.body {
-                    super::BodyState::File => BodyState::File,
-                    super::BodyState::Symlink(target) => BodyState::Symlink(target),
-                    super::BodyState::Dir { parent, subdirs, retired, layout } => {
+                    crate::BodyState::File => BodyState::File,
+                    crate::BodyState::Symlink(target) => BodyState::Symlink(target),
+                    crate::BodyState::Dir { parent, subdirs, retired, layout } => {
                         assert_eq!(layout, DirLayout::Striped, "format 2 had no other layout");
                         BodyState::Dir { parent, subdirs, retired }
                     }

@@ -16,8 +16,8 @@ use surge_proto::workflow::{Publication, PublicationPage};
 use surge_proto::{ErrorCode, FileKind, Ino, Timestamp};
 
 use super::groups::Group;
-use super::{Body, Inode, MetaStore};
 use crate::error::{Result, ServerError};
+use crate::model::{Body, Inode, MetaStore};
 
 /// Publications a directory's log keeps; older ones are dropped (a watcher whose cursor is
 /// older is told, see [`PublicationPage::oldest`]).
@@ -27,15 +27,15 @@ const EXAMINED_PER_READ: usize = 65_536;
 
 /// One directory's log, and the consumer groups that take from it.
 #[derive(Default)]
-pub(super) struct PublicationLog {
-    pub(super) entries: Entries,
-    pub(super) groups: BTreeMap<String, Group>,
-    pub(super) retention: Option<super::retention::RetentionState>,
+pub(crate) struct PublicationLog {
+    pub(crate) entries: Entries,
+    pub(crate) groups: BTreeMap<String, Group>,
+    pub(crate) retention: Option<super::retention::RetentionState>,
 }
 
 /// A log's publications.
 #[derive(Default)]
-pub(super) struct Entries {
+pub(crate) struct Entries {
     kept: VecDeque<Publication>,
     /// The cursor of the next publication.
     next: u64,
@@ -67,23 +67,23 @@ impl Entries {
     }
 
     /// The oldest cursor kept (the next one when none is).
-    pub(super) fn oldest(&self) -> u64 {
+    pub(crate) fn oldest(&self) -> u64 {
         self.kept.front().map_or(self.next.max(1), |p| p.cursor)
     }
 
     /// The publication numbered `cursor`, if kept. Cursors in the log are consecutive: it
     /// is found by its number.
-    pub(super) fn get(&self, cursor: u64) -> Option<&Publication> {
+    pub(crate) fn get(&self, cursor: u64) -> Option<&Publication> {
         self.kept.get(cursor.checked_sub(self.oldest())? as usize)
     }
 
     /// The publications kept, newest first.
-    pub(super) fn newest_first(&self) -> impl Iterator<Item = &Publication> {
+    pub(crate) fn newest_first(&self) -> impl Iterator<Item = &Publication> {
         self.kept.iter().rev()
     }
 
     /// The publications kept from `cursor` on.
-    pub(super) fn from(&self, cursor: u64) -> impl Iterator<Item = &Publication> {
+    pub(crate) fn from(&self, cursor: u64) -> impl Iterator<Item = &Publication> {
         let start = cursor.saturating_sub(self.oldest()).min(self.kept.len() as u64) as usize;
         self.kept.range(start..)
     }
@@ -123,13 +123,13 @@ impl Default for NamePattern {
 
 /// Whether `dir/name` names `ino` among `inodes` (for callers that hold another part of the
 /// store mutably).
-pub(super) fn names_in(inodes: &HashMap<Ino, Inode>, dir: Ino, name: &str, ino: Ino) -> bool {
+pub(crate) fn names_in(inodes: &HashMap<Ino, Inode>, dir: Ino, name: &str, ino: Ino) -> bool {
     matches!(inodes.get(&dir).map(|i| &i.body), Some(Body::Dir(d)) if d.entries.get(name).is_some_and(|e| e.ino == ino))
 }
 
 impl MetaStore {
     /// Publishes the file `ino` under the last name this server gave it, if it still has it.
-    pub(super) fn publish(&mut self, ino: Ino) {
+    pub(crate) fn publish(&mut self, ino: Ino) {
         let Some(inode) = self.inodes.get(&ino) else { return };
         let Some(named) = inode.named.as_deref() else { return };
         let (dir, name) = (named.0, named.1.to_string());
@@ -143,7 +143,7 @@ impl MetaStore {
     /// new to publish. The kernel sends a FUSE release after close(2) has returned, so a
     /// program's write, close, rename reaches the server as flush, rename, release; without
     /// this the file would be published twice (a group would hand it out twice).
-    pub(super) fn published_as_it_is(&self, ino: Ino) -> bool {
+    pub(crate) fn published_as_it_is(&self, ino: Ino) -> bool {
         let Some(&(dir, cursor)) = self.published_while_open.get(&ino) else { return false };
         let (Some(inode), Some(publication)) = (self.inodes.get(&ino), self.publications.get(&dir).and_then(|log| log.entries.get(cursor)))
         else {
@@ -156,13 +156,13 @@ impl MetaStore {
     }
 
     /// Publishes `dir/name`, which names `ino` (a file homed here or elsewhere).
-    pub(super) fn publish_entry(&mut self, dir: Ino, name: String, ino: Ino) {
+    pub(crate) fn publish_entry(&mut self, dir: Ino, name: String, ino: Ino) {
         let attr = self.inodes.get(&ino).map(|inode| &inode.attr);
         let (size, mtime) = (attr.map(|a| a.size), attr.map(|a| a.mtime));
         let log = &mut self.publications.entry(dir).or_default().entries;
         let publication = Publication { cursor: log.next.max(1), name, ino, size, mtime, at: Timestamp::now() };
         if let Some(changes) = self.changes.as_mut() {
-            changes.workflow.push(super::WorkflowChange::Published(PublicationState { dir, publication: publication.clone() }));
+            changes.workflow.push(crate::WorkflowChange::Published(PublicationState { dir, publication: publication.clone() }));
         }
         log.push(publication.clone());
         if self.inodes.get(&ino).is_some_and(|inode| inode.opens > 0) {
@@ -204,7 +204,7 @@ impl MetaStore {
     }
 
     /// Replays a journaled publication.
-    pub(super) fn restore_publication(&mut self, state: PublicationState) {
+    pub(crate) fn restore_publication(&mut self, state: PublicationState) {
         if self.holds_dir(state.dir) {
             if let Err(e) = self.publications.entry(state.dir).or_default().entries.restore(state.publication) {
                 tracing::error!(dir = state.dir, "a journaled publication is not replayed: {e}");
@@ -213,7 +213,7 @@ impl MetaStore {
     }
 
     /// Every log, for a snapshot.
-    pub(super) fn all_publications(&self) -> impl Iterator<Item = PublicationState> + '_ {
+    pub(crate) fn all_publications(&self) -> impl Iterator<Item = PublicationState> + '_ {
         self.publications
             .iter()
             .flat_map(|(&dir, log)| log.entries.kept.iter().map(move |p| PublicationState { dir, publication: p.clone() }))
@@ -290,8 +290,7 @@ mod tests {
 
         let gap = |cursor| PublicationState { dir: ROOT_INO, publication: Publication { cursor, ..page.publications[0].clone() } };
         for cursor in [9, u64::MAX] {
-            let record =
-                super::super::Record { workflow: vec![super::super::WorkflowChange::Published(gap(cursor))], ..Default::default() };
+            let record = crate::Record { workflow: vec![crate::WorkflowChange::Published(gap(cursor))], ..Default::default() };
             replayed.apply(record).unwrap();
         }
         assert_eq!(names(&replayed.publications(ROOT_INO, 0, 10, &all).unwrap()), ["a", "b"], "a gap was replayed");

@@ -13,8 +13,8 @@ use surge_proto::{ErrorCode, Ino};
 
 use super::groups::Group;
 use super::publications::{names_in, Entries, NamePattern, PublicationLog};
-use super::{Inode, MetaStore};
 use crate::error::{Result, ServerError};
+use crate::model::{Inode, MetaStore};
 
 /// What the journal keeps of a directory's policy.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -98,7 +98,7 @@ impl MetaStore {
     /// same file published again under the same name while still to stage (rewritten, or
     /// renamed into place and then closed) stays one file: its mark moves to the newer
     /// publication, and it is not numbered again.
-    pub(super) fn count_for_retention(&mut self, dir: Ino, publication: &Publication) {
+    pub(crate) fn count_for_retention(&mut self, dir: Ino, publication: &Publication) {
         let inodes = &self.inodes;
         let Some(log) = self.publications.get_mut(&dir) else { return };
         let Some(state) = log.retention.as_mut() else { return };
@@ -194,17 +194,17 @@ impl MetaStore {
     }
 
     /// Replays a journaled policy.
-    pub(super) fn restore_retention(&mut self, change: RetentionChange) {
+    pub(crate) fn restore_retention(&mut self, change: RetentionChange) {
         if self.holds_dir(change.dir) {
             self.publications.entry(change.dir).or_default().retention = change.state;
         }
     }
 
-    pub(super) fn retention_change(&self, dir: Ino) -> RetentionChange {
+    pub(crate) fn retention_change(&self, dir: Ino) -> RetentionChange {
         RetentionChange { dir, state: self.publications.get(&dir).and_then(|log| log.retention.clone()) }
     }
 
-    pub(super) fn all_retentions(&self) -> impl Iterator<Item = RetentionChange> + '_ {
+    pub(crate) fn all_retentions(&self) -> impl Iterator<Item = RetentionChange> + '_ {
         self.publications.iter().filter_map(|(&dir, log)| log.retention.clone().map(|state| RetentionChange { dir, state: Some(state) }))
     }
 }

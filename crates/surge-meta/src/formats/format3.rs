@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use surge_proto::Ino;
 
-use super::{EntryState, InodeState, XattrState};
+use crate::{EntryState, InodeState, XattrState};
 
 /// Format 3's record: this format's without publications.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
@@ -18,9 +18,9 @@ pub struct Record {
     pub xattrs: Vec<XattrState>,
 }
 
-impl From<Record> for super::Record {
-    fn from(old: Record) -> super::Record {
-        super::Record {
+impl From<Record> for crate::Record {
+    fn from(old: Record) -> crate::Record {
+        crate::Record {
             next_local: old.next_local,
             inodes: old.inodes,
             removed: old.removed,
@@ -33,8 +33,8 @@ impl From<Record> for super::Record {
 
 /// The same record as format 3 wrote it (tests write older directories with it).
 #[cfg(test)]
-impl From<super::Record> for Record {
-    fn from(new: super::Record) -> Record {
+impl From<crate::Record> for Record {
+    fn from(new: crate::Record) -> Record {
         assert!(new.workflow.is_empty(), "format 3 had no publications");
         Record { next_local: new.next_local, inodes: new.inodes, removed: new.removed, entries: new.entries, xattrs: new.xattrs }
     }

@@ -1,5 +1,5 @@
 //! Extended attributes of the inodes homed here: kept with the inode, journaled one attribute
-//! at a time ([`super::XattrState`]), within Linux's limits and a bound per inode (see
+//! at a time ([`crate::XattrState`]), within Linux's limits and a bound per inode (see
 //! [`surge_proto::xattr`]). Who may read or change which is the caller's business
 //! ([`crate::access`]); what an attribute may be set on, and how a set meets the one there,
 //! is decided here.
@@ -10,14 +10,14 @@ use surge_proto::acl::{Acl, AclKind};
 use surge_proto::xattr::{xattr_list_len, XattrNamespace, MAX_XATTR_BYTES, MAX_XATTR_LIST_LEN};
 use surge_proto::{Attr, ErrorCode, FileKind, Ino, Timestamp, XattrSetMode};
 
-use super::{fail, MetaStore};
 use crate::access::{self, Perms};
 use crate::error::Result;
+use crate::model::{fail, MetaStore};
 
 /// An inode's extended attributes. The ACLs are kept decoded: permission checks and creates
 /// read them; the others are bytes nobody here looks into.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub(super) struct Xattrs {
+pub(crate) struct Xattrs {
     /// `user.*`, `trusted.*` and `security.*`, by name.
     named: BTreeMap<String, Vec<u8>>,
     access_acl: Option<Acl>,
@@ -25,7 +25,7 @@ pub(super) struct Xattrs {
 }
 
 impl Xattrs {
-    pub(super) fn acl(&self, kind: AclKind) -> Option<&Acl> {
+    pub(crate) fn acl(&self, kind: AclKind) -> Option<&Acl> {
         match kind {
             AclKind::Access => self.access_acl.as_ref(),
             AclKind::Default => self.default_acl.as_ref(),
@@ -39,12 +39,12 @@ impl Xattrs {
         }
     }
 
-    pub(super) fn set_acl(&mut self, kind: AclKind, acl: Option<Acl>) {
+    pub(crate) fn set_acl(&mut self, kind: AclKind, acl: Option<Acl>) {
         *self.acl_slot(kind) = acl;
     }
 
     /// Every attribute, by name, each with its value (an ACL in its xattr form).
-    pub(super) fn all(&self) -> impl Iterator<Item = (&str, Vec<u8>)> {
+    pub(crate) fn all(&self) -> impl Iterator<Item = (&str, Vec<u8>)> {
         let acls = AclKind::ALL.into_iter().filter_map(|kind| Some((kind.xattr_name(), self.acl(kind)?.encode())));
         acls.chain(self.named.iter().map(|(name, value)| (name.as_str(), value.clone())))
     }
@@ -55,7 +55,7 @@ impl Xattrs {
     }
 
     /// The value of `name`, if there is one.
-    pub(super) fn get(&self, name: &str) -> Option<Vec<u8>> {
+    pub(crate) fn get(&self, name: &str) -> Option<Vec<u8>> {
         match XattrNamespace::of(name) {
             Ok(XattrNamespace::Acl(kind)) => self.acl(kind).map(Acl::encode),
             _ => self.named.get(name).cloned(),
@@ -72,7 +72,7 @@ impl Xattrs {
 
     /// Whether `name` may take a value of `len` bytes: within the bound of the inode's
     /// attributes in all, and (a new name) of its list of names.
-    pub(super) fn check_room(&self, name: &str, len: usize) -> Result<()> {
+    pub(crate) fn check_room(&self, name: &str, len: usize) -> Result<()> {
         let total: usize = self.names().map(|n| self.bytes_of(n)).sum();
         let after = total - self.bytes_of(name) + name.len() + len;
         if after > MAX_XATTR_BYTES {
@@ -86,12 +86,12 @@ impl Xattrs {
         Ok(())
     }
 
-    pub(super) fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.named.is_empty() && self.access_acl.is_none() && self.default_acl.is_none()
     }
 
     /// Puts back what the journal recorded of `name` (`None`: removed).
-    pub(super) fn restore(&mut self, name: String, value: Option<Vec<u8>>) -> std::result::Result<(), String> {
+    pub(crate) fn restore(&mut self, name: String, value: Option<Vec<u8>>) -> std::result::Result<(), String> {
         match XattrNamespace::of(&name) {
             Ok(XattrNamespace::Acl(kind)) => {
                 let acl = value.map(|bytes| Acl::decode(&bytes)).transpose().map_err(|e| format!("{name}: {e}"))?.flatten();
@@ -108,7 +108,7 @@ impl Xattrs {
 
 impl MetaStore {
     /// The inode's attributes, to change: recorded as changed for the journal under `name`.
-    pub(super) fn xattrs_mut(&mut self, ino: Ino, name: &str) -> Result<&mut Xattrs> {
+    pub(crate) fn xattrs_mut(&mut self, ino: Ino, name: &str) -> Result<&mut Xattrs> {
         self.changed_xattr(ino, name);
         Ok(self.inode_mut(ino)?.xattrs.get_or_insert_with(Box::default))
     }

@@ -12,8 +12,8 @@ use surge_proto::workflow::{Claimed, GroupStatus, Publication};
 use surge_proto::{ErrorCode, Ino, Timestamp};
 
 use super::publications::{names_in, Entries, NamePattern};
-use super::{Inode, MetaStore};
 use crate::error::{Result, ServerError};
+use crate::model::{Inode, MetaStore};
 
 /// The window production and consumption rates are measured over.
 const RATE_WINDOW_SECS: f64 = 60.0;
@@ -51,8 +51,8 @@ pub struct Claim {
 
 /// A group as the store keeps it: its state, its pattern compiled, and, for its rates, when
 /// its last acknowledgements came (not journaled).
-pub(super) struct Group {
-    pub(super) state: GroupState,
+pub(crate) struct Group {
+    pub(crate) state: GroupState,
     matcher: NamePattern,
     recent_done: VecDeque<Timestamp>,
 }
@@ -95,7 +95,7 @@ impl Group {
 
     /// Whether `p` (published in `dir`) is one this group takes: its name matches the group's
     /// pattern and is still its file's.
-    pub(super) fn takes(&self, inodes: &HashMap<Ino, Inode>, dir: Ino, p: &Publication) -> bool {
+    pub(crate) fn takes(&self, inodes: &HashMap<Ino, Inode>, dir: Ino, p: &Publication) -> bool {
         self.matcher.matches(&p.name) && names_in(inodes, dir, &p.name, p.ino)
     }
 
@@ -105,12 +105,12 @@ impl Group {
     }
 
     /// Whether the group is done with `p` (acknowledged it, or passed it by).
-    pub(super) fn finished(&self, p: &Publication) -> bool {
+    pub(crate) fn finished(&self, p: &Publication) -> bool {
         self.state.done.contains(&p.cursor) || (p.cursor <= self.state.floor && !self.state.claims.contains_key(&p.cursor))
     }
 
     /// Whether `name` matches the group's pattern.
-    pub(super) fn matches(&self, name: &str) -> bool {
+    pub(crate) fn matches(&self, name: &str) -> bool {
         self.matcher.matches(name)
     }
 
@@ -305,7 +305,7 @@ impl MetaStore {
     }
 
     /// Replays a journaled group state.
-    pub(super) fn restore_group(&mut self, change: GroupChange) {
+    pub(crate) fn restore_group(&mut self, change: GroupChange) {
         if !self.holds_dir(change.dir) {
             return;
         }
@@ -321,13 +321,13 @@ impl MetaStore {
     }
 
     /// A group's state now, for the journal.
-    pub(super) fn group_change(&self, dir: Ino, name: String) -> GroupChange {
+    pub(crate) fn group_change(&self, dir: Ino, name: String) -> GroupChange {
         let state = self.publications.get(&dir).and_then(|log| log.groups.get(&name)).map(|g| g.state.clone());
         GroupChange { dir, name, state }
     }
 
     /// Every group, for a snapshot.
-    pub(super) fn all_groups(&self) -> impl Iterator<Item = GroupChange> + '_ {
+    pub(crate) fn all_groups(&self) -> impl Iterator<Item = GroupChange> + '_ {
         self.publications.iter().flat_map(|(&dir, log)| {
             log.groups.iter().map(move |(name, g)| GroupChange { dir, name: name.clone(), state: Some(g.state.clone()) })
         })

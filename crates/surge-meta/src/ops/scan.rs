@@ -6,8 +6,8 @@ use std::ops::Bound;
 use surge_proto::admin::{DirSummary, EntryPage, EntrySummary, InodePage, InodeSummary, SCAN_PAGE_BYTES};
 use surge_proto::{Attr, ErrorCode, FileKind, Ino};
 
-use super::{fail, Body, MetaStore};
 use crate::error::Result;
+use crate::model::{fail, Body, MetaStore};
 
 /// Inodes per page: a summary encodes in well under 64 bytes, so a page stays far below the
 /// frame limit.

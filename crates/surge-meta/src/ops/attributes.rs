@@ -1,0 +1,192 @@
+//! An inode's attributes: getattr and setattr (a chmod keeps an access ACL in step), open and
+//! close (`commit`: a writer's size and mtime published, a handle released, a written file
+//! published in its directory's log), appends from many nodes (each given a range of its own
+//! at the end), and the allocations clients measured, kept while the content they measured is.
+//! Open handles are counted here but not journaled: a restart carries none over.
+
+use surge_proto::acl::AclKind;
+use surge_proto::namespace::AllocationNote;
+use surge_proto::{Attr, AttrChanges, ErrorCode, FileKind, Ino, InodeFate, Timestamp};
+
+use crate::access;
+use crate::error::Result;
+use crate::model::{fail, MetaStore};
+
+impl MetaStore {
+    pub fn getattr(&self, ino: Ino) -> Result<Attr> {
+        Ok(self.inode(ino)?.attr.clone())
+    }
+
+    pub fn setattr(&mut self, ino: Ino, changes: &AttrChanges) -> Result<Attr> {
+        let inode = self.inode_mut(ino)?;
+        if changes.size.is_some() && inode.attr.kind != FileKind::File {
+            return fail(
+                if inode.attr.kind == FileKind::Dir { ErrorCode::IsDir } else { ErrorCode::Invalid },
+                "size can only be set on a file",
+            );
+        }
+        if let (Some(mode), Some(xattrs)) = (changes.mode, inode.xattrs.as_deref_mut()) {
+            // chmod sets the access ACL's owner, mask (or owning group) and other entries.
+            if let Some(acl) = xattrs.acl(AclKind::Access) {
+                let acl = access::chmod_acl(acl, mode);
+                xattrs.set_acl(AclKind::Access, Some(acl));
+                self.changed_xattr(ino, AclKind::Access.xattr_name());
+            }
+        }
+        let attr = &mut self.inode_mut(ino)?.attr;
+        if let Some(mode) = changes.mode {
+            attr.mode = mode & 0o7777;
+        }
+        if let Some(uid) = changes.uid {
+            attr.uid = uid;
+        }
+        if let Some(gid) = changes.gid {
+            attr.gid = gid;
+        }
+        if let Some(size) = changes.size {
+            attr.size = size;
+            attr.mtime = Timestamp::now();
+            // The client dropped the data past `size` on every server first: nothing is left
+            // of an emptied file.
+            attr.blocks = (size == 0).then_some(0);
+        }
+        if let Some(atime) = changes.atime {
+            attr.atime = atime;
+        }
+        if let Some(mtime) = changes.mtime {
+            attr.mtime = mtime;
+        }
+        attr.ctime = Timestamp::now();
+        Ok(attr.clone())
+    }
+
+    pub fn open(&mut self, ino: Ino) -> Result<Attr> {
+        // Open handles do not outlive a restart: nothing here for the journal.
+        let inode = self.inode_untracked(ino)?;
+        inode.opens += 1;
+        Ok(inode.attr.clone())
+    }
+
+    /// Publishes a writer's size and mtime; with `release`, ends one open handle, and when
+    /// that handle `wrote`, publishes the file in its directory's log. Returns whether the
+    /// file is now gone (unlinked earlier, last handle closed) and must be purged.
+    pub fn commit(&mut self, ino: Ino, size: Option<u64>, mtime: Option<Timestamp>, release: bool, wrote: bool) -> Result<InodeFate> {
+        // Releasing a handle changes nothing a restart keeps; publishing a size or time does.
+        let publishes = size.is_some() || mtime.is_some();
+        let inode = if publishes { self.inode_mut(ino)? } else { self.inode_untracked(ino)? };
+        let before = inode.attr.content_version();
+        if let Some(size) = size {
+            inode.attr.size = inode.attr.size.max(size);
+        }
+        if let Some(mtime) = mtime {
+            inode.attr.mtime = mtime;
+            inode.attr.ctime = mtime.max(inode.attr.ctime);
+        }
+        if publishes {
+            inode.attr.blocks = None;
+        }
+        if release {
+            inode.opens = inode.opens.saturating_sub(1);
+        }
+        let gone = inode.attr.nlink == 0 && inode.opens == 0;
+        let (purge, final_size, last_close) = (gone && inode.attr.kind == FileKind::File, inode.attr.size, inode.opens == 0);
+        let published = publishes.then(|| (before, inode.attr.content_version()));
+        if gone {
+            self.remove_inode(ino);
+        } else if release && wrote && !self.published_as_it_is(ino) {
+            self.publish(ino);
+        }
+        if last_close {
+            self.published_while_open.remove(&ino);
+        }
+        Ok(InodeFate { purge, size: final_size, ticket: None, published })
+    }
+
+    /// Sets `len` bytes at the end of a regular file aside for one appending write and
+    /// answers where they start: appends from any number of clients get ranges of their own,
+    /// in the order they reach the file's home (O_APPEND across nodes).
+    pub fn append(&mut self, ino: Ino, len: u64) -> Result<u64> {
+        let inode = self.inode_mut(ino)?;
+        if inode.attr.kind != FileKind::File {
+            return fail(ErrorCode::Invalid, "append to something that is not a regular file");
+        }
+        let offset = inode.attr.size;
+        let Some(end) = offset.checked_add(len).filter(|&end| end <= i64::MAX as u64) else {
+            return fail(ErrorCode::Invalid, format!("append of {len} bytes past the largest file size"));
+        };
+        let now = Timestamp::now();
+        inode.attr.size = end;
+        inode.attr.mtime = now;
+        inode.attr.ctime = now;
+        inode.attr.blocks = None;
+        Ok(offset)
+    }
+
+    /// Keeps the allocations clients measured of files whose content has not changed since
+    /// (see [`surge_proto::namespace::NoteAllocation`]); forgets those said to have changed.
+    /// Inodes no longer here are passed over: a note is a hint, never an error.
+    pub fn note_allocation(&mut self, notes: &[AllocationNote]) {
+        for note in notes {
+            let Some(inode) = self.inodes.get_mut(&note.ino) else { continue };
+            match note.blocks {
+                None => inode.attr.blocks = None,
+                Some(blocks) if inode.attr.content_version() == note.version => inode.attr.blocks = Some(blocks),
+                Some(_) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use surge_proto::placement::DirLayout;
+    use surge_proto::ROOT_INO;
+
+    /// A file's allocation is known from its creation until its content changes; a client's
+    /// measurement is kept only while the content is still at the version it names; a
+    /// restart keeps no figure but a new file's.
+    #[test]
+    fn allocation_notes_hold_until_the_content_changes() {
+        let mut s = MetaStore::new(0, 0, 0);
+        s.track_changes();
+        let ino = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, true, None).unwrap().ino;
+        assert_eq!(s.getattr(ino).unwrap().blocks, Some(0), "a new file has nothing on the servers");
+        s.commit(ino, Some(4096), Some(Timestamp { secs: 5, nanos: 0 }), false, true).unwrap();
+        let written = s.getattr(ino).unwrap();
+        assert_eq!(written.blocks, None, "a published write makes the figure unknown");
+        let note = |blocks, version| AllocationNote { ino, version, blocks };
+        s.note_allocation(&[note(Some(8), written.content_version())]);
+        assert_eq!(s.getattr(ino).unwrap().blocks, Some(8));
+        s.commit(ino, Some(8192), Some(Timestamp { secs: 6, nanos: 0 }), false, true).unwrap();
+        s.note_allocation(&[note(Some(8), written.content_version())]);
+        assert_eq!(s.getattr(ino).unwrap().blocks, None, "a measurement of an older version is not kept");
+        let now = s.getattr(ino).unwrap().content_version();
+        s.note_allocation(&[note(Some(16), now), AllocationNote { ino: 0xdead, version: now, blocks: Some(1) }]);
+        assert_eq!(s.getattr(ino).unwrap().blocks, Some(16), "a note for an inode not here is passed over");
+        s.note_allocation(&[note(None, written.content_version())]);
+        assert_eq!(s.getattr(ino).unwrap().blocks, None, "a changed allocation is forgotten whatever the version");
+        s.setattr(ino, &AttrChanges { size: Some(1), ..Default::default() }).unwrap();
+        assert_eq!(s.getattr(ino).unwrap().blocks, None, "truncating changes it");
+        s.setattr(ino, &AttrChanges { size: Some(0), ..Default::default() }).unwrap();
+        assert_eq!(s.getattr(ino).unwrap().blocks, Some(0), "nothing is left of an emptied file");
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None).unwrap();
+        s.note_allocation(&[note(Some(16), s.getattr(ino).unwrap().content_version())]);
+        let mut replayed = MetaStore::new(0, 0, 0);
+        replayed.apply(s.take_changes()).unwrap();
+        assert_eq!(replayed.getattr(ino).unwrap().blocks, None, "measured again after a restart");
+        assert_eq!(replayed.getattr(dir.ino).unwrap().blocks, Some(0), "a directory has no data files");
+    }
+
+    #[test]
+    fn unlinked_open_file_survives_until_release() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let ino = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, true, None).unwrap().ino;
+        let u = s.unlink(ROOT_INO, "f").unwrap();
+        assert!(!u.purge);
+        assert!(s.getattr(ino).is_ok());
+        let fate = s.commit(ino, Some(10), None, true, true).unwrap();
+        assert_eq!((fate.purge, fate.size, fate.published.unwrap().1.size), (true, 10, 10));
+        assert!(s.getattr(ino).is_err());
+    }
+}
