@@ -7,7 +7,11 @@ depend on. This script fails (exit 1) when:
   * a crate depends (normal or build dependency) on a Surge crate the table does not allow;
     dev-dependencies are free: tests may start an in-process server or client;
   * surge-proto does I/O outside its `io` feature: its modules that are not gated behind
-    the feature must not use the file system, processes, sockets or tokio.
+    the feature must not use the file system, processes, sockets or tokio;
+  * surge-meta, the namespace store, reaches the network or an async runtime: none of its
+    normal dependencies, direct or through others (dev-dependencies are free), may be tokio,
+    socket2 or another networking crate, it must take surge-proto without the `io` feature,
+    and its code (tests aside) must not use sockets.
 Run from anywhere: `scripts/check-layering.py` (CI runs it through `make lint`).
 """
 import json
@@ -57,6 +61,37 @@ def check_proto_io(problems):
                 problems.append(f"surge-proto does I/O outside the io feature: {path.relative_to(ROOT)}:{number}: {line.strip()}")
 
 
+# Crates that open network connections or run futures on an event loop.
+NETWORKING = re.compile(r"^(tokio(-[a-z-]+)?|socket2|mio|async-std|async-io|async-net|smol|hyper|h2|reqwest|ureq|curl|"
+                        r"tonic|quinn|rustls|native-tls|openssl)$")
+
+
+def check_meta_offline(packages, problems):
+    meta = next((p for p in packages if p["name"] == "surge-meta"), None)
+    if meta is None:
+        return
+    for dep in meta["dependencies"]:
+        if dep["kind"] not in (None, "build"):
+            continue
+        if NETWORKING.match(dep["name"]):
+            problems.append(f"surge-meta depends on {dep['name']}: the namespace store does no networking")
+        if dep["name"] == "surge-proto" and "io" in dep["features"]:
+            problems.append("surge-meta takes surge-proto with its io feature (tokio, frame I/O): it needs the types only")
+    # Through other crates, as cargo builds surge-meta alone (features unified within it only).
+    tree = subprocess.run(["cargo", "tree", "-p", "surge-meta", "-e", "normal,build", "--prefix", "none", "--format", "{p}"],
+                          cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    reached = {line.split()[0] for line in tree.splitlines() if line.strip()}
+    for name in sorted(n for n in reached if NETWORKING.match(n)):
+        problems.append(f"surge-meta reaches {name} through its dependencies (cargo tree -p surge-meta -i {name})")
+    socket_use = re.compile(r"std::net\b|std::os::unix::net|\btokio\b|\bsocket2\b")
+    src = ROOT / "crates" / "surge-meta" / "src"
+    for path in sorted(src.rglob("*.rs")):
+        code = path.read_text().split("#[cfg(test)]\nmod tests", 1)[0]
+        for number, line in enumerate(code.splitlines(), 1):
+            if socket_use.search(line.split("//", 1)[0]):
+                problems.append(f"surge-meta uses sockets or tokio: {path.relative_to(ROOT)}:{number}: {line.strip()}")
+
+
 def main():
     rules = allowed_edges()
     packages = workspace()
@@ -73,6 +108,7 @@ def main():
                 problems.append(f"{name} depends on {dep['name']}, which the layering does not allow "
                                 f"(allowed: {', '.join(sorted(rules.get(name, set()))) or 'no Surge crate'})")
     check_proto_io(problems)
+    check_meta_offline(packages, problems)
     for problem in problems:
         print(f"layering: {problem}", file=sys.stderr)
     if problems:

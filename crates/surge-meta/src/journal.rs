@@ -40,9 +40,11 @@
 //! the same way before it replays anything.
 
 use std::fs::{File, OpenOptions};
+use std::future::Future;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Poll, Waker};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -137,13 +139,62 @@ impl Progress {
     }
 }
 
+/// [`Progress`], and the steps waiting for it to change: each waits until its record's outcome
+/// is known ([`Progress::of`]). A future of std's, woken from the flusher's thread: the
+/// journal needs no async runtime, and works under whichever its caller runs.
+#[derive(Default)]
+struct Watched {
+    state: Mutex<(Progress, Vec<Waker>)>,
+}
+
+/// Raises `value` to `to`; whether it rose.
+fn raise(value: &mut u64, to: u64) -> bool {
+    let rose = to > *value;
+    *value = (*value).max(to);
+    rose
+}
+
+impl Watched {
+    fn get(&self) -> Progress {
+        self.state.lock_or_recover().0
+    }
+
+    /// Changes the progress, and wakes the waiting steps when `change` says it moved.
+    fn update(&self, change: impl FnOnce(&mut Progress) -> bool) {
+        let woken = {
+            let mut state = self.state.lock_or_recover();
+            if !change(&mut state.0) {
+                return;
+            }
+            std::mem::take(&mut state.1)
+        };
+        woken.into_iter().for_each(Waker::wake);
+    }
+
+    /// Completes with record `seq`'s outcome once it is known. (A waiter that goes away
+    /// leaves its waker until the next change, which wakes it for nothing.)
+    fn outcome(&self, seq: u64) -> impl Future<Output = Result<()>> + '_ {
+        std::future::poll_fn(move |cx| {
+            let mut state = self.state.lock_or_recover();
+            if let Some(outcome) = state.0.of(seq) {
+                return Poll::Ready(outcome);
+            }
+            if !state.1.iter().any(|waker| waker.will_wake(cx.waker())) {
+                state.1.push(cx.waker().clone());
+            }
+            Poll::Pending
+        })
+    }
+}
+
 pub struct Journal {
     dir: PathBuf,
     pending: Mutex<Pending>,
     work: Condvar,
     /// The journal file; held by whoever writes it (the flusher, or a snapshot).
     file: Mutex<File>,
-    durable: tokio::sync::watch::Sender<Progress>,
+    /// How far the journal got.
+    progress: Watched,
     /// Who is told what is written, under the file's lock: in the order it is written.
     observer: Arc<dyn Observer>,
     /// Tests: every write fails, torn, as on a full disk.
@@ -326,13 +377,12 @@ impl Journal {
         store.track_changes();
         let _ = store.take_changes();
         let file = OpenOptions::new().create(true).append(true).open(dir.join("journal"))?;
-        let (durable, _) = tokio::sync::watch::channel(Progress::default());
         let journal = Arc::new(Journal {
             dir,
             pending: Mutex::new(Pending::default()),
             work: Condvar::new(),
             file: Mutex::new(file),
-            durable,
+            progress: Watched::default(),
             observer,
             #[cfg(test)]
             fail_writes: Default::default(),
@@ -375,21 +425,15 @@ impl Journal {
     }
 
     /// Completes once record `seq` (and every one before it) is durable; or fails once it
-    /// cannot be (its write failed, or the journal was
-    /// closed before it was written), rather than leave its step waiting for ever.
+    /// cannot be (its write failed, or the journal was closed before it was written), rather
+    /// than leave its step waiting for ever.
     pub async fn durable(&self, seq: u64) -> Result<()> {
-        let mut progress = self.durable.subscribe();
-        if progress.borrow().of(seq).is_none() {
-            {
-                let mut pending = self.pending.lock_or_recover();
-                pending.waited = true;
-                self.work.notify_one();
-            }
-            // The sender lives as long as the journal, which outlives this borrow of it.
-            let _ = progress.wait_for(|progress| progress.of(seq).is_some()).await;
+        if self.progress.get().of(seq).is_none() {
+            let mut pending = self.pending.lock_or_recover();
+            pending.waited = true;
+            self.work.notify_one();
         }
-        let outcome = progress.borrow().of(seq).unwrap_or(Ok(()));
-        outcome
+        self.progress.outcome(seq).await
     }
 
     /// Tells the observer the snapshot and the journal as they are now, as if just written
@@ -400,7 +444,7 @@ impl Journal {
         let read = |name: &str| read_all(&self.dir.join(name));
         match (read("snapshot"), read("journal")) {
             (Ok(snapshot), Ok(journal)) => {
-                let seq = self.durable.borrow().durable;
+                let seq = self.progress.get().durable;
                 self.observer.snapshot_written(snapshot, seq);
                 self.observer.journal_written(0, journal, seq);
             }
@@ -423,7 +467,7 @@ impl Journal {
         // whose records re-applied over the new snapshot change nothing.
         file.set_len(0)?;
         file.sync_all()?;
-        self.durable.send_modify(|progress| progress.durable = progress.durable.max(appended));
+        self.progress.update(|progress| raise(&mut progress.durable, appended));
         self.observer.snapshot_written(snapshot, appended);
         Ok(())
     }
@@ -493,11 +537,7 @@ impl Journal {
                 Ok(()) => {
                     self.observer.journal_written(at, bytes, upto);
                     drop(file);
-                    self.durable.send_if_modified(|progress| {
-                        let later = upto > progress.durable;
-                        progress.durable = progress.durable.max(upto);
-                        later
-                    });
+                    self.progress.update(|progress| raise(&mut progress.durable, upto));
                 }
                 Err(e) => {
                     // What was written of the group goes (a torn record inside the journal
@@ -514,7 +554,7 @@ impl Journal {
                         pending.stopping
                     };
                     drop(file);
-                    self.durable.send_modify(|progress| progress.failed = progress.failed.max(upto));
+                    self.progress.update(|progress| raise(&mut progress.failed, upto));
                     match cut {
                         Ok(()) => tracing::error!("could not write the metadata journal: {e}; its changes are not durable yet, tried again"),
                         Err(cut) => tracing::error!("could not write the metadata journal ({e}) nor cut it back ({cut}): a restart may lose the changes after this point"),
@@ -545,7 +585,7 @@ impl Journal {
         self.work.notify_one();
         let folded = self.fold(store);
         // What the snapshot holds is durable; what comes after it never will be.
-        self.durable.send_modify(|progress| progress.closed = true);
+        self.progress.update(|progress| !std::mem::replace(&mut progress.closed, true));
         folded
     }
 }
@@ -793,6 +833,33 @@ mod tests {
         }
         journal2.close(&again).unwrap();
         let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// A step waiting for its record is woken from another thread once the record's outcome
+    /// is known, not before: not by progress short of it, nor by a change that moves nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiting_step_is_woken_when_its_record_is_durable() {
+        let watched = Arc::new(Watched::default());
+        let waiter = tokio::spawn({
+            let watched = watched.clone();
+            async move { watched.outcome(3).await }
+        });
+        let pause = || std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::spawn({
+            let watched = watched.clone();
+            move || {
+                pause();
+                watched.update(|progress| raise(&mut progress.durable, 2));
+                pause();
+                watched.update(|progress| raise(&mut progress.durable, 1));
+            }
+        })
+        .join()
+        .unwrap();
+        assert!(!waiter.is_finished(), "answered before its record was durable");
+        std::thread::spawn(move || watched.update(|progress| raise(&mut progress.durable, 3))).join().unwrap();
+        let outcome = tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await.expect("woken");
+        assert!(outcome.unwrap().is_ok());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
