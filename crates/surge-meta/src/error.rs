@@ -1,6 +1,7 @@
-//! The server's error: a protocol error code (the errno the client will see), what happened in
-//! words, and the underlying cause when there is one (for the server's log). A request that
-//! fails is answered with the code and the words; the cause stays here.
+//! The server's error, one type for the namespace store and the server around it: a protocol
+//! error code (the errno the client will see), what happened in words, and the underlying
+//! cause when there is one (for the server's log). A request that fails is answered with the
+//! code and the words; the cause stays here.
 
 use surge_proto::ErrorCode;
 

@@ -20,6 +20,11 @@
 //! * [`access`]: the permission checks, made as the kernel makes them; [`error`]: the error
 //!   the store and the server answer with;
 //! * [`poison_free`]: mutexes that a panic under them does not take down.
+//!
+//! No networking and no async runtime (`scripts/check-layering.py` checks): the crate depends
+//! on the protocol crate's types, not its I/O, so that the store and its journal are tested
+//! and fuzzed alone (the fuzz target `journal`). The journal's waits are std futures, and what
+//! it writes is told to an [`journal::Observer`] (the server's mirror).
 
 pub mod access;
 pub mod delegated;

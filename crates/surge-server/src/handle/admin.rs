@@ -2,6 +2,7 @@
 //! client asks for (its notices go out through the connection's writer), and the scans of
 //! `surge fsck`.
 
+use surge_meta::error::{Result, ServerError};
 use surge_meta::poison_free::LockRecover;
 use surge_proto::admin::*;
 use surge_proto::ServerStats;
@@ -82,12 +83,12 @@ impl Session {
             AdminRequest::ListDataFiles(list) => Answer::of::<ListDataFiles>(self.shared.data.data_file_page(list.after)),
             AdminRequest::MirrorTo(to) => {
                 let outcome = match self.shared.config.replicas {
-                    1 if to.to.is_some() => Err(surge_meta::error::ServerError::new(
+                    1 if to.to.is_some() => Err(ServerError::new(
                         surge_proto::ErrorCode::NotSupported,
                         "this server keeps one replica (started without --replicas 2)",
                     )),
                     _ if to.failover_after_ms.is_some() && (to.peers.len() < 3 || to.peers.len() != self.shared.count) => {
-                        Err(surge_meta::error::ServerError::new(
+                        Err(ServerError::new(
                             surge_proto::ErrorCode::Invalid,
                             format!(
                                 "automatic failover needs every server's address, and three servers or more ({} given)",
@@ -117,14 +118,14 @@ impl Session {
     /// Where identities are checked, what runs or changes the instance itself (stopping a
     /// server, mirroring, taking a share over) is for the instance's owner, root, and the
     /// servers (which run as the owner or root); elsewhere every token holder is trusted.
-    pub(super) fn check_administrator(&self, what: &str) -> surge_meta::error::Result<()> {
+    pub(super) fn check_administrator(&self, what: &str) -> Result<()> {
         let Some(caller) = &self.caller else { return Ok(()) };
         // SAFETY: geteuid takes no arguments and cannot fail.
         let server_uid = unsafe { libc::geteuid() };
         if [0, self.shared.config.owner_uid, server_uid].contains(&caller.uid) {
             return Ok(());
         }
-        Err(surge_meta::error::ServerError::new(
+        Err(ServerError::new(
             surge_proto::ErrorCode::AccessDenied,
             format!("{what}: for the instance's owner (uid {}) alone", self.shared.config.owner_uid),
         ))

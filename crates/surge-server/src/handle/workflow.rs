@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use surge_meta::access::READ;
-use surge_meta::error::Result;
+use surge_meta::error::{Result, ServerError};
 use surge_meta::poison_free::LockRecover;
 use surge_meta::workflow::groups::ClaimOutcome;
 use surge_meta::workflow::publications::NamePattern;
+use surge_meta::MetaStore;
 use surge_proto::workflow::*;
 use surge_proto::Timestamp;
 
@@ -60,7 +61,7 @@ impl Session {
 
     /// Runs `change` on the namespace share and answers once its journal record is durable
     /// (in a task of its own: the connection goes on meanwhile).
-    fn durably<C: surge_proto::Call>(&self, change: impl FnOnce(&mut surge_meta::MetaStore) -> Result<C::Reply>) -> Answer
+    fn durably<C: surge_proto::Call>(&self, change: impl FnOnce(&mut MetaStore) -> Result<C::Reply>) -> Answer
     where
         C::Reply: Send + 'static,
     {
@@ -97,7 +98,7 @@ impl Session {
                 let owner = meta.perms(dir)?.attr.uid;
                 if caller.uid != 0 && caller.uid != owner {
                     let detail = format!("only the directory's owner (uid {owner}) or root sets its retention policy");
-                    return Err(surge_meta::error::ServerError::new(surge_proto::ErrorCode::NotPermitted, detail));
+                    return Err(ServerError::new(surge_proto::ErrorCode::NotPermitted, detail));
                 }
                 Ok(())
             }
@@ -112,7 +113,7 @@ impl Session {
             return Answer::Failure(e);
         }
         if claim.lease_ms == 0 || claim.lease_ms > MAX_LEASE_MS {
-            let e = surge_meta::error::ServerError::new(surge_proto::ErrorCode::Invalid, format!("a lease is 1 ms to {MAX_LEASE_MS} ms"));
+            let e = ServerError::new(surge_proto::ErrorCode::Invalid, format!("a lease is 1 ms to {MAX_LEASE_MS} ms"));
             return Answer::Failure(e);
         }
         let shared = self.shared.clone();
