@@ -2,78 +2,14 @@
 //! mount answers without a round trip, and how another client's change reaches it. No root,
 //! no kernel mount: the operations are called as the adapter would call them.
 
-use std::sync::Arc;
+mod common;
+
 use std::time::Duration;
 
+use common::{me, now, read, write, Fixture};
 use surge_client::surge_proto::AttrChanges;
 use surge_client::surge_proto::{ErrorCode, ROOT_INO};
-use surge_client::{Client, ClientOptions};
-use surge_fuse::ops::{Answer, Caller, Opened, Ops};
-use surge_server::in_process::InProcessInstance;
-
-const TTL: Duration = Duration::from_secs(600);
-
-struct Fixture {
-    instance: Option<InProcessInstance>,
-    root: std::path::PathBuf,
-    /// The mount's operations, watching the servers.
-    ops: Arc<Ops>,
-    /// Another node's client, changing things behind the mount's back.
-    other: Client,
-}
-
-impl Fixture {
-    async fn new(test: &str, servers: usize) -> Fixture {
-        let root = std::env::temp_dir().join(format!("surge-ops-test-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let instance = InProcessInstance::start(&root, servers, 1 << 30).await.expect("start the servers");
-        // Local I/O off: both clients are in this process, as if on one node; these tests are
-        // about metadata, and every byte should cross the servers.
-        let opts = ClientOptions { local_io: false, ..Default::default() };
-        let mount = Client::from_parts(instance.addrs.clone(), 1 << 20, instance.secret, opts.clone()).unwrap();
-        let ops = Ops::new(mount, tokio::runtime::Handle::current(), TTL);
-        let other = Client::from_parts(instance.addrs.clone(), 1 << 20, instance.secret, opts).unwrap();
-        Fixture { instance: Some(instance), root, ops, other }
-    }
-
-    async fn stop(mut self) {
-        if let Some(instance) = self.instance.take() {
-            instance.stop().await;
-        }
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
-
-fn me() -> Caller {
-    // SAFETY: geteuid/getegid take no arguments and cannot fail.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    Caller { uid, gid, pid: std::process::id() }
-}
-
-/// What an operation answered without a round trip; None when its answer comes later (its
-/// work, not started, is dropped).
-fn now<T>(answer: Answer<T>) -> Option<surge_client::Result<T>> {
-    match answer {
-        Answer::Now(result) => Some(result),
-        Answer::Later(_) => None,
-    }
-}
-
-async fn write(ops: &Arc<Ops>, fh: u64, ino: u64, offset: u64, data: &[u8]) -> surge_client::Result<usize> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    ops.write(fh, ino, offset, bytes::Bytes::copy_from_slice(data), false, move |r| {
-        let _ = tx.send(r);
-    });
-    rx.await.expect("the write is answered")
-}
-
-async fn read(ops: &Arc<Ops>, fh: u64, ino: u64, offset: u64, size: u32) -> surge_client::Result<Vec<u8>> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    ops.read(fh, ino, offset, size, move |r| {
-        let _ = tx.send(r.map(|b| b.to_vec()));
-    });
-    rx.await.expect("the read is answered")
-}
+use surge_fuse::ops::Opened;
 
 /// In a directory the mount made, a missing name is answered without asking a server; once
 /// another client creates that name, the server's notice (acknowledged before the create

@@ -1,0 +1,107 @@
+//! What the operations layer's tests share: an instance whose servers run in this process,
+//! the mount's operations over it, another node's client, and the adapter's calls that
+//! answer through callbacks (reads and writes) as futures. No root, no kernel mount.
+
+// Each test file uses what it needs of this.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use surge_client::surge_proto::DirEntry;
+use surge_client::{Client, ClientOptions, Result};
+use surge_fuse::ops::{Answer, Caller, Ops};
+use surge_server::in_process::InProcessInstance;
+
+pub const TTL: Duration = Duration::from_secs(600);
+
+pub struct Fixture {
+    instance: Option<InProcessInstance>,
+    root: std::path::PathBuf,
+    /// The mount's operations, watching the servers.
+    pub ops: Arc<Ops>,
+    /// Another node's client, changing things behind the mount's back.
+    pub other: Client,
+}
+
+impl Fixture {
+    /// `test`: a name for the servers' directory, unique among the tests of one file.
+    pub async fn new(test: &str, servers: usize) -> Fixture {
+        let root = std::env::temp_dir().join(format!("surge-ops-test-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let instance = InProcessInstance::start(&root, servers, 1 << 30).await.expect("start the servers");
+        // Local I/O off: both clients are in this process, as if on one node; every byte
+        // should cross the servers.
+        let opts = ClientOptions { local_io: false, ..Default::default() };
+        let mount = Client::from_parts(instance.addrs.clone(), 1 << 20, instance.secret, opts.clone()).unwrap();
+        let ops = Ops::new(mount, tokio::runtime::Handle::current(), TTL);
+        let other = Client::from_parts(instance.addrs.clone(), 1 << 20, instance.secret, opts).unwrap();
+        Fixture { instance: Some(instance), root, ops, other }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(instance) = self.instance.take() {
+            instance.stop().await;
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// The caller: this process, as whoever runs the tests.
+pub fn me() -> Caller {
+    // SAFETY: geteuid/getegid take no arguments and cannot fail.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    Caller { uid, gid, pid: std::process::id() }
+}
+
+/// What an operation answered without a round trip; None when its answer comes later (its
+/// work, not started, is dropped).
+pub fn now<T>(answer: Answer<T>) -> Option<Result<T>> {
+    match answer {
+        Answer::Now(result) => Some(result),
+        Answer::Later(_) => None,
+    }
+}
+
+pub async fn write(ops: &Arc<Ops>, fh: u64, ino: u64, offset: u64, data: &[u8]) -> Result<usize> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    ops.write(fh, ino, offset, bytes::Bytes::copy_from_slice(data), false, move |r| {
+        let _ = tx.send(r);
+    });
+    rx.await.expect("the write is answered")
+}
+
+pub async fn read(ops: &Arc<Ops>, fh: u64, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    ops.read(fh, ino, offset, size, move |r| {
+        let _ = tx.send(r.map(|b| b.to_vec()));
+    });
+    rx.await.expect("the read is answered")
+}
+
+/// Everything handle `fh` reads from the start, 64 KiB at a time, as `cat` would.
+pub async fn read_all(ops: &Arc<Ops>, fh: u64, ino: u64) -> Result<Vec<u8>> {
+    let mut all = Vec::new();
+    loop {
+        let piece = read(ops, fh, ino, all.len() as u64, 64 << 10).await?;
+        if piece.is_empty() {
+            return Ok(all);
+        }
+        all.extend(piece);
+    }
+}
+
+/// The names in directory `dir` as the mount lists them (opendir, readdir, releasedir), sorted.
+pub async fn names(ops: &Arc<Ops>, dir: u64) -> Result<Vec<String>> {
+    let fh = ops.opendir(dir).await?;
+    let entries = ops.dir_entries(fh);
+    ops.releasedir(fh);
+    Ok(sorted(&entries?))
+}
+
+/// The names among `entries`, sorted.
+pub fn sorted(entries: &[DirEntry]) -> Vec<String> {
+    let mut names: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
+    names.sort();
+    names
+}
