@@ -819,6 +819,20 @@ fn a_restarted_server_serves_its_files_to_a_mount_that_stayed() {
 }
 
 /// The mount daemon serving `m`.
+/// What each thread of process `pid` is doing (its name, state and kernel wait channel), for
+/// a failure's message when a daemon outlives what it should.
+fn threads_of(pid: u32) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return format!("process {pid} is gone") };
+    tasks
+        .flatten()
+        .map(|task| {
+            let read = |file: &str| std::fs::read_to_string(task.path().join(file)).unwrap_or_default();
+            let state = read("status").lines().find(|l| l.starts_with("State:")).unwrap_or_default().to_string();
+            format!("{} {} {} wchan={}\n", task.file_name().to_string_lossy(), read("comm").trim(), state, read("wchan"))
+        })
+        .collect()
+}
+
 fn daemon_of(m: &Mount) -> u32 {
     let wanted = m.dir.to_str().unwrap();
     std::fs::read_dir("/proc")
@@ -1483,7 +1497,12 @@ fn an_unmount_while_the_home_is_down_writes_back_when_it_returns_and_ends_when_i
         }
         while std::path::Path::new(&format!("/proc/{daemon}")).exists() {
             let limit = Duration::from_secs(reclaim_secs + 15);
-            assert!(unmounted.elapsed() < limit, "the daemon still runs {limit:?} after the unmount:\n{}", inst.mount_log());
+            assert!(
+                unmounted.elapsed() < limit,
+                "the daemon still runs {limit:?} after the unmount; its threads:\n{}\n{}",
+                threads_of(daemon),
+                inst.mount_log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         if home_returns {
