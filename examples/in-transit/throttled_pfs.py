@@ -114,9 +114,21 @@ class ThrottledPFS(SetUpTornDown):
             (BLKIO / f).write_text(f"{self.majmin} {bps}\n")
 
     def remount(self) -> None:
-        """Drops this file system's page cache (and only its own), so reads come from the device."""
+        """Drops this file system's page cache (and only its own), so reads come from the device.
+
+        A mount namespace made while the file system is mounted (another program's "node", as
+        the test suite's running beside it make) holds a copy of the mount, which keeps the file
+        system and its cache alive past our unmount: so every file's cached pages are dropped
+        as well (they are clean, the mount is synchronous)."""
         self._umount()
         self._mount()
+        for path in self.root.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                finally:
+                    os.close(fd)
 
     def _measure(self) -> None:
         """Writes and then cold-reads a probe file with dd; fails if the limit does not bite."""
