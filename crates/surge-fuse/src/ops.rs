@@ -160,7 +160,6 @@ impl Ops {
         self.delegations.give_all_back().await;
     }
 
-    /// How long the kernel may keep what it is told.
     /// Opens files in passthrough mode from now on, where their data allows it.
     pub fn enable_passthrough(&self) {
         self.passthrough.store(true, Ordering::Relaxed);
@@ -205,6 +204,7 @@ impl Ops {
         &self.runtime
     }
 
+    /// How long the kernel may keep what it is told.
     pub fn ttl(&self) -> Duration {
         self.kernel.ttl
     }
