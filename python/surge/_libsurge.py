@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import os
 from pathlib import Path
 
@@ -98,6 +99,26 @@ def load() -> ctypes.CDLL:
 
 def path(p: str | os.PathLike) -> bytes:
     return os.fsencode(os.fspath(p))
+
+
+#: The path buffer an output path starts in (PATH_MAX), and the most it grows to. A path that
+#: does not fit answers -ERANGE, the library keeps its item (a failed stage, a publication, a
+#: claim), and the call is made again with :func:`grown_path_buffer`.
+PATH_BUFFER = 4096
+MAX_PATH_BUFFER = 1 << 24
+
+
+def path_buffer() -> ctypes.Array:
+    """A buffer for an output path, of :data:`PATH_BUFFER` bytes."""
+    return ctypes.create_string_buffer(PATH_BUFFER)
+
+
+def grown_path_buffer(buffer: ctypes.Array, error: type[OSError]) -> ctypes.Array:
+    """A buffer twice as large as ``buffer``, for a path that did not fit it; ``error(ERANGE)``
+    past :data:`MAX_PATH_BUFFER`."""
+    if len(buffer) >= MAX_PATH_BUFFER:
+        raise error(errno.ERANGE, f"a path does not fit {MAX_PATH_BUFFER} bytes")
+    return ctypes.create_string_buffer(2 * len(buffer))
 
 
 def check(rc: int, error: type[OSError]) -> None:

@@ -128,11 +128,6 @@ def terminate_list_stage(bb_dir) -> None:
     _check(_lib.surge_terminate_list_stage(_path(bb_dir)))
 
 
-#: The path buffer failed_stages starts with (PATH_MAX), and the most it grows to.
-_PATH_BUFFER = 4096
-_MAX_PATH_BUFFER = 1 << 24
-
-
 def failed_stages(bb_dir) -> list[str]:
     """Burst-buffer paths of the failed stages at or below ``bb_dir``, whole whatever their
     length: a path longer than the buffer (the library answers -ERANGE and keeps it) is asked
@@ -141,17 +136,14 @@ def failed_stages(bb_dir) -> list[str]:
     if not handle:
         _check(-(ctypes.get_errno() or errno.EIO))
     paths = []
-    buffer = ctypes.create_string_buffer(_PATH_BUFFER)
+    buffer = libsurge.path_buffer()
     try:
         while True:
             rc = _lib.surge_next_failed_stage(handle, buffer, len(buffer))
             if rc == 0:
                 break
             if rc == -errno.ERANGE:
-                if len(buffer) >= _MAX_PATH_BUFFER:
-                    raise StageError(errno.ERANGE, f"a failed stage's path does not fit "
-                                                   f"{_MAX_PATH_BUFFER} bytes")
-                buffer = ctypes.create_string_buffer(2 * len(buffer))
+                buffer = libsurge.grown_path_buffer(buffer, StageError)
                 continue
             _check(rc)
             paths.append(os.fsdecode(buffer.value))

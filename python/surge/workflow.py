@@ -29,11 +29,6 @@ _lib = libsurge.load()      # every call's argtypes and restype: libsurge.SIGNAT
 _Counts = libsurge.QueueCounts
 
 _UNKNOWN_SIZE = 2**64 - 1
-#: The path buffer the calls start with (PATH_MAX), and the most it grows to: a path that
-#: does not fit (-ERANGE; the library keeps the publication or the claim) is asked for again
-#: with a buffer twice as large.
-_PATH_BUFFER = 4096
-_MAX_PATH_BUFFER = 1 << 24
 # What a wait is cut into, so that Ctrl-C reaches Python between the library's waits.
 _SLICE_MS = 1000
 
@@ -82,13 +77,6 @@ def _deadline(timeout: Optional[float]) -> Optional[float]:
     return None if timeout is None else time.monotonic() + timeout
 
 
-def _grown(buffer: ctypes.Array) -> ctypes.Array:
-    """A buffer twice as large as ``buffer``, for a path that did not fit it."""
-    if len(buffer) >= _MAX_PATH_BUFFER:
-        raise WorkflowError(errno.ERANGE, f"a path does not fit {_MAX_PATH_BUFFER} bytes")
-    return ctypes.create_string_buffer(2 * len(buffer))
-
-
 def watch(directory, pattern: Optional[str] = None, from_cursor: int = 0,
           timeout: Optional[float] = None) -> Iterator[Published]:
     """The files published in ``directory`` after ``from_cursor`` (0: from the oldest the log
@@ -100,7 +88,7 @@ def watch(directory, pattern: Optional[str] = None, from_cursor: int = 0,
                                          ctypes.c_uint64(from_cursor), ctypes.byref(handle)), WorkflowError)
     # A longer path than the buffer: the library keeps the publication (-ERANGE) and the
     # next call, with a buffer twice as large, gets it.
-    path = ctypes.create_string_buffer(_PATH_BUFFER)
+    path = libsurge.path_buffer()
     cursor, size = ctypes.c_uint64(0), ctypes.c_uint64(0)
     try:
         deadline = _deadline(timeout)
@@ -112,7 +100,7 @@ def watch(directory, pattern: Optional[str] = None, from_cursor: int = 0,
                     return
                 continue
             if rc == -errno.ERANGE:
-                path = _grown(path)
+                path = libsurge.grown_path_buffer(path, WorkflowError)
                 continue
             libsurge.check(rc, WorkflowError)
             yield Published(os.fsdecode(path.value), cursor.value, None if size.value == _UNKNOWN_SIZE else size.value)
@@ -128,7 +116,7 @@ def claim(directory, group: str, pattern: Optional[str] = None, lease: float = 3
     one up to ``timeout`` seconds (None: for ever) and answers None if none came."""
     # A longer path than the buffer: the library keeps the claim for this process (-ERANGE)
     # and the next call, with a buffer twice as large, gets the same file at once.
-    path = ctypes.create_string_buffer(_PATH_BUFFER)
+    path = libsurge.path_buffer()
     token = ctypes.c_uint64(0)
     deadline = _deadline(timeout)
     while True:
@@ -140,7 +128,7 @@ def claim(directory, group: str, pattern: Optional[str] = None, lease: float = 3
                 return None
             continue
         if rc == -errno.ERANGE:
-            path = _grown(path)
+            path = libsurge.grown_path_buffer(path, WorkflowError)
             continue
         libsurge.check(rc, WorkflowError)
         return Claim(os.fsdecode(path.value), token.value)
