@@ -530,3 +530,44 @@ fn servers_killed_and_restarted_come_back_with_namespace_and_data() {
         let _ = child.wait();
     }
 }
+
+/// Kernel passthrough hands a handle the server's data file, and the handle later tells the
+/// server what the kernel wrote there. The kernel sends a close's release after close has
+/// returned, so a handle can be released after another handle truncated and rewrote the file
+/// and its times were set: that late release must not take those changes for its own writes,
+/// growing the file back to what it had written or publishing its own time over the set one.
+/// (Here the client stands in for the kernel and writes the data files it is handed.)
+#[test]
+fn a_passthrough_handle_released_late_publishes_nothing_it_did_not_write() {
+    use std::os::unix::fs::FileExt;
+    use surge_client::surge_proto::{AttrChanges, Timestamp};
+    let inst = Instance::up("ptlate", &["--capacity", "256M", "--hosts", "127.0.0.247"]);
+    let (here, elsewhere) = (inst.client("127.0.0.247"), inst.client("127.0.0.248"));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let set_time = Timestamp { secs: 981173106, nanos: 0 };
+    let attr = rt.block_on(async {
+        let first = here.create("/f", 0o644).await.unwrap();
+        let backing = first.begin_passthrough(true).await.expect("a file of this node's only server is passed through");
+        backing.write_all_at(&pattern(3, 3 << 20), 0).unwrap();
+        first.flush().await.unwrap(); // close(2); its release comes later
+
+        let reader = here.open("/f", false).await.unwrap();
+        assert!(reader.begin_passthrough(false).await.is_some());
+        let second = here.open("/f", false).await.unwrap();
+        let backing = second.begin_passthrough(true).await.unwrap();
+        second.set_len(1 << 20).await.unwrap();
+        backing.write_all_at(b"rewritten", 4096).unwrap();
+        second.flush().await.unwrap();
+        second.release().await.unwrap();
+        here.setattr(second.ino(), AttrChanges { mtime: Some(set_time), ..Default::default() }).await.unwrap();
+
+        reader.release().await.unwrap();
+        first.release().await.unwrap();
+        elsewhere.getattr(first.ino()).await.unwrap()
+    });
+    assert_eq!(attr.size, 1 << 20, "a late release grew the file back");
+    assert_eq!(attr.mtime, set_time, "a late release published its own time over the one set");
+    let read = rt.block_on(async { elsewhere.open("/f", false).await.unwrap().pread(0, 2 << 20).await.unwrap() });
+    assert_eq!(read.len(), 1 << 20);
+    assert_eq!(&read[4096..4105], b"rewritten");
+}

@@ -81,6 +81,8 @@ struct Inner {
     /// When each server last refused to set capacity aside for a passthrough handle (its
     /// share was full; see [`crate::passthrough`]).
     refusals: std::sync::Mutex<std::collections::HashMap<usize, std::time::Instant>>,
+    /// What the servers were last told of the data files passed through to the kernel here.
+    passthrough_reports: crate::passthrough::ReportedStates,
 }
 
 /// Most server data files held open for local I/O at once. This machine class allows 20,000
@@ -191,6 +193,7 @@ impl Client {
                 near_server: Default::default(),
                 failover_wait: replication.and_then(|r| r.failover_wait),
                 refusals: Default::default(),
+                passthrough_reports: Default::default(),
             }),
             uid,
             gid,
@@ -276,6 +279,10 @@ impl Client {
     /// Server `server` refused to set capacity aside: its share is full.
     pub(crate) fn note_refusal(&self, server: usize) {
         self.inner.refusals.lock().unwrap().insert(server, std::time::Instant::now());
+    }
+
+    pub(crate) fn passthrough_reports(&self) -> &crate::passthrough::ReportedStates {
+        &self.inner.passthrough_reports
     }
 
     /// Whether `server` refused to set capacity aside within the last `within`.

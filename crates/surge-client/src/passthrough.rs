@@ -8,7 +8,12 @@
 //! ([`File::keep_passthrough_room`], called by the mount every few milliseconds while the
 //! handle is open), and once the handle flushes or closes, the server is told (`LocalWritten`)
 //! and takes the file's new length and allocation, and size and mtime are published as for any
-//! write. Whether the kernel wrote is read from the data file itself (its length and mtime).
+//! write. Whether the kernel wrote is read from the data file itself (its length and mtime),
+//! against what the server was last told of it by *any* handle of the file on this node (or
+//! made of it by a truncate through one): the kernel sends a close's release after the close
+//! returns, so a handle released late must not take another handle's writes, or the server's
+//! truncation, for its own and publish a size or time over what came since. Handles opened
+//! read-only never report: the kernel does not write through them.
 //!
 //! Opening costs no request: the first step is set aside once the file has started to grow,
 //! so a file created and closed, or only read, costs the server nothing more than on the
@@ -16,12 +21,13 @@
 //! step (its share is full), new handles of its files stay on the request path for a while,
 //! where every write is checked against the share.
 
+use std::collections::HashMap;
 use std::fs::File as StdFile;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use surge_proto::data::{LocalWritten, ReserveLocal};
-use surge_proto::data_file_name;
+use surge_proto::{data_file_name, Ino};
 
 use crate::error::Result;
 use crate::file::File;
@@ -34,40 +40,71 @@ pub const PASSTHROUGH_STEP: u64 = 256 << 20;
 /// How long the files of a server that refused a step stay off passthrough.
 const AFTER_REFUSAL: Duration = Duration::from_secs(2);
 
+/// A data file's length and mtime.
+type DataFileState = (u64, (i64, i64));
+
+/// A data file's state as the server last took it, shared by the passthrough handles of one
+/// file on this node.
+type Reported = Arc<Mutex<DataFileState>>;
+
 /// A handle's data file under kernel passthrough, and what the server has been told of it.
 pub(crate) struct Passthrough {
     server: usize,
     file: Arc<StdFile>,
-    /// The data file's length and mtime when the server last took them.
-    reported: (u64, (i64, i64)),
-    /// Set aside for growth beyond `reported.0` and not given back yet.
+    /// Whether the kernel may write through the handle (opened for writing).
+    writes: bool,
+    reported: Reported,
+    /// Set aside for growth beyond what was reported and not given back yet.
     reserved: u64,
 }
 
 /// A data file's length and mtime now.
-fn state(file: &StdFile) -> std::io::Result<(u64, (i64, i64))> {
+fn state(file: &StdFile) -> std::io::Result<DataFileState> {
     use std::os::unix::fs::MetadataExt;
     let m = file.metadata()?;
     Ok((m.len(), (m.mtime(), m.mtime_nsec())))
+}
+
+/// The reported state of each file with passthrough handles open on this node (held by the
+/// handles: an entry lives as long as one of them).
+#[derive(Default)]
+pub(crate) struct ReportedStates {
+    by_ino: Mutex<HashMap<Ino, Weak<Mutex<DataFileState>>>>,
+}
+
+impl ReportedStates {
+    /// The state shared by `ino`'s passthrough handles; `now` starts it when none is open.
+    fn shared(&self, ino: Ino, now: DataFileState) -> Reported {
+        let mut by_ino = self.by_ino.lock().unwrap();
+        if let Some(live) = by_ino.get(&ino).and_then(Weak::upgrade) {
+            return live;
+        }
+        if by_ino.len() >= 64 && by_ino.len().is_power_of_two() {
+            by_ino.retain(|_, state| state.strong_count() > 0);
+        }
+        let fresh = Arc::new(Mutex::new(now));
+        by_ino.insert(ino, Arc::downgrade(&fresh));
+        fresh
+    }
 }
 
 impl File {
     /// Starts kernel passthrough for this handle when every chunk of the file is held by a
     /// server whose data directory is on this node and this process may write its data file:
     /// answers the data file to hand to the kernel. None otherwise (the handle stays on the
-    /// request path).
-    pub async fn begin_passthrough(&self) -> Option<Arc<StdFile>> {
+    /// request path). `writes`: the handle was opened for writing.
+    pub async fn begin_passthrough(&self, writes: bool) -> Option<Arc<StdFile>> {
         let server = self.passthrough_server()?;
         let conn = self.client().connection(server).await.ok()?;
-        self.begin_passthrough_on(server, &conn)
+        self.begin_passthrough_on(server, &conn, writes)
     }
 
     /// [`File::begin_passthrough`] without waiting: None also when the connection to the
     /// data file's server is not open yet.
-    pub fn begin_passthrough_now(&self) -> Option<Arc<StdFile>> {
+    pub fn begin_passthrough_now(&self, writes: bool) -> Option<Arc<StdFile>> {
         let server = self.passthrough_server()?;
         let conn = self.client().connection_now(server)?;
-        self.begin_passthrough_on(server, &conn)
+        self.begin_passthrough_on(server, &conn, writes)
     }
 
     /// The server whose data file could be passed through: the one holding every chunk.
@@ -80,7 +117,7 @@ impl File {
         (!client.refused_lately(server, AFTER_REFUSAL)).then_some(server)
     }
 
-    fn begin_passthrough_on(&self, server: usize, conn: &crate::conn::Connection) -> Option<Arc<StdFile>> {
+    fn begin_passthrough_on(&self, server: usize, conn: &crate::conn::Connection, writes: bool) -> Option<Arc<StdFile>> {
         if !conn.local_writes() {
             return None; // The kernel's writes would not reach the share's mirror.
         }
@@ -91,7 +128,8 @@ impl File {
         match opened.and_then(|file| Ok((state(&file)?, file))) {
             Ok((now, file)) => {
                 let file = Arc::new(file);
-                *self.passthrough.lock().unwrap() = Some(Passthrough { server, file: file.clone(), reported: now, reserved: 0 });
+                let reported = self.client().passthrough_reports().shared(self.ino(), now);
+                *self.passthrough.lock().unwrap() = Some(Passthrough { server, file: file.clone(), writes, reported, reserved: 0 });
                 Some(file)
             }
             Err(e) => {
@@ -114,9 +152,10 @@ impl File {
     pub async fn keep_passthrough_room(&self) -> Result<()> {
         let (server, grown, reserved) = {
             let guard = self.passthrough.lock().unwrap();
-            let Some(p) = guard.as_ref() else { return Ok(()) };
-            let len = state(&p.file).map(|(len, _)| len).unwrap_or(p.reported.0);
-            (p.server, len.saturating_sub(p.reported.0), p.reserved)
+            let Some(p) = guard.as_ref().filter(|p| p.writes) else { return Ok(()) };
+            let reported = p.reported.lock().unwrap().0;
+            let len = state(&p.file).map(|(len, _)| len).unwrap_or(reported);
+            (p.server, len.saturating_sub(reported), p.reserved)
         };
         let idle = grown == 0 && reserved == 0;
         if idle || reserved >= grown + PASSTHROUGH_STEP / 2 {
@@ -145,7 +184,10 @@ impl File {
     /// The data file changed since the server last took it.
     pub(crate) fn passthrough_unreported(&self) -> bool {
         let guard = self.passthrough.lock().unwrap();
-        guard.as_ref().is_some_and(|p| p.reserved > 0 || state(&p.file).is_ok_and(|now| now != p.reported))
+        guard
+            .as_ref()
+            .filter(|p| p.writes)
+            .is_some_and(|p| p.reserved > 0 || state(&p.file).is_ok_and(|now| now != *p.reported.lock().unwrap()))
     }
 
     /// Tells the server what the kernel wrote (it takes the data file's length and gives back
@@ -153,22 +195,28 @@ impl File {
     /// request to send, if any.
     pub(crate) fn take_passthrough_report(&self) -> Option<(usize, LocalWritten, Option<u64>)> {
         let mut guard = self.passthrough.lock().unwrap();
-        let p = guard.as_mut()?;
+        let p = guard.as_mut().filter(|p| p.writes)?;
         let now = state(&p.file).ok()?;
-        let written = (now != p.reported).then_some(now.0);
+        let written = {
+            let mut reported = p.reported.lock().unwrap();
+            let written = (now != *reported).then_some(now.0);
+            *reported = now;
+            written
+        };
         if written.is_none() && p.reserved == 0 {
             return None;
         }
         let report = LocalWritten { ino: self.ino(), reserved: p.reserved, ticket: self.ticket() };
-        (p.reported, p.reserved) = (now, 0);
+        p.reserved = 0;
         Some((p.server, report, written))
     }
 
-    /// The server changed the data file's length (a truncate through this handle).
+    /// The server changed the data file's length (a truncate through this handle): no
+    /// handle of the file here is to take that for a write of its own.
     pub(crate) fn passthrough_resized(&self) {
-        if let Some(p) = self.passthrough.lock().unwrap().as_mut() {
+        if let Some(p) = self.passthrough.lock().unwrap().as_ref() {
             if let Ok(now) = state(&p.file) {
-                p.reported = now;
+                *p.reported.lock().unwrap() = now;
             }
         }
     }

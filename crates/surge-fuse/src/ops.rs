@@ -171,7 +171,7 @@ impl Ops {
         if !self.may_pass_through(flags) {
             return None;
         }
-        let backing = f.begin_passthrough().await?;
+        let backing = f.begin_passthrough(flags & libc::O_ACCMODE != libc::O_RDONLY).await?;
         self.guard_passthrough_room();
         Some(backing)
     }
@@ -182,7 +182,7 @@ impl Ops {
         if !self.may_pass_through(flags) {
             return None;
         }
-        let backing = f.begin_passthrough_now()?;
+        let backing = f.begin_passthrough_now(flags & libc::O_ACCMODE != libc::O_RDONLY)?;
         self.guard_passthrough_room();
         Some(backing)
     }
