@@ -537,6 +537,40 @@ fn descriptors_on_one_node_agree_on_a_files_size_as_it_grows_and_shrinks() {
     drop(reader);
 }
 
+/// What a mount remembers of its own writers never overrides a size set later elsewhere:
+/// written to 0x40000 on node A, truncated to 0xc19b on node B, then opened on A, the file is
+/// 0xc19b long before and after a read, an extending write on A lands past 0xc19b with a hole
+/// between, and B sees the size A made. A descriptor A still holds from before the truncate
+/// does not lift the size either (a `stat` by name on A shows B's).
+#[test]
+fn a_size_set_on_another_node_wins_over_what_this_node_wrote() {
+    use std::os::unix::fs::FileExt;
+    let inst = instance("staleSize", 237);
+    let (a, b) = two_nodes(&inst, 237);
+    let (on_a, on_b) = (a.path("f"), b.path("f"));
+    std::fs::write(&on_a, vec![b'x'; 0x40000]).unwrap();
+    let held = std::fs::File::open(&on_a).unwrap();
+    std::fs::OpenOptions::new().write(true).open(&on_b).unwrap().set_len(0xc19b).unwrap();
+
+    let f = std::fs::File::open(&on_a).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 0xc19b, "fstat on A right after the open");
+    let mut page = vec![0u8; 0x1000];
+    f.read_exact_at(&mut page, 0x8000).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 0xc19b, "fstat on A after a read");
+    assert_eq!(std::fs::metadata(&on_a).unwrap().len(), 0xc19b, "stat on A while a descriptor from before the truncate is open");
+    drop(f);
+
+    let w = std::fs::OpenOptions::new().write(true).open(&on_a).unwrap();
+    w.write_all_at(b"end", 0x20000).unwrap();
+    drop(w);
+    let seen = std::fs::read(&on_b).unwrap();
+    assert_eq!(seen.len(), 0x20003, "B after A extended the truncated file");
+    assert!(seen[..0xc19b].iter().all(|&c| c == b'x'));
+    assert!(seen[0xc19b..0x20000].iter().all(|&c| c == 0), "the truncated bytes came back");
+    assert_eq!(&seen[0x20000..], b"end");
+    drop(held);
+}
+
 /// The kernel caches names and attributes for a moment (docs/consistency.md); an open must
 /// still see what another node published, even through a name or size the kernel cached.
 #[test]

@@ -255,6 +255,22 @@ impl File {
         self.passthrough_len().map_or(size, |len| size.max(len))
     }
 
+    /// How far the writes through this handle that its home has not been told of reach, if
+    /// there are any: what a `stat` on this node shows beyond the home's size. Sizes this
+    /// handle saw at its open or learned from other handles here do not count: a size set
+    /// later elsewhere (a truncate on another node) wins over them.
+    pub fn unpublished_end(&self) -> Option<u64> {
+        let own = self.dirty.load(Ordering::Relaxed).then(|| self.written_end.load(Ordering::Relaxed));
+        own.max(self.passthrough_unreported_len())
+    }
+
+    /// How far the writes through this handle reach, published or not (under passthrough,
+    /// the data file's length: the kernel's writes are there alone).
+    pub fn written_through(&self) -> u64 {
+        let own = self.written_end.load(Ordering::Relaxed);
+        self.passthrough_len().map_or(own, |len| own.max(len))
+    }
+
     /// Lets up to `window` bytes of writes be in flight unacknowledged (0: off).
     pub async fn set_write_behind(&self, window: u64) -> Result<()> {
         self.drain_writes(0, None).await?;

@@ -181,6 +181,16 @@ impl File {
         state(&p.file).ok().map(|(len, _)| len)
     }
 
+    /// The data file's length, when the kernel may have written it through this handle since
+    /// the server last took it.
+    pub(crate) fn passthrough_unreported_len(&self) -> Option<u64> {
+        let guard = self.passthrough.lock().unwrap();
+        let p = guard.as_ref().filter(|p| p.writes)?;
+        let now = state(&p.file).ok()?;
+        let changed = now != *p.reported.lock().unwrap();
+        changed.then_some(now.0)
+    }
+
     /// The data file changed since the server last took it.
     pub(crate) fn passthrough_unreported(&self) -> bool {
         let guard = self.passthrough.lock().unwrap();

@@ -67,8 +67,8 @@ impl OpenFiles {
 
 /// The largest size any open handle on this node knows for `ino`: writes not yet published
 /// to the servers are part of the file for every program on this node.
-pub(crate) fn local_size(files: &Files, ino: u64) -> u64 {
-    files.lock().unwrap().of_ino(ino, 0).map(|f| f.file.size()).max().unwrap_or(0)
+pub(crate) fn unpublished_size(files: &Files, ino: u64) -> u64 {
+    files.lock().unwrap().of_ino(ino, 0).filter_map(|f| f.file.unpublished_end()).max().unwrap_or(0)
 }
 
 /// The other open handles of the same file (`fh` 0: every handle of `ino`): what one handle

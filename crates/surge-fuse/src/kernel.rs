@@ -46,9 +46,22 @@ pub(crate) struct KernelCache {
     /// The content version whose bytes the kernel's page cache holds, per inode opened on
     /// the request path (see [`KernelCache::open_pages`]).
     pages: Mutex<HashMap<u64, HeldPages>>,
-    /// How far released handles on this node had written each inode the kernel knows (see
-    /// [`KernelCache::written_end`]).
-    written: Mutex<HashMap<u64, u64>>,
+    /// What released handles on this node wrote to each file, for the handles opened before
+    /// (see [`KernelCache::written_end`]).
+    written: Mutex<HashMap<u64, WrittenHere>>,
+}
+
+/// How far released handles on this node wrote a file, and which handles that is news to:
+/// those opened before the home had it all (a handle opened later had the home's size at
+/// its open, which a change made elsewhere since may have lowered: it must not be raised
+/// back).
+#[derive(Default)]
+struct WrittenHere {
+    end: u64,
+    /// Releases whose publication has not come back yet.
+    publishing: u32,
+    /// The first handle number given out after the last of them came back.
+    opened_before: u64,
 }
 
 /// The version the kernel's pages of a file hold, and this node's publications whose answers
@@ -79,26 +92,48 @@ impl KernelCache {
         }
     }
 
-    /// A handle on this node that wrote `ino` up to `end` was released (open handles are
-    /// asked themselves: see the operations layer's `read`).
+    /// A handle on this node that wrote `ino` up to `end` is being released; its publication
+    /// is under way until [`KernelCache::published`].
     pub(crate) fn wrote(&self, ino: u64, end: u64) {
         let mut written = self.written.lock().unwrap();
-        let known = written.entry(ino).or_default();
-        *known = (*known).max(end);
+        let here = written.entry(ino).or_default();
+        here.end = here.end.max(end);
+        here.publishing += 1;
     }
 
-    /// How far released handles on this node had written `ino` (since its last truncation
-    /// here): a read through a handle opened earlier must reach that far (a read sees every write that
-    /// returned before it on the node, through any descriptor), where the handle's own idea of
-    /// the size may be older. The kernel asks only within the size it knows, so the mount must
-    /// not answer such a read short: a short read makes the kernel cut the file there.
-    pub(crate) fn written_end(&self, ino: u64) -> Option<u64> {
-        self.written.lock().unwrap().get(&ino).copied()
+    /// A release noted by [`KernelCache::wrote`] was answered by the file's home (either way):
+    /// handles from `next_handle` on open at a size that includes it. With no handle of the
+    /// file left open here and nothing under way, there is nobody left to tell.
+    pub(crate) fn published(&self, ino: u64, next_handle: u64, handles_open: bool) {
+        let mut written = self.written.lock().unwrap();
+        let Some(here) = written.get_mut(&ino) else { return };
+        here.publishing = here.publishing.saturating_sub(1);
+        if here.publishing == 0 {
+            here.opened_before = next_handle;
+            if !handles_open {
+                written.remove(&ino);
+            }
+        }
+    }
+
+    /// How far released handles on this node had written `ino`, when handle `fh` may not know
+    /// it (since the last truncation here): a read through a handle opened earlier must reach
+    /// that far (a read sees every write that returned before it on the node, through any
+    /// descriptor), where the handle's own idea of the size may be older. The kernel asks only
+    /// within the size it knows, so the mount must not answer such a read short: a short read
+    /// makes the kernel cut the file there. A handle opened after the home had those writes
+    /// is not told: its size came from the home, and may be that of a later truncation.
+    pub(crate) fn written_end(&self, ino: u64, fh: u64) -> Option<u64> {
+        let written = self.written.lock().unwrap();
+        let here = written.get(&ino)?;
+        (here.publishing > 0 || fh < here.opened_before).then_some(here.end)
     }
 
     /// `ino` was truncated or extended to `size` here: what was written past it is gone.
     pub(crate) fn resized(&self, ino: u64, size: u64) {
-        self.written.lock().unwrap().insert(ino, size);
+        if let Some(here) = self.written.lock().unwrap().get_mut(&ino) {
+            here.end = size;
+        }
     }
 
     /// An open of `ino` on the request path, at content version `now`: whether the kernel

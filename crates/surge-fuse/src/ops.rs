@@ -32,7 +32,7 @@ use tokio::runtime::Handle;
 
 use crate::chunks::{Budget, ChunkCache, Route};
 use crate::delegations::Delegations;
-use crate::handles::{local_size, siblings, Files, OpenFile};
+use crate::handles::{siblings, unpublished_size, Files, OpenFile};
 use crate::kernel::{Invalidations, KernelCache};
 use crate::locks::LockOwners;
 
@@ -311,7 +311,7 @@ impl Ops {
         Answer::later(async move {
             ops.delegations.settle().await?;
             let result = ops.client.lookup(parent, &name).await.map(|mut attr| {
-                attr.size = attr.size.max(local_size(&ops.files, attr.ino));
+                attr.size = attr.size.max(unpublished_size(&ops.files, attr.ino));
                 attr
             });
             if matches!(&result, Err(e) if e.code == ErrorCode::NotFound) {
@@ -336,7 +336,7 @@ impl Ops {
         if let Some(attr) = self.kernel.directory(ino) {
             return Answer::Now(Ok(attr));
         }
-        let (ops, local) = (self.clone(), local_size(&self.files, ino));
+        let (ops, local) = (self.clone(), unpublished_size(&self.files, ino));
         Answer::later(async move {
             ops.delegations.settle().await?;
             let attr = ops.check_stale(ops.client.getattr(ino).await, caller.pid)?;
@@ -528,7 +528,7 @@ impl Ops {
 
     /// A hard link `newparent/newname` to `ino`.
     pub fn link(self: &Arc<Self>, ino: u64, newparent: u64, newname: String) -> Answer<Attr> {
-        let (ops, local) = (self.clone(), local_size(&self.files, ino));
+        let (ops, local) = (self.clone(), unpublished_size(&self.files, ino));
         Answer::later(async move {
             let attr =
                 ops.changed_name(newparent, &newname, Some(Named::NotDirectory), ops.client.link_at(ino, newparent, &newname)).await?;
@@ -699,7 +699,7 @@ impl Ops {
             Ok(f) => f,
             Err(e) => return done(Err(e)),
         };
-        if let Some(end) = self.kernel.written_end(ino) {
+        if let Some(end) = self.kernel.written_end(ino, fh) {
             f.file.note_size(end);
         }
         let siblings = siblings(&self.files, fh, ino);
@@ -723,7 +723,7 @@ impl Ops {
             for other in &siblings {
                 // Their failures belong to their own writers, who will hear of them.
                 let _ = other.file.wait_writes().await;
-                f.file.note_size(other.file.size());
+                f.file.note_size(other.file.written_through());
             }
             let data = match f.file.read_local(offset, size as usize) {
                 Some(data) => data.map(Bytes::from),
@@ -803,27 +803,45 @@ impl Ops {
             // Never registered at the home: no lock was taken through it (a lock request
             // writes the delegation back first), so there are none to give back.
             self.lock_owners.closed(ino, fh);
-            self.kernel.wrote(ino, f.file.size());
-            self.files.lock().unwrap().remove(fh);
+            self.kernel.wrote(ino, f.file.written_through());
+            let handles_open = {
+                let mut files = self.files.lock().unwrap();
+                files.remove(fh);
+                let open = files.of_ino(ino, 0).next().is_some();
+                open
+            };
+            // The log carries the size: whoever opens the file next has it written back first.
+            self.kernel.published(ino, self.next_handle.load(Ordering::Relaxed), handles_open);
             return Answer::Now(Ok(()));
         }
         // flock and OFD locks belong to the open file, whose last close this is.
         let (ops, owners) = (self.clone(), self.lock_owners.closed(ino, fh));
-        let f = {
+        let (f, publishing) = 'noted: {
             let mut files = self.files.lock().unwrap();
-            if let Some(writer) = files.get(fh).filter(|f| f.file.is_writer()) {
-                // Its writes (through the mount, O_APPEND or passthrough alike) are in its size,
-                // which the handles still open here will not find among their siblings: told
-                // before it leaves them, so that no read in between misses both.
-                self.kernel.wrote(ino, writer.file.size());
+            let writer = files.get(fh).filter(|f| f.file.is_writer());
+            let f = files.remove(fh);
+            let Some(writer) = writer else { break 'noted (f, false) };
+            // Its writes (through the mount, O_APPEND or passthrough alike), which the
+            // handles still open here will not find among their siblings: told before it
+            // leaves them, so that no read in between misses both.
+            self.kernel.wrote(ino, writer.file.written_through());
+            if !writer.file.is_clean() {
+                break 'noted (f, true);
             }
-            files.remove(fh)
+            // Its close published everything already: the home has it for any open from now.
+            let handles_open = files.of_ino(ino, 0).next().is_some();
+            self.kernel.published(ino, self.next_handle.load(Ordering::Relaxed), handles_open);
+            (f, false)
         };
         Answer::later(async move {
             ops.give_back_locks(ino, owners).await;
             match f {
                 Some(f) => {
                     let outcome = f.file.release().await;
+                    if publishing {
+                        let handles_open = { ops.files.lock().unwrap().of_ino(ino, 0).next().is_some() };
+                        ops.kernel.published(ino, ops.next_handle.load(Ordering::Relaxed), handles_open);
+                    }
                     ops.published(&f, &outcome);
                     outcome
                 }
