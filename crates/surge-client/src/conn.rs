@@ -379,7 +379,7 @@ impl Connection {
     }
 
     /// The server's data directory when it is on this node: its files can be read and written
-    /// directly (see [`crate::local`]).
+    /// directly (see the `local` module).
     pub fn checks_identity(&self) -> bool {
         self.checks_identity
     }
