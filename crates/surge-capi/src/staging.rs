@@ -1,5 +1,9 @@
 //! The staging calls of `include/surge.h`, each a C entry point over the client library's
 //! staging API.
+//!
+//! An immediate stage is planned before the call returns, so one that cannot be made (a
+//! missing source, a wrong type) fails the call itself with its errno, not later as a failed
+//! stage. A wait is decided by the latest stage of the path that is not deferred to job end.
 
 use std::ffi::{c_char, c_int, CString};
 

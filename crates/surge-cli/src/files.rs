@@ -1,4 +1,9 @@
 //! File and namespace commands through the native client, for scripts and tests without a mount.
+//!
+//! `put` and `get` stream a whole window of chunks at once (write-behind, read-ahead), so every
+//! server works; `put` succeeds only once its close has published the file, so a failed write
+//! is never reported as a copy. Paths are instance paths, resolved as the client library's path
+//! API does.
 
 use std::io::{Read, Write};
 use std::path::Path;

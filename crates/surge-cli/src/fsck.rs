@@ -1,5 +1,9 @@
 //! `surge fsck`: checks an instance's consistency across its servers and repairs it (the work
 //! is the client library's `fsck` module; this prints it).
+//!
+//! A private-mode instance is one namespace per server, each checked on its own. The command
+//! fails (exit status 1) while any inconsistency is left unrepaired, so a script can tell a
+//! clean or repaired instance from one that is not.
 
 use anyhow::{bail, Result};
 use surge_client::fsck::{Finding, FsckReport};

@@ -1,4 +1,5 @@
 //! Plain-text tables for people: columns padded to their widest cell, numbers right-aligned.
+//! Widths follow the cells, so a column's position is not fixed: for reading, not for parsing.
 
 pub struct Table {
     header: Vec<String>,

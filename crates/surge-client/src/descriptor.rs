@@ -2,6 +2,9 @@
 //! instance (servers, mode, chunk size, owner, token path), and the instance's token file.
 //!
 //! Descriptors live in `$SURGE_HOME/instances/NAME.json` (`SURGE_HOME` defaults to `~/.surge`).
+//! A descriptor is written under a temporary name and renamed into place, so a reader finds
+//! the old one or the new one, whole. A token file is made 0600; one that another user owns,
+//! or that others may read, is refused rather than used.
 
 use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;

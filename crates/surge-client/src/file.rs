@@ -11,7 +11,7 @@
 //! * **read-ahead** ([`File::set_read_ahead`]): when reads are sequential, the chunks after the
 //!   current request are requested before they are asked for.
 //!
-//! And one that skips the network: **local I/O** ([`crate::local`]). Chunks held by a server on
+//! And one that skips the network: **local I/O** (the `local` module). Chunks held by a server on
 //! this node are read and written in that server's data file directly.
 
 use std::collections::VecDeque;

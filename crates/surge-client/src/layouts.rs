@@ -1,4 +1,8 @@
 //! Directory layouts ([`DirLayout`]): read and set per directory, by inode and by path.
+//!
+//! Each call is one request to the directory's home server. A layout set applies to the files
+//! made in the directory from then on (and directories made in it inherit it); files already
+//! there keep where their chunks are.
 
 use surge_proto::ino::Ino;
 use surge_proto::namespace::LayoutOf;

@@ -23,7 +23,7 @@
 //! * [`client`]: the [`Client`], its connections ([`conn`]) and the calls sent over them;
 //! * [`namespace`] (by inode) and [`paths`] (by path): the namespace API; [`xattrs`]: extended
 //!   attributes and POSIX ACLs;
-//! * [`file`]: open files, striped I/O, write-behind and read-ahead, and local I/O on a
+//! * [`file`](mod@file): open files, striped I/O, write-behind and read-ahead, and local I/O on a
 //!   server's own node (`local`);
 //! * [`workflow`]: following the files published in a directory (closed after writing, or
 //!   renamed into it), resumable from a cursor, and handing them to consumer groups;

@@ -1,5 +1,9 @@
 //! Byte-range locks (fcntl's POSIX and OFD locks, flock as a whole-file lock), kept by each
 //! file's home server so that they exclude across nodes (see the server's `locks`).
+//!
+//! A lock belongs to an owner on this client's connection to the home: it lasts while the
+//! owner holds it and the connection lives (locks are not journaled; a lost connection, or a
+//! restart of the home, takes them away). A waiting [`Client::set_lock`] has no timeout.
 
 use bytes::Bytes;
 use surge_proto::ino::{self, Ino};

@@ -23,7 +23,7 @@ pub struct ClientOptions {
     pub uid: u32,
     pub gid: u32,
     /// Read and write chunks held by a server on this node in its data directory directly
-    /// (one `pread` / `pwrite`, no round trip; see [`local`]), while the connection to that
+    /// (one `pread` / `pwrite`, no round trip; see the `local` module), while the connection to that
     /// server is up. On by default; `SURGE_LOCAL_IO=0` turns it off (all data then crosses
     /// the network).
     pub local_io: bool,

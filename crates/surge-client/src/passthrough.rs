@@ -4,7 +4,7 @@
 //! offsets, so it *is* the file.
 //!
 //! The kernel's writes bypass every request, so this handle keeps the server's books the way
-//! local writes do ([`crate::local`]): capacity is set aside in steps as the data file grows
+//! local writes do (the `local` module): capacity is set aside in steps as the data file grows
 //! ([`File::keep_passthrough_room`], called by the mount every few milliseconds while the
 //! handle is open), and once the handle flushes or closes, the server is told (`LocalWritten`)
 //! and takes the file's new length and allocation, and size and mtime are published as for any

@@ -1,5 +1,9 @@
 //! The namespace by path: absolute paths within the instance (`/a/b`), resolved one name at
 //! a time from the root (symlinks are not followed; the FUSE mount does that).
+//!
+//! A relative path or one with `..` is refused (`Invalid`), `.` and empty components are
+//! skipped. Resolution is not atomic: each name is looked up in turn, so a rename elsewhere
+//! meanwhile may change what the path names. Errors carry the path they were met on.
 
 use surge_proto::ino::Ino;
 use surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, FileKind, Timestamp, ROOT_INO};

@@ -7,7 +7,7 @@
 //! large write the session hands the whole read buffer over instead ([`WriteData::to_bytes`]
 //! is then a reference to it) and reads the next request into another buffer; the first
 //! comes back to a free list when the file system lets go of the data, so a stream of writes
-//! cycles through a few buffers whose pages stay mapped. Small writes are copied as before:
+//! cycles through a few buffers whose pages stay mapped. Small writes are copied instead:
 //! a handed-over buffer is pinned until its data is written, and pinning a whole buffer for a
 //! few KiB would cost more memory than the copy costs time.
 

@@ -1,5 +1,9 @@
 //! The /dev/fuse descriptor: requests read from it, replies and notices written to it, and
 //! the backing files of passthrough opens registered through it.
+//!
+//! Every message goes out in one `writev`, since the kernel takes a message only whole, so
+//! replies from any number of threads never interleave. A backing file is unregistered when
+//! its handle is dropped (the kernel keeps it while opens use it).
 
 use std::fs::File;
 use std::io::{self, IoSlice, Read, Write};

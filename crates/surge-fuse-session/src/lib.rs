@@ -8,7 +8,7 @@
 //! [`Filesystem`]; its methods may be called from several threads at once and answer from
 //! any thread.
 //!
-//! Why not the `fuser` crate, which Surge used before: it has no io_uring transport and keeps
+//! A crate of its own rather than the `fuser` crate: fuser has no io_uring transport and keeps
 //! its request parsing and replies private, so none can be added beside it. The kernel
 //! structures come from `fuse-abi`; the io_uring ones (protocol 7.42) are in [`abi`].
 //!

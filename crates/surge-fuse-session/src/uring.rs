@@ -1,10 +1,8 @@
-//! FUSE over io_uring (Linux 6.14+, the fuse module's `enable_uring`): instead of reading
-//! requests from /dev/fuse and writing replies to it (two system calls and a wake-up of the
-//! reading thread per request), the file system registers ring entries, one queue per CPU,
-//! each entry a header and a payload buffer. The kernel writes a request into a free entry of
-//! the queue of the CPU the calling process runs on and completes that entry's command; the
-//! reply is written into the same entry and committed with one command that also makes the
-//! entry wait for the next request.
+//! FUSE over io_uring (Linux 6.14+, the fuse module's `enable_uring`): the file system
+//! registers ring entries, one queue per CPU, each entry a header and a payload buffer. The
+//! kernel writes a request into a free entry of the queue of the CPU the calling process runs
+//! on and completes that entry's command; the reply is written into the same entry and
+//! committed with one command that also makes the entry wait for the next request.
 //!
 //! A queue is driven either by a thread of its own, or by the caller's event loop through
 //! [`Ring`] (its descriptor is readable when completions wait). Either way the thread that
@@ -14,15 +12,11 @@
 //! system call that waits for the next completion); a reply from any other thread is queued
 //! and the driver woken through the queue's eventfd, which the ring reads.
 //!
-//! A request the file system holds long (a blocking lock's wait) holds its entry meanwhile,
-//! and the kernel hands a request only to the queue of its caller's CPU: were every entry of
-//! a queue held, the request that would end the waits (the holder's unlock) could never be
-//! handed over, and its caller and every waiter would hang, unkillable, until the connection
-//! is aborted. So a queue grows, registering more entries while a quarter of them is still
-//! free, up to a limit; and at the limit it keeps the last [`LOCK_WAIT_RESERVE`] entries from
-//! lock waits, answering those ENOLCK ("no locks available") instead (said in the log).
-//! Growth must come before exhaustion: the kernel gives a newly registered entry the next
-//! request that arrives, not one already waiting (that one waits for an entry's next commit).
+//! No queue is ever wholly held by lock waits: a queue registers more entries while a quarter
+//! of them is still free, up to a limit, and at the limit answers a lock wait that would take
+//! one of its last [`LOCK_WAIT_RESERVE`] entries ENOLCK ("no locks available", said in the
+//! log). Why (a queue held whole by waiters hangs them unkillably): docs/fuse-transport.md,
+//! "Ring queues: growth and the lock-wait reserve".
 //!
 //! Forgets, interrupts and notices still go through /dev/fuse, whose reader keeps running
 //! beside the queues; requests sent before every queue is registered do too.

@@ -7,7 +7,7 @@
 //! request that falls into them, and the chunks after the newest request are fetched before
 //! they are asked for. Other reads use chunks already cached, else (random 4 KiB) go straight
 //! to the servers for just the bytes asked: fetching whole chunks for them would multiply
-//! traffic (a tenfold slowdown of random reads when a hit counted as streaming).
+//! traffic (a 1 MiB chunk for a 4 KiB read is 256 times the bytes asked).
 //!
 //! Memory is bounded per handle (the chunks around the newest request) and for the whole mount
 //! (`Budget`): over budget, nothing more is fetched ahead. A write through any handle of the

@@ -1,4 +1,6 @@
 //! Between the kernel's types (the FUSE session's) and Surge's: attributes, file types, times, names.
+//! Pure conversions, deciding nothing: a name that is not UTF-8 (Surge's names are) is refused
+//! `Invalid`, and `st_blocks` a server could not measure is taken from the size.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;

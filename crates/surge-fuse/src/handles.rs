@@ -1,5 +1,6 @@
 //! The mount's open handles: files (with the chunks fetched for their readers), indexed by
 //! handle and by inode, since every read and write asks for the other handles of its file.
+//! Both indexes change together, so a handle is found by its inode exactly while it is open.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

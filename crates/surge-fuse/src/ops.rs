@@ -331,7 +331,7 @@ impl Ops {
     }
 
     /// A directory's attributes are answered now from what was heard moments ago (see
-    /// [`KernelCache::directory`]); anything else is asked of its home.
+    /// `KernelCache::directory`); anything else is asked of its home.
     pub fn getattr(self: &Arc<Self>, ino: u64, caller: Caller) -> Answer<Attr> {
         if let Some(attr) = self.kernel.directory(ino) {
             return Answer::Now(Ok(attr));
@@ -447,7 +447,7 @@ impl Ops {
     }
 
     /// Answered now in a directory held under a delegation, of a name that is not a
-    /// directory (see [`crate::delegations`]); otherwise removed at the parent's home.
+    /// directory (see the `delegations` module); otherwise removed at the parent's home.
     pub fn unlink(self: &Arc<Self>, parent: u64, name: String) -> Answer<()> {
         if let Some(delegated) = self.delegations.held(parent) {
             match delegated.unlink(&name) {
@@ -639,7 +639,7 @@ impl Ops {
     }
 
     /// Creates (and opens) a file; answers its attributes and the new handle. Answered now in
-    /// a directory held under a delegation (no request: see [`crate::delegations`]);
+    /// a directory held under a delegation (no request: see the `delegations` module);
     /// otherwise made at the parent's home.
     pub fn create(
         self: &Arc<Self>,

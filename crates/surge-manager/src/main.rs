@@ -1,5 +1,6 @@
 //! `surge-manager --config FILE`: the control plane daemon (one per cluster, as root, on the
-//! host where the workload manager's controller runs its burst-buffer hooks).
+//! host where the workload manager's controller runs its burst-buffer hooks). The work is the
+//! library's ([`surge_manager::run`]); this reads the configuration and starts it.
 
 use std::path::PathBuf;
 

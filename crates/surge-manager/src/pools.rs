@@ -1,5 +1,10 @@
 //! Capacity: requests rounded to a pool's unit, and which nodes hold an instance's servers.
 //! Pure functions of the configuration and of what is charged, so they are tested alone.
+//!
+//! A request is charged in whole units of the pool's granularity (each copy), and a placement
+//! never puts more on a node than its configured capacity less what is charged there already
+//! (by instances of any pool): a request that does not fit is refused with the reason, never
+//! placed in part.
 
 use std::collections::HashMap;
 

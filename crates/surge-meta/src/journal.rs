@@ -14,30 +14,24 @@
 //! the journal closes.
 //!
 //! Files in `<root>/meta`: `snapshot` (everything, as a few records: one would not fit a
-//! frame's length once inodes hold large attributes) and `journal` (the records after it). Each record is framed `length (u32) | checksum (first 8 bytes of BLAKE3) |
-//! postcard`: a record cut short by a crash fails its checksum and ends the replay. At open
+//! frame's length once inodes hold large attributes) and `journal` (the records after it).
+//! Each record is framed `length (u32) | checksum (first 8 bytes of BLAKE3) | postcard`: a
+//! record cut short by a crash fails its checksum and ends the replay. At open
 //! the snapshot and the journal are replayed, then written as a new snapshot and the journal
 //! emptied; the same happens at a clean stop, and when the journal grows past
 //! [`SNAPSHOT_AFTER`].
 //!
-//! `format` names the records' layout ([`FORMAT`]). A directory of another layout, or a
-//! record that is whole (its checksum holds) yet does not read, stops the server with an
-//! error rather than being replayed in part: folding a partial replay into a new snapshot
-//! would lose the rest for good. Only the journal's last record may be cut short (a crash in
+//! `format` names the records' layout ([`FORMAT`]). A directory of a layout this build does
+//! not know, or a record that is whole (its checksum holds) yet does not read, stops the
+//! server with an error rather than being replayed in part: folding a partial replay into a
+//! new snapshot would lose the rest for good. Only the journal's last record may be cut short (a crash in
 //! the middle of its write); the snapshot is always whole (written aside, then renamed).
 //!
-//! Format 2 (`surge-meta 2`) added extended attributes: a record carries the attributes a
-//! step changed, one by one ([`crate::XattrState`]). Format 3 (`surge-meta 3`) added a
-//! directory's layout to its state; format 4 (`surge-meta 4`) directories' publication logs
-//! ([`crate::workflow::publications`]). A directory of an earlier format (format 1 also when it
-//! has records and no marker, which predates the marker) is read through that format's record
-//! type ([`crate::formats`]) and
-//! rewritten at once: the new
-//! snapshot is written aside (`snapshot.next`), then the marker changes — the moment the
-//! directory is of this build's format —, then the journal of older records (all in the
-//! snapshot) is emptied and the snapshot put in place. A crash before the marker leaves the
-//! older format whole; one after it leaves `snapshot.next`, which the next start puts in place
-//! the same way before it replays anything.
+//! A directory of an earlier format (one with records and no marker is format 1) is read
+//! through that format's frozen types ([`crate::formats`]) and rewritten in this build's
+//! format at once; a crash at any point of the rewrite leaves either the earlier format whole
+//! or the new snapshot, which the next start puts in place before it replays anything. How:
+//! docs/architecture.md, "The namespace journal on disk".
 
 use std::fs::{File, OpenOptions};
 use std::future::Future;

@@ -2,22 +2,12 @@
 //! a known rate, see bench/sim/calibrate.sh) to the [`Calibration`] a system file points to,
 //! and predictions of other configurations of the same instance to check it against.
 //!
-//! A measured instance is modelled as a one-switch fat-tree: each client process is a compute
-//! node with a fast link of its own (they share a host, not a link), the servers are global BB
-//! servers whose NIC is the shaped link, every file is striped over all of them in chunks (as
-//! Surge places chunks round-robin from a per-file start). What calibration learns is Surge's
-//! efficiency on a link: the share of the link's rate its data moves at (TCP/IP framing,
-//! protocol headers, acknowledgements, request round trips not hidden by the write-behind and
-//! read-ahead windows), per direction, from the file-per-process (N-N) runs. It is the ratio of
-//! the measured bandwidth to what the simulator predicts for the same configuration at full
-//! link rate, so it carries over to other server counts and link rates. Then, with that
-//! applied, the shared-file (N-1) runs give the share of the N-N bandwidth a shared file gets
-//! (`burst_buffer.shared_*_efficiency`), again as measured over simulated.
-//!
-//! What this cannot capture: a loss that changes with the configuration. The shared-file
-//! share is one number per direction; if the measured N-1 penalty grows with the server count
-//! (as the read penalty does, see bench/sim/RESULTS.md), predictions for more servers than
-//! calibrated on are optimistic by the difference.
+//! Each efficiency is measured bandwidth over what the simulator predicts for the same
+//! configuration at full link rate (a one-switch model of the measured instance): first the
+//! links' per direction from the file-per-process (N-N) runs, then, with those applied, the
+//! shared-file (N-1) share. They are single numbers, so a loss that changes with the
+//! configuration is predicted at the calibrated configuration's value. The model and its
+//! limits: docs/simulator.md, "Calibration hook".
 
 use crate::system::{Calibration, Placement, SystemConfig};
 use crate::workload::WorkloadConfig;

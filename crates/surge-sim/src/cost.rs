@@ -1,5 +1,9 @@
 //! CAPEX/OPEX of a burst-buffer design from a price list (the seed's Table V is the example in
 //! `examples/sim/prices-seed004.toml`).
+//!
+//! Arithmetic on the system file's equipment counts, not a result of a simulation: what a
+//! placement needs to buy (devices, BB servers) times its price, and its power over the
+//! price list's years at its energy price. A price list with an unknown field is refused.
 
 use crate::system::{Placement, SystemConfig};
 use anyhow::{Context, Result};

@@ -1,4 +1,6 @@
-//! `surge-sim` command line (also reached as `surge sim ...`).
+//! `surge-sim` command line (also reached as `surge sim ...`): `run`, `validate`, `calibrate`
+//! and `cost`, each a thin front over the library's modules; a file that cannot be read or
+//! does not parse is reported with its path.
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};

@@ -1,5 +1,10 @@
 //! The coordinator as a service: its configuration (where the instance's servers are, its
 //! chunk size and secret) and its answers to the staging service's requests.
+//!
+//! Opening a coordinator loads its journal first and fails the stages a stop interrupted, so
+//! no request is answered from a table that still calls them running. The servers' addresses
+//! may be read from the instance's descriptor when a stage starts; one that lists another
+//! number of servers than the instance has is refused rather than used.
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //!
 //! Moves files between the parallel file system (PFS) and a Surge instance. The coordinator
 //! answers the staging service ([`surge_proto::stage::StageService`]): it plans a stage (which
-//! files, which sizes: [`plan`]), drives the copy in batches and windows ([`run`]), and keeps
+//! files, which sizes: `plan`), drives the copy in batches and windows (`run`), and keeps
 //! the stage's state and per-file progress. It moves no file data itself and holds no server
 //! state: it is a client of the instance ([`surge_client`]), reaching the servers whose
 //! addresses its configuration names ([`Peers`]), and each server, a *worker*, copies the

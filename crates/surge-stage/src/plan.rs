@@ -1,5 +1,11 @@
 //! Turns a stage's spec into the list of files to copy: walks the source tree (on the PFS
 //! for a stage-in, in the instance for a stage-out) or reads a list file.
+//!
+//! A plan lists regular files only, each with its size (and, for a stage-out, its inode), and
+//! the directories the destination needs, parents before children; what it leaves out
+//! (sockets, devices, a stage-out's symlinks) is listed for the log. A stage-in follows the
+//! PFS's symlinks (the buffer gets the data). What cannot be planned as asked fails with the
+//! code the C API turns into an errno and a message naming the path.
 
 use std::os::unix::fs::PermissionsExt;
 use surge_client::surge_proto::host::with_fs_ids;

@@ -1,5 +1,10 @@
 //! What the coordinator journals of a stage: its spec, state and per-file progress, one JSON
 //! file per stage in the journal directory, and the temporary names unfinished files carry.
+//!
+//! A temporary name follows from the stage's id and the file's index alone, so after a crash
+//! the record is enough to find every temporary an unfinished file left; a stage-out's
+//! temporary sits beside its final name, so the rename that publishes it stays within one
+//! directory.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,5 +1,10 @@
 //! What `surge fsck` reads of a namespace share, a page at a time (every inode, every entry),
 //! and the one repair that has no other step: a file's link count set to its number of names.
+//!
+//! Pages are in a fixed order (inodes by number, entries by directory and name) and each
+//! resumes after the last item of the one before, so a scan sees every item that stays in
+//! place while it runs; each page is one step under the metadata lock, not a snapshot of the
+//! whole share (fsck judges only what two scans both find).
 
 use std::ops::Bound;
 
