@@ -6,11 +6,11 @@
 #![allow(dead_code)]
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use surge_client::surge_proto::DirEntry;
 use surge_client::{Client, ClientOptions, Result};
-use surge_fuse::ops::{Answer, Caller, Ops};
+use surge_fuse::ops::{Answer, Caller, Opened, Ops};
 use surge_server::in_process::InProcessInstance;
 
 pub const TTL: Duration = Duration::from_secs(600);
@@ -71,6 +71,16 @@ pub async fn write(ops: &Arc<Ops>, fh: u64, ino: u64, offset: u64, data: &[u8]) 
     rx.await.expect("the write is answered")
 }
 
+/// A write through handle `fh` of a descriptor opened with O_APPEND: at the end of the file
+/// as its home has it, whatever `offset` the kernel passes.
+pub async fn append(ops: &Arc<Ops>, fh: u64, ino: u64, offset: u64, data: &[u8]) -> Result<usize> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    ops.write(fh, ino, offset, bytes::Bytes::copy_from_slice(data), true, move |r| {
+        let _ = tx.send(r);
+    });
+    rx.await.expect("the write is answered")
+}
+
 pub async fn read(ops: &Arc<Ops>, fh: u64, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     ops.read(fh, ino, offset, size, move |r| {
@@ -104,4 +114,68 @@ pub fn sorted(entries: &[DirEntry]) -> Vec<String> {
     let mut names: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
     names.sort();
     names
+}
+
+/// The errno a failed operation answers.
+pub fn errno<T>(result: Result<T>) -> i32 {
+    match result {
+        Ok(_) => panic!("the operation succeeded"),
+        Err(e) => e.errno(),
+    }
+}
+
+/// Creates `parent/name` (as open(2) with O_CREAT), writes `data`, closes it.
+pub async fn put(ops: &Arc<Ops>, parent: u64, name: &str, data: &[u8]) -> u64 {
+    let (attr, Opened { fh, .. }) = ops.create(parent, name.into(), 0o644, 0, 0, me()).await.unwrap();
+    assert_eq!(write(ops, fh, attr.ino, 0, data).await.unwrap(), data.len());
+    close(ops, attr.ino, fh).await;
+    attr.ino
+}
+
+/// close(2) of the last descriptor of handle `fh`: its flush, then its release.
+pub async fn close(ops: &Arc<Ops>, ino: u64, fh: u64) {
+    ops.flush(ino, fh, 0).await.unwrap();
+    ops.release(ino, fh).await.unwrap();
+}
+
+/// What `parent/name` holds, read through a handle of the mount.
+pub async fn contents(ops: &Arc<Ops>, parent: u64, name: &str) -> Vec<u8> {
+    let attr = ops.lookup(parent, name.into(), me()).await.unwrap();
+    let Opened { fh, .. } = ops.open(attr.ino, libc::O_RDONLY, me()).await.unwrap();
+    let data = read_all(ops, fh, attr.ino).await.unwrap();
+    close(ops, attr.ino, fh).await;
+    data
+}
+
+/// What `parent/name` holds, as another node reads it.
+pub async fn contents_elsewhere(fx: &Fixture, parent: u64, name: &str) -> Vec<u8> {
+    let attr = fx.other.lookup(parent, name).await.unwrap();
+    let f = fx.other.open_ino(attr.ino).await.unwrap();
+    let data = f.pread(0, attr.size as usize + 1).await.unwrap();
+    f.close().await.unwrap();
+    data
+}
+
+/// Makes files warm00, warm01, ... in `dir` (a directory the mount made) until the mount
+/// holds it under a delegation, which a create answered at once shows. Answers their names.
+pub async fn warm_until_held(ops: &Arc<Ops>, dir: u64) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut warm = Vec::new();
+    loop {
+        let name = format!("warm{:02}", warm.len());
+        let (created, held) = match ops.create(dir, name.clone(), 0o644, 0, 0, me()) {
+            Answer::Now(created) => (created, true),
+            later => (later.await, false),
+        };
+        let (attr, Opened { fh, .. }) = created.unwrap();
+        close(ops, attr.ino, fh).await;
+        warm.push(name);
+        if held {
+            return warm;
+        }
+        assert!(Instant::now() < deadline, "no delegation granted");
+        if warm.len() > 16 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
 }
