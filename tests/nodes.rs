@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use surge_tests::text;
+use surge_tests::{binary, text};
 
 /// A cluster of nodes made by `slurm/nodes up`, taken down on drop.
 struct Nodes {
@@ -174,4 +174,92 @@ fn down_leaves_no_namespace_link_mount_or_process() {
 fn tag_of(dir: &Path) -> String {
     let out = Command::new("sh").arg("-c").arg(format!("printf '%s' '{}' | sha256sum | cut -c1-4", dir.display())).output().unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The manager on the head node answers the other nodes over TCP, each request inside a MUNGE
+/// credential: the caller is who munged says made it. Anyone may read; only root and the
+/// trusted uids (SlurmUser) may change anything; a forged credential and a replayed one are
+/// refused, and nothing they carry is done.
+#[test]
+fn the_manager_answers_other_nodes_as_munged_vouches() {
+    let cluster = Nodes::up("manager", &["head", "n1"]);
+    let dir = cluster.dir.display().to_string();
+    let head = String::from_utf8_lossy(&cluster.nodes(&["addr"], &["head"]).stdout).trim().to_string();
+    let etc = cluster.dir.join("etc");
+    std::fs::write(etc.join("cluster.key"), "ab".repeat(32)).unwrap();
+    std::fs::set_permissions(etc.join("cluster.key"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let slurm_uid = users::slurm_uid();
+    std::fs::write(
+        etc.join("manager.toml"),
+        format!(
+            "socket = \"/run/surge/manager.sock\"\nlisten = \"{head}:6820\"\ntrusted_uids = [{slurm_uid}]\n\
+             state_dir = \"{dir}/nodes/head/local/manager\"\njob_root = \"/var/spool/surge/jobs\"\n\
+             key_file = \"{dir}/etc/cluster.key\"\ndefault_pool = \"bb\"\n\n[[pool]]\nname = \"bb\"\nkind = \"standing\"\n\
+             granularity = \"1GiB\"\nnodes = [ {{ name = \"bb1\", agent = \"{head}:7300\", capacity = \"4GiB\" }} ]\n"
+        ),
+    )
+    .unwrap();
+    let mut manager = Command::new(script())
+        .args(["run", &dir, "head", "--"])
+        .arg(binary("surge-manager"))
+        .args(["--config", &format!("{dir}/etc/manager.toml")])
+        .stderr(std::fs::File::create(cluster.pfs().join("manager.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let surge = binary("surge").display().to_string();
+    let ask = |user: Option<&str>, args: &str| cluster.run_as("n1", user, &format!("SURGE_MANAGER={head}:6820 {surge} bb {args}"), b"");
+
+    // Anyone reads: the pools, from another node (waiting for the manager to listen).
+    let pools = ask(Some("65534"), "pools");
+    assert!(pools.status.success(), "pools as nobody on n1: {}\nmanager: {}", text(&pools), manager_log(&cluster));
+    assert!(String::from_utf8_lossy(&pools.stdout).contains("bb"), "{}", text(&pools));
+
+    // Changes: refused to nobody, by the uid munged vouches for; done for SlurmUser and root.
+    let refused = ask(Some("65534"), "teardown --job 4242");
+    assert!(!refused.status.success() && text(&refused).contains("uid 65534"), "teardown as nobody: {}", text(&refused));
+    for user in [Some(slurm_uid.to_string()), None] {
+        let done = ask(user.as_deref(), "teardown --job 4242");
+        assert!(!text(&done).contains("permission denied"), "teardown as {user:?}: {}", text(&done));
+    }
+
+    // A forged credential, and a real one sent twice: refused, the second as a replay.
+    let request = r#"{"teardown":{"job":4243,"hurry":false}}"#;
+    let credential = cluster.run_as("n1", None, &format!("munge -s '{request}'"), b"");
+    assert!(credential.status.success(), "{}", text(&credential));
+    let credential = String::from_utf8_lossy(&credential.stdout).trim().to_string();
+    let send = |munge: &str| {
+        let line = serde_json::json!({ "munge": munge }).to_string();
+        let probe = format!(
+            "python3 -c 'import socket,sys; s=socket.create_connection((\"{head}\",6820),timeout=10); s.sendall(sys.stdin.buffer.read()); print(s.makefile().readline().strip())'"
+        );
+        let out = cluster.run_as("n1", None, &probe, format!("{line}\n").as_bytes());
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    // The same credential with one character of its body changed.
+    let mut forged = credential.clone().into_bytes();
+    let middle = forged.len() / 2;
+    forged[middle] = if forged[middle] == b'A' { b'B' } else { b'A' };
+    let forged = send(&String::from_utf8(forged).unwrap());
+    assert!(forged.contains("refused"), "a forged credential was taken: {forged}");
+    let first = send(&credential);
+    assert!(!first.contains("refused"), "a real credential was refused: {first}");
+    let replayed = send(&credential);
+    assert!(replayed.contains("refused") && replayed.contains("Replayed"), "a replayed credential was taken: {replayed}");
+
+    let _ = manager.kill();
+    let _ = manager.wait();
+}
+
+fn manager_log(cluster: &Nodes) -> String {
+    std::fs::read_to_string(cluster.pfs().join("manager.log")).unwrap_or_default()
+}
+
+mod users {
+    /// SlurmUser's uid: the `slurm` user Debian's slurm packages make.
+    pub fn slurm_uid() -> u32 {
+        let out = std::process::Command::new("id").args(["-u", "slurm"]).output().unwrap();
+        assert!(out.status.success(), "no `slurm` user: apt-get install slurm-wlm makes it");
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    }
 }

@@ -115,14 +115,14 @@ pub enum BbCommand {
     Epilog,
 }
 
-fn socket() -> PathBuf {
-    std::env::var_os("SURGE_MANAGER_SOCKET").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET))
+fn manager_address() -> wire::ManagerAddress {
+    wire::ManagerAddress::from_env(Path::new(DEFAULT_SOCKET))
 }
 
 /// One request to the manager; a manager that is restarting is waited for, a refusal is an
 /// error with the manager's words.
 pub async fn ask(request: &Request) -> Result<Reply> {
-    let socket = socket();
+    let socket = manager_address();
     let started = Instant::now();
     loop {
         match wire::call_manager(&socket, request, ANSWER_TIMEOUT).await {
@@ -130,7 +130,7 @@ pub async fn ask(request: &Request) -> Result<Reply> {
             Ok(reply) => return Ok(reply),
             Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => {
                 if started.elapsed() > REACH_TIMEOUT {
-                    bail!("Surge's manager does not answer on {} ({e}): is surge-manager running?", socket.display());
+                    bail!("Surge's manager does not answer on {socket} ({e}): is surge-manager running?");
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -139,7 +139,7 @@ pub async fn ask(request: &Request) -> Result<Reply> {
                 // are safe to repeat (what was done is found done).
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            Err(e) => bail!("Surge's manager on {}: {e}", socket.display()),
+            Err(e) => bail!("Surge's manager on {socket}: {e}"),
         }
     }
 }

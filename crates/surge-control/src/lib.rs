@@ -12,6 +12,8 @@
 //! * [`wire`]: one JSON document per line over a stream, with a size limit; the manager's
 //!   local socket (callers known by their kernel credentials) and the agents' TCP connections
 //!   (authenticated with the cluster key: a challenge answered with a keyed hash, as instances do);
+//!   the manager's TCP service for the other nodes, each request inside a MUNGE credential;
+//! * [`munge`]: MUNGE credentials, the cluster's own proof of a caller's uid and gid;
 //! * [`host`]: the little its root-side parts do on a node alike: files and directories made
 //!   for a job's user, the signal that stops a daemon.
 //!
@@ -21,6 +23,7 @@
 pub mod agent;
 pub mod host;
 pub mod manager;
+pub mod munge;
 pub mod wire;
 
 /// Copies of each share where a message or a configuration says none (it predates

@@ -1,13 +1,15 @@
 //! How control messages travel: one JSON document per line, at most [`MAX_LINE`] bytes.
 //!
-//! * The manager listens on a local socket; it knows its callers by their kernel credentials
-//!   (`SO_PEERCRED`), so nothing in a request can claim to be root.
+//! * The manager listens on a local socket, where it knows its callers by their kernel
+//!   credentials (`SO_PEERCRED`), and may listen on TCP for the other nodes, where each request
+//!   travels inside a MUNGE credential ([`crate::munge`]) and the caller is who munged says
+//!   made it: nothing in a request can claim to be root.
 //! * Agents listen on TCP. A connection starts with the agent's random challenge, which the
 //!   manager answers with a keyed hash of the cluster key (`surge_proto::auth`, as instances
 //!   authenticate clients); the key never crosses the network and an answer is good once.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -44,17 +46,87 @@ pub async fn write_message<T: Serialize, W: AsyncWrite + Unpin>(writer: &mut W, 
     writer.flush().await
 }
 
-/// One request to the manager on its socket, and its reply.
-pub async fn call_manager(socket: &Path, request: &Request, timeout: Duration) -> io::Result<Reply> {
+/// Where the manager answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ManagerAddress {
+    /// Its local socket (on the manager's node).
+    Socket(PathBuf),
+    /// `host:port`, from any node, with MUNGE credentials.
+    Tcp(String),
+}
+
+impl ManagerAddress {
+    /// `SURGE_MANAGER` (`host:port`, or a socket's path), else `SURGE_MANAGER_SOCKET`, else
+    /// `default_socket`.
+    pub fn from_env(default_socket: &Path) -> ManagerAddress {
+        if let Some(address) = std::env::var("SURGE_MANAGER").ok().filter(|a| !a.is_empty()) {
+            return ManagerAddress::parse(&address);
+        }
+        let socket = std::env::var_os("SURGE_MANAGER_SOCKET").map(PathBuf::from);
+        ManagerAddress::Socket(socket.unwrap_or_else(|| default_socket.to_path_buf()))
+    }
+
+    /// A path (it has a `/`) is a socket; anything else is `host:port`.
+    pub fn parse(address: &str) -> ManagerAddress {
+        if address.contains('/') {
+            ManagerAddress::Socket(PathBuf::from(address))
+        } else {
+            ManagerAddress::Tcp(address.to_string())
+        }
+    }
+}
+
+impl std::fmt::Display for ManagerAddress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ManagerAddress::Socket(path) => write!(f, "{}", path.display()),
+            ManagerAddress::Tcp(address) => write!(f, "{address}"),
+        }
+    }
+}
+
+/// A request as it travels over TCP: inside a MUNGE credential, whose payload it is.
+#[derive(Serialize, Deserialize, Debug)]
+pub struct Credentialed {
+    pub munge: String,
+}
+
+/// One request to the manager, and its reply.
+pub async fn call_manager(address: &ManagerAddress, request: &Request, timeout: Duration) -> io::Result<Reply> {
     let exchange = async {
-        let stream = UnixStream::connect(socket).await?;
-        let (read, mut write) = stream.into_split();
-        write_message(&mut write, request).await?;
-        read_message(&mut BufReader::new(read))
-            .await?
-            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "the manager closed the connection"))
+        match address {
+            ManagerAddress::Socket(socket) => {
+                let stream = UnixStream::connect(socket).await?;
+                let (read, mut write) = stream.into_split();
+                write_message(&mut write, request).await?;
+                read_reply(read).await
+            }
+            ManagerAddress::Tcp(address) => {
+                let payload = serde_json::to_vec(request).map_err(io::Error::other)?;
+                let munge = tokio::task::spawn_blocking(move || crate::munge::encode(&payload)).await.map_err(io::Error::other)??;
+                let stream = TcpStream::connect(address).await?;
+                stream.set_nodelay(true)?;
+                let (read, mut write) = stream.into_split();
+                write_message(&mut write, &Credentialed { munge }).await?;
+                read_reply(read).await
+            }
+        }
     };
     tokio::time::timeout(timeout, exchange).await.map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "no answer from the manager"))?
+}
+
+async fn read_reply<R: AsyncRead + Unpin>(read: R) -> io::Result<Reply> {
+    read_message(&mut BufReader::new(read))
+        .await?
+        .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "the manager closed the connection"))
+}
+
+/// The request a credential carries and who made it, as this node's munged vouches.
+pub async fn open_credential(credentialed: Credentialed) -> io::Result<(Request, crate::munge::Vouched)> {
+    let vouched = tokio::task::spawn_blocking(move || crate::munge::decode(&credentialed.munge)).await.map_err(io::Error::other)??;
+    let request = serde_json::from_slice(&vouched.payload)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("bad request in the credential: {e}")))?;
+    Ok((request, vouched))
 }
 
 /// Reads the cluster key: 64 hex digits in a file only its owner may read.

@@ -3,6 +3,8 @@
 //!
 //! ```toml
 //! socket = "/run/surge/manager.sock"
+//! listen = "0.0.0.0:6820"               # optional: TCP for the other nodes, MUNGE-authenticated
+//! trusted_uids = [64030]                # besides root, may do what root may (SlurmUser)
 //! state_dir = "/var/lib/surge"          # surge.db (0700, root's)
 //! job_root = "/var/spool/surge/jobs"    # on every compute node: <job_root>/<job id>/...
 //! key_file = "/etc/surge/cluster.key"   # shared with the node agents, 0600
@@ -41,6 +43,13 @@ use surge_control::manager::PoolKind;
 #[serde(deny_unknown_fields)]
 pub struct Config {
     pub socket: PathBuf,
+    /// `host:port` to take requests from other nodes on (TCP), each inside a MUNGE
+    /// credential; none: the local socket alone.
+    pub listen: Option<String>,
+    /// Callers besides root who may do what root may: the workload manager's user (Slurm runs
+    /// its burst-buffer hooks as SlurmUser).
+    #[serde(default)]
+    pub trusted_uids: Vec<u32>,
     pub state_dir: PathBuf,
     pub job_root: PathBuf,
     pub key_file: PathBuf,

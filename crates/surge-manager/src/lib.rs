@@ -12,7 +12,8 @@
 //! * [`store`]: the durable state, in SQLite;
 //! * [`pools`]: rounding to a pool's unit and placing servers (pure);
 //! * [`manager`]: each request's work, and reconciliation with what runs after a restart;
-//! * [`service`]: the local socket, where callers are known by their kernel credentials.
+//! * [`service`]: the local socket, where callers are known by their kernel credentials, and
+//!   TCP for the other nodes, where munged vouches for them.
 
 pub mod config;
 pub mod manager;
@@ -20,7 +21,7 @@ pub mod pools;
 pub mod service;
 pub mod store;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use config::Config;
 use manager::{Manager, StepObserver};
 
@@ -30,12 +31,17 @@ use manager::{Manager, StepObserver};
 pub fn run(config: Config, steps: Option<StepObserver>) -> Result<()> {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?.block_on(async move {
         let socket = config.socket.clone();
+        let config_listen = config.listen.clone();
         let manager = Manager::open_with_steps(config, steps)?;
         let listener = service::bind(&socket)?;
+        let tcp = match &config_listen {
+            Some(address) => Some(tokio::net::TcpListener::bind(address).await.with_context(|| format!("listen on {address}"))?),
+            None => None,
+        };
         manager.reconcile().await?;
         manager.sweep_forgotten_jobs();
-        tracing::info!(socket = %socket.display(), "manager ready");
-        service::serve(manager, listener, surge_control::host::stop_signal()).await?;
+        tracing::info!(socket = %socket.display(), tcp = ?config_listen, "manager ready");
+        service::serve(manager, listener, tcp, surge_control::host::stop_signal()).await?;
         let _ = std::fs::remove_file(&socket);
         tracing::info!("manager stopped");
         Ok(())

@@ -180,11 +180,17 @@ impl Manager {
         self.store.lock().expect("store lock")
     }
 
-    /// Answers one request from a caller with this uid.
+    /// Whether a caller with this uid may do what root may: root, and the configuration's
+    /// trusted uids (the workload manager's user).
+    pub fn is_trusted(&self, uid: u32) -> bool {
+        uid == 0 || self.config.trusted_uids.contains(&uid)
+    }
+
+    /// Answers one request from a caller with this uid (as the kernel or munged vouches).
     pub async fn handle(self: &Arc<Self>, request: Request, caller_uid: u32) -> Reply {
-        if is_privileged(&request) && caller_uid != 0 && !self.is_own_stage_request(&request, caller_uid) {
+        if is_privileged(&request) && !self.is_trusted(caller_uid) && !self.is_own_stage_request(&request, caller_uid) {
             return Reply::Failed(format!(
-                "permission denied: only root (the workload manager, the nodes) may ask this (you are uid {caller_uid})"
+                "permission denied: only root and the workload manager's user (the nodes, Slurm's hooks) may ask this (you are uid {caller_uid})"
             ));
         }
         let outcome = match request {
