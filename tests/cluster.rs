@@ -1,0 +1,140 @@
+//! Surge under Slurm on a cluster whose nodes share nothing but the network, the shared file
+//! system and the configuration (`slurm/cluster`, on `slurm/nodes`): slurmctld and the
+//! manager on the head node as the non-root `slurm` user, jobs submitted by a user from the
+//! login node, the Prolog and Epilog on the compute nodes reaching the manager over TCP with
+//! MUNGE credentials, stage-in and stage-out between the shared file system and the buffer.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use surge_tests::text;
+
+const USER: &str = "65534";
+
+struct Cluster {
+    dir: PathBuf,
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../slurm/cluster")
+}
+
+impl Cluster {
+    fn up(name: &str) -> Cluster {
+        // SAFETY: geteuid(2) has no preconditions.
+        assert!(unsafe { libc::geteuid() } == 0, "the cluster's nodes are namespaces: run this test as root");
+        let dir = std::env::temp_dir().join(format!("surge-test-cluster-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cluster = Cluster { dir };
+        let surge = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/surge");
+        let out = Command::new(script()).args(["up", cluster.dir.to_str().unwrap()]).env("SURGE_COMMAND", surge).output().unwrap();
+        assert!(out.status.success(), "slurm/cluster up: {}", text(&out));
+        assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("PFS={}", cluster.pfs().display())), "{}", text(&out));
+        cluster
+    }
+
+    fn pfs(&self) -> PathBuf {
+        self.dir.join("pfs")
+    }
+
+    /// `sh -c CMD` on `node`, as the test user when `user`.
+    fn run(&self, node: &str, user: bool, cmd: &str) -> Output {
+        let mut command = Command::new(script());
+        command.args(["run", self.dir.to_str().unwrap(), node]);
+        if user {
+            command.args(["--user", USER]);
+        }
+        command.args(["--", "sh", "-c", cmd]).output().unwrap()
+    }
+
+    fn ok(&self, node: &str, user: bool, cmd: &str) -> String {
+        let out = self.run(node, user, cmd);
+        assert!(out.status.success(), "on {node}: {cmd}: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Submits `script` (written to the shared file system) as the user from the login node;
+    /// waits for the job to end; its final state.
+    fn submit_and_wait(&self, name: &str, script: &str) -> (u64, String) {
+        let path = self.pfs().join(name);
+        std::fs::write(&path, script).unwrap();
+        let submitted = self.ok("login", true, &format!("sbatch --parsable {}", path.display()));
+        let job: u64 = submitted.trim().parse().unwrap_or_else(|_| panic!("sbatch said {submitted}"));
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let state = self.ok("login", true, &format!("scontrol show job {job} | grep -o 'JobState=[A-Z_]*'"));
+            let state = state.trim_start_matches("JobState=").to_string();
+            if !["PENDING", "CONFIGURING", "RUNNING", "COMPLETING"].contains(&state.as_str()) {
+                return (job, state);
+            }
+            assert!(Instant::now() < deadline, "job {job} still {state}: {}", self.logs());
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    fn logs(&self) -> String {
+        let mut out = String::new();
+        for (node, log) in [
+            ("head", "/var/log/surge-manager.log"),
+            ("head", "/var/log/slurm/slurmctld.log"),
+            ("n1", "/var/log/surge-prolog.log"),
+            ("n1", "/var/log/surge-epilog.log"),
+        ] {
+            let tail = self.run(node, false, &format!("tail -n 30 {log}"));
+            out += &format!("\n--- {node}:{log}\n{}", String::from_utf8_lossy(&tail.stdout));
+        }
+        out
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let out = Command::new(script()).args(["down", self.dir.to_str().unwrap()]).output().unwrap();
+        if !std::thread::panicking() {
+            assert!(out.status.success(), "slurm/cluster down: {}", text(&out));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A job of a user, submitted on the login node, with a buffer on its own two compute nodes
+/// (on-demand) and then one on the burst-buffer node (standing): its input staged in from the
+/// shared file system, seen by a step on each node, its output staged out; afterwards nothing
+/// of the job is left on the compute nodes.
+#[test]
+fn a_dw_job_from_the_login_node_runs_across_separate_nodes() {
+    let cluster = Cluster::up("job");
+    let pfs = cluster.pfs().display().to_string();
+    std::os::unix::fs::chown(cluster.pfs(), Some(65534), Some(65534)).unwrap();
+    std::fs::write(cluster.pfs().join("in.txt"), "hello cluster\n").unwrap();
+    for pool in ["local", "bb"] {
+        let (job, state) = cluster.submit_and_wait(
+            &format!("{pool}.sh"),
+            &format!(
+                "#!/bin/bash\n#SBATCH -N 2 -o {pfs}/{pool}-%j.out\n\
+                 #DW jobdw type=scratch access_mode=striped capacity=256MiB pool={pool}\n\
+                 #DW stage_in source={pfs}/in.txt destination=$DW_JOB_STRIPED/in.txt type=file\n\
+                 #DW stage_out source=$DW_JOB_STRIPED/out.txt destination={pfs}/out-{pool}.txt type=file\n\
+                 srun -N2 bash -c 'echo $(hostname) $(cat $DW_JOB_STRIPED/in.txt)' | sort\n\
+                 tr a-z A-Z < $DW_JOB_STRIPED/in.txt > $DW_JOB_STRIPED/out.txt\n"
+            ),
+        );
+        assert_eq!(state, "COMPLETED", "pool {pool}: {}", cluster.logs());
+        let output = std::fs::read_to_string(cluster.pfs().join(format!("{pool}-{job}.out"))).unwrap();
+        assert_eq!(output, "n1 hello cluster\nn2 hello cluster\n", "pool {pool}: each node's step reads the staged-in file");
+        assert_eq!(
+            std::fs::read_to_string(cluster.pfs().join(format!("out-{pool}.txt"))).unwrap(),
+            "HELLO CLUSTER\n",
+            "pool {pool}: staged out"
+        );
+        for node in ["n1", "n2"] {
+            let left = cluster.ok(
+                node,
+                false,
+                &format!("grep -c fuse /proc/self/mounts || true; ls /var/spool/surge/jobs | grep -c -x {job} || true"),
+            );
+            assert_eq!(left, "0\n0", "pool {pool}: on {node} after job {job}: fuse mounts, job directories");
+        }
+    }
+}
