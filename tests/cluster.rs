@@ -132,9 +132,90 @@ fn a_dw_job_from_the_login_node_runs_across_separate_nodes() {
             let left = cluster.ok(
                 node,
                 false,
-                &format!("grep -c fuse /proc/self/mounts || true; ls /var/spool/surge/jobs | grep -c -x {job} || true"),
+                &format!(
+                    "grep -c ' /var/spool/surge/jobs/' /proc/self/mounts || true; ls /var/spool/surge/jobs | grep -c -x {job} || true"
+                ),
             );
             assert_eq!(left, "0\n0", "pool {pool}: on {node} after job {job}: fuse mounts, job directories");
         }
     }
+}
+
+/// The manager killed while a job runs: the job's Epilog still cleans its nodes (mounts
+/// detached, mount daemons stopped, job directories gone) from what the Prolog noted there;
+/// once the manager is back, the job's teardown completes.
+#[test]
+fn the_epilog_cleans_a_node_while_the_manager_is_down() {
+    let cluster = Cluster::up("epilog");
+    let pfs = cluster.pfs().display().to_string();
+    std::os::unix::fs::chown(cluster.pfs(), Some(65534), Some(65534)).unwrap();
+    let sleeper = format!(
+        "#!/bin/bash\n#SBATCH -N 2 -o {pfs}/sleeper-%j.out\n\
+         #DW jobdw type=scratch access_mode=striped capacity=256MiB pool=local\n\
+         srun -N2 bash -c 'touch $DW_JOB_STRIPED/$(hostname); sleep 3'\n"
+    );
+    std::fs::write(cluster.pfs().join("sleeper.sh"), sleeper).unwrap();
+    let job: u64 = cluster.ok("login", true, &format!("sbatch --parsable {pfs}/sleeper.sh")).parse().unwrap();
+    let mounted = |node: &str| cluster.ok(node, false, "grep -c ' /var/spool/surge/jobs/' /proc/self/mounts || true") != "0";
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !(mounted("n1") && mounted("n2")) {
+        assert!(Instant::now() < deadline, "job {job} never mounted its buffer: {}", cluster.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let kill = "for p in $(pgrep -x surge-manager); do [ \"$(readlink /proc/$p/ns/net)\" = \"$(readlink /proc/self/ns/net)\" ] && kill -9 $p; done; true";
+    cluster.ok("head", false, kill);
+
+    // The job's steps end, its Epilog runs on both nodes with no manager to ask.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for node in ["n1", "n2"] {
+        loop {
+            let left = cluster.ok(node, false, &format!("grep -c ' /var/spool/surge/jobs/' /proc/self/mounts || true; ls /var/spool/surge/jobs | grep -c -x {job} || true; for p in $(pgrep -x surge-fuse); do [ \"$(readlink /proc/$p/ns/mnt)\" = \"$(readlink /proc/self/ns/mnt)\" ] && echo daemon; done; true"));
+            if left == "0\n0" {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "on {node}, the manager down: {left:?} (fuse mounts, job directories, mount daemons): {}",
+                cluster.logs()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    // The manager back: the job's teardown completes and no instance is left.
+    let mut manager = Command::new(script())
+        .args(["run", cluster.dir.to_str().unwrap(), "head", "--", "sh", "-c"])
+        .arg(format!(
+            "exec {} --config {}/etc/surge-manager.toml >>/var/log/surge-manager.log 2>&1",
+            surge_tests::binary("surge-manager").display(),
+            cluster.dir.display()
+        ))
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let state = cluster.ok("login", true, &format!("scontrol show job {job} | grep -o 'JobState=[A-Z_]*'"));
+        if state == "JobState=COMPLETED" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "job {job} {state} after the manager came back: {}", cluster.logs());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let manager_address = String::from_utf8_lossy(&std::fs::read(cluster.dir.join("etc/surge-manager.toml")).unwrap())
+        .lines()
+        .find_map(|l| l.strip_prefix("listen = \"").map(|rest| rest.trim_end_matches('"').to_string()))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status =
+            cluster.ok("login", true, &format!("SURGE_MANAGER={manager_address} {} status --json", surge_tests::binary("surge").display()));
+        let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+        if status["instances"].as_array().unwrap().is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "instances left after job {job}: {status}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    drop(cluster);
+    let _ = manager.wait();
 }

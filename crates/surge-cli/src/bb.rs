@@ -4,6 +4,7 @@
 //! which does the work. Nothing here outlives the command (hooks must leave no process behind),
 //! except the mount daemons a prolog starts, which are detached on purpose.
 
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -267,6 +268,8 @@ async fn prolog() -> Result<()> {
         return Ok(());
     }
     let started = Instant::now();
+    // Written before anything is mounted: the Epilog cleans up from it alone, manager or not.
+    note_job_dir(job, Path::new(&attachment.job_dir))?;
     mount_all(&attachment).await.with_context(|| format!("job {job} on {node}"))?;
     tracing::info!(job, node, seconds = started.elapsed().as_secs_f64(), "buffers mounted");
     Ok(())
@@ -305,38 +308,115 @@ async fn mount_all(a: &Attachment) -> Result<()> {
     Ok(())
 }
 
-/// Surge mounts under `dir`, deepest first.
-fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+/// Mounts under `dir`, deepest first, each with its FUSE connection's number when it is a
+/// FUSE mount (its device's minor: `/sys/fs/fuse/connections/N`).
+fn mounts_under(dir: &Path) -> Vec<(PathBuf, Option<u32>)> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let mut found: Vec<PathBuf> =
-        info.lines().filter_map(|line| line.split(' ').nth(4).map(PathBuf::from)).filter(|point| point.starts_with(dir)).collect();
-    found.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    let mut found: Vec<(PathBuf, Option<u32>)> = info
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let point = PathBuf::from(fields.get(4)?);
+            let fuse = line.split(" - ").nth(1).is_some_and(|rest| rest.starts_with("fuse"));
+            let minor = fields.get(2).and_then(|device| device.split_once(':')).and_then(|(_, minor)| minor.parse().ok());
+            Some((point, minor.filter(|_| fuse)))
+        })
+        .filter(|(point, _)| point.starts_with(dir))
+        .collect();
+    found.sort_by_key(|(p, _)| std::cmp::Reverse(p.components().count()));
     found
 }
 
-/// The node's part after the job: unmount its buffers (lazily: a process that outlived the
-/// job must not keep the node from being cleaned), then remove its directory — only once
-/// nothing is mounted under it, so the removal can never reach into a buffer.
+/// Where the Prolog notes, per job, the directory it made on this node (root's, node-local):
+/// `SURGE_NODE_STATE`, default `/run/surge/jobs`.
+fn node_state_dir() -> PathBuf {
+    std::env::var_os("SURGE_NODE_STATE").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/run/surge/jobs"))
+}
+
+fn note_job_dir(job: u64, job_dir: &Path) -> Result<()> {
+    let state = node_state_dir();
+    std::fs::create_dir_all(&state).with_context(|| format!("create {}", state.display()))?;
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700))?;
+    std::fs::write(state.join(job.to_string()), job_dir.as_os_str().as_encoded_bytes())
+        .with_context(|| format!("write {}", state.display()))
+}
+
+/// How long the Epilog waits for the manager to hear that a node is done with a job: the
+/// node is clean by then, and the manager learns of the job's end from the workload manager.
+const DETACH_WAIT: Duration = Duration::from_secs(5);
+
+/// The node's part after the job, from what the Prolog noted on this node (the manager may be
+/// down or may have forgotten the job): the FUSE connections of the job's mounts are aborted
+/// (a process that outlived the job, or a server that is gone, cannot hold the node) and the
+/// mounts detached, the mount daemons left are stopped, then the job's directory is removed —
+/// only once nothing is mounted under it, so the removal never reaches into a buffer.
 async fn epilog() -> Result<()> {
     let job: u64 = env("SLURM_JOB_ID")?.parse().context("SLURM_JOB_ID")?;
     let node = env("SLURMD_NODENAME")?;
-    let Reply::Paths(vars) = ask(&Request::Paths { job }).await? else { bail!("unexpected answer") };
-    let Some((_, home)) = vars.iter().find(|(k, _)| k == "SURGE_HOME") else { return Ok(()) };
-    let job_dir = PathBuf::from(home).parent().map(Path::to_path_buf).context("job directory")?;
-    for point in mounts_under(&job_dir) {
+    let note = node_state_dir().join(job.to_string());
+    let job_dir = match std::fs::read(&note) {
+        Ok(bytes) => PathBuf::from(std::ffi::OsString::from_vec(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()), // nothing made here
+        Err(e) => return Err(e).with_context(|| format!("read {}", note.display())),
+    };
+    for (point, connection) in mounts_under(&job_dir) {
+        if let Some(connection) = connection {
+            // Fails harmlessly for a connection already gone.
+            let _ = std::fs::write(format!("/sys/fs/fuse/connections/{connection}/abort"), "1");
+        }
         let status = Command::new("umount").arg("-l").arg(&point).status().context("run umount")?;
         if !status.success() {
             bail!("cannot unmount {}", point.display());
         }
     }
+    stop_mount_daemons(&job_dir);
     if !mounts_under(&job_dir).is_empty() {
         bail!("{} still has mounts: left in place", job_dir.display());
     }
     if job_dir.exists() {
         std::fs::remove_dir_all(&job_dir).with_context(|| format!("remove {}", job_dir.display()))?;
     }
-    ask(&Request::Detach { job, node }).await?;
+    std::fs::remove_file(&note).with_context(|| format!("remove {}", note.display()))?;
+    let socket = manager_address();
+    match wire::call_manager(&socket, &Request::Detach { job, node }, DETACH_WAIT).await {
+        Ok(Reply::Failed(why)) => tracing::warn!(job, "the manager on {socket} refused the detach: {why}"),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(job, "the manager on {socket} did not hear of the detach ({e}); the node is clean"),
+    }
     Ok(())
+}
+
+/// Stops the mount daemons serving under `job_dir` that are still there once their mounts
+/// are detached (TERM, then KILL).
+fn stop_mount_daemons(job_dir: &Path) {
+    let serving = || -> Vec<i32> {
+        let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+        entries
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+                let mut args = cmdline.split(|&b| b == 0).map(|a| Path::new(std::ffi::OsStr::from_bytes(a)));
+                let is_mount = args.next().is_some_and(|program| program.file_name().is_some_and(|n| n == "surge-fuse"));
+                is_mount && args.any(|arg| arg.starts_with(job_dir))
+            })
+            .collect()
+    };
+    for signal in [libc::SIGTERM, libc::SIGKILL] {
+        let pids = serving();
+        if pids.is_empty() {
+            return;
+        }
+        for pid in pids {
+            // SAFETY: kill(2) on a pid read from /proc; at worst it is gone already.
+            unsafe { libc::kill(pid, signal) };
+        }
+        for _ in 0..50 {
+            if serving().is_empty() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 /// `surge status` without an instance: the cluster's pools, instances, sessions and stages,
