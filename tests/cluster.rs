@@ -182,6 +182,12 @@ fn the_epilog_cleans_a_node_while_the_manager_is_down() {
         }
     }
 
+    // Meanwhile a #DW submission is refused at once, saying why, and the controller answers.
+    let refused = cluster.run("login", true, &format!("timeout 60 sbatch {pfs}/sleeper.sh"));
+    assert!(refused.status.code() != Some(124), "sbatch stalled while the manager was down");
+    assert!(!refused.status.success() && text(&refused).contains("manager"), "sbatch with #DW, the manager down: {}", text(&refused));
+    assert!(cluster.run("login", true, "timeout 60 squeue").status.success(), "squeue while the manager was down");
+
     // The manager back: the job's teardown completes and no instance is left.
     let mut manager = Command::new(script())
         .args(["run", cluster.dir.to_str().unwrap(), "head", "--", "sh", "-c"])

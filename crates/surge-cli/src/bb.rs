@@ -120,22 +120,45 @@ fn manager_address() -> wire::ManagerAddress {
     wire::ManagerAddress::from_env(Path::new(DEFAULT_SOCKET))
 }
 
+/// How long the hooks Slurm runs inside slurmctld, under its locks (job_process, pools,
+/// paths), wait for the manager: the controller must not stall on a manager that is down or
+/// restarting; the hook fails with a message instead.
+pub const INSIDE_CONTROLLER: Duration = Duration::from_secs(3);
+
 /// One request to the manager; a manager that is restarting is waited for, a refusal is an
 /// error with the manager's words.
 pub async fn ask(request: &Request) -> Result<Reply> {
+    ask_within(request, REACH_TIMEOUT, ANSWER_TIMEOUT).await
+}
+
+/// [`ask`] for a hook that runs inside the controller: everything within [`INSIDE_CONTROLLER`].
+async fn ask_inside_controller(request: &Request) -> Result<Reply> {
+    let asked = ask_within(request, INSIDE_CONTROLLER, INSIDE_CONTROLLER);
+    match tokio::time::timeout(INSIDE_CONTROLLER, asked).await {
+        Ok(answer) => answer,
+        Err(_) => bail!(
+            "Surge's manager on {} did not answer within {} s (down or restarting?); try again shortly",
+            manager_address(),
+            INSIDE_CONTROLLER.as_secs()
+        ),
+    }
+}
+
+/// [`ask`], trying to reach the manager for `reach` and waiting `answer` for one answer.
+async fn ask_within(request: &Request, reach: Duration, answer: Duration) -> Result<Reply> {
     let socket = manager_address();
     let started = Instant::now();
     loop {
-        match wire::call_manager(&socket, request, ANSWER_TIMEOUT).await {
+        match wire::call_manager(&socket, request, answer).await {
             Ok(Reply::Failed(why)) => bail!("{why}"),
             Ok(reply) => return Ok(reply),
             Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused) => {
-                if started.elapsed() > REACH_TIMEOUT {
+                if started.elapsed() > reach {
                     bail!("Surge's manager does not answer on {socket} ({e}): is surge-manager running?");
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            Err(e) if went_away(e.kind()) && started.elapsed() < REACH_TIMEOUT => {
+            Err(e) if went_away(e.kind()) && started.elapsed() < reach => {
                 // The manager went away mid-request (a restart): ask again. The hooks' requests
                 // are safe to repeat (what was done is found done).
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -159,10 +182,10 @@ fn read_script(path: &Path) -> Result<String> {
 pub async fn run(command: BbCommand) -> Result<()> {
     match command {
         BbCommand::JobProcess { script, uid } => {
-            ask(&Request::CheckJob { script: read_script(&script)?, uid }).await?;
+            ask_inside_controller(&Request::CheckJob { script: read_script(&script)?, uid }).await?;
         }
         BbCommand::Pools => {
-            let Reply::Pools(pools) = ask(&Request::Pools).await? else { bail!("unexpected answer") };
+            let Reply::Pools(pools) = ask_inside_controller(&Request::Pools).await? else { bail!("unexpected answer") };
             outln!("{}", slurm_pools_json(&pools));
         }
         BbCommand::Setup { job, uid, gid, script } => {
@@ -174,7 +197,7 @@ pub async fn run(command: BbCommand) -> Result<()> {
         }
         BbCommand::TestDataIn { job } => test_stages(job, Direction::In).await?,
         BbCommand::Paths { job, path_file } => {
-            let Reply::Paths(vars) = ask(&Request::Paths { job }).await? else { bail!("unexpected answer") };
+            let Reply::Paths(vars) = ask_inside_controller(&Request::Paths { job }).await? else { bail!("unexpected answer") };
             let text: String = vars.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
             std::fs::write(&path_file, text).with_context(|| format!("write {}", path_file.display()))?;
         }
