@@ -1,5 +1,7 @@
 //! Answering requests: one module per service, each a set of handlers on the connection's
-//! [`Session`]. A handler returns an [`Answer`]: an encoded reply (and payload), a failure, a
+//! [`Session`], one per call ([`surge_proto::call::Handle`]), to which the service's
+//! generated `dispatch` hands each call: a call without a handler does not compile. A
+//! handler returns an [`Answer`]: an encoded reply (and payload), a failure, a
 //! read to send straight from its data file, or an answer that comes later from a task of its
 //! own. The connection ([`crate::conn`]) writes answers out; it knows no request.
 
@@ -70,9 +72,9 @@ impl Session {
         match request {
             Request::Namespace(request) => self.namespace(request),
             Request::Data(request) => self.data(request, payload),
-            Request::Staging(request) => self.staging(request),
+            Request::Staging(request) => request.dispatch(self),
             Request::Admin(request) => self.admin(request),
-            Request::Workflow(request) => self.workflow(request),
+            Request::Workflow(request) => request.dispatch(self),
             Request::Mirror(request) => self.mirror(request, &payload),
         }
     }

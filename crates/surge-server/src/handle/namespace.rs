@@ -11,6 +11,7 @@ use surge_meta::poison_free::LockRecover;
 use surge_meta::MetaStore;
 use surge_proto::acl::Acl;
 use surge_proto::admin::BatchOutcome;
+use surge_proto::call::Handle;
 use surge_proto::namespace::*;
 use surge_proto::placement::DirLayout;
 use surge_proto::{Call, DirEntry, DirPage, Ino, LinkOutcome, Unlinked};
@@ -115,6 +116,12 @@ pub(crate) trait Step: Call {
         false
     }
 
+    /// Why the step is taken only in a delegation's write-back (it names an inode number the
+    /// holder chose), if it is: elsewhere it is refused before it runs.
+    fn written_back_only(&self) -> Option<&'static str> {
+        None
+    }
+
     fn run(&self, cx: &mut StepContext) -> Result<Self::Reply>;
 
     /// What the step, answered with `reply`, told its connection and changed.
@@ -123,7 +130,60 @@ pub(crate) trait Step: Call {
     }
 }
 
+/// A namespace step is answered by running it ([`Session::step`]); the calls that are no
+/// steps (delegations, locks) have handlers of their own.
+impl<S: Step> Handle<S, Answer> for Session {
+    fn handle(&mut self, step: S) -> Answer {
+        if self.written_back.is_none() {
+            if let Some(why) = step.written_back_only() {
+                return Answer::Failure(ServerError::new(ErrorCode::Invalid, why));
+            }
+        }
+        Answer::of::<S>(self.step(step))
+    }
+}
+
+impl Handle<Delegate, Answer> for Session {
+    fn handle(&mut self, d: Delegate) -> Answer {
+        Answer::of::<Delegate>(self.delegate(d))
+    }
+}
+
+impl Handle<GiveBack, Answer> for Session {
+    fn handle(&mut self, g: GiveBack) -> Answer {
+        Answer::of::<GiveBack>(self.give_back(g))
+    }
+}
+
+impl Handle<Reclaim, Answer> for Session {
+    fn handle(&mut self, r: Reclaim) -> Answer {
+        Answer::of::<Reclaim>(self.reclaim(r))
+    }
+}
+
+impl Handle<Renew, Answer> for Session {
+    fn handle(&mut self, r: Renew) -> Answer {
+        Answer::of::<Renew>(self.renew(r))
+    }
+}
+
+impl Handle<SetLock, Answer> for Session {
+    fn handle(&mut self, s: SetLock) -> Answer {
+        self.set_lock(s)
+    }
+}
+
+impl Handle<GetLock, Answer> for Session {
+    fn handle(&mut self, s: GetLock) -> Answer {
+        Answer::of::<GetLock>(self.lockable(s.ino).map(|()| {
+            let wanted = self.wanted(s.owner, 0, s.kind, s.start, s.end);
+            self.shared.locks.conflict(s.ino, &wanted)
+        }))
+    }
+}
+
 impl Session {
+    /// Answers a namespace step, after the delegations' guard.
     pub(super) fn namespace(&mut self, request: NamespaceRequest) -> Answer {
         // A write-back's steps were checked against its delegation (`WriteBack`).
         if self.shared.delegations.any() && self.written_back.is_none() {
@@ -137,62 +197,7 @@ impl Session {
                 return Answer::Failure(e);
             }
         }
-        match request {
-            NamespaceRequest::Lookup(s) => self.answer_step(s),
-            NamespaceRequest::GetAttr(s) => self.answer_step(s),
-            NamespaceRequest::NoteAllocation(s) => self.answer_step(s),
-            NamespaceRequest::SetAttr(s) => self.answer_step(s),
-            NamespaceRequest::Create(s) => self.answer_step(s),
-            NamespaceRequest::Symlink(s) => self.answer_step(s),
-            NamespaceRequest::MakeNode(s) => self.answer_step(s),
-            NamespaceRequest::Readlink(s) => self.answer_step(s),
-            NamespaceRequest::MakeDirInode(s) => self.answer_step(s),
-            NamespaceRequest::DropInode(s) => self.answer_step(s),
-            NamespaceRequest::InsertEntry(s) => self.answer_step(s),
-            NamespaceRequest::MakeDir(s) if s.ino.is_none() || self.written_back.is_some() => self.answer_step(s),
-            NamespaceRequest::MakeDir(_) => Answer::Failure(ServerError::new(
-                ErrorCode::Invalid,
-                "a mkdir with a number is written back only in a delegation's write-back",
-            )),
-            NamespaceRequest::Unlink(s) => self.answer_step(s),
-            NamespaceRequest::Rmdir(s) => self.answer_step(s),
-            NamespaceRequest::RetireDir(s) => self.answer_step(s),
-            NamespaceRequest::UnretireDir(s) => self.answer_step(s),
-            NamespaceRequest::RemoveEntry(s) => self.answer_step(s),
-            NamespaceRequest::DropLink(s) => self.answer_step(s),
-            NamespaceRequest::AddLink(s) => self.answer_step(s),
-            NamespaceRequest::SetParent(s) => self.answer_step(s),
-            NamespaceRequest::SetLinks(s) => self.answer_step(s),
-
-            NamespaceRequest::Rename(s) => self.answer_step(s),
-            NamespaceRequest::Exchange(s) => self.answer_step(s),
-            NamespaceRequest::SwapEntry(s) => self.answer_step(s),
-            NamespaceRequest::RenamePrepare(s) => self.answer_step(s),
-            NamespaceRequest::RenameFinish(s) => self.answer_step(s),
-            NamespaceRequest::Readdir(s) => self.answer_step(s),
-            NamespaceRequest::Open(s) => self.answer_step(s),
-            NamespaceRequest::Commit(s) => self.answer_step(s),
-            NamespaceRequest::Grant(s) => self.answer_step(s),
-            NamespaceRequest::Append(s) => self.answer_step(s),
-            NamespaceRequest::GetXattr(s) => self.answer_step(s),
-            NamespaceRequest::SetXattr(s) => self.answer_step(s),
-            NamespaceRequest::ListXattr(s) => self.answer_step(s),
-            NamespaceRequest::RemoveXattr(s) => self.answer_step(s),
-            NamespaceRequest::LayoutOf(s) => self.answer_step(s),
-            NamespaceRequest::Delegate(s) => Answer::of::<Delegate>(self.delegate(s)),
-            NamespaceRequest::CreateAs(s) if self.written_back.is_some() => self.answer_step(s),
-            NamespaceRequest::CreateAs(_) => {
-                Answer::Failure(ServerError::new(ErrorCode::Invalid, "a create-as is written back only in a delegation's write-back"))
-            }
-            NamespaceRequest::GiveBack(s) => Answer::of::<GiveBack>(self.give_back(s)),
-            NamespaceRequest::Reclaim(s) => Answer::of::<Reclaim>(self.reclaim(s)),
-            NamespaceRequest::Renew(s) => Answer::of::<Renew>(self.renew(s)),
-            NamespaceRequest::SetLock(s) => self.set_lock(s),
-            NamespaceRequest::GetLock(s) => Answer::of::<GetLock>(self.lockable(s.ino).map(|()| {
-                let wanted = self.wanted(s.owner, 0, s.kind, s.start, s.end);
-                self.shared.locks.conflict(s.ino, &wanted)
-            })),
-        }
+        request.dispatch(self)
     }
 
     /// A lock as the lock table takes it: an owner of this connection's.
@@ -340,10 +345,6 @@ impl Session {
         outcome
     }
 
-    fn answer_step<S: Step>(&mut self, step: S) -> Answer {
-        Answer::of::<S>(self.step(step))
-    }
-
     /// Runs a step under the metadata lock; when anybody watches, under the ledger too, so no
     /// change can slip between what a watcher is told and its registration.
     fn step<S: Step>(&mut self, step: S) -> Result<S::Reply> {
@@ -454,6 +455,10 @@ impl Step for Create {
 /// A create written back by a delegation's holder (which [`Session::namespace`] checked):
 /// the checks a create makes, with the holder's inode number.
 impl Step for CreateAs {
+    fn written_back_only(&self) -> Option<&'static str> {
+        Some("a create-as is written back only in a delegation's write-back")
+    }
+
     fn run(&self, cx: &mut StepContext) -> Result<DirEntry> {
         cx.check_create(self.parent, self.uid, self.gid)?;
         let entry = cx.meta.create_as(self.parent, &self.name, self.ino, self.mode, self.umask, self.uid, self.gid, self.open)?;
@@ -575,6 +580,10 @@ impl Step for MakeDir {
     /// Durable once answered, as the link step of a mkdir in two steps is.
     fn durable(&self) -> bool {
         true
+    }
+
+    fn written_back_only(&self) -> Option<&'static str> {
+        self.ino.map(|_| "a mkdir with a number is written back only in a delegation's write-back")
     }
 
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {

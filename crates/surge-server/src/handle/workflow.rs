@@ -12,6 +12,7 @@ use surge_meta::poison_free::LockRecover;
 use surge_meta::workflow::groups::ClaimOutcome;
 use surge_meta::workflow::publications::NamePattern;
 use surge_meta::MetaStore;
+use surge_proto::call::Handle;
 use surge_proto::workflow::*;
 use surge_proto::Timestamp;
 
@@ -20,45 +21,79 @@ use super::Answer;
 use crate::server::Shared;
 use crate::session::Session;
 
-impl Session {
-    pub(super) fn workflow(&mut self, request: WorkflowRequest) -> Answer {
-        match request {
-            WorkflowRequest::Publications(read) => self.publications(read),
-            WorkflowRequest::Claim(claim) => self.claim(claim),
-            WorkflowRequest::Done(done) => match self.may_read(done.dir) {
-                Ok(()) => self.durably::<Done>(|meta| meta.done(done.dir, done.group.as_deref(), &done.name, done.token, Timestamp::now())),
-                Err(e) => Answer::Failure(e),
-            },
-            WorkflowRequest::SetRetention(set) => match self.may_change_policy(set.dir) {
-                Ok(()) => self.durably::<SetRetention>(|meta| meta.set_retention(set.dir, &set.path, set.policy)),
-                Err(e) => Answer::Failure(e),
-            },
-            WorkflowRequest::GetRetention(get) => match self.may_read(get.dir) {
-                Ok(()) => Answer::of::<GetRetention>(self.shared.meta.lock_or_recover().retention(get.dir)),
-                Err(e) => Answer::Failure(e),
-            },
-            WorkflowRequest::RetentionDue(_) => Answer::of::<RetentionDue>(Ok(self.shared.meta.lock_or_recover().retention_due())),
-            WorkflowRequest::Retained(done) => {
-                let mut meta = self.shared.meta.lock_or_recover();
-                let outcome = meta.retained(done.dir, done.cursor, done.staged);
-                self.shared.journal_changes(&mut meta);
-                Answer::of::<Retained>(outcome)
-            }
-            WorkflowRequest::WaitsForRoom(file) => {
-                Answer::of::<WaitsForRoom>(Ok(self.shared.meta.lock_or_recover().waits_for_room(file.ino)))
-            }
-            WorkflowRequest::QueueStatus(status) => {
-                if let Err(e) = self.may_read(status.dir) {
-                    return Answer::Failure(e);
-                }
-                let mut meta = self.shared.meta.lock_or_recover();
-                let groups = meta.group_status(status.dir, Timestamp::now());
-                self.shared.journal_changes(&mut meta);
-                Answer::of::<QueueStatus>(groups)
-            }
+impl Handle<Publications, Answer> for Session {
+    fn handle(&mut self, read: Publications) -> Answer {
+        self.publications(read)
+    }
+}
+
+impl Handle<Claim, Answer> for Session {
+    fn handle(&mut self, claim: Claim) -> Answer {
+        self.claim(claim)
+    }
+}
+
+impl Handle<Done, Answer> for Session {
+    fn handle(&mut self, done: Done) -> Answer {
+        match self.may_read(done.dir) {
+            Ok(()) => self.durably::<Done>(|meta| meta.done(done.dir, done.group.as_deref(), &done.name, done.token, Timestamp::now())),
+            Err(e) => Answer::Failure(e),
         }
     }
+}
 
+impl Handle<SetRetention, Answer> for Session {
+    fn handle(&mut self, set: SetRetention) -> Answer {
+        match self.may_change_policy(set.dir) {
+            Ok(()) => self.durably::<SetRetention>(|meta| meta.set_retention(set.dir, &set.path, set.policy)),
+            Err(e) => Answer::Failure(e),
+        }
+    }
+}
+
+impl Handle<GetRetention, Answer> for Session {
+    fn handle(&mut self, get: GetRetention) -> Answer {
+        match self.may_read(get.dir) {
+            Ok(()) => Answer::of::<GetRetention>(self.shared.meta.lock_or_recover().retention(get.dir)),
+            Err(e) => Answer::Failure(e),
+        }
+    }
+}
+
+impl Handle<RetentionDue, Answer> for Session {
+    fn handle(&mut self, _: RetentionDue) -> Answer {
+        Answer::of::<RetentionDue>(Ok(self.shared.meta.lock_or_recover().retention_due()))
+    }
+}
+
+impl Handle<Retained, Answer> for Session {
+    fn handle(&mut self, done: Retained) -> Answer {
+        let mut meta = self.shared.meta.lock_or_recover();
+        let outcome = meta.retained(done.dir, done.cursor, done.staged);
+        self.shared.journal_changes(&mut meta);
+        Answer::of::<Retained>(outcome)
+    }
+}
+
+impl Handle<WaitsForRoom, Answer> for Session {
+    fn handle(&mut self, file: WaitsForRoom) -> Answer {
+        Answer::of::<WaitsForRoom>(Ok(self.shared.meta.lock_or_recover().waits_for_room(file.ino)))
+    }
+}
+
+impl Handle<QueueStatus, Answer> for Session {
+    fn handle(&mut self, status: QueueStatus) -> Answer {
+        if let Err(e) = self.may_read(status.dir) {
+            return Answer::Failure(e);
+        }
+        let mut meta = self.shared.meta.lock_or_recover();
+        let groups = meta.group_status(status.dir, Timestamp::now());
+        self.shared.journal_changes(&mut meta);
+        Answer::of::<QueueStatus>(groups)
+    }
+}
+
+impl Session {
     /// Runs `change` on the namespace share and answers once its journal record is durable
     /// (in a task of its own: the connection goes on meanwhile).
     fn durably<C: surge_proto::Call>(&self, change: impl FnOnce(&mut MetaStore) -> Result<C::Reply>) -> Answer

@@ -11,6 +11,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use surge_meta::error::{Result, ServerError};
+use surge_proto::call::Handle;
 use surge_proto::mirror::*;
 use surge_proto::{ErrorCode, Ino};
 
@@ -76,59 +77,14 @@ impl Held {
         Ok(())
     }
 
-    /// Applies one mirror request from connection `connection` (its payload: bytes).
+    /// Applies one mirror request from connection `connection` (its payload: bytes). Only
+    /// `MirrorOpen` is taken from a connection that is not the one mirroring.
     pub fn apply(&mut self, connection: u64, request: MirrorRequest, payload: &[u8]) -> Result<()> {
         self.heard = std::time::Instant::now();
-        if let MirrorRequest::MirrorOpen(open) = &request {
-            return self.open(connection, open.from as usize);
+        if !matches!(request, MirrorRequest::MirrorOpen(_)) {
+            self.check(connection)?;
         }
-        self.check(connection)?;
-        match request {
-            MirrorRequest::MirrorOpen(_) => unreachable!("handled above"),
-            MirrorRequest::MirrorSnapshot(part) => {
-                let meta = self.dir.join("meta");
-                if self.snapshot.is_none() {
-                    self.snapshot = Some(File::create(meta.join("snapshot.tmp")).map_err(|e| store("create the mirror's snapshot", e))?);
-                }
-                let snapshot = self.snapshot.as_mut().expect("just made");
-                io::Write::write_all(snapshot, payload).map_err(|e| store("write the mirror's snapshot", e))?;
-                if part.last {
-                    let snapshot = self.snapshot.take().expect("just made");
-                    snapshot.sync_all().map_err(|e| store("sync the mirror's snapshot", e))?;
-                    std::fs::rename(meta.join("snapshot.tmp"), meta.join("snapshot"))
-                        .map_err(|e| store("place the mirror's snapshot", e))?;
-                    let journal = self.journal()?;
-                    journal.set_len(0).map_err(|e| store("empty the mirror's journal", e))?;
-                    journal.sync_all().map_err(|e| store("sync the mirror's journal", e))?;
-                    File::open(&meta).and_then(|d| d.sync_all()).map_err(|e| store("sync the mirror's metadata directory", e))?;
-                }
-                Ok(())
-            }
-            MirrorRequest::MirrorJournal(j) => {
-                let end = j.at.checked_add(payload.len() as u64).filter(|&end| end <= i64::MAX as u64);
-                let end = end.ok_or_else(|| ServerError::new(ErrorCode::Invalid, "journal bytes past the largest file offset"))?;
-                let journal = self.journal()?;
-                journal.write_all_at(payload, j.at).map_err(|e| store("write the mirror's journal", e))?;
-                journal.set_len(end).map_err(|e| store("write the mirror's journal", e))?;
-                journal.sync_data().map_err(|e| store("sync the mirror's journal", e))
-            }
-            MirrorRequest::MirrorData(d) => self.data(d, payload),
-            MirrorRequest::MirrorPurge(p) => {
-                self.files.remove(&p.ino);
-                match std::fs::remove_file(self.data_path(p.ino)) {
-                    Err(e) if e.kind() != io::ErrorKind::NotFound => Err(store("remove a mirrored data file", e)),
-                    _ => Ok(()),
-                }
-            }
-            MirrorRequest::MirrorPing(_) => Ok(()),
-            MirrorRequest::MirrorSynced(_) => {
-                let marker = self.dir.join("complete");
-                File::create(&marker).and_then(|f| f.sync_all()).map_err(|e| store("mark the mirror complete", e))?;
-                File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| store("sync the mirror directory", e))?;
-                tracing::info!(from = self.from, "the mirror of server {}'s share is complete", self.from);
-                Ok(())
-            }
-        }
+        request.dispatch(&mut Applying { held: self, connection, payload })
     }
 
     /// Starts over: what was held goes, a fresh share directory is made.
@@ -265,6 +221,87 @@ impl Held {
         self.taken_over = true;
         self.files.clear();
         self.journal = None;
+        Ok(())
+    }
+}
+
+/// A mirror request being applied: the mirror, the connection that sent it and the frame's
+/// payload.
+struct Applying<'a> {
+    held: &'a mut Held,
+    connection: u64,
+    payload: &'a [u8],
+}
+
+impl Handle<MirrorOpen, Result<()>> for Applying<'_> {
+    fn handle(&mut self, open: MirrorOpen) -> Result<()> {
+        self.held.open(self.connection, open.from as usize)
+    }
+}
+
+impl Handle<MirrorSnapshot, Result<()>> for Applying<'_> {
+    fn handle(&mut self, part: MirrorSnapshot) -> Result<()> {
+        let held = &mut *self.held;
+        let meta = held.dir.join("meta");
+        if held.snapshot.is_none() {
+            held.snapshot = Some(File::create(meta.join("snapshot.tmp")).map_err(|e| store("create the mirror's snapshot", e))?);
+        }
+        let snapshot = held.snapshot.as_mut().expect("just made");
+        io::Write::write_all(snapshot, self.payload).map_err(|e| store("write the mirror's snapshot", e))?;
+        if part.last {
+            let snapshot = held.snapshot.take().expect("just made");
+            snapshot.sync_all().map_err(|e| store("sync the mirror's snapshot", e))?;
+            std::fs::rename(meta.join("snapshot.tmp"), meta.join("snapshot")).map_err(|e| store("place the mirror's snapshot", e))?;
+            let journal = held.journal()?;
+            journal.set_len(0).map_err(|e| store("empty the mirror's journal", e))?;
+            journal.sync_all().map_err(|e| store("sync the mirror's journal", e))?;
+            File::open(&meta).and_then(|d| d.sync_all()).map_err(|e| store("sync the mirror's metadata directory", e))?;
+        }
+        Ok(())
+    }
+}
+
+impl Handle<MirrorJournal, Result<()>> for Applying<'_> {
+    fn handle(&mut self, j: MirrorJournal) -> Result<()> {
+        let payload = self.payload;
+        let end = j.at.checked_add(payload.len() as u64).filter(|&end| end <= i64::MAX as u64);
+        let end = end.ok_or_else(|| ServerError::new(ErrorCode::Invalid, "journal bytes past the largest file offset"))?;
+        let journal = self.held.journal()?;
+        journal.write_all_at(payload, j.at).map_err(|e| store("write the mirror's journal", e))?;
+        journal.set_len(end).map_err(|e| store("write the mirror's journal", e))?;
+        journal.sync_data().map_err(|e| store("sync the mirror's journal", e))
+    }
+}
+
+impl Handle<MirrorData, Result<()>> for Applying<'_> {
+    fn handle(&mut self, d: MirrorData) -> Result<()> {
+        self.held.data(d, self.payload)
+    }
+}
+
+impl Handle<MirrorPurge, Result<()>> for Applying<'_> {
+    fn handle(&mut self, p: MirrorPurge) -> Result<()> {
+        self.held.files.remove(&p.ino);
+        match std::fs::remove_file(self.held.data_path(p.ino)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(store("remove a mirrored data file", e)),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Handle<MirrorPing, Result<()>> for Applying<'_> {
+    fn handle(&mut self, _: MirrorPing) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl Handle<MirrorSynced, Result<()>> for Applying<'_> {
+    fn handle(&mut self, _: MirrorSynced) -> Result<()> {
+        let held = &*self.held;
+        let marker = held.dir.join("complete");
+        File::create(&marker).and_then(|f| f.sync_all()).map_err(|e| store("mark the mirror complete", e))?;
+        File::open(&held.dir).and_then(|d| d.sync_all()).map_err(|e| store("sync the mirror directory", e))?;
+        tracing::info!(from = held.from, "the mirror of server {}'s share is complete", held.from);
         Ok(())
     }
 }
