@@ -115,7 +115,7 @@ async fn authenticate(
                 writer,
                 FrameKind::Reply,
                 request_id,
-                &Welcome { local: share.local.clone(), holds_writers: share.data.watermarks().is_some() },
+                &Welcome { local: share.local.clone(), holds_writers: share.workflow.holds_writers() },
                 &[],
             )
             .await?;

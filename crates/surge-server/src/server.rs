@@ -68,11 +68,10 @@ pub struct Shared {
     pub journal: Arc<journal::Journal>,
     /// Byte-range locks on the files homed here.
     pub(crate) locks: crate::locks::Locks,
-    /// Directories delegated to a client (see [`crate::delegation`]).
-    pub(crate) delegations: crate::delegation::Delegations,
-    /// How many publications the namespace share has made: readers of publication logs wait
-    /// for it to change ([`surge_meta::workflow::publications`]).
-    pub(crate) published: tokio::sync::watch::Sender<u64>,
+    /// Directories delegated to a client (see [`crate::delegations`]).
+    pub(crate) delegations: crate::delegations::Delegations,
+    /// Publication logs' readers and the back-pressure on writers (see [`crate::workflow`]).
+    pub(crate) workflow: crate::workflow::Workflow,
     /// Changes of this share for its mirror, and the link that sends them.
     pub mirror: Arc<mirror::Feed>,
     pub(crate) mirror_link: Mutex<Option<tokio::task::AbortHandle>>,
@@ -88,16 +87,32 @@ pub struct Shared {
     pub(crate) config: ServerConfig,
 }
 
+/// What a feature does each time the share's changes are journaled
+/// ([`Shared::journal_changes`]), with the metadata lock held: so that the journal path
+/// needs to know no feature.
+pub(crate) trait ChangeHook {
+    /// Before the changes are taken: the feature's own changes to `meta`, journaled with them.
+    fn before_journaling(&self, _meta: &mut MetaStore) {}
+    /// Once they are appended to the journal.
+    fn after_journaling(&self, _meta: &MetaStore) {}
+}
+
 impl Shared {
+    /// The features that act when the share's changes are journaled, in this order.
+    fn change_hooks(&self) -> [&dyn ChangeHook; 2] {
+        [&self.delegations, &self.workflow]
+    }
+
     /// Journals what the steps run on `meta` changed since the last call; the record's
     /// sequence number (see [`Shared::durable`]). Call with the lock held.
     pub fn journal_changes(&self, meta: &mut MetaStore) -> u64 {
-        for (dir, token) in self.delegations.take_ended() {
-            meta.delegation_ended(dir, token);
+        let hooks = self.change_hooks();
+        for hook in hooks {
+            hook.before_journaling(meta);
         }
         let appended = self.journal.append(meta.take_changes());
-        if meta.publications_made() != *self.published.borrow() {
-            self.published.send_replace(meta.publications_made());
+        for hook in hooks {
+            hook.after_journaling(meta);
         }
         if appended.fold_due {
             if let Err(e) = self.journal.fold(meta) {
@@ -134,7 +149,6 @@ impl Shared {
         let feed = Arc::new(mirror::Feed::new(config.replicas));
         let data = data::DataStore::open(&config.root.join("data"), config.capacity)
             .map_err(|e| ServerError::os(&format!("open data directory under {}", config.root.display()), e))?
-            .with_watermarks(config.watermarks)
             .with_mirror(feed.clone());
         // With replicas, clients write only through the servers (what they write to a data
         // file themselves would not reach the mirror); they read the files themselves still.
@@ -153,7 +167,7 @@ impl Shared {
             // Unlinked while a client had it open, before the stop: nobody has it now.
             let _ = data.purge(ino);
         }
-        let delegations = crate::delegation::Delegations::restored(meta.delegations());
+        let delegations = crate::delegations::Delegations::restored(meta.delegations());
         let held = (config.replicas > 1)
             .then(|| Mutex::new(mirror::held::Held::new(&config.root, surge_proto::mirror::mirrored_by(config.index, config.count))));
         let shared = Arc::new(Shared {
@@ -169,7 +183,7 @@ impl Shared {
             watchers: Default::default(),
             locks: Default::default(),
             delegations,
-            published: tokio::sync::watch::Sender::new(0),
+            workflow: crate::workflow::Workflow::new(config.watermarks, config.capacity),
             shutdown: Notify::new(),
             mirror: feed,
             mirror_link: Mutex::new(None),

@@ -20,11 +20,10 @@ impl Session {
                 return Answer::Failure(e);
             }
         }
-        // A scan (`surge fsck`) sees the share whole: no directory delegated elsewhere, whose
-        // creates not written back would look like orphaned data.
+        // A scan (`surge fsck`) sees the share whole.
         let scans = matches!(request, AdminRequest::ListInodes(_) | AdminRequest::ListEntries(_) | AdminRequest::ListDataFiles(_));
-        if scans && self.shared.delegations.any() {
-            if let Err(e) = self.shared.delegations.guard(self.watcher, &[], true, &self.shared.watchers) {
+        if scans {
+            if let Err(e) = self.guard_scan() {
                 return Answer::Failure(e);
             }
         }
@@ -61,7 +60,7 @@ impl Handle<StatFs, Answer> for Session {
             dirs,
             read_bytes: data.read_bytes(),
             written_bytes: data.written_bytes(),
-            holding_writers: data.holding_writers(),
+            holding_writers: shared.workflow.holding_writers(data),
             mirror: shared.mirror.state(),
             standing_in_for: shared.stand_ins.lock_or_recover().keys().map(|&i| i as u32).collect(),
             fenced: shared.fenced.load(std::sync::atomic::Ordering::Relaxed),
@@ -79,21 +78,6 @@ impl Handle<Batch, Answer> for Session {
     fn handle(&mut self, batch: Batch) -> Answer {
         let outcomes = batch.requests.into_iter().map(|request| self.batched(request)).collect();
         Answer::of::<Batch>(Ok(outcomes))
-    }
-}
-
-impl Handle<WriteBack, Answer> for Session {
-    fn handle(&mut self, w: WriteBack) -> Answer {
-        let outcomes = (0..)
-            .zip(w.steps)
-            .map(|(i, step)| match w.first_seq.checked_add(i) {
-                Some(seq) => self.written_back(crate::session::WrittenBack { dir: w.dir, token: w.token, seq }, step),
-                None => Err(surge_proto::Error::new(surge_proto::ErrorCode::Invalid, "a write-back's steps are numbered past 2^64")),
-            })
-            .collect();
-        // The holder forgets what is answered: it must survive a crash of this server.
-        self.durable = Some(self.shared.journal.last_seq());
-        Answer::of::<WriteBack>(Ok(outcomes))
     }
 }
 

@@ -45,7 +45,7 @@ impl Handle<Write, Answer> for DataCall<'_> {
     fn handle(&mut self, w: Write) -> Answer {
         let payload = std::mem::take(&mut self.payload);
         let data = &self.session.shared.data;
-        match data.write_must_wait(w.ino, w.offset, payload.len() as u64).filter(|_| w.may_wait) {
+        match self.session.shared.workflow.write_must_wait(data, w.ino, w.offset, payload.len() as u64).filter(|_| w.may_wait) {
             Some(growth) => self.session.when_room::<Write>(growth, move |data| data.write(w.ino, w.offset, &payload)),
             None => Answer::of::<Write>(data.write(w.ino, w.offset, &payload)),
         }
@@ -55,7 +55,7 @@ impl Handle<Write, Answer> for DataCall<'_> {
 impl Handle<Allocate, Answer> for DataCall<'_> {
     fn handle(&mut self, a: Allocate) -> Answer {
         let data = &self.session.shared.data;
-        if a.may_wait && a.mode != AllocateMode::PunchHole && data.must_wait(a.len) {
+        if a.may_wait && a.mode != AllocateMode::PunchHole && self.session.shared.workflow.must_wait(data, a.len) {
             return self.session.when_room::<Allocate>(a.len, move |data| data.allocate(a.ino, a.offset, a.len, a.mode));
         }
         Answer::of::<Allocate>(data.allocate(a.ino, a.offset, a.len, a.mode))
@@ -114,7 +114,7 @@ impl Handle<ReserveLocal, Answer> for DataCall<'_> {
         let data = &self.session.shared.data;
         // Past the high-water mark room is not set aside: the client's writes then go over
         // the network, where they wait for room ([`Session::when_room`]).
-        let outcome = match data.past_high_water(r.bytes) {
+        let outcome = match self.session.shared.workflow.past_high_water(data, r.bytes) {
             true => Err(ServerError::new(ErrorCode::NoSpace, "past the high-water mark: no room set aside for local writes")),
             false => data.reserve_local(r.ino, r.bytes),
         };
@@ -139,45 +139,7 @@ impl Handle<LocalWritten, Answer> for DataCall<'_> {
     }
 }
 
-/// How often a write held at the high-water mark looks whether there is room again.
-const ROOM_CHECK: std::time::Duration = std::time::Duration::from_millis(20);
-
 impl Session {
-    /// Runs `op` (a write needing `growth` bytes) once the share has come back down to its
-    /// low-water mark, in a task of its own; after the back-pressure's wait it fails with
-    /// NoSpace instead, and the reason is logged.
-    fn when_room<C: surge_proto::Call>(
-        &self,
-        growth: u64,
-        op: impl FnOnce(&crate::data::DataStore) -> Result<C::Reply> + Send + 'static,
-    ) -> Answer {
-        let shared = self.shared.clone();
-        Answer::later::<C>(async move {
-            let data = &shared.data;
-            let marks = data.watermarks().expect("only held with watermarks");
-            let start = std::time::Instant::now();
-            while data.must_wait(growth) {
-                if start.elapsed() >= marks.wait {
-                    let detail = format!(
-                        "server share past its high-water mark ({} of {} bytes used or set aside) for {:.0} s: nothing \
-                         freed room (no retention policy let files go, no consumer removed any)",
-                        data.filled(),
-                        data.capacity(),
-                        marks.wait.as_secs_f64()
-                    );
-                    tracing::warn!("write of {growth} bytes refused: {detail}");
-                    return Err(ServerError::new(ErrorCode::NoSpace, detail));
-                }
-                tokio::time::sleep(ROOM_CHECK).await;
-            }
-            let done = op(data)?;
-            if let Some(seq) = shared.mirror.barrier() {
-                shared.mirror.reached(seq).await;
-            }
-            Ok(done)
-        })
-    }
-
     /// Where this server checks identities, a data request needs a ticket from the file's
     /// home that names this connection's caller and grants what the request does (root, the
     /// stage coordinator beside the servers among others, needs none).

@@ -10,7 +10,6 @@ mod data;
 mod mirror;
 mod namespace;
 mod staging;
-mod workflow;
 mod xattrs;
 
 use std::future::Future;

@@ -19,8 +19,7 @@ use surge_proto::{Call, DirEntry, DirPage, Ino, LinkOutcome, Unlinked};
 use super::Answer;
 use surge_proto::ticket::{Ticket, TicketKey, PURGE, UNLINK};
 
-use crate::locks::{Owner, Wanted};
-use crate::session::{Session, WrittenBack};
+use crate::session::Session;
 use crate::watch::Effects;
 use surge_proto::ErrorCode;
 
@@ -131,7 +130,8 @@ pub(crate) trait Step: Call {
 }
 
 /// A namespace step is answered by running it ([`Session::step`]); the calls that are no
-/// steps (delegations, locks) have handlers of their own.
+/// steps have handlers of their own, with their features ([`crate::delegations`],
+/// [`crate::locks`]).
 impl<S: Step> Handle<S, Answer> for Session {
     fn handle(&mut self, step: S) -> Answer {
         if self.written_back.is_none() {
@@ -143,101 +143,17 @@ impl<S: Step> Handle<S, Answer> for Session {
     }
 }
 
-impl Handle<Delegate, Answer> for Session {
-    fn handle(&mut self, d: Delegate) -> Answer {
-        Answer::of::<Delegate>(self.delegate(d))
-    }
-}
-
-impl Handle<GiveBack, Answer> for Session {
-    fn handle(&mut self, g: GiveBack) -> Answer {
-        Answer::of::<GiveBack>(self.give_back(g))
-    }
-}
-
-impl Handle<Reclaim, Answer> for Session {
-    fn handle(&mut self, r: Reclaim) -> Answer {
-        Answer::of::<Reclaim>(self.reclaim(r))
-    }
-}
-
-impl Handle<Renew, Answer> for Session {
-    fn handle(&mut self, r: Renew) -> Answer {
-        Answer::of::<Renew>(self.renew(r))
-    }
-}
-
-impl Handle<SetLock, Answer> for Session {
-    fn handle(&mut self, s: SetLock) -> Answer {
-        self.set_lock(s)
-    }
-}
-
-impl Handle<GetLock, Answer> for Session {
-    fn handle(&mut self, s: GetLock) -> Answer {
-        Answer::of::<GetLock>(self.lockable(s.ino).map(|()| {
-            let wanted = self.wanted(s.owner, 0, s.kind, s.start, s.end);
-            self.shared.locks.conflict(s.ino, &wanted)
-        }))
-    }
-}
-
 impl Session {
-    /// Answers a namespace step, after the delegations' guard.
+    /// Answers a namespace call, after the delegations' guard.
     pub(super) fn namespace(&mut self, request: NamespaceRequest) -> Answer {
-        // A write-back's steps were checked against its delegation (`WriteBack`).
-        if self.shared.delegations.any() && self.written_back.is_none() {
-            let mut named = crate::delegation::named(&request);
-            if let Some((parent, name)) = crate::delegation::removed_by_name(&request) {
-                if let Ok(entry) = self.shared.meta.lock_or_recover().lookup(parent, name) {
-                    named.push(entry.ino);
-                }
-            }
-            if let Err(e) = self.shared.delegations.guard(self.watcher, &named, false, &self.shared.watchers) {
-                return Answer::Failure(e);
-            }
+        if let Err(e) = self.guard_delegated(&request) {
+            return Answer::Failure(e);
         }
         request.dispatch(self)
     }
 
-    /// A lock as the lock table takes it: an owner of this connection's.
-    fn wanted(&self, owner: u64, pid: u32, kind: surge_proto::LockKind, start: u64, end: u64) -> Wanted {
-        Wanted { owner: Owner { connection: self.lock_connection, owner }, pid, kind, start, end }
-    }
-
-    /// Locks are taken on regular files homed here that the caller may open.
-    fn lockable(&self, ino: Ino) -> Result<()> {
-        let meta = self.shared.meta.lock_or_recover();
-        let perms = meta.perms(ino)?;
-        if perms.attr.kind != surge_proto::FileKind::File {
-            return Err(ServerError::new(ErrorCode::Invalid, "locks are taken on regular files"));
-        }
-        match &self.caller {
-            Some(caller) => caller.check_open(perms),
-            None => Ok(()),
-        }
-    }
-
-    /// Takes or gives back a lock; a wait for one is answered later, by a task of its own,
-    /// so this connection's other requests go on meanwhile.
-    fn set_lock(&mut self, s: SetLock) -> Answer {
-        if s.kind != surge_proto::LockKind::Unlock {
-            if let Err(e) = self.lockable(s.ino) {
-                return Answer::Failure(e);
-            }
-        }
-        let wanted = self.wanted(s.owner, s.pid, s.kind, s.start, s.end);
-        match self.shared.locks.set(s.ino, &wanted) {
-            Err(e) if e.code == ErrorCode::Locked && s.wait => {
-                let shared = self.shared.clone();
-                Answer::later::<SetLock>(async move { shared.locks.wait(s.ino, wanted).await })
-            }
-            other => Answer::of::<SetLock>(other),
-        }
-    }
-
     /// One step of a batch: its encoded reply, or why it failed.
-    pub(super) fn batched(&mut self, request: NamespaceRequest) -> BatchOutcome {
+    pub(crate) fn batched(&mut self, request: NamespaceRequest) -> BatchOutcome {
         match self.namespace(request) {
             Answer::Reply { message, .. } => Ok(message),
             Answer::Failure(e) => Err(e.into()),
@@ -245,104 +161,6 @@ impl Session {
             // to the client rather than taking the connection down.
             _ => Err(surge_proto::Error::new(surge_proto::ErrorCode::Io, "a batched step did not answer at once")),
         }
-    }
-
-    /// Grants directory `d.dir`'s delegation to this connection when rule 1 of
-    /// docs/delegation.md allows it (see [`Delegate`]).
-    fn delegate(&mut self, d: Delegate) -> Result<Delegated> {
-        let refuse = |why: String| Err(ServerError::new(ErrorCode::NotPermitted, format!("no delegation of {:#x}: {why}", d.dir)));
-        let Some(me) = self.watcher else {
-            return refuse("only a watching connection may hold one (a recall reaches it as a notice)".into());
-        };
-        if self.shared.delegations.stopping() {
-            return refuse("the server is stopping".into());
-        }
-        check_delegated_count(d.count)?;
-        let shared = self.shared.clone();
-        // Under the ledger: no step can tell another connection a name of the directory
-        // between the check and the grant.
-        let ledger = shared.watchers.lock();
-        let mut meta = shared.meta.lock_or_recover();
-        if let Some(caller) = &self.caller {
-            let perms = meta.perms(d.dir)?;
-            if caller.uid != perms.attr.uid {
-                return refuse(format!("uid {} does not own it", caller.uid));
-            }
-            caller.check(perms, WRITE | EXEC, "delegate")?;
-        }
-        meta.delegable(d.dir)?;
-        if let Some(holder) = shared.delegations.delegated_to(d.dir) {
-            let whom = match holder {
-                Some(holder) if holder == me => " to this connection",
-                Some(_) => "",
-                None => " to a holder that may reclaim it",
-            };
-            return refuse(format!("already delegated{whom}"));
-        }
-        if ledger.others_hold_names(d.dir, me) {
-            return refuse("other clients hold names in it".into());
-        }
-        let inos = meta.set_aside(d.dir, d.count, d.place_on.map(|s| s as usize))?;
-        // Never handed out again: the delegation's name for ever.
-        let token = inos[0];
-        meta.delegation_granted(d.dir, token, inos.clone());
-        // Durable before the holder uses it: the numbers must never be handed out again, and
-        // the holder must find its delegation after a crash here.
-        let seq = shared.journal_changes(&mut meta);
-        self.durable = self.durable.max(Some(seq));
-        shared.delegations.grant(d.dir, me, token, inos.clone());
-        Ok(Delegated { inos, token })
-    }
-
-    /// The holder asks for more numbers for its creates (see [`Renew`]); answered once they
-    /// are durable, as a grant's.
-    fn renew(&mut self, r: Renew) -> Result<Vec<Ino>> {
-        check_delegated_count(r.count)?;
-        let shared = self.shared.clone();
-        shared.delegations.may_renew(self.watcher, r.dir, r.token)?;
-        let mut meta = shared.meta.lock_or_recover();
-        let inos = meta.set_aside(r.dir, r.count, r.place_on.map(|s| s as usize))?;
-        meta.delegation_renewed(r.dir, r.token, inos.clone());
-        let seq = shared.journal_changes(&mut meta);
-        self.durable = self.durable.max(Some(seq));
-        if !shared.delegations.renewed(r.dir, r.token, &inos) {
-            return Err(ServerError::new(ErrorCode::NotFound, format!("delegation {:#x} of {:#x} ended", r.token, r.dir)));
-        }
-        Ok(inos)
-    }
-
-    /// The holder gives its delegation up; its end is journaled at once (else a restart
-    /// would hold the directory for a holder that is not coming back).
-    fn give_back(&mut self, g: GiveBack) -> Result<()> {
-        self.shared.delegations.give_back(self.watcher, g.dir, g.token)?;
-        self.shared.journal_changes(&mut self.shared.meta.lock_or_recover());
-        Ok(())
-    }
-
-    /// A holder that lost its connection or its home's restart takes its delegation up again
-    /// (see [`Reclaim`]): the last step of its log applied here.
-    fn reclaim(&mut self, r: Reclaim) -> Result<u64> {
-        let meta = self.shared.meta.lock_or_recover();
-        let applied = meta.delegation(r.dir, r.token).map(|mark| mark.applied);
-        self.shared.delegations.reclaim(self.watcher, r.dir, r.token)?;
-        applied.ok_or_else(|| ServerError::new(ErrorCode::NotFound, format!("delegation {:#x} of {:#x} is not journaled", r.token, r.dir)))
-    }
-
-    /// One step of delegation `mark`'s write-back, checked against the delegation.
-    pub(super) fn written_back(&mut self, mark: WrittenBack, step: NamespaceRequest) -> BatchOutcome {
-        if let Err(e) = self.shared.delegations.may_write_back(self.watcher, mark.dir, mark.token, &step) {
-            return Err(e.into());
-        }
-        self.written_back = Some(mark);
-        let outcome = self.batched(step);
-        if let Some(mark) = self.written_back.take() {
-            // Not run as a step (it cannot happen for the four kinds a write-back holds; a step
-            // must still never be reported applied without its mark).
-            let mut meta = self.shared.meta.lock_or_recover();
-            meta.delegation_applied(mark.dir, mark.token, mark.seq);
-            self.shared.journal_changes(&mut meta);
-        }
-        outcome
     }
 
     /// Runs a step under the metadata lock; when anybody watches, under the ledger too, so no
@@ -954,14 +772,6 @@ impl Step for Commit {
         }
         fx
     }
-}
-
-/// How many numbers a grant or a renewal may set aside: 1 to [`MAX_DELEGATED_INOS`].
-fn check_delegated_count(count: u32) -> Result<()> {
-    if count == 0 || count > MAX_DELEGATED_INOS {
-        return Err(ServerError::new(ErrorCode::Invalid, format!("{count} inode numbers asked for (1 to {MAX_DELEGATED_INOS})")));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

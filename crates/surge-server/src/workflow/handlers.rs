@@ -16,7 +16,7 @@ use surge_proto::call::Handle;
 use surge_proto::workflow::*;
 use surge_proto::Timestamp;
 
-use super::Answer;
+use crate::handle::Answer;
 
 use crate::server::Shared;
 use crate::session::Session;
@@ -152,7 +152,7 @@ impl Session {
             return Answer::Failure(e);
         }
         let shared = self.shared.clone();
-        let mut published = shared.published.subscribe();
+        let mut published = shared.workflow.published.subscribe();
         Answer::later::<Claim>(async move {
             let deadline = tokio::time::Instant::now() + Duration::from_millis(claim.wait_ms.min(MAX_WAIT_MS) as u64);
             loop {
@@ -196,7 +196,7 @@ impl Session {
         }
         let shared = self.shared.clone();
         // Subscribed before the first look, so that a publication right after it wakes the wait.
-        let mut published = shared.published.subscribe();
+        let mut published = shared.workflow.published.subscribe();
         let page = read_page(&shared, &read, &pattern);
         let waits = matches!(&page, Ok(page) if page.publications.is_empty()) && read.wait_ms > 0;
         if !waits {

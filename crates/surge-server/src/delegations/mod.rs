@@ -22,6 +22,8 @@
 //! clean stop of the server recalls every delegation and waits for the holders' write-backs
 //! before the share is folded into its snapshot ([`Delegations::give_all_back_before_stop`]).
 
+mod handlers;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -30,10 +32,12 @@ use std::time::{Duration, Instant};
 use surge_meta::delegated::DelegationMark;
 use surge_meta::error::{Result, ServerError};
 use surge_meta::poison_free::LockRecover;
+use surge_meta::MetaStore;
 use surge_proto::admin::Notice;
 use surge_proto::namespace::NamespaceRequest;
 use surge_proto::{ErrorCode, Ino};
 
+use crate::server::ChangeHook;
 use crate::watch::{WatcherId, Watchers};
 
 /// How long a recalled holder has to write back and give the directory up before the
@@ -253,7 +257,7 @@ impl Delegations {
 
     /// Delegations ended since the last call, as (directory, token): the journal records
     /// their end with the next record. Costs an atomic load while there are none.
-    pub(crate) fn take_ended(&self) -> Vec<(Ino, Ino)> {
+    fn take_ended(&self) -> Vec<(Ino, Ino)> {
         if !self.ends_due.swap(false, Ordering::Relaxed) {
             return Vec::new();
         }
@@ -320,6 +324,15 @@ impl Delegations {
             watchers.notify(holder, Notice::Recall { dir });
         }
         Err(ServerError::new(ErrorCode::Recalling, "directory delegated to another client: recalled, retry shortly"))
+    }
+}
+
+/// The delegations that ended are journaled as ended with the next record.
+impl ChangeHook for Delegations {
+    fn before_journaling(&self, meta: &mut MetaStore) {
+        for (dir, token) in self.take_ended() {
+            meta.delegation_ended(dir, token);
+        }
     }
 }
 
