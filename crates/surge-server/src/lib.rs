@@ -38,4 +38,4 @@ pub mod stage_copy;
 pub mod watch;
 mod workflow;
 
-pub use server::{Server, ServerConfig, Shared};
+pub use server::{Server, ServerConfig, ServerState};

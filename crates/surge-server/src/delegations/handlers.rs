@@ -47,7 +47,7 @@ impl Handle<WriteBack, Answer> for Session {
             })
             .collect();
         // The holder forgets what is answered: it must survive a crash of this server.
-        self.durable = Some(self.shared.journal.last_seq());
+        self.durable = Some(self.server.journal.last_seq());
         Answer::of::<WriteBack>(Ok(outcomes))
     }
 }
@@ -57,14 +57,14 @@ impl Session {
     /// it names what is delegated to another connection (see [`super::Delegations::guard`]).
     pub(crate) fn guard_delegated(&self, request: &NamespaceRequest) -> Result<()> {
         // A write-back's steps were checked against its delegation (`WriteBack`).
-        if self.shared.delegations.any() && self.written_back.is_none() {
+        if self.server.delegations.any() && self.written_back.is_none() {
             let mut named = super::named(request);
             if let Some((parent, name)) = super::removed_by_name(request) {
-                if let Ok(entry) = self.shared.meta.lock_or_recover().lookup(parent, name) {
+                if let Ok(entry) = self.server.meta.lock_or_recover().lookup(parent, name) {
                     named.push(entry.ino);
                 }
             }
-            self.shared.delegations.guard(self.watcher, &named, false, &self.shared.watchers)?;
+            self.server.delegations.guard(self.watcher, &named, false, &self.server.watchers)?;
         }
         Ok(())
     }
@@ -72,10 +72,10 @@ impl Session {
     /// The guard a scan of the whole share (`surge fsck`) passes: no directory delegated to
     /// another connection, whose creates not written back would look like orphaned data.
     pub(crate) fn guard_scan(&self) -> Result<()> {
-        if !self.shared.delegations.any() {
+        if !self.server.delegations.any() {
             return Ok(());
         }
-        self.shared.delegations.guard(self.watcher, &[], true, &self.shared.watchers)
+        self.server.delegations.guard(self.watcher, &[], true, &self.server.watchers)
     }
 
     /// Grants directory `d.dir`'s delegation to this connection when rule 1 of
@@ -85,15 +85,15 @@ impl Session {
         let Some(me) = self.watcher else {
             return refuse("only a watching connection may hold one (a recall reaches it as a notice)".into());
         };
-        if self.shared.delegations.stopping() {
+        if self.server.delegations.stopping() {
             return refuse("the server is stopping".into());
         }
         check_delegated_count(d.count)?;
-        let shared = self.shared.clone();
+        let server = self.server.clone();
         // Under the ledger: no step can tell another connection a name of the directory
         // between the check and the grant.
-        let ledger = shared.watchers.lock();
-        let mut meta = shared.meta.lock_or_recover();
+        let ledger = server.watchers.lock();
+        let mut meta = server.meta.lock_or_recover();
         if let Some(caller) = &self.caller {
             let perms = meta.perms(d.dir)?;
             if caller.uid != perms.attr.uid {
@@ -102,7 +102,7 @@ impl Session {
             caller.check(perms, WRITE | EXEC, "delegate")?;
         }
         meta.delegable(d.dir)?;
-        if let Some(holder) = shared.delegations.delegated_to(d.dir) {
+        if let Some(holder) = server.delegations.delegated_to(d.dir) {
             let whom = match holder {
                 Some(holder) if holder == me => " to this connection",
                 Some(_) => "",
@@ -119,9 +119,9 @@ impl Session {
         meta.delegation_granted(d.dir, token, inos.clone());
         // Durable before the holder uses it: the numbers must never be handed out again, and
         // the holder must find its delegation after a crash here.
-        let seq = shared.journal_changes(&mut meta);
+        let seq = server.journal_changes(&mut meta);
         self.durable = self.durable.max(Some(seq));
-        shared.delegations.grant(d.dir, me, token, inos.clone());
+        server.delegations.grant(d.dir, me, token, inos.clone());
         Ok(Delegated { inos, token })
     }
 
@@ -129,14 +129,14 @@ impl Session {
     /// are durable, as a grant's.
     fn renew(&mut self, r: Renew) -> Result<Vec<Ino>> {
         check_delegated_count(r.count)?;
-        let shared = self.shared.clone();
-        shared.delegations.may_renew(self.watcher, r.dir, r.token)?;
-        let mut meta = shared.meta.lock_or_recover();
+        let server = self.server.clone();
+        server.delegations.may_renew(self.watcher, r.dir, r.token)?;
+        let mut meta = server.meta.lock_or_recover();
         let inos = meta.set_aside(r.dir, r.count, r.place_on.map(|s| s as usize))?;
         meta.delegation_renewed(r.dir, r.token, inos.clone());
-        let seq = shared.journal_changes(&mut meta);
+        let seq = server.journal_changes(&mut meta);
         self.durable = self.durable.max(Some(seq));
-        if !shared.delegations.renewed(r.dir, r.token, &inos) {
+        if !server.delegations.renewed(r.dir, r.token, &inos) {
             return Err(ServerError::new(ErrorCode::NotFound, format!("delegation {:#x} of {:#x} ended", r.token, r.dir)));
         }
         Ok(inos)
@@ -145,23 +145,23 @@ impl Session {
     /// The holder gives its delegation up; its end is journaled at once (else a restart
     /// would hold the directory for a holder that is not coming back).
     fn give_back(&mut self, g: GiveBack) -> Result<()> {
-        self.shared.delegations.give_back(self.watcher, g.dir, g.token)?;
-        self.shared.journal_changes(&mut self.shared.meta.lock_or_recover());
+        self.server.delegations.give_back(self.watcher, g.dir, g.token)?;
+        self.server.journal_changes(&mut self.server.meta.lock_or_recover());
         Ok(())
     }
 
     /// A holder that lost its connection or its home's restart takes its delegation up again
     /// (see [`Reclaim`]): the last step of its log applied here.
     fn reclaim(&mut self, r: Reclaim) -> Result<u64> {
-        let meta = self.shared.meta.lock_or_recover();
+        let meta = self.server.meta.lock_or_recover();
         let applied = meta.delegation(r.dir, r.token).map(|mark| mark.applied);
-        self.shared.delegations.reclaim(self.watcher, r.dir, r.token)?;
+        self.server.delegations.reclaim(self.watcher, r.dir, r.token)?;
         applied.ok_or_else(|| ServerError::new(ErrorCode::NotFound, format!("delegation {:#x} of {:#x} is not journaled", r.token, r.dir)))
     }
 
     /// One step of delegation `mark`'s write-back, checked against the delegation.
     fn written_back(&mut self, mark: WrittenBack, step: NamespaceRequest) -> BatchOutcome {
-        if let Err(e) = self.shared.delegations.may_write_back(self.watcher, mark.dir, mark.token, &step) {
+        if let Err(e) = self.server.delegations.may_write_back(self.watcher, mark.dir, mark.token, &step) {
             return Err(e.into());
         }
         self.written_back = Some(mark);
@@ -169,9 +169,9 @@ impl Session {
         if let Some(mark) = self.written_back.take() {
             // Not run as a step (it cannot happen for the four kinds a write-back holds; a step
             // must still never be reported applied without its mark).
-            let mut meta = self.shared.meta.lock_or_recover();
+            let mut meta = self.server.meta.lock_or_recover();
             meta.delegation_applied(mark.dir, mark.token, mark.seq);
-            self.shared.journal_changes(&mut meta);
+            self.server.journal_changes(&mut meta);
         }
         outcome
     }

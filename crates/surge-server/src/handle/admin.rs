@@ -37,22 +37,22 @@ impl Session {
         let Some(caller) = &self.caller else { return Ok(()) };
         // SAFETY: geteuid takes no arguments and cannot fail.
         let server_uid = unsafe { libc::geteuid() };
-        if [0, self.shared.config.owner_uid, server_uid].contains(&caller.uid) {
+        if [0, self.server.config.owner_uid, server_uid].contains(&caller.uid) {
             return Ok(());
         }
         Err(ServerError::new(
             surge_proto::ErrorCode::AccessDenied,
-            format!("{what}: for the instance's owner (uid {}) alone", self.shared.config.owner_uid),
+            format!("{what}: for the instance's owner (uid {}) alone", self.server.config.owner_uid),
         ))
     }
 }
 
 impl Handle<StatFs, Answer> for Session {
     fn handle(&mut self, _: StatFs) -> Answer {
-        let (shared, data) = (&self.shared, &self.shared.data);
-        let (inodes, files, dirs) = shared.meta.lock_or_recover().counts();
+        let (server, data) = (&self.server, &self.server.data);
+        let (inodes, files, dirs) = server.meta.lock_or_recover().counts();
         Answer::of::<StatFs>(Ok(ServerStats {
-            server_index: shared.index as u32,
+            server_index: server.index as u32,
             capacity: data.capacity(),
             used: data.used(),
             inodes,
@@ -60,10 +60,10 @@ impl Handle<StatFs, Answer> for Session {
             dirs,
             read_bytes: data.read_bytes(),
             written_bytes: data.written_bytes(),
-            holding_writers: shared.workflow.holding_writers(data),
-            mirror: shared.mirror.state(),
-            standing_in_for: shared.stand_ins.lock_or_recover().keys().map(|&i| i as u32).collect(),
-            fenced: shared.fenced.load(std::sync::atomic::Ordering::Relaxed),
+            holding_writers: server.workflow.holding_writers(data),
+            mirror: server.mirror.state(),
+            standing_in_for: server.stand_ins.lock_or_recover().keys().map(|&i| i as u32).collect(),
+            fenced: server.fenced.load(std::sync::atomic::Ordering::Relaxed),
         }))
     }
 }
@@ -90,7 +90,7 @@ impl Handle<Watch, Answer> for Session {
 
 impl Handle<NoticeSeen, Answer> for Session {
     fn handle(&mut self, seen: NoticeSeen) -> Answer {
-        self.shared.watchers.seen(seen.ack);
+        self.server.watchers.seen(seen.ack);
         Answer::Nothing
     }
 }
@@ -98,37 +98,37 @@ impl Handle<NoticeSeen, Answer> for Session {
 impl Handle<SyncMetadata, Answer> for Session {
     fn handle(&mut self, _: SyncMetadata) -> Answer {
         // The connection answers once the journal holds this sequence number.
-        self.durable = Some(self.shared.journal.last_seq());
+        self.durable = Some(self.server.journal.last_seq());
         Answer::of::<SyncMetadata>(Ok(()))
     }
 }
 
 impl Handle<ListInodes, Answer> for Session {
     fn handle(&mut self, list: ListInodes) -> Answer {
-        Answer::of::<ListInodes>(Ok(self.shared.meta.lock_or_recover().inode_page(list.after)))
+        Answer::of::<ListInodes>(Ok(self.server.meta.lock_or_recover().inode_page(list.after)))
     }
 }
 
 impl Handle<ListEntries, Answer> for Session {
     fn handle(&mut self, list: ListEntries) -> Answer {
-        Answer::of::<ListEntries>(Ok(self.shared.meta.lock_or_recover().entry_page(list.after)))
+        Answer::of::<ListEntries>(Ok(self.server.meta.lock_or_recover().entry_page(list.after)))
     }
 }
 
 impl Handle<ListDataFiles, Answer> for Session {
     fn handle(&mut self, list: ListDataFiles) -> Answer {
-        Answer::of::<ListDataFiles>(self.shared.data.data_file_page(list.after))
+        Answer::of::<ListDataFiles>(self.server.data.data_file_page(list.after))
     }
 }
 
 impl Handle<MirrorTo, Answer> for Session {
     fn handle(&mut self, to: MirrorTo) -> Answer {
-        let shared = &self.shared;
-        let outcome = match shared.config.replicas {
+        let server = &self.server;
+        let outcome = match server.config.replicas {
             1 if to.to.is_some() => {
                 Err(ServerError::new(surge_proto::ErrorCode::NotSupported, "this server keeps one replica (started without --replicas 2)"))
             }
-            _ if to.failover_after_ms.is_some() && (to.peers.len() < 3 || to.peers.len() != shared.count) => Err(ServerError::new(
+            _ if to.failover_after_ms.is_some() && (to.peers.len() < 3 || to.peers.len() != server.count) => Err(ServerError::new(
                 surge_proto::ErrorCode::Invalid,
                 format!("automatic failover needs every server's address, and three servers or more ({} given)", to.peers.len()),
             )),
@@ -137,7 +137,7 @@ impl Handle<MirrorTo, Answer> for Session {
                     peers: to.peers,
                     after: std::time::Duration::from_millis(ms.max(crate::mirror::failover::SHORTEST_DELAY_MS)),
                 });
-                shared.mirror_to(to.to, plan);
+                server.mirror_to(to.to, plan);
                 Ok(())
             }
         };
@@ -154,6 +154,6 @@ impl Handle<CanReach, Answer> for Session {
 impl Handle<TakeOver, Answer> for Session {
     fn handle(&mut self, t: TakeOver) -> Answer {
         // Replays the lost share's journal: a blocking step, like any metadata step.
-        Answer::of::<TakeOver>(self.shared.take_over(t.index as usize))
+        Answer::of::<TakeOver>(self.server.take_over(t.index as usize))
     }
 }

@@ -28,7 +28,7 @@ impl Session {
         let answer = request.dispatch(&mut DataCall { session: self, payload });
         // A change is answered once the mirror has it too (while it is in step).
         if changes && matches!(answer, Answer::Reply { .. }) {
-            self.mirrored = self.shared.mirror.barrier();
+            self.mirrored = self.server.mirror.barrier();
         }
         answer
     }
@@ -44,8 +44,8 @@ struct DataCall<'s> {
 impl Handle<Write, Answer> for DataCall<'_> {
     fn handle(&mut self, w: Write) -> Answer {
         let payload = std::mem::take(&mut self.payload);
-        let data = &self.session.shared.data;
-        match self.session.shared.workflow.write_must_wait(data, w.ino, w.offset, payload.len() as u64).filter(|_| w.may_wait) {
+        let data = &self.session.server.data;
+        match self.session.server.workflow.write_must_wait(data, w.ino, w.offset, payload.len() as u64).filter(|_| w.may_wait) {
             Some(growth) => self.session.when_room::<Write>(growth, move |data| data.write(w.ino, w.offset, &payload)),
             None => Answer::of::<Write>(data.write(w.ino, w.offset, &payload)),
         }
@@ -54,8 +54,8 @@ impl Handle<Write, Answer> for DataCall<'_> {
 
 impl Handle<Allocate, Answer> for DataCall<'_> {
     fn handle(&mut self, a: Allocate) -> Answer {
-        let data = &self.session.shared.data;
-        if a.may_wait && a.mode != AllocateMode::PunchHole && self.session.shared.workflow.must_wait(data, a.len) {
+        let data = &self.session.server.data;
+        if a.may_wait && a.mode != AllocateMode::PunchHole && self.session.server.workflow.must_wait(data, a.len) {
             return self.session.when_room::<Allocate>(a.len, move |data| data.allocate(a.ino, a.offset, a.len, a.mode));
         }
         Answer::of::<Allocate>(data.allocate(a.ino, a.offset, a.len, a.mode))
@@ -64,7 +64,7 @@ impl Handle<Allocate, Answer> for DataCall<'_> {
 
 impl Handle<Read, Answer> for DataCall<'_> {
     fn handle(&mut self, r: Read) -> Answer {
-        let data = &self.session.shared.data;
+        let data = &self.session.server.data;
         if r.len >= SENDFILE_MIN {
             return match data.read_source(r.ino, r.offset, r.len) {
                 Ok(Some(source)) => Answer::File(source),
@@ -81,40 +81,40 @@ impl Handle<Read, Answer> for DataCall<'_> {
 
 impl Handle<TruncateData, Answer> for DataCall<'_> {
     fn handle(&mut self, t: TruncateData) -> Answer {
-        Answer::of::<TruncateData>(self.session.shared.data.truncate(t.ino, t.size))
+        Answer::of::<TruncateData>(self.session.server.data.truncate(t.ino, t.size))
     }
 }
 
 impl Handle<PurgeData, Answer> for DataCall<'_> {
     fn handle(&mut self, p: PurgeData) -> Answer {
-        Answer::of::<PurgeData>(self.session.shared.data.purge(p.ino))
+        Answer::of::<PurgeData>(self.session.server.data.purge(p.ino))
     }
 }
 
 impl Handle<SyncData, Answer> for DataCall<'_> {
     fn handle(&mut self, s: SyncData) -> Answer {
-        Answer::of::<SyncData>(self.session.shared.data.sync(s.ino))
+        Answer::of::<SyncData>(self.session.server.data.sync(s.ino))
     }
 }
 
 impl Handle<DataExtents, Answer> for DataCall<'_> {
     fn handle(&mut self, e: DataExtents) -> Answer {
-        Answer::of::<DataExtents>(self.session.shared.data.extents(e.ino, e.from, e.to))
+        Answer::of::<DataExtents>(self.session.server.data.extents(e.ino, e.from, e.to))
     }
 }
 
 impl Handle<Allocated, Answer> for DataCall<'_> {
     fn handle(&mut self, a: Allocated) -> Answer {
-        Answer::of::<Allocated>(self.session.shared.data.allocated(&a.inos))
+        Answer::of::<Allocated>(self.session.server.data.allocated(&a.inos))
     }
 }
 
 impl Handle<ReserveLocal, Answer> for DataCall<'_> {
     fn handle(&mut self, r: ReserveLocal) -> Answer {
-        let data = &self.session.shared.data;
+        let data = &self.session.server.data;
         // Past the high-water mark room is not set aside: the client's writes then go over
         // the network, where they wait for room ([`Session::when_room`]).
-        let outcome = match self.session.shared.workflow.past_high_water(data, r.bytes) {
+        let outcome = match self.session.server.workflow.past_high_water(data, r.bytes) {
             true => Err(ServerError::new(ErrorCode::NoSpace, "past the high-water mark: no room set aside for local writes")),
             false => data.reserve_local(r.ino, r.bytes),
         };
@@ -135,7 +135,7 @@ impl Handle<LocalWritten, Answer> for DataCall<'_> {
         } else {
             reserved.insert(w.ino, held - released);
         }
-        Answer::of::<LocalWritten>(self.session.shared.data.local_written(w.ino, released))
+        Answer::of::<LocalWritten>(self.session.server.data.local_written(w.ino, released))
     }
 }
 
@@ -144,7 +144,7 @@ impl Session {
     /// home that names this connection's caller and grants what the request does (root, the
     /// stage coordinator beside the servers among others, needs none).
     fn authorize_data(&self, request: &DataRequest) -> Result<()> {
-        let Some(key) = &self.shared.ticket_key else { return Ok(()) };
+        let Some(key) = &self.server.ticket_key else { return Ok(()) };
         let Some(caller) = &self.caller else { return Ok(()) };
         if caller.uid == 0 {
             return Ok(());

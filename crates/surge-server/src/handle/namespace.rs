@@ -166,16 +166,16 @@ impl Session {
     /// Runs a step under the metadata lock; when anybody watches, under the ledger too, so no
     /// change can slip between what a watcher is told and its registration.
     fn step<S: Step>(&mut self, step: S) -> Result<S::Reply> {
-        let shared = self.shared.clone();
-        let watching = S::WATCHED && (self.watcher.is_some() || shared.watchers.any());
-        let mut ledger = watching.then(|| shared.watchers.lock());
+        let server = self.server.clone();
+        let watching = S::WATCHED && (self.watcher.is_some() || server.watchers.any());
+        let mut ledger = watching.then(|| server.watchers.lock());
         let reply = {
-            let mut meta = shared.meta.lock_or_recover();
+            let mut meta = server.meta.lock_or_recover();
             let mut cx = StepContext {
                 meta: &mut meta,
                 opens: &mut self.opens,
                 caller: self.caller.as_ref(),
-                ticket_key: shared.ticket_key.as_ref(),
+                ticket_key: server.ticket_key.as_ref(),
             };
             let reply = step.run(&mut cx);
             if let Some(mark) = self.written_back.take() {
@@ -183,7 +183,7 @@ impl Session {
             }
             // Journaled whatever the outcome: a failed step may have changed nothing, or
             // something before it failed.
-            let seq = shared.journal_changes(&mut meta);
+            let seq = server.journal_changes(&mut meta);
             if step.durable() {
                 self.durable = self.durable.max(Some(seq));
             }
@@ -694,7 +694,7 @@ impl Step for Append {
     }
 }
 
-impl Step for Grant {
+impl Step for IssueTicket {
     const WATCHED: bool = false;
 
     fn run(&self, cx: &mut StepContext) -> Result<Ticket> {

@@ -12,14 +12,14 @@ use crate::session::Session;
 
 impl Handle<CopyOrder, Answer> for Session {
     fn handle(&mut self, order: CopyOrder) -> Answer {
-        let shared = self.shared.clone();
+        let server = self.server.clone();
         Answer::later::<CopyOrder>(async move {
-            let copier = shared.clone();
+            let copier = server.clone();
             let work = tokio::task::spawn_blocking(move || crate::stage_copy::execute(&copier.data, copier.index, copier.count, &order));
             let outcomes = work.await.map_err(|e| ServerError::new(surge_proto::ErrorCode::Io, format!("copy order failed: {e}")))?;
             // A stage-in's chunks are on the mirror too before the order counts as done.
-            if let Some(seq) = shared.mirror.barrier() {
-                shared.mirror.reached(seq).await;
+            if let Some(seq) = server.mirror.barrier() {
+                server.mirror.reached(seq).await;
             }
             Ok(outcomes)
         })
@@ -32,7 +32,7 @@ impl Handle<StageSubmit, Answer> for Session {
         if self.caller.as_ref().is_some_and(|c| c.check_new_owner(submit.spec.uid, submit.spec.gid, None).is_err()) {
             return Answer::Failure(ServerError::new(surge_proto::ErrorCode::NotPermitted, "a stage runs as the user who submits it"));
         }
-        match self.shared.coordinator() {
+        match self.server.coordinator() {
             Ok(coordinator) => {
                 let submitted = coordinator.submit(submit.spec);
                 Answer::later::<StageSubmit>(async move { submitted.await.map_err(ServerError::from) })
@@ -44,13 +44,13 @@ impl Handle<StageSubmit, Answer> for Session {
 
 impl Handle<StageList, Answer> for Session {
     fn handle(&mut self, list: StageList) -> Answer {
-        Answer::of::<StageList>(self.shared.coordinator().map(|c| c.list(list.bb_path.as_deref(), list.after)))
+        Answer::of::<StageList>(self.server.coordinator().map(|c| c.list(list.bb_path.as_deref(), list.after)))
     }
 }
 
 impl Handle<StageFiles, Answer> for Session {
     fn handle(&mut self, f: StageFiles) -> Answer {
-        Answer::of::<StageFiles>(coordinated(&self.shared, |c| {
+        Answer::of::<StageFiles>(coordinated(&self.server, |c| {
             let (files, total) = c.files(f.id, f.offset, f.limit)?;
             Ok(StageFilesPage { files, total })
         }))
@@ -59,23 +59,26 @@ impl Handle<StageFiles, Answer> for Session {
 
 impl Handle<StageCancel, Answer> for Session {
     fn handle(&mut self, c: StageCancel) -> Answer {
-        Answer::of::<StageCancel>(coordinated(&self.shared, |co| co.cancel(c.id)))
+        Answer::of::<StageCancel>(coordinated(&self.server, |co| co.cancel(c.id)))
     }
 }
 
 impl Handle<StageRevoke, Answer> for Session {
     fn handle(&mut self, r: StageRevoke) -> Answer {
-        Answer::of::<StageRevoke>(coordinated(&self.shared, |c| c.revoke(&r.bb_path)))
+        Answer::of::<StageRevoke>(coordinated(&self.server, |c| c.revoke(&r.bb_path)))
     }
 }
 
 impl Handle<StageJobEnd, Answer> for Session {
     fn handle(&mut self, _: StageJobEnd) -> Answer {
-        Answer::of::<StageJobEnd>(self.shared.coordinator().map(|c| c.job_end()))
+        Answer::of::<StageJobEnd>(self.server.coordinator().map(|c| c.job_end()))
     }
 }
 
 /// Asks the coordinator beside this server.
-fn coordinated<T>(shared: &crate::Shared, ask: impl FnOnce(&dyn StageService) -> std::result::Result<T, surge_proto::Error>) -> Result<T> {
-    Ok(ask(shared.coordinator()?.as_ref())?)
+fn coordinated<T>(
+    server: &crate::ServerState,
+    ask: impl FnOnce(&dyn StageService) -> std::result::Result<T, surge_proto::Error>,
+) -> Result<T> {
+    Ok(ask(server.coordinator()?.as_ref())?)
 }

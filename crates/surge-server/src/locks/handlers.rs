@@ -21,7 +21,7 @@ impl Handle<GetLock, Answer> for Session {
     fn handle(&mut self, s: GetLock) -> Answer {
         Answer::of::<GetLock>(self.lockable(s.ino).map(|()| {
             let wanted = self.wanted(s.owner, 0, s.kind, s.start, s.end);
-            self.shared.locks.conflict(s.ino, &wanted)
+            self.server.locks.conflict(s.ino, &wanted)
         }))
     }
 }
@@ -34,7 +34,7 @@ impl Session {
 
     /// Locks are taken on regular files homed here that the caller may open.
     fn lockable(&self, ino: Ino) -> Result<()> {
-        let meta = self.shared.meta.lock_or_recover();
+        let meta = self.server.meta.lock_or_recover();
         let perms = meta.perms(ino)?;
         if perms.attr.kind != surge_proto::FileKind::File {
             return Err(ServerError::new(ErrorCode::Invalid, "locks are taken on regular files"));
@@ -54,10 +54,10 @@ impl Session {
             }
         }
         let wanted = self.wanted(s.owner, s.pid, s.kind, s.start, s.end);
-        match self.shared.locks.set(s.ino, &wanted) {
+        match self.server.locks.set(s.ino, &wanted) {
             Err(e) if e.code == ErrorCode::Locked && s.wait => {
-                let shared = self.shared.clone();
-                Answer::later::<SetLock>(async move { shared.locks.wait(s.ino, wanted).await })
+                let server = self.server.clone();
+                Answer::later::<SetLock>(async move { server.locks.wait(s.ino, wanted).await })
             }
             other => Answer::of::<SetLock>(other),
         }

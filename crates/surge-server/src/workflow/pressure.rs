@@ -123,12 +123,12 @@ impl Session {
         growth: u64,
         op: impl FnOnce(&DataStore) -> Result<C::Reply> + Send + 'static,
     ) -> Answer {
-        let shared = self.shared.clone();
+        let server = self.server.clone();
         Answer::later::<C>(async move {
-            let data = &shared.data;
-            let marks = shared.workflow.pressure.as_ref().expect("only held with watermarks").marks;
+            let data = &server.data;
+            let marks = server.workflow.pressure.as_ref().expect("only held with watermarks").marks;
             let start = std::time::Instant::now();
-            while shared.workflow.must_wait(data, growth) {
+            while server.workflow.must_wait(data, growth) {
                 if start.elapsed() >= marks.wait {
                     let detail = format!(
                         "server share past its high-water mark ({} of {} bytes used or set aside) for {:.0} s: nothing \
@@ -143,8 +143,8 @@ impl Session {
                 tokio::time::sleep(ROOM_CHECK).await;
             }
             let done = op(data)?;
-            if let Some(seq) = shared.mirror.barrier() {
-                shared.mirror.reached(seq).await;
+            if let Some(seq) = server.mirror.barrier() {
+                server.mirror.reached(seq).await;
             }
             Ok(done)
         })
