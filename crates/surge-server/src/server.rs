@@ -1,5 +1,10 @@
-//! A server as a whole: its configuration, the state its connections share, and the loop that
-//! accepts them until it is told to stop.
+//! A server as a whole: its configuration, the state its connections share
+//! ([`ServerState`]), and the loop that accepts them until it is told to stop.
+//!
+//! Invariants: each feature owns its state (a field of [`ServerState`] of the feature's own
+//! type) and acts on the journal path only through a [`ChangeHook`]; every change of the
+//! namespace share is journaled by [`ServerState::journal_changes`], with the metadata lock
+//! held, so a record holds the changes of whole steps.
 
 use std::future::Future;
 use std::net::SocketAddr;

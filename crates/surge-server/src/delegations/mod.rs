@@ -1,26 +1,22 @@
-//! Directory delegations (docs/delegation.md): a watching connection may hold a directory of
-//! this server's share alone, making its creates, unlinks and renames itself and writing them
-//! back afterwards, in order, as ordinary steps (`CreateAs` for a create, with one of the
-//! inode numbers its grant set aside).
+//! Directory delegations (design and rules: docs/delegation.md): a watching connection may
+//! hold a directory of this server's share alone, making its creates, unlinks and renames
+//! itself and writing them back afterwards, in order, as ordinary steps (`CreateAs` for a
+//! create, with one of the inode numbers its grant set aside). This module keeps who holds
+//! what ([`Delegations`]) and the guard; [`handlers`] answers the delegation calls.
 //!
-//! What this module keeps is who holds what, and the guard every namespace step of another
-//! connection passes: a step that names a delegated directory, or an inode set aside for (or
-//! made under) a delegation, is answered `Recalling` at once — never waited for inside the
-//! connection's loop, so no two nodes can deadlock — and the holder is sent a `Recall` notice
-//! (once per delegation). The holder writes back and gives the directory up (`GiveBack`); the
-//! caller's library retries meanwhile. A delegation ends when its holder has not given it
-//! back [`RECALL_DEADLINE`] after the recall (as NFSv4 revokes a delegation whose lease ran
-//! out): what it had not written back is lost, as metadata not yet on disk is in a local file
-//! system's crash, and its later write-backs are refused.
-//!
-//! A delegation whose holder is away — its connection ended, or this server restarted (the
-//! journal keeps every unended delegation, [`surge_meta::delegated`]) — stays for
-//! [`RECALL_DEADLINE`] more ([`RECLAIM_AFTER_RESTART`] after a restart), answering
-//! `Recalling` to everybody: a holder that is still there
-//! reconnects, reclaims it with its token (`Reclaim`, answered with the last step of its log
-//! applied here), writes back the rest and gives it back; one that died lets it end then. A
-//! clean stop of the server recalls every delegation and waits for the holders' write-backs
-//! before the share is folded into its snapshot ([`Delegations::give_all_back_before_stop`]).
+//! Guarantees:
+//! * a step of another connection that names a delegated directory, or an inode set aside
+//!   for (or made under) a delegation, is answered `Recalling` at once, never waited for in
+//!   the connection's loop (no two nodes can deadlock), and the holder is sent one `Recall`;
+//! * a holder that has not given the directory back [`RECALL_DEADLINE`] after the recall
+//!   loses it, with what it had not written back, and its later write-backs are refused;
+//! * a holder that is away (its connection ended, or this server restarted: the journal keeps
+//!   every unended delegation, [`surge_meta::delegated`]) may reclaim it with its token for
+//!   [`RECALL_DEADLINE`] ([`RECLAIM_AFTER_RESTART`] after a restart), and meanwhile everybody
+//!   else is answered `Recalling`;
+//! * every end of a delegation is journaled with the next record;
+//! * a clean stop recalls every delegation and waits for the holders' write-backs before the
+//!   share is folded into its snapshot ([`Delegations::give_all_back_before_stop`]).
 
 mod handlers;
 
