@@ -8,9 +8,9 @@ use surge_proto::acl::AclKind;
 use surge_proto::data::{PurgeData, TruncateData};
 use surge_proto::ino::{self, Ino};
 use surge_proto::namespace::{
-    AddLink, Commit, Create, DropInode, DropLink, Exchange, GetAttr, Grant, InsertEntry, Lookup, MakeDir, MakeDirInode, MakeNode, Open,
-    Readdir, Readlink, RemoveEntry, Rename, RenameFinish, RenamePrepare, RetireDir, Rmdir, SetAttr, SetParent, SwapEntry, Symlink, Unlink,
-    UnretireDir,
+    AddLink, Commit, Create, DropInode, DropLink, Exchange, GetAttr, InsertEntry, IssueTicket, Lookup, MakeDir, MakeDirInode, MakeNode,
+    Open, Readdir, Readlink, RemoveEntry, Rename, RenameFinish, RenamePrepare, RetireDir, Rmdir, SetAttr, SetParent, SwapEntry, Symlink,
+    Unlink, UnretireDir,
 };
 use surge_proto::ticket::Ticket;
 use surge_proto::{check_name, Attr, AttrChanges, DirEntry, DirInheritance, DirPage, ErrorCode, FileKind, LinkOutcome, Unlinked, ROOT_INO};
@@ -103,7 +103,7 @@ impl Client {
         if !self.connection(ino::home(ino)).await?.checks_identity() {
             return Ok(None);
         }
-        self.call_home(ino, Grant { ino }).await.map(Some)
+        self.call_home(ino, IssueTicket { ino }).await.map(Some)
     }
 
     /// A handle of a file whose open was registered, with its ticket; without one (refused)

@@ -10,8 +10,7 @@
 //! A directory may instead lay its new files out node-local ([`DirLayout::NodeLocal`]): each
 //! file created there keeps all its chunks on the server of the node that creates it (its
 //! number says which, [`crate::ino::make_placed`]), so a file-per-process writer writes to its
-//! own node's storage, as seed 004 finds fastest for bursty output, and the mount can hand the
-//! file to the kernel (passthrough).
+//! own node's storage, and the mount can hand the file to the kernel (passthrough).
 
 use std::fmt;
 use std::str::FromStr;

@@ -27,7 +27,7 @@ use crate::caller;
 use crate::data::ReadSource;
 use crate::handle::Answer;
 use crate::session::Session;
-use crate::Shared;
+use crate::ServerState;
 
 /// A peer that connects and says nothing is dropped after this long.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -38,17 +38,17 @@ const IO_BUFFER: usize = 256 * 1024;
 /// The connection's writing half: the request loop, out-of-order answers and notices share it.
 pub(crate) type SharedWriter = Arc<AsyncMutex<BufWriter<OwnedWriteHalf>>>;
 
-pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) -> Result<()> {
+pub async fn serve(server: Arc<ServerState>, stream: TcpStream, peer: SocketAddr) -> Result<()> {
     stream.set_nodelay(true)?;
     let (rd, wr) = stream.into_split();
     let mut reader = BufReader::with_capacity(IO_BUFFER, rd);
     let mut writer = BufWriter::with_capacity(IO_BUFFER, wr);
-    let Some((caller, shared)) = authenticate(&shared, &mut reader, &mut writer, peer).await? else {
+    let Some((caller, server)) = authenticate(&server, &mut reader, &mut writer, peer).await? else {
         return Ok(());
     };
     let writer = Arc::new(AsyncMutex::new(writer));
     // Dropped on every way out of here, giving back what the connection held.
-    let mut session = Session::new(shared, writer.clone());
+    let mut session = Session::new(server, writer.clone());
     session.caller = caller;
     serve_requests(&mut session, &mut reader, &writer).await
 }
@@ -58,18 +58,18 @@ pub async fn serve(shared: Arc<Shared>, stream: TcpStream, peer: SocketAddr) -> 
 /// the requests are checked as), with the share it asked for (this server's, or one it
 /// stands in for).
 async fn authenticate(
-    shared: &Arc<Shared>,
+    server: &Arc<ServerState>,
     reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
     writer: &mut BufWriter<OwnedWriteHalf>,
     peer: SocketAddr,
-) -> Result<Option<(Option<Caller>, Arc<Shared>)>> {
+) -> Result<Option<(Option<Caller>, Arc<ServerState>)>> {
     let mut challenge = [0u8; auth::CHALLENGE_LEN];
     getrandom::getrandom(&mut challenge).map_err(|e| ServerError::new(ErrorCode::Io, format!("no randomness for the challenge: {e}")))?;
     let hello = Challenge {
         challenge,
-        server_index: shared.index as u32,
-        server_count: shared.count as u32,
-        wants_identity: shared.ticket_key.is_some(),
+        server_index: server.index as u32,
+        server_count: server.count as u32,
+        wants_identity: server.ticket_key.is_some(),
     };
     write_frame(writer, FrameKind::Reply, 0, &hello, &[]).await?;
     writer.flush().await?;
@@ -88,14 +88,14 @@ async fn authenticate(
     let request_id = frame.header.request_id;
     match decode_message::<Hello>(&frame.message) {
         Ok(Hello { proof, identity, share, .. })
-            if frame.header.kind == FrameKind::Request && auth::verify(&shared.secret, &challenge, &proof) =>
+            if frame.header.kind == FrameKind::Request && auth::verify(&server.secret, &challenge, &proof) =>
         {
-            let Some(share) = shared.share(share) else {
-                let detail = format!("server {} does not serve server {}'s share", shared.index, share.unwrap_or_default());
+            let Some(share) = server.share(share) else {
+                let detail = format!("server {} does not serve server {}'s share", server.index, share.unwrap_or_default());
                 refuse(writer, request_id, ErrorCode::ServerDown, &detail).await;
                 return Ok(None);
             };
-            let caller = match (shared.ticket_key.is_some(), identity) {
+            let caller = match (server.ticket_key.is_some(), identity) {
                 (false, _) => None,
                 (true, None) => {
                     refuse(writer, request_id, ErrorCode::Unauthenticated, "this instance wants a MUNGE credential (is munged running?)")
@@ -115,7 +115,7 @@ async fn authenticate(
                 writer,
                 FrameKind::Reply,
                 request_id,
-                &Welcome { local: share.local.clone(), holds_writers: share.data.watermarks().is_some() },
+                &Welcome { local: share.local.clone(), holds_writers: share.workflow.holds_writers() },
                 &[],
             )
             .await?;
@@ -178,7 +178,7 @@ where
         let answer = if awaited.is_empty() && durable.is_none() && mirrored.is_none() {
             answer
         } else {
-            let waits = Waits { awaited, durable, mirrored, shared: session.shared.clone() };
+            let waits = Waits { awaited, durable, mirrored, server: session.server.clone() };
             match answer {
                 Answer::Reply { message, .. } => answer_after(waits, Ok(message)),
                 Answer::Failure(e) => answer_after(waits, Err(e)),
@@ -205,7 +205,7 @@ where
             Answer::Nothing => {}
             Answer::Stop => {
                 answer_now(writer, request_id, Ok(Vec::new())).await;
-                session.shared.shutdown.notify_one();
+                session.server.shutdown.notify_one();
                 return Ok(());
             }
         }
@@ -290,7 +290,7 @@ struct Waits {
     awaited: Vec<tokio::sync::oneshot::Receiver<()>>,
     durable: Option<u64>,
     mirrored: Option<u64>,
-    shared: Arc<Shared>,
+    server: Arc<ServerState>,
 }
 
 /// The answer `outcome`, sent once what `waits` names has happened.
@@ -298,10 +298,10 @@ fn answer_after(waits: Waits, outcome: Result<Vec<u8>>) -> Answer {
     Answer::Later(Box::pin(async move {
         await_acknowledgements(waits.awaited).await;
         if let Some(seq) = waits.durable {
-            waits.shared.durable(seq).await?;
+            waits.server.durable(seq).await?;
         }
         if let Some(seq) = waits.mirrored {
-            waits.shared.mirror.reached(seq).await;
+            waits.server.mirror.reached(seq).await;
         }
         outcome
     }))

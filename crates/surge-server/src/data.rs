@@ -12,7 +12,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use surge_meta::error::{Result, ServerError};
@@ -60,20 +60,8 @@ pub struct DataStore {
     /// Bytes sent in answer to reads and received in writes (statistics).
     read_bytes: AtomicU64,
     written_bytes: AtomicU64,
-    /// Back-pressure: writers wait above the high-water mark (see [`DataStore::must_wait`]).
-    watermarks: Option<Watermarks>,
-    /// Filled past the high-water mark and not yet back down to the low one.
-    held: AtomicBool,
     /// Where changes are noted for this share's mirror (see [`crate::mirror`]).
     mirror: Arc<crate::mirror::Feed>,
-}
-
-/// [`surge_proto::workflow::Watermarks`] in bytes of this share.
-#[derive(Debug, Clone, Copy)]
-pub struct Watermarks {
-    pub high: u64,
-    pub low: u64,
-    pub wait: std::time::Duration,
 }
 
 impl DataStore {
@@ -109,8 +97,6 @@ impl DataStore {
             accounted: Mutex::new(accounted),
             read_bytes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(0),
-            watermarks: None,
-            held: AtomicBool::new(false),
             mirror: Arc::new(crate::mirror::Feed::new(1)),
         })
     }
@@ -134,75 +120,18 @@ impl DataStore {
         Ok(inos)
     }
 
-    /// Writers wait at `marks` (fractions of the capacity) instead of failing.
-    pub fn with_watermarks(mut self, marks: Option<surge_proto::workflow::Watermarks>) -> Self {
-        self.watermarks = marks.map(|m| Watermarks {
-            high: (self.capacity as f64 * m.high) as u64,
-            low: (self.capacity as f64 * m.low) as u64,
-            wait: std::time::Duration::from_secs_f64(m.wait_secs),
-        });
-        self
-    }
-
-    /// The back-pressure this share applies, if any.
-    pub fn watermarks(&self) -> Option<Watermarks> {
-        self.watermarks
-    }
-
-    /// Whether a write that needs `growth` more bytes must wait: the share is past its
-    /// high-water mark, or this write would take it past, and it has not come back down to
-    /// the low one since.
-    pub fn must_wait(&self, growth: u64) -> bool {
-        let Some(marks) = &self.watermarks else { return false };
-        // What is written, not the room set aside for local writers: a writer holding a
-        // reservation must not wait on its own reservation (it goes into `used` when the
-        // writes are reported; new reservations are refused past the mark).
-        let filled = self.used();
-        if self.held.load(Ordering::Relaxed) {
-            if filled > marks.low {
-                return growth > 0;
-            }
-            self.held.store(false, Ordering::Relaxed);
-            tracing::info!(filled, low = marks.low, "back under the low-water mark: writers go on");
-        }
-        if growth > 0 && filled.saturating_add(growth) > marks.high {
-            if !self.held.swap(true, Ordering::Relaxed) {
-                tracing::info!(filled, high = marks.high, "past the high-water mark: writers wait for room");
-            }
-            return true;
-        }
-        false
-    }
-
-    /// Whether writes needing room here wait now: the share went past its high-water mark and
-    /// is not back at the low one.
-    pub fn holding_writers(&self) -> bool {
-        self.watermarks.is_some_and(|marks| self.held.load(Ordering::Relaxed) && self.used() > marks.low)
-    }
-
-    /// Whether `growth` more bytes would take the share past its high-water mark (or it is
-    /// held there): room a client asks to set aside is then refused, without holding writers
-    /// back for the asking.
-    pub fn past_high_water(&self, growth: u64) -> bool {
-        let Some(marks) = &self.watermarks else { return false };
-        self.held.load(Ordering::Relaxed) || self.filled().saturating_add(growth) > marks.high
-    }
-
     /// Bytes used and set aside.
     pub fn filled(&self) -> u64 {
         self.used().saturating_add(self.reserved.load(Ordering::Relaxed))
     }
 
-    /// The room a write of `len` bytes at `offset` of `ino` needs, if it must wait for it
-    /// ([`DataStore::must_wait`]); None, without looking at the file, on a share without
-    /// watermarks. (All of `len` for a file not open here, whose length is not at hand.)
-    pub fn write_must_wait(&self, ino: Ino, offset: u64, len: u64) -> Option<u64> {
-        self.watermarks?;
-        let growth = match self.open.lock().unwrap().get(&ino) {
+    /// The room a write of `len` bytes at `offset` of `ino` needs: all of `len` for a file
+    /// not open here, whose length is not at hand.
+    pub fn write_growth(&self, ino: Ino, offset: u64, len: u64) -> u64 {
+        match self.open.lock().unwrap().get(&ino) {
             Some(file) => write_growth(file.len.load(Ordering::Relaxed), offset, len),
             None => len,
-        };
-        self.must_wait(growth).then_some(growth)
+        }
     }
 
     /// This store's directory as clients on this node can recognise it (see [`LocalData`]).
@@ -656,26 +585,6 @@ mod tests {
         assert_eq!(store.read(1, 0, 1 << 20).unwrap(), block);
         store.purge(1).unwrap();
         assert_eq!(store.used(), 0);
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    /// Past the high-water mark writes wait until the share is back at the low one; room set
-    /// aside for a local writer is refused there, and never makes its holder wait.
-    #[test]
-    fn writes_wait_between_the_watermarks() {
-        let dir = std::env::temp_dir().join(format!("surge-data-marks-{}", std::process::id()));
-        let marks = surge_proto::workflow::Watermarks { high: 0.5, low: 0.25, wait_secs: 1.0 };
-        let store = DataStore::open(&dir, 1 << 20).unwrap().with_watermarks(Some(marks));
-        store.reserve_local(9, 400 << 10).unwrap();
-        assert!(!store.must_wait(64 << 10), "a reservation is not written room");
-        assert!(store.past_high_water(200 << 10), "but no more is set aside past the mark");
-        store.write(1, 0, &vec![1u8; 400 << 10]).unwrap();
-        assert!(store.must_wait(200 << 10), "past the high-water mark");
-        assert!(!store.must_wait(0), "nothing to write, nothing to wait for");
-        store.truncate(1, 300 << 10).unwrap();
-        assert!(store.must_wait(4096), "held until back at the low-water mark");
-        store.truncate(1, 100 << 10).unwrap();
-        assert!(!store.must_wait(4096), "back at the low-water mark");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -11,7 +11,9 @@
 //! request frames, each answered by a handler of its service (`handle`) on behalf of the
 //! connection's session (`session`: what the connection holds, given back when it ends);
 //! connections that cache metadata are told of changes ([`watch`]), and one may hold a
-//! directory alone for a while (`delegation`). For
+//! directory alone for a while (`delegations`); byte-range locks (`locks`) and the workflow's
+//! publication logs and back-pressure (`workflow`) are features of their own, each with its
+//! state and its handlers. For
 //! staging, every server copies the chunks it owns between the PFS and its store when asked
 //! ([`stage_copy`]); the other staging requests go to the stage coordinator the daemon attached
 //! beside the server ([`Server::attach_coordinator`]), which is a client of the instance and
@@ -25,7 +27,7 @@
 mod caller;
 pub mod conn;
 pub mod data;
-mod delegation;
+mod delegations;
 mod handle;
 pub mod in_process;
 mod locks;
@@ -34,5 +36,6 @@ mod server;
 mod session;
 pub mod stage_copy;
 pub mod watch;
+mod workflow;
 
-pub use server::{Server, ServerConfig, Shared};
+pub use server::{Server, ServerConfig, ServerState};

@@ -1,5 +1,10 @@
-//! A server as a whole: its configuration, the state its connections share, and the loop that
-//! accepts them until it is told to stop.
+//! A server as a whole: its configuration, the state its connections share
+//! ([`ServerState`]), and the loop that accepts them until it is told to stop.
+//!
+//! Invariants: each feature owns its state (a field of [`ServerState`] of the feature's own
+//! type) and acts on the journal path only through a [`ChangeHook`]; every change of the
+//! namespace share is journaled by [`ServerState::journal_changes`], with the metadata lock
+//! held, so a record holds the changes of whole steps.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -48,8 +53,9 @@ pub struct ServerConfig {
     pub replicas: u8,
 }
 
-/// State shared by all connections of one server.
-pub struct Shared {
+/// One server's state: its namespace and data shares and every feature's state, shared by all
+/// its connections (and its mirror link and failover tasks).
+pub struct ServerState {
     pub index: usize,
     pub count: usize,
     pub secret: Secret,
@@ -68,11 +74,10 @@ pub struct Shared {
     pub journal: Arc<journal::Journal>,
     /// Byte-range locks on the files homed here.
     pub(crate) locks: crate::locks::Locks,
-    /// Directories delegated to a client (see [`crate::delegation`]).
-    pub(crate) delegations: crate::delegation::Delegations,
-    /// How many publications the namespace share has made: readers of publication logs wait
-    /// for it to change ([`surge_meta::workflow::publications`]).
-    pub(crate) published: tokio::sync::watch::Sender<u64>,
+    /// Directories delegated to a client (see [`crate::delegations`]).
+    pub(crate) delegations: crate::delegations::Delegations,
+    /// Publication logs' readers and the back-pressure on writers (see [`crate::workflow`]).
+    pub(crate) workflow: crate::workflow::Workflow,
     /// Changes of this share for its mirror, and the link that sends them.
     pub mirror: Arc<mirror::Feed>,
     pub(crate) mirror_link: Mutex<Option<tokio::task::AbortHandle>>,
@@ -81,23 +86,39 @@ pub struct Shared {
     failover: Mutex<Option<tokio::task::AbortHandle>>,
     pub(crate) fenced: std::sync::atomic::AtomicBool,
     /// The previous server's share mirrored here (instances with two replicas).
-    pub(crate) held: Option<Mutex<mirror::held::Held>>,
+    pub(crate) replica: Option<Mutex<mirror::replica::Replica>>,
     /// Shares of lost servers served from their mirrors here, by server index.
-    pub(crate) stand_ins: Mutex<std::collections::HashMap<usize, Arc<Shared>>>,
+    pub(crate) stand_ins: Mutex<std::collections::HashMap<usize, Arc<ServerState>>>,
     /// How this share was opened (a stand-in is opened alike).
     pub(crate) config: ServerConfig,
 }
 
-impl Shared {
+/// What a feature does each time the share's changes are journaled
+/// ([`ServerState::journal_changes`]), with the metadata lock held: so that the journal path
+/// needs to know no feature.
+pub(crate) trait ChangeHook {
+    /// Before the changes are taken: the feature's own changes to `meta`, journaled with them.
+    fn before_journaling(&self, _meta: &mut MetaStore) {}
+    /// Once they are appended to the journal.
+    fn after_journaling(&self, _meta: &MetaStore) {}
+}
+
+impl ServerState {
+    /// The features that act when the share's changes are journaled, in this order.
+    fn change_hooks(&self) -> [&dyn ChangeHook; 2] {
+        [&self.delegations, &self.workflow]
+    }
+
     /// Journals what the steps run on `meta` changed since the last call; the record's
-    /// sequence number (see [`Shared::durable`]). Call with the lock held.
+    /// sequence number (see [`ServerState::durable`]). Call with the lock held.
     pub fn journal_changes(&self, meta: &mut MetaStore) -> u64 {
-        for (dir, token) in self.delegations.take_ended() {
-            meta.delegation_ended(dir, token);
+        let hooks = self.change_hooks();
+        for hook in hooks {
+            hook.before_journaling(meta);
         }
         let appended = self.journal.append(meta.take_changes());
-        if meta.publications_made() != *self.published.borrow() {
-            self.published.send_replace(meta.publications_made());
+        for hook in hooks {
+            hook.after_journaling(meta);
         }
         if appended.fold_due {
             if let Err(e) = self.journal.fold(meta) {
@@ -122,10 +143,10 @@ impl Shared {
     }
 }
 
-impl Shared {
+impl ServerState {
     /// Opens the share under `config.root`: its data directory (accounting for what an
     /// earlier run left there) and its namespace as the journal left it.
-    pub fn open(config: ServerConfig) -> Result<Arc<Shared>> {
+    pub fn open(config: ServerConfig) -> Result<Arc<ServerState>> {
         std::fs::create_dir_all(&config.root).map_err(|e| ServerError::os(&format!("create {}", config.root.display()), e))?;
         // The share is its owner's alone: data files are made with the umask's modes, and a
         // user's files must not be readable behind the instance's permission checks.
@@ -134,7 +155,6 @@ impl Shared {
         let feed = Arc::new(mirror::Feed::new(config.replicas));
         let data = data::DataStore::open(&config.root.join("data"), config.capacity)
             .map_err(|e| ServerError::os(&format!("open data directory under {}", config.root.display()), e))?
-            .with_watermarks(config.watermarks)
             .with_mirror(feed.clone());
         // With replicas, clients write only through the servers (what they write to a data
         // file themselves would not reach the mirror); they read the files themselves still.
@@ -153,10 +173,10 @@ impl Shared {
             // Unlinked while a client had it open, before the stop: nobody has it now.
             let _ = data.purge(ino);
         }
-        let delegations = crate::delegation::Delegations::restored(meta.delegations());
-        let held = (config.replicas > 1)
-            .then(|| Mutex::new(mirror::held::Held::new(&config.root, surge_proto::mirror::mirrored_by(config.index, config.count))));
-        let shared = Arc::new(Shared {
+        let delegations = crate::delegations::Delegations::restored(meta.delegations());
+        let replica = (config.replicas > 1)
+            .then(|| Mutex::new(mirror::replica::Replica::new(&config.root, surge_proto::mirror::mirrored_by(config.index, config.count))));
+        let server = Arc::new(ServerState {
             index: config.index,
             count: config.count,
             secret: config.secret,
@@ -169,18 +189,18 @@ impl Shared {
             watchers: Default::default(),
             locks: Default::default(),
             delegations,
-            published: tokio::sync::watch::Sender::new(0),
+            workflow: crate::workflow::Workflow::new(config.watermarks, config.capacity),
             shutdown: Notify::new(),
             mirror: feed,
             mirror_link: Mutex::new(None),
             failover: Mutex::new(None),
             fenced: Default::default(),
-            held,
+            replica,
             stand_ins: Mutex::new(Default::default()),
             config,
         });
-        shared.reopen_stand_in()?;
-        Ok(shared)
+        server.reopen_stand_in()?;
+        Ok(server)
     }
 
     /// Mirrors this share on the server at `to` from now on (None: on none), with automatic
@@ -195,45 +215,52 @@ impl Shared {
 
     /// Serves server `index`'s share (this server's predecessor, lost) from its mirror here.
     pub fn take_over(&self, index: usize) -> Result<()> {
-        let held = self.held.as_ref().ok_or_else(|| ServerError::new(ErrorCode::NotSupported, "this instance keeps one replica"))?;
+        let replica = self.replica.as_ref().ok_or_else(|| ServerError::new(ErrorCode::NotSupported, "this instance keeps one replica"))?;
         if index == self.index {
             // A one-server instance mirrors its share on itself: that copy cannot stand in
             // for a share that is still served (taking it over would stop the mirror link,
             // which then stops this server).
             return Err(ServerError::new(ErrorCode::Invalid, format!("server {index} cannot take its own share over")));
         }
-        let mut held = held.lock_or_recover();
-        if held.from() != index {
-            return Err(ServerError::new(ErrorCode::Invalid, format!("server {index} is not this server's predecessor ({})", held.from())));
+        let mut replica = replica.lock_or_recover();
+        if replica.from() != index {
+            return Err(ServerError::new(
+                ErrorCode::Invalid,
+                format!("server {index} is not this server's predecessor ({})", replica.from()),
+            ));
         }
-        held.can_take_over()?;
-        let share = self.open_stand_in(&held)?;
-        held.mark_taken_over()?;
+        replica.can_take_over()?;
+        let share = self.open_stand_in(&replica)?;
+        replica.mark_taken_over()?;
         tracing::warn!(index, "serving lost server {index}'s share from its mirror here");
         self.stand_ins.lock_or_recover().insert(index, share);
         Ok(())
     }
 
-    /// The share of `held`'s server, opened from its mirror here (its journal replayed).
-    fn open_stand_in(&self, held: &mirror::held::Held) -> Result<Arc<Shared>> {
-        let config = ServerConfig { root: held.dir().to_path_buf(), index: held.from(), replicas: 1, ..self.config.clone() };
-        Shared::open(config)
+    /// The share of `replica`'s server, opened from its mirror here (its journal replayed).
+    fn open_stand_in(&self, replica: &mirror::replica::Replica) -> Result<Arc<ServerState>> {
+        let config = ServerConfig { root: replica.dir().to_path_buf(), index: replica.from(), replicas: 1, ..self.config.clone() };
+        ServerState::open(config)
     }
 
     /// A share taken over before this server last stopped is served again.
     fn reopen_stand_in(&self) -> Result<()> {
-        let Some(held) = &self.held else { return Ok(()) };
-        let held = held.lock_or_recover();
-        if held.taken_over() {
-            let share = self.open_stand_in(&held)?;
-            tracing::warn!(index = held.from(), "serving lost server {}'s share from its mirror here (taken over earlier)", held.from());
-            self.stand_ins.lock_or_recover().insert(held.from(), share);
+        let Some(replica) = &self.replica else { return Ok(()) };
+        let replica = replica.lock_or_recover();
+        if replica.taken_over() {
+            let share = self.open_stand_in(&replica)?;
+            tracing::warn!(
+                index = replica.from(),
+                "serving lost server {}'s share from its mirror here (taken over earlier)",
+                replica.from()
+            );
+            self.stand_ins.lock_or_recover().insert(replica.from(), share);
         }
         Ok(())
     }
 
     /// The share a client names in its hello: this server's, or one it stands in for.
-    pub fn share(self: &Arc<Self>, index: Option<u32>) -> Option<Arc<Shared>> {
+    pub fn share(self: &Arc<Self>, index: Option<u32>) -> Option<Arc<ServerState>> {
         match index {
             None => Some(self.clone()),
             Some(i) if i as usize == self.index => Some(self.clone()),
@@ -246,7 +273,7 @@ impl Shared {
         // Stopped as `MirrorTo` none stops it, through the feed, so that a change a client
         // still connected makes (an in-process server's) waits for no acknowledgement.
         self.mirror_to(None, None);
-        let stand_ins: Vec<Arc<Shared>> = self.stand_ins.lock_or_recover().drain().map(|(_, share)| share).collect();
+        let stand_ins: Vec<Arc<ServerState>> = self.stand_ins.lock_or_recover().drain().map(|(_, share)| share).collect();
         for share in stand_ins {
             share.close()?;
         }
@@ -266,7 +293,7 @@ fn replace_task(slot: &Mutex<Option<tokio::task::AbortHandle>>, next: impl FnOnc
 
 /// A server bound to its address, not yet serving.
 pub struct Server {
-    shared: Arc<Shared>,
+    state: Arc<ServerState>,
     listener: TcpListener,
     root: PathBuf,
 }
@@ -275,9 +302,9 @@ impl Server {
     /// Opens the data directory under `config.root` (accounting for what an earlier run left
     /// there) and binds the listening address.
     pub async fn bind(config: ServerConfig) -> Result<Server> {
-        let shared = Shared::open(config.clone())?;
+        let server = ServerState::open(config.clone())?;
         let listener = TcpListener::bind(config.listen).await.map_err(|e| ServerError::os(&format!("bind {}", config.listen), e))?;
-        Ok(Server { shared, listener, root: config.root })
+        Ok(Server { state: server, listener, root: config.root })
     }
 
     /// The address the server listens on (the port chosen, when 0 was asked).
@@ -289,7 +316,7 @@ impl Server {
     /// `coordinator`. Without one they are refused with NotSupported; chunk copies, which
     /// each server does for its own chunks, are answered either way.
     pub fn attach_coordinator(&self, coordinator: Arc<dyn StageService>) {
-        if self.shared.coordinator.set(coordinator).is_err() {
+        if self.state.coordinator.set(coordinator).is_err() {
             tracing::warn!("a stage coordinator was attached already; the second one is ignored");
         }
     }
@@ -298,22 +325,22 @@ impl Server {
     /// temporary name then renamed, so a launcher never reads half of it), then serves until
     /// a client sends `Shutdown` or `stop` completes.
     pub async fn serve(self, stop: impl Future<Output = ()>) -> Result<()> {
-        let Server { shared, listener, root } = self;
+        let Server { state: server, listener, root } = self;
         let addr = listener.local_addr()?;
         let ready = root.join("ready");
         let tmp = root.join("ready.tmp");
         std::fs::write(&tmp, addr.to_string())?;
         std::fs::rename(&tmp, &ready)?;
-        tracing::info!(index = shared.index, count = shared.count, %addr, capacity = shared.data.capacity(), "server ready");
+        tracing::info!(index = server.index, count = server.count, %addr, capacity = server.data.capacity(), "server ready");
         tokio::pin!(stop);
         loop {
             tokio::select! {
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
                         keep_alive(&stream);
-                        let shared = shared.clone();
+                        let server = server.clone();
                         tokio::spawn(async move {
-                            if let Err(e) = conn::serve(shared, stream, peer).await {
+                            if let Err(e) = conn::serve(server, stream, peer).await {
                                 tracing::debug!(%peer, "connection ended: {e}");
                             }
                         });
@@ -324,7 +351,7 @@ impl Server {
                         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                     }
                 },
-                _ = shared.shutdown.notified() => {
+                _ = server.shutdown.notified() => {
                     tracing::info!("shutdown requested (by a client, or by the mirror link: see above)");
                     break;
                 }
@@ -333,11 +360,11 @@ impl Server {
         }
         let _ = std::fs::remove_file(&ready);
         // What holders of delegations answered goes into the shares before their snapshots.
-        let stand_ins: Vec<Arc<Shared>> = shared.stand_ins.lock_or_recover().values().cloned().collect();
-        for share in std::iter::once(&shared).chain(&stand_ins) {
+        let stand_ins: Vec<Arc<ServerState>> = server.stand_ins.lock_or_recover().values().cloned().collect();
+        for share in std::iter::once(&server).chain(&stand_ins) {
             share.delegations.give_all_back_before_stop(&share.watchers).await;
         }
-        shared.close()
+        server.close()
     }
 }
 

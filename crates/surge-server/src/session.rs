@@ -11,10 +11,10 @@ use surge_proto::Ino;
 
 use crate::conn::SharedWriter;
 use crate::watch::WatcherId;
-use crate::Shared;
+use crate::ServerState;
 
 pub(crate) struct Session {
-    pub shared: Arc<Shared>,
+    pub server: Arc<ServerState>,
     /// Where answers and notices go.
     pub writer: SharedWriter,
     /// Open handles this connection registered, released if it goes away without closing them.
@@ -47,10 +47,10 @@ pub(crate) struct WrittenBack {
 }
 
 impl Session {
-    pub fn new(shared: Arc<Shared>, writer: SharedWriter) -> Session {
+    pub fn new(server: Arc<ServerState>, writer: SharedWriter) -> Session {
         Session {
-            lock_connection: shared.locks.connection(),
-            shared,
+            lock_connection: server.locks.connection(),
+            server,
             writer,
             opens: HashMap::new(),
             watcher: None,
@@ -66,7 +66,7 @@ impl Session {
     /// From now on this connection is told of changes to what it was told about.
     pub fn watch(&mut self) {
         if self.watcher.is_none() {
-            let (id, notices) = self.shared.watchers.register();
+            let (id, notices) = self.server.watchers.register();
             self.watcher = Some(id);
             tokio::spawn(crate::conn::send_notices(notices, self.writer.clone()));
         }
@@ -81,14 +81,14 @@ impl Drop for Session {
     fn drop(&mut self) {
         for (ino, reserved) in std::mem::take(&mut self.reserved) {
             // What the client wrote itself before it went is kept and accounted.
-            let _ = self.shared.data.local_written(ino, reserved);
+            let _ = self.server.data.local_written(ino, reserved);
         }
         for (ino, count) in std::mem::take(&mut self.opens) {
             for _ in 0..count {
                 let released = {
-                    let mut meta = self.shared.meta.lock_or_recover();
+                    let mut meta = self.server.meta.lock_or_recover();
                     let released = meta.commit(ino, None, None, true, false);
-                    self.shared.journal_changes(&mut meta);
+                    self.server.journal_changes(&mut meta);
                     released
                 };
                 if let Ok(fate) = released {
@@ -97,23 +97,23 @@ impl Drop for Session {
                             ino = format!("{ino:#x}"),
                             "released an unlinked file of a vanished client; its chunks on other servers remain until teardown"
                         );
-                        let _ = self.shared.data.purge(ino);
+                        let _ = self.server.data.purge(ino);
                     }
                 }
             }
         }
-        if let Some(held) = &self.shared.held {
-            held.lock_or_recover().connection_ended(self.lock_connection);
+        if let Some(replica) = &self.server.replica {
+            replica.lock_or_recover().connection_ended(self.lock_connection);
         }
         if let Some(id) = self.watcher {
-            for dir in self.shared.delegations.connection_ended(id) {
+            for dir in self.server.delegations.connection_ended(id) {
                 tracing::info!(
                     dir = format!("{dir:#x}"),
                     "a delegation's holder went away: it may reclaim the directory for a few seconds"
                 );
             }
-            self.shared.watchers.unregister(id);
+            self.server.watchers.unregister(id);
         }
-        self.shared.locks.drop_connection(self.lock_connection);
+        self.server.locks.drop_connection(self.lock_connection);
     }
 }

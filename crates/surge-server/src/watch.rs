@@ -5,7 +5,7 @@
 //! hands such a connection an inode's attributes or a name in one of its directories, that the
 //! connection may be holding them. When another connection changes one of them, the watcher
 //! gets a [`Notice`] before the change is answered, so its cache can be kept for long without
-//! going stale: the scheme of NFSv4 delegations or CephFS capabilities. A notice that a name
+//! going stale. A notice that a name
 //! changed is acknowledged, and the change is answered only once every watcher acknowledged it
 //! (or after `ACK_TIMEOUT`): a watcher that answers "no such name" from what it knows of a
 //! directory can never miss a name that another client was already told exists. Attribute

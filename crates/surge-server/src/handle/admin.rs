@@ -5,6 +5,7 @@
 use surge_meta::error::{Result, ServerError};
 use surge_meta::poison_free::LockRecover;
 use surge_proto::admin::*;
+use surge_proto::call::Handle;
 use surge_proto::ServerStats;
 
 use super::Answer;
@@ -19,100 +20,14 @@ impl Session {
                 return Answer::Failure(e);
             }
         }
-        // A scan (`surge fsck`) sees the share whole: no directory delegated elsewhere, whose
-        // creates not written back would look like orphaned data.
+        // A scan (`surge fsck`) sees the share whole.
         let scans = matches!(request, AdminRequest::ListInodes(_) | AdminRequest::ListEntries(_) | AdminRequest::ListDataFiles(_));
-        if scans && self.shared.delegations.any() {
-            if let Err(e) = self.shared.delegations.guard(self.watcher, &[], true, &self.shared.watchers) {
+        if scans {
+            if let Err(e) = self.guard_scan() {
                 return Answer::Failure(e);
             }
         }
-        match request {
-            AdminRequest::StatFs(_) => {
-                let (shared, data) = (&self.shared, &self.shared.data);
-                let (inodes, files, dirs) = shared.meta.lock_or_recover().counts();
-                Answer::of::<StatFs>(Ok(ServerStats {
-                    server_index: shared.index as u32,
-                    capacity: data.capacity(),
-                    used: data.used(),
-                    inodes,
-                    files,
-                    dirs,
-                    read_bytes: data.read_bytes(),
-                    written_bytes: data.written_bytes(),
-                    holding_writers: data.holding_writers(),
-                    mirror: shared.mirror.state(),
-                    standing_in_for: shared.stand_ins.lock_or_recover().keys().map(|&i| i as u32).collect(),
-                    fenced: shared.fenced.load(std::sync::atomic::Ordering::Relaxed),
-                }))
-            }
-            AdminRequest::Shutdown(_) => Answer::Stop,
-            AdminRequest::Batch(batch) => {
-                let outcomes = batch.requests.into_iter().map(|request| self.batched(request)).collect();
-                Answer::of::<Batch>(Ok(outcomes))
-            }
-            AdminRequest::WriteBack(w) => {
-                let outcomes = (0..)
-                    .zip(w.steps)
-                    .map(|(i, step)| match w.first_seq.checked_add(i) {
-                        Some(seq) => self.written_back(crate::session::WrittenBack { dir: w.dir, token: w.token, seq }, step),
-                        None => {
-                            Err(surge_proto::Error::new(surge_proto::ErrorCode::Invalid, "a write-back's steps are numbered past 2^64"))
-                        }
-                    })
-                    .collect();
-                // The holder forgets what is answered: it must survive a crash of this server.
-                self.durable = Some(self.shared.journal.last_seq());
-                Answer::of::<WriteBack>(Ok(outcomes))
-            }
-            AdminRequest::Watch(_) => {
-                self.watch();
-                Answer::of::<Watch>(Ok(()))
-            }
-            AdminRequest::NoticeSeen(seen) => {
-                self.shared.watchers.seen(seen.ack);
-                Answer::Nothing
-            }
-            AdminRequest::SyncMetadata(_) => {
-                // The connection answers once the journal holds this sequence number.
-                self.durable = Some(self.shared.journal.last_seq());
-                Answer::of::<SyncMetadata>(Ok(()))
-            }
-            AdminRequest::ListInodes(list) => Answer::of::<ListInodes>(Ok(self.shared.meta.lock_or_recover().inode_page(list.after))),
-            AdminRequest::ListEntries(list) => Answer::of::<ListEntries>(Ok(self.shared.meta.lock_or_recover().entry_page(list.after))),
-            AdminRequest::ListDataFiles(list) => Answer::of::<ListDataFiles>(self.shared.data.data_file_page(list.after)),
-            AdminRequest::MirrorTo(to) => {
-                let outcome = match self.shared.config.replicas {
-                    1 if to.to.is_some() => Err(ServerError::new(
-                        surge_proto::ErrorCode::NotSupported,
-                        "this server keeps one replica (started without --replicas 2)",
-                    )),
-                    _ if to.failover_after_ms.is_some() && (to.peers.len() < 3 || to.peers.len() != self.shared.count) => {
-                        Err(ServerError::new(
-                            surge_proto::ErrorCode::Invalid,
-                            format!(
-                                "automatic failover needs every server's address, and three servers or more ({} given)",
-                                to.peers.len()
-                            ),
-                        ))
-                    }
-                    _ => {
-                        let plan = to.failover_after_ms.map(|ms| crate::mirror::failover::Plan {
-                            peers: to.peers,
-                            after: std::time::Duration::from_millis(ms.max(crate::mirror::failover::SHORTEST_DELAY_MS)),
-                        });
-                        self.shared.mirror_to(to.to, plan);
-                        Ok(())
-                    }
-                };
-                Answer::of::<MirrorTo>(outcome)
-            }
-            AdminRequest::CanReach(c) => Answer::later::<CanReach>(async move { Ok(crate::mirror::failover::reachable(c.addr).await) }),
-            AdminRequest::TakeOver(t) => {
-                // Replays the lost share's journal: a blocking step, like any metadata step.
-                Answer::of::<TakeOver>(self.shared.take_over(t.index as usize))
-            }
-        }
+        request.dispatch(self)
     }
 
     /// Where identities are checked, what runs or changes the instance itself (stopping a
@@ -122,12 +37,123 @@ impl Session {
         let Some(caller) = &self.caller else { return Ok(()) };
         // SAFETY: geteuid takes no arguments and cannot fail.
         let server_uid = unsafe { libc::geteuid() };
-        if [0, self.shared.config.owner_uid, server_uid].contains(&caller.uid) {
+        if [0, self.server.config.owner_uid, server_uid].contains(&caller.uid) {
             return Ok(());
         }
         Err(ServerError::new(
             surge_proto::ErrorCode::AccessDenied,
-            format!("{what}: for the instance's owner (uid {}) alone", self.shared.config.owner_uid),
+            format!("{what}: for the instance's owner (uid {}) alone", self.server.config.owner_uid),
         ))
+    }
+}
+
+impl Handle<StatFs, Answer> for Session {
+    fn handle(&mut self, _: StatFs) -> Answer {
+        let (server, data) = (&self.server, &self.server.data);
+        let (inodes, files, dirs) = server.meta.lock_or_recover().counts();
+        Answer::of::<StatFs>(Ok(ServerStats {
+            server_index: server.index as u32,
+            capacity: data.capacity(),
+            used: data.used(),
+            inodes,
+            files,
+            dirs,
+            read_bytes: data.read_bytes(),
+            written_bytes: data.written_bytes(),
+            holding_writers: server.workflow.holding_writers(data),
+            mirror: server.mirror.state(),
+            standing_in_for: server.stand_ins.lock_or_recover().keys().map(|&i| i as u32).collect(),
+            fenced: server.fenced.load(std::sync::atomic::Ordering::Relaxed),
+        }))
+    }
+}
+
+impl Handle<Shutdown, Answer> for Session {
+    fn handle(&mut self, _: Shutdown) -> Answer {
+        Answer::Stop
+    }
+}
+
+impl Handle<Batch, Answer> for Session {
+    fn handle(&mut self, batch: Batch) -> Answer {
+        let outcomes = batch.requests.into_iter().map(|request| self.batched(request)).collect();
+        Answer::of::<Batch>(Ok(outcomes))
+    }
+}
+
+impl Handle<Watch, Answer> for Session {
+    fn handle(&mut self, _: Watch) -> Answer {
+        self.watch();
+        Answer::of::<Watch>(Ok(()))
+    }
+}
+
+impl Handle<NoticeSeen, Answer> for Session {
+    fn handle(&mut self, seen: NoticeSeen) -> Answer {
+        self.server.watchers.seen(seen.ack);
+        Answer::Nothing
+    }
+}
+
+impl Handle<SyncMetadata, Answer> for Session {
+    fn handle(&mut self, _: SyncMetadata) -> Answer {
+        // The connection answers once the journal holds this sequence number.
+        self.durable = Some(self.server.journal.last_seq());
+        Answer::of::<SyncMetadata>(Ok(()))
+    }
+}
+
+impl Handle<ListInodes, Answer> for Session {
+    fn handle(&mut self, list: ListInodes) -> Answer {
+        Answer::of::<ListInodes>(Ok(self.server.meta.lock_or_recover().inode_page(list.after)))
+    }
+}
+
+impl Handle<ListEntries, Answer> for Session {
+    fn handle(&mut self, list: ListEntries) -> Answer {
+        Answer::of::<ListEntries>(Ok(self.server.meta.lock_or_recover().entry_page(list.after)))
+    }
+}
+
+impl Handle<ListDataFiles, Answer> for Session {
+    fn handle(&mut self, list: ListDataFiles) -> Answer {
+        Answer::of::<ListDataFiles>(self.server.data.data_file_page(list.after))
+    }
+}
+
+impl Handle<MirrorTo, Answer> for Session {
+    fn handle(&mut self, to: MirrorTo) -> Answer {
+        let server = &self.server;
+        let outcome = match server.config.replicas {
+            1 if to.to.is_some() => {
+                Err(ServerError::new(surge_proto::ErrorCode::NotSupported, "this server keeps one replica (started without --replicas 2)"))
+            }
+            _ if to.failover_after_ms.is_some() && (to.peers.len() < 3 || to.peers.len() != server.count) => Err(ServerError::new(
+                surge_proto::ErrorCode::Invalid,
+                format!("automatic failover needs every server's address, and three servers or more ({} given)", to.peers.len()),
+            )),
+            _ => {
+                let plan = to.failover_after_ms.map(|ms| crate::mirror::failover::Plan {
+                    peers: to.peers,
+                    after: std::time::Duration::from_millis(ms.max(crate::mirror::failover::SHORTEST_DELAY_MS)),
+                });
+                server.mirror_to(to.to, plan);
+                Ok(())
+            }
+        };
+        Answer::of::<MirrorTo>(outcome)
+    }
+}
+
+impl Handle<CanReach, Answer> for Session {
+    fn handle(&mut self, c: CanReach) -> Answer {
+        Answer::later::<CanReach>(async move { Ok(crate::mirror::failover::reachable(c.addr).await) })
+    }
+}
+
+impl Handle<TakeOver, Answer> for Session {
+    fn handle(&mut self, t: TakeOver) -> Answer {
+        // Replays the lost share's journal: a blocking step, like any metadata step.
+        Answer::of::<TakeOver>(self.server.take_over(t.index as usize))
     }
 }

@@ -2,6 +2,7 @@
 //! aside for a client on its node that writes them itself.
 
 use surge_meta::error::{Result, ServerError};
+use surge_proto::call::Handle;
 use surge_proto::data::*;
 
 use surge_proto::ticket::{Ticket, PURGE, READ, WRITE};
@@ -24,109 +25,126 @@ impl Session {
             request,
             DataRequest::Read(_) | DataRequest::DataExtents(_) | DataRequest::Allocated(_) | DataRequest::ReserveLocal(_)
         );
-        let answer = self.data_answer(request, payload);
+        let answer = request.dispatch(&mut DataCall { session: self, payload });
         // A change is answered once the mirror has it too (while it is in step).
         if changes && matches!(answer, Answer::Reply { .. }) {
-            self.mirrored = self.shared.mirror.barrier();
+            self.mirrored = self.server.mirror.barrier();
         }
         answer
     }
+}
 
-    fn data_answer(&mut self, request: DataRequest, payload: Vec<u8>) -> Answer {
-        let data = &self.shared.data;
-        match request {
-            DataRequest::Write(w) => match data.write_must_wait(w.ino, w.offset, payload.len() as u64).filter(|_| w.may_wait) {
-                Some(growth) => self.when_room::<Write>(growth, move |data| data.write(w.ino, w.offset, &payload)),
-                None => Answer::of::<Write>(data.write(w.ino, w.offset, &payload)),
-            },
-            DataRequest::Allocate(a) if a.may_wait && a.mode != AllocateMode::PunchHole && data.must_wait(a.len) => {
-                self.when_room::<Allocate>(a.len, move |data| data.allocate(a.ino, a.offset, a.len, a.mode))
-            }
-            DataRequest::Read(r) if r.len >= SENDFILE_MIN => match data.read_source(r.ino, r.offset, r.len) {
-                Ok(Some(source)) => Answer::File(source),
-                Ok(None) => Answer::of::<Read>(Ok(())),
-                Err(e) => Answer::Failure(e),
-            },
-            DataRequest::Read(r) => match data.read(r.ino, r.offset, r.len) {
-                Ok(bytes) => Answer::Reply { message: Vec::new(), payload: bytes },
-                Err(e) => Answer::Failure(e),
-            },
-            DataRequest::TruncateData(t) => Answer::of::<TruncateData>(data.truncate(t.ino, t.size)),
-            DataRequest::PurgeData(p) => Answer::of::<PurgeData>(data.purge(p.ino)),
-            DataRequest::SyncData(s) => Answer::of::<SyncData>(data.sync(s.ino)),
-            DataRequest::Allocate(a) => Answer::of::<Allocate>(data.allocate(a.ino, a.offset, a.len, a.mode)),
-            DataRequest::DataExtents(e) => Answer::of::<DataExtents>(data.extents(e.ino, e.from, e.to)),
-            DataRequest::Allocated(a) => Answer::of::<Allocated>(data.allocated(&a.inos)),
-            DataRequest::ReserveLocal(r) => {
-                // Past the high-water mark room is not set aside: the client's writes then go
-                // over the network, where they wait for room ([`Session::when_room`]).
-                let outcome = match data.past_high_water(r.bytes) {
-                    true => Err(ServerError::new(ErrorCode::NoSpace, "past the high-water mark: no room set aside for local writes")),
-                    false => data.reserve_local(r.ino, r.bytes),
-                };
-                if outcome.is_ok() {
-                    *self.reserved.entry(r.ino).or_default() += r.bytes;
-                }
-                Answer::of::<ReserveLocal>(outcome)
-            }
-            DataRequest::LocalWritten(w) => {
-                let held = self.reserved.get(&w.ino).copied().unwrap_or(0);
-                let released = w.reserved.min(held);
-                if held == released {
-                    self.reserved.remove(&w.ino);
-                } else {
-                    self.reserved.insert(w.ino, held - released);
-                }
-                Answer::of::<LocalWritten>(data.local_written(w.ino, released))
-            }
+/// A data request being answered: the connection's session and the frame's payload (the
+/// bytes of a write; empty for the other calls).
+struct DataCall<'s> {
+    session: &'s mut Session,
+    payload: Vec<u8>,
+}
+
+impl Handle<Write, Answer> for DataCall<'_> {
+    fn handle(&mut self, w: Write) -> Answer {
+        let payload = std::mem::take(&mut self.payload);
+        let data = &self.session.server.data;
+        match self.session.server.workflow.write_must_wait(data, w.ino, w.offset, payload.len() as u64).filter(|_| w.may_wait) {
+            Some(growth) => self.session.when_room::<Write>(growth, move |data| data.write(w.ino, w.offset, &payload)),
+            None => Answer::of::<Write>(data.write(w.ino, w.offset, &payload)),
         }
     }
 }
 
-/// How often a write held at the high-water mark looks whether there is room again.
-const ROOM_CHECK: std::time::Duration = std::time::Duration::from_millis(20);
+impl Handle<Allocate, Answer> for DataCall<'_> {
+    fn handle(&mut self, a: Allocate) -> Answer {
+        let data = &self.session.server.data;
+        if a.may_wait && a.mode != AllocateMode::PunchHole && self.session.server.workflow.must_wait(data, a.len) {
+            return self.session.when_room::<Allocate>(a.len, move |data| data.allocate(a.ino, a.offset, a.len, a.mode));
+        }
+        Answer::of::<Allocate>(data.allocate(a.ino, a.offset, a.len, a.mode))
+    }
+}
+
+impl Handle<Read, Answer> for DataCall<'_> {
+    fn handle(&mut self, r: Read) -> Answer {
+        let data = &self.session.server.data;
+        if r.len >= SENDFILE_MIN {
+            return match data.read_source(r.ino, r.offset, r.len) {
+                Ok(Some(source)) => Answer::File(source),
+                Ok(None) => Answer::of::<Read>(Ok(())),
+                Err(e) => Answer::Failure(e),
+            };
+        }
+        match data.read(r.ino, r.offset, r.len) {
+            Ok(bytes) => Answer::Reply { message: Vec::new(), payload: bytes },
+            Err(e) => Answer::Failure(e),
+        }
+    }
+}
+
+impl Handle<TruncateData, Answer> for DataCall<'_> {
+    fn handle(&mut self, t: TruncateData) -> Answer {
+        Answer::of::<TruncateData>(self.session.server.data.truncate(t.ino, t.size))
+    }
+}
+
+impl Handle<PurgeData, Answer> for DataCall<'_> {
+    fn handle(&mut self, p: PurgeData) -> Answer {
+        Answer::of::<PurgeData>(self.session.server.data.purge(p.ino))
+    }
+}
+
+impl Handle<SyncData, Answer> for DataCall<'_> {
+    fn handle(&mut self, s: SyncData) -> Answer {
+        Answer::of::<SyncData>(self.session.server.data.sync(s.ino))
+    }
+}
+
+impl Handle<DataExtents, Answer> for DataCall<'_> {
+    fn handle(&mut self, e: DataExtents) -> Answer {
+        Answer::of::<DataExtents>(self.session.server.data.extents(e.ino, e.from, e.to))
+    }
+}
+
+impl Handle<Allocated, Answer> for DataCall<'_> {
+    fn handle(&mut self, a: Allocated) -> Answer {
+        Answer::of::<Allocated>(self.session.server.data.allocated(&a.inos))
+    }
+}
+
+impl Handle<ReserveLocal, Answer> for DataCall<'_> {
+    fn handle(&mut self, r: ReserveLocal) -> Answer {
+        let data = &self.session.server.data;
+        // Past the high-water mark room is not set aside: the client's writes then go over
+        // the network, where they wait for room ([`Session::when_room`]).
+        let outcome = match self.session.server.workflow.past_high_water(data, r.bytes) {
+            true => Err(ServerError::new(ErrorCode::NoSpace, "past the high-water mark: no room set aside for local writes")),
+            false => data.reserve_local(r.ino, r.bytes),
+        };
+        if outcome.is_ok() {
+            *self.session.reserved.entry(r.ino).or_default() += r.bytes;
+        }
+        Answer::of::<ReserveLocal>(outcome)
+    }
+}
+
+impl Handle<LocalWritten, Answer> for DataCall<'_> {
+    fn handle(&mut self, w: LocalWritten) -> Answer {
+        let reserved = &mut self.session.reserved;
+        let held = reserved.get(&w.ino).copied().unwrap_or(0);
+        let released = w.reserved.min(held);
+        if held == released {
+            reserved.remove(&w.ino);
+        } else {
+            reserved.insert(w.ino, held - released);
+        }
+        Answer::of::<LocalWritten>(self.session.server.data.local_written(w.ino, released))
+    }
+}
 
 impl Session {
-    /// Runs `op` (a write needing `growth` bytes) once the share has come back down to its
-    /// low-water mark, in a task of its own; after the back-pressure's wait it fails with
-    /// NoSpace instead, and the reason is logged.
-    fn when_room<C: surge_proto::Call>(
-        &self,
-        growth: u64,
-        op: impl FnOnce(&crate::data::DataStore) -> Result<C::Reply> + Send + 'static,
-    ) -> Answer {
-        let shared = self.shared.clone();
-        Answer::later::<C>(async move {
-            let data = &shared.data;
-            let marks = data.watermarks().expect("only held with watermarks");
-            let start = std::time::Instant::now();
-            while data.must_wait(growth) {
-                if start.elapsed() >= marks.wait {
-                    let detail = format!(
-                        "server share past its high-water mark ({} of {} bytes used or set aside) for {:.0} s: nothing \
-                         freed room (no retention policy let files go, no consumer removed any)",
-                        data.filled(),
-                        data.capacity(),
-                        marks.wait.as_secs_f64()
-                    );
-                    tracing::warn!("write of {growth} bytes refused: {detail}");
-                    return Err(ServerError::new(ErrorCode::NoSpace, detail));
-                }
-                tokio::time::sleep(ROOM_CHECK).await;
-            }
-            let done = op(data)?;
-            if let Some(seq) = shared.mirror.barrier() {
-                shared.mirror.reached(seq).await;
-            }
-            Ok(done)
-        })
-    }
-
     /// Where this server checks identities, a data request needs a ticket from the file's
     /// home that names this connection's caller and grants what the request does (root, the
     /// stage coordinator beside the servers among others, needs none).
     fn authorize_data(&self, request: &DataRequest) -> Result<()> {
-        let Some(key) = &self.shared.ticket_key else { return Ok(()) };
+        let Some(key) = &self.server.ticket_key else { return Ok(()) };
         let Some(caller) = &self.caller else { return Ok(()) };
         if caller.uid == 0 {
             return Ok(());

@@ -1,5 +1,7 @@
 //! Answering requests: one module per service, each a set of handlers on the connection's
-//! [`Session`]. A handler returns an [`Answer`]: an encoded reply (and payload), a failure, a
+//! [`Session`], one per call ([`surge_proto::call::Handle`]), to which the service's
+//! generated `dispatch` hands each call: a call without a handler does not compile. A
+//! handler returns an [`Answer`]: an encoded reply (and payload), a failure, a
 //! read to send straight from its data file, or an answer that comes later from a task of its
 //! own. The connection ([`crate::conn`]) writes answers out; it knows no request.
 
@@ -8,7 +10,6 @@ mod data;
 mod mirror;
 mod namespace;
 mod staging;
-mod workflow;
 mod xattrs;
 
 use std::future::Future;
@@ -63,16 +64,16 @@ impl Session {
     pub(crate) fn handle(&mut self, request: Request, payload: Vec<u8>) -> Answer {
         use surge_proto::admin::AdminRequest::{CanReach, Shutdown, StatFs};
         let asks_nothing_of_the_share = matches!(request, Request::Admin(StatFs(_) | Shutdown(_) | CanReach(_)));
-        if self.shared.fenced.load(std::sync::atomic::Ordering::Relaxed) && !asks_nothing_of_the_share {
+        if self.server.fenced.load(std::sync::atomic::Ordering::Relaxed) && !asks_nothing_of_the_share {
             let detail = "this server is cut off from most of its instance and answers nothing, lest its share be served twice";
             return Answer::Failure(ServerError::new(surge_proto::ErrorCode::ServerDown, detail));
         }
         match request {
             Request::Namespace(request) => self.namespace(request),
             Request::Data(request) => self.data(request, payload),
-            Request::Staging(request) => self.staging(request),
+            Request::Staging(request) => request.dispatch(self),
             Request::Admin(request) => self.admin(request),
-            Request::Workflow(request) => self.workflow(request),
+            Request::Workflow(request) => request.dispatch(self),
             Request::Mirror(request) => self.mirror(request, &payload),
         }
     }

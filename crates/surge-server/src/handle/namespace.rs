@@ -11,6 +11,7 @@ use surge_meta::poison_free::LockRecover;
 use surge_meta::MetaStore;
 use surge_proto::acl::Acl;
 use surge_proto::admin::BatchOutcome;
+use surge_proto::call::Handle;
 use surge_proto::namespace::*;
 use surge_proto::placement::DirLayout;
 use surge_proto::{Call, DirEntry, DirPage, Ino, LinkOutcome, Unlinked};
@@ -18,8 +19,7 @@ use surge_proto::{Call, DirEntry, DirPage, Ino, LinkOutcome, Unlinked};
 use super::Answer;
 use surge_proto::ticket::{Ticket, TicketKey, PURGE, UNLINK};
 
-use crate::locks::{Owner, Wanted};
-use crate::session::{Session, WrittenBack};
+use crate::session::Session;
 use crate::watch::Effects;
 use surge_proto::ErrorCode;
 
@@ -115,6 +115,12 @@ pub(crate) trait Step: Call {
         false
     }
 
+    /// Why the step is taken only in a delegation's write-back (it names an inode number the
+    /// holder chose), if it is: elsewhere it is refused before it runs.
+    fn written_back_only(&self) -> Option<&'static str> {
+        None
+    }
+
     fn run(&self, cx: &mut StepContext) -> Result<Self::Reply>;
 
     /// What the step, answered with `reply`, told its connection and changed.
@@ -123,116 +129,31 @@ pub(crate) trait Step: Call {
     }
 }
 
+/// A namespace step is answered by running it ([`Session::step`]); the calls that are no
+/// steps have handlers of their own, with their features ([`crate::delegations`],
+/// [`crate::locks`]).
+impl<S: Step> Handle<S, Answer> for Session {
+    fn handle(&mut self, step: S) -> Answer {
+        if self.written_back.is_none() {
+            if let Some(why) = step.written_back_only() {
+                return Answer::Failure(ServerError::new(ErrorCode::Invalid, why));
+            }
+        }
+        Answer::of::<S>(self.step(step))
+    }
+}
+
 impl Session {
+    /// Answers a namespace call, after the delegations' guard.
     pub(super) fn namespace(&mut self, request: NamespaceRequest) -> Answer {
-        // A write-back's steps were checked against its delegation (`WriteBack`).
-        if self.shared.delegations.any() && self.written_back.is_none() {
-            let mut named = crate::delegation::named(&request);
-            if let Some((parent, name)) = crate::delegation::removed_by_name(&request) {
-                if let Ok(entry) = self.shared.meta.lock_or_recover().lookup(parent, name) {
-                    named.push(entry.ino);
-                }
-            }
-            if let Err(e) = self.shared.delegations.guard(self.watcher, &named, false, &self.shared.watchers) {
-                return Answer::Failure(e);
-            }
+        if let Err(e) = self.guard_delegated(&request) {
+            return Answer::Failure(e);
         }
-        match request {
-            NamespaceRequest::Lookup(s) => self.answer_step(s),
-            NamespaceRequest::GetAttr(s) => self.answer_step(s),
-            NamespaceRequest::NoteAllocation(s) => self.answer_step(s),
-            NamespaceRequest::SetAttr(s) => self.answer_step(s),
-            NamespaceRequest::Create(s) => self.answer_step(s),
-            NamespaceRequest::Symlink(s) => self.answer_step(s),
-            NamespaceRequest::MakeNode(s) => self.answer_step(s),
-            NamespaceRequest::Readlink(s) => self.answer_step(s),
-            NamespaceRequest::MakeDirInode(s) => self.answer_step(s),
-            NamespaceRequest::DropInode(s) => self.answer_step(s),
-            NamespaceRequest::InsertEntry(s) => self.answer_step(s),
-            NamespaceRequest::MakeDir(s) if s.ino.is_none() || self.written_back.is_some() => self.answer_step(s),
-            NamespaceRequest::MakeDir(_) => Answer::Failure(ServerError::new(
-                ErrorCode::Invalid,
-                "a mkdir with a number is written back only in a delegation's write-back",
-            )),
-            NamespaceRequest::Unlink(s) => self.answer_step(s),
-            NamespaceRequest::Rmdir(s) => self.answer_step(s),
-            NamespaceRequest::RetireDir(s) => self.answer_step(s),
-            NamespaceRequest::UnretireDir(s) => self.answer_step(s),
-            NamespaceRequest::RemoveEntry(s) => self.answer_step(s),
-            NamespaceRequest::DropLink(s) => self.answer_step(s),
-            NamespaceRequest::AddLink(s) => self.answer_step(s),
-            NamespaceRequest::SetParent(s) => self.answer_step(s),
-            NamespaceRequest::SetLinks(s) => self.answer_step(s),
-
-            NamespaceRequest::Rename(s) => self.answer_step(s),
-            NamespaceRequest::Exchange(s) => self.answer_step(s),
-            NamespaceRequest::SwapEntry(s) => self.answer_step(s),
-            NamespaceRequest::RenamePrepare(s) => self.answer_step(s),
-            NamespaceRequest::RenameFinish(s) => self.answer_step(s),
-            NamespaceRequest::Readdir(s) => self.answer_step(s),
-            NamespaceRequest::Open(s) => self.answer_step(s),
-            NamespaceRequest::Commit(s) => self.answer_step(s),
-            NamespaceRequest::Grant(s) => self.answer_step(s),
-            NamespaceRequest::Append(s) => self.answer_step(s),
-            NamespaceRequest::GetXattr(s) => self.answer_step(s),
-            NamespaceRequest::SetXattr(s) => self.answer_step(s),
-            NamespaceRequest::ListXattr(s) => self.answer_step(s),
-            NamespaceRequest::RemoveXattr(s) => self.answer_step(s),
-            NamespaceRequest::LayoutOf(s) => self.answer_step(s),
-            NamespaceRequest::Delegate(s) => Answer::of::<Delegate>(self.delegate(s)),
-            NamespaceRequest::CreateAs(s) if self.written_back.is_some() => self.answer_step(s),
-            NamespaceRequest::CreateAs(_) => {
-                Answer::Failure(ServerError::new(ErrorCode::Invalid, "a create-as is written back only in a delegation's write-back"))
-            }
-            NamespaceRequest::GiveBack(s) => Answer::of::<GiveBack>(self.give_back(s)),
-            NamespaceRequest::Reclaim(s) => Answer::of::<Reclaim>(self.reclaim(s)),
-            NamespaceRequest::Renew(s) => Answer::of::<Renew>(self.renew(s)),
-            NamespaceRequest::SetLock(s) => self.set_lock(s),
-            NamespaceRequest::GetLock(s) => Answer::of::<GetLock>(self.lockable(s.ino).map(|()| {
-                let wanted = self.wanted(s.owner, 0, s.kind, s.start, s.end);
-                self.shared.locks.conflict(s.ino, &wanted)
-            })),
-        }
-    }
-
-    /// A lock as the lock table takes it: an owner of this connection's.
-    fn wanted(&self, owner: u64, pid: u32, kind: surge_proto::LockKind, start: u64, end: u64) -> Wanted {
-        Wanted { owner: Owner { connection: self.lock_connection, owner }, pid, kind, start, end }
-    }
-
-    /// Locks are taken on regular files homed here that the caller may open.
-    fn lockable(&self, ino: Ino) -> Result<()> {
-        let meta = self.shared.meta.lock_or_recover();
-        let perms = meta.perms(ino)?;
-        if perms.attr.kind != surge_proto::FileKind::File {
-            return Err(ServerError::new(ErrorCode::Invalid, "locks are taken on regular files"));
-        }
-        match &self.caller {
-            Some(caller) => caller.check_open(perms),
-            None => Ok(()),
-        }
-    }
-
-    /// Takes or gives back a lock; a wait for one is answered later, by a task of its own,
-    /// so this connection's other requests go on meanwhile.
-    fn set_lock(&mut self, s: SetLock) -> Answer {
-        if s.kind != surge_proto::LockKind::Unlock {
-            if let Err(e) = self.lockable(s.ino) {
-                return Answer::Failure(e);
-            }
-        }
-        let wanted = self.wanted(s.owner, s.pid, s.kind, s.start, s.end);
-        match self.shared.locks.set(s.ino, &wanted) {
-            Err(e) if e.code == ErrorCode::Locked && s.wait => {
-                let shared = self.shared.clone();
-                Answer::later::<SetLock>(async move { shared.locks.wait(s.ino, wanted).await })
-            }
-            other => Answer::of::<SetLock>(other),
-        }
+        request.dispatch(self)
     }
 
     /// One step of a batch: its encoded reply, or why it failed.
-    pub(super) fn batched(&mut self, request: NamespaceRequest) -> BatchOutcome {
+    pub(crate) fn batched(&mut self, request: NamespaceRequest) -> BatchOutcome {
         match self.namespace(request) {
             Answer::Reply { message, .. } => Ok(message),
             Answer::Failure(e) => Err(e.into()),
@@ -242,121 +163,19 @@ impl Session {
         }
     }
 
-    /// Grants directory `d.dir`'s delegation to this connection when rule 1 of
-    /// docs/delegation.md allows it (see [`Delegate`]).
-    fn delegate(&mut self, d: Delegate) -> Result<Delegated> {
-        let refuse = |why: String| Err(ServerError::new(ErrorCode::NotPermitted, format!("no delegation of {:#x}: {why}", d.dir)));
-        let Some(me) = self.watcher else {
-            return refuse("only a watching connection may hold one (a recall reaches it as a notice)".into());
-        };
-        if self.shared.delegations.stopping() {
-            return refuse("the server is stopping".into());
-        }
-        check_delegated_count(d.count)?;
-        let shared = self.shared.clone();
-        // Under the ledger: no step can tell another connection a name of the directory
-        // between the check and the grant.
-        let ledger = shared.watchers.lock();
-        let mut meta = shared.meta.lock_or_recover();
-        if let Some(caller) = &self.caller {
-            let perms = meta.perms(d.dir)?;
-            if caller.uid != perms.attr.uid {
-                return refuse(format!("uid {} does not own it", caller.uid));
-            }
-            caller.check(perms, WRITE | EXEC, "delegate")?;
-        }
-        meta.delegable(d.dir)?;
-        if let Some(holder) = shared.delegations.delegated_to(d.dir) {
-            let whom = match holder {
-                Some(holder) if holder == me => " to this connection",
-                Some(_) => "",
-                None => " to a holder that may reclaim it",
-            };
-            return refuse(format!("already delegated{whom}"));
-        }
-        if ledger.others_hold_names(d.dir, me) {
-            return refuse("other clients hold names in it".into());
-        }
-        let inos = meta.set_aside(d.dir, d.count, d.place_on.map(|s| s as usize))?;
-        // Never handed out again: the delegation's name for ever.
-        let token = inos[0];
-        meta.delegation_granted(d.dir, token, inos.clone());
-        // Durable before the holder uses it: the numbers must never be handed out again, and
-        // the holder must find its delegation after a crash here.
-        let seq = shared.journal_changes(&mut meta);
-        self.durable = self.durable.max(Some(seq));
-        shared.delegations.grant(d.dir, me, token, inos.clone());
-        Ok(Delegated { inos, token })
-    }
-
-    /// The holder asks for more numbers for its creates (see [`Renew`]); answered once they
-    /// are durable, as a grant's.
-    fn renew(&mut self, r: Renew) -> Result<Vec<Ino>> {
-        check_delegated_count(r.count)?;
-        let shared = self.shared.clone();
-        shared.delegations.may_renew(self.watcher, r.dir, r.token)?;
-        let mut meta = shared.meta.lock_or_recover();
-        let inos = meta.set_aside(r.dir, r.count, r.place_on.map(|s| s as usize))?;
-        meta.delegation_renewed(r.dir, r.token, inos.clone());
-        let seq = shared.journal_changes(&mut meta);
-        self.durable = self.durable.max(Some(seq));
-        if !shared.delegations.renewed(r.dir, r.token, &inos) {
-            return Err(ServerError::new(ErrorCode::NotFound, format!("delegation {:#x} of {:#x} ended", r.token, r.dir)));
-        }
-        Ok(inos)
-    }
-
-    /// The holder gives its delegation up; its end is journaled at once (else a restart
-    /// would hold the directory for a holder that is not coming back).
-    fn give_back(&mut self, g: GiveBack) -> Result<()> {
-        self.shared.delegations.give_back(self.watcher, g.dir, g.token)?;
-        self.shared.journal_changes(&mut self.shared.meta.lock_or_recover());
-        Ok(())
-    }
-
-    /// A holder that lost its connection or its home's restart takes its delegation up again
-    /// (see [`Reclaim`]): the last step of its log applied here.
-    fn reclaim(&mut self, r: Reclaim) -> Result<u64> {
-        let meta = self.shared.meta.lock_or_recover();
-        let applied = meta.delegation(r.dir, r.token).map(|mark| mark.applied);
-        self.shared.delegations.reclaim(self.watcher, r.dir, r.token)?;
-        applied.ok_or_else(|| ServerError::new(ErrorCode::NotFound, format!("delegation {:#x} of {:#x} is not journaled", r.token, r.dir)))
-    }
-
-    /// One step of delegation `mark`'s write-back, checked against the delegation.
-    pub(super) fn written_back(&mut self, mark: WrittenBack, step: NamespaceRequest) -> BatchOutcome {
-        if let Err(e) = self.shared.delegations.may_write_back(self.watcher, mark.dir, mark.token, &step) {
-            return Err(e.into());
-        }
-        self.written_back = Some(mark);
-        let outcome = self.batched(step);
-        if let Some(mark) = self.written_back.take() {
-            // Not run as a step (it cannot happen for the four kinds a write-back holds; a step
-            // must still never be reported applied without its mark).
-            let mut meta = self.shared.meta.lock_or_recover();
-            meta.delegation_applied(mark.dir, mark.token, mark.seq);
-            self.shared.journal_changes(&mut meta);
-        }
-        outcome
-    }
-
-    fn answer_step<S: Step>(&mut self, step: S) -> Answer {
-        Answer::of::<S>(self.step(step))
-    }
-
     /// Runs a step under the metadata lock; when anybody watches, under the ledger too, so no
     /// change can slip between what a watcher is told and its registration.
     fn step<S: Step>(&mut self, step: S) -> Result<S::Reply> {
-        let shared = self.shared.clone();
-        let watching = S::WATCHED && (self.watcher.is_some() || shared.watchers.any());
-        let mut ledger = watching.then(|| shared.watchers.lock());
+        let server = self.server.clone();
+        let watching = S::WATCHED && (self.watcher.is_some() || server.watchers.any());
+        let mut ledger = watching.then(|| server.watchers.lock());
         let reply = {
-            let mut meta = shared.meta.lock_or_recover();
+            let mut meta = server.meta.lock_or_recover();
             let mut cx = StepContext {
                 meta: &mut meta,
                 opens: &mut self.opens,
                 caller: self.caller.as_ref(),
-                ticket_key: shared.ticket_key.as_ref(),
+                ticket_key: server.ticket_key.as_ref(),
             };
             let reply = step.run(&mut cx);
             if let Some(mark) = self.written_back.take() {
@@ -364,7 +183,7 @@ impl Session {
             }
             // Journaled whatever the outcome: a failed step may have changed nothing, or
             // something before it failed.
-            let seq = shared.journal_changes(&mut meta);
+            let seq = server.journal_changes(&mut meta);
             if step.durable() {
                 self.durable = self.durable.max(Some(seq));
             }
@@ -454,6 +273,10 @@ impl Step for Create {
 /// A create written back by a delegation's holder (which [`Session::namespace`] checked):
 /// the checks a create makes, with the holder's inode number.
 impl Step for CreateAs {
+    fn written_back_only(&self) -> Option<&'static str> {
+        Some("a create-as is written back only in a delegation's write-back")
+    }
+
     fn run(&self, cx: &mut StepContext) -> Result<DirEntry> {
         cx.check_create(self.parent, self.uid, self.gid)?;
         let entry = cx.meta.create_as(self.parent, &self.name, self.ino, self.mode, self.umask, self.uid, self.gid, self.open)?;
@@ -575,6 +398,10 @@ impl Step for MakeDir {
     /// Durable once answered, as the link step of a mkdir in two steps is.
     fn durable(&self) -> bool {
         true
+    }
+
+    fn written_back_only(&self) -> Option<&'static str> {
+        self.ino.map(|_| "a mkdir with a number is written back only in a delegation's write-back")
     }
 
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {
@@ -867,7 +694,7 @@ impl Step for Append {
     }
 }
 
-impl Step for Grant {
+impl Step for IssueTicket {
     const WATCHED: bool = false;
 
     fn run(&self, cx: &mut StepContext) -> Result<Ticket> {
@@ -945,14 +772,6 @@ impl Step for Commit {
         }
         fx
     }
-}
-
-/// How many numbers a grant or a renewal may set aside: 1 to [`MAX_DELEGATED_INOS`].
-fn check_delegated_count(count: u32) -> Result<()> {
-    if count == 0 || count > MAX_DELEGATED_INOS {
-        return Err(ServerError::new(ErrorCode::Invalid, format!("{count} inode numbers asked for (1 to {MAX_DELEGATED_INOS})")));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

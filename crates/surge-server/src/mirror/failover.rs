@@ -25,7 +25,7 @@ use surge_proto::frame_io::{read_frame, write_frame};
 use surge_proto::{FrameKind, MirrorState, Request, MAX_MESSAGE_LEN};
 use tokio::io::AsyncWriteExt;
 
-use crate::Shared;
+use crate::ServerState;
 
 /// The shortest failover delay: a cut-off server notices within about 2 s (its mirror link
 /// silent, then a round of probes) and fences after half the delay, which must come before
@@ -60,8 +60,8 @@ async fn count_true(checks: impl Iterator<Item = impl std::future::Future<Output
     set.join_all().await.into_iter().filter(|&yes| yes).count()
 }
 
-/// Runs both rules for `shared` until the task is aborted.
-pub fn start(shared: Arc<Shared>, plan: Plan) -> tokio::task::AbortHandle {
+/// Runs both rules for `server` until the task is aborted.
+pub fn start(server: Arc<ServerState>, plan: Plan) -> tokio::task::AbortHandle {
     tokio::spawn(async move {
         let majority = plan.peers.len() / 2 + 1;
         let mut cut_off_since: Option<Instant> = None;
@@ -72,22 +72,22 @@ pub fn start(shared: Arc<Shared>, plan: Plan) -> tokio::task::AbortHandle {
             // Fencing. A link whose mirror answers (it pings every second) shows this server
             // is not cut off from its successor, the only server that could take its share
             // over: the others are probed only once the mirror has been silent a second.
-            let reached = if shared.mirror.silent_for() < CHECK_EVERY {
+            let reached = if server.mirror.silent_for() < CHECK_EVERY {
                 plan.peers.len()
             } else {
-                1 + count_true(plan.others(&[shared.index]).map(reachable)).await
+                1 + count_true(plan.others(&[server.index]).map(reachable)).await
             };
             if reached >= majority {
                 cut_off_since = None;
                 // A link up to the successor proves the share was not taken over (the
                 // successor takes over only once it has not reached this server for the
                 // whole delay).
-                if matches!(shared.mirror.state(), Some(MirrorState::Filling | MirrorState::InStep)) {
-                    unfence(&shared);
+                if matches!(server.mirror.state(), Some(MirrorState::Filling | MirrorState::InStep)) {
+                    unfence(&server);
                 }
             } else {
                 let since = *cut_off_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= plan.after / 2 && !shared.fenced.swap(true, Ordering::Relaxed) {
+                if since.elapsed() >= plan.after / 2 && !server.fenced.swap(true, Ordering::Relaxed) {
                     tracing::error!(
                         reached,
                         servers = plan.peers.len(),
@@ -98,19 +98,19 @@ pub fn start(shared: Arc<Shared>, plan: Plan) -> tokio::task::AbortHandle {
             }
             // Taking over: the predecessor unreached, and a majority agreeing (not by a server
             // in the minority itself). A predecessor heard from lately is there.
-            let Some(held) = &shared.held else { continue };
+            let Some(replica) = &server.replica else { continue };
             if reached < majority {
                 predecessor_gone_since = None;
                 continue;
             }
             let (waiting, from) = {
-                let held = held.lock_or_recover();
-                (!held.taken_over() && held.complete() && !held.heard_within(CHECK_EVERY * 2), held.from())
+                let replica = replica.lock_or_recover();
+                (!replica.taken_over() && replica.complete() && !replica.heard_within(CHECK_EVERY * 2), replica.from())
             };
             let lost = plan.peers[from];
             // Its mirror connection may look up for a while after its node died (until TCP
             // keepalive ends it): what counts is that it cannot be reached.
-            if !waiting || from == shared.index || reachable(lost).await {
+            if !waiting || from == server.index || reachable(lost).await {
                 predecessor_gone_since = None;
                 continue;
             }
@@ -120,10 +120,10 @@ pub fn start(shared: Arc<Shared>, plan: Plan) -> tokio::task::AbortHandle {
             }
             // The others vote side by side (each takes up to a probe's timeout to answer).
             let vote = |voter| {
-                let shared = shared.clone();
-                async move { matches!(ask_can_reach(&shared, voter, lost).await, Ok(false)) }
+                let server = server.clone();
+                async move { matches!(ask_can_reach(&server, voter, lost).await, Ok(false)) }
             };
-            let not_reached = 1 + count_true(plan.others(&[shared.index, from]).map(vote)).await;
+            let not_reached = 1 + count_true(plan.others(&[server.index, from]).map(vote)).await;
             if not_reached < majority {
                 if !said_not_lost {
                     tracing::warn!(from, not_reached, "server {from} is not reached from here, but a majority does not say it is lost");
@@ -138,8 +138,8 @@ pub fn start(shared: Arc<Shared>, plan: Plan) -> tokio::task::AbortHandle {
                 "server {from} is lost (unreached for {:?}, and by a majority): taking its share over",
                 plan.after
             );
-            held.lock_or_recover().forget_mirroring();
-            if let Err(e) = shared.take_over(from) {
+            replica.lock_or_recover().forget_mirroring();
+            if let Err(e) = server.take_over(from) {
                 tracing::error!(from, "could not take server {from}'s share over: {e}");
             }
         }
@@ -148,8 +148,8 @@ pub fn start(shared: Arc<Shared>, plan: Plan) -> tokio::task::AbortHandle {
 }
 
 /// The mirror link was taken back by the successor: the share was not taken over.
-pub(crate) fn unfence(shared: &Shared) {
-    if shared.fenced.swap(false, Ordering::Relaxed) {
+pub(crate) fn unfence(server: &ServerState) {
+    if server.fenced.swap(false, Ordering::Relaxed) {
         tracing::warn!("the mirror took this share back: answering again");
     }
 }
@@ -160,9 +160,9 @@ pub(crate) async fn reachable(addr: SocketAddr) -> bool {
 }
 
 /// Asks the server at `voter` whether it reaches `addr`.
-async fn ask_can_reach(shared: &Shared, voter: SocketAddr, addr: SocketAddr) -> std::io::Result<bool> {
+async fn ask_can_reach(server: &ServerState, voter: SocketAddr, addr: SocketAddr) -> std::io::Result<bool> {
     let ask = async {
-        let (mut reader, mut writer) = super::link::connect_to(shared, voter, None).await?;
+        let (mut reader, mut writer) = super::link::connect_to(server, voter, None).await?;
         write_frame(&mut writer, FrameKind::Request, 2, &Request::from(CanReach { addr }), &[]).await?;
         writer.flush().await?;
         let frame = read_frame(&mut reader, MAX_MESSAGE_LEN, 0).await.map_err(|e| std::io::Error::other(e.to_string()))?;

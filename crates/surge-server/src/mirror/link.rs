@@ -22,7 +22,7 @@ use tokio::net::TcpStream;
 
 use super::Change;
 
-use crate::Shared;
+use crate::ServerState;
 
 /// How long the link waits between attempts to reach the successor.
 const RETRY_EVERY: Duration = Duration::from_secs(1);
@@ -39,22 +39,22 @@ const IO_BUFFER: usize = 256 * 1024;
 type Writer = BufWriter<OwnedWriteHalf>;
 
 /// Keeps the link to the mirror at `to` up until the task is aborted.
-pub fn start(shared: Arc<Shared>, to: SocketAddr, epoch: u64) -> tokio::task::AbortHandle {
+pub fn start(server: Arc<ServerState>, to: SocketAddr, epoch: u64) -> tokio::task::AbortHandle {
     tokio::spawn(async move {
         let mut said_unreached = false;
         // Until another task takes over the link (see the feed's epochs).
-        while shared.mirror.is_current(epoch) {
-            match connect(&shared, to).await {
+        while server.mirror.is_current(epoch) {
+            match connect(&server, to).await {
                 Ok((reader, writer)) => {
                     said_unreached = false;
                     tracing::info!(%to, "mirror reached: sending it the whole share");
-                    let ended = mirror(&shared, reader, writer, epoch).await;
-                    shared.mirror.link_ended(epoch);
+                    let ended = mirror(&server, reader, writer, epoch).await;
+                    server.mirror.link_ended(epoch);
                     tracing::warn!(%to, "mirror lost ({}): this share goes on alone until it is back", describe(ended));
                 }
                 Err(e) if !said_unreached => {
                     said_unreached = true;
-                    shared.mirror.link_ended(epoch);
+                    server.mirror.link_ended(epoch);
                     tracing::warn!(%to, "mirror not reached ({e}): this share goes on alone, trying again every {RETRY_EVERY:?}");
                 }
                 Err(_) => {}
@@ -78,12 +78,16 @@ fn protocol(what: impl Into<String>) -> io::Error {
 
 /// Connects to the successor and authenticates as any client does (a MUNGE credential too
 /// where the servers check identities: servers run as the instance's owner).
-async fn connect(shared: &Shared, to: SocketAddr) -> io::Result<(BufReader<OwnedReadHalf>, Writer)> {
-    connect_to(shared, to, Some(mirror_of(shared.index, shared.count))).await
+async fn connect(server: &ServerState, to: SocketAddr) -> io::Result<(BufReader<OwnedReadHalf>, Writer)> {
+    connect_to(server, to, Some(mirror_of(server.index, server.count))).await
 }
 
 /// Connects to the server at `to` (server `index`, when given) and authenticates.
-pub(crate) async fn connect_to(shared: &Shared, to: SocketAddr, index: Option<usize>) -> io::Result<(BufReader<OwnedReadHalf>, Writer)> {
+pub(crate) async fn connect_to(
+    server: &ServerState,
+    to: SocketAddr,
+    index: Option<usize>,
+) -> io::Result<(BufReader<OwnedReadHalf>, Writer)> {
     let handshake = async {
         let stream = TcpStream::connect(to).await?;
         stream.set_nodelay(true)?;
@@ -102,7 +106,7 @@ pub(crate) async fn connect_to(shared: &Shared, to: SocketAddr, index: Option<us
         } else {
             None
         };
-        let hello = Hello { session: rand_session(), proof: auth::answer(&shared.secret, &challenge.challenge), identity, share: None };
+        let hello = Hello { session: rand_session(), proof: auth::answer(&server.secret, &challenge.challenge), identity, share: None };
         write_frame(&mut writer, FrameKind::Request, 1, &hello, &[]).await?;
         writer.flush().await?;
         let frame =
@@ -143,35 +147,35 @@ struct Replies {
 type InFlight = Arc<Mutex<Replies>>;
 
 /// Tells the feed the mirror of link task `epoch` has change `awaited`.
-fn done(shared: &Shared, awaited: &Awaited, epoch: u64) {
-    shared.mirror.acknowledged(awaited.seq, awaited.journal);
+fn done(server: &ServerState, awaited: &Awaited, epoch: u64) {
+    server.mirror.acknowledged(awaited.seq, awaited.journal);
     if awaited.filled {
         tracing::info!("mirror complete: every change is on both nodes before it is answered");
-        shared.mirror.in_step(epoch);
+        server.mirror.in_step(epoch);
     }
 }
 
 /// Opens the mirror, sends the whole share and then each change, until the connection fails.
-async fn mirror(shared: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, mut writer: Writer, epoch: u64) -> io::Result<()> {
+async fn mirror(server: &Arc<ServerState>, mut reader: BufReader<OwnedReadHalf>, mut writer: Writer, epoch: u64) -> io::Result<()> {
     let mut sender = Sender { writer: &mut writer, next_id: 2 };
-    sender.request(MirrorOpen { from: shared.index as u32 }, &[]).await?;
+    sender.request(MirrorOpen { from: server.index as u32 }, &[]).await?;
     sender.writer.flush().await?;
     if let Err(refused) = expect_reply(&mut reader, 2).await {
-        return Err(stop_if_taken_over(shared, refused));
+        return Err(stop_if_taken_over(server, refused));
     }
-    super::failover::unfence(shared);
+    super::failover::unfence(server);
 
-    let Some(mut changes) = shared.mirror.open(epoch) else {
+    let Some(mut changes) = server.mirror.open(epoch) else {
         return Err(io::Error::other("another link task took over"));
     };
     // The journal as it is now, in order with the appends noted from here on; then every
     // data file (changes noted meanwhile are sent again after it, harmlessly).
-    shared.journal.note_whole();
-    shared.mirror.note(Change::AllData);
-    shared.mirror.note(Change::Filled);
+    server.journal.note_whole();
+    server.mirror.note(Change::AllData);
+    server.mirror.note(Change::Filled);
 
     let in_flight: InFlight = Default::default();
-    let replies = tokio::spawn(read_replies(reader, in_flight.clone(), shared.clone(), epoch));
+    let replies = tokio::spawn(read_replies(reader, in_flight.clone(), server.clone(), epoch));
     let sending = async {
         loop {
             let next = tokio::time::timeout(PING_EVERY, changes.recv()).await;
@@ -186,13 +190,13 @@ async fn mirror(shared: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, mut 
                 Change::Filled => (None, true),
                 _ => (None, false),
             };
-            sender.send(shared, change).await?;
+            sender.send(server, change).await?;
             // The reply to the request just sent tells the mirror has this change.
             let awaited = Awaited { request_id: sender.next_id - 1, seq, journal, filled };
             {
                 let mut replies = in_flight.lock_or_recover();
                 if replies.last >= awaited.request_id {
-                    done(shared, &awaited, epoch);
+                    done(server, &awaited, epoch);
                 } else {
                     replies.awaited.push_back(awaited);
                 }
@@ -215,10 +219,10 @@ async fn mirror(shared: &Arc<Shared>, mut reader: BufReader<OwnedReadHalf>, mut 
 
 /// A refusal that says the successor took this share over (it serves it now: this server's
 /// copy is behind it for good and must not be served again) stops the server.
-fn stop_if_taken_over(shared: &Shared, refused: io::Error) -> io::Error {
+fn stop_if_taken_over(server: &ServerState, refused: io::Error) -> io::Error {
     if refused.kind() == io::ErrorKind::PermissionDenied {
         tracing::error!("{refused}: this server's share is served by its successor; stopping");
-        shared.shutdown.notify_one();
+        server.shutdown.notify_one();
     }
     refused
 }
@@ -245,15 +249,15 @@ async fn expect_reply(reader: &mut BufReader<OwnedReadHalf>, id: u64) -> io::Res
 }
 
 /// Reads the mirror's replies, in order, and tells the feed what the mirror has.
-async fn read_replies(mut reader: BufReader<OwnedReadHalf>, in_flight: InFlight, shared: Arc<Shared>, epoch: u64) -> io::Result<()> {
+async fn read_replies(mut reader: BufReader<OwnedReadHalf>, in_flight: InFlight, server: Arc<ServerState>, epoch: u64) -> io::Result<()> {
     loop {
-        let frame = next_frame(&mut reader).await.map_err(|e| stop_if_taken_over(&shared, e))?;
-        shared.mirror.heard_from();
+        let frame = next_frame(&mut reader).await.map_err(|e| stop_if_taken_over(&server, e))?;
+        server.mirror.heard_from();
         let mut replies = in_flight.lock_or_recover();
         replies.last = frame.header.request_id;
         while replies.awaited.front().is_some_and(|awaited| awaited.request_id <= replies.last) {
             let awaited = replies.awaited.pop_front().expect("checked");
-            done(&shared, &awaited, epoch);
+            done(&server, &awaited, epoch);
         }
     }
 }
@@ -272,7 +276,7 @@ impl Sender<'_> {
     }
 
     /// Sends one change as one or more requests.
-    async fn send(&mut self, shared: &Shared, change: Change) -> io::Result<()> {
+    async fn send(&mut self, server: &ServerState, change: Change) -> io::Result<()> {
         match change {
             Change::Journal { at, bytes, .. } => {
                 let mut pieces = bytes.chunks(PIECE as usize).peekable();
@@ -294,12 +298,12 @@ impl Sender<'_> {
                 }
                 Ok(())
             }
-            Change::Data { ino, range, sync } => self.data(&shared.data.path(ino), ino, range, sync).await,
+            Change::Data { ino, range, sync } => self.data(&server.data.path(ino), ino, range, sync).await,
             Change::AllData => {
-                let inos = shared.data.data_files().map_err(|e| io::Error::other(e.to_string()))?;
+                let inos = server.data.data_files().map_err(|e| io::Error::other(e.to_string()))?;
                 let count = inos.len();
                 for ino in inos {
-                    self.data(&shared.data.path(ino), ino, None, false).await?;
+                    self.data(&server.data.path(ino), ino, None, false).await?;
                 }
                 tracing::info!(files = count, "mirror sent every data file");
                 // With no file, the reply to the request before answers for this change.

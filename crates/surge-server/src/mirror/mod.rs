@@ -13,11 +13,11 @@
 //!   sends each change; a request whose change must be on both nodes before it is answered
 //!   waits for the mirror's reply ([`Feed::reached`]). When the successor cannot be reached
 //!   the share goes on alone (and the log says so) until it can, then fills the mirror again.
-//! * [`held`]: the predecessor's mirror kept here, and taking its share over once it is lost.
+//! * [`replica`]: the predecessor's share mirrored here, and taking its share over once it is lost.
 
 pub mod failover;
-pub mod held;
 pub mod link;
+pub mod replica;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;

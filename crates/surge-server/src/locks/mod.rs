@@ -11,6 +11,8 @@
 //! an OFD lock on the whole file, and is kept as one: flock and fcntl locks of the same
 //! process on the same file therefore exclude each other here, where Linux keeps them apart.
 
+mod handlers;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;

@@ -11,6 +11,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use surge_meta::error::{Result, ServerError};
+use surge_proto::call::Handle;
 use surge_proto::mirror::*;
 use surge_proto::{ErrorCode, Ino};
 
@@ -19,7 +20,7 @@ const OPEN_FILES: usize = 1024;
 /// Written in the mirror's directory when its share is taken over.
 const TAKEN_OVER: &str = "taken-over";
 
-pub struct Held {
+pub struct Replica {
     dir: PathBuf,
     /// The server whose share this is.
     from: usize,
@@ -38,11 +39,11 @@ fn store(what: &str, e: io::Error) -> ServerError {
     ServerError::store(what, e)
 }
 
-impl Held {
+impl Replica {
     /// The mirror kept under `root` for server `from`.
-    pub fn new(root: &Path, from: usize) -> Held {
+    pub fn new(root: &Path, from: usize) -> Replica {
         let dir = root.join("mirror");
-        Held {
+        Replica {
             taken_over: dir.join(TAKEN_OVER).exists(),
             heard: std::time::Instant::now(),
             dir,
@@ -76,59 +77,14 @@ impl Held {
         Ok(())
     }
 
-    /// Applies one mirror request from connection `connection` (its payload: bytes).
+    /// Applies one mirror request from connection `connection` (its payload: bytes). Only
+    /// `MirrorOpen` is taken from a connection that is not the one mirroring.
     pub fn apply(&mut self, connection: u64, request: MirrorRequest, payload: &[u8]) -> Result<()> {
         self.heard = std::time::Instant::now();
-        if let MirrorRequest::MirrorOpen(open) = &request {
-            return self.open(connection, open.from as usize);
+        if !matches!(request, MirrorRequest::MirrorOpen(_)) {
+            self.check(connection)?;
         }
-        self.check(connection)?;
-        match request {
-            MirrorRequest::MirrorOpen(_) => unreachable!("handled above"),
-            MirrorRequest::MirrorSnapshot(part) => {
-                let meta = self.dir.join("meta");
-                if self.snapshot.is_none() {
-                    self.snapshot = Some(File::create(meta.join("snapshot.tmp")).map_err(|e| store("create the mirror's snapshot", e))?);
-                }
-                let snapshot = self.snapshot.as_mut().expect("just made");
-                io::Write::write_all(snapshot, payload).map_err(|e| store("write the mirror's snapshot", e))?;
-                if part.last {
-                    let snapshot = self.snapshot.take().expect("just made");
-                    snapshot.sync_all().map_err(|e| store("sync the mirror's snapshot", e))?;
-                    std::fs::rename(meta.join("snapshot.tmp"), meta.join("snapshot"))
-                        .map_err(|e| store("place the mirror's snapshot", e))?;
-                    let journal = self.journal()?;
-                    journal.set_len(0).map_err(|e| store("empty the mirror's journal", e))?;
-                    journal.sync_all().map_err(|e| store("sync the mirror's journal", e))?;
-                    File::open(&meta).and_then(|d| d.sync_all()).map_err(|e| store("sync the mirror's metadata directory", e))?;
-                }
-                Ok(())
-            }
-            MirrorRequest::MirrorJournal(j) => {
-                let end = j.at.checked_add(payload.len() as u64).filter(|&end| end <= i64::MAX as u64);
-                let end = end.ok_or_else(|| ServerError::new(ErrorCode::Invalid, "journal bytes past the largest file offset"))?;
-                let journal = self.journal()?;
-                journal.write_all_at(payload, j.at).map_err(|e| store("write the mirror's journal", e))?;
-                journal.set_len(end).map_err(|e| store("write the mirror's journal", e))?;
-                journal.sync_data().map_err(|e| store("sync the mirror's journal", e))
-            }
-            MirrorRequest::MirrorData(d) => self.data(d, payload),
-            MirrorRequest::MirrorPurge(p) => {
-                self.files.remove(&p.ino);
-                match std::fs::remove_file(self.data_path(p.ino)) {
-                    Err(e) if e.kind() != io::ErrorKind::NotFound => Err(store("remove a mirrored data file", e)),
-                    _ => Ok(()),
-                }
-            }
-            MirrorRequest::MirrorPing(_) => Ok(()),
-            MirrorRequest::MirrorSynced(_) => {
-                let marker = self.dir.join("complete");
-                File::create(&marker).and_then(|f| f.sync_all()).map_err(|e| store("mark the mirror complete", e))?;
-                File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| store("sync the mirror directory", e))?;
-                tracing::info!(from = self.from, "the mirror of server {}'s share is complete", self.from);
-                Ok(())
-            }
-        }
+        request.dispatch(&mut Applying { replica: self, connection, payload })
     }
 
     /// Starts over: what was held goes, a fresh share directory is made.
@@ -269,12 +225,93 @@ impl Held {
     }
 }
 
+/// A mirror request being applied: the mirror, the connection that sent it and the frame's
+/// payload.
+struct Applying<'a> {
+    replica: &'a mut Replica,
+    connection: u64,
+    payload: &'a [u8],
+}
+
+impl Handle<MirrorOpen, Result<()>> for Applying<'_> {
+    fn handle(&mut self, open: MirrorOpen) -> Result<()> {
+        self.replica.open(self.connection, open.from as usize)
+    }
+}
+
+impl Handle<MirrorSnapshot, Result<()>> for Applying<'_> {
+    fn handle(&mut self, part: MirrorSnapshot) -> Result<()> {
+        let replica = &mut *self.replica;
+        let meta = replica.dir.join("meta");
+        if replica.snapshot.is_none() {
+            replica.snapshot = Some(File::create(meta.join("snapshot.tmp")).map_err(|e| store("create the mirror's snapshot", e))?);
+        }
+        let snapshot = replica.snapshot.as_mut().expect("just made");
+        io::Write::write_all(snapshot, self.payload).map_err(|e| store("write the mirror's snapshot", e))?;
+        if part.last {
+            let snapshot = replica.snapshot.take().expect("just made");
+            snapshot.sync_all().map_err(|e| store("sync the mirror's snapshot", e))?;
+            std::fs::rename(meta.join("snapshot.tmp"), meta.join("snapshot")).map_err(|e| store("place the mirror's snapshot", e))?;
+            let journal = replica.journal()?;
+            journal.set_len(0).map_err(|e| store("empty the mirror's journal", e))?;
+            journal.sync_all().map_err(|e| store("sync the mirror's journal", e))?;
+            File::open(&meta).and_then(|d| d.sync_all()).map_err(|e| store("sync the mirror's metadata directory", e))?;
+        }
+        Ok(())
+    }
+}
+
+impl Handle<MirrorJournal, Result<()>> for Applying<'_> {
+    fn handle(&mut self, j: MirrorJournal) -> Result<()> {
+        let payload = self.payload;
+        let end = j.at.checked_add(payload.len() as u64).filter(|&end| end <= i64::MAX as u64);
+        let end = end.ok_or_else(|| ServerError::new(ErrorCode::Invalid, "journal bytes past the largest file offset"))?;
+        let journal = self.replica.journal()?;
+        journal.write_all_at(payload, j.at).map_err(|e| store("write the mirror's journal", e))?;
+        journal.set_len(end).map_err(|e| store("write the mirror's journal", e))?;
+        journal.sync_data().map_err(|e| store("sync the mirror's journal", e))
+    }
+}
+
+impl Handle<MirrorData, Result<()>> for Applying<'_> {
+    fn handle(&mut self, d: MirrorData) -> Result<()> {
+        self.replica.data(d, self.payload)
+    }
+}
+
+impl Handle<MirrorPurge, Result<()>> for Applying<'_> {
+    fn handle(&mut self, p: MirrorPurge) -> Result<()> {
+        self.replica.files.remove(&p.ino);
+        match std::fs::remove_file(self.replica.data_path(p.ino)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(store("remove a mirrored data file", e)),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Handle<MirrorPing, Result<()>> for Applying<'_> {
+    fn handle(&mut self, _: MirrorPing) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl Handle<MirrorSynced, Result<()>> for Applying<'_> {
+    fn handle(&mut self, _: MirrorSynced) -> Result<()> {
+        let replica = &*self.replica;
+        let marker = replica.dir.join("complete");
+        File::create(&marker).and_then(|f| f.sync_all()).map_err(|e| store("mark the mirror complete", e))?;
+        File::open(&replica.dir).and_then(|d| d.sync_all()).map_err(|e| store("sync the mirror directory", e))?;
+        tracing::info!(from = replica.from, "the mirror of server {}'s share is complete", replica.from);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn scratch(test: &str) -> PathBuf {
-        let root = std::env::temp_dir().join(format!("surge-held-{test}-{}", std::process::id()));
+        let root = std::env::temp_dir().join(format!("surge-replica-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         root
     }
@@ -285,38 +322,38 @@ mod tests {
     #[test]
     fn a_mirror_holds_what_it_is_sent_and_refuses_the_rest() {
         let root = scratch("apply");
-        let mut held = Held::new(&root, 3);
+        let mut replica = Replica::new(&root, 3);
         let data = |ino, offset, hole, file_len| MirrorRequest::MirrorData(MirrorData { ino, offset, hole, file_len, sync: false });
-        assert!(held.apply(1, data(5, 0, 0, 4), b"abcd").is_err(), "a change before mirror-open");
-        assert!(held.apply(1, MirrorRequest::MirrorOpen(MirrorOpen { from: 2 }), &[]).is_err(), "not the predecessor");
-        held.apply(1, MirrorRequest::MirrorOpen(MirrorOpen { from: 3 }), &[]).unwrap();
-        assert!(held.apply(2, data(5, 0, 0, 4), b"abcd").is_err(), "another connection");
+        assert!(replica.apply(1, data(5, 0, 0, 4), b"abcd").is_err(), "a change before mirror-open");
+        assert!(replica.apply(1, MirrorRequest::MirrorOpen(MirrorOpen { from: 2 }), &[]).is_err(), "not the predecessor");
+        replica.apply(1, MirrorRequest::MirrorOpen(MirrorOpen { from: 3 }), &[]).unwrap();
+        assert!(replica.apply(2, data(5, 0, 0, 4), b"abcd").is_err(), "another connection");
 
-        held.apply(1, data(5, 0, 0, 8192), &[7u8; 8192]).unwrap();
-        held.apply(1, data(5, 0, 4096, 12288), &[]).unwrap();
-        let file = std::fs::read(held.dir().join("data").join(surge_proto::data_file_name(5))).unwrap();
+        replica.apply(1, data(5, 0, 0, 8192), &[7u8; 8192]).unwrap();
+        replica.apply(1, data(5, 0, 4096, 12288), &[]).unwrap();
+        let file = std::fs::read(replica.dir().join("data").join(surge_proto::data_file_name(5))).unwrap();
         assert_eq!(file.len(), 12288, "the length sent");
         assert!(file[..4096].iter().all(|&b| b == 0) && file[4096..8192].iter().all(|&b| b == 7), "the hole punched, the rest kept");
-        assert!(held.apply(1, data(5, u64::MAX - 1, 0, 1), b"xy").is_err(), "past the largest offset");
+        assert!(replica.apply(1, data(5, u64::MAX - 1, 0, 1), b"xy").is_err(), "past the largest offset");
 
-        held.apply(1, MirrorRequest::MirrorJournal(MirrorJournal { at: 0 }), b"0123456789").unwrap();
-        held.apply(1, MirrorRequest::MirrorJournal(MirrorJournal { at: 4 }), b"ab").unwrap();
-        assert_eq!(std::fs::read(held.dir().join("meta/journal")).unwrap(), b"0123ab", "the journal ends after the bytes sent");
-        held.apply(1, MirrorRequest::MirrorSnapshot(MirrorSnapshot { last: false }), b"snap").unwrap();
-        held.apply(1, MirrorRequest::MirrorSnapshot(MirrorSnapshot { last: true }), b"shot").unwrap();
-        assert_eq!(std::fs::read(held.dir().join("meta/snapshot")).unwrap(), b"snapshot");
-        assert_eq!(std::fs::read(held.dir().join("meta/journal")).unwrap(), b"", "a new snapshot empties the journal");
+        replica.apply(1, MirrorRequest::MirrorJournal(MirrorJournal { at: 0 }), b"0123456789").unwrap();
+        replica.apply(1, MirrorRequest::MirrorJournal(MirrorJournal { at: 4 }), b"ab").unwrap();
+        assert_eq!(std::fs::read(replica.dir().join("meta/journal")).unwrap(), b"0123ab", "the journal ends after the bytes sent");
+        replica.apply(1, MirrorRequest::MirrorSnapshot(MirrorSnapshot { last: false }), b"snap").unwrap();
+        replica.apply(1, MirrorRequest::MirrorSnapshot(MirrorSnapshot { last: true }), b"shot").unwrap();
+        assert_eq!(std::fs::read(replica.dir().join("meta/snapshot")).unwrap(), b"snapshot");
+        assert_eq!(std::fs::read(replica.dir().join("meta/journal")).unwrap(), b"", "a new snapshot empties the journal");
 
-        assert!(held.can_take_over().is_err(), "incomplete, and mirrored now");
-        held.apply(1, MirrorRequest::MirrorSynced(MirrorSynced), &[]).unwrap();
-        held.apply(1, MirrorRequest::MirrorPurge(MirrorPurge { ino: 5 }), &[]).unwrap();
-        assert!(!held.dir().join("data").join(surge_proto::data_file_name(5)).exists());
-        assert!(held.can_take_over().is_err(), "still mirrored by a live connection");
-        held.connection_ended(1);
-        held.can_take_over().unwrap();
-        held.mark_taken_over().unwrap();
-        assert!(held.apply(1, MirrorRequest::MirrorOpen(MirrorOpen { from: 3 }), &[]).is_err(), "taken over: no more mirroring");
-        assert!(Held::new(&root, 3).taken_over(), "the take-over survives a restart");
+        assert!(replica.can_take_over().is_err(), "incomplete, and mirrored now");
+        replica.apply(1, MirrorRequest::MirrorSynced(MirrorSynced), &[]).unwrap();
+        replica.apply(1, MirrorRequest::MirrorPurge(MirrorPurge { ino: 5 }), &[]).unwrap();
+        assert!(!replica.dir().join("data").join(surge_proto::data_file_name(5)).exists());
+        assert!(replica.can_take_over().is_err(), "still mirrored by a live connection");
+        replica.connection_ended(1);
+        replica.can_take_over().unwrap();
+        replica.mark_taken_over().unwrap();
+        assert!(replica.apply(1, MirrorRequest::MirrorOpen(MirrorOpen { from: 3 }), &[]).is_err(), "taken over: no more mirroring");
+        assert!(Replica::new(&root, 3).taken_over(), "the take-over survives a restart");
         let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -12,67 +12,102 @@ use surge_meta::poison_free::LockRecover;
 use surge_meta::workflow::groups::ClaimOutcome;
 use surge_meta::workflow::publications::NamePattern;
 use surge_meta::MetaStore;
+use surge_proto::call::Handle;
 use surge_proto::workflow::*;
 use surge_proto::Timestamp;
 
-use super::Answer;
+use crate::handle::Answer;
 
-use crate::server::Shared;
+use crate::server::ServerState;
 use crate::session::Session;
 
-impl Session {
-    pub(super) fn workflow(&mut self, request: WorkflowRequest) -> Answer {
-        match request {
-            WorkflowRequest::Publications(read) => self.publications(read),
-            WorkflowRequest::Claim(claim) => self.claim(claim),
-            WorkflowRequest::Done(done) => match self.may_read(done.dir) {
-                Ok(()) => self.durably::<Done>(|meta| meta.done(done.dir, done.group.as_deref(), &done.name, done.token, Timestamp::now())),
-                Err(e) => Answer::Failure(e),
-            },
-            WorkflowRequest::SetRetention(set) => match self.may_change_policy(set.dir) {
-                Ok(()) => self.durably::<SetRetention>(|meta| meta.set_retention(set.dir, &set.path, set.policy)),
-                Err(e) => Answer::Failure(e),
-            },
-            WorkflowRequest::GetRetention(get) => match self.may_read(get.dir) {
-                Ok(()) => Answer::of::<GetRetention>(self.shared.meta.lock_or_recover().retention(get.dir)),
-                Err(e) => Answer::Failure(e),
-            },
-            WorkflowRequest::RetentionDue(_) => Answer::of::<RetentionDue>(Ok(self.shared.meta.lock_or_recover().retention_due())),
-            WorkflowRequest::Retained(done) => {
-                let mut meta = self.shared.meta.lock_or_recover();
-                let outcome = meta.retained(done.dir, done.cursor, done.staged);
-                self.shared.journal_changes(&mut meta);
-                Answer::of::<Retained>(outcome)
-            }
-            WorkflowRequest::WaitsForRoom(file) => {
-                Answer::of::<WaitsForRoom>(Ok(self.shared.meta.lock_or_recover().waits_for_room(file.ino)))
-            }
-            WorkflowRequest::QueueStatus(status) => {
-                if let Err(e) = self.may_read(status.dir) {
-                    return Answer::Failure(e);
-                }
-                let mut meta = self.shared.meta.lock_or_recover();
-                let groups = meta.group_status(status.dir, Timestamp::now());
-                self.shared.journal_changes(&mut meta);
-                Answer::of::<QueueStatus>(groups)
-            }
+impl Handle<Publications, Answer> for Session {
+    fn handle(&mut self, read: Publications) -> Answer {
+        self.publications(read)
+    }
+}
+
+impl Handle<Claim, Answer> for Session {
+    fn handle(&mut self, claim: Claim) -> Answer {
+        self.claim(claim)
+    }
+}
+
+impl Handle<Done, Answer> for Session {
+    fn handle(&mut self, done: Done) -> Answer {
+        match self.may_read(done.dir) {
+            Ok(()) => self.durably::<Done>(|meta| meta.done(done.dir, done.group.as_deref(), &done.name, done.token, Timestamp::now())),
+            Err(e) => Answer::Failure(e),
         }
     }
+}
 
+impl Handle<SetRetention, Answer> for Session {
+    fn handle(&mut self, set: SetRetention) -> Answer {
+        match self.may_change_policy(set.dir) {
+            Ok(()) => self.durably::<SetRetention>(|meta| meta.set_retention(set.dir, &set.path, set.policy)),
+            Err(e) => Answer::Failure(e),
+        }
+    }
+}
+
+impl Handle<GetRetention, Answer> for Session {
+    fn handle(&mut self, get: GetRetention) -> Answer {
+        match self.may_read(get.dir) {
+            Ok(()) => Answer::of::<GetRetention>(self.server.meta.lock_or_recover().retention(get.dir)),
+            Err(e) => Answer::Failure(e),
+        }
+    }
+}
+
+impl Handle<RetentionDue, Answer> for Session {
+    fn handle(&mut self, _: RetentionDue) -> Answer {
+        Answer::of::<RetentionDue>(Ok(self.server.meta.lock_or_recover().retention_due()))
+    }
+}
+
+impl Handle<Retained, Answer> for Session {
+    fn handle(&mut self, done: Retained) -> Answer {
+        let mut meta = self.server.meta.lock_or_recover();
+        let outcome = meta.retained(done.dir, done.cursor, done.staged);
+        self.server.journal_changes(&mut meta);
+        Answer::of::<Retained>(outcome)
+    }
+}
+
+impl Handle<WaitsForRoom, Answer> for Session {
+    fn handle(&mut self, file: WaitsForRoom) -> Answer {
+        Answer::of::<WaitsForRoom>(Ok(self.server.meta.lock_or_recover().waits_for_room(file.ino)))
+    }
+}
+
+impl Handle<QueueStatus, Answer> for Session {
+    fn handle(&mut self, status: QueueStatus) -> Answer {
+        if let Err(e) = self.may_read(status.dir) {
+            return Answer::Failure(e);
+        }
+        let mut meta = self.server.meta.lock_or_recover();
+        let groups = meta.group_status(status.dir, Timestamp::now());
+        self.server.journal_changes(&mut meta);
+        Answer::of::<QueueStatus>(groups)
+    }
+}
+
+impl Session {
     /// Runs `change` on the namespace share and answers once its journal record is durable
     /// (in a task of its own: the connection goes on meanwhile).
     fn durably<C: surge_proto::Call>(&self, change: impl FnOnce(&mut MetaStore) -> Result<C::Reply>) -> Answer
     where
         C::Reply: Send + 'static,
     {
-        let shared = self.shared.clone();
+        let server = self.server.clone();
         let (outcome, seq) = {
-            let mut meta = shared.meta.lock_or_recover();
+            let mut meta = server.meta.lock_or_recover();
             let outcome = change(&mut meta);
-            (outcome, shared.journal_changes(&mut meta))
+            (outcome, server.journal_changes(&mut meta))
         };
         Answer::later::<C>(async move {
-            shared.durable(seq).await?;
+            server.durable(seq).await?;
             outcome
         })
     }
@@ -82,7 +117,7 @@ impl Session {
     fn may_read(&self, dir: surge_proto::Ino) -> Result<()> {
         match &self.caller {
             Some(caller) => {
-                let meta = self.shared.meta.lock_or_recover();
+                let meta = self.server.meta.lock_or_recover();
                 meta.perms(dir).and_then(|perms| caller.check(perms, READ, "read the publications of"))
             }
             None => Ok(()),
@@ -94,7 +129,7 @@ impl Session {
     fn may_change_policy(&self, dir: surge_proto::Ino) -> Result<()> {
         match &self.caller {
             Some(caller) => {
-                let meta = self.shared.meta.lock_or_recover();
+                let meta = self.server.meta.lock_or_recover();
                 let owner = meta.perms(dir)?.attr.uid;
                 if caller.uid != 0 && caller.uid != owner {
                     let detail = format!("only the directory's owner (uid {owner}) or root sets its retention policy");
@@ -116,20 +151,20 @@ impl Session {
             let e = ServerError::new(surge_proto::ErrorCode::Invalid, format!("a lease is 1 ms to {MAX_LEASE_MS} ms"));
             return Answer::Failure(e);
         }
-        let shared = self.shared.clone();
-        let mut published = shared.published.subscribe();
+        let server = self.server.clone();
+        let mut published = server.workflow.published.subscribe();
         Answer::later::<Claim>(async move {
             let deadline = tokio::time::Instant::now() + Duration::from_millis(claim.wait_ms.min(MAX_WAIT_MS) as u64);
             loop {
                 let (outcome, seq) = {
-                    let mut meta = shared.meta.lock_or_recover();
+                    let mut meta = server.meta.lock_or_recover();
                     let outcome =
                         meta.claim(claim.dir, &claim.group, claim.pattern.as_deref(), &claim.consumer, claim.lease_ms, Timestamp::now());
-                    (outcome, shared.journal_changes(&mut meta))
+                    (outcome, server.journal_changes(&mut meta))
                 };
                 let next_expiry = match outcome? {
                     ClaimOutcome::Claimed(claimed) => {
-                        shared.durable(seq).await?;
+                        server.durable(seq).await?;
                         return Ok(Some(claimed));
                     }
                     ClaimOutcome::Nothing { next_expiry } => next_expiry,
@@ -154,15 +189,15 @@ impl Session {
             Err(e) => return Answer::Failure(e),
         };
         if let Some(caller) = &self.caller {
-            let meta = self.shared.meta.lock_or_recover();
+            let meta = self.server.meta.lock_or_recover();
             if let Err(e) = meta.perms(read.dir).and_then(|perms| caller.check(perms, READ, "watch")) {
                 return Answer::Failure(e);
             }
         }
-        let shared = self.shared.clone();
+        let server = self.server.clone();
         // Subscribed before the first look, so that a publication right after it wakes the wait.
-        let mut published = shared.published.subscribe();
-        let page = read_page(&shared, &read, &pattern);
+        let mut published = server.workflow.published.subscribe();
+        let page = read_page(&server, &read, &pattern);
         let waits = matches!(&page, Ok(page) if page.publications.is_empty()) && read.wait_ms > 0;
         if !waits {
             return Answer::of::<Publications>(page);
@@ -172,9 +207,9 @@ impl Session {
             let deadline = tokio::time::Instant::now() + wait;
             loop {
                 if tokio::time::timeout_at(deadline, published.changed()).await.is_err() {
-                    return read_page(&shared, &read, &pattern);
+                    return read_page(&server, &read, &pattern);
                 }
-                let page = read_page(&shared, &read, &pattern)?;
+                let page = read_page(&server, &read, &pattern)?;
                 if !page.publications.is_empty() {
                     return Ok(page);
                 }
@@ -191,7 +226,7 @@ fn until(t: Timestamp) -> Duration {
     Duration::from_millis(ms.max(0) as u64 + 1)
 }
 
-fn read_page(shared: &Arc<Shared>, read: &Publications, pattern: &NamePattern) -> Result<PublicationPage> {
+fn read_page(server: &Arc<ServerState>, read: &Publications, pattern: &NamePattern) -> Result<PublicationPage> {
     let limit = read.limit.clamp(1, MAX_PUBLICATIONS_PAGE) as usize;
-    shared.meta.lock_or_recover().publications(read.dir, read.after, limit, pattern)
+    server.meta.lock_or_recover().publications(read.dir, read.after, limit, pattern)
 }

@@ -1,26 +1,24 @@
-//! Directory delegations (docs/delegation.md): a watching connection may hold a directory of
-//! this server's share alone, making its creates, unlinks and renames itself and writing them
-//! back afterwards, in order, as ordinary steps (`CreateAs` for a create, with one of the
-//! inode numbers its grant set aside).
+//! Directory delegations (design and rules: docs/delegation.md): a watching connection may
+//! hold a directory of this server's share alone, making its creates, unlinks and renames
+//! itself and writing them back afterwards, in order, as ordinary steps (`CreateAs` for a
+//! create, with one of the inode numbers its grant set aside). This module keeps who holds
+//! what ([`Delegations`]) and the guard; [`handlers`] answers the delegation calls.
 //!
-//! What this module keeps is who holds what, and the guard every namespace step of another
-//! connection passes: a step that names a delegated directory, or an inode set aside for (or
-//! made under) a delegation, is answered `Recalling` at once — never waited for inside the
-//! connection's loop, so no two nodes can deadlock — and the holder is sent a `Recall` notice
-//! (once per delegation). The holder writes back and gives the directory up (`GiveBack`); the
-//! caller's library retries meanwhile. A delegation ends when its holder has not given it
-//! back [`RECALL_DEADLINE`] after the recall (as NFSv4 revokes a delegation whose lease ran
-//! out): what it had not written back is lost, as metadata not yet on disk is in a local file
-//! system's crash, and its later write-backs are refused.
-//!
-//! A delegation whose holder is away — its connection ended, or this server restarted (the
-//! journal keeps every unended delegation, [`surge_meta::delegated`]) — stays for
-//! [`RECALL_DEADLINE`] more ([`RECLAIM_AFTER_RESTART`] after a restart), answering
-//! `Recalling` to everybody: a holder that is still there
-//! reconnects, reclaims it with its token (`Reclaim`, answered with the last step of its log
-//! applied here), writes back the rest and gives it back; one that died lets it end then. A
-//! clean stop of the server recalls every delegation and waits for the holders' write-backs
-//! before the share is folded into its snapshot ([`Delegations::give_all_back_before_stop`]).
+//! Guarantees:
+//! * a step of another connection that names a delegated directory, or an inode set aside
+//!   for (or made under) a delegation, is answered `Recalling` at once, never waited for in
+//!   the connection's loop (no two nodes can deadlock), and the holder is sent one `Recall`;
+//! * a holder that has not given the directory back [`RECALL_DEADLINE`] after the recall
+//!   loses it, with what it had not written back, and its later write-backs are refused;
+//! * a holder that is away (its connection ended, or this server restarted: the journal keeps
+//!   every unended delegation, [`surge_meta::delegated`]) may reclaim it with its token for
+//!   [`RECALL_DEADLINE`] ([`RECLAIM_AFTER_RESTART`] after a restart), and meanwhile everybody
+//!   else is answered `Recalling`;
+//! * every end of a delegation is journaled with the next record;
+//! * a clean stop recalls every delegation and waits for the holders' write-backs before the
+//!   share is folded into its snapshot ([`Delegations::give_all_back_before_stop`]).
+
+mod handlers;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -30,10 +28,12 @@ use std::time::{Duration, Instant};
 use surge_meta::delegated::DelegationMark;
 use surge_meta::error::{Result, ServerError};
 use surge_meta::poison_free::LockRecover;
+use surge_meta::MetaStore;
 use surge_proto::admin::Notice;
 use surge_proto::namespace::NamespaceRequest;
 use surge_proto::{ErrorCode, Ino};
 
+use crate::server::ChangeHook;
 use crate::watch::{WatcherId, Watchers};
 
 /// How long a recalled holder has to write back and give the directory up before the
@@ -253,7 +253,7 @@ impl Delegations {
 
     /// Delegations ended since the last call, as (directory, token): the journal records
     /// their end with the next record. Costs an atomic load while there are none.
-    pub(crate) fn take_ended(&self) -> Vec<(Ino, Ino)> {
+    fn take_ended(&self) -> Vec<(Ino, Ino)> {
         if !self.ends_due.swap(false, Ordering::Relaxed) {
             return Vec::new();
         }
@@ -323,6 +323,15 @@ impl Delegations {
     }
 }
 
+/// The delegations that ended are journaled as ended with the next record.
+impl ChangeHook for Delegations {
+    fn before_journaling(&self, meta: &mut MetaStore) {
+        for (dir, token) in self.take_ended() {
+            meta.delegation_ended(dir, token);
+        }
+    }
+}
+
 impl State {
     /// `inos` are set aside for delegated directory `dir`.
     fn set_aside_for(&mut self, dir: Ino, inos: &[Ino]) {
@@ -387,7 +396,7 @@ pub(crate) fn named(request: &NamespaceRequest) -> Vec<Ino> {
         R::Readdir(s) => vec![s.ino],
         R::Open(s) => vec![s.ino],
         R::Append(s) => vec![s.ino],
-        R::Grant(s) => vec![s.ino],
+        R::IssueTicket(s) => vec![s.ino],
         R::Commit(s) => vec![s.ino],
         R::NoteAllocation(s) => s.notes.iter().map(|note| note.ino).collect(),
         R::SetLock(s) => vec![s.ino],
