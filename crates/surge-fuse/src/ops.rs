@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use surge_client::surge_proto::data::AllocateMode;
-use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, LockHolder, LockKind};
+use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, LockHolder, LockKind, Requester};
 use surge_client::{Client, DelegatedDir, Error, File, LockRange, Named, Result};
 use tokio::runtime::Handle;
 
@@ -46,6 +46,20 @@ pub struct Caller {
     pub uid: u32,
     pub gid: u32,
     pub pid: u32,
+}
+
+impl Caller {
+    /// The caller as the servers' set-id rules need it: with the supplementary groups its
+    /// process has (only the primary group if they cannot be read).
+    pub fn requester(&self) -> Requester {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
+        let groups = status
+            .lines()
+            .find_map(|line| line.strip_prefix("Groups:"))
+            .map(|list| list.split_whitespace().filter_map(|g| g.parse().ok()).collect())
+            .unwrap_or_else(|| vec![self.gid]);
+        Requester { uid: self.uid, gid: self.gid, groups }
+    }
 }
 
 /// Capacity and inode counts for STATFS, in 4 KiB blocks.
@@ -627,6 +641,7 @@ impl Ops {
             if flags & libc::O_TRUNC != 0 {
                 f.set_len(0).await?;
                 ops.resized_here(ino, 0, 0);
+                ops.truncated_by(&f, caller).await?;
             }
             if flags & libc::O_ACCMODE != libc::O_RDONLY {
                 // Its close publishes the file (see surge_client::workflow).
@@ -636,6 +651,17 @@ impl Ops {
             let backing = ops.passthrough_for(&f, flags).await;
             Ok(ops.register(f, flags, backing))
         })
+    }
+
+    /// After a truncating open by `caller`: a set-id file loses its bits as a truncate
+    /// without privilege makes it (the servers decide; root's keeps them).
+    async fn truncated_by(&self, f: &File, caller: Caller) -> Result<()> {
+        if caller.uid != 0 && f.attr_at_open().mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+            let changes = AttrChanges { kill_set_id: true, by: Some(caller.requester()), ..Default::default() };
+            self.client.setattr(f.ino(), changes).await?;
+            self.kernel.attr_changed(f.ino());
+        }
+        Ok(())
     }
 
     /// Creates (and opens) a file; answers its attributes and the new handle. Answered now in
@@ -675,6 +701,7 @@ impl Ops {
                 if flags & libc::O_TRUNC != 0 && f.size() > 0 {
                     f.set_len(0).await?;
                     ops.resized_here(f.ino(), 0, 0);
+                    ops.truncated_by(&f, caller).await?;
                 }
                 f.set_write_behind(ops.client.stream_window()).await?;
                 Ok(f)
@@ -969,18 +996,15 @@ impl Ops {
         self.dirs.lock().unwrap().remove(&fh);
     }
 
-    /// Drops a file's set-user-id and set-group-id bits (a write by someone else than root;
-    /// the kernel leaves this to the file system, see the adapter's `init`).
-    pub fn drop_set_id_bits(self: &Arc<Self>, ino: u64) -> Answer<Attr> {
+    /// Has the servers drop a file's set-id bits as a write by `caller` does (Linux keeps
+    /// them for a privileged writer; the servers decide). The kernel asks for it with a
+    /// write, as the mount negotiated HANDLE_KILLPRIV_V2.
+    pub fn kill_set_id(self: &Arc<Self>, ino: u64, caller: Caller) -> Answer<Attr> {
         let ops = self.clone();
         Answer::later(async move {
             ops.delegations.settle().await?;
-            let attr = ops.client.getattr(ino).await?;
-            let mode = attr.mode & !(libc::S_ISUID | libc::S_ISGID);
-            if mode == attr.mode {
-                return Ok(attr);
-            }
-            let attr = ops.client.setattr(ino, AttrChanges { mode: Some(mode), ..Default::default() }).await?;
+            let changes = AttrChanges { kill_set_id: true, by: Some(caller.requester()), ..Default::default() };
+            let attr = ops.client.setattr(ino, changes).await?;
             ops.kernel.attr_changed(ino);
             Ok(attr)
         })
