@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use surge_client::surge_proto::data::AllocateMode;
-use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, LockHolder, LockKind, Requester};
+use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, LockHolder, LockKind, Requester, MAX_NAME_LEN};
 use surge_client::{Client, DelegatedDir, Error, File, LockRange, Named, Result};
 use tokio::runtime::Handle;
 
@@ -35,6 +35,15 @@ use crate::delegations::Delegations;
 use crate::handles::{siblings, unpublished_size, Files, OpenFile};
 use crate::kernel::{Invalidations, KernelCache};
 use crate::locks::LockOwners;
+
+/// Names longer than a directory entry holds are refused before anything else, also where
+/// the mount would answer on its own that a name is missing.
+fn names_fit(names: &[&str]) -> Result<()> {
+    match names.iter().find(|name| name.len() > MAX_NAME_LEN) {
+        Some(name) => Err(Error::new(ErrorCode::NameTooLong, format!("name of {} bytes", name.len()))),
+        None => Ok(()),
+    }
+}
 
 /// What all read caches of the mount may hold together.
 const READ_CACHE_BUDGET: u64 = 512 << 20;
@@ -316,6 +325,9 @@ impl Ops {
     /// Answered now when the name is missing from a directory whose every name this mount
     /// knows; otherwise asked of the servers.
     pub fn lookup(self: &Arc<Self>, parent: u64, name: String, caller: Caller) -> Answer<Attr> {
+        if let Err(e) = names_fit(&[&name]) {
+            return Answer::Now(Err(e));
+        }
         if self.kernel.listings.known_missing(parent, &name) {
             // A path walk ends here: a retry after ESTALE is over.
             self.kernel.settled(caller.pid);
@@ -401,6 +413,9 @@ impl Ops {
     /// A regular file made without opening it, or a FIFO, socket or device node (each node
     /// uses it as its own: the kernel runs the pipe or opens the device, as on NFS).
     pub fn mknod(self: &Arc<Self>, parent: u64, name: String, mode: u32, umask: u32, rdev: u32, caller: Caller) -> Answer<Attr> {
+        if let Err(e) = names_fit(&[&name]) {
+            return Answer::Now(Err(e));
+        }
         let ops = self.clone();
         Answer::later(async move {
             let client = ops.client.as_user(caller.uid, caller.gid);
@@ -433,6 +448,9 @@ impl Ops {
     /// Answered now in a directory held under a delegation (no request; the new directory is
     /// homed with its parent); otherwise made at the parent's home.
     pub fn mkdir(self: &Arc<Self>, parent: u64, name: String, mode: u32, umask: u32, caller: Caller) -> Answer<Attr> {
+        if let Err(e) = names_fit(&[&name]) {
+            return Answer::Now(Err(e));
+        }
         if let Some(delegated) = self.delegations.held(parent) {
             match delegated.mkdir(&name, mode & 0o7777, umask, caller.uid, caller.gid) {
                 Ok(Some(attr)) => {
@@ -463,6 +481,9 @@ impl Ops {
     /// Answered now in a directory held under a delegation, of a name that is not a
     /// directory (see the `delegations` module); otherwise removed at the parent's home.
     pub fn unlink(self: &Arc<Self>, parent: u64, name: String) -> Answer<()> {
+        if let Err(e) = names_fit(&[&name]) {
+            return Answer::Now(Err(e));
+        }
         if let Some(delegated) = self.delegations.held(parent) {
             match delegated.unlink(&name) {
                 Ok(true) => {
@@ -487,6 +508,9 @@ impl Ops {
     /// is held, nobody else can have put anything in it, and the kernel holds the directory's
     /// lock across the rmdir); otherwise removed at the parent's home.
     pub fn rmdir(self: &Arc<Self>, parent: u64, name: String) -> Answer<()> {
+        if let Err(e) = names_fit(&[&name]) {
+            return Answer::Now(Err(e));
+        }
         if let Some(delegated) = self.delegations.held(parent) {
             if let Some(dir) = delegated.made_dir(&name) {
                 if self.removable_here(dir) && delegated.rmdir(&name) {
@@ -532,6 +556,9 @@ impl Ops {
     }
 
     pub fn symlink(self: &Arc<Self>, parent: u64, name: String, target: String, caller: Caller) -> Answer<Attr> {
+        if let Err(e) = names_fit(&[&name]) {
+            return Answer::Now(Err(e));
+        }
         let ops = self.clone();
         Answer::later(async move {
             let client = ops.client.as_user(caller.uid, caller.gid);
@@ -542,6 +569,9 @@ impl Ops {
 
     /// A hard link `newparent/newname` to `ino`.
     pub fn link(self: &Arc<Self>, ino: u64, newparent: u64, newname: String) -> Answer<Attr> {
+        if let Err(e) = names_fit(&[&newname]) {
+            return Answer::Now(Err(e));
+        }
         let (ops, local) = (self.clone(), unpublished_size(&self.files, ino));
         Answer::later(async move {
             let attr =
@@ -554,6 +584,9 @@ impl Ops {
     /// Answered now within one directory held under a delegation, of names it knows (see
     /// `DelegatedDir::rename`); otherwise done at the directories' homes.
     pub fn rename(self: &Arc<Self>, parent: u64, name: String, newparent: u64, newname: String, flags: u32) -> Answer<()> {
+        if let Err(e) = names_fit(&[&name, &newname]) {
+            return Answer::Now(Err(e));
+        }
         let plain_within_one = parent == newparent && flags & !libc::RENAME_NOREPLACE == 0;
         if let Some(delegated) = if plain_within_one { self.delegations.held(parent) } else { None } {
             let mut replaced_dir = None;
@@ -676,6 +709,9 @@ impl Ops {
         flags: i32,
         caller: Caller,
     ) -> Answer<(Attr, Opened)> {
+        if let Err(e) = names_fit(&[&name]) {
+            return Answer::Now(Err(e));
+        }
         if let Some(delegated) = self.delegations.held(parent) {
             match delegated.create(&name, mode & 0o7777, umask, caller.uid, caller.gid) {
                 Ok(Some(attr)) => {

@@ -728,3 +728,29 @@ async fn a_burst_longer_than_a_grant_renews_its_delegation() {
     assert_eq!(fx.other.getattr(d).await.unwrap().nlink, 2);
     fx.stop().await;
 }
+
+/// A name longer than NAME_MAX is ENAMETOOLONG for every operation that takes one, also in a
+/// directory made here, whose missing names the mount answers for itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_too_long_is_enametoolong_everywhere() {
+    let fx = Fixture::new("toolong", 2).await;
+    let ops = &fx.ops;
+    let dir = ops.mkdir(ROOT_INO, "made".into(), 0o755, 0, me()).await.unwrap().ino;
+    let f = put(ops, dir, "f", b"x").await;
+    let long = || "x".repeat(256);
+    for parent in [dir, ROOT_INO] {
+        assert_eq!(errno(ops.lookup(parent, long(), me()).await), libc::ENAMETOOLONG);
+        assert_eq!(errno(ops.create(parent, long(), 0o644, 0, 0, me()).await), libc::ENAMETOOLONG);
+        assert_eq!(errno(ops.mknod(parent, long(), libc::S_IFIFO | 0o644, 0, 0, me()).await), libc::ENAMETOOLONG);
+        assert_eq!(errno(ops.mkdir(parent, long(), 0o755, 0, me()).await), libc::ENAMETOOLONG);
+        assert_eq!(errno(ops.unlink(parent, long()).await), libc::ENAMETOOLONG);
+        assert_eq!(errno(ops.rmdir(parent, long()).await), libc::ENAMETOOLONG);
+        assert_eq!(errno(ops.symlink(parent, long(), "t".into(), me()).await), libc::ENAMETOOLONG);
+        assert_eq!(errno(ops.link(f, parent, long()).await), libc::ENAMETOOLONG);
+        assert_eq!(errno(ops.rename(dir, "f".into(), parent, long(), 0).await), libc::ENAMETOOLONG);
+        assert_eq!(errno(ops.rename(parent, long(), dir, "g".into(), 0).await), libc::ENAMETOOLONG);
+    }
+    assert_eq!(errno(ops.lookup(dir, "x".repeat(255), me()).await), libc::ENOENT, "NAME_MAX itself is a name");
+    assert_eq!(names(ops, dir).await.unwrap(), ["f"]);
+    fx.stop().await;
+}
