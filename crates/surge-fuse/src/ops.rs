@@ -456,7 +456,7 @@ impl Ops {
                 Ok(Some(attr)) => {
                     self.kernel.listings.named(parent, &name, Some(true));
                     self.kernel.listings.made(attr.ino);
-                    self.kernel.subdirectory_count_moved(parent, 1);
+                    self.kernel.changed_under_delegation(parent, 1);
                     return Answer::Now(Ok(self.told(attr)));
                 }
                 Ok(None) => self.not_answered_now(parent, &delegated),
@@ -469,7 +469,6 @@ impl Ops {
                 let attr = ops.client.as_user(caller.uid, caller.gid).mkdir_at_with_umask(parent, &name, mode & 0o7777, umask).await?;
                 // Made here: every name in it is known (none yet).
                 ops.kernel.listings.made(attr.ino);
-                ops.kernel.subdirectory_count_moved(parent, 1);
                 Ok(attr)
             };
             let made = ops.changed_name(parent, &name, Some(Named::Other), made).await?;
@@ -488,6 +487,7 @@ impl Ops {
             match delegated.unlink(&name) {
                 Ok(true) => {
                     self.kernel.listings.named(parent, &name, Some(false));
+                    self.kernel.changed_under_delegation(parent, 0);
                     return Answer::Now(Ok(()));
                 }
                 Ok(false) => {}
@@ -523,7 +523,6 @@ impl Ops {
         let ops = self.clone();
         Answer::later(async move {
             ops.changed_name(parent, &name, None, ops.client.rmdir_at(parent, &name)).await?;
-            ops.kernel.subdirectory_count_moved(parent, -1);
             ops.delegations.stepped_in(parent, ops.kernel.listings.knows(parent));
             Ok(())
         })
@@ -540,7 +539,7 @@ impl Ops {
     /// Directory `dir` in `parent` was removed (or replaced) by the mount.
     fn removed_here(&self, parent: u64, dir: u64) {
         self.kernel.listings.forget(dir);
-        self.kernel.subdirectory_count_moved(parent, -1);
+        self.kernel.changed_under_delegation(parent, -1);
     }
 
     /// Runs `change` of `parent/name` once every delegated step before it is applied, and
@@ -550,6 +549,8 @@ impl Ops {
     async fn changed_name<T>(&self, parent: u64, name: &str, now: Option<Named>, change: impl Future<Output = Result<T>>) -> Result<T> {
         self.delegations.settle().await?;
         let result = change.await;
+        // Its mtime and ctime changed at its home.
+        self.kernel.forget_directory(parent);
         self.kernel.listings.named(parent, name, outcome(&result, now.is_some()));
         self.delegations.changed(parent, name, result.as_ref().map(|_| now).map_err(|_| ()));
         result
@@ -600,6 +601,7 @@ impl Ops {
                     tracing::trace!(parent = format!("{parent:#x}"), name, newname, "rename answered under a delegation");
                     self.kernel.listings.named(parent, name, Some(false));
                     self.kernel.listings.named(parent, newname, Some(true));
+                    self.kernel.changed_under_delegation(parent, 0);
                     if let Some(dir) = replaced_dir {
                         self.removed_here(parent, dir);
                     }
@@ -716,6 +718,7 @@ impl Ops {
             match delegated.create(&name, mode & 0o7777, umask, caller.uid, caller.gid) {
                 Ok(Some(attr)) => {
                     self.kernel.listings.named(parent, &name, Some(true));
+                    self.kernel.changed_under_delegation(parent, 0);
                     let f = self.client.file_made_under(&delegated, &attr, self.client.stream_window());
                     // Handing the kernel a data file costs a create + close about a third more
                     // (the data file made, its backing id opened and closed): only once files
