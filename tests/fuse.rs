@@ -412,6 +412,38 @@ fn errors_carry_the_right_errno_and_permissions_hold_for_other_users() {
     }
 }
 
+/// Set-id bits go as on a local file system: a chgrp by the file's owner to another of its
+/// groups clears them, and so does a write or truncate by a user without privilege, whether
+/// the kernel sends the write to the mount or straight to a data file (passthrough); root's
+/// write keeps them.
+#[test]
+fn set_id_bits_go_with_a_chown_by_the_owner_and_a_write_by_another_user() {
+    let inst = instance("setid", 2);
+    let m = inst.mount("a", "127.0.0.2");
+    let d = |p: &str| m.path(p).display().to_string();
+    std::fs::set_permissions(&m.dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let nobody = |cmd: &str| {
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--groups=65534,65533", "bash", "-c", cmd])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{cmd}: {out:?}");
+    };
+    let mode = |p: &str| sh(&format!("stat -c %a {}", d(p))).trim().to_string();
+    sh(&format!("touch {0} && chown 65534:65534 {0} && chmod 06555 {0}", d("owned")));
+    nobody(&format!("chgrp 65533 {}", d("owned")));
+    assert_eq!(mode("owned"), "555", "the owner's chgrp");
+    sh(&format!("touch {0} && chmod 06555 {0} && chgrp 65533 {0}", d("rooted")));
+    assert_eq!(mode("rooted"), "555", "root's chgrp, as Linux's chown clears them for root too");
+    for (name, how) in [("written", "echo x >> {}"), ("big", "dd if=/dev/zero of={} bs=1M count=2 conv=notrunc status=none"), ("cut", "truncate -s 0 {}")] {
+        sh(&format!("echo data > {0} && chmod 06777 {0}", d(name)));
+        nobody(&how.replace("{}", &d(name)));
+        assert_eq!(mode(name), "777", "{name} by another user");
+    }
+    sh(&format!("echo data > {0} && chmod 06777 {0} && echo more >> {0} && truncate -s 1 {0}", d("mine")));
+    assert_eq!(mode("mine"), "6777", "root's write keeps them");
+}
+
 #[test]
 fn rename_on_one_node_publishes_to_a_mount_on_another() {
     let inst = instance("twonode", 71);

@@ -54,6 +54,9 @@ pub struct SetAttr {
     pub atime: Option<TimeOrNow>,
     pub mtime: Option<TimeOrNow>,
     pub fh: Option<u64>,
+    /// FATTR_KILL_SUIDGID: a truncate by a caller without CAP_FSETID (with
+    /// HANDLE_KILLPRIV_V2, the file system drops the set-id bits).
+    pub kill_suidgid: bool,
 }
 
 #[derive(Debug)]
@@ -315,6 +318,7 @@ pub fn decode<'a>(header: &abi::fuse_in_header, op_header: &'a [u8], payload: &'
                     atime: time(v, abi::FATTR_ATIME, abi::FATTR_ATIME_NOW, a.atime, a.atimensec),
                     mtime: time(v, abi::FATTR_MTIME, abi::FATTR_MTIME_NOW, a.mtime, a.mtimensec),
                     fh: when(abi::FATTR_FH).then_some(a.fh),
+                    kill_suidgid: when(abi::FATTR_KILL_SUIDGID),
                 })
             }
             FUSE_READLINK => Operation::Readlink,

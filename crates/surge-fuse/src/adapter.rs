@@ -312,7 +312,11 @@ impl Filesystem for SurgeFs {
         self.reply(self.ops().getattr(ino, caller(req)), self.attr(reply));
     }
 
-    fn setattr(&self, _req: &KernelCaller, ino: u64, c: SetAttr, reply: ReplyAttr) {
+    fn setattr(&self, req: &KernelCaller, ino: u64, c: SetAttr, reply: ReplyAttr) {
+        // A setattr that changes nothing is the kernel dropping set-id bits it leaves to the
+        // file system (HANDLE_KILLPRIV_V2): a write through a passthrough file, fallocate,
+        // chown(-1, -1). Which bits go, for whom, is the servers' rule.
+        let nothing = c.mode.is_none() && c.uid.is_none() && c.gid.is_none() && c.size.is_none() && c.atime.is_none() && c.mtime.is_none();
         let change = AttrChanges {
             mode: c.mode,
             uid: c.uid,
@@ -320,6 +324,8 @@ impl Filesystem for SurgeFs {
             size: c.size,
             atime: c.atime.map(to_timestamp),
             mtime: c.mtime.map(to_timestamp),
+            kill_set_id: c.kill_suidgid || nothing,
+            by: Some(caller(req).requester()),
         };
         self.reply(self.ops().setattr(ino, change, c.fh), self.attr(reply));
     }
@@ -375,7 +381,7 @@ impl Filesystem for SurgeFs {
 
     fn write(
         &self,
-        _req: &KernelCaller,
+        req: &KernelCaller,
         ino: u64,
         fh: u64,
         offset: u64,
@@ -385,8 +391,8 @@ impl Filesystem for SurgeFs {
         reply: ReplyWrite,
     ) {
         if write_flags & abi::FUSE_WRITE_KILL_SUIDGID != 0 {
-            // A write by someone else than root to a set-id file drops its set-id bits.
-            self.reply(self.ops().drop_set_id_bits(ino), |_| {});
+            // The kernel saw a writer without CAP_FSETID at a set-id file.
+            self.reply(self.ops().kill_set_id(ino, caller(req)), |_| {});
         }
         // `flags`: the descriptor's open flags.
         let append = flags & libc::O_APPEND != 0;

@@ -225,15 +225,21 @@ impl KernelCache {
         }
     }
 
-    /// This node made (`+1`) or removed (`-1`) a subdirectory of `ino`: its link count (2 +
-    /// subdirectories, which `find` relies on) moves with it in what is kept here, exact
-    /// where the mtime may lag.
-    pub(crate) fn subdirectory_count_moved(&self, ino: u64, by: i32) {
+    /// A name in directory `ino` changed under its delegation, answered here without its
+    /// home: what is kept of its attributes follows (mtime and ctime now, the link count by
+    /// `subdirs`, 2 + subdirectories, which `find` relies on), since its home learns of the
+    /// change only when the delegation's log is written back.
+    pub(crate) fn changed_under_delegation(&self, ino: u64, subdirs: i32) {
         if let Some((attr, _)) = self.directories.lock().unwrap().get_mut(&ino) {
-            attr.nlink = attr.nlink.saturating_add_signed(by).max(2);
+            let now = Timestamp::now();
+            attr.nlink = attr.nlink.saturating_add_signed(subdirs).max(2);
+            attr.mtime = now;
+            attr.ctime = now;
         }
     }
 
+    /// A directory's attributes changed (a name in it through this mount, a setattr): what
+    /// is kept of them goes, and the next getattr asks its home, exact at once.
     pub(crate) fn forget_directory(&self, ino: u64) {
         self.directories.lock().unwrap().remove(&ino);
     }

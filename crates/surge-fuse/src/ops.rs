@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use surge_client::surge_proto::data::AllocateMode;
-use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, LockHolder, LockKind};
+use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, LockHolder, LockKind, Requester, MAX_NAME_LEN};
 use surge_client::{Client, DelegatedDir, Error, File, LockRange, Named, Result};
 use tokio::runtime::Handle;
 
@@ -35,6 +35,15 @@ use crate::delegations::Delegations;
 use crate::handles::{siblings, unpublished_size, Files, OpenFile};
 use crate::kernel::{Invalidations, KernelCache};
 use crate::locks::LockOwners;
+
+/// Names longer than a directory entry holds are refused before anything else, also where
+/// the mount would answer on its own that a name is missing.
+fn names_fit(names: &[&str]) -> Result<()> {
+    match names.iter().find(|name| name.len() > MAX_NAME_LEN) {
+        Some(name) => Err(Error::new(ErrorCode::NameTooLong, format!("name of {} bytes", name.len()))),
+        None => Ok(()),
+    }
+}
 
 /// What all read caches of the mount may hold together.
 const READ_CACHE_BUDGET: u64 = 512 << 20;
@@ -46,6 +55,20 @@ pub struct Caller {
     pub uid: u32,
     pub gid: u32,
     pub pid: u32,
+}
+
+impl Caller {
+    /// The caller as the servers' set-id rules need it: with the supplementary groups its
+    /// process has (only the primary group if they cannot be read).
+    pub fn requester(&self) -> Requester {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
+        let groups = status
+            .lines()
+            .find_map(|line| line.strip_prefix("Groups:"))
+            .map(|list| list.split_whitespace().filter_map(|g| g.parse().ok()).collect())
+            .unwrap_or_else(|| vec![self.gid]);
+        Requester { uid: self.uid, gid: self.gid, groups }
+    }
 }
 
 /// Capacity and inode counts for STATFS, in 4 KiB blocks.
@@ -302,6 +325,9 @@ impl Ops {
     /// Answered now when the name is missing from a directory whose every name this mount
     /// knows; otherwise asked of the servers.
     pub fn lookup(self: &Arc<Self>, parent: u64, name: String, caller: Caller) -> Answer<Attr> {
+        if let Err(e) = names_fit(&[&name]) {
+            return Answer::Now(Err(e));
+        }
         if self.kernel.listings.known_missing(parent, &name) {
             // A path walk ends here: a retry after ESTALE is over.
             self.kernel.settled(caller.pid);
@@ -387,6 +413,9 @@ impl Ops {
     /// A regular file made without opening it, or a FIFO, socket or device node (each node
     /// uses it as its own: the kernel runs the pipe or opens the device, as on NFS).
     pub fn mknod(self: &Arc<Self>, parent: u64, name: String, mode: u32, umask: u32, rdev: u32, caller: Caller) -> Answer<Attr> {
+        if let Err(e) = names_fit(&[&name]) {
+            return Answer::Now(Err(e));
+        }
         let ops = self.clone();
         Answer::later(async move {
             let client = ops.client.as_user(caller.uid, caller.gid);
@@ -419,12 +448,15 @@ impl Ops {
     /// Answered now in a directory held under a delegation (no request; the new directory is
     /// homed with its parent); otherwise made at the parent's home.
     pub fn mkdir(self: &Arc<Self>, parent: u64, name: String, mode: u32, umask: u32, caller: Caller) -> Answer<Attr> {
+        if let Err(e) = names_fit(&[&name]) {
+            return Answer::Now(Err(e));
+        }
         if let Some(delegated) = self.delegations.held(parent) {
             match delegated.mkdir(&name, mode & 0o7777, umask, caller.uid, caller.gid) {
                 Ok(Some(attr)) => {
                     self.kernel.listings.named(parent, &name, Some(true));
                     self.kernel.listings.made(attr.ino);
-                    self.kernel.subdirectory_count_moved(parent, 1);
+                    self.kernel.changed_under_delegation(parent, 1);
                     return Answer::Now(Ok(self.told(attr)));
                 }
                 Ok(None) => self.not_answered_now(parent, &delegated),
@@ -437,7 +469,6 @@ impl Ops {
                 let attr = ops.client.as_user(caller.uid, caller.gid).mkdir_at_with_umask(parent, &name, mode & 0o7777, umask).await?;
                 // Made here: every name in it is known (none yet).
                 ops.kernel.listings.made(attr.ino);
-                ops.kernel.subdirectory_count_moved(parent, 1);
                 Ok(attr)
             };
             let made = ops.changed_name(parent, &name, Some(Named::Other), made).await?;
@@ -449,10 +480,14 @@ impl Ops {
     /// Answered now in a directory held under a delegation, of a name that is not a
     /// directory (see the `delegations` module); otherwise removed at the parent's home.
     pub fn unlink(self: &Arc<Self>, parent: u64, name: String) -> Answer<()> {
+        if let Err(e) = names_fit(&[&name]) {
+            return Answer::Now(Err(e));
+        }
         if let Some(delegated) = self.delegations.held(parent) {
             match delegated.unlink(&name) {
                 Ok(true) => {
                     self.kernel.listings.named(parent, &name, Some(false));
+                    self.kernel.changed_under_delegation(parent, 0);
                     return Answer::Now(Ok(()));
                 }
                 Ok(false) => {}
@@ -473,6 +508,9 @@ impl Ops {
     /// is held, nobody else can have put anything in it, and the kernel holds the directory's
     /// lock across the rmdir); otherwise removed at the parent's home.
     pub fn rmdir(self: &Arc<Self>, parent: u64, name: String) -> Answer<()> {
+        if let Err(e) = names_fit(&[&name]) {
+            return Answer::Now(Err(e));
+        }
         if let Some(delegated) = self.delegations.held(parent) {
             if let Some(dir) = delegated.made_dir(&name) {
                 if self.removable_here(dir) && delegated.rmdir(&name) {
@@ -485,7 +523,6 @@ impl Ops {
         let ops = self.clone();
         Answer::later(async move {
             ops.changed_name(parent, &name, None, ops.client.rmdir_at(parent, &name)).await?;
-            ops.kernel.subdirectory_count_moved(parent, -1);
             ops.delegations.stepped_in(parent, ops.kernel.listings.knows(parent));
             Ok(())
         })
@@ -502,7 +539,7 @@ impl Ops {
     /// Directory `dir` in `parent` was removed (or replaced) by the mount.
     fn removed_here(&self, parent: u64, dir: u64) {
         self.kernel.listings.forget(dir);
-        self.kernel.subdirectory_count_moved(parent, -1);
+        self.kernel.changed_under_delegation(parent, -1);
     }
 
     /// Runs `change` of `parent/name` once every delegated step before it is applied, and
@@ -512,12 +549,17 @@ impl Ops {
     async fn changed_name<T>(&self, parent: u64, name: &str, now: Option<Named>, change: impl Future<Output = Result<T>>) -> Result<T> {
         self.delegations.settle().await?;
         let result = change.await;
+        // Its mtime and ctime changed at its home.
+        self.kernel.forget_directory(parent);
         self.kernel.listings.named(parent, name, outcome(&result, now.is_some()));
         self.delegations.changed(parent, name, result.as_ref().map(|_| now).map_err(|_| ()));
         result
     }
 
     pub fn symlink(self: &Arc<Self>, parent: u64, name: String, target: String, caller: Caller) -> Answer<Attr> {
+        if let Err(e) = names_fit(&[&name]) {
+            return Answer::Now(Err(e));
+        }
         let ops = self.clone();
         Answer::later(async move {
             let client = ops.client.as_user(caller.uid, caller.gid);
@@ -528,6 +570,9 @@ impl Ops {
 
     /// A hard link `newparent/newname` to `ino`.
     pub fn link(self: &Arc<Self>, ino: u64, newparent: u64, newname: String) -> Answer<Attr> {
+        if let Err(e) = names_fit(&[&newname]) {
+            return Answer::Now(Err(e));
+        }
         let (ops, local) = (self.clone(), unpublished_size(&self.files, ino));
         Answer::later(async move {
             let attr =
@@ -540,6 +585,9 @@ impl Ops {
     /// Answered now within one directory held under a delegation, of names it knows (see
     /// `DelegatedDir::rename`); otherwise done at the directories' homes.
     pub fn rename(self: &Arc<Self>, parent: u64, name: String, newparent: u64, newname: String, flags: u32) -> Answer<()> {
+        if let Err(e) = names_fit(&[&name, &newname]) {
+            return Answer::Now(Err(e));
+        }
         let plain_within_one = parent == newparent && flags & !libc::RENAME_NOREPLACE == 0;
         if let Some(delegated) = if plain_within_one { self.delegations.held(parent) } else { None } {
             let mut replaced_dir = None;
@@ -553,6 +601,7 @@ impl Ops {
                     tracing::trace!(parent = format!("{parent:#x}"), name, newname, "rename answered under a delegation");
                     self.kernel.listings.named(parent, name, Some(false));
                     self.kernel.listings.named(parent, newname, Some(true));
+                    self.kernel.changed_under_delegation(parent, 0);
                     if let Some(dir) = replaced_dir {
                         self.removed_here(parent, dir);
                     }
@@ -627,6 +676,7 @@ impl Ops {
             if flags & libc::O_TRUNC != 0 {
                 f.set_len(0).await?;
                 ops.resized_here(ino, 0, 0);
+                ops.truncated_by(&f, caller).await?;
             }
             if flags & libc::O_ACCMODE != libc::O_RDONLY {
                 // Its close publishes the file (see surge_client::workflow).
@@ -636,6 +686,17 @@ impl Ops {
             let backing = ops.passthrough_for(&f, flags).await;
             Ok(ops.register(f, flags, backing))
         })
+    }
+
+    /// After a truncating open by `caller`: a set-id file loses its bits as a truncate
+    /// without privilege makes it (the servers decide; root's keeps them).
+    async fn truncated_by(&self, f: &File, caller: Caller) -> Result<()> {
+        if caller.uid != 0 && f.attr_at_open().mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+            let changes = AttrChanges { kill_set_id: true, by: Some(caller.requester()), ..Default::default() };
+            self.client.setattr(f.ino(), changes).await?;
+            self.kernel.attr_changed(f.ino());
+        }
+        Ok(())
     }
 
     /// Creates (and opens) a file; answers its attributes and the new handle. Answered now in
@@ -650,10 +711,14 @@ impl Ops {
         flags: i32,
         caller: Caller,
     ) -> Answer<(Attr, Opened)> {
+        if let Err(e) = names_fit(&[&name]) {
+            return Answer::Now(Err(e));
+        }
         if let Some(delegated) = self.delegations.held(parent) {
             match delegated.create(&name, mode & 0o7777, umask, caller.uid, caller.gid) {
                 Ok(Some(attr)) => {
                     self.kernel.listings.named(parent, &name, Some(true));
+                    self.kernel.changed_under_delegation(parent, 0);
                     let f = self.client.file_made_under(&delegated, &attr, self.client.stream_window());
                     // Handing the kernel a data file costs a create + close about a third more
                     // (the data file made, its backing id opened and closed): only once files
@@ -675,6 +740,7 @@ impl Ops {
                 if flags & libc::O_TRUNC != 0 && f.size() > 0 {
                     f.set_len(0).await?;
                     ops.resized_here(f.ino(), 0, 0);
+                    ops.truncated_by(&f, caller).await?;
                 }
                 f.set_write_behind(ops.client.stream_window()).await?;
                 Ok(f)
@@ -969,18 +1035,15 @@ impl Ops {
         self.dirs.lock().unwrap().remove(&fh);
     }
 
-    /// Drops a file's set-user-id and set-group-id bits (a write by someone else than root;
-    /// the kernel leaves this to the file system, see the adapter's `init`).
-    pub fn drop_set_id_bits(self: &Arc<Self>, ino: u64) -> Answer<Attr> {
+    /// Has the servers drop a file's set-id bits as a write by `caller` does (Linux keeps
+    /// them for a privileged writer; the servers decide). The kernel asks for it with a
+    /// write, as the mount negotiated HANDLE_KILLPRIV_V2.
+    pub fn kill_set_id(self: &Arc<Self>, ino: u64, caller: Caller) -> Answer<Attr> {
         let ops = self.clone();
         Answer::later(async move {
             ops.delegations.settle().await?;
-            let attr = ops.client.getattr(ino).await?;
-            let mode = attr.mode & !(libc::S_ISUID | libc::S_ISGID);
-            if mode == attr.mode {
-                return Ok(attr);
-            }
-            let attr = ops.client.setattr(ino, AttrChanges { mode: Some(mode), ..Default::default() }).await?;
+            let changes = AttrChanges { kill_set_id: true, by: Some(caller.requester()), ..Default::default() };
+            let attr = ops.client.setattr(ino, changes).await?;
             ops.kernel.attr_changed(ino);
             Ok(attr)
         })

@@ -728,3 +728,65 @@ async fn a_burst_longer_than_a_grant_renews_its_delegation() {
     assert_eq!(fx.other.getattr(d).await.unwrap().nlink, 2);
     fx.stop().await;
 }
+
+/// A name longer than NAME_MAX is ENAMETOOLONG for every operation that takes one, also in a
+/// directory made here, whose missing names the mount answers for itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_too_long_is_enametoolong_everywhere() {
+    let fx = Fixture::new("toolong", 2).await;
+    let ops = &fx.ops;
+    let dir = ops.mkdir(ROOT_INO, "made".into(), 0o755, 0, me()).await.unwrap().ino;
+    let f = put(ops, dir, "f", b"x").await;
+    let long = || "x".repeat(256);
+    for parent in [dir, ROOT_INO] {
+        assert_eq!(errno(ops.lookup(parent, long(), me()).await), libc::ENAMETOOLONG);
+        assert_eq!(errno(ops.create(parent, long(), 0o644, 0, 0, me()).await), libc::ENAMETOOLONG);
+        assert_eq!(errno(ops.mknod(parent, long(), libc::S_IFIFO | 0o644, 0, 0, me()).await), libc::ENAMETOOLONG);
+        assert_eq!(errno(ops.mkdir(parent, long(), 0o755, 0, me()).await), libc::ENAMETOOLONG);
+        assert_eq!(errno(ops.unlink(parent, long()).await), libc::ENAMETOOLONG);
+        assert_eq!(errno(ops.rmdir(parent, long()).await), libc::ENAMETOOLONG);
+        assert_eq!(errno(ops.symlink(parent, long(), "t".into(), me()).await), libc::ENAMETOOLONG);
+        assert_eq!(errno(ops.link(f, parent, long()).await), libc::ENAMETOOLONG);
+        assert_eq!(errno(ops.rename(dir, "f".into(), parent, long(), 0).await), libc::ENAMETOOLONG);
+        assert_eq!(errno(ops.rename(parent, long(), dir, "g".into(), 0).await), libc::ENAMETOOLONG);
+    }
+    assert_eq!(errno(ops.lookup(dir, "x".repeat(255), me()).await), libc::ENOENT, "NAME_MAX itself is a name");
+    assert_eq!(names(ops, dir).await.unwrap(), ["f"]);
+    fx.stop().await;
+}
+
+/// A directory's mtime and ctime read right after a create, link, unlink, mkdir, rmdir or
+/// rename through this mount are the ones its home has: they do not change by themselves a
+/// moment later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_times_are_exact_after_a_change_here() {
+    let fx = Fixture::new("dirtimes", 2).await;
+    let ops = &fx.ops;
+    let dir = ops.mkdir(ROOT_INO, "d".into(), 0o755, 0, me()).await.unwrap().ino;
+    let f = put(ops, dir, "f", b"x").await;
+    let other = &fx.other;
+    let exact = |what: &'static str| async move {
+        let seen = ops.getattr(dir, me()).await.unwrap();
+        let home = other.getattr(dir).await.unwrap();
+        assert_eq!((seen.mtime, seen.ctime, seen.nlink), (home.mtime, home.ctime, home.nlink), "after {what}");
+        seen
+    };
+    let mut before = exact("a create").await;
+    for what in ["link", "unlink", "mkdir", "rename", "rmdir", "symlink"] {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        match what {
+            "link" => drop(ops.link(f, dir, "g".into()).await.unwrap()),
+            "unlink" => ops.unlink(dir, "g".into()).await.unwrap(),
+            "mkdir" => drop(ops.mkdir(dir, "sub".into(), 0o755, 0, me()).await.unwrap()),
+            "rename" => ops.rename(dir, "f".into(), dir, "f2".into(), 0).await.unwrap(),
+            "rmdir" => ops.rmdir(dir, "sub".into()).await.unwrap(),
+            _ => drop(ops.symlink(dir, "s".into(), "f2".into(), me()).await.unwrap()),
+        }
+        let after = exact(what).await;
+        assert!(after.mtime > before.mtime && after.ctime > before.ctime, "{what} moved the directory's times");
+        before = after;
+    }
+    let linked = ops.getattr(f, me()).await.unwrap();
+    assert_eq!(linked.ctime, fx.other.getattr(f).await.unwrap().ctime);
+    fx.stop().await;
+}

@@ -15,9 +15,13 @@
 //! here; the server's request handlers apply them on the server that homes the inode.
 
 use surge_proto::acl::{Acl, Tag};
-use surge_proto::{Attr, AttrChanges, ErrorCode, FileKind, XattrNamespace};
+use surge_proto::{Attr, AttrChanges, ErrorCode, FileKind, Requester, XattrNamespace};
 
 use crate::error::{Result, ServerError};
+
+const SET_UID: u32 = 0o4000;
+const SET_GID: u32 = 0o2000;
+const GROUP_EXEC: u32 = 0o010;
 
 /// Permission bits asked for, as in a mode's `rwx` triplets.
 pub const READ: u32 = 4;
@@ -52,8 +56,53 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// Whom the set-id rules of a setattr treat as its author: the connection's proven
+    /// caller; or the requester the change names, when the connection is root's (a mount
+    /// serving many users) or unproven (a server that does not check identities, whose
+    /// clients are trusted); else root.
+    pub fn acting_for(connection: Option<&Caller>, by: Option<&Requester>) -> Caller {
+        match (connection, by) {
+            (Some(caller), _) if !caller.is_root() => caller.clone(),
+            (_, Some(by)) => Caller { uid: by.uid, gid: by.gid, groups: by.groups.clone() },
+            (Some(caller), None) => caller.clone(),
+            (None, None) => Caller { uid: 0, gid: 0, groups: Vec::new() },
+        }
+    }
+
     fn is_root(&self) -> bool {
         self.uid == 0
+    }
+
+    /// Whether the set-group-id bit of a file of group `gid` goes when its owner or group
+    /// changes, or when someone without privilege writes it, as Linux's
+    /// setattr_should_drop_sgid has it: with group execute it marks a set-group-id program
+    /// and always goes; without, it only marks mandatory locking, and goes unless the caller
+    /// is privileged or in the group.
+    fn drops_setgid(&self, mode: u32, gid: u32) -> bool {
+        mode & SET_GID != 0 && (mode & GROUP_EXEC != 0 || !(self.is_root() || self.in_group(gid)))
+    }
+
+    /// The mode `attr` has after `changes` by this caller: the set-id bits Linux clears go.
+    /// A chmod by someone neither privileged nor in the (new) group loses set-group-id; a
+    /// chown or chgrp of anything but a directory loses set-user-id, also root's, and
+    /// set-group-id as [`Caller::drops_setgid`] says; a truncate or a write of a regular file
+    /// by someone without privilege loses both the same way (the kernel's
+    /// should_remove_suid).
+    pub fn mode_after(&self, attr: &Attr, changes: &AttrChanges) -> u32 {
+        let mut mode = changes.mode.map_or(attr.mode, |mode| mode & 0o7777);
+        if changes.mode.is_some() && !self.is_root() && !self.in_group(changes.gid.unwrap_or(attr.gid)) {
+            mode &= !SET_GID;
+        }
+        let chown = changes.uid.is_some() || changes.gid.is_some();
+        let written = changes.size.is_some() || changes.kill_set_id;
+        let kills = (chown && attr.kind != FileKind::Dir) || (written && attr.kind == FileKind::File && !self.is_root());
+        if kills {
+            if self.drops_setgid(mode, attr.gid) {
+                mode &= !SET_GID;
+            }
+            mode &= !SET_UID;
+        }
+        mode
     }
 
     fn in_group(&self, gid: u32) -> bool {
@@ -400,6 +449,70 @@ mod tests {
         assert!(me.check_new_owner(1002, 1001, None).is_err());
         assert!(me.check_new_owner(1001, 555, None).is_err());
         assert!(caller(0, 0, &[]).check_new_owner(1002, 555, None).is_ok());
+    }
+
+    /// chown and chgrp, as on Linux's local file systems: set-user-id goes whoever changes
+    /// the owner or group of anything but a directory (root too, also to the same values);
+    /// set-group-id with group execute goes too, without it only if the caller is neither
+    /// root nor in the file's group.
+    #[test]
+    fn a_chown_clears_the_set_id_bits() {
+        let file = attr(FileKind::File, 0o6555, 65534, 65533);
+        let (owner, root) = (caller(65534, 65534, &[65534, 65533, 65532]), caller(0, 0, &[]));
+        let chgrp = AttrChanges { uid: Some(65534), gid: Some(65532), ..Default::default() };
+        assert_eq!(owner.mode_after(&file, &chgrp), 0o555, "the owner's chgrp to another of its groups");
+        assert_eq!(root.mode_after(&file, &AttrChanges { uid: Some(65532), ..Default::default() }), 0o555);
+        assert_eq!(root.mode_after(&file, &AttrChanges { gid: Some(65533), ..Default::default() }), 0o555, "to the same group");
+        let locking = attr(FileKind::File, 0o2545, 65534, 65533);
+        assert_eq!(root.mode_after(&locking, &chgrp), 0o2545, "set-group-id without group execute stays for root");
+        assert_eq!(owner.mode_after(&locking, &chgrp), 0o2545, "and for a member of the file's group");
+        let outsider = caller(65534, 65534, &[65532]);
+        assert_eq!(outsider.mode_after(&locking, &chgrp), 0o545, "but not for one outside it");
+        let dir = attr(FileKind::Dir, 0o6755, 65534, 65533);
+        assert_eq!(root.mode_after(&dir, &chgrp), 0o6755, "a directory keeps its bits");
+        assert_eq!(owner.mode_after(&file, &AttrChanges { mtime: Some(Timestamp::default()), ..Default::default() }), 0o6555);
+    }
+
+    /// A truncate or a write by someone without privilege clears the bits of a regular file
+    /// (the kernel's should_remove_suid); root's keep them.
+    #[test]
+    fn a_write_or_truncate_without_privilege_clears_the_set_id_bits() {
+        let file = attr(FileKind::File, 0o6777, 0, 100);
+        let (other, member, root) = (caller(65534, 65534, &[]), caller(65534, 65534, &[100]), caller(0, 0, &[]));
+        let truncate = AttrChanges { size: Some(0), ..Default::default() };
+        let write = AttrChanges { kill_set_id: true, ..Default::default() };
+        assert_eq!(other.mode_after(&file, &truncate), 0o777);
+        assert_eq!(other.mode_after(&file, &write), 0o777);
+        assert_eq!(root.mode_after(&file, &truncate), 0o6777);
+        assert_eq!(root.mode_after(&file, &write), 0o6777);
+        let locking = attr(FileKind::File, 0o6767, 0, 100);
+        assert_eq!(other.mode_after(&locking, &write), 0o767, "set-group-id without group execute, outside the group");
+        assert_eq!(member.mode_after(&locking, &write), 0o2767, "a member's write keeps the locking mark");
+    }
+
+    /// chmod by someone neither root nor in the file's group (the new one, if the same
+    /// change sets it) cannot set set-group-id (setattr_prepare).
+    #[test]
+    fn a_chmod_outside_the_group_clears_set_group_id() {
+        let file = attr(FileKind::File, 0o644, 1001, 100);
+        let chmod = AttrChanges { mode: Some(0o6777), ..Default::default() };
+        assert_eq!(caller(1001, 1001, &[]).mode_after(&file, &chmod), 0o4777);
+        assert_eq!(caller(1001, 1001, &[100]).mode_after(&file, &chmod), 0o6777);
+        assert_eq!(caller(0, 0, &[]).mode_after(&file, &chmod), 0o6777);
+        let dir = attr(FileKind::Dir, 0o755, 1001, 100);
+        assert_eq!(caller(1001, 1001, &[]).mode_after(&dir, &AttrChanges { mode: Some(0o2775), ..Default::default() }), 0o775);
+    }
+
+    /// A root connection acts for the requester it names; any other for its proven caller.
+    #[test]
+    fn set_id_rules_apply_to_whom_a_root_connection_names() {
+        let by = Requester { uid: 65534, gid: 65534, groups: vec![65534] };
+        let root = caller(0, 0, &[]);
+        assert_eq!(Caller::acting_for(Some(&root), Some(&by)), caller(65534, 65534, &[65534]));
+        assert_eq!(Caller::acting_for(None, Some(&by)).uid, 65534);
+        let user = caller(1001, 1001, &[]);
+        assert_eq!(Caller::acting_for(Some(&user), Some(&Requester::default())), user, "a user cannot claim root");
+        assert_eq!(Caller::acting_for(None, None).uid, 0);
     }
 
     fn entry(tag: Tag, perm: u32) -> Entry {

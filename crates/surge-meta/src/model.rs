@@ -25,7 +25,7 @@ use std::time::Instant;
 use surge_proto::acl::AclKind;
 use surge_proto::ino::{self, Ino};
 use surge_proto::placement::DirLayout;
-use surge_proto::{Attr, DirEntry, ErrorCode, FileKind, Timestamp, Unlinked};
+use surge_proto::{Attr, DirEntry, ErrorCode, FileKind, Timestamp, Unlinked, MAX_NAME_LEN};
 
 use crate::access::{self, Inherited};
 use crate::delegated::DelegationMark;
@@ -280,6 +280,10 @@ impl MetaStore {
     }
 
     pub(crate) fn entry_of(&self, parent: Ino, name: &str) -> Result<(Ino, FileKind, bool)> {
+        if name.len() > MAX_NAME_LEN {
+            // No such name can be: the error says why, as on a local file system.
+            return fail(ErrorCode::NameTooLong, format!("name of {} bytes", name.len()));
+        }
         match self.dir(parent)?.entries.get(name) {
             Some(e) => Ok((e.ino, e.kind, e.is_locked())),
             None => fail(ErrorCode::NotFound, format!("no entry '{name}'")),

@@ -97,6 +97,22 @@ pub struct AttrChanges {
     pub size: Option<u64>,
     pub atime: Option<Timestamp>,
     pub mtime: Option<Timestamp>,
+    /// The change is what a write does to the set-id bits (a write, fallocate or a kernel's
+    /// request to drop them): cleared unless the requester is privileged.
+    pub kill_set_id: bool,
+    /// On whose behalf a trusted client (a mount, connected as root) asks: the set-id bits a
+    /// chown, truncate, chmod or write clears depend on the requester's privilege and groups.
+    /// A server that checks identities takes it only from a root connection.
+    pub by: Option<Requester>,
+}
+
+/// Who asked for a change, as a client that serves several users knows it.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+pub struct Requester {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups (the primary one may be among them).
+    pub groups: Vec<u32>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use surge_proto::acl::AclKind;
 use surge_proto::namespace::AllocationNote;
 use surge_proto::{Attr, AttrChanges, ErrorCode, FileKind, Ino, InodeFate, Timestamp};
 
-use crate::access;
+use crate::access::{self, Caller};
 use crate::error::Result;
 use crate::model::{fail, MetaStore};
 
@@ -17,7 +17,14 @@ impl MetaStore {
         Ok(self.inode(ino)?.attr.clone())
     }
 
+    /// A setattr by a trusted client that names nobody: root's.
     pub fn setattr(&mut self, ino: Ino, changes: &AttrChanges) -> Result<Attr> {
+        self.setattr_as(ino, changes, None)
+    }
+
+    /// A setattr on a connection proven to be `connection`'s (None: a trusted one): the
+    /// set-id bits go as Linux clears them for whom it acts for ([`Caller::acting_for`]).
+    pub fn setattr_as(&mut self, ino: Ino, changes: &AttrChanges, connection: Option<&Caller>) -> Result<Attr> {
         let inode = self.inode_mut(ino)?;
         if changes.size.is_some() && inode.attr.kind != FileKind::File {
             return fail(
@@ -33,10 +40,9 @@ impl MetaStore {
                 self.changed_xattr(ino, AclKind::Access.xattr_name());
             }
         }
+        let author = Caller::acting_for(connection, changes.by.as_ref());
         let attr = &mut self.inode_mut(ino)?.attr;
-        if let Some(mode) = changes.mode {
-            attr.mode = mode & 0o7777;
-        }
+        attr.mode = author.mode_after(attr, changes);
         if let Some(uid) = changes.uid {
             attr.uid = uid;
         }
@@ -141,7 +147,7 @@ impl MetaStore {
 mod tests {
     use super::*;
     use surge_proto::placement::DirLayout;
-    use surge_proto::ROOT_INO;
+    use surge_proto::{Requester, ROOT_INO};
 
     /// A file's allocation is known from its creation until its content changes; a client's
     /// measurement is kept only while the content is still at the version it names; a
@@ -176,6 +182,24 @@ mod tests {
         replayed.apply(s.take_changes()).unwrap();
         assert_eq!(replayed.getattr(ino).unwrap().blocks, None, "measured again after a restart");
         assert_eq!(replayed.getattr(dir.ino).unwrap().blocks, Some(0), "a directory has no data files");
+    }
+
+    /// The store applies the set-id rules to whom the request names: a mount's chgrp by the
+    /// file's owner and its write without privilege clear the bits; root's write keeps them.
+    #[test]
+    fn setattr_clears_set_id_bits_for_the_requester() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let ino = s.create(ROOT_INO, "f", 0o6555, 0, 65534, 65533, true, false, None).unwrap().ino;
+        let mount = Caller { uid: 0, gid: 0, groups: vec![] };
+        let owner = Requester { uid: 65534, gid: 65534, groups: vec![65534, 65533, 65532] };
+        let chgrp = AttrChanges { gid: Some(65532), by: Some(owner.clone()), ..Default::default() };
+        let attr = s.setattr_as(ino, &chgrp, Some(&mount)).unwrap();
+        assert_eq!((attr.mode, attr.gid), (0o555, 65532));
+        s.setattr(ino, &AttrChanges { mode: Some(0o6777), ..Default::default() }).unwrap();
+        let written = AttrChanges { kill_set_id: true, by: Some(Requester { uid: 0, gid: 0, groups: vec![] }), ..Default::default() };
+        assert_eq!(s.setattr_as(ino, &written, Some(&mount)).unwrap().mode, 0o6777, "root's write keeps them");
+        let written = AttrChanges { kill_set_id: true, by: Some(owner), ..Default::default() };
+        assert_eq!(s.setattr_as(ino, &written, Some(&mount)).unwrap().mode, 0o777);
     }
 
     #[test]

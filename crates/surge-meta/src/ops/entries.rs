@@ -258,6 +258,16 @@ mod tests {
     /// A name for an inode homed here must name it as what it is, and something that exists;
     /// the same for an exchange's half-step (fuzz regression `swap-entry-wrong-kind`: a file
     /// swapped in as a FIFO made `Create` answer a file's attributes under a FIFO's kind).
+    /// A name longer than NAME_MAX is ENAMETOOLONG wherever it is looked up, not ENOENT.
+    #[test]
+    fn a_name_too_long_is_refused_as_such() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let long = "x".repeat(256);
+        assert_eq!(s.lookup(ROOT_INO, &long).unwrap_err().code, ErrorCode::NameTooLong);
+        assert_eq!(s.unlink(ROOT_INO, &long).unwrap_err().code, ErrorCode::NameTooLong);
+        assert_eq!(s.lookup(ROOT_INO, &"x".repeat(255)).unwrap_err().code, ErrorCode::NotFound);
+    }
+
     #[test]
     fn insert_entry_refuses_a_kind_its_inode_does_not_have() {
         let mut s = MetaStore::new(0, 0, 0);

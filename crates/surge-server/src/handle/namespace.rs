@@ -237,7 +237,7 @@ impl Step for SetAttr {
         if let Some(caller) = cx.caller {
             caller.check_setattr(cx.meta.perms(self.ino)?, &self.changes)?;
         }
-        cx.meta.setattr(self.ino, &self.changes)
+        cx.meta.setattr_as(self.ino, &self.changes, cx.caller)
     }
 
     fn effects(&self, _: &surge_proto::Attr) -> Effects {
