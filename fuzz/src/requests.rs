@@ -649,6 +649,8 @@ impl Run {
                     size: Self::opt(input, Input::size),
                     atime: Self::opt(input, Self::timestamp),
                     mtime: Self::opt(input, Self::timestamp),
+                    kill_set_id: input.bool(),
+                    by: None,
                 };
                 let answer = self.conn.call(SetAttr { ino, changes }, &[]);
                 self.attr(&answer);
