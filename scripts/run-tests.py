@@ -28,7 +28,7 @@ LOGS = ROOT / "target" / "test-logs"
 TIMES = ROOT / "target" / "test-times.json"
 # Seconds each long part took on a 2-core machine, for the order of a first run (a fresh clone
 # has no target/test-times.json yet): the longest must not start last.
-FIRST_RUN_SECONDS = {"python": 145, "surge-tests:slurm": 95, "surge-tests:fuse": 75, "surge-sim:model": 55,
+FIRST_RUN_SECONDS = {"python": 110, "python:long": 100, "surge-tests:slurm": 95, "surge-tests:fuse": 75, "surge-sim:model": 55,
                      "surge-tests:faults": 40, "surge-tests:soak": 30, "surge-tests:data_plane": 22,
                      "surge-tests:staging": 20, "surge-tests:nodes": 22, "surge-tests:cluster": 15, "surge-tests:workflow": 17}
 
@@ -61,14 +61,20 @@ def rust_parts():
     return parts
 
 
-def python_part():
-    return ("python", [str(ROOT / ".venv" / "bin" / "python"), "-m", "pytest", "-q", "--durations=20",
-                       str(ROOT / "python" / "tests")])
+# The Python tests that take most of its time, run as a part of their own beside the rest.
+PYTHON_LONG = ["test_in_transit.py", "test_sim_replay.py"]
+
+
+def python_parts():
+    pytest = [str(ROOT / ".venv" / "bin" / "python"), "-m", "pytest", "-q", "--durations=10"]
+    tests = ROOT / "python" / "tests"
+    return [("python:long", pytest + [str(tests / name) for name in PYTHON_LONG]),
+            ("python", pytest + [f"--ignore={tests / name}" for name in PYTHON_LONG] + [str(tests)])]
 
 
 def run_part(name, argv, test_threads):
     log = LOGS / (name.replace(":", "-").replace("/", "-") + ".log")
-    if name != "python":
+    if not name.startswith("python"):
         argv = argv + [f"--test-threads={test_threads}"]
     started = time.monotonic()
     with open(log, "w") as out:
@@ -86,7 +92,7 @@ def main():
     parser.add_argument("--list", action="store_true", help="list the parts and stop")
     args = parser.parse_args()
 
-    parts = rust_parts() + [python_part()]
+    parts = rust_parts() + python_parts()
     if args.only:
         parts = [p for p in parts if any(o in p[0] for o in args.only)]
         if not parts:
