@@ -301,7 +301,7 @@ fn answer_after(waits: Waits, outcome: Result<Vec<u8>>) -> Answer {
             waits.server.durable(seq).await?;
         }
         if let Some(seq) = waits.mirrored {
-            waits.server.mirror.reached(seq).await;
+            waits.server.replication.feed.reached(seq).await;
         }
         outcome
     }))

@@ -78,17 +78,8 @@ pub struct ServerState {
     pub(crate) delegations: crate::delegations::Delegations,
     /// Publication logs' readers and the back-pressure on writers (see [`crate::workflow`]).
     pub(crate) workflow: crate::workflow::Workflow,
-    /// Changes of this share for its mirror, and the link that sends them.
-    pub mirror: Arc<mirror::Feed>,
-    pub(crate) mirror_link: Mutex<Option<tokio::task::AbortHandle>>,
-    /// Automatic failover's checks (see [`mirror::failover`]), and whether they fenced this
-    /// server: cut off from most of the instance, it answers nothing.
-    failover: Mutex<Option<tokio::task::AbortHandle>>,
-    pub(crate) fenced: std::sync::atomic::AtomicBool,
-    /// The previous server's share mirrored here (instances with two replicas).
-    pub(crate) replica: Option<Mutex<mirror::replica::Replica>>,
-    /// Shares of lost servers served from their mirrors here, by server index.
-    pub(crate) stand_ins: Mutex<std::collections::HashMap<usize, Arc<ServerState>>>,
+    /// Mirroring this share, the share mirrored here, failover (see [`mirror`]).
+    pub replication: mirror::Replication,
     /// How this share was opened (a stand-in is opened alike).
     pub(crate) config: ServerConfig,
 }
@@ -133,7 +124,7 @@ impl ServerState {
     /// [`journal::Journal::durable`]).
     pub async fn durable(&self, seq: u64) -> Result<()> {
         self.journal.durable(seq).await?;
-        self.mirror.journal_reached(seq).await;
+        self.replication.feed.journal_reached(seq).await;
         Ok(())
     }
 
@@ -191,12 +182,7 @@ impl ServerState {
             delegations,
             workflow: crate::workflow::Workflow::new(config.watermarks, config.capacity),
             shutdown: Notify::new(),
-            mirror: feed,
-            mirror_link: Mutex::new(None),
-            failover: Mutex::new(None),
-            fenced: Default::default(),
-            replica,
-            stand_ins: Mutex::new(Default::default()),
+            replication: mirror::Replication::new(feed, replica),
             config,
         });
         server.reopen_stand_in()?;
@@ -206,16 +192,20 @@ impl ServerState {
     /// Mirrors this share on the server at `to` from now on (None: on none), with automatic
     /// failover when `failover` says how.
     pub fn mirror_to(self: &Arc<Self>, to: Option<SocketAddr>, failover: Option<mirror::failover::Plan>) {
-        replace_task(&self.mirror_link, || {
-            let epoch = self.mirror.close();
+        replace_task(&self.replication.link, || {
+            let epoch = self.replication.feed.close();
             to.map(|to| mirror::link::start(self.clone(), to, epoch))
         });
-        replace_task(&self.failover, || failover.map(|plan| mirror::failover::start(self.clone(), plan)));
+        replace_task(&self.replication.failover, || failover.map(|plan| mirror::failover::start(self.clone(), plan)));
     }
 
     /// Serves server `index`'s share (this server's predecessor, lost) from its mirror here.
     pub fn take_over(&self, index: usize) -> Result<()> {
-        let replica = self.replica.as_ref().ok_or_else(|| ServerError::new(ErrorCode::NotSupported, "this instance keeps one replica"))?;
+        let replica = self
+            .replication
+            .replica
+            .as_ref()
+            .ok_or_else(|| ServerError::new(ErrorCode::NotSupported, "this instance keeps one replica"))?;
         if index == self.index {
             // A one-server instance mirrors its share on itself: that copy cannot stand in
             // for a share that is still served (taking it over would stop the mirror link,
@@ -233,7 +223,7 @@ impl ServerState {
         let share = self.open_stand_in(&replica)?;
         replica.mark_taken_over()?;
         tracing::warn!(index, "serving lost server {index}'s share from its mirror here");
-        self.stand_ins.lock_or_recover().insert(index, share);
+        self.replication.stand_ins.lock_or_recover().insert(index, share);
         Ok(())
     }
 
@@ -245,7 +235,7 @@ impl ServerState {
 
     /// A share taken over before this server last stopped is served again.
     fn reopen_stand_in(&self) -> Result<()> {
-        let Some(replica) = &self.replica else { return Ok(()) };
+        let Some(replica) = &self.replication.replica else { return Ok(()) };
         let replica = replica.lock_or_recover();
         if replica.taken_over() {
             let share = self.open_stand_in(&replica)?;
@@ -254,7 +244,7 @@ impl ServerState {
                 "serving lost server {}'s share from its mirror here (taken over earlier)",
                 replica.from()
             );
-            self.stand_ins.lock_or_recover().insert(replica.from(), share);
+            self.replication.stand_ins.lock_or_recover().insert(replica.from(), share);
         }
         Ok(())
     }
@@ -264,7 +254,7 @@ impl ServerState {
         match index {
             None => Some(self.clone()),
             Some(i) if i as usize == self.index => Some(self.clone()),
-            Some(i) => self.stand_ins.lock_or_recover().get(&(i as usize)).cloned(),
+            Some(i) => self.replication.stand_ins.lock_or_recover().get(&(i as usize)).cloned(),
         }
     }
 
@@ -273,7 +263,7 @@ impl ServerState {
         // Stopped as `MirrorTo` none stops it, through the feed, so that a change a client
         // still connected makes (an in-process server's) waits for no acknowledgement.
         self.mirror_to(None, None);
-        let stand_ins: Vec<Arc<ServerState>> = self.stand_ins.lock_or_recover().drain().map(|(_, share)| share).collect();
+        let stand_ins: Vec<Arc<ServerState>> = self.replication.stand_ins.lock_or_recover().drain().map(|(_, share)| share).collect();
         for share in stand_ins {
             share.close()?;
         }
@@ -360,7 +350,7 @@ impl Server {
         }
         let _ = std::fs::remove_file(&ready);
         // What holders of delegations answered goes into the shares before their snapshots.
-        let stand_ins: Vec<Arc<ServerState>> = server.stand_ins.lock_or_recover().values().cloned().collect();
+        let stand_ins: Vec<Arc<ServerState>> = server.replication.stand_ins.lock_or_recover().values().cloned().collect();
         for share in std::iter::once(&server).chain(&stand_ins) {
             share.delegations.give_all_back_before_stop(&share.watchers).await;
         }

@@ -102,7 +102,7 @@ impl Drop for Session {
                 }
             }
         }
-        if let Some(replica) = &self.server.replica {
+        if let Some(replica) = &self.server.replication.replica {
             replica.lock_or_recover().connection_ended(self.lock_connection);
         }
         if let Some(id) = self.watcher {

@@ -61,9 +61,9 @@ impl Handle<StatFs, Answer> for Session {
             read_bytes: data.read_bytes(),
             written_bytes: data.written_bytes(),
             holding_writers: server.workflow.holding_writers(data),
-            mirror: server.mirror.state(),
-            standing_in_for: server.stand_ins.lock_or_recover().keys().map(|&i| i as u32).collect(),
-            fenced: server.fenced.load(std::sync::atomic::Ordering::Relaxed),
+            mirror: server.replication.feed.state(),
+            standing_in_for: server.replication.stand_ins.lock_or_recover().keys().map(|&i| i as u32).collect(),
+            fenced: server.replication.fenced.load(std::sync::atomic::Ordering::Relaxed),
         }))
     }
 }

@@ -28,7 +28,7 @@ impl Session {
         let answer = request.dispatch(&mut DataCall { session: self, payload });
         // A change is answered once the mirror has it too (while it is in step).
         if changes && matches!(answer, Answer::Reply { .. }) {
-            self.mirrored = self.server.mirror.barrier();
+            self.mirrored = self.server.replication.feed.barrier();
         }
         answer
     }

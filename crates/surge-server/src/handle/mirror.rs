@@ -12,7 +12,7 @@ use crate::session::Session;
 
 impl Session {
     pub(super) fn mirror(&mut self, request: MirrorRequest, payload: &[u8]) -> Answer {
-        let Some(replica) = &self.server.replica else {
+        let Some(replica) = &self.server.replication.replica else {
             return Answer::Failure(ServerError::new(ErrorCode::NotSupported, "this instance keeps one replica: nothing is mirrored here"));
         };
         // A client of another user must not write a share behind the permission checks.

@@ -64,7 +64,7 @@ impl Session {
     pub(crate) fn handle(&mut self, request: Request, payload: Vec<u8>) -> Answer {
         use surge_proto::admin::AdminRequest::{CanReach, Shutdown, StatFs};
         let asks_nothing_of_the_share = matches!(request, Request::Admin(StatFs(_) | Shutdown(_) | CanReach(_)));
-        if self.server.fenced.load(std::sync::atomic::Ordering::Relaxed) && !asks_nothing_of_the_share {
+        if self.server.replication.fenced.load(std::sync::atomic::Ordering::Relaxed) && !asks_nothing_of_the_share {
             let detail = "this server is cut off from most of its instance and answers nothing, lest its share be served twice";
             return Answer::Failure(ServerError::new(surge_proto::ErrorCode::ServerDown, detail));
         }

@@ -18,8 +18,8 @@ impl Handle<CopyOrder, Answer> for Session {
             let work = tokio::task::spawn_blocking(move || crate::stage_copy::execute(&copier.data, copier.index, copier.count, &order));
             let outcomes = work.await.map_err(|e| ServerError::new(surge_proto::ErrorCode::Io, format!("copy order failed: {e}")))?;
             // A stage-in's chunks are on the mirror too before the order counts as done.
-            if let Some(seq) = server.mirror.barrier() {
-                server.mirror.reached(seq).await;
+            if let Some(seq) = server.replication.feed.barrier() {
+                server.replication.feed.reached(seq).await;
             }
             Ok(outcomes)
         })

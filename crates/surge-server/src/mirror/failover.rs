@@ -72,7 +72,7 @@ pub fn start(server: Arc<ServerState>, plan: Plan) -> tokio::task::AbortHandle {
             // Fencing. A link whose mirror answers (it pings every second) shows this server
             // is not cut off from its successor, the only server that could take its share
             // over: the others are probed only once the mirror has been silent a second.
-            let reached = if server.mirror.silent_for() < CHECK_EVERY {
+            let reached = if server.replication.feed.silent_for() < CHECK_EVERY {
                 plan.peers.len()
             } else {
                 1 + count_true(plan.others(&[server.index]).map(reachable)).await
@@ -82,12 +82,12 @@ pub fn start(server: Arc<ServerState>, plan: Plan) -> tokio::task::AbortHandle {
                 // A link up to the successor proves the share was not taken over (the
                 // successor takes over only once it has not reached this server for the
                 // whole delay).
-                if matches!(server.mirror.state(), Some(MirrorState::Filling | MirrorState::InStep)) {
+                if matches!(server.replication.feed.state(), Some(MirrorState::Filling | MirrorState::InStep)) {
                     unfence(&server);
                 }
             } else {
                 let since = *cut_off_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= plan.after / 2 && !server.fenced.swap(true, Ordering::Relaxed) {
+                if since.elapsed() >= plan.after / 2 && !server.replication.fenced.swap(true, Ordering::Relaxed) {
                     tracing::error!(
                         reached,
                         servers = plan.peers.len(),
@@ -98,7 +98,7 @@ pub fn start(server: Arc<ServerState>, plan: Plan) -> tokio::task::AbortHandle {
             }
             // Taking over: the predecessor unreached, and a majority agreeing (not by a server
             // in the minority itself). A predecessor heard from lately is there.
-            let Some(replica) = &server.replica else { continue };
+            let Some(replica) = &server.replication.replica else { continue };
             if reached < majority {
                 predecessor_gone_since = None;
                 continue;
@@ -149,7 +149,7 @@ pub fn start(server: Arc<ServerState>, plan: Plan) -> tokio::task::AbortHandle {
 
 /// The mirror link was taken back by the successor: the share was not taken over.
 pub(crate) fn unfence(server: &ServerState) {
-    if server.fenced.swap(false, Ordering::Relaxed) {
+    if server.replication.fenced.swap(false, Ordering::Relaxed) {
         tracing::warn!("the mirror took this share back: answering again");
     }
 }

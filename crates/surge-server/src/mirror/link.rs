@@ -43,18 +43,18 @@ pub fn start(server: Arc<ServerState>, to: SocketAddr, epoch: u64) -> tokio::tas
     tokio::spawn(async move {
         let mut said_unreached = false;
         // Until another task takes over the link (see the feed's epochs).
-        while server.mirror.is_current(epoch) {
+        while server.replication.feed.is_current(epoch) {
             match connect(&server, to).await {
                 Ok((reader, writer)) => {
                     said_unreached = false;
                     tracing::info!(%to, "mirror reached: sending it the whole share");
                     let ended = mirror(&server, reader, writer, epoch).await;
-                    server.mirror.link_ended(epoch);
+                    server.replication.feed.link_ended(epoch);
                     tracing::warn!(%to, "mirror lost ({}): this share goes on alone until it is back", describe(ended));
                 }
                 Err(e) if !said_unreached => {
                     said_unreached = true;
-                    server.mirror.link_ended(epoch);
+                    server.replication.feed.link_ended(epoch);
                     tracing::warn!(%to, "mirror not reached ({e}): this share goes on alone, trying again every {RETRY_EVERY:?}");
                 }
                 Err(_) => {}
@@ -148,10 +148,10 @@ type InFlight = Arc<Mutex<Replies>>;
 
 /// Tells the feed the mirror of link task `epoch` has change `awaited`.
 fn done(server: &ServerState, awaited: &Awaited, epoch: u64) {
-    server.mirror.acknowledged(awaited.seq, awaited.journal);
+    server.replication.feed.acknowledged(awaited.seq, awaited.journal);
     if awaited.filled {
         tracing::info!("mirror complete: every change is on both nodes before it is answered");
-        server.mirror.in_step(epoch);
+        server.replication.feed.in_step(epoch);
     }
 }
 
@@ -165,14 +165,14 @@ async fn mirror(server: &Arc<ServerState>, mut reader: BufReader<OwnedReadHalf>,
     }
     super::failover::unfence(server);
 
-    let Some(mut changes) = server.mirror.open(epoch) else {
+    let Some(mut changes) = server.replication.feed.open(epoch) else {
         return Err(io::Error::other("another link task took over"));
     };
     // The journal as it is now, in order with the appends noted from here on; then every
     // data file (changes noted meanwhile are sent again after it, harmlessly).
     server.journal.note_whole();
-    server.mirror.note(Change::AllData);
-    server.mirror.note(Change::Filled);
+    server.replication.feed.note(Change::AllData);
+    server.replication.feed.note(Change::Filled);
 
     let in_flight: InFlight = Default::default();
     let replies = tokio::spawn(read_replies(reader, in_flight.clone(), server.clone(), epoch));
@@ -252,7 +252,7 @@ async fn expect_reply(reader: &mut BufReader<OwnedReadHalf>, id: u64) -> io::Res
 async fn read_replies(mut reader: BufReader<OwnedReadHalf>, in_flight: InFlight, server: Arc<ServerState>, epoch: u64) -> io::Result<()> {
     loop {
         let frame = next_frame(&mut reader).await.map_err(|e| stop_if_taken_over(&server, e))?;
-        server.mirror.heard_from();
+        server.replication.feed.heard_from();
         let mut replies = in_flight.lock_or_recover();
         replies.last = frame.header.request_id;
         while replies.awaited.front().is_some_and(|awaited| awaited.request_id <= replies.last) {

@@ -14,10 +14,51 @@
 //!   waits for the mirror's reply ([`Feed::reached`]). When the successor cannot be reached
 //!   the share goes on alone (and the log says so) until it can, then fills the mirror again.
 //! * [`replica`]: the predecessor's share mirrored here, and taking its share over once it is lost.
+//! * [`failover`]: the checks that take a lost server's share over without being asked, and
+//!   fence this server when it is the one cut off.
+//! * [`Replication`]: all of it as one server holds it.
 
 pub mod failover;
 pub mod link;
 pub mod replica;
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use crate::server::ServerState;
+
+/// A server's part in replication: the feed of its share's changes and the link that sends
+/// them to its mirror, the failover checks and whether they fenced it, the predecessor's share
+/// mirrored here, and the lost servers' shares it serves from their mirrors.
+pub struct Replication {
+    /// Changes of this share for its mirror.
+    pub feed: Arc<Feed>,
+    /// The link sending them (see [`link`]).
+    pub(crate) link: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Automatic failover's checks (see [`failover`]).
+    pub(crate) failover: Mutex<Option<tokio::task::AbortHandle>>,
+    /// Set by the checks when this server is cut off from most of the instance: it answers
+    /// nothing, lest its share be served twice.
+    pub(crate) fenced: AtomicBool,
+    /// The previous server's share mirrored here (instances with two replicas).
+    pub(crate) replica: Option<Mutex<replica::Replica>>,
+    /// Shares of lost servers served from their mirrors here, by server index.
+    pub(crate) stand_ins: Mutex<HashMap<usize, Arc<ServerState>>>,
+}
+
+impl Replication {
+    pub(crate) fn new(feed: Arc<Feed>, replica: Option<Mutex<replica::Replica>>) -> Replication {
+        Replication {
+            feed,
+            link: Mutex::new(None),
+            failover: Mutex::new(None),
+            fenced: AtomicBool::new(false),
+            replica,
+            stand_ins: Mutex::new(HashMap::new()),
+        }
+    }
+}
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;

@@ -143,8 +143,8 @@ impl Session {
                 tokio::time::sleep(ROOM_CHECK).await;
             }
             let done = op(data)?;
-            if let Some(seq) = server.mirror.barrier() {
-                server.mirror.reached(seq).await;
+            if let Some(seq) = server.replication.feed.barrier() {
+                server.replication.feed.reached(seq).await;
             }
             Ok(done)
         })
