@@ -435,7 +435,9 @@ fn set_id_bits_go_with_a_chown_by_the_owner_and_a_write_by_another_user() {
     assert_eq!(mode("owned"), "555", "the owner's chgrp");
     sh(&format!("touch {0} && chmod 06555 {0} && chgrp 65533 {0}", d("rooted")));
     assert_eq!(mode("rooted"), "555", "root's chgrp, as Linux's chown clears them for root too");
-    for (name, how) in [("written", "echo x >> {}"), ("big", "dd if=/dev/zero of={} bs=1M count=2 conv=notrunc status=none"), ("cut", "truncate -s 0 {}")] {
+    for (name, how) in
+        [("written", "echo x >> {}"), ("big", "dd if=/dev/zero of={} bs=1M count=2 conv=notrunc status=none"), ("cut", "truncate -s 0 {}")]
+    {
         sh(&format!("echo data > {0} && chmod 06777 {0}", d(name)));
         nobody(&how.replace("{}", &d(name)));
         assert_eq!(mode(name), "777", "{name} by another user");
