@@ -65,7 +65,7 @@ impl Cluster {
         loop {
             let state = self.ok("login", true, &format!("scontrol show job {job} | grep -o 'JobState=[A-Z_]*'"));
             let state = state.trim_start_matches("JobState=").to_string();
-            if !["PENDING", "CONFIGURING", "RUNNING", "COMPLETING"].contains(&state.as_str()) {
+            if !["PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "STAGE_OUT"].contains(&state.as_str()) {
                 return (job, state);
             }
             assert!(Instant::now() < deadline, "job {job} still {state}: {}", self.logs());
