@@ -193,11 +193,8 @@ impl File {
 
     /// The data file changed since the server last took it.
     pub(crate) fn passthrough_unreported(&self) -> bool {
-        let guard = self.passthrough.lock().unwrap();
-        guard
-            .as_ref()
-            .filter(|p| p.writes)
-            .is_some_and(|p| p.reserved > 0 || state(&p.file).is_ok_and(|now| now != *p.reported.lock().unwrap()))
+        let reserved = self.passthrough.lock().unwrap().as_ref().is_some_and(|p| p.reserved > 0);
+        reserved || self.passthrough_unreported_len().is_some()
     }
 
     /// Tells the server what the kernel wrote (it takes the data file's length and gives back

@@ -32,7 +32,7 @@ use tokio::runtime::Handle;
 
 use crate::chunks::{Budget, ChunkCache, Route};
 use crate::delegations::Delegations;
-use crate::handles::{siblings, unpublished_size, Files, OpenFile};
+use crate::handles::{siblings, unpublished_size, Files, OpenFile, OpenFiles};
 use crate::kernel::{Invalidations, KernelCache};
 use crate::locks::LockOwners;
 
@@ -860,6 +860,12 @@ impl Ops {
         })
     }
 
+    /// A released writer's publication of `ino` came back (see [`KernelCache::published`]);
+    /// `files`: the handles open here, with the lock held.
+    fn writer_published(&self, ino: u64, files: &OpenFiles) {
+        self.kernel.published(ino, self.next_handle.load(Ordering::Relaxed), files.of_ino(ino, 0).next().is_some());
+    }
+
     /// The last close of handle `fh`. Answered now for a clean handle of a file made under a
     /// delegation whose home has not heard of it yet (its release goes into the delegation's
     /// log); otherwise released at the file's home.
@@ -870,34 +876,34 @@ impl Ops {
             // writes the delegation back first), so there are none to give back.
             self.lock_owners.closed(ino, fh);
             self.kernel.wrote(ino, f.file.written_through());
-            let handles_open = {
-                let mut files = self.files.lock().unwrap();
-                files.remove(fh);
-                let open = files.of_ino(ino, 0).next().is_some();
-                open
-            };
+            let mut files = self.files.lock().unwrap();
+            files.remove(fh);
             // The log carries the size: whoever opens the file next has it written back first.
-            self.kernel.published(ino, self.next_handle.load(Ordering::Relaxed), handles_open);
+            self.writer_published(ino, &files);
             return Answer::Now(Ok(()));
         }
         // flock and OFD locks belong to the open file, whose last close this is.
         let (ops, owners) = (self.clone(), self.lock_owners.closed(ino, fh));
-        let (f, publishing) = 'noted: {
+        let (f, publishing) = {
             let mut files = self.files.lock().unwrap();
-            let writer = files.get(fh).filter(|f| f.file.is_writer());
             let f = files.remove(fh);
-            let Some(writer) = writer else { break 'noted (f, false) };
-            // Its writes (through the mount, O_APPEND or passthrough alike), which the
-            // handles still open here will not find among their siblings: told before it
-            // leaves them, so that no read in between misses both.
-            self.kernel.wrote(ino, writer.file.written_through());
-            if !writer.file.is_clean() {
-                break 'noted (f, true);
-            }
-            // Its close published everything already: the home has it for any open from now.
-            let handles_open = files.of_ino(ino, 0).next().is_some();
-            self.kernel.published(ino, self.next_handle.load(Ordering::Relaxed), handles_open);
-            (f, false)
+            let publishing = match f.as_ref().filter(|f| f.file.is_writer()) {
+                None => false,
+                Some(writer) => {
+                    // Its writes (through the mount, O_APPEND or passthrough alike), which the
+                    // handles still open here will not find among their siblings: told before
+                    // it leaves them, so that no read in between misses both.
+                    self.kernel.wrote(ino, writer.file.written_through());
+                    let clean = writer.file.is_clean();
+                    if clean {
+                        // Its close published everything already: the home has it for any
+                        // open from now.
+                        self.writer_published(ino, &files);
+                    }
+                    !clean
+                }
+            };
+            (f, publishing)
         };
         Answer::later(async move {
             ops.give_back_locks(ino, owners).await;
@@ -905,8 +911,7 @@ impl Ops {
                 Some(f) => {
                     let outcome = f.file.release().await;
                     if publishing {
-                        let handles_open = { ops.files.lock().unwrap().of_ino(ino, 0).next().is_some() };
-                        ops.kernel.published(ino, ops.next_handle.load(Ordering::Relaxed), handles_open);
+                        ops.writer_published(ino, &ops.files.lock().unwrap());
                     }
                     ops.published(&f, &outcome);
                     outcome
