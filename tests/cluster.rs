@@ -141,6 +141,67 @@ fn a_dw_job_from_the_login_node_runs_across_separate_nodes() {
     }
 }
 
+/// DataWarp's job end: stage-outs a job's program asked for "at job end" run after the job's
+/// commands, the job is not done until they are, and a failed one keeps the job in stage-out
+/// with the reason and its buffer kept, until the job is cancelled with hurry.
+#[test]
+fn stages_asked_for_at_job_end_run_before_the_job_is_done() {
+    let cluster = Cluster::up("jobend");
+    let pfs = cluster.pfs().display().to_string();
+    let surge = surge_tests::binary("surge").display().to_string();
+    std::os::unix::fs::chown(cluster.pfs(), Some(65534), Some(65534)).unwrap();
+    let (job, state) = cluster.submit_and_wait(
+        "jobend.sh",
+        &format!(
+            "#!/bin/bash\n#SBATCH -N 1 -o {pfs}/jobend-%j.out\n\
+             #DW jobdw type=scratch access_mode=striped capacity=256MiB\n\
+             head -c 5000000 /dev/urandom > $DW_JOB_STRIPED/result\n\
+             {surge} stage out --when job-end $DW_JOB_STRIPED/result {pfs}/result\n\
+             {surge} stage out --when job-end $DW_JOB_STRIPED/revoked {pfs}/revoked\n\
+             {surge} stage revoke $DW_JOB_STRIPED/revoked\n\
+             sha256sum < $DW_JOB_STRIPED/result\n\
+             test -e {pfs}/result && echo staged too early || true\n"
+        ),
+    );
+    let output = std::fs::read_to_string(cluster.pfs().join(format!("jobend-{job}.out"))).unwrap_or_default();
+    assert_eq!(state, "COMPLETED", "{output}{}", cluster.logs());
+    assert!(!output.contains("too early"), "a job-end stage ran before the job's end: {output}");
+    let staged = cluster.ok("login", true, &format!("sha256sum < {pfs}/result"));
+    assert_eq!(
+        output.lines().find(|l| l.ends_with("  -")),
+        Some(staged.as_str()),
+        "the result on the shared file system once the job is done: {output}"
+    );
+    assert!(!cluster.pfs().join("revoked").exists(), "a revoked job-end stage ran");
+
+    let failing = format!(
+        "#!/bin/bash\n#SBATCH -N 1 -o {pfs}/failing-%j.out\n\
+         #DW jobdw type=scratch access_mode=striped capacity=256MiB\n\
+         {surge} stage out --when job-end $DW_JOB_STRIPED/never-written {pfs}/never\n"
+    );
+    std::fs::write(cluster.pfs().join("failing.sh"), failing).unwrap();
+    let job: u64 = cluster.ok("login", true, &format!("sbatch --parsable {pfs}/failing.sh")).parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let shown = cluster.ok("login", true, &format!("squeue -h -o '%T|%r' -j {job}"));
+        if shown.starts_with("STAGE_OUT|") && shown.contains("slurm_bb_data_out") {
+            assert!(shown.contains("never-written"), "the reason names the stage that failed: {shown}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "job {job}: {shown}: {}", cluster.logs());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let status = cluster.ok("login", true, &format!("{surge} status --json"));
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert!(status["instances"].as_array().unwrap().iter().any(|i| i["job"] == job), "a failed job-end stage keeps the buffer: {status}");
+    cluster.ok("head", false, &format!("scancel --hurry {job}"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cluster.ok("login", true, &format!("squeue -h -j {job}")).is_empty() {
+        assert!(Instant::now() < deadline, "job {job} not gone after scancel --hurry: {}", cluster.logs());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
 /// The manager killed while a job runs: the job's Epilog still cleans its nodes (mounts
 /// detached, mount daemons stopped, job directories gone) from what the Prolog noted there;
 /// once the manager is back, the job's teardown completes.

@@ -327,6 +327,10 @@ async fn mount_all(a: &Attachment) -> Result<()> {
         let log = home.join(format!("{}.fuse.log", mount.instance));
         owned_file(&log, "", a.uid, a.gid)?;
         crate::mount::mount_for_user(cmd, &mount.instance, &dir, (a.uid, a.gid), &log).await?;
+        // So that the job's programs name burst-buffer files by their paths on the mount
+        // (`surge stage out $DW_JOB_STRIPED/result ...`, libsurge's calls).
+        let recorded = surge_client::descriptor::mounts_file_in(&instances, &mount.instance);
+        owned_file(&recorded, &format!("{}\n", dir.display()), a.uid, a.gid)?;
     }
     Ok(())
 }

@@ -206,7 +206,12 @@ pub fn create_token(path: &Path) -> Result<Secret> {
 /// Where the FUSE mounts of instance `name` on this machine are recorded (`surge mount`
 /// writes it; `surge down` unmounts what it lists; paths under a mount resolve to the instance).
 pub fn mounts_file(name: &str) -> PathBuf {
-    instances_dir().join(format!("{name}.mounts"))
+    mounts_file_in(&instances_dir(), name)
+}
+
+/// [`mounts_file`] in another home's instances directory (a job's, written by its prolog).
+pub fn mounts_file_in(instances: &Path, name: &str) -> PathBuf {
+    instances.join(format!("{name}.mounts"))
 }
 
 /// Mount points of instance `name` recorded on this machine.

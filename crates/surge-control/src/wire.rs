@@ -55,15 +55,27 @@ pub enum ManagerAddress {
     Tcp(String),
 }
 
+/// Where a cluster's nodes read the manager's address (`host:port`), as they read slurm.conf:
+/// one file, the same on every node, so that users' commands on a login node need no setting.
+pub const MANAGER_ADDRESS_FILE: &str = "/etc/surge/manager";
+
 impl ManagerAddress {
     /// `SURGE_MANAGER` (`host:port`, or a socket's path), else `SURGE_MANAGER_SOCKET`, else
-    /// `default_socket`.
+    /// the first line of [`MANAGER_ADDRESS_FILE`] that is not a comment, else `default_socket`.
     pub fn from_env(default_socket: &Path) -> ManagerAddress {
         if let Some(address) = std::env::var("SURGE_MANAGER").ok().filter(|a| !a.is_empty()) {
             return ManagerAddress::parse(&address);
         }
-        let socket = std::env::var_os("SURGE_MANAGER_SOCKET").map(PathBuf::from);
-        ManagerAddress::Socket(socket.unwrap_or_else(|| default_socket.to_path_buf()))
+        if let Some(socket) = std::env::var_os("SURGE_MANAGER_SOCKET") {
+            return ManagerAddress::Socket(PathBuf::from(socket));
+        }
+        let configured = std::fs::read_to_string(MANAGER_ADDRESS_FILE)
+            .ok()
+            .and_then(|text| text.lines().map(str::trim).find(|line| !line.is_empty() && !line.starts_with('#')).map(str::to_string));
+        match configured {
+            Some(address) => ManagerAddress::parse(&address),
+            None => ManagerAddress::Socket(default_socket.to_path_buf()),
+        }
     }
 
     /// A path (it has a `/`) is a socket; anything else is `host:port`.

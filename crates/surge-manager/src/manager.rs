@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use surge_client::descriptor::ServerInfo;
 use surge_client::surge_proto::auth::{self, Secret};
-use surge_client::surge_proto::stage::{StageDirection, StageKind, StageWhen};
+use surge_client::surge_proto::stage::{StageDirection, StageKind, StageState, StageSummary, StageWhen};
 use surge_client::{Client, ClientOptions, InstanceDescriptor, Mode};
 use surge_control::agent::{AgentReply, AgentRequest, ServerPlan};
 use surge_control::manager::{
@@ -208,7 +208,7 @@ impl Manager {
                 Ok(Reply::Done)
             }
             Request::PostRun { job } => self.set_job_state(job, "ended", None).map(|()| Reply::Done),
-            Request::DataOut { job } => self.data_out(job).map(|()| Reply::Done),
+            Request::DataOut { job } => self.data_out(job).await.map(|()| Reply::Done),
             Request::Teardown { job, hurry } => self.teardown(job, hurry).await.map(|()| Reply::Done),
             Request::CreatePersistent { name, uid, gid, pool, capacity } => {
                 self.create_persistent(&name, uid, gid, pool.as_deref(), capacity).await.map(|()| Reply::Done)
@@ -572,6 +572,7 @@ impl Manager {
                     bytes_done: 0,
                     bytes_total: 0,
                     error: None,
+                    server: None,
                 });
             }
         }
@@ -805,10 +806,85 @@ impl Manager {
         self.set_job_state(job, "staging-in", None)
     }
 
-    fn data_out(self: &Arc<Self>, job: u64) -> Result<()> {
-        self.require_job(job)?;
+    fn data_out_started(self: &Arc<Self>, job: u64) -> Result<()> {
         self.release_stages(job, Direction::Out)?;
         self.set_job_state(job, "staging-out", None)
+    }
+
+    /// The job's stage-out: the script's stages, and every stage-out its application asked
+    /// the job's instances for that is not done (see [`Manager::adopt_application_stages`]).
+    async fn data_out(self: &Arc<Self>, job: u64) -> Result<()> {
+        self.require_job(job)?;
+        if let Err(e) = self.adopt_application_stages(job).await {
+            let why = format!("{e:#}");
+            self.set_job_state(job, "stage-out-failed", Some(&why))?;
+            return Err(e);
+        }
+        self.data_out_started(job)
+    }
+
+    /// DataWarp's job end: the job's own instances start the stages deferred to it
+    /// (`--when job-end`, `DW_STAGE_AT_JOB_END`), and every stage-out their coordinators hold
+    /// that is not done becomes one of the job's stage-outs: the deferred ones just started,
+    /// immediate ones still running, and failed ones nothing later of the same path made good.
+    /// Progress then waits for them, a failure keeps the instance as a failed stage-out of
+    /// the script does, and teardown refuses (without hurry) while one runs. Stage-ins the
+    /// application left running are not waited for: they fill a buffer about to go.
+    ///
+    /// Asked again (data-out retried), the stages adopted before are not adopted twice.
+    async fn adopt_application_stages(self: &Arc<Self>, job: u64) -> Result<()> {
+        let instances = self.store().job_instances(job)?;
+        for instance in instances.iter().filter(|i| i.state == "ready") {
+            let coordinators: Vec<Option<usize>> = if instance.mode == "private" {
+                self.store().servers(&instance.name)?.iter().map(|s| Some(s.index)).collect()
+            } else {
+                vec![None]
+            };
+            for server in coordinators {
+                let client = self.stage_client(&instance.name, server)?;
+                client.stage_job_end().await.with_context(|| format!("start the job-end stages of {}", instance.name))?;
+                let listed = client.stage_list(None).await.with_context(|| format!("list the stages of {}", instance.name))?;
+                let wanted = stages_still_wanted(&listed);
+                let mut store = self.store();
+                let known = store.stages(Some(job), Some(Direction::Out))?;
+                let mut seq = known.iter().map(|s| s.seq + 1).max().unwrap_or(0);
+                let buffer = if instance.mode == "private" { "$DW_JOB_PRIVATE" } else { "$DW_JOB_STRIPED" };
+                let mut adopted = Vec::new();
+                for summary in wanted {
+                    let seen = known.iter().any(|s| s.instance == instance.name && s.server == server && s.stage_id == Some(summary.id));
+                    if seen {
+                        continue;
+                    }
+                    let mut record = StageRecord {
+                        job,
+                        direction: Direction::Out,
+                        seq,
+                        kind: stage_kind_word(summary.kind).into(),
+                        source: format!("{buffer}{}", summary.bb_path),
+                        destination: summary.pfs_path.clone(),
+                        instance: instance.name.clone(),
+                        bb_path: summary.bb_path.clone(),
+                        pfs_path: summary.pfs_path.clone(),
+                        stage_id: Some(summary.id),
+                        state: String::new(),
+                        files_done: 0,
+                        files_total: 0,
+                        bytes_done: 0,
+                        bytes_total: 0,
+                        error: None,
+                        server,
+                    };
+                    copy_summary(&mut record, summary);
+                    seq += 1;
+                    adopted.push(record);
+                }
+                if !adopted.is_empty() {
+                    tracing::info!(job, instance = %instance.name, stages = adopted.len(), "stage-outs the application asked for, followed to the job's end");
+                    store.transaction(|tx| adopted.iter().try_for_each(|stage| store::insert_stage(tx, stage)))?;
+                }
+            }
+        }
+        Ok(())
     }
 
     fn require_job(&self, job: u64) -> Result<JobRecord> {
@@ -864,7 +940,7 @@ impl Manager {
                 let client = match clients.get(&stage.instance) {
                     Some(c) => c.clone(),
                     None => {
-                        let c = self.stage_client(&stage.instance)?;
+                        let c = self.stage_client(&stage.instance, stage.server)?;
                         clients.insert(stage.instance.clone(), c.clone());
                         c
                     }
@@ -907,14 +983,19 @@ impl Manager {
         }
     }
 
-    /// A client of the instance for its stage coordinator, with the owner's identity.
-    fn stage_client(&self, name: &str) -> Result<Client> {
+    /// A client of the instance for a stage coordinator, with the owner's identity: the
+    /// instance's (server 0's), or `server`'s of a private instance (one namespace each).
+    fn stage_client(&self, name: &str, server: Option<usize>) -> Result<Client> {
         let instance = self.store().instance(name)?.ok_or_else(|| anyhow!("instance {name} is gone"))?;
         let descriptor = self.descriptor(&instance, PathBuf::new())?;
         let secret = recorded_secret(&instance)?;
-        let addrs = match descriptor.mode {
-            Mode::Striped => descriptor.servers.iter().map(|s| s.addr).collect(),
-            Mode::Private => vec![descriptor.servers.first().ok_or_else(|| anyhow!("{name} has no servers"))?.addr],
+        let addrs = match (descriptor.mode, server) {
+            (Mode::Striped, _) => descriptor.servers.iter().map(|s| s.addr).collect(),
+            (Mode::Private, server) => {
+                let index = server.unwrap_or(0);
+                let found = descriptor.servers.iter().find(|s| s.index == index);
+                vec![found.ok_or_else(|| anyhow!("{name} has no server {index}"))?.addr]
+            }
         };
         Ok(owner_client(&instance, secret, addrs)?)
     }
@@ -1085,7 +1166,7 @@ impl Manager {
             anyhow::bail!("job {job}: {} stage(s) still running; teardown with hurry cancels them", running.len());
         }
         for stage in running {
-            if let (Ok(client), Some(id)) = (self.stage_client(&stage.instance), stage.stage_id) {
+            if let (Ok(client), Some(id)) = (self.stage_client(&stage.instance, stage.server), stage.stage_id) {
                 let _ = client.stage_cancel(id).await;
             }
         }
@@ -1203,6 +1284,36 @@ impl Manager {
             }
         }
         Ok(())
+    }
+}
+
+/// The stage-outs of a coordinator's list a job's end waits for: those not final, and those
+/// that failed with no later stage of the same path done or under way.
+fn stages_still_wanted(listed: &[StageSummary]) -> Vec<&StageSummary> {
+    let made_good = |failed: &StageSummary| {
+        listed.iter().any(|later| {
+            later.id > failed.id
+                && later.bb_path == failed.bb_path
+                && later.pfs_path == failed.pfs_path
+                && later.state != StageState::Failed
+        })
+    };
+    listed
+        .iter()
+        .filter(|s| s.direction == StageDirection::Out)
+        .filter(|s| match s.state {
+            StageState::Done | StageState::Cancelled => false,
+            StageState::Failed => !made_good(s),
+            StageState::Deferred | StageState::Queued | StageState::Running => true,
+        })
+        .collect()
+}
+
+fn stage_kind_word(kind: StageKind) -> &'static str {
+    match kind {
+        StageKind::File => "file",
+        StageKind::Directory => "directory",
+        StageKind::List => "list",
     }
 }
 

@@ -60,6 +60,7 @@ CREATE TABLE IF NOT EXISTS stages (
     bytes_done INTEGER NOT NULL DEFAULT 0,
     bytes_total INTEGER NOT NULL DEFAULT 0,
     error TEXT,
+    server INTEGER,
     PRIMARY KEY (job, direction, seq)
 );
 ";
@@ -132,6 +133,9 @@ pub struct StageRecord {
     pub bytes_done: u64,
     pub bytes_total: u64,
     pub error: Option<String>,
+    /// The server whose coordinator runs it, for a stage an application asked a private
+    /// instance's server for; `None`: the instance's coordinator (server 0's).
+    pub server: Option<usize>,
 }
 
 impl StageRecord {
@@ -206,11 +210,12 @@ fn stage_row(row: &Row) -> rusqlite::Result<StageRecord> {
         bytes_done: row.get(13)?,
         bytes_total: row.get(14)?,
         error: row.get(15)?,
+        server: row.get(16)?,
     })
 }
 
 const STAGE_COLUMNS: &str =
-    "job, direction, seq, kind, source, destination, instance, bb_path, pfs_path, stage_id, state, files_done, files_total, bytes_done, bytes_total, error";
+    "job, direction, seq, kind, source, destination, instance, bb_path, pfs_path, stage_id, state, files_done, files_total, bytes_done, bytes_total, error, server";
 
 impl Store {
     pub fn open(path: &Path) -> Result<Store> {
@@ -218,6 +223,7 @@ impl Store {
         db.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
         db.execute_batch(SCHEMA).context("create the schema")?;
         add_replicas_column(&db)?;
+        add_stage_server_column(&db)?;
         Ok(Store { db })
     }
 
@@ -339,6 +345,16 @@ fn add_replicas_column(db: &Connection) -> Result<()> {
     Ok(())
 }
 
+/// A state file from before the manager followed the stages an application asked for: every
+/// stage in it is its instance's coordinator's (no server named).
+fn add_stage_server_column(db: &Connection) -> Result<()> {
+    let has: bool = db.query_row("SELECT COUNT(*) > 0 FROM pragma_table_info('stages') WHERE name = 'server'", [], |row| row.get(0))?;
+    if !has {
+        db.execute_batch("ALTER TABLE stages ADD COLUMN server INTEGER").context("add the stages' server column")?;
+    }
+    Ok(())
+}
+
 pub fn insert_instance(tx: &rusqlite::Transaction, i: &InstanceRecord, servers: &[ServerRecord]) -> Result<()> {
     tx.execute(
         &format!("INSERT INTO instances ({INSTANCE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"),
@@ -397,7 +413,9 @@ pub fn delete_job(tx: &rusqlite::Transaction, job: u64) -> Result<()> {
 
 pub fn insert_stage(tx: &rusqlite::Transaction, s: &StageRecord) -> Result<()> {
     tx.execute(
-        &format!("INSERT INTO stages ({STAGE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"),
+        &format!(
+            "INSERT INTO stages ({STAGE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)"
+        ),
         params![
             s.job,
             direction_text(s.direction),
@@ -414,7 +432,8 @@ pub fn insert_stage(tx: &rusqlite::Transaction, s: &StageRecord) -> Result<()> {
             s.files_total,
             s.bytes_done,
             s.bytes_total,
-            s.error
+            s.error,
+            s.server
         ],
     )?;
     Ok(())

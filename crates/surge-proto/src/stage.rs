@@ -237,7 +237,7 @@ service! {
     /// [`CopyOrder`], to a server that holds chunks to copy.
     StagingRequest => Staging {
         StageSubmit -> u64, "stage-submit";
-                StageList -> StagePage, "stage-list";
+        StageList -> StagePage, "stage-list";
         StageFiles -> StageFilesPage, "stage-files";
         StageCancel -> (), "stage-cancel";
         StageRevoke -> (), "stage-revoke";
