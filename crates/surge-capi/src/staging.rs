@@ -157,7 +157,7 @@ pub struct FailedStage {
 /// The failed stages at or below `dir` (a burst-buffer path as the caller wrote it), oldest
 /// first; of a stage that copied files, each file that failed. With `skip_retried`, a failure
 /// is left out once a later stage was submitted for the same path (the stage's, or the failed
-/// file's): it was restarted, or terminated since.
+/// file's), whatever became of that one: the failure was retried.
 pub fn failed_stages(dir: &str, skip_retried: bool) -> CallResult<Vec<FailedStage>> {
     let (client, inner) = resolve(dir)?;
     let inner_dir = inner.trim_end_matches('/');

@@ -93,8 +93,8 @@ int dw_query_list_stage(const char **dw_list_path, int *complete, int *pending, 
  * dw_read_failed_stage returns the length of the path it wrote (with its NUL in path_size),
  * 0 at the end, -ERANGE if the path does not fit (it is kept for the next call); *ret_errno
  * is the negated errno of the failure. Of a directory stage, each file that failed is listed.
- * A failure is no longer listed once its path was staged again or terminated. The list is
- * read at open: later failures need a new walk. */
+ * A failure is no longer listed once its path was staged again (whatever came of that stage).
+ * The list is read at open: later failures need a new walk. */
 int dw_open_failed_stage(const char *dw_instance_path, dw_failed_stage_t **handle);
 int dw_read_failed_stage(dw_failed_stage_t *handle, char *path, int path_size, int *ret_errno);
 int dw_close_failed_stage(dw_failed_stage_t *handle);

@@ -1,7 +1,7 @@
 //! DataWarp's walk over failed stages: `dw_open_failed_stage`, `dw_read_failed_stage`,
 //! `dw_close_failed_stage`, over libsurge's list of failed stages (the coordinator's stages
 //! in the failed state, a directory stage's failed files one by one), leaving out those
-//! whose path was staged again or terminated since, as DataWarp does.
+//! whose path was staged again since, as DataWarp does for a restarted stage.
 
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, CString};
