@@ -30,11 +30,17 @@ fn compile(compiler: &str, source: &Path, program: &Path, extra: &[&str]) {
     assert!(compiled.status.success(), "compiling {} failed: {}", source.display(), text(&compiled));
 }
 
-/// Seed 001 of the project's papers, beside the repository (`<repo>/../shared/seeds/001_*.txt`).
+/// Seed 001 of the project's papers: `001_*.txt` in the folder `SURGE_SHARED_SEEDS` names, by
+/// default `../shared/seeds` beside the repository (as the shared data, `../shared/data`).
 fn seed_001() -> (PathBuf, String) {
-    let seeds = repo().parent().unwrap().join("shared").join("seeds");
+    let seeds = std::env::var_os("SURGE_SHARED_SEEDS").map_or_else(|| repo().parent().unwrap().join("shared").join("seeds"), PathBuf::from);
     let found: Vec<PathBuf> = std::fs::read_dir(&seeds)
-        .unwrap_or_else(|e| panic!("seed 001 is needed for this test, and {} cannot be read: {e}", seeds.display()))
+        .unwrap_or_else(|e| {
+            panic!(
+                "seed 001 is needed for this test, and {} cannot be read: {e} (SURGE_SHARED_SEEDS names the seeds' folder)",
+                seeds.display()
+            )
+        })
         .map(|entry| entry.unwrap().path())
         .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("001_"))
         .collect();
