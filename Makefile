@@ -8,8 +8,9 @@ build:
 	$(CARGO) build --release --workspace
 
 # Puts `surge` and what it launches (surge-server, surge-fuse, found beside it) on PATH, and
-# libsurge with its header where C programs find them. `make install PREFIX=~/.local` for one
-# user; the FUSE mount then needs /dev/fuse and fusermount3 (package fuse3).
+# libsurge and libdatawarp (DataWarp's C API) with their headers where C programs find them.
+# `make install PREFIX=~/.local` for one user; the FUSE mount then needs /dev/fuse and
+# fusermount3 (package fuse3).
 PREFIX ?= /usr/local
 install: build
 	install -d $(PREFIX)/bin $(PREFIX)/lib $(PREFIX)/include
@@ -17,8 +18,8 @@ install: build
 		target/release/surge-manager target/release/surge-agent $(PREFIX)/bin/
 	ln -sf surge $(PREFIX)/bin/dw_wlm_cli
 	ln -sf surge $(PREFIX)/bin/dwstat
-	install -m 755 target/release/libsurge.so $(PREFIX)/lib/
-	install -m 644 crates/surge-capi/include/surge.h $(PREFIX)/include/
+	install -m 755 target/release/libsurge.so target/release/libdatawarp.so $(PREFIX)/lib/
+	install -m 644 crates/surge-capi/include/surge.h crates/surge-datawarp/include/datawarp.h $(PREFIX)/include/
 
 venv:
 	./scripts/venv.sh

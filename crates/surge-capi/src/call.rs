@@ -1,6 +1,9 @@
 //! What every call of the C API goes through: a runtime of its own, one client per instance
 //! for the life of the process, failures kept per thread for `surge_last_error` and returned
 //! as negative errnos, never a panic unwinding into C.
+//!
+//! Public for the other C libraries built on this one (`surge-datawarp`, DataWarp's own
+//! names): their calls go through the same runtime, clients and error record.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -11,13 +14,13 @@ use surge_client::target::{self, BbPath, Unnamed};
 use surge_client::{Client, ClientOptions};
 
 /// A failed call: the errno it returns (positive here) and what to tell the user.
-pub(crate) struct Failure {
+pub struct Failure {
     pub errno: i32,
     pub message: String,
 }
 
 impl Failure {
-    pub(crate) fn new(errno: i32, message: impl Into<String>) -> Failure {
+    pub fn new(errno: i32, message: impl Into<String>) -> Failure {
         Failure { errno, message: message.into() }
     }
 }
@@ -28,13 +31,13 @@ impl From<surge_client::Error> for Failure {
     }
 }
 
-pub(crate) type CallResult<T> = Result<T, Failure>;
+pub type CallResult<T> = Result<T, Failure>;
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
 }
 
-pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
+pub fn runtime() -> &'static tokio::runtime::Runtime {
     static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     RUNTIME.get_or_init(|| {
         tokio::runtime::Builder::new_multi_thread()
@@ -47,7 +50,7 @@ pub(crate) fn runtime() -> &'static tokio::runtime::Runtime {
 }
 
 /// One client per instance for the life of the process: connections are reused across calls.
-pub(crate) fn client(instance: &str) -> CallResult<Client> {
+pub fn client(instance: &str) -> CallResult<Client> {
     static CLIENTS: OnceLock<Mutex<HashMap<String, Client>>> = OnceLock::new();
     let mut clients = CLIENTS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
     if let Some(c) = clients.get(instance) {
@@ -60,7 +63,7 @@ pub(crate) fn client(instance: &str) -> CallResult<Client> {
 
 /// Runs one API call: records the failure message and turns it into `-errno`; a panic
 /// becomes -EIO instead of unwinding into C.
-pub(crate) fn call(work: impl FnOnce() -> CallResult<()>) -> c_int {
+pub fn call(work: impl FnOnce() -> CallResult<()>) -> c_int {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
         .unwrap_or_else(|_| Err(Failure::new(libc::EIO, "internal error in libsurge")));
     let (code, message) = match outcome {
@@ -73,7 +76,7 @@ pub(crate) fn call(work: impl FnOnce() -> CallResult<()>) -> c_int {
 
 /// # Safety
 /// `p` is NULL or a NUL-terminated string.
-pub(crate) unsafe fn text(p: *const c_char, what: &str) -> CallResult<String> {
+pub unsafe fn text(p: *const c_char, what: &str) -> CallResult<String> {
     if p.is_null() {
         return Err(Failure::new(libc::EINVAL, format!("{what} is NULL")));
     }
@@ -83,13 +86,13 @@ pub(crate) unsafe fn text(p: *const c_char, what: &str) -> CallResult<String> {
 
 /// The instance a burst-buffer path belongs to (the mounted one, or `SURGE_INSTANCE`'s) and
 /// the path inside it.
-pub(crate) fn resolve(bb_path: &str) -> CallResult<(Client, String)> {
+pub fn resolve(bb_path: &str) -> CallResult<(Client, String)> {
     let named = std::env::var("SURGE_INSTANCE").ok();
     let BbPath { instance, inner } = target::resolve_bb_path(bb_path, named.as_deref(), Unnamed::Refuse)?;
     Ok((client(&instance)?, inner))
 }
 
 /// The message of this thread's last failed call.
-pub(crate) fn last_error() -> *const c_char {
+pub fn last_error() -> *const c_char {
     LAST_ERROR.with(|last| last.borrow().as_ptr())
 }

@@ -14,8 +14,10 @@
 //! It also follows the files published in a directory and takes them as a consumer of a group
 //! (`surge_watch_*`, `surge_queue_*`: see `docs/workflow.md`).
 //!
-//! `call` holds what every call goes through; [`staging`] and [`workflow`] the entry points.
+//! [`call`] holds what every call goes through; [`staging`] and [`workflow`] the entry points.
+//! The crate is also a Rust library: `surge-datawarp` (libdatawarp, the same staging under
+//! DataWarp's own names and conventions) calls [`call`] and the Rust functions of [`staging`].
 
-mod call;
+pub mod call;
 pub mod staging;
 pub mod workflow;

@@ -1,5 +1,5 @@
 //! The staging calls of `include/surge.h`, each a C entry point over the client library's
-//! staging API.
+//! staging API, and the Rust functions under them that `surge-datawarp` shares.
 //!
 //! An immediate stage is planned before the call returns, so one that cannot be made (a
 //! missing source, a wrong type) fails the call itself with its errno, not later as a failed
@@ -14,20 +14,38 @@ use surge_client::Client;
 
 use crate::call::{self, call, resolve, runtime, text, CallResult, Failure};
 
-fn submit(direction: StageDirection, kind: StageKind, bb: *const c_char, pfs: *const c_char, stage_type: c_int) -> c_int {
+/// Submits a stage between `bb` (a burst-buffer path as the caller wrote it) and `pfs`. An
+/// immediate stage is planned before this returns: one that cannot be (a missing source) is
+/// an error now, with its errno, and stays in the coordinator's list as a failed stage.
+pub fn submit(direction: StageDirection, kind: StageKind, when: StageWhen, bb: &str, pfs: &str) -> CallResult<StageSummary> {
+    let (client, inner) = resolve(bb)?;
+    let spec = client.stage_spec(direction, kind, when, &inner, &target::absolute_pfs_path(pfs)?, false);
+    runtime().block_on(client.stage_submit_checked(spec)).map_err(|e| Failure::new(e.errno(), format!("{bb}: {}", e.detail)))
+}
+
+/// Drops the job-end stages of `bb` that have not started; -ENOENT when it has none.
+pub fn revoke(bb: &str) -> CallResult<()> {
+    let (client, inner) = resolve(bb)?;
+    runtime().block_on(client.stage_revoke(&inner)).map_err(Into::into)
+}
+
+/// The errno a failed stage stands for: that of its failure before any copy (a missing
+/// source: ENOENT), else EIO (a copy failed; its message says why).
+pub fn failure_errno(stage: &StageSummary) -> i32 {
+    stage.error_code.map_or(libc::EIO, |code| code.errno())
+}
+
+fn submit_typed(direction: StageDirection, kind: StageKind, bb: *const c_char, pfs: *const c_char, stage_type: c_int) -> c_int {
     call(|| {
         // SAFETY: the C caller passes NUL-terminated strings (surge.h).
         let (bb, pfs) = unsafe { (text(bb, "burst-buffer path")?, text(pfs, "PFS path")?) };
-        let (client, inner) = resolve(&bb)?;
         let when = match stage_type {
             0 => StageWhen::Immediate,
             1 => StageWhen::JobEnd,
-            2 => return runtime().block_on(client.stage_revoke(&inner)).map_err(Into::into),
+            2 => return revoke(&bb),
             other => return Err(Failure::new(libc::EINVAL, format!("unknown stage type {other}"))),
         };
-        let spec = client.stage_spec(direction, kind, when, &inner, &target::absolute_pfs_path(&pfs)?, false);
-        // Planning failed (a missing source...): said now, with its errno.
-        runtime().block_on(client.stage_submit_checked(spec)).map(drop).map_err(|e| Failure::new(e.errno(), format!("{bb}: {}", e.detail)))
+        submit(direction, kind, when, &bb, &pfs).map(drop)
     })
 }
 
@@ -94,13 +112,13 @@ macro_rules! stage_calls {
         /// Arguments are NUL-terminated strings.
         #[no_mangle]
         pub unsafe extern "C" fn $in_fn(bb: *const c_char, pfs: *const c_char) -> c_int {
-            submit(StageDirection::In, $kind, bb, pfs, 0)
+            submit_typed(StageDirection::In, $kind, bb, pfs, 0)
         }
         /// # Safety
         /// Arguments are NUL-terminated strings.
         #[no_mangle]
         pub unsafe extern "C" fn $out_fn(bb: *const c_char, pfs: *const c_char, stage_type: c_int) -> c_int {
-            submit(StageDirection::Out, $kind, bb, pfs, stage_type)
+            submit_typed(StageDirection::Out, $kind, bb, pfs, stage_type)
         }
         /// # Safety
         /// `bb` is a NUL-terminated string; the counters are NULL or point to ints.
@@ -129,6 +147,49 @@ stage_calls! {
     surge_stage_list_in, surge_stage_list_out, surge_query_list_stage, surge_wait_list_stage, surge_terminate_list_stage => StageKind::List;
 }
 
+/// A failed stage (or a failed file of one): its burst-buffer path as the caller wrote the
+/// directory it was asked of (a mount path stays a mount path), and the errno it stands for.
+pub struct FailedStage {
+    pub path: String,
+    pub errno: i32,
+}
+
+/// The failed stages at or below `dir` (a burst-buffer path as the caller wrote it), oldest
+/// first; of a stage that copied files, each file that failed. With `skip_retried`, a failure
+/// is left out once a later stage was submitted for the same path (the stage's, or the failed
+/// file's), whatever became of that one: the failure was retried.
+pub fn failed_stages(dir: &str, skip_retried: bool) -> CallResult<Vec<FailedStage>> {
+    let (client, inner) = resolve(dir)?;
+    let inner_dir = inner.trim_end_matches('/');
+    let prefix = format!("{inner_dir}/");
+    let user_dir = dir.trim_end_matches('/');
+    runtime().block_on(async {
+        let stages = client.stage_list(None).await?;
+        let retried = |after: u64, path: &str| skip_retried && stages.iter().any(|s| s.id > after && s.bb_path == path);
+        let mut found = Vec::new();
+        for stage in &stages {
+            if stage.state != StageState::Failed || !(stage.bb_path == inner || stage.bb_path.starts_with(&prefix)) {
+                continue;
+            }
+            if retried(stage.id, &stage.bb_path) {
+                continue;
+            }
+            let files: Vec<String> =
+                client.stage_files(stage.id).await?.into_iter().filter(|f| f.state == StageState::Failed).map(|f| f.bb_path).collect();
+            let errno = failure_errno(stage);
+            if files.is_empty() {
+                found.push(FailedStage { path: stage.bb_path.clone(), errno });
+            }
+            found.extend(files.into_iter().filter(|f| !retried(stage.id, f)).map(|path| FailedStage { path, errno }));
+        }
+        // Shown in the form the caller used.
+        for failed in found.iter_mut() {
+            failed.path = format!("{user_dir}{}", &failed.path[inner_dir.len()..]);
+        }
+        Ok(found)
+    })
+}
+
 /// The failed-stage iterator of `surge_open_failed_stage`.
 pub struct FailedStages {
     paths: std::iter::Peekable<std::vec::IntoIter<CString>>,
@@ -142,34 +203,15 @@ pub unsafe extern "C" fn surge_open_failed_stage(bb_dir: *const c_char) -> *mut 
     let code = call(|| {
         // SAFETY: the C caller passes a NUL-terminated string (surge.h).
         let dir = unsafe { text(bb_dir, "burst-buffer directory")? };
-        let (client, inner) = resolve(&dir)?;
-        let prefix = format!("{}/", inner.trim_end_matches('/'));
-        runtime().block_on(async {
-            for stage in client.stage_list(None).await? {
-                if stage.state != StageState::Failed || !(stage.bb_path == inner || stage.bb_path.starts_with(&prefix)) {
-                    continue;
-                }
-                let files: Vec<String> =
-                    client.stage_files(stage.id).await?.into_iter().filter(|f| f.state == StageState::Failed).map(|f| f.bb_path).collect();
-                if files.is_empty() {
-                    found.push(stage.bb_path.clone());
-                }
-                found.extend(files);
-            }
-            // Report them in the form the caller used (a mount path stays a mount path).
-            let user_prefix = dir.trim_end_matches('/');
-            for path in found.iter_mut() {
-                *path = format!("{user_prefix}{}", &path[inner.trim_end_matches('/').len()..]);
-            }
-            Ok(())
-        })
+        found = failed_stages(&dir, false)?;
+        Ok(())
     });
     if code != 0 {
         // SAFETY: errno is thread-local and always writable.
         unsafe { *libc::__errno_location() = -code };
         return std::ptr::null_mut();
     }
-    let paths: Vec<CString> = found.into_iter().filter_map(|p| CString::new(p).ok()).collect();
+    let paths: Vec<CString> = found.into_iter().filter_map(|f| CString::new(f.path).ok()).collect();
     Box::into_raw(Box::new(FailedStages { paths: paths.into_iter().peekable() }))
 }
 
