@@ -141,8 +141,8 @@ fn a_dw_job_from_the_login_node_runs_across_separate_nodes() {
     }
 }
 
-/// DataWarp's job end: stage-outs a job's program asked for "at job end" run after the job's
-/// commands, the job is not done until they are, and a failed one keeps the job in stage-out
+/// DataWarp's job end: stage-outs a job's programs asked for "at job end" (with `surge stage`,
+/// and from C through libdatawarp's `dw_stage_file_out`) run after the job's commands, the job is not done until they are, and a failed one keeps the job in stage-out
 /// with the reason and its buffer kept, until the job is cancelled with hurry.
 #[test]
 fn stages_asked_for_at_job_end_run_before_the_job_is_done() {
@@ -150,6 +150,33 @@ fn stages_asked_for_at_job_end_run_before_the_job_is_done() {
     let pfs = cluster.pfs().display().to_string();
     let surge = surge_tests::binary("surge").display().to_string();
     std::os::unix::fs::chown(cluster.pfs(), Some(65534), Some(65534)).unwrap();
+    // A C program of the job asks through DataWarp's own API (libdatawarp).
+    let program = cluster.pfs().join("stage-at-end");
+    let source = cluster.pfs().join("stage-at-end.c");
+    std::fs::write(
+        &source,
+        "#include <datawarp.h>\n#include <stdio.h>\n\
+         int main(int argc, char **argv) {\n\
+             int rc = dw_stage_file_out(argv[1], argv[2], DW_STAGE_AT_JOB_END);\n\
+             if (rc != 0) { fprintf(stderr, \"dw_stage_file_out: %d\\n\", rc); return 1; }\n\
+             return 0;\n\
+         }\n",
+    )
+    .unwrap();
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let lib = repo.join("target/release");
+    let compiled = Command::new("cc")
+        .arg(&source)
+        .arg("-o")
+        .arg(&program)
+        .arg(format!("-I{}", repo.join("crates/surge-datawarp/include").display()))
+        .arg(format!("-L{}", lib.display()))
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-ldatawarp")
+        .output()
+        .unwrap();
+    assert!(compiled.status.success(), "cc: {}", text(&compiled));
+    let program = program.display();
     let (job, state) = cluster.submit_and_wait(
         "jobend.sh",
         &format!(
@@ -159,6 +186,7 @@ fn stages_asked_for_at_job_end_run_before_the_job_is_done() {
              {surge} stage out --when job-end $DW_JOB_STRIPED/result {pfs}/result\n\
              {surge} stage out --when job-end $DW_JOB_STRIPED/revoked {pfs}/revoked\n\
              {surge} stage revoke $DW_JOB_STRIPED/revoked\n\
+             cp $DW_JOB_STRIPED/result $DW_JOB_STRIPED/c-result && {program} $DW_JOB_STRIPED/c-result {pfs}/c-result\n\
              sha256sum < $DW_JOB_STRIPED/result\n\
              test -e {pfs}/result && echo staged too early || true\n"
         ),
@@ -172,6 +200,8 @@ fn stages_asked_for_at_job_end_run_before_the_job_is_done() {
         Some(staged.as_str()),
         "the result on the shared file system once the job is done: {output}"
     );
+    let through_c = cluster.ok("login", true, &format!("sha256sum < {pfs}/c-result"));
+    assert_eq!(through_c, staged, "libdatawarp's DW_STAGE_AT_JOB_END: on the shared file system once the job is done");
     assert!(!cluster.pfs().join("revoked").exists(), "a revoked job-end stage ran");
 
     let failing = format!(
