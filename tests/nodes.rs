@@ -182,9 +182,13 @@ fn tag_of(dir: &Path) -> String {
 /// refused, and nothing they carry is done.
 #[test]
 fn the_manager_answers_other_nodes_as_munged_vouches() {
-    let cluster = Nodes::up("manager", &["head", "n1"]);
+    let cluster = Nodes::up("manager", &["head", "n1", "bb2"]);
     let dir = cluster.dir.display().to_string();
     let head = String::from_utf8_lossy(&cluster.nodes(&["addr"], &["head"]).stdout).trim().to_string();
+    // bb2 is cut off: a connection to it waits for its timeout; bb1's agent does not run.
+    let bb2 = String::from_utf8_lossy(&cluster.nodes(&["addr"], &["bb2"]).stdout).trim().to_string();
+    let cut = cluster.nodes(&["cut"], &["bb2"]);
+    assert!(cut.status.success(), "{}", text(&cut));
     let etc = cluster.dir.join("etc");
     std::fs::write(etc.join("cluster.key"), "ab".repeat(32)).unwrap();
     std::fs::set_permissions(etc.join("cluster.key"), std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
@@ -195,7 +199,8 @@ fn the_manager_answers_other_nodes_as_munged_vouches() {
             "socket = \"/run/surge/manager.sock\"\nlisten = \"{head}:6820\"\ntrusted_uids = [{slurm_uid}]\n\
              state_dir = \"{dir}/nodes/head/local/manager\"\njob_root = \"/var/spool/surge/jobs\"\n\
              key_file = \"{dir}/etc/cluster.key\"\ndefault_pool = \"bb\"\n\n[[pool]]\nname = \"bb\"\nkind = \"standing\"\n\
-             granularity = \"1GiB\"\nnodes = [ {{ name = \"bb1\", agent = \"{head}:7300\", capacity = \"4GiB\" }} ]\n"
+             granularity = \"1GiB\"\nnodes = [ {{ name = \"bb1\", agent = \"{head}:7300\", capacity = \"4GiB\" }}, \
+             {{ name = \"bb2\", agent = \"{bb2}:7300\", capacity = \"4GiB\" }} ]\n"
         ),
     )
     .unwrap();
@@ -209,10 +214,23 @@ fn the_manager_answers_other_nodes_as_munged_vouches() {
     let surge = binary("surge").display().to_string();
     let ask = |user: Option<&str>, args: &str| cluster.run_as("n1", user, &format!("SURGE_MANAGER={head}:6820 {surge} bb {args}"), b"");
 
-    // Anyone reads: the pools, from another node (waiting for the manager to listen).
+    // Asked while the manager waits for the cut-off node, a status is answered once the
+    // manager has reconciled (a hook inside slurmctld, as `bb pools`, would give up after its
+    // bound instead).
+    let status = cluster.run_as("n1", Some("65534"), &format!("SURGE_MANAGER={head}:6820 {surge} status"), b"");
+    assert!(status.status.success(), "status as nobody on n1: {}\nmanager: {}", text(&status), manager_log(&cluster));
+    assert!(manager_log(&cluster).contains("manager ready"), "answered before reconciling:\n{}", manager_log(&cluster));
+
+    // Anyone reads: the pools, from another node.
     let pools = ask(Some("65534"), "pools");
     assert!(pools.status.success(), "pools as nobody on n1: {}\nmanager: {}", text(&pools), manager_log(&cluster));
     assert!(String::from_utf8_lossy(&pools.stdout).contains("bb"), "{}", text(&pools));
+
+    // Both burst-buffer nodes failed to answer the reconciliation: a job placed on them fails
+    // at once, saying so, rather than waiting out another timeout per node.
+    std::fs::write(cluster.pfs().join("job.sh"), "#!/bin/sh\n#DW jobdw capacity=6GiB access_mode=striped type=scratch\n").unwrap();
+    let setup = ask(None, &format!("setup --job 77 --uid 65534 --gid 65534 {}", cluster.pfs().join("job.sh").display()));
+    assert!(!setup.status.success() && text(&setup).contains("unreachable"), "a job on unreachable nodes: {}", text(&setup));
 
     // Changes: refused to nobody, by the uid munged vouches for; done for SlurmUser and root.
     let refused = ask(Some("65534"), "teardown --job 4242");

@@ -25,8 +25,8 @@ use anyhow::{Context, Result};
 use config::Config;
 use manager::{Manager, StepObserver};
 
-/// The daemon's life: opens the state, binds the socket, reconciles with what runs, serves
-/// until SIGINT or SIGTERM. `steps` observes the manager's steps (tests of recovery; the
+/// The daemon's life: opens the state, binds the socket (and TCP), serves until SIGINT or
+/// SIGTERM, answering requests once it has reconciled with what runs. `steps` observes the manager's steps (tests of recovery; the
 /// daemon passes none).
 pub fn run(config: Config, steps: Option<StepObserver>) -> Result<()> {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?.block_on(async move {
@@ -38,10 +38,14 @@ pub fn run(config: Config, steps: Option<StepObserver>) -> Result<()> {
             Some(address) => Some(tokio::net::TcpListener::bind(address).await.with_context(|| format!("listen on {address}"))?),
             None => None,
         };
+        // Callers are taken at once, and each request waits until the reconciliation is
+        // done: a caller sees a manager that is slow to answer, not one that is not there.
+        let serving = tokio::spawn(service::serve(manager.clone(), listener, tcp, surge_control::host::stop_signal()));
+        tracing::info!(socket = %socket.display(), tcp = ?config_listen, "manager listening; reconciling with the nodes");
         manager.reconcile().await?;
         manager.sweep_forgotten_jobs();
-        tracing::info!(socket = %socket.display(), tcp = ?config_listen, "manager ready");
-        service::serve(manager, listener, tcp, surge_control::host::stop_signal()).await?;
+        tracing::info!("manager ready");
+        serving.await.context("the manager's service")??;
         let _ = std::fs::remove_file(&socket);
         tracing::info!("manager stopped");
         Ok(())

@@ -33,7 +33,15 @@ use crate::config::{Config, PoolConfig, PoolKindConfig};
 use crate::pools;
 use crate::store::{self, InstanceRecord, JobRecord, ServerRecord, StageRecord, Store};
 
+/// How long an agent has to answer a request (starting a server takes its time).
 const AGENT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an agent has to accept a connection and prove the key: a node that does not
+/// within this is taken as unreachable.
+const AGENT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// After a node's agent could not be reached, calls to it fail at once for this long (with the
+/// first failure's reason) rather than each waiting out its own timeout: a dead node costs one
+/// timeout, not one per instance or job.
+const UNREACHABLE_FOR: Duration = Duration::from_secs(20);
 /// How long a prolog waits for the job's buffers to come up.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(120);
 const STAGE_POLL: Duration = Duration::from_millis(100);
@@ -50,6 +58,10 @@ pub struct Manager {
     driving: Mutex<HashSet<(u64, Direction)>>,
     /// Told of each step passed (tests of recovery); none in the daemon.
     steps: Option<StepObserver>,
+    /// Set once [`Manager::reconcile`] has run: requests wait for it.
+    reconciled: tokio::sync::watch::Sender<bool>,
+    /// Nodes whose agent could not be reached: when, and why.
+    unreachable: Mutex<HashMap<String, (Instant, String)>>,
 }
 
 /// The instance's secret, as its record keeps it.
@@ -167,6 +179,8 @@ impl Manager {
             placement: tokio::sync::Mutex::new(()),
             driving: Mutex::new(HashSet::new()),
             steps,
+            reconciled: tokio::sync::watch::Sender::new(false),
+            unreachable: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -186,8 +200,15 @@ impl Manager {
         uid == 0 || self.config.trusted_uids.contains(&uid)
     }
 
-    /// Answers one request from a caller with this uid (as the kernel or munged vouches).
+    /// Answers one request from a caller with this uid (as the kernel or munged vouches),
+    /// once the manager has reconciled its store with what runs (until then, a request waits:
+    /// its caller bounds the wait, and a hook inside slurmctld gives up after a few seconds
+    /// with a message).
     pub async fn handle(self: &Arc<Self>, request: Request, caller_uid: u32) -> Reply {
+        let mut reconciled = self.reconciled.subscribe();
+        if reconciled.wait_for(|done| *done).await.is_err() {
+            return Reply::Failed("the manager is stopping".into());
+        }
         if is_privileged(&request) && !self.is_trusted(caller_uid) && !self.is_own_stage_request(&request, caller_uid) {
             return Reply::Failed(format!(
                 "permission denied: only root and the workload manager's user (the nodes, Slurm's hooks) may ask this (you are uid {caller_uid})"
@@ -609,14 +630,33 @@ impl Manager {
         Ok(instances)
     }
 
+    /// Whether the node's agent failed to answer within the last [`UNREACHABLE_FOR`].
+    fn is_unreachable(&self, node: &str) -> bool {
+        self.unreachable.lock().expect("unreachable").get(node).is_some_and(|(since, _)| since.elapsed() < UNREACHABLE_FOR)
+    }
+
     fn agent_of(&self, node: &str) -> Result<&str> {
         self.config.pools.iter().find_map(|p| p.node(node)).map(|n| n.agent.as_str()).ok_or_else(|| anyhow!("node {node} is in no pool"))
     }
 
     async fn agent_call(&self, node: &str, request: &AgentRequest) -> Result<AgentReply> {
         let addr = self.agent_of(node)?;
-        let mut connection =
-            AgentConnection::connect(addr, &self.key, AGENT_TIMEOUT).await.with_context(|| format!("agent of node {node} ({addr})"))?;
+        if let Some((since, why)) =
+            self.unreachable.lock().expect("unreachable").get(node).filter(|(since, _)| since.elapsed() < UNREACHABLE_FOR)
+        {
+            anyhow::bail!("agent of node {node} ({addr}) unreachable {:.0} s ago: {why}", since.elapsed().as_secs_f64());
+        }
+        let connected = AgentConnection::connect(addr, &self.key, AGENT_CONNECT_TIMEOUT).await;
+        let mut connection = match connected {
+            Ok(connection) => {
+                self.unreachable.lock().expect("unreachable").remove(node);
+                connection
+            }
+            Err(e) => {
+                self.unreachable.lock().expect("unreachable").insert(node.to_string(), (Instant::now(), e.to_string()));
+                return Err(anyhow!(e).context(format!("agent of node {node} ({addr})")));
+            }
+        };
         let reply = tokio::time::timeout(AGENT_TIMEOUT, connection.call(request))
             .await
             .map_err(|_| anyhow!("agent of node {node} did not answer"))?
@@ -1234,11 +1274,28 @@ impl Manager {
     /// are marked `degraded`; stages that were running are driven again (the coordinators
     /// journal them, so they are found by id). Unreachable agents are reported and skipped.
     pub async fn reconcile(self: &Arc<Self>) -> Result<()> {
+        let outcome = self.reconcile_with_nodes().await;
+        // Requests are answered from here on, reconciled or not: a store that cannot be read
+        // fails each of them with its reason rather than leaving them waiting.
+        self.reconciled.send_replace(true);
+        outcome
+    }
+
+    async fn reconcile_with_nodes(self: &Arc<Self>) -> Result<()> {
         let known: HashMap<String, InstanceRecord> = self.store().instances()?.into_iter().map(|i| (i.name.clone(), i)).collect();
         let mut running: HashMap<(String, String), String> = HashMap::new();
-        let nodes: Vec<String> = self.config.pools.iter().flat_map(|p| p.nodes.iter().map(|n| n.name.clone())).collect();
-        for node in &nodes {
-            match self.agent_call(node, &AgentRequest::List).await {
+        let mut nodes: Vec<String> = self.config.pools.iter().flat_map(|p| p.nodes.iter().map(|n| n.name.clone())).collect();
+        nodes.sort();
+        nodes.dedup();
+        // All nodes at once: a dead one costs one timeout in all.
+        let listings = nodes.iter().map(|node| {
+            let manager = self.clone();
+            let node = node.clone();
+            tokio::spawn(async move { manager.agent_call(&node, &AgentRequest::List).await })
+        });
+        let listings: Vec<_> = futures_join_all(listings.collect()).await;
+        for (node, listed) in nodes.iter().zip(listings) {
+            match listed {
                 Ok(AgentReply::Servers(servers)) => {
                     for s in servers {
                         if !known.contains_key(&s.instance) {
@@ -1255,8 +1312,13 @@ impl Manager {
         }
         for instance in known.values() {
             let servers = self.store().servers(&instance.name)?;
+            let unreachable: Vec<&str> = servers.iter().filter(|s| self.is_unreachable(&s.node)).map(|s| s.node.as_str()).collect();
             let up = servers.iter().filter(|s| running.get(&(instance.name.clone(), s.node.clone())) == s.addr.as_ref()).count();
             match instance.state.as_str() {
+                "starting" if !unreachable.is_empty() => {
+                    tracing::warn!(instance = %instance.name, ?unreachable, "was starting; nodes unreachable: left planned");
+                    self.store().set_instance_state(&instance.name, "planned")?;
+                }
                 "starting" => {
                     tracing::info!(instance = %instance.name, "was starting: starting again");
                     for s in &servers {
@@ -1289,6 +1351,15 @@ impl Manager {
 
 /// The stage-outs of a coordinator's list a job's end waits for: those not final, and those
 /// that failed with no later stage of the same path done or under way.
+/// Every task's outcome, in order (a task that panicked counts as a failure).
+async fn futures_join_all<T>(tasks: Vec<tokio::task::JoinHandle<Result<T>>>) -> Vec<Result<T>> {
+    let mut outcomes = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        outcomes.push(task.await.map_err(|e| anyhow!("{e}")).and_then(|outcome| outcome));
+    }
+    outcomes
+}
+
 fn stages_still_wanted(listed: &[StageSummary]) -> Vec<&StageSummary> {
     let made_good = |failed: &StageSummary| {
         listed.iter().any(|later| {
