@@ -445,8 +445,17 @@ impl Manager {
             }
         }
         let stages = self.resolve_stages(job, &request);
-        let record =
-            JobRecord { job, uid, gid, script: script.into(), state: "setup".into(), nodes: Vec::new(), message: None, created: now() };
+        let record = JobRecord {
+            id: 0,
+            job,
+            uid,
+            gid,
+            script: script.into(),
+            state: "setup".into(),
+            nodes: Vec::new(),
+            message: None,
+            created: now(),
+        };
         self.store().transaction(|tx| {
             for (instance, servers) in &planned {
                 store::insert_instance(tx, instance, servers)?;
@@ -485,6 +494,7 @@ impl Manager {
             *used.entry(node.clone()).or_default() += share;
         }
         let record = InstanceRecord {
+            id: 0,
             name: name.clone(),
             job: owner.job,
             persistent,
@@ -502,7 +512,7 @@ impl Manager {
         let servers = servers
             .into_iter()
             .enumerate()
-            .map(|(index, (node, share))| ServerRecord { instance: name.clone(), index, node, share, addr: None })
+            .map(|(index, (node, share))| ServerRecord { id: 0, instance: name.clone(), index, node, share, addr: None })
             .collect();
         Ok((record, servers))
     }
@@ -1001,7 +1011,7 @@ impl Manager {
             let servers: Vec<ServerRecord> = placed
                 .into_iter()
                 .enumerate()
-                .map(|(index, (node, share))| ServerRecord { instance: instance.name.clone(), index, node, share, addr: None })
+                .map(|(index, (node, share))| ServerRecord { id: 0, instance: instance.name.clone(), index, node, share, addr: None })
                 .collect();
             self.store().transaction(|tx| store::replace_servers(tx, &instance.name, &servers))?;
             self.start_instance(&instance.name).await?;
