@@ -413,9 +413,10 @@ enum Command {
     /// DataWarp's `dw_wlm_cli` for Slurm's burst_buffer/datawarp plugin (also run as
     /// `dw_wlm_cli`): the functions it calls, answered by Surge's manager.
     DwWlmCli(datawarp::DwWlmCli),
-    /// DataWarp's `dwstat` (also run as `dwstat`): pools, sessions, instances, configurations.
+    /// DataWarp's `dwstat` (also run as `dwstat`): pools, sessions, instances, configurations,
+    /// fragments, nodes.
     Dwstat {
-        /// Views: pools, sessions, instances, configurations, all (default: all).
+        /// Views: pools, sessions, instances, configurations, fragments, nodes, all (default: all).
         views: Vec<String>,
     },
     /// Benchmarks of an instance or of a local directory (for baselines).
