@@ -576,7 +576,7 @@ async fn run(command: Command) -> Result<ExitCode> {
             }
         }
         Command::Fsck { name, repair, json } => fsck::fsck(&InstanceDescriptor::load(&name)?, repair, json).await?,
-        Command::Status { name: None, json } => bb::status(json).await?,
+        Command::Status { name: None, json } => bb::status(None, &[], json).await?,
         Command::Status { name: Some(name), json } => {
             let desc = InstanceDescriptor::load(&name)?;
             let stats = instance::probe(&desc).await;
