@@ -128,9 +128,42 @@ function slurm_bb_job_teardown(job_id, job_script, hurry, uid, gid)
 	return answer(run_surge("bb", "teardown", "--job", job_id))
 end
 
--- `scontrol show bbstat`: Surge's view of pools, instances, sessions and stages.
+-- Whether this Slurm passes slurm_bb_get_status the caller's uid and gid before the words
+-- (23.02 and later; 22.05 passes the words alone, and then who asks is not known: the words
+-- cannot say, a user may type any number). The version is asked of the program running this
+-- script (slurmctld, or its slurmscriptd: `-V` needs no configuration, unlike scontrol's),
+-- else of the slurmctld on the PATH.
+local function status_gets_caller()
+	local pipe = io.popen('{ "$(readlink /proc/$PPID/exe)" -V || slurmctld -V; } </dev/null 2>/dev/null', "r")
+	if pipe == nil then
+		return false
+	end
+	local version = pipe:read("*a") or ""
+	pipe:close()
+	local major = tonumber(version:match("(%d+)%.%d+"))
+	return major ~= nil and major >= 23
+end
+
+-- `scontrol show bbstat [WORDS]`: Surge's pools, nodes, instances, servers, sessions and
+-- stages (`surge bb status` says which words choose what). The hook runs as SlurmUser, whom
+-- the manager trusts, so it names the user who asked: the manager then shows only that user's
+-- sessions and stages. Where Slurm does not say who asked (22.05), no one's are shown.
 function slurm_bb_get_status(...)
-	local ok, output = run_surge("status")
+	local args = { ... }
+	local command = { "bb", "status" }
+	if status_gets_caller() then
+		command[#command + 1] = "--uid"
+		command[#command + 1] = args[1]
+		table.remove(args, 1) -- uid
+		table.remove(args, 1) -- gid
+	else
+		command[#command + 1] = "--unknown-caller"
+	end
+	command[#command + 1] = "--"
+	for _, word in ipairs(args) do
+		command[#command + 1] = word
+	end
+	local ok, output = run_surge((table.unpack or unpack)(command))
 	if ok then
 		return slurm.SUCCESS, output
 	end

@@ -145,3 +145,239 @@ fn check_script_names_every_problem_with_its_line() {
     assert_eq!(request["stage_out"][0]["kind"], "directory");
     assert_eq!(request["stage_out"][0]["line"], 5, "the stage-out after the commands was read");
 }
+
+/// A manager and two burst-buffer nodes' agents on this machine (loopback addresses of the
+/// test's own), no workload manager: the hooks are called as Slurm would, with `surge bb`.
+/// Dropped, it tears down what the jobs left and stops what it started.
+struct LocalManager {
+    dir: surge_tests::Scratch,
+    children: Vec<std::process::Child>,
+    jobs: Vec<u64>,
+}
+
+impl LocalManager {
+    fn up(test: &str) -> LocalManager {
+        let dir = scratch(test);
+        std::fs::create_dir_all(dir.join("pfs")).unwrap();
+        std::fs::set_permissions(&*dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let key = dir.join("cluster.key");
+        std::fs::write(&key, "ab".repeat(32)).unwrap();
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        let net = format!("127.77.{}", std::process::id() % 250);
+        let mut children = Vec::new();
+        let mut nodes = Vec::new();
+        for n in [1, 2] {
+            let (listen, root) = (format!("{net}.{n}:7300"), dir.join(format!("bb{n}")));
+            let log = std::fs::File::create(dir.join(format!("agent-bb{n}.log"))).unwrap();
+            let agent = Command::new(binary("surge-agent"))
+                .args(["--listen", &listen, "--root", root.to_str().unwrap(), "--key-file", key.to_str().unwrap()])
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            children.push(agent);
+            nodes.push(format!("{{ name = \"bb{n}\", agent = \"{listen}\", capacity = \"256MiB\" }}"));
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while std::net::TcpStream::connect(&listen).is_err() {
+                assert!(std::time::Instant::now() < deadline, "agent on {listen} does not listen");
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        }
+        let d = dir.display();
+        std::fs::write(
+            dir.join("manager.toml"),
+            format!(
+                "socket = \"{d}/manager.sock\"\nstate_dir = \"{d}/state\"\njob_root = \"{d}/jobs\"\nkey_file = \"{d}/cluster.key\"\n\
+                 default_pool = \"bb\"\n\n[[pool]]\nname = \"bb\"\nkind = \"standing\"\ngranularity = \"64MiB\"\nnodes = [ {} ]\n",
+                nodes.join(", ")
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.join("manager.log")).unwrap();
+        children.push(Command::new(binary("surge-manager")).arg("--config").arg(dir.join("manager.toml")).stderr(log).spawn().unwrap());
+        LocalManager { dir, children, jobs: Vec::new() }
+    }
+
+    /// `surge ARGS` against this manager, as root or as `uid` (its own gid).
+    fn surge_as(&self, uid: Option<u32>, args: &[&str]) -> std::process::Output {
+        let mut cmd = Command::new(binary("surge"));
+        cmd.args(args).env("SURGE_MANAGER_SOCKET", self.dir.join("manager.sock")).env_remove("SURGE_MANAGER");
+        if let Some(uid) = uid {
+            std::os::unix::process::CommandExt::uid(&mut cmd, uid);
+            std::os::unix::process::CommandExt::gid(&mut cmd, uid);
+        }
+        cmd.output().expect("run surge")
+    }
+
+    /// `surge ARGS` as root, which must succeed; its standard output.
+    fn surge(&self, args: &[&str]) -> String {
+        let out = self.surge_as(None, args);
+        assert!(out.status.success(), "surge {args:?}: {}\nmanager: {}", text(&out), self.log());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The status as `uid` (root: `None`) is shown it, with `args` after `bb status`.
+    fn status_as(&self, uid: Option<u32>, args: &[&str]) -> serde_json::Value {
+        let out = self.surge_as(uid, &[&["bb", "status", "--json"], args].concat());
+        assert!(out.status.success(), "bb status {args:?} as {uid:?}: {}", text(&out));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// Slurm's setup of a job of `uid` with this script's `#DW` lines.
+    fn setup(&mut self, job: u64, uid: u32, lines: &str) {
+        let script = self.dir.join(format!("job-{job}.sh"));
+        std::fs::write(&script, format!("#!/bin/bash\n{lines}\n")).unwrap();
+        self.jobs.push(job);
+        let (job, uid) = (job.to_string(), uid.to_string());
+        self.surge(&["bb", "setup", "--job", &job, "--uid", &uid, "--gid", &uid, script.to_str().unwrap()]);
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("manager.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for LocalManager {
+    fn drop(&mut self) {
+        for job in &self.jobs {
+            let _ = self.surge_as(None, &["bb", "teardown", "--job", &job.to_string(), "--hurry"]);
+        }
+        for child in &mut self.children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The rows of one dwstat view, each split on whitespace, after its header and rule.
+fn dwstat_rows(manager: &LocalManager, view: &str) -> Vec<Vec<String>> {
+    manager
+        .surge(&["dwstat", view])
+        .lines()
+        .skip(2)
+        .filter(|l| !l.is_empty())
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
+
+/// What an administrator sees of the burst buffer, and what a user sees: dwstat's fragments
+/// and nodes for a known placement, ids that stay the same while other jobs come and go,
+/// states as the manager recorded them, and a user shown only their own sessions and stages
+/// whatever they ask for (`scontrol show bbstat` on their behalf included).
+#[test]
+fn the_admins_view_is_stable_and_a_user_sees_only_their_own() {
+    let (alice, bob) = (65534, 4242);
+    let mut m = LocalManager::up("cli-status");
+    let pfs = m.dir.join("pfs");
+    // 192 MiB in 64 MiB units over two nodes of 256 MiB, one unit at a time to the node with
+    // the most free: 128 MiB on bb1, 64 MiB on bb2.
+    m.setup(
+        101,
+        alice,
+        &format!(
+            "#DW jobdw capacity=192MiB access_mode=striped type=scratch\n#DW stage_out type=file source=$DW_JOB_STRIPED/missing destination={}/out",
+            pfs.display()
+        ),
+    );
+    let instance = |status: &serde_json::Value, name: &str| {
+        status["instances"].as_array().unwrap().iter().find(|i| i["name"] == name).cloned().unwrap()
+    };
+    let status = m.status_as(None, &[]);
+    let job_101 = instance(&status, "job-101");
+    let inst = job_101["id"].as_u64().unwrap().to_string();
+    let frags: Vec<String> = job_101["servers"].as_array().unwrap().iter().map(|s| s["id"].as_u64().unwrap().to_string()).collect();
+
+    let fragments = dwstat_rows(&m, "fragments");
+    assert_eq!(
+        fragments,
+        [
+            [&frags[0], "CA---", &inst, "128.0MiB", "64.0MiB", "bb1", "ready"],
+            [&frags[1], "CA---", &inst, "64.0MiB", "64.0MiB", "bb2", "ready"],
+        ]
+    );
+    let nodes = dwstat_rows(&m, "nodes");
+    assert_eq!(
+        nodes,
+        [
+            ["bb1", "bb", "64.0MiB", "256.0MiB", "128.0MiB", "128.0MiB", "1"],
+            ["bb2", "bb", "64.0MiB", "256.0MiB", "64.0MiB", "192.0MiB", "1"]
+        ]
+    );
+
+    // Two calls, nothing changed: the same ids. Another job (of another user) comes and goes:
+    // job 101's session, instance, configuration and fragments keep theirs.
+    let views = ["sessions", "instances", "configurations", "fragments"];
+    let first: Vec<_> = views.iter().map(|v| dwstat_rows(&m, v)).collect();
+    assert_eq!(views.iter().map(|v| dwstat_rows(&m, v)).collect::<Vec<_>>(), first);
+    m.setup(
+        102,
+        bob,
+        &format!(
+            "#DW jobdw capacity=64MiB access_mode=striped type=scratch\n#DW stage_in type=file source={}/in destination=$DW_JOB_STRIPED/in",
+            pfs.display()
+        ),
+    );
+    let with_102: Vec<_> = views.iter().map(|v| dwstat_rows(&m, v)).collect();
+    for (view, (before, now)) in views.iter().zip(first.iter().zip(&with_102)) {
+        assert_eq!(&now[..before.len()], &before[..], "{view}: job 101's rows changed when job 102 came");
+        assert!(now.len() > before.len(), "{view}: job 102 not shown");
+    }
+    assert_eq!(dwstat_rows(&m, "nodes")[1][4], "128.0MiB", "job 102's unit went to bb2, the node with the most free");
+
+    // A user sees their own sessions and stages only, whatever they ask for; root sees what it
+    // asks for. Instances and pools are everyone's.
+    let jobs_of = |status: &serde_json::Value, what: &str| -> Vec<u64> {
+        status[what].as_array().unwrap().iter().map(|s| s["job"].as_u64().unwrap()).collect()
+    };
+    for (uid, args) in [
+        (Some(alice), &[][..]),
+        (Some(alice), &["--uid", "4242"][..]),
+        (Some(alice), &["--", "102", "101"][..]),
+        (None, &["--uid", "65534"][..]),
+    ] {
+        let status = m.status_as(uid, args);
+        assert_eq!(
+            (jobs_of(&status, "sessions"), jobs_of(&status, "stages")),
+            (vec![101], vec![101]),
+            "as {uid:?} with {args:?}: {status}"
+        );
+        if args.is_empty() {
+            assert_eq!(status["viewer"], serde_json::json!({"user": alice}));
+            assert_eq!(status["instances"].as_array().unwrap().len(), 2, "instances are everyone's: {status}");
+        }
+    }
+    let bobs = m.status_as(Some(bob), &[]);
+    assert_eq!((jobs_of(&bobs, "sessions"), jobs_of(&bobs, "stages")), (vec![102], vec![102]));
+    let unknown = m.status_as(None, &["--unknown-caller"]);
+    assert!(jobs_of(&unknown, "sessions").is_empty() && jobs_of(&unknown, "stages").is_empty(), "{unknown}");
+    let root = m.status_as(None, &[]);
+    assert_eq!((jobs_of(&root, "sessions"), jobs_of(&root, "stages")), (vec![101, 102], vec![101, 102]));
+    let one_job = m.status_as(None, &["102"]);
+    assert_eq!((jobs_of(&one_job, "sessions"), jobs_of(&one_job, "instances")), (vec![102], vec![102]));
+    // What the Lua hook runs for bob's `scontrol show bbstat stages` (Slurm 23.02+).
+    let hook = String::from_utf8_lossy(&m.surge_as(None, &["bb", "status", "--uid", "4242", "--", "stages"]).stdout).into_owned();
+    assert!(
+        hook.starts_with("Sessions and stages of uid 4242's jobs only.") && hook.contains("/in") && !hook.contains("missing"),
+        "{hook}"
+    );
+    let alices_dwstat = m.surge_as(Some(alice), &["dwstat", "sessions"]);
+    let shown = String::from_utf8_lossy(&alices_dwstat.stdout).into_owned();
+    assert!(shown.contains(" 101 ") && !shown.contains(" 102 "), "{}", text(&alices_dwstat));
+
+    m.surge(&["bb", "teardown", "--job", "102"]);
+    m.jobs.retain(|j| *j != 102);
+    let without_102: Vec<_> = views.iter().map(|v| dwstat_rows(&m, v)).collect();
+    assert_eq!(without_102, first, "job 101's rows changed when job 102 went");
+
+    // States as the manager records them: the job ends, its stage-out fails (its source is
+    // missing), and both say so.
+    m.surge(&["bb", "post-run", "--job", "101"]);
+    let session = |m: &LocalManager| dwstat_rows(m, "sessions").into_iter().find(|row| row[2] == "101").unwrap();
+    assert_eq!((session(&m)[1].as_str(), session(&m)[6].as_str()), ("CA---", "ended"));
+    let out = m.surge_as(Some(alice), &["bb", "data-out", "--job", "101"]);
+    assert!(!out.status.success() && text(&out).contains("missing"), "{}", text(&out));
+    assert_eq!((session(&m)[1].as_str(), session(&m)[6].as_str()), ("CAF--", "stage-out-failed"));
+    let stage = &m.status_as(Some(alice), &[])["stages"][0];
+    assert_eq!((stage["direction"].as_str(), stage["state"].as_str()), (Some("out"), Some("failed")), "{stage}");
+    let bbstat = m.surge(&["bb", "status", "101"]);
+    assert!(bbstat.contains("stage-out-failed") && bbstat.contains("failed"), "{bbstat}");
+}

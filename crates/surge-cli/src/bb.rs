@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Subcommand;
 use surge_control::host::{owned_dir, owned_file};
-use surge_control::manager::{Attachment, Direction, PoolView, Progress, Reply, Request, Status};
+use surge_control::manager::{Attachment, Direction, PoolView, Progress, Reply, Request, Status, Viewer};
 use surge_control::wire;
 
 use crate::output::outln;
@@ -108,6 +108,25 @@ pub enum BbCommand {
         /// Cancel running stages and release at once.
         #[arg(long)]
         hurry: bool,
+    },
+    /// Surge's status as `scontrol show bbstat [WORDS...]` shows it (slurm_bb_get_status):
+    /// WORDS are views (pools, nodes, instances, servers, sessions, stages, all) and job ids,
+    /// which keep only those jobs' instances, sessions and stages. Without a view: pools,
+    /// instances, sessions and stages (with a job id: its instances, sessions and stages).
+    Status {
+        /// Show what this user may see: their own jobs' sessions and stages only (root and the
+        /// trusted uids see everyone's). Only root and the trusted uids may name another user.
+        #[arg(long, conflicts_with = "unknown_caller")]
+        uid: Option<u32>,
+        /// Whoever asks is not known (Slurm 22.05 does not tell the hook): show no one's
+        /// sessions and stages.
+        #[arg(long)]
+        unknown_caller: bool,
+        /// One JSON document (the views not asked for left empty).
+        #[arg(long)]
+        json: bool,
+        /// Views and job ids.
+        words: Vec<String>,
     },
     /// On a compute node, as root, before the job: mount its buffers for its user (Slurm's
     /// Prolog; reads SLURM_JOB_ID, SLURMD_NODENAME, SLURM_JOB_NODELIST).
@@ -216,6 +235,14 @@ pub async fn run(command: BbCommand) -> Result<()> {
         BbCommand::TestDataOut { job } => test_stages(job, Direction::Out).await?,
         BbCommand::Teardown { job, hurry } => {
             ask(&Request::Teardown { job, hurry }).await?;
+        }
+        BbCommand::Status { uid, unknown_caller, json, words } => {
+            let viewer = match (uid, unknown_caller) {
+                (Some(uid), _) => Some(Viewer::User(uid)),
+                (None, true) => Some(Viewer::Unknown),
+                (None, false) => None,
+            };
+            status(viewer, &words, json).await?
         }
         BbCommand::Prolog => prolog().await?,
         BbCommand::Epilog => epilog().await?,
@@ -446,19 +473,103 @@ fn stop_mount_daemons(job_dir: &Path) {
     }
 }
 
-/// `surge status` without an instance: the cluster's pools, instances, sessions and stages,
-/// as `dwstat` shows DataWarp's.
-pub async fn status(json: bool) -> Result<()> {
-    let Reply::Status(status) = ask(&Request::Status).await? else { bail!("unexpected answer") };
+/// `surge status` without an instance, and `surge bb status`: the cluster's pools, nodes,
+/// instances, servers, sessions and stages, as `viewer` may see them (without one, as the
+/// caller may: see [`Viewer`]), the views and jobs `words` choose ([`selection`]).
+pub async fn status(viewer: Option<Viewer>, words: &[String], json: bool) -> Result<()> {
+    let (views, jobs) = selection(words)?;
+    let request = match viewer {
+        Some(viewer) => Request::StatusFor { viewer },
+        None => Request::Status,
+    };
+    let Reply::Status(status) = ask(&request).await? else { bail!("unexpected answer") };
+    let shown = selected(status.clone(), &views, &jobs);
     if json {
-        outln!("{}", serde_json::to_string_pretty(&status)?);
+        outln!("{}", serde_json::to_string_pretty(&shown)?);
         return Ok(());
     }
-    outln!("{}", status_tables(&status));
+    outln!("{}", status_tables(&status, &shown, &views));
     Ok(())
 }
 
-fn status_tables(s: &Status) -> String {
+/// The views of `surge bb status`, in the order they are shown.
+const STATUS_VIEWS: [&str; 6] = ["pools", "nodes", "instances", "servers", "sessions", "stages"];
+
+/// What `surge bb status WORDS...` shows: the views named (`all`: every one) and the jobs
+/// whose ids are given. Without a view: pools, instances, sessions and stages, or with job
+/// ids, those jobs' instances, sessions and stages.
+fn selection(words: &[String]) -> Result<(Vec<&'static str>, Vec<u64>)> {
+    let mut views = Vec::new();
+    let mut jobs = Vec::new();
+    for word in words {
+        if word == "all" {
+            views.extend(STATUS_VIEWS);
+        } else if let Some(view) = STATUS_VIEWS.iter().find(|v| **v == word) {
+            views.push(*view);
+        } else if let Ok(job) = word.parse::<u64>() {
+            jobs.push(job);
+        } else {
+            bail!("no view '{word}': views are {}, all; or a job id", STATUS_VIEWS.join(", "));
+        }
+    }
+    if views.is_empty() {
+        views = if jobs.is_empty() { vec!["pools", "instances", "sessions", "stages"] } else { vec!["instances", "sessions", "stages"] };
+    }
+    views.sort_by_key(|v| STATUS_VIEWS.iter().position(|s| s == v));
+    views.dedup();
+    Ok((views, jobs))
+}
+
+/// `status` with only the views asked for, and with job ids, only those jobs' instances (and
+/// the reservations they use), sessions and stages.
+fn selected(mut status: Status, views: &[&str], jobs: &[u64]) -> Status {
+    if !jobs.is_empty() {
+        status.sessions.retain(|s| jobs.contains(&s.job));
+        let used: Vec<&String> = status.sessions.iter().flat_map(|s| &s.instances).collect();
+        status.instances.retain(|i| i.job.is_some_and(|j| jobs.contains(&j)) || used.contains(&&i.name));
+        status.stages.retain(|s| jobs.contains(&s.job));
+    }
+    if !views.contains(&"pools") && !views.contains(&"nodes") {
+        status.pools.clear();
+    }
+    if !views.contains(&"instances") && !views.contains(&"servers") && !views.contains(&"nodes") {
+        status.instances.clear();
+    }
+    if !views.contains(&"sessions") {
+        status.sessions.clear();
+    }
+    if !views.contains(&"stages") {
+        status.stages.clear();
+    }
+    status
+}
+
+/// The views of `shown` as tables; nodes from `all`, for what a node holds is everyone's.
+fn status_tables(all: &Status, shown: &Status, views: &[&str]) -> String {
+    let s = shown;
+    let mut out = Vec::new();
+    match s.viewer {
+        Viewer::Admin => {}
+        Viewer::User(uid) => out.push(format!("Sessions and stages of uid {uid}'s jobs only.\n")),
+        Viewer::Unknown => {
+            out.push("Sessions and stages not shown: this Slurm does not say who asks (run `surge status` to see your own).\n".to_string())
+        }
+    }
+    for view in views {
+        let (title, table) = match *view {
+            "pools" => ("POOLS", pools_table(s)),
+            "nodes" => ("NODES", nodes_table(all)),
+            "instances" => ("INSTANCES", instances_table(s)),
+            "servers" => ("SERVERS", servers_table(s)),
+            "sessions" => ("SESSIONS", sessions_table(s)),
+            _ => ("STAGES", stages_table(s)),
+        };
+        out.push(format!("{title}\n{}", table.render()));
+    }
+    out.join("\n")
+}
+
+fn pools_table(s: &Status) -> Table {
     let mut pools = Table::new(&["pool", "kind", "units", "quantity", "free", "gran", "nodes"]);
     for p in &s.pools {
         pools.row(vec![
@@ -471,6 +582,32 @@ fn status_tables(s: &Status) -> String {
             p.nodes.join(","),
         ]);
     }
+    pools
+}
+
+/// Each node of each pool: what the pool may use of it, what the servers of any instance hold
+/// there (a node in two pools is charged by both), what is left, how many servers it runs.
+fn nodes_table(s: &Status) -> Table {
+    let mut nodes = Table::new(&["node", "pool", "capacity", "held", "free", "servers"]);
+    for p in &s.pools {
+        for (k, node) in p.nodes.iter().enumerate() {
+            let on_node: Vec<u64> = s.instances.iter().flat_map(|i| &i.servers).filter(|sv| &sv.node == node).map(|sv| sv.share).collect();
+            let held: u64 = on_node.iter().sum();
+            let capacity = p.capacities.get(k).copied();
+            nodes.row(vec![
+                node.clone(),
+                p.name.clone(),
+                capacity.map_or("-".into(), human_bytes),
+                human_bytes(held),
+                capacity.map_or("-".into(), |c| human_bytes(c.saturating_sub(held))),
+                on_node.len().to_string(),
+            ]);
+        }
+    }
+    nodes
+}
+
+fn instances_table(s: &Status) -> Table {
     let mut instances = Table::new(&["instance", "job", "persistent", "pool", "mode", "capacity", "copies", "owner", "state", "servers"]);
     for i in &s.instances {
         instances.row(vec![
@@ -486,6 +623,29 @@ fn status_tables(s: &Status) -> String {
             i.servers.iter().map(|s| s.node.as_str()).collect::<Vec<_>>().join(","),
         ]);
     }
+    instances
+}
+
+/// Each server of each instance: where it runs and what it holds there (with two copies, its
+/// share and its predecessor's mirror).
+fn servers_table(s: &Status) -> Table {
+    let mut servers = Table::new(&["instance", "index", "node", "address", "holds", "state"]);
+    for i in &s.instances {
+        for (index, server) in i.servers.iter().enumerate() {
+            servers.row(vec![
+                i.name.clone(),
+                index.to_string(),
+                server.node.clone(),
+                if server.addr.is_empty() { "-".into() } else { server.addr.clone() },
+                human_bytes(server.share),
+                i.state.clone(),
+            ]);
+        }
+    }
+    servers
+}
+
+fn sessions_table(s: &Status) -> Table {
     let mut sessions = Table::new(&["session", "owner", "state", "instances", "message"]);
     for j in &s.sessions {
         sessions.row(vec![
@@ -496,6 +656,10 @@ fn status_tables(s: &Status) -> String {
             j.message.clone().unwrap_or_default(),
         ]);
     }
+    sessions
+}
+
+fn stages_table(s: &Status) -> Table {
     let mut stages = Table::new(&["job", "dir", "kind", "source", "destination", "state", "files", "bytes", "error"]);
     for st in &s.stages {
         stages.row(vec![
@@ -510,5 +674,58 @@ fn status_tables(s: &Status) -> String {
             st.error.clone().unwrap_or_default(),
         ]);
     }
-    format!("POOLS\n{}\nINSTANCES\n{}\nSESSIONS\n{}\nSTAGES\n{}", pools.render(), instances.render(), sessions.render(), stages.render())
+    stages
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(text: &str) -> Vec<String> {
+        text.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn bbstat_words_choose_views_and_jobs() {
+        assert_eq!(selection(&[]).unwrap(), (vec!["pools", "instances", "sessions", "stages"], vec![]));
+        assert_eq!(selection(&words("42")).unwrap(), (vec!["instances", "sessions", "stages"], vec![42]));
+        assert_eq!(selection(&words("stages 42 7")).unwrap(), (vec!["stages"], vec![42, 7]));
+        assert_eq!(selection(&words("stages nodes pools stages")).unwrap().0, ["pools", "nodes", "stages"], "in order, once");
+        assert_eq!(selection(&words("all")).unwrap().0, STATUS_VIEWS);
+        let unknown = selection(&words("pools frags")).unwrap_err().to_string();
+        assert!(unknown.contains("no view 'frags'") && unknown.contains("servers"), "{unknown}");
+    }
+
+    #[test]
+    fn a_job_id_keeps_that_jobs_rows_and_the_reservations_it_uses() {
+        let status: Status = serde_json::from_value(serde_json::json!({
+            "pools": [{"name": "bb", "kind": "standing", "granularity": 1024, "quantity": 8, "free": 4,
+                       "nodes": ["bb1"], "capacities": [8192]}],
+            "instances": [
+                {"name": "job-7", "job": 7, "persistent": null, "pool": "bb", "mode": "striped", "capacity": 2048, "owner_uid": 1,
+                 "state": "ready", "created": 1, "servers": [{"node": "bb1", "addr": "a", "share": 2048}]},
+                {"name": "job-8", "job": 8, "persistent": null, "pool": "bb", "mode": "striped", "capacity": 1024, "owner_uid": 2,
+                 "state": "ready", "created": 1, "servers": [{"node": "bb1", "addr": "b", "share": 1024}]},
+                {"name": "ps-ckpt", "job": null, "persistent": "ckpt", "pool": "bb", "mode": "striped", "capacity": 1024, "owner_uid": 1,
+                 "state": "ready", "created": 1, "servers": [{"node": "bb1", "addr": "c", "share": 1024}]}],
+            "sessions": [
+                {"job": 7, "uid": 1, "state": "running", "created": 1, "instances": ["job-7", "ps-ckpt"], "message": null},
+                {"job": 8, "uid": 2, "state": "staging-in", "created": 1, "instances": ["job-8"], "message": null}],
+            "stages": [{"job": 8, "direction": "in", "kind": "file", "source": "/pfs/x", "destination": "$DW_JOB_STRIPED/x",
+                        "state": "running", "files_done": 0, "files_total": 1, "bytes_done": 0, "bytes_total": 1, "error": null}],
+            "viewer": {"user": 1}
+        }))
+        .unwrap();
+        let (views, jobs) = selection(&words("7 nodes instances sessions stages")).unwrap();
+        let shown = selected(status.clone(), &views, &jobs);
+        let names: Vec<&str> = shown.instances.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(names, ["job-7", "ps-ckpt"]);
+        assert_eq!(shown.sessions.len(), 1);
+        assert!(shown.stages.is_empty());
+        let text = status_tables(&status, &shown, &views);
+        assert!(text.starts_with("Sessions and stages of uid 1's jobs only."), "{text}");
+        // A node's use is everyone's, whichever job is asked about: 4 KiB held by 3 servers.
+        assert!(text.contains("bb1   bb     8.0 KiB  4.0 KiB  4.0 KiB        3"), "{text}");
+        assert!(!text.contains("job-8") && !text.contains("POOLS"), "{text}");
+    }
 }

@@ -413,9 +413,10 @@ enum Command {
     /// DataWarp's `dw_wlm_cli` for Slurm's burst_buffer/datawarp plugin (also run as
     /// `dw_wlm_cli`): the functions it calls, answered by Surge's manager.
     DwWlmCli(datawarp::DwWlmCli),
-    /// DataWarp's `dwstat` (also run as `dwstat`): pools, sessions, instances, configurations.
+    /// DataWarp's `dwstat` (also run as `dwstat`): pools, sessions, instances, configurations,
+    /// fragments, nodes.
     Dwstat {
-        /// Views: pools, sessions, instances, configurations, all (default: all).
+        /// Views: pools, sessions, instances, configurations, fragments, nodes, all (default: all).
         views: Vec<String>,
     },
     /// Benchmarks of an instance or of a local directory (for baselines).
@@ -575,7 +576,7 @@ async fn run(command: Command) -> Result<ExitCode> {
             }
         }
         Command::Fsck { name, repair, json } => fsck::fsck(&InstanceDescriptor::load(&name)?, repair, json).await?,
-        Command::Status { name: None, json } => bb::status(json).await?,
+        Command::Status { name: None, json } => bb::status(None, &[], json).await?,
         Command::Status { name: Some(name), json } => {
             let desc = InstanceDescriptor::load(&name)?;
             let stats = instance::probe(&desc).await;

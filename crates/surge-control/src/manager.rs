@@ -30,8 +30,13 @@ impl std::fmt::Display for Direction {
 pub enum Request {
     /// The pools with their capacity and what is free (Slurm asks every 30 s).
     Pools,
-    /// Pools, instances, sessions and stages (`surge status`, `dwstat`).
+    /// Pools, instances, sessions and stages (`surge status`, `dwstat`), as the caller may
+    /// see them (see [`Viewer`]).
     Status,
+    /// [`Request::Status`] as `viewer` may see it: the workload manager, which asks on a
+    /// user's behalf (`scontrol show bbstat`), names the user. Only root and the trusted uids
+    /// may name another user; anyone else sees at most their own, whatever they name.
+    StatusFor { viewer: Viewer },
     /// At submit: the script's directives checked against the pools and reservations that
     /// exist (and, when the workload manager says who submits, what that user may use).
     CheckJob { script: String, uid: Option<u32> },
@@ -105,16 +110,37 @@ pub struct PoolView {
     /// Units not charged to any instance.
     pub free: u64,
     pub nodes: Vec<String>,
+    /// Bytes of each node of `nodes`, in the same order, that the pool may use (empty from a
+    /// manager that predates it).
+    #[serde(default)]
+    pub capacities: Vec<u64>,
 }
 
+/// One server of an instance: DataWarp's "fragment" of an instance on a node.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct ServerView {
+    /// The manager's number for it, the same for as long as it exists (0 from a manager that
+    /// predates it).
+    #[serde(default)]
+    pub id: u64,
     pub node: String,
     pub addr: String,
+    /// Bytes of the node's storage it holds: its share of the instance and, with two copies,
+    /// its predecessor's mirror (0 from a manager that predates it).
+    #[serde(default)]
+    pub share: u64,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct InstanceView {
+    /// The manager's number for it, the same for as long as it exists (0 from a manager that
+    /// predates it).
+    #[serde(default)]
+    pub id: u64,
+    /// Its session's number: its job's ([`SessionView::id`]), or for a persistent reservation,
+    /// which is a session of its own, its own `id`.
+    #[serde(default)]
+    pub session: u64,
     pub name: String,
     /// The job it belongs to; `None` for a persistent reservation.
     pub job: Option<u64>,
@@ -125,6 +151,8 @@ pub struct InstanceView {
     /// Bytes charged (the request rounded up to the pool's granularity).
     pub capacity: u64,
     pub owner_uid: u32,
+    /// `planned` (charged, no servers yet), `starting`, `ready`, `degraded` (a server
+    /// missing), `stopping` (a stop that has not reached every node yet), `failed`.
     pub state: String,
     pub created: u64,
     pub servers: Vec<ServerView>,
@@ -136,8 +164,14 @@ pub struct InstanceView {
 /// A job's use of the burst buffer (DataWarp's "session").
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct SessionView {
+    /// The manager's number for it, the same for as long as it exists (0 from a manager that
+    /// predates it).
+    #[serde(default)]
+    pub id: u64,
     pub job: u64,
     pub uid: u32,
+    /// `setup`, `staging-in`, `running`, `ended`, `staging-out`, `stage-in-failed`,
+    /// `stage-out-failed`.
     pub state: String,
     pub created: u64,
     /// Instances it uses: its own and persistent ones.
@@ -153,6 +187,9 @@ pub struct StageView {
     pub kind: String,
     pub source: String,
     pub destination: String,
+    /// `waiting` (for its turn, or for the job's nodes), `pending` (released, not yet taken by
+    /// the coordinator), then the coordinator's: `queued`, `running`, `done`, `failed`,
+    /// `cancelled`.
     pub state: String,
     pub files_done: u64,
     pub files_total: u64,
@@ -161,12 +198,33 @@ pub struct StageView {
     pub error: Option<String>,
 }
 
+/// Whom a status is shown to, which decides whose sessions and stages it holds. Pools,
+/// instances and where their servers run are everyone's to see (as Slurm shows every job's
+/// allocation); sessions and stages say which files a job stages and how that went, and are
+/// for the job's owner and the administrators only.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Viewer {
+    /// Root or a trusted uid: everyone's.
+    #[default]
+    Admin,
+    /// This user: their own jobs' only.
+    User(u32),
+    /// Someone the workload manager did not name (Slurm 22.05's `scontrol show bbstat` does
+    /// not say who asks): no one's.
+    Unknown,
+}
+
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Status {
     pub pools: Vec<PoolView>,
     pub instances: Vec<InstanceView>,
     pub sessions: Vec<SessionView>,
     pub stages: Vec<StageView>,
+    /// Whom the manager answered for: `sessions` and `stages` hold what that viewer may see
+    /// (a manager that predates it answered everything).
+    #[serde(default)]
+    pub viewer: Viewer,
 }
 
 /// Where a job's stages in one direction are.
@@ -205,4 +263,33 @@ pub struct Mount {
     pub secret: String,
     /// For a private namespace: this node's server address, which selects it.
     pub node_addr: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_older_managers_status_still_decodes() {
+        // As a manager before ids, shares, node capacities and viewers answered.
+        let old = r#"{"status":{"pools":[{"name":"bb","kind":"standing","granularity":1,"quantity":4,"free":3,"nodes":["bb1"]}],
+            "instances":[{"name":"job-7","job":7,"persistent":null,"pool":"bb","mode":"striped","capacity":1,"owner_uid":1000,
+            "state":"ready","created":5,"servers":[{"node":"bb1","addr":"10.0.0.1:7000"}]}],
+            "sessions":[{"job":7,"uid":1000,"state":"running","created":5,"instances":["job-7"],"message":null}],"stages":[]}}"#;
+        let Reply::Status(status) = serde_json::from_str::<Reply>(old).unwrap() else { panic!("not a status") };
+        assert_eq!(status.viewer, Viewer::Admin, "an older manager answered everything");
+        assert_eq!((status.instances[0].id, status.instances[0].servers[0].share, status.sessions[0].id), (0, 0, 0));
+        assert!(status.pools[0].capacities.is_empty());
+    }
+
+    #[test]
+    fn a_status_for_a_viewer_is_one_line_of_json_each_way() {
+        for viewer in [Viewer::Admin, Viewer::User(1000), Viewer::Unknown] {
+            let request = Request::StatusFor { viewer };
+            let line = serde_json::to_string(&request).unwrap();
+            assert_eq!(serde_json::from_str::<Request>(&line).unwrap(), request, "{line}");
+        }
+        // The plain request is what it always was.
+        assert_eq!(serde_json::to_string(&Request::Status).unwrap(), r#""status""#);
+    }
 }

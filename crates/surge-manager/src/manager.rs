@@ -24,7 +24,7 @@ use surge_client::surge_proto::stage::{StageDirection, StageKind, StageState, St
 use surge_client::{Client, ClientOptions, InstanceDescriptor, Mode};
 use surge_control::agent::{AgentReply, AgentRequest, ServerPlan};
 use surge_control::manager::{
-    Attachment, Direction, InstanceView, Mount, PoolView, Progress, Reply, Request, ServerView, SessionView, StageView, Status,
+    Attachment, Direction, InstanceView, Mount, PoolView, Progress, Reply, Request, ServerView, SessionView, StageView, Status, Viewer,
 };
 use surge_control::wire::AgentConnection;
 use surge_directives::{parse_script, resolve_bb_path, AccessMode, Buffer, JobRequest};
@@ -156,8 +156,24 @@ enum Check {
     AtSetup,
 }
 
+/// Whom a status asked for `asked` by a caller with this uid is answered as: a trusted caller
+/// gets what it asks (a trusted uid named as the viewer sees what an administrator sees);
+/// anyone else their own uid's view, or no one's if that is what they ask — never more, whom
+/// ever they name.
+fn answered_viewer(trusted: impl Fn(u32) -> bool, caller_uid: u32, asked: Viewer) -> Viewer {
+    let asked = match asked {
+        Viewer::User(uid) if trusted(uid) => Viewer::Admin,
+        other => other,
+    };
+    match asked {
+        _ if trusted(caller_uid) => asked,
+        Viewer::Unknown => Viewer::Unknown,
+        Viewer::Admin | Viewer::User(_) => Viewer::User(caller_uid),
+    }
+}
+
 fn is_privileged(request: &Request) -> bool {
-    !matches!(request, Request::Pools | Request::Status | Request::CheckJob { .. })
+    !matches!(request, Request::Pools | Request::Status | Request::StatusFor { .. } | Request::CheckJob { .. })
 }
 
 impl Manager {
@@ -216,7 +232,8 @@ impl Manager {
         }
         let outcome = match request {
             Request::Pools => self.pools().map(Reply::Pools),
-            Request::Status => self.status().map(Reply::Status),
+            Request::Status => self.status(self.viewer(caller_uid, Viewer::Admin)).map(Reply::Status),
+            Request::StatusFor { viewer } => self.status(self.viewer(caller_uid, viewer)).map(Reply::Status),
             Request::CheckJob { script, uid } => self.check_job(&script, uid, Check::AtSubmit).map(|_| Reply::Done),
             Request::Setup { job, uid, gid, script } => self.setup(job, uid, gid, &script).await.map(|()| Reply::Done),
             Request::DataIn { job } => self.data_in(job).map(|()| Reply::Done),
@@ -240,6 +257,12 @@ impl Manager {
             }
         };
         outcome.unwrap_or_else(|e| Reply::Failed(format!("{e:#}")))
+    }
+
+    /// Whom a status asked for `asked` by a caller with this uid is answered as
+    /// ([`answered_viewer`]).
+    pub fn viewer(&self, caller_uid: u32, asked: Viewer) -> Viewer {
+        answered_viewer(|uid| self.is_trusted(uid), caller_uid, asked)
     }
 
     /// A job's owner may follow its stages and run its stage-out again (after a failure,
@@ -280,17 +303,35 @@ impl Manager {
                 quantity: pool.quantity(),
                 free: pools::free_units(pool, &used, unplaced.get(pool.name.as_str()).copied().unwrap_or(0)),
                 nodes: pool.nodes.iter().map(|n| n.name.clone()).collect(),
+                capacities: pool.nodes.iter().map(|n| n.capacity).collect(),
             })
             .collect())
     }
 
-    fn status(&self) -> Result<Status> {
+    /// Everything, with the sessions and stages `viewer` may see (see [`Viewer`]).
+    fn status(&self, viewer: Viewer) -> Result<Status> {
+        let shown = |uid: u32| match viewer {
+            Viewer::Admin => true,
+            Viewer::User(own) => uid == own,
+            Viewer::Unknown => false,
+        };
         let store = self.store();
+        let jobs = store.jobs()?;
         let mut instances = Vec::new();
         for i in store.instances()? {
-            let servers =
-                store.servers(&i.name)?.into_iter().map(|s| ServerView { node: s.node, addr: s.addr.unwrap_or_default() }).collect();
+            let servers = store
+                .servers(&i.name)?
+                .into_iter()
+                .map(|s| ServerView { id: s.id, node: s.node, addr: s.addr.unwrap_or_default(), share: s.share })
+                .collect();
+            // A persistent reservation is a session of its own; a job's instance is its job's.
+            let session = match i.job {
+                Some(job) if i.persistent.is_none() => jobs.iter().find(|j| j.job == job).map_or(0, |j| j.id),
+                _ => i.id,
+            };
             instances.push(InstanceView {
+                id: i.id,
+                session,
                 name: i.name,
                 job: i.job,
                 persistent: i.persistent,
@@ -305,16 +346,25 @@ impl Manager {
             });
         }
         let mut sessions = Vec::new();
-        for j in store.jobs()? {
+        for j in jobs.iter().filter(|j| shown(j.uid)) {
             let mut used: Vec<String> = store.job_instances(j.job)?.into_iter().map(|i| i.name).collect();
             if let Ok(request) = parse_script(&j.script) {
                 used.extend(request.persistent.iter().chain(request.create_persistent.iter().map(|p| &p.name)).map(|n| persistent_name(n)));
             }
-            sessions.push(SessionView { job: j.job, uid: j.uid, state: j.state, created: j.created, instances: used, message: j.message });
+            sessions.push(SessionView {
+                id: j.id,
+                job: j.job,
+                uid: j.uid,
+                state: j.state.clone(),
+                created: j.created,
+                instances: used,
+                message: j.message.clone(),
+            });
         }
         let stages = store
             .stages(None, None)?
             .into_iter()
+            .filter(|s| jobs.iter().any(|j| j.job == s.job && shown(j.uid)))
             .map(|s| StageView {
                 job: s.job,
                 direction: s.direction,
@@ -330,7 +380,7 @@ impl Manager {
             })
             .collect();
         drop(store);
-        Ok(Status { pools: self.pools()?, instances, sessions, stages })
+        Ok(Status { pools: self.pools()?, instances, sessions, stages, viewer })
     }
 
     // ----- submit -----
@@ -466,8 +516,17 @@ impl Manager {
             }
         }
         let stages = self.resolve_stages(job, &request);
-        let record =
-            JobRecord { job, uid, gid, script: script.into(), state: "setup".into(), nodes: Vec::new(), message: None, created: now() };
+        let record = JobRecord {
+            id: 0,
+            job,
+            uid,
+            gid,
+            script: script.into(),
+            state: "setup".into(),
+            nodes: Vec::new(),
+            message: None,
+            created: now(),
+        };
         self.store().transaction(|tx| {
             for (instance, servers) in &planned {
                 store::insert_instance(tx, instance, servers)?;
@@ -506,6 +565,7 @@ impl Manager {
             *used.entry(node.clone()).or_default() += share;
         }
         let record = InstanceRecord {
+            id: 0,
             name: name.clone(),
             job: owner.job,
             persistent,
@@ -523,7 +583,7 @@ impl Manager {
         let servers = servers
             .into_iter()
             .enumerate()
-            .map(|(index, (node, share))| ServerRecord { instance: name.clone(), index, node, share, addr: None })
+            .map(|(index, (node, share))| ServerRecord { id: 0, instance: name.clone(), index, node, share, addr: None })
             .collect();
         Ok((record, servers))
     }
@@ -1122,7 +1182,7 @@ impl Manager {
             let servers: Vec<ServerRecord> = placed
                 .into_iter()
                 .enumerate()
-                .map(|(index, (node, share))| ServerRecord { instance: instance.name.clone(), index, node, share, addr: None })
+                .map(|(index, (node, share))| ServerRecord { id: 0, instance: instance.name.clone(), index, node, share, addr: None })
                 .collect();
             self.store().transaction(|tx| store::replace_servers(tx, &instance.name, &servers))?;
             self.start_instance(&instance.name).await?;
@@ -1395,4 +1455,28 @@ fn copy_summary(stage: &mut StageRecord, summary: &surge_client::surge_proto::st
     stage.bytes_done = summary.bytes_done;
     stage.bytes_total = summary.bytes_total;
     stage.error = summary.error.clone();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_trusted_choose_whose_sessions_and_stages_they_see() {
+        let slurm = 64030;
+        let trusted = |uid: u32| uid == 0 || uid == slurm;
+        // Root and SlurmUser get what they ask for: everything, a user's view, or no one's.
+        for caller in [0, slurm] {
+            assert_eq!(answered_viewer(trusted, caller, Viewer::Admin), Viewer::Admin);
+            assert_eq!(answered_viewer(trusted, caller, Viewer::User(1000)), Viewer::User(1000));
+            assert_eq!(answered_viewer(trusted, caller, Viewer::Unknown), Viewer::Unknown);
+            // Slurm asking on root's (or its own user's) behalf: what they would see.
+            assert_eq!(answered_viewer(trusted, caller, Viewer::User(0)), Viewer::Admin);
+        }
+        // Anyone else sees their own, whatever they ask for, or nothing if they ask for that.
+        for asked in [Viewer::Admin, Viewer::User(1000), Viewer::User(2000), Viewer::User(0), Viewer::User(slurm)] {
+            assert_eq!(answered_viewer(trusted, 1000, asked), Viewer::User(1000), "{asked:?}");
+        }
+        assert_eq!(answered_viewer(trusted, 1000, Viewer::Unknown), Viewer::Unknown);
+    }
 }

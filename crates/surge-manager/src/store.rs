@@ -2,6 +2,12 @@
 //! servers run, jobs and their stages. Every change is one transaction, committed before the
 //! request that made it is answered, so a manager killed at any point comes back knowing every
 //! instance it charged and every server it asked for (WAL mode, synchronous=FULL).
+//!
+//! Jobs (DataWarp's sessions), instances and servers (its fragments) carry a number the store
+//! gives each when it is inserted, from one counter kept in the file and never given twice:
+//! what `dwstat` shows as their ids stays the same for as long as they exist, whatever else
+//! comes and goes. A state file from before these numbers gets them on opening
+//! ([`Store::open`] adds what the schema lacks, as it does for every column added since).
 
 use std::path::Path;
 
@@ -67,6 +73,8 @@ CREATE TABLE IF NOT EXISTS stages (
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstanceRecord {
+    /// The store's number for it (0 until it is inserted; see the module's note).
+    pub id: u64,
     pub name: String,
     pub job: Option<u64>,
     pub persistent: Option<String>,
@@ -76,7 +84,8 @@ pub struct InstanceRecord {
     pub capacity: u64,
     pub uid: u32,
     pub gid: u32,
-    /// `planned` (charged, no servers yet), `starting`, `ready`, `failed`.
+    /// `planned` (charged, no servers yet), `starting`, `ready`, `degraded` (a server missing
+    /// after a restart), `stopping` (a stop that did not reach every node), `failed`.
     pub state: String,
     pub created: u64,
     pub secret: String,
@@ -87,6 +96,8 @@ pub struct InstanceRecord {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServerRecord {
+    /// The store's number for it (0 until it is inserted).
+    pub id: u64,
     pub instance: String,
     pub index: usize,
     pub node: String,
@@ -100,6 +111,8 @@ pub struct ServerRecord {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobRecord {
+    /// The store's number for it, its session's id (0 until it is inserted).
+    pub id: u64,
     pub job: u64,
     pub uid: u32,
     pub gid: u32,
@@ -157,6 +170,7 @@ fn direction_text(direction: Direction) -> &'static str {
 
 fn instance_row(row: &Row) -> rusqlite::Result<InstanceRecord> {
     Ok(InstanceRecord {
+        id: row.get(13)?,
         name: row.get(0)?,
         job: row.get(1)?,
         persistent: row.get(2)?,
@@ -174,10 +188,13 @@ fn instance_row(row: &Row) -> rusqlite::Result<InstanceRecord> {
 }
 
 const INSTANCE_COLUMNS: &str = "name, job, persistent, pool, mode, capacity, uid, gid, state, created, secret, chunk_size, replicas";
+/// What is read of an instance: its columns and its number.
+const INSTANCE_READ: &str = "name, job, persistent, pool, mode, capacity, uid, gid, state, created, secret, chunk_size, replicas, id";
 
 fn job_row(row: &Row) -> rusqlite::Result<JobRecord> {
     let nodes: String = row.get(5)?;
     Ok(JobRecord {
+        id: row.get(8)?,
         job: row.get(0)?,
         uid: row.get(1)?,
         gid: row.get(2)?,
@@ -190,6 +207,7 @@ fn job_row(row: &Row) -> rusqlite::Result<JobRecord> {
 }
 
 const JOB_COLUMNS: &str = "job, uid, gid, script, state, nodes, message, created";
+const JOB_READ: &str = "job, uid, gid, script, state, nodes, message, created, id";
 
 fn stage_row(row: &Row) -> rusqlite::Result<StageRecord> {
     let direction: String = row.get(1)?;
@@ -219,11 +237,12 @@ const STAGE_COLUMNS: &str =
 
 impl Store {
     pub fn open(path: &Path) -> Result<Store> {
-        let db = Connection::open(path).with_context(|| format!("open {}", path.display()))?;
+        let mut db = Connection::open(path).with_context(|| format!("open {}", path.display()))?;
         db.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")?;
         db.execute_batch(SCHEMA).context("create the schema")?;
         add_replicas_column(&db)?;
         add_stage_server_column(&db)?;
+        add_ids(&mut db)?;
         Ok(Store { db })
     }
 
@@ -236,24 +255,21 @@ impl Store {
     }
 
     pub fn instances(&self) -> Result<Vec<InstanceRecord>> {
-        let mut q = self.db.prepare(&format!("SELECT {INSTANCE_COLUMNS} FROM instances ORDER BY created, name"))?;
+        let mut q = self.db.prepare(&format!("SELECT {INSTANCE_READ} FROM instances ORDER BY created, name"))?;
         let rows = q.query_map([], instance_row)?.collect::<rusqlite::Result<_>>()?;
         Ok(rows)
     }
 
     pub fn instance(&self, name: &str) -> Result<Option<InstanceRecord>> {
-        Ok(self.db.query_row(&format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE name = ?1"), [name], instance_row).optional()?)
+        Ok(self.db.query_row(&format!("SELECT {INSTANCE_READ} FROM instances WHERE name = ?1"), [name], instance_row).optional()?)
     }
 
     pub fn persistent(&self, name: &str) -> Result<Option<InstanceRecord>> {
-        Ok(self
-            .db
-            .query_row(&format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE persistent = ?1"), [name], instance_row)
-            .optional()?)
+        Ok(self.db.query_row(&format!("SELECT {INSTANCE_READ} FROM instances WHERE persistent = ?1"), [name], instance_row).optional()?)
     }
 
     pub fn job_instances(&self, job: u64) -> Result<Vec<InstanceRecord>> {
-        let mut q = self.db.prepare(&format!("SELECT {INSTANCE_COLUMNS} FROM instances WHERE job = ?1 ORDER BY name"))?;
+        let mut q = self.db.prepare(&format!("SELECT {INSTANCE_READ} FROM instances WHERE job = ?1 ORDER BY name"))?;
         let rows = q.query_map([job], instance_row)?.collect::<rusqlite::Result<_>>()?;
         Ok(rows)
     }
@@ -264,10 +280,17 @@ impl Store {
     }
 
     pub fn servers(&self, instance: &str) -> Result<Vec<ServerRecord>> {
-        let mut q = self.db.prepare("SELECT instance, idx, node, share, addr FROM servers WHERE instance = ?1 ORDER BY idx")?;
+        let mut q = self.db.prepare("SELECT instance, idx, node, share, addr, id FROM servers WHERE instance = ?1 ORDER BY idx")?;
         let rows = q
             .query_map([instance], |row| {
-                Ok(ServerRecord { instance: row.get(0)?, index: row.get(1)?, node: row.get(2)?, share: row.get(3)?, addr: row.get(4)? })
+                Ok(ServerRecord {
+                    id: row.get(5)?,
+                    instance: row.get(0)?,
+                    index: row.get(1)?,
+                    node: row.get(2)?,
+                    share: row.get(3)?,
+                    addr: row.get(4)?,
+                })
             })?
             .collect::<rusqlite::Result<_>>()?;
         Ok(rows)
@@ -286,11 +309,11 @@ impl Store {
     }
 
     pub fn job(&self, job: u64) -> Result<Option<JobRecord>> {
-        Ok(self.db.query_row(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE job = ?1"), [job], job_row).optional()?)
+        Ok(self.db.query_row(&format!("SELECT {JOB_READ} FROM jobs WHERE job = ?1"), [job], job_row).optional()?)
     }
 
     pub fn jobs(&self) -> Result<Vec<JobRecord>> {
-        let mut q = self.db.prepare(&format!("SELECT {JOB_COLUMNS} FROM jobs ORDER BY job"))?;
+        let mut q = self.db.prepare(&format!("SELECT {JOB_READ} FROM jobs ORDER BY job"))?;
         let rows = q.query_map([], job_row)?.collect::<rusqlite::Result<_>>()?;
         Ok(rows)
     }
@@ -334,12 +357,14 @@ impl Store {
     }
 }
 
+fn has_column(db: &Connection, table: &str, column: &str) -> Result<bool> {
+    Ok(db.query_row("SELECT COUNT(*) > 0 FROM pragma_table_info(?1) WHERE name = ?2", [table, column], |row| row.get(0))?)
+}
+
 /// A state file from before instances could keep two copies gets the column, every instance
 /// in it one copy.
 fn add_replicas_column(db: &Connection) -> Result<()> {
-    let has: bool =
-        db.query_row("SELECT COUNT(*) > 0 FROM pragma_table_info('instances') WHERE name = 'replicas'", [], |row| row.get(0))?;
-    if !has {
+    if !has_column(db, "instances", "replicas")? {
         db.execute_batch("ALTER TABLE instances ADD COLUMN replicas INTEGER NOT NULL DEFAULT 1").context("add the replicas column")?;
     }
     Ok(())
@@ -348,16 +373,52 @@ fn add_replicas_column(db: &Connection) -> Result<()> {
 /// A state file from before the manager followed the stages an application asked for: every
 /// stage in it is its instance's coordinator's (no server named).
 fn add_stage_server_column(db: &Connection) -> Result<()> {
-    let has: bool = db.query_row("SELECT COUNT(*) > 0 FROM pragma_table_info('stages') WHERE name = 'server'", [], |row| row.get(0))?;
-    if !has {
+    if !has_column(db, "stages", "server")? {
         db.execute_batch("ALTER TABLE stages ADD COLUMN server INTEGER").context("add the stages' server column")?;
     }
     Ok(())
 }
 
+/// The tables whose rows are numbered, each with the order in which rows from before the
+/// numbers get theirs (the order they were made in).
+const NUMBERED: [(&str, &str); 3] = [("jobs", "created, job"), ("instances", "created, name"), ("servers", "instance, idx")];
+
+/// A state file from before rows were numbered gets the counter and the `id` columns, and its
+/// rows their numbers, once (all in one transaction: a manager killed half-way finds none of it).
+fn add_ids(db: &mut Connection) -> Result<()> {
+    let tx = db.transaction()?;
+    tx.execute_batch("CREATE TABLE IF NOT EXISTS counter (next INTEGER NOT NULL)")?;
+    if tx.query_row("SELECT COUNT(*) FROM counter", [], |row| row.get::<_, u64>(0))? == 0 {
+        tx.execute("INSERT INTO counter (next) VALUES (1)", [])?;
+    }
+    for (table, order) in NUMBERED {
+        if !has_column(&tx, table, "id")? {
+            tx.execute_batch(&format!("ALTER TABLE {table} ADD COLUMN id INTEGER")).with_context(|| format!("add {table}.id"))?;
+        }
+        let unnumbered: Vec<i64> = tx
+            .prepare(&format!("SELECT rowid FROM {table} WHERE id IS NULL ORDER BY {order}"))?
+            .query_map([], |row| row.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        for rowid in unnumbered {
+            let id = next_id(&tx)?;
+            tx.execute(&format!("UPDATE {table} SET id = ?2 WHERE rowid = ?1"), params![rowid, id])?;
+        }
+        tx.execute_batch(&format!("CREATE UNIQUE INDEX IF NOT EXISTS {table}_id ON {table} (id)"))?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// The next number of the counter, never given before.
+fn next_id(tx: &rusqlite::Transaction) -> Result<u64> {
+    Ok(tx.query_row("UPDATE counter SET next = next + 1 RETURNING next - 1", [], |row| row.get(0))?)
+}
+
+/// Inserts an instance, numbered, and its servers; the record's `id` is not read.
 pub fn insert_instance(tx: &rusqlite::Transaction, i: &InstanceRecord, servers: &[ServerRecord]) -> Result<()> {
+    let id = next_id(tx)?;
     tx.execute(
-        &format!("INSERT INTO instances ({INSTANCE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"),
+        &format!("INSERT INTO instances ({INSTANCE_COLUMNS}, id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"),
         params![
             i.name,
             i.job,
@@ -371,7 +432,8 @@ pub fn insert_instance(tx: &rusqlite::Transaction, i: &InstanceRecord, servers: 
             i.created,
             i.secret,
             i.chunk_size,
-            i.replicas
+            i.replicas,
+            id
         ],
     )?;
     insert_servers(tx, servers)
@@ -383,11 +445,13 @@ pub fn replace_servers(tx: &rusqlite::Transaction, instance: &str, servers: &[Se
     insert_servers(tx, servers)
 }
 
+/// Inserts servers, each numbered (their records' `id` is not read).
 fn insert_servers(tx: &rusqlite::Transaction, servers: &[ServerRecord]) -> Result<()> {
     for s in servers {
+        let id = next_id(tx)?;
         tx.execute(
-            "INSERT INTO servers (instance, idx, node, share, addr) VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![s.instance, s.index, s.node, s.share, s.addr],
+            "INSERT INTO servers (instance, idx, node, share, addr, id) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![s.instance, s.index, s.node, s.share, s.addr, id],
         )?;
     }
     Ok(())
@@ -398,10 +462,12 @@ pub fn delete_instance(tx: &rusqlite::Transaction, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Inserts a job, numbered (the record's `id` is not read).
 pub fn insert_job(tx: &rusqlite::Transaction, j: &JobRecord) -> Result<()> {
+    let id = next_id(tx)?;
     tx.execute(
-        &format!("INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
-        params![j.job, j.uid, j.gid, j.script, j.state, j.nodes.join(","), j.message, j.created],
+        &format!("INSERT INTO jobs ({JOB_COLUMNS}, id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
+        params![j.job, j.uid, j.gid, j.script, j.state, j.nodes.join(","), j.message, j.created, id],
     )?;
     Ok(())
 }
@@ -445,6 +511,7 @@ mod tests {
 
     fn instance(name: &str, job: Option<u64>) -> InstanceRecord {
         InstanceRecord {
+            id: 0,
             name: name.into(),
             job,
             persistent: None,
@@ -507,6 +574,7 @@ mod tests {
             store
                 .transaction(|tx| {
                     let servers = [0, 1].map(|i| ServerRecord {
+                        id: 0,
                         instance: "job-1".into(),
                         index: i,
                         node: format!("bb{i}"),
@@ -529,6 +597,89 @@ mod tests {
         assert_eq!(store.node_use().unwrap().get("bb1"), Some(&(1 << 30)));
         store.transaction(|tx| delete_instance(tx, "job-1")).unwrap();
         assert!(store.servers("job-1").unwrap().is_empty(), "servers deleted with their instance");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn job(job: u64, created: u64) -> JobRecord {
+        JobRecord {
+            id: 0,
+            job,
+            uid: 1000,
+            gid: 1000,
+            script: String::new(),
+            state: "setup".into(),
+            nodes: Vec::new(),
+            message: None,
+            created,
+        }
+    }
+
+    fn server(instance: &str, index: usize) -> ServerRecord {
+        ServerRecord { id: 0, instance: instance.into(), index, node: format!("bb{index}"), share: 1 << 30, addr: None }
+    }
+
+    #[test]
+    fn rows_keep_their_numbers_and_a_number_is_never_given_twice() {
+        let (dir, path) = scratch("numbers");
+        {
+            // A state file from before the numbers: two jobs, their instances and servers,
+            // made in the order 7, then 5.
+            let db = Connection::open(&path).unwrap();
+            db.execute_batch(SCHEMA).unwrap();
+            for (job, created) in [(7u64, 10u64), (5, 20)] {
+                db.execute(
+                    &format!("INSERT INTO jobs ({JOB_COLUMNS}) VALUES (?1, 1000, 1000, '', 'running', '', NULL, ?2)"),
+                    params![job, created],
+                )
+                .unwrap();
+                db.execute(
+                    &format!(
+                        "INSERT INTO instances ({INSTANCE_COLUMNS}) VALUES ('job-' || ?1, ?1, NULL, 'bb', 'striped', 1, 1000, 1000, 'ready', ?2, '', 1048576, 1)"
+                    ),
+                    params![job, created],
+                )
+                .unwrap();
+                db.execute("INSERT INTO servers (instance, idx, node, share) VALUES ('job-' || ?1, 0, 'bb1', 1)", [job]).unwrap();
+            }
+        }
+        let mut store = Store::open(&path).unwrap();
+        let ids = |store: &Store| -> Vec<(String, u64)> {
+            let mut ids: Vec<(String, u64)> = store.jobs().unwrap().iter().map(|j| (format!("job {}", j.job), j.id)).collect();
+            for i in store.instances().unwrap() {
+                ids.extend(store.servers(&i.name).unwrap().iter().map(|s| (format!("server of {}", s.instance), s.id)));
+                ids.push((i.name, i.id));
+            }
+            ids.sort();
+            ids
+        };
+        let before = ids(&store);
+        let numbers: std::collections::HashSet<u64> = before.iter().map(|(_, id)| *id).collect();
+        assert_eq!(numbers.len(), 6, "every row numbered, no number twice: {before:?}");
+        assert!(!numbers.contains(&0), "{before:?}");
+        // Numbered in the order they were made: job 7 before job 5.
+        let (seven, five) = (store.job(7).unwrap().unwrap().id, store.job(5).unwrap().unwrap().id);
+        assert!(seven < five, "job 7 ({seven}) was made first, job 5 ({five}) after");
+
+        // Another job comes and goes: nobody else's number changes, and its numbers are not
+        // given again.
+        store
+            .transaction(|tx| {
+                insert_job(tx, &job(9, 30))?;
+                insert_instance(tx, &instance("job-9", Some(9)), &[server("job-9", 0), server("job-9", 1)])
+            })
+            .unwrap();
+        let gone = store.instance("job-9").unwrap().unwrap().id;
+        assert!(gone > *numbers.iter().max().unwrap());
+        store.transaction(|tx| delete_job(tx, 9).and_then(|()| delete_instance(tx, "job-9"))).unwrap();
+        assert_eq!(ids(&store), before, "numbers unchanged by another job's coming and going");
+        store.transaction(|tx| insert_instance(tx, &instance("ps-x", None), &[])).unwrap();
+        assert!(store.instance("ps-x").unwrap().unwrap().id > gone + 2, "numbers are never given twice");
+        drop(store);
+
+        // Opened again: the same numbers, none given twice.
+        let store = Store::open(&path).unwrap();
+        let again = ids(&store);
+        assert_eq!(again.iter().filter(|(name, _)| name != "ps-x").cloned().collect::<Vec<_>>(), before);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
