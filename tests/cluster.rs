@@ -1,102 +1,15 @@
 //! Surge under Slurm on a cluster whose nodes share nothing but the network, the shared file
-//! system and the configuration (`slurm/cluster`, on `slurm/nodes`): slurmctld and the
-//! manager on the head node as the non-root `slurm` user, jobs submitted by a user from the
-//! login node, the Prolog and Epilog on the compute nodes reaching the manager over TCP with
-//! MUNGE credentials, stage-in and stage-out between the shared file system and the buffer.
+//! system and the configuration (`slurm/testbed`): slurmctld and the manager on the head node
+//! as the non-root `slurm` user, jobs submitted by a user from the login node, the Prolog and
+//! Epilog on the compute nodes reaching the manager over TCP with MUNGE credentials; the
+//! Epilog without a manager, DataWarp's job-end stages.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use surge_tests::testbed::{Testbed, USER};
 use surge_tests::text;
-
-const USER: &str = "65534";
-
-struct Cluster {
-    dir: PathBuf,
-}
-
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../slurm/cluster")
-}
-
-impl Cluster {
-    fn up(name: &str) -> Cluster {
-        // SAFETY: geteuid(2) has no preconditions.
-        assert!(unsafe { libc::geteuid() } == 0, "the cluster's nodes are namespaces: run this test as root");
-        let dir = std::env::temp_dir().join(format!("surge-test-cluster-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let cluster = Cluster { dir };
-        let surge = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/surge");
-        let out = Command::new(script()).args(["up", cluster.dir.to_str().unwrap()]).env("SURGE_COMMAND", surge).output().unwrap();
-        assert!(out.status.success(), "slurm/cluster up: {}", text(&out));
-        assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("PFS={}", cluster.pfs().display())), "{}", text(&out));
-        cluster
-    }
-
-    fn pfs(&self) -> PathBuf {
-        self.dir.join("pfs")
-    }
-
-    /// `sh -c CMD` on `node`, as the test user when `user`.
-    fn run(&self, node: &str, user: bool, cmd: &str) -> Output {
-        let mut command = Command::new(script());
-        command.args(["run", self.dir.to_str().unwrap(), node]);
-        if user {
-            command.args(["--user", USER]);
-        }
-        command.args(["--", "sh", "-c", cmd]).output().unwrap()
-    }
-
-    fn ok(&self, node: &str, user: bool, cmd: &str) -> String {
-        let out = self.run(node, user, cmd);
-        assert!(out.status.success(), "on {node}: {cmd}: {}", text(&out));
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    }
-
-    /// Submits `script` (written to the shared file system) as the user from the login node;
-    /// waits for the job to end; its final state.
-    fn submit_and_wait(&self, name: &str, script: &str) -> (u64, String) {
-        let path = self.pfs().join(name);
-        std::fs::write(&path, script).unwrap();
-        let submitted = self.ok("login", true, &format!("sbatch --parsable {}", path.display()));
-        let job: u64 = submitted.trim().parse().unwrap_or_else(|_| panic!("sbatch said {submitted}"));
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let state = self.ok("login", true, &format!("scontrol show job {job} | grep -o 'JobState=[A-Z_]*'"));
-            let state = state.trim_start_matches("JobState=").to_string();
-            if !["PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "STAGE_OUT"].contains(&state.as_str()) {
-                return (job, state);
-            }
-            assert!(Instant::now() < deadline, "job {job} still {state}: {}", self.logs());
-            std::thread::sleep(Duration::from_millis(300));
-        }
-    }
-
-    fn logs(&self) -> String {
-        let mut out = String::new();
-        for (node, log) in [
-            ("head", "/var/log/surge-manager.log"),
-            ("head", "/var/log/slurm/slurmctld.log"),
-            ("n1", "/var/log/surge-prolog.log"),
-            ("n1", "/var/log/surge-epilog.log"),
-        ] {
-            let tail = self.run(node, false, &format!("tail -n 30 {log}"));
-            out += &format!("\n--- {node}:{log}\n{}", String::from_utf8_lossy(&tail.stdout));
-        }
-        out
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let out = Command::new(script()).args(["down", self.dir.to_str().unwrap()]).output().unwrap();
-        if !std::thread::panicking() {
-            assert!(out.status.success(), "slurm/cluster down: {}", text(&out));
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// A job of a user, submitted on the login node, with a buffer on its own two compute nodes
 /// (on-demand) and then one on the burst-buffer node (standing): its input staged in from the
@@ -104,9 +17,8 @@ impl Drop for Cluster {
 /// of the job is left on the compute nodes.
 #[test]
 fn a_dw_job_from_the_login_node_runs_across_separate_nodes() {
-    let cluster = Cluster::up("job");
+    let cluster = Testbed::up("job", &[]);
     let pfs = cluster.pfs().display().to_string();
-    std::os::unix::fs::chown(cluster.pfs(), Some(65534), Some(65534)).unwrap();
     std::fs::write(cluster.pfs().join("in.txt"), "hello cluster\n").unwrap();
     for pool in ["local", "bb"] {
         let (job, state) = cluster.submit_and_wait(
@@ -131,7 +43,7 @@ fn a_dw_job_from_the_login_node_runs_across_separate_nodes() {
         for node in ["n1", "n2"] {
             let left = cluster.ok(
                 node,
-                false,
+                None,
                 &format!(
                     "grep -c ' /var/spool/surge/jobs/' /proc/self/mounts || true; ls /var/spool/surge/jobs | grep -c -x {job} || true"
                 ),
@@ -146,10 +58,9 @@ fn a_dw_job_from_the_login_node_runs_across_separate_nodes() {
 /// with the reason and its buffer kept, until the job is cancelled with hurry.
 #[test]
 fn stages_asked_for_at_job_end_run_before_the_job_is_done() {
-    let cluster = Cluster::up("jobend");
+    let cluster = Testbed::up("jobend", &[]);
     let pfs = cluster.pfs().display().to_string();
     let surge = surge_tests::binary("surge").display().to_string();
-    std::os::unix::fs::chown(cluster.pfs(), Some(65534), Some(65534)).unwrap();
     // A C program of the job asks through DataWarp's own API (libdatawarp).
     let program = cluster.pfs().join("stage-at-end");
     let source = cluster.pfs().join("stage-at-end.c");
@@ -194,13 +105,13 @@ fn stages_asked_for_at_job_end_run_before_the_job_is_done() {
     let output = std::fs::read_to_string(cluster.pfs().join(format!("jobend-{job}.out"))).unwrap_or_default();
     assert_eq!(state, "COMPLETED", "{output}{}", cluster.logs());
     assert!(!output.contains("too early"), "a job-end stage ran before the job's end: {output}");
-    let staged = cluster.ok("login", true, &format!("sha256sum < {pfs}/result"));
+    let staged = cluster.ok("login", Some(USER), &format!("sha256sum < {pfs}/result"));
     assert_eq!(
         output.lines().find(|l| l.ends_with("  -")),
         Some(staged.as_str()),
         "the result on the shared file system once the job is done: {output}"
     );
-    let through_c = cluster.ok("login", true, &format!("sha256sum < {pfs}/c-result"));
+    let through_c = cluster.ok("login", Some(USER), &format!("sha256sum < {pfs}/c-result"));
     assert_eq!(through_c, staged, "libdatawarp's DW_STAGE_AT_JOB_END: on the shared file system once the job is done");
     assert!(!cluster.pfs().join("revoked").exists(), "a revoked job-end stage ran");
 
@@ -210,10 +121,10 @@ fn stages_asked_for_at_job_end_run_before_the_job_is_done() {
          {surge} stage out --when job-end $DW_JOB_STRIPED/never-written {pfs}/never\n"
     );
     std::fs::write(cluster.pfs().join("failing.sh"), failing).unwrap();
-    let job: u64 = cluster.ok("login", true, &format!("sbatch --parsable {pfs}/failing.sh")).parse().unwrap();
+    let job: u64 = cluster.ok("login", Some(USER), &format!("sbatch --parsable {pfs}/failing.sh")).parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let shown = cluster.ok("login", true, &format!("squeue -h -o '%T|%r' -j {job}"));
+        let shown = cluster.ok("login", Some(USER), &format!("squeue -h -o '%T|%r' -j {job}"));
         if shown.starts_with("STAGE_OUT|") && shown.contains("slurm_bb_data_out") {
             assert!(shown.contains("never-written"), "the reason names the stage that failed: {shown}");
             break;
@@ -221,12 +132,12 @@ fn stages_asked_for_at_job_end_run_before_the_job_is_done() {
         assert!(Instant::now() < deadline, "job {job}: {shown}: {}", cluster.logs());
         std::thread::sleep(Duration::from_millis(300));
     }
-    let status = cluster.ok("login", true, &format!("{surge} status --json"));
+    let status = cluster.ok("login", Some(USER), &format!("{surge} status --json"));
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
     assert!(status["instances"].as_array().unwrap().iter().any(|i| i["job"] == job), "a failed job-end stage keeps the buffer: {status}");
-    cluster.ok("head", false, &format!("scancel --hurry {job}"));
+    cluster.ok("head", None, &format!("scancel --hurry {job}"));
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !cluster.ok("login", true, &format!("squeue -h -j {job}")).is_empty() {
+    while !cluster.ok("login", Some(USER), &format!("squeue -h -j {job}")).is_empty() {
         assert!(Instant::now() < deadline, "job {job} not gone after scancel --hurry: {}", cluster.logs());
         std::thread::sleep(Duration::from_millis(300));
     }
@@ -237,30 +148,28 @@ fn stages_asked_for_at_job_end_run_before_the_job_is_done() {
 /// once the manager is back, the job's teardown completes.
 #[test]
 fn the_epilog_cleans_a_node_while_the_manager_is_down() {
-    let cluster = Cluster::up("epilog");
+    let cluster = Testbed::up("epilog", &[]);
     let pfs = cluster.pfs().display().to_string();
-    std::os::unix::fs::chown(cluster.pfs(), Some(65534), Some(65534)).unwrap();
     let sleeper = format!(
         "#!/bin/bash\n#SBATCH -N 2 -o {pfs}/sleeper-%j.out\n\
          #DW jobdw type=scratch access_mode=striped capacity=256MiB pool=local\n\
          srun -N2 bash -c 'touch $DW_JOB_STRIPED/$(hostname); sleep 3'\n"
     );
     std::fs::write(cluster.pfs().join("sleeper.sh"), sleeper).unwrap();
-    let job: u64 = cluster.ok("login", true, &format!("sbatch --parsable {pfs}/sleeper.sh")).parse().unwrap();
-    let mounted = |node: &str| cluster.ok(node, false, "grep -c ' /var/spool/surge/jobs/' /proc/self/mounts || true") != "0";
+    let job: u64 = cluster.ok("login", Some(USER), &format!("sbatch --parsable {pfs}/sleeper.sh")).parse().unwrap();
+    let mounted = |node: &str| cluster.ok(node, None, "grep -c ' /var/spool/surge/jobs/' /proc/self/mounts || true") != "0";
     let deadline = Instant::now() + Duration::from_secs(60);
     while !(mounted("n1") && mounted("n2")) {
         assert!(Instant::now() < deadline, "job {job} never mounted its buffer: {}", cluster.logs());
         std::thread::sleep(Duration::from_millis(200));
     }
-    let kill = "for p in $(pgrep -x surge-manager); do [ \"$(readlink /proc/$p/ns/net)\" = \"$(readlink /proc/self/ns/net)\" ] && kill -9 $p; done; true";
-    cluster.ok("head", false, kill);
+    cluster.kill_manager();
 
     // The job's steps end, its Epilog runs on both nodes with no manager to ask.
     let deadline = Instant::now() + Duration::from_secs(60);
     for node in ["n1", "n2"] {
         loop {
-            let left = cluster.ok(node, false, &format!("grep -c ' /var/spool/surge/jobs/' /proc/self/mounts || true; ls /var/spool/surge/jobs | grep -c -x {job} || true; for p in $(pgrep -x surge-fuse); do [ \"$(readlink /proc/$p/ns/mnt)\" = \"$(readlink /proc/self/ns/mnt)\" ] && echo daemon; done; true"));
+            let left = cluster.ok(node, None, &format!("grep -c ' /var/spool/surge/jobs/' /proc/self/mounts || true; ls /var/spool/surge/jobs | grep -c -x {job} || true; for p in $(pgrep -x surge-fuse); do [ \"$(readlink /proc/$p/ns/mnt)\" = \"$(readlink /proc/self/ns/mnt)\" ] && echo daemon; done; true"));
             if left == "0\n0" {
                 break;
             }
@@ -274,45 +183,29 @@ fn the_epilog_cleans_a_node_while_the_manager_is_down() {
     }
 
     // Meanwhile a #DW submission is refused at once, saying why, and the controller answers.
-    let refused = cluster.run("login", true, &format!("timeout 60 sbatch {pfs}/sleeper.sh"));
+    let refused = cluster.run("login", Some(USER), &format!("timeout 60 sbatch {pfs}/sleeper.sh"));
     assert!(refused.status.code() != Some(124), "sbatch stalled while the manager was down");
     assert!(!refused.status.success() && text(&refused).contains("manager"), "sbatch with #DW, the manager down: {}", text(&refused));
-    assert!(cluster.run("login", true, "timeout 60 squeue").status.success(), "squeue while the manager was down");
+    assert!(cluster.run("login", Some(USER), "timeout 60 squeue").status.success(), "squeue while the manager was down");
 
     // The manager back: the job's teardown completes and no instance is left.
-    let mut manager = Command::new(script())
-        .args(["run", cluster.dir.to_str().unwrap(), "head", "--", "sh", "-c"])
-        .arg(format!(
-            "exec {} --config {}/etc/surge-manager.toml >>/var/log/surge-manager.log 2>&1",
-            surge_tests::binary("surge-manager").display(),
-            cluster.dir.display()
-        ))
-        .spawn()
-        .unwrap();
+    cluster.start_manager(None);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let state = cluster.ok("login", true, &format!("scontrol show job {job} | grep -o 'JobState=[A-Z_]*'"));
+        let state = cluster.ok("login", Some(USER), &format!("scontrol show job {job} | grep -o 'JobState=[A-Z_]*'"));
         if state == "JobState=COMPLETED" {
             break;
         }
         assert!(Instant::now() < deadline, "job {job} {state} after the manager came back: {}", cluster.logs());
         std::thread::sleep(Duration::from_millis(500));
     }
-    let manager_address = String::from_utf8_lossy(&std::fs::read(cluster.dir.join("etc/surge-manager.toml")).unwrap())
-        .lines()
-        .find_map(|l| l.strip_prefix("listen = \"").map(|rest| rest.trim_end_matches('"').to_string()))
-        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let status =
-            cluster.ok("login", true, &format!("SURGE_MANAGER={manager_address} {} status --json", surge_tests::binary("surge").display()));
-        let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+        let status = cluster.status();
         if status["instances"].as_array().unwrap().is_empty() {
             break;
         }
         assert!(Instant::now() < deadline, "instances left after job {job}: {status}");
         std::thread::sleep(Duration::from_millis(500));
     }
-    drop(cluster);
-    let _ = manager.wait();
 }

@@ -1,252 +1,84 @@
-//! Real Slurm driving Surge: `slurm/testbed` brings up munged, slurmctld, three slurmd nodes
-//! (each in its own mount namespace), Surge's manager and an agent on every node (three compute
-//! nodes, two burst-buffer nodes); jobs are submitted as an unprivileged user with unmodified
-//! DataWarp `#DW` lines, and what the user would see is checked: refusals at submit, the seed
-//! 000 workflow's shape from `$DW_JOB_STRIPED` with stage-in and stage-out, private and striped
-//! buffers on the job's own nodes that no other user can enter, a persistent reservation across
-//! four jobs and a manager restart (kill -9), a job waiting for capacity, stage failures as the
-//! job's reason. `slurm/testbed down` must leave no process behind.
+//! Real Slurm driving Surge on a cluster of separate nodes (`slurm/testbed`: head, login,
+//! three compute nodes, two burst-buffer nodes, each its own network, mount and UTS
+//! namespaces and munged): jobs are submitted from the login node as an unprivileged user with
+//! unmodified DataWarp `#DW` lines, and what the user would see is checked: refusals at submit,
+//! the seed 000 workflow's shape from `$DW_JOB_STRIPED` with stage-in and stage-out, private and
+//! striped buffers on the job's own nodes that no other user can enter, a persistent
+//! reservation across four jobs and a manager restart (kill -9), a job waiting for capacity,
+//! stage failures as the job's reason, servers killed under jobs. `slurm/testbed down` must
+//! leave nothing behind.
 //!
 //! A second test runs a job through Slurm's burst_buffer/datawarp plugin instead, with Surge
 //! answering as Cray's `dw_wlm_cli` and `dwstat`.
-//!
-//! The testbed's addresses are fixed: one testbed at a time, its scenarios one after the other.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use surge_tests::{pattern, text};
+use surge_tests::testbed::{Testbed, USER};
 
-const USER: u32 = 65534;
+/// The user's uid, for the files the test hands them.
+const UID: u32 = 65534;
+use surge_tests::{binary, pattern, text};
 
-/// Held by each test while its testbed is up (they share the testbed's fixed addresses).
+/// One testbed at a time: each is a dozen daemons on a small machine.
 static ONE_TESTBED: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-struct Testbed {
-    dir: PathBuf,
-    conf: PathBuf,
-    socket: PathBuf,
-    port: u32,
-    /// A manager this test started again (its child, reaped once stopped).
-    restarted_manager: std::cell::RefCell<Option<std::process::Child>>,
+/// The pid Surge's agent on `node` recorded for the instance's server there.
+fn server_pid(bed: &Testbed, node: &str, instance: &str) -> Option<i32> {
+    let record = bed.dir.join("nodes").join(node).join(format!("local/storage/.agent/{instance}.json"));
+    let seen = bed.run(node, None, &format!("cat {}", record.display()));
+    serde_json::from_slice::<serde_json::Value>(&seen.stdout).ok().and_then(|r| r["pid"].as_i64()).map(|pid| pid as i32)
 }
 
-fn alive(pid: i32) -> bool {
-    // SAFETY: kill(2) with signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid, 0) == 0 }
+/// kill -9 of a process of a node (the nodes share the host's process ids).
+fn kill_9(pid: i32) {
+    // SAFETY: kill(2) of a server process of the testbed, by the pid its agent recorded.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
 }
 
-impl Testbed {
-    fn run(dir: &Path, action: &str, port: u32, plugin: &str) -> Output {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../slurm/testbed");
-        let surge = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/surge");
-        Command::new(script)
-            .args([action, dir.to_str().unwrap()])
-            .env("SURGE_TESTBED_PORT", port.to_string())
-            .env("SURGE_TESTBED_BB_PLUGIN", plugin)
-            .env("SURGE_COMMAND", surge)
-            .output()
-            .unwrap()
-    }
+/// Checks that the burst-buffer nodes' storage holds nothing but the agents' (empty) records.
+/// Waits until a stage of `job` is copying.
+fn wait_stage_running(bed: &Testbed, job: u64) {
+    bed.wait_until("the stage running", Duration::from_secs(60), || {
+        bed.status()["stages"].as_array().unwrap().iter().any(|s| s["job"] == job && s["state"] == "running")
+    });
+}
 
-    /// A testbed with Slurm's burst_buffer/`plugin` (lua or datawarp).
-    fn up(plugin: &str) -> Testbed {
-        let dir = std::env::temp_dir().join(format!("surge-test-slurm-{plugin}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        // Its own controller port: several test runs on one machine must not meet. Below
-        // Linux's ephemeral ports (32768 and up) with the agents' +300: slurmd binds its port
-        // on every address, and a busy machine's connections (thousands in TIME-WAIT) hold
-        // ephemeral ports.
-        let port = 20_000 + std::process::id() % 12_000;
-        let up = Testbed::run(&dir, "up", port, plugin);
-        assert!(up.status.success(), "{}", text(&up));
-        let conf = dir.join("etc/slurm.conf");
-        assert!(String::from_utf8_lossy(&up.stdout).contains(&format!("export SLURM_CONF={}", conf.display())), "{}", text(&up));
-        // Jobs write their output into the testbed's PFS stand-in as the user.
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        std::fs::create_dir_all(dir.join("pfs")).unwrap();
-        std::os::unix::fs::chown(dir.join("pfs"), Some(USER), Some(USER)).unwrap();
-        Testbed { socket: dir.join("run/manager.sock"), dir, conf, port, restarted_manager: Default::default() }
-    }
+/// kill -9 of the manager, and a start of `surge-manager-crashing`, which kills itself when it
+/// gets to `point`.
+fn restart_manager_crashing_at(bed: &Testbed, point: &str) {
+    bed.kill_manager();
+    let crashing = binary("surge-manager-crashing").display().to_string();
+    let out = bed.testbed("manager", &["start", &crashing, "--crash-at", point]);
+    assert!(out.status.success(), "{}", text(&out));
+}
 
-    fn pfs(&self, name: &str) -> PathBuf {
-        self.dir.join("pfs").join(name)
-    }
+/// Waits for the manager started by [`restart_manager_crashing_at`] to have killed itself.
+fn wait_manager_crashed(bed: &Testbed) {
+    bed.wait_until("the manager killed at its crash point", Duration::from_secs(60), || {
+        bed.ok("head", None, "p=$(cat /run/surge/manager.pid 2>/dev/null) && ! kill -0 \"$p\" 2>/dev/null && echo crashed; true")
+            == "crashed"
+    });
+}
 
-    fn command(&self, program: &str) -> Command {
-        let mut command = Command::new(program);
-        command.env("SLURM_CONF", &self.conf).env("SURGE_MANAGER_SOCKET", &self.socket);
-        command
-    }
-
-    fn as_user(&self, program: &str) -> Command {
-        let mut command = self.command("setpriv");
-        command.args([format!("--reuid={USER}"), format!("--regid={USER}"), "--clear-groups".into(), program.into()]);
-        command
-    }
-
-    /// Writes the script into the PFS stand-in and submits it as the user.
-    fn submit(&self, name: &str, script: &str) -> Result<u64, String> {
-        let path = self.pfs(name);
-        std::fs::write(&path, script).unwrap();
-        let out = self.as_user("sbatch").arg("--parsable").arg(&path).output().unwrap();
-        if !out.status.success() {
-            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).trim().parse().expect("job id"))
-    }
-
-    /// The job's state and reason, as squeue shows them; `None` once it left the queue.
-    fn queued(&self, job: u64) -> Option<(String, String)> {
-        let out = self.command("squeue").args(["-h", "-o", "%T|%r", "-j", &job.to_string()]).output().unwrap();
-        let line = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        line.split_once('|').map(|(s, r)| (s.to_string(), r.to_string()))
-    }
-
-    fn wait_until(&self, what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-        let deadline = Instant::now() + timeout;
-        while !done() {
-            assert!(Instant::now() < deadline, "{what}: not after {timeout:?}\n{}", self.logs());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn wait_gone(&self, job: u64) {
-        self.wait_until(&format!("job {job} finished"), Duration::from_secs(90), || self.queued(job).is_none());
-    }
-
-    /// Waits until Surge holds no instance any more (every buffer released).
-    fn wait_all_released(&self, what: &str) {
-        self.wait_until(what, Duration::from_secs(30), || self.status()["instances"].as_array().unwrap().is_empty());
-    }
-
-    /// Waits until a stage of `job` is copying.
-    fn wait_stage_running(&self, job: u64) {
-        self.wait_until("the stage-in running", Duration::from_secs(60), || {
-            self.status()["stages"].as_array().unwrap().iter().any(|s| s["job"] == job && s["state"] == "running")
-        });
-    }
-
-    /// Checks that the burst-buffer nodes' storage holds nothing but the agents' (empty)
-    /// record directory.
-    fn assert_bb_storage_empty(&self, after: &str) {
-        for node in ["bb1", "bb2"] {
-            let storage = self.on_node(node, &["ls", "-A", self.dir.join("storage").to_str().unwrap()]);
-            let agent = self.on_node(node, &["ls", "-A", self.dir.join("storage/.agent").to_str().unwrap()]);
-            let left = format!("{}{}", String::from_utf8_lossy(&storage.stdout), String::from_utf8_lossy(&agent.stdout));
-            assert_eq!(left.trim(), ".agent", "{node}'s storage after {after}");
-        }
-    }
-
-    fn status(&self) -> serde_json::Value {
-        let surge = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/surge");
-        let out = self.command(surge.to_str().unwrap()).args(["status", "--json"]).output().unwrap();
-        assert!(out.status.success(), "{}", text(&out));
-        serde_json::from_slice(&out.stdout).unwrap()
-    }
-
-    /// Runs a command inside a node's mount namespace.
-    fn on_node(&self, node: &str, args: &[&str]) -> Output {
-        Command::new("nsenter").arg(format!("--mount={}", self.dir.join("ns").join(node).display())).args(args).output().unwrap()
-    }
-
-    fn logs(&self) -> String {
-        let mut out = String::new();
-        for log in ["manager.log", "slurmctld.log", "prolog-n1.log", "epilog-n1.log"] {
-            let text = std::fs::read_to_string(self.dir.join("log").join(log)).unwrap_or_default();
-            let tail: Vec<&str> = text.lines().rev().take(12).collect();
-            out += &format!("--- {log}\n{}\n", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
-        }
-        out
-    }
-
-    fn restart_manager(&self) {
-        self.restart_manager_crashing_at(None);
-    }
-
-    /// Kills the manager (-9) and starts it again; with a crash point, the one started is
-    /// `surge-manager-crashing`, which kills itself when it gets there.
-    fn restart_manager_crashing_at(&self, crash_point: Option<&str>) {
-        let pid_file = self.dir.join("run/surge-manager.pid");
-        let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
-        // SAFETY: kill(2) of the manager this testbed started, by its recorded pid.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-        // One this test started before is its child: collect it, or it lingers as a zombie.
-        if let Some(mut earlier) = self.restarted_manager.borrow_mut().take() {
-            let _ = earlier.wait();
-        }
-        self.wait_until("manager gone", Duration::from_secs(10), || !alive(pid));
-        let binary = if crash_point.is_some() { "surge-manager-crashing" } else { "surge-manager" };
-        let manager = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release").join(binary);
-        let log = std::fs::OpenOptions::new().append(true).open(self.dir.join("log/manager.log")).unwrap();
-        let mut command = self.command(manager.to_str().unwrap());
-        if let Some(point) = crash_point {
-            command.args(["--crash-at", point]);
-        }
-        let child = command
-            .arg("--config")
-            .arg(self.dir.join("etc/surge-manager.toml"))
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        std::fs::write(&pid_file, child.id().to_string()).unwrap();
-        *self.restarted_manager.borrow_mut() = Some(child);
-    }
-
-    /// Waits for the restarted manager to kill itself at its crash point.
-    fn wait_manager_crashed(&self) {
-        self.wait_until("the manager killed at its crash point", Duration::from_secs(60), || {
-            self.restarted_manager.borrow_mut().as_mut().is_some_and(|child| child.try_wait().unwrap().is_some())
-        });
-    }
-
-    /// Collects the restarted manager's exit (a stopped child stays a zombie until then).
-    fn reap_manager(&self) {
-        if let Some(mut child) = self.restarted_manager.borrow_mut().take() {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-    }
-
-    /// Stops the testbed and checks that nothing it started is left running.
-    fn down_leaving_nothing(self) {
-        let pids = self.pids();
-        assert!(pids.len() >= 11, "munged, slurmctld, 3 slurmd, manager, 5 agents: {pids:?}");
-        let down = Testbed::run(&self.dir, "down", self.port, "lua");
-        assert!(down.status.success(), "{}", text(&down));
-        self.reap_manager();
-        for (daemon, pid) in &pids {
-            assert!(!alive(*pid), "{daemon} (pid {pid}) still running after down");
-        }
-        let leftovers = Command::new("pgrep").args(["-f", &self.dir.display().to_string()]).output().unwrap();
-        assert!(leftovers.stdout.is_empty(), "processes left: {}", String::from_utf8_lossy(&leftovers.stdout));
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-
-    fn pids(&self) -> Vec<(String, i32)> {
-        let mut pids = Vec::new();
-        for entry in std::fs::read_dir(self.dir.join("run")).unwrap().flatten() {
-            let name = entry.file_name().to_string_lossy().to_string();
-            if let Some(daemon) = name.strip_suffix(".pid") {
-                let pid = std::fs::read_to_string(entry.path()).unwrap_or_default().trim().parse().unwrap_or(0);
-                pids.push((daemon.to_string(), pid));
-            }
-        }
-        pids
+fn assert_bb_storage_empty(bed: &Testbed, after: &str) {
+    for node in ["bb1", "bb2"] {
+        assert_eq!(bed.storage_left(node), "", "{node}'s storage after {after}");
     }
 }
 
-/// A failed test still stops everything it started.
-impl Drop for Testbed {
-    fn drop(&mut self) {
-        if self.dir.join("run/slurmctld.pid").exists() {
-            let _ = Testbed::run(&self.dir, "down", self.port, "lua");
-        }
-    }
+/// Stops the testbed and checks that nothing of it is left: no process in its nodes, no
+/// namespace, no bridge.
+fn down_leaving_nothing(bed: Testbed) {
+    let dir = bed.dir.clone();
+    drop(bed);
+    let leftovers = std::process::Command::new("pgrep").args(["-f", &dir.display().to_string()]).output().unwrap();
+    assert!(leftovers.stdout.is_empty(), "processes left: {}", String::from_utf8_lossy(&leftovers.stdout));
+    // The nodes' network namespaces are named after a tag of the directory's path.
+    let tag = surge_tests::sh(&format!("printf '%s' '{}' | sha256sum | cut -c1-4", dir.display()));
+    let namespaces = surge_tests::sh("ip netns list");
+    assert!(!namespaces.contains(&format!("sg{}-", tag.trim())), "network namespaces left: {namespaces}");
 }
 
 /// The seed 000 workflow's shape: a restart file staged in, a simulation on n1 publishing plot
@@ -280,7 +112,7 @@ fn sha256_line(data: &[u8]) -> String {
 #[test]
 fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
     let _one = ONE_TESTBED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let bed = Testbed::up("lua");
+    let bed = Testbed::up("lua", &[]);
     let started = Instant::now();
     let mut lap = Instant::now();
     let mut section = |name: &str| {
@@ -315,12 +147,12 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
     section("refusals at submit");
     // ----- seed 000's shape on the standing pool -----
     let restart = pattern(0, 6 << 20);
-    std::fs::write(bed.pfs("restart.h5"), &restart).unwrap();
-    std::os::unix::fs::chown(bed.pfs("restart.h5"), Some(USER), Some(USER)).unwrap();
-    let job = bed.submit("seed.sh", &seed_workflow(&bed.dir.join("pfs"))).unwrap();
+    std::fs::write(bed.pfs().join("restart.h5"), &restart).unwrap();
+    std::os::unix::fs::chown(bed.pfs().join("restart.h5"), Some(UID), Some(UID)).unwrap();
+    let job = bed.submit("seed.sh", &seed_workflow(&bed.pfs())).unwrap();
     bed.wait_gone(job);
-    let movie = std::fs::read_to_string(bed.pfs("movie.txt")).unwrap_or_else(|e| {
-        panic!("movie not staged out ({e}); job output: {}", std::fs::read_to_string(bed.pfs("seed.out")).unwrap_or_default())
+    let movie = std::fs::read_to_string(bed.pfs().join("movie.txt")).unwrap_or_else(|e| {
+        panic!("movie not staged out ({e}); job output: {}", std::fs::read_to_string(bed.pfs().join("seed.out")).unwrap_or_default())
     });
     let expected: String = restart.chunks(1 << 20).map(sha256_line).collect();
     assert_eq!(movie, expected, "the movie on the PFS is every frame, in order");
@@ -331,7 +163,7 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
 
     section("seed 000 workflow");
     // ----- on the job's own nodes: striped and private; nobody else gets in -----
-    let p = bed.dir.join("pfs");
+    let p = bed.pfs();
     let job = bed
         .submit(
             "local.sh",
@@ -343,31 +175,27 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
                  srun -N3 bash -c 'echo $SLURMD_NODENAME sees $(cat $DW_JOB_PRIVATE/who) and $(ls $DW_JOB_STRIPED | tr \"\\n\" \" \")'\n\
                  sleep 4\n",
                 p = p.display(),
-                storage = bed.dir.join("storage").display()
+                storage = "/var/spool/surge"
             ),
         )
         .unwrap();
     bed.wait_until("the on-demand job running", Duration::from_secs(60), || {
-        std::fs::read_to_string(bed.pfs("local.out")).is_ok_and(|out| out.lines().count() >= 5)
+        std::fs::read_to_string(bed.pfs().join("local.out")).is_ok_and(|out| out.lines().count() >= 5)
     });
-    let striped = bed.dir.join(format!("jobs/{job}/striped"));
-    let stranger = bed.on_node("n1", &["setpriv", "--reuid=4242", "--regid=4242", "--clear-groups", "ls", striped.to_str().unwrap()]);
+    let striped = format!("/var/spool/surge/jobs/{job}/striped");
+    let stranger = bed.run("n1", None, &format!("setpriv --reuid=4242 --regid=4242 --clear-groups ls {striped}"));
     assert!(!stranger.status.success(), "another user listed the job's buffer: {}", text(&stranger));
-    let owner = bed.on_node(
-        "n1",
-        &["setpriv", &format!("--reuid={USER}"), &format!("--regid={USER}"), "--clear-groups", "ls", striped.to_str().unwrap()],
-    );
+    let owner = bed.run("n1", Some(USER), &format!("ls {striped}"));
     assert!(owner.status.success(), "{}", text(&owner));
-    let elsewhere = std::fs::read_dir(&striped).map(|d| d.count()).unwrap_or(0);
-    assert_eq!(elsewhere, 0, "the host's mount table does not have the node's mount");
+    let elsewhere = bed.ok("login", None, &format!("ls {striped} 2>/dev/null | wc -l"));
+    assert_eq!(elsewhere, "0", "a node that is not the job's does not have its mount");
     bed.wait_gone(job);
-    let out = std::fs::read_to_string(bed.pfs("local.out")).unwrap();
+    let out = std::fs::read_to_string(bed.pfs().join("local.out")).unwrap();
     assert!(out.starts_with("nobody 700\nnobody 700\n"), "buffers owned by the user, mode 0700: {out}");
     for node in ["n1", "n2", "n3"] {
         assert!(out.contains(&format!("{node} sees {node} and n1 n2 n3")), "{node}: own private namespace, one striped: {out}");
+        assert_eq!(bed.jobs_left(node), "", "{node}: the epilog removed the job's mounts, daemons and directory");
     }
-    let gone = bed.on_node("n1", &["ls", bed.dir.join("jobs").to_str().unwrap()]);
-    assert_eq!(String::from_utf8_lossy(&gone.stdout).trim(), "", "the epilog removed the job's directory");
 
     section("on-demand striped and private");
     // ----- a persistent reservation across four jobs and a manager restart -----
@@ -383,10 +211,11 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
     bed.wait_gone(a);
     let b = bed.submit("b.sh", &with("b", "#DW persistentdw name=ckpt", "echo from-b > $DW_PERSISTENT_STRIPED_ckpt/note")).unwrap();
     bed.wait_gone(b);
-    bed.restart_manager();
+    bed.kill_manager();
+    bed.start_manager(None);
     let c = bed.submit("c.sh", &with("c", "#DW persistentdw name=ckpt", "cat $DW_PERSISTENT_STRIPED_ckpt/note")).unwrap();
     bed.wait_gone(c);
-    assert_eq!(std::fs::read_to_string(bed.pfs("c.out")).unwrap_or_default(), "from-b\n", "{}", bed.logs());
+    assert_eq!(std::fs::read_to_string(bed.pfs().join("c.out")).unwrap_or_default(), "from-b\n", "{}", bed.logs());
     let reservations =
         |status: serde_json::Value| status["instances"].as_array().unwrap().iter().filter(|i| i["persistent"] == "ckpt").count();
     assert_eq!(reservations(bed.status()), 1);
@@ -397,8 +226,8 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
     section("persistent reservation, four jobs");
     // ----- the manager killed in the middle of a setup, then of a teardown: the hooks ask
     // again once it is back, and nothing is lost or left behind -----
-    std::fs::write(bed.pfs("small.h5"), pattern(3, 1 << 20)).unwrap();
-    bed.restart_manager_crashing_at(Some("setup-servers-started"));
+    std::fs::write(bed.pfs().join("small.h5"), pattern(3, 1 << 20)).unwrap();
+    restart_manager_crashing_at(&bed, "setup-servers-started");
     let crashing = bed
         .submit(
             "crash.sh",
@@ -409,14 +238,15 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
             ),
         )
         .unwrap();
-    bed.wait_manager_crashed();
-    bed.restart_manager_crashing_at(Some("teardown-instances-stopped"));
-    bed.wait_manager_crashed();
-    assert_eq!(std::fs::read_to_string(bed.pfs("crash.out")).unwrap_or_default(), "1048576\n", "{}", bed.logs());
-    bed.restart_manager();
+    wait_manager_crashed(&bed);
+    restart_manager_crashing_at(&bed, "teardown-instances-stopped");
+    wait_manager_crashed(&bed);
+    assert_eq!(std::fs::read_to_string(bed.pfs().join("crash.out")).unwrap_or_default(), "1048576\n", "{}", bed.logs());
+    bed.kill_manager();
+    bed.start_manager(None);
     bed.wait_gone(crashing);
     bed.wait_all_released("the crashed teardown finished");
-    bed.assert_bb_storage_empty("the crashes");
+    assert_bb_storage_empty(&bed, "the crashes");
     section("manager killed mid-setup and mid-teardown");
     // ----- a full pool: the second job waits for the first's capacity -----
     let x = bed
@@ -436,19 +266,19 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
         bed.queued(y).is_some_and(|(_, reason)| reason == "BurstBufferResources")
     });
     bed.wait_gone(y);
-    assert_eq!(std::fs::read_to_string(bed.pfs("y.out")).unwrap_or_default(), "ran\n");
+    assert_eq!(std::fs::read_to_string(bed.pfs().join("y.out")).unwrap_or_default(), "ran\n");
 
     section("full pool");
 
     // ----- Surge's view through Slurm -----
-    let bbstat = bed.as_user("scontrol").args(["show", "bbstat"]).output().unwrap();
+    let bbstat = bed.run("login", Some(USER), "scontrol show bbstat");
     let shown = String::from_utf8_lossy(&bbstat.stdout);
     assert!(shown.contains("POOLS") && shown.contains("bb     standing"), "scontrol show bbstat: {}", text(&bbstat));
 
     // ----- the same manager behind DataWarp's programs -----
-    let surge = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/surge");
+    let surge = binary("surge").display().to_string();
     let dw = |args: &[&str]| {
-        let out = bed.command(surge.to_str().unwrap()).arg("dw-wlm-cli").args(args).output().unwrap();
+        let out = bed.run("head", None, &format!("{surge} dw-wlm-cli {}", args.join(" ")));
         assert!(out.status.success(), "dw_wlm_cli {args:?}: {}", text(&out));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
@@ -463,7 +293,7 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
         "-t",
         "dwres",
         "-u",
-        &USER.to_string(),
+        USER,
         "-C",
         "bb:256MiB",
         "-a",
@@ -476,7 +306,7 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
     assert_eq!(sessions["sessions"][0]["token"], "dwres", "{sessions}");
     let instances: serde_json::Value = serde_json::from_str(&dw(&["--function", "show_instances"])).unwrap();
     assert_eq!(instances["instances"][0]["capacity"]["bytes"], 256 << 20, "{instances}");
-    let dwstat = bed.command(surge.to_str().unwrap()).args(["dwstat", "pools"]).output().unwrap();
+    let dwstat = bed.surge(Some(USER), "dwstat pools");
     assert!(String::from_utf8_lossy(&dwstat.stdout).contains("bb     bytes"), "{}", text(&dwstat));
     dw(&["--function", "teardown", "--token", "dwres"]);
     assert_eq!(bed.status()["instances"].as_array().unwrap().len(), 0, "dw_wlm_cli teardown of a reservation");
@@ -496,7 +326,7 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
         .unwrap();
     // A stage-out refused by the PFS (a directory the user may not write), run again by the
     // user once the directory is theirs.
-    std::fs::create_dir_all(bed.pfs("locked")).unwrap();
+    std::fs::create_dir_all(bed.pfs().join("locked")).unwrap();
     let retried = bed
         .submit(
             "retry.sh",
@@ -528,17 +358,13 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
     bed.wait_until("the locked stage-out failed", Duration::from_secs(60), || {
         bed.queued(retried).is_some_and(|(state, reason)| state == "STAGE_OUT" && reason.contains("slurm_bb_data_out"))
     });
-    std::os::unix::fs::chown(bed.pfs("locked"), Some(USER), Some(USER)).unwrap();
-    let again = bed.as_user(surge.to_str().unwrap()).args(["bb", "data-out", "--job", &retried.to_string()]).output().unwrap();
+    std::os::unix::fs::chown(bed.pfs().join("locked"), Some(UID), Some(UID)).unwrap();
+    let again = bed.surge(Some(USER), &format!("bb data-out --job {retried}"));
     assert!(again.status.success(), "the owner's retry of the stage-out: {}", text(&again));
-    assert_eq!(std::fs::metadata(bed.pfs("locked/result.h5")).map(|m| m.len()).unwrap_or(0), 3_000_000, "staged out on the retry");
-    let stranger = Command::new("setpriv")
-        .args(["--reuid=4242", "--regid=4242", "--clear-groups", surge.to_str().unwrap(), "bb", "teardown", "--job", &retried.to_string()])
-        .env("SURGE_MANAGER_SOCKET", &bed.socket)
-        .output()
-        .unwrap();
+    assert_eq!(std::fs::metadata(bed.pfs().join("locked/result.h5")).map(|m| m.len()).unwrap_or(0), 3_000_000, "staged out on the retry");
+    let stranger = bed.run("login", None, &format!("setpriv --reuid=4242 --regid=4242 --clear-groups {surge} bb teardown --job {retried}"));
     assert!(!stranger.status.success() && text(&stranger).contains("permission denied"), "{}", text(&stranger));
-    let cancel = bed.command("scancel").args(["--hurry", &missing.to_string(), &lost.to_string(), &retried.to_string()]).output().unwrap();
+    let cancel = bed.run("head", None, &format!("scancel --hurry {missing} {lost} {retried}"));
     assert!(cancel.status.success(), "{}", text(&cancel));
     bed.wait_gone(missing);
     bed.wait_gone(lost);
@@ -547,7 +373,7 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
     section("stage failures");
 
     // ----- the manager killed (-9) during a stage-in: the job goes on once it is back -----
-    let huge = bed.pfs("huge.h5");
+    let huge = bed.pfs().join("huge.h5");
     std::fs::File::create(&huge).unwrap().set_len(2 << 30).unwrap();
     let survivor = bed
         .submit(
@@ -560,10 +386,11 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
             ),
         )
         .unwrap();
-    bed.wait_stage_running(survivor);
-    bed.restart_manager();
+    wait_stage_running(&bed, survivor);
+    bed.kill_manager();
+    bed.start_manager(None);
     bed.wait_gone(survivor);
-    assert_eq!(std::fs::read_to_string(bed.pfs("survivor.out")).unwrap_or_default(), format!("{}\n", 2u64 << 30), "{}", bed.logs());
+    assert_eq!(std::fs::read_to_string(bed.pfs().join("survivor.out")).unwrap_or_default(), format!("{}\n", 2u64 << 30), "{}", bed.logs());
     section("manager killed during a stage-in");
 
     // ----- scancel during a stage-in: torn down with hurry, nothing left on the nodes -----
@@ -573,12 +400,12 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
             &format!("#!/bin/bash\n#DW jobdw capacity=3GiB access_mode=striped type=scratch\n#DW stage_in type=file source={} destination=$DW_JOB_STRIPED/huge.h5\necho never\n", huge.display()),
         )
         .unwrap();
-    bed.wait_stage_running(staging);
-    let cancel = bed.command("scancel").arg(staging.to_string()).output().unwrap();
+    wait_stage_running(&bed, staging);
+    let cancel = bed.run("head", None, &format!("scancel {staging}"));
     assert!(cancel.status.success(), "{}", text(&cancel));
     bed.wait_gone(staging);
     bed.wait_all_released("the cancelled job's buffer released");
-    bed.assert_bb_storage_empty("the cancel");
+    assert_bb_storage_empty(&bed, "the cancel");
     section("scancel during stage-in");
 
     // ----- a server killed under a running job: I/O errors within seconds, never a hang -----
@@ -593,20 +420,17 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
             ),
         )
         .unwrap();
-    let record = bed.dir.join(format!("storage/.agent/job-{writer}.json"));
-    let mut server_pid = 0;
+    let mut pid = None;
     bed.wait_until("the writer writing", Duration::from_secs(60), || {
-        let seen = bed.on_node("bb1", &["cat", record.to_str().unwrap()]);
-        server_pid = serde_json::from_slice::<serde_json::Value>(&seen.stdout).ok().and_then(|r| r["pid"].as_i64()).unwrap_or(0) as i32;
-        server_pid > 0 && bed.queued(writer).is_some_and(|(state, _)| state == "RUNNING")
+        pid = server_pid(&bed, "bb1", &format!("job-{writer}"));
+        pid.is_some() && bed.queued(writer).is_some_and(|(state, _)| state == "RUNNING")
     });
     std::thread::sleep(Duration::from_millis(500));
-    // SAFETY: kill(2) of the job's server on bb1, found by the pid its agent recorded.
-    unsafe { libc::kill(server_pid, libc::SIGKILL) };
+    kill_9(pid.unwrap());
     let killed = Instant::now();
     bed.wait_gone(writer);
     let took = killed.elapsed();
-    let out = std::fs::read_to_string(bed.pfs("writer.out")).unwrap_or_default();
+    let out = std::fs::read_to_string(bed.pfs().join("writer.out")).unwrap_or_default();
     assert!(out.contains("writes stopped") && out.contains("dd: "), "the writer saw an error: {out}");
     assert!(!out.contains("No space left"), "the buffer filled before the server was killed: {out}");
     assert!(took < Duration::from_secs(30), "the job ended {took:?} after its server died");
@@ -620,7 +444,7 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
 
     // ----- two copies (pool "safe"): a node's server lost under a job loses nothing -----
     let data = pattern(7, 8 << 20);
-    std::fs::write(bed.pfs("safe.in"), &data).unwrap();
+    std::fs::write(bed.pfs().join("safe.in"), &data).unwrap();
     let job = bed
         .submit(
             "safe.sh",
@@ -634,7 +458,7 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
             ),
         )
         .unwrap();
-    bed.wait_until("the copy written", Duration::from_secs(60), || bed.pfs("safe.ready").exists());
+    bed.wait_until("the copy written", Duration::from_secs(60), || bed.pfs().join("safe.ready").exists());
     let instance = format!("job-{job}");
     let servers: Vec<String> = bed.status()["instances"]
         .as_array()
@@ -644,29 +468,22 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
         .flat_map(|i| i["servers"].as_array().unwrap().iter().map(|s| s["node"].as_str().unwrap().to_string()))
         .collect();
     assert_eq!(servers, ["bb1", "bb2"], "two copies: one server on each burst-buffer node");
-    let record = bed.on_node("bb1", &["cat", bed.dir.join(format!("storage/.agent/{instance}.json")).to_str().unwrap()]);
-    let server_pid = serde_json::from_slice::<serde_json::Value>(&record.stdout).unwrap()["pid"].as_i64().unwrap() as i32;
-    // SAFETY: kill(2) of the job's server on bb1, found by the pid its agent recorded.
-    unsafe { libc::kill(server_pid, libc::SIGKILL) };
+    kill_9(server_pid(&bed, "bb1", &instance).expect("the server's pid on bb1"));
     // The failover, asked by the buffer's owner from bb2 with the descriptor and token its
     // agent keeps there (the token is the owner's alone).
-    let home = bed.pfs("failover-home");
-    let surge = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/surge");
+    let home = bed.pfs().join("failover-home");
     let failover = format!(
         "mkdir -p {home}/instances && cp {storage}/{instance}/instance.json {home}/instances/{instance}.json && \
          SURGE_HOME={home} {surge} failover {instance} --server 0",
         home = home.display(),
-        storage = bed.dir.join("storage").display(),
-        surge = surge.display()
+        storage = bed.dir.join("nodes/bb2/local/storage").display(),
     );
-    let owner = USER.to_string();
-    let as_owner = ["setpriv", "--reuid", &owner, "--regid", &owner, "--clear-groups", "sh", "-c", &failover];
-    let failed_over = bed.on_node("bb2", &as_owner);
+    let failed_over = bed.run("bb2", Some(USER), &failover);
     assert!(failed_over.status.success(), "surge failover: {}", text(&failed_over));
-    std::fs::write(bed.pfs("safe.go"), "").unwrap();
+    std::fs::write(bed.pfs().join("safe.go"), "").unwrap();
     bed.wait_gone(job);
-    let out = std::fs::read_to_string(bed.pfs("safe.out")).unwrap_or_default();
-    let sum = std::fs::read_to_string(bed.pfs("safe.sum")).unwrap_or_default();
+    let out = std::fs::read_to_string(bed.pfs().join("safe.out")).unwrap_or_default();
+    let sum = std::fs::read_to_string(bed.pfs().join("safe.sum")).unwrap_or_default();
     let expected = sha256_line(&data);
     assert_eq!(sum.split_whitespace().next(), expected.split_whitespace().next(), "the data after its server's loss; job output: {out}");
     assert!(out.contains("more"), "writes go on after the failover: {out}");
@@ -677,7 +494,7 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
     section("two copies, a server lost under a job");
     println!("scenarios ran in {:.1} s", started.elapsed().as_secs_f64());
 
-    bed.down_leaving_nothing();
+    down_leaving_nothing(bed);
 }
 
 /// Sites that keep Slurm's burst_buffer/datawarp plugin: the same `#DW` lines, with Surge
@@ -687,16 +504,16 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
 #[test]
 fn slurm_datawarp_plugin_drives_surge() {
     let _one = ONE_TESTBED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let bed = Testbed::up("datawarp");
+    let bed = Testbed::up("datawarp", &[("SURGE_TESTBED_BB_PLUGIN", "datawarp")]);
     let mut lap = Instant::now();
     let mut section = |name: &str| {
         println!("{name}: {:.1} s", lap.elapsed().as_secs_f64());
         lap = Instant::now();
     };
-    let p = bed.dir.join("pfs");
+    let p = bed.pfs();
     let input = pattern(7, 5 << 20);
-    std::fs::write(bed.pfs("input.h5"), &input).unwrap();
-    std::os::unix::fs::chown(bed.pfs("input.h5"), Some(USER), Some(USER)).unwrap();
+    std::fs::write(bed.pfs().join("input.h5"), &input).unwrap();
+    std::os::unix::fs::chown(bed.pfs().join("input.h5"), Some(UID), Some(UID)).unwrap();
     let job = bed
         .submit(
             "dw.sh",
@@ -716,9 +533,9 @@ cat $DW_JOB_STRIPED/part-0 $DW_JOB_STRIPED/part-1 > $DW_JOB_STRIPED/output.h5
         )
         .unwrap();
     bed.wait_gone(job);
-    let out = std::fs::read_to_string(bed.pfs("dw.out")).unwrap_or_default();
+    let out = std::fs::read_to_string(bed.pfs().join("dw.out")).unwrap_or_default();
     assert!(out.starts_with("nobody 700\n"), "the buffer is the user's, mode 0700: {out}\n{}", bed.logs());
-    let output = std::fs::read(bed.pfs("output.h5")).unwrap_or_default();
+    let output = std::fs::read(bed.pfs().join("output.h5")).unwrap_or_default();
     assert!(output.len() == 2 * input.len() && output.chunks(input.len()).all(|c| c == input), "staged out whole: {out}");
     bed.wait_all_released("torn down after the job");
     section("datawarp: a job with stage-in and stage-out");
@@ -740,12 +557,12 @@ cat $DW_JOB_STRIPED/part-0 $DW_JOB_STRIPED/part-1 > $DW_JOB_STRIPED/output.h5
         )
         .unwrap();
     bed.wait_gone(user);
-    assert_eq!(std::fs::read_to_string(bed.pfs("use.out")).unwrap_or_default(), "kept\n", "{}", bed.logs());
-    let bbstat = bed.as_user("scontrol").args(["show", "bbstat"]).output().unwrap();
+    assert_eq!(std::fs::read_to_string(bed.pfs().join("use.out")).unwrap_or_default(), "kept\n", "{}", bed.logs());
+    let bbstat = bed.run("login", Some(USER), "scontrol show bbstat");
     assert!(String::from_utf8_lossy(&bbstat.stdout).contains("bb "), "scontrol show bbstat: {}", text(&bbstat));
     let destroy = bed.submit("rm.sh", "#!/bin/bash\n#BB destroy_persistent name=dwres\nhostname\n").unwrap();
     bed.wait_gone(destroy);
     bed.wait_all_released("the reservation destroyed");
     section("datawarp: a persistent reservation over three jobs");
-    bed.down_leaving_nothing();
+    down_leaving_nothing(bed);
 }

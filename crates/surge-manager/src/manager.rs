@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context, Result};
 use surge_client::descriptor::ServerInfo;
 use surge_client::surge_proto::auth::{self, Secret};
+use surge_client::surge_proto::error::ErrorCode;
 use surge_client::surge_proto::stage::{StageDirection, StageKind, StageState, StageSummary, StageWhen};
 use surge_client::{Client, ClientOptions, InstanceDescriptor, Mode};
 use surge_control::agent::{AgentReply, AgentRequest, ServerPlan};
@@ -906,21 +907,20 @@ impl Manager {
         self.set_job_state(job, "staging-in", None)
     }
 
-    fn data_out_started(self: &Arc<Self>, job: u64) -> Result<()> {
-        self.release_stages(job, Direction::Out)?;
-        self.set_job_state(job, "staging-out", None)
-    }
-
     /// The job's stage-out: the script's stages, and every stage-out its application asked
     /// the job's instances for that is not done (see [`Manager::adopt_application_stages`]).
     async fn data_out(self: &Arc<Self>, job: u64) -> Result<()> {
         self.require_job(job)?;
-        if let Err(e) = self.adopt_application_stages(job).await {
-            let why = format!("{e:#}");
-            self.set_job_state(job, "stage-out-failed", Some(&why))?;
-            return Err(e);
-        }
-        self.data_out_started(job)
+        let lost = match self.adopt_application_stages(job).await {
+            Ok(lost) => lost,
+            Err(e) => {
+                self.set_job_state(job, "stage-out-failed", Some(&format!("{e:#}")))?;
+                return Err(e);
+            }
+        };
+        self.release_stages(job, Direction::Out)?;
+        let note = lost.join("; ");
+        self.set_job_state(job, "staging-out", (!note.is_empty()).then_some(note.as_str()))
     }
 
     /// DataWarp's job end: the job's own instances start the stages deferred to it
@@ -932,8 +932,12 @@ impl Manager {
     /// application left running are not waited for: they fill a buffer about to go.
     ///
     /// Asked again (data-out retried), the stages adopted before are not adopted twice.
-    async fn adopt_application_stages(self: &Arc<Self>, job: u64) -> Result<()> {
+    ///
+    /// A coordinator that cannot be reached (its server died) has taken its stages with it:
+    /// what is lost so is answered, one line per instance, for the job's record.
+    async fn adopt_application_stages(self: &Arc<Self>, job: u64) -> Result<Vec<String>> {
         let instances = self.store().job_instances(job)?;
+        let mut lost = Vec::new();
         for instance in instances.iter().filter(|i| i.state == "ready") {
             let coordinators: Vec<Option<usize>> = if instance.mode == "private" {
                 self.store().servers(&instance.name)?.iter().map(|s| Some(s.index)).collect()
@@ -942,7 +946,19 @@ impl Manager {
             };
             for server in coordinators {
                 let client = self.stage_client(&instance.name, server)?;
-                client.stage_job_end().await.with_context(|| format!("start the job-end stages of {}", instance.name))?;
+                let started = client.stage_job_end().await;
+                if let Err(e) = &started {
+                    if matches!(e.code, ErrorCode::ServerDown | ErrorCode::TimedOut) {
+                        // The coordinator's server is gone, and with it the stages it kept
+                        // and the data they would have copied: nothing is left to wait for.
+                        // Said in the job's record and the log, not silently.
+                        let why = format!("the job-end stages of {} were not run: its stage coordinator is lost ({e})", instance.name);
+                        tracing::warn!(job, "{why}");
+                        lost.push(why);
+                        continue;
+                    }
+                }
+                started.with_context(|| format!("start the job-end stages of {}", instance.name))?;
                 let listed = client.stage_list(None).await.with_context(|| format!("list the stages of {}", instance.name))?;
                 let wanted = stages_still_wanted(&listed);
                 let mut store = self.store();
@@ -984,7 +1000,7 @@ impl Manager {
                 }
             }
         }
-        Ok(())
+        Ok(lost)
     }
 
     fn require_job(&self, job: u64) -> Result<JobRecord> {
