@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use surge_tests::{binary, scratch, text};
+use surge_tests::{binary, pattern, scratch, text, user, TempGroup};
 
 /// A `surge` command with its own SURGE_HOME, run from `cwd`.
 fn surge(home: &std::path::Path, cwd: &std::path::Path, args: &[&str]) -> std::process::Output {
@@ -222,13 +222,18 @@ impl LocalManager {
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
-    /// Slurm's setup of a job of `uid` with this script's `#DW` lines.
+    /// Slurm's setup of a job of `uid` (its own gid) with this script's `#DW` lines.
     fn setup(&mut self, job: u64, uid: u32, lines: &str) {
+        self.setup_as(job, uid, uid, lines)
+    }
+
+    /// Slurm's setup of a job of `uid`:`gid` with this script's `#DW` lines.
+    fn setup_as(&mut self, job: u64, uid: u32, gid: u32, lines: &str) {
         let script = self.dir.join(format!("job-{job}.sh"));
         std::fs::write(&script, format!("#!/bin/bash\n{lines}\n")).unwrap();
         self.jobs.push(job);
-        let (job, uid) = (job.to_string(), uid.to_string());
-        self.surge(&["bb", "setup", "--job", &job, "--uid", &uid, "--gid", &uid, script.to_str().unwrap()]);
+        let (job, uid, gid) = (job.to_string(), uid.to_string(), gid.to_string());
+        self.surge(&["bb", "setup", "--job", &job, "--uid", &uid, "--gid", &gid, script.to_str().unwrap()]);
     }
 
     fn log(&self) -> String {
@@ -380,4 +385,62 @@ fn the_admins_view_is_stable_and_a_user_sees_only_their_own() {
     assert_eq!((stage["direction"].as_str(), stage["state"].as_str()), (Some("out"), Some("failed")), "{stage}");
     let bbstat = m.surge(&["bb", "status", "101"]);
     assert!(bbstat.contains("stage-out-failed") && bbstat.contains("failed"), "{bbstat}");
+}
+
+/// The servers an agent starts for a job run as its user with the user's groups, as the
+/// job's own processes do: the job's stage-in reads a directory its user may read only
+/// through a supplementary group (0750), its stage-out writes into one (2770: the file gets
+/// the group). Another user's job is refused the same directory.
+#[test]
+fn a_jobs_stages_reach_what_its_user_reaches_through_a_group() {
+    let (member, stranger) = (user("games"), user("nobody"));
+    let group = TempGroup::new("cli", &[&member.name]);
+    let mut m = LocalManager::up("cli-groups");
+    let (input, results) = (m.dir.join("pfs/input"), m.dir.join("pfs/results"));
+    for (dir, mode) in [(&input, 0o750), (&results, 0o2770)] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::os::unix::fs::chown(dir, Some(0), Some(group.gid)).unwrap();
+        std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+    }
+    let data = pattern(201, (2 << 20) + 7);
+    std::fs::write(input.join("in.dat"), &data).unwrap();
+    std::os::unix::fs::chown(input.join("in.dat"), Some(0), Some(group.gid)).unwrap();
+    std::fs::set_permissions(input.join("in.dat"), std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
+
+    m.setup_as(
+        201,
+        member.uid,
+        member.gid,
+        &format!(
+            "#DW jobdw capacity=64MiB access_mode=striped type=scratch\n\
+             #DW stage_in type=file source={}/in.dat destination=$DW_JOB_STRIPED/in.dat\n\
+             #DW stage_out type=file source=$DW_JOB_STRIPED/in.dat destination={}/out.dat",
+            input.display(),
+            results.display()
+        ),
+    );
+    m.surge(&["bb", "data-in", "--job", "201"]);
+    m.surge(&["bb", "post-run", "--job", "201"]);
+    m.surge(&["bb", "data-out", "--job", "201"]);
+    let out = results.join("out.dat");
+    assert!(std::fs::read(&out).unwrap() == data, "staged-out bytes differ");
+    let meta = std::fs::metadata(&out).unwrap();
+    assert_eq!(
+        (std::os::unix::fs::MetadataExt::uid(&meta), std::os::unix::fs::MetadataExt::gid(&meta)),
+        (member.uid, group.gid),
+        "the user's file, with the directory's group"
+    );
+
+    m.setup_as(
+        202,
+        stranger.uid,
+        stranger.gid,
+        &format!(
+            "#DW jobdw capacity=64MiB access_mode=striped type=scratch\n\
+             #DW stage_in type=file source={}/in.dat destination=$DW_JOB_STRIPED/in.dat",
+            input.display()
+        ),
+    );
+    let denied = m.surge_as(None, &["bb", "data-in", "--job", "202"]);
+    assert!(!denied.status.success() && text(&denied).contains("Permission denied"), "{}", text(&denied));
 }

@@ -255,6 +255,24 @@ impl Instance {
         serde_json::from_str(&std::fs::read_to_string(path).expect("descriptor")).expect("descriptor json")
     }
 
+    /// A SURGE_HOME for user `uid` holding their own copy of the instance's descriptor and
+    /// token (0600, theirs), as an admin hands the users of a shared instance; made under `dir`.
+    pub fn home_for(&self, dir: &Path, uid: u32, gid: u32) -> PathBuf {
+        let home = dir.join(format!("home-{uid}"));
+        let instances = home.join("instances");
+        std::fs::create_dir_all(&instances).unwrap();
+        let mut desc = self.descriptor();
+        let token = instances.join(format!("{}.token", self.name));
+        std::fs::copy(desc["token_path"].as_str().unwrap(), &token).unwrap();
+        desc["token_path"] = serde_json::Value::String(token.display().to_string());
+        std::fs::write(instances.join(format!("{}.json", self.name)), desc.to_string()).unwrap();
+        for path in [&home, &instances, &token, &instances.join(format!("{}.json", self.name))] {
+            std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
+        }
+        std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        home
+    }
+
     /// Client library handle from this test process, as node `node`.
     pub fn client(&self, node: &str) -> surge_client::Client {
         self.client_with(surge_client::ClientOptions {
@@ -333,6 +351,51 @@ impl Drop for Mount<'_> {
             eprintln!("umount {} failed: {}", self.dir.display(), text(&out));
         }
         let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// A user of this machine, as its user database knows it.
+pub struct User {
+    pub name: String,
+    pub uid: u32,
+    /// The primary group (its passwd entry's).
+    pub gid: u32,
+}
+
+/// The user named `name`, which must exist (`id` knows it).
+pub fn user(name: &str) -> User {
+    let id = |flag: &str| sh(&format!("id {flag} {name}")).trim().parse().unwrap();
+    User { name: name.to_string(), uid: id("-u"), gid: id("-g") }
+}
+
+/// A group made for one test (`groupadd`), with existing users as members (`gpasswd -a`: a
+/// supplementary group of theirs, not their primary one). Deleted with its memberships when
+/// dropped, also when the test fails half-way; its name has the test's tag and pid.
+pub struct TempGroup {
+    pub name: String,
+    pub gid: u32,
+}
+
+impl TempGroup {
+    pub fn new(tag: &str, members: &[&str]) -> TempGroup {
+        let name = format!("surge{tag}{}", std::process::id());
+        assert!(name.len() <= 32, "group name {name} too long");
+        sh(&format!("groupadd {name}"));
+        let mut group = TempGroup { name, gid: 0 };
+        group.gid = sh(&format!("getent group {}", group.name)).split(':').nth(2).unwrap().parse().unwrap();
+        for member in members {
+            sh(&format!("gpasswd -a {member} {}", group.name));
+        }
+        group
+    }
+}
+
+impl Drop for TempGroup {
+    fn drop(&mut self) {
+        let out = Command::new("groupdel").arg(&self.name).output().expect("run groupdel");
+        if !out.status.success() {
+            eprintln!("groupdel {} failed: {}", self.name, text(&out));
+        }
     }
 }
 

@@ -56,24 +56,6 @@ impl Drop for Munged {
     }
 }
 
-/// `uid`'s own copy of the instance's descriptor and token (0600, theirs), as an admin hands
-/// the users of a shared instance; answers the SURGE_HOME to use.
-fn home_for(inst: &Instance, dir: &Path, uid: u32) -> PathBuf {
-    let home = dir.join(format!("home-{uid}"));
-    let instances = home.join("instances");
-    std::fs::create_dir_all(&instances).unwrap();
-    let mut desc = inst.descriptor();
-    let token = instances.join(format!("{}.token", inst.name));
-    std::fs::copy(desc["token_path"].as_str().unwrap(), &token).unwrap();
-    desc["token_path"] = serde_json::Value::String(token.display().to_string());
-    std::fs::write(instances.join(format!("{}.json", inst.name)), desc.to_string()).unwrap();
-    for path in [&home, &instances, &token, &instances.join(format!("{}.json", inst.name))] {
-        std::os::unix::fs::chown(path, Some(uid), Some(uid)).unwrap();
-    }
-    std::fs::set_permissions(&token, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    home
-}
-
 /// Runs `ops` (see `surge-test-client try`) as `uid`, each answered on a line.
 fn try_as(inst: &Instance, home: &Path, uid: u32, env: &[(&str, &str)], ops: &[&str]) -> Vec<String> {
     let mut command = Command::new("setpriv");
@@ -126,7 +108,7 @@ fn servers_refuse_what_the_callers_permissions_do_not_allow() {
         }
         unreachable!()
     });
-    let (alice, bob) = (home_for(&inst, &dir, ALICE), home_for(&inst, &dir, BOB));
+    let (alice, bob) = (inst.home_for(&dir, ALICE, ALICE), inst.home_for(&dir, BOB, BOB));
     let made = try_as(
         &inst,
         &alice,

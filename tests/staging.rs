@@ -1,13 +1,15 @@
 //! Staging tests with real processes: `surge stage` against a 4-server instance on loopback
 //! addresses, a "PFS" that is a local directory (or a small tmpfs, to fill it), servers that
-//! die or restart mid-stage, and an instance run by an unprivileged user.
+//! die or restart mid-stage, an instance run by an unprivileged user, and a shared instance
+//! staging for users who reach the PFS through their supplementary groups.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use surge_tests::{pattern, scratch, sh, shm_scratch, text, write_local, Instance};
+use surge_tests::{pattern, scratch, sh, shm_scratch, text, user, write_local, Instance, TempGroup};
 
 fn instance(name: &str, base: u8, capacity: &str) -> Instance {
     Instance::up_on(name, "127.0.2", base, 4, &["--capacity", capacity, "--chunk-size", "1M"])
@@ -187,6 +189,101 @@ fn permission_denied_on_the_pfs_is_reported_for_an_unprivileged_instance() {
     let _ = std::fs::remove_dir_all(&root);
     assert!(!denied_in.status.success() && text(&denied_in).contains("Permission denied"), "{}", text(&denied_in));
     assert!(!denied_out.status.success() && text(&denied_out).contains("Permission denied"), "{}", text(&denied_out));
+}
+
+/// `surge ARGS` as `who` (uid and gid; no supplementary group at all: what a stage may reach
+/// through one comes from the servers' own lookup), with the SURGE_HOME `home`.
+fn surge_as(home: &Path, instance: &str, who: (u32, u32), args: &[&str]) -> Output {
+    std::process::Command::new("setpriv")
+        .args([format!("--reuid={}", who.0), format!("--regid={}", who.1), "--clear-groups".into(), "--".into()])
+        .arg(surge_tests::binary("surge"))
+        .args(args)
+        .env("SURGE_HOME", home)
+        .env("SURGE_INSTANCE", instance)
+        .output()
+        .unwrap()
+}
+
+/// A directory `path` of root's and `group`'s, with `mode`.
+fn group_dir(path: &Path, group: &TempGroup, mode: u32) {
+    std::fs::create_dir_all(path).unwrap();
+    std::os::unix::fs::chown(path, Some(0), Some(group.gid)).unwrap();
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+}
+
+/// A file `path` of root's and `group`'s, mode 0640, holding `data`.
+fn group_file(path: &Path, group: &TempGroup, data: &[u8]) {
+    std::fs::write(path, data).unwrap();
+    std::os::unix::fs::chown(path, Some(0), Some(group.gid)).unwrap();
+    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o640)).unwrap();
+}
+
+/// A shared instance (servers run as root) stages for a user with that user's supplementary
+/// groups as the servers' node knows them, not their uid and gid alone: out into project
+/// directories the user may write only through a group (mode 0770; and 2770, whose new files
+/// get the group), in from one the user may only read through it (0750). A user outside the
+/// group is still refused, and so is a uid the user database does not know.
+#[test]
+fn a_shared_instance_stages_with_the_users_supplementary_groups() {
+    let member = user("games");
+    let stranger = user("nobody");
+    let group = TempGroup::new("stg", &[&member.name]);
+    let inst = Instance::up_on("sgroups", "127.0.2", 141, 2, &["--capacity", "256M", "--chunk-size", "1M"]);
+    let dir = scratch("sgroups");
+    let pfs = dir.join("pfs");
+    let (project, shared, input) = (pfs.join("project"), pfs.join("shared"), pfs.join("input"));
+    group_dir(&project, &group, 0o770);
+    group_dir(&shared, &group, 0o2770);
+    group_dir(&input, &group, 0o750);
+    group_dir(&input.join("tree"), &group, 0o750);
+    // Larger than a chunk: its chunks are on both servers, its temporary made by the coordinator.
+    let (big, small) = (pattern(141, (3 << 20) + 5), pattern(142, 1000));
+    group_file(&input.join("in.bin"), &group, &big);
+    group_file(&input.join("tree/small.dat"), &group, &small);
+    ok(inst.surge(&["mkdir", "/out"]));
+    ok(inst.surge(&["put", write_local(&dir, "big.bin", &big).to_str().unwrap(), "/out/big.bin"]));
+    ok(inst.surge(&["put", write_local(&dir, "small.dat", &small).to_str().unwrap(), "/out/small.dat"]));
+    let member_home = inst.home_for(&dir, member.uid, member.gid);
+    let as_member = |args: &[&str]| surge_as(&member_home, "sgroups", (member.uid, member.gid), args);
+    let p = |path: &Path| path.to_str().unwrap().to_string();
+
+    // Out: a large file into the 0770 directory, a tree into the 2770 one.
+    ok(as_member(&["stage", "out", "/out/big.bin", &p(&project.join("big.bin")), "--verify", "--wait"]));
+    assert!(std::fs::read(project.join("big.bin")).unwrap() == big, "staged-out bytes differ");
+    let meta = std::fs::metadata(project.join("big.bin")).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (member.uid, member.gid), "what the user stages out is theirs");
+    let run = shared.join("run");
+    ok(as_member(&["stage", "out", "/out", &p(&run), "--type", "directory", "--wait"]));
+    assert!(std::fs::read(run.join("big.bin")).unwrap() == big && std::fs::read(run.join("small.dat")).unwrap() == small);
+    for path in [run.clone(), run.join("big.bin"), run.join("small.dat")] {
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (member.uid, group.gid), "{} does not have the directory's group", path.display());
+    }
+    // In: a file and a tree the user may read only through the group.
+    ok(as_member(&["stage", "in", &p(&input.join("in.bin")), "/in/in.bin", "--verify", "--wait"]));
+    ok(as_member(&["stage", "in", &p(&input), "/in/tree", "--type", "directory", "--wait"]));
+    let back = dir.join("back.bin");
+    ok(inst.surge(&["get", "/in/in.bin", back.to_str().unwrap()]));
+    assert!(std::fs::read(&back).unwrap() == big, "staged-in bytes differ");
+    ok(inst.surge(&["get", "/in/tree/tree/small.dat", back.to_str().unwrap()]));
+    assert!(std::fs::read(&back).unwrap() == small, "staged-in tree differs");
+    assert_eq!(temporaries(&pfs), "", "temporaries left on the PFS");
+
+    // Outside the group: refused, in and out, and nothing lands.
+    let home = inst.home_for(&dir, stranger.uid, stranger.gid);
+    let denied_out =
+        surge_as(&home, "sgroups", (stranger.uid, stranger.gid), &["stage", "out", "/out/small.dat", &p(&project.join("x.dat")), "--wait"]);
+    assert!(!denied_out.status.success() && text(&denied_out).contains("Permission denied"), "{}", text(&denied_out));
+    assert!(!project.join("x.dat").exists());
+    let denied_in =
+        surge_as(&home, "sgroups", (stranger.uid, stranger.gid), &["stage", "in", &p(&input.join("in.bin")), "/in/x.bin", "--wait"]);
+    assert!(!denied_in.status.success() && text(&denied_in).contains("Permission denied"), "{}", text(&denied_in));
+    // A uid without a passwd entry has its own gid alone.
+    let nameless = (3_999_999, 3_999_999);
+    let home = inst.home_for(&dir, nameless.0, nameless.1);
+    let denied = surge_as(&home, "sgroups", nameless, &["stage", "in", &p(&input.join("in.bin")), "/in/y.bin", "--wait"]);
+    assert!(!denied.status.success() && text(&denied).contains("Permission denied"), "{}", text(&denied));
+    assert_eq!(temporaries(&pfs), "", "temporaries left on the PFS");
 }
 
 /// Starts staging a 1 GiB file in as /big.bin, long enough to interrupt; returns the scratch

@@ -2,11 +2,12 @@
 //! storage to instances (a dedicated burst-buffer node, or a compute node of an on-demand pool).
 //!
 //! It does one thing: start and stop `surge-server` processes on this node when the manager
-//! asks (over TCP, authenticated with the cluster key), each as the instance owner's user on a
-//! directory of its own under the node's storage (`--root`). What it started is recorded under
-//! `<root>/.agent` (root's, not the user's), so that an agent that restarts still knows which
-//! servers are its own and a restarted manager can ask what runs on the node. Servers are
-//! detached: an agent that stops or dies leaves them serving.
+//! asks (over TCP, authenticated with the cluster key), each as the instance owner (with the
+//! owner's groups, as a job of theirs has them) on a directory of its own under the node's
+//! storage (`--root`). What it started is recorded under `<root>/.agent` (root's, not the
+//! user's), so that an agent that restarts still knows which servers are its own and a
+//! restarted manager can ask what runs on the node. Servers are detached: an agent that stops
+//! or dies leaves them serving.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -173,6 +174,10 @@ impl Agent {
         owned_file(&log_path, "", plan.uid, plan.gid)?;
         let log = std::fs::OpenOptions::new().append(true).open(&log_path)?;
 
+        // The owner's groups, as a login of theirs (and their job) has them: looked up before
+        // the fork, as the user database may be a directory service.
+        let (uid, gid) = (plan.uid, plan.gid);
+        let groups = tokio::task::spawn_blocking(move || host::user_groups(uid, gid)).await?;
         let mut command = Command::new(&self.server_binary);
         command
             .arg("--listen")
@@ -200,16 +205,23 @@ impl Agent {
             .current_dir(&dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(log)
-            // As the owner, whose rights the data and the stage copies get; setuid from root
-            // also drops root's supplementary groups.
-            .uid(plan.uid)
-            .gid(plan.gid);
-        // SAFETY: setsid is async-signal-safe, as required between fork and exec; a session of
-        // its own keeps the server out of this agent's signals.
+            .stderr(log);
+        // As the owner, with the owner's groups (root's are dropped), whose rights the data and
+        // the stage copies get: a stage reaches a project directory the user may write
+        // through a supplementary group. A session of its own keeps the server out of this
+        // agent's signals.
+        // SAFETY: between fork and exec only system calls run (no allocation: `groups` was
+        // made before the fork), in the child, which has this one thread: the raw setgroups
+        // sets its groups, as glibc's would.
         unsafe {
-            command.pre_exec(|| {
+            command.pre_exec(move || {
                 libc::setsid();
+                if libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) != 0
+                    || libc::setgid(gid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
                 Ok(())
             });
         }

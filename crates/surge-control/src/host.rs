@@ -1,6 +1,6 @@
 //! What the control plane's root-side parts (the node agents, the nodes' prolog) and its
-//! daemons do on a node alike: make directories and files that belong to a job's user, and
-//! wait for the signal that stops a daemon.
+//! daemons do on a node alike: make directories and files that belong to a job's user, know
+//! that user's groups, and wait for the signal that stops a daemon.
 
 use std::io;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -28,6 +28,11 @@ pub fn owned_file(path: &Path, text: &str, uid: u32, gid: u32) -> io::Result<()>
     std::os::unix::fs::chown(&tmp, Some(uid), Some(gid)).map_err(with_path(&format!("give to uid {uid}"), &tmp))?;
     std::fs::rename(&tmp, path).map_err(with_path("write", path))
 }
+
+/// The groups a process of a job's user gets on this node, as a login's (see
+/// [`surge_proto::host::user_groups`]): a server started for the user has them, so that it
+/// reaches on the PFS what the user may reach through a supplementary group, as the job does.
+pub use surge_proto::host::user_groups;
 
 /// Completes on SIGTERM or SIGINT (on SIGINT alone where SIGTERM cannot be watched).
 pub async fn stop_signal() {

@@ -98,10 +98,11 @@ pub fn execute(data: &DataStore, me: usize, servers: usize, order: &CopyOrder) -
     }
 }
 
-/// Runs `work` on the PFS as the order's user: the paths it names are opened, made, renamed
-/// and removed as that user's (the data moves through the descriptors, this server's own).
-fn as_user<T>(order: &CopyOrder, work: impl FnOnce() -> T) -> T {
-    with_fs_ids(order.uid, order.gid, work)
+/// Runs `work` on the PFS as the order's user, with the user's groups: the paths it names are
+/// opened, made, renamed and removed as that user's (the data moves through the descriptors,
+/// this server's own). Fails when this thread cannot take that identity.
+fn as_user<T>(order: &CopyOrder, work: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+    with_fs_ids(order.uid, order.gid, work)?
 }
 
 /// Opens a PFS file (as the order's user) and starts reading the given chunks in the

@@ -67,12 +67,18 @@ pub(crate) async fn make(client: &Client, spec: &StageSpec) -> PlanResult<Plan> 
             let spec = spec.clone();
             // The PFS as the stage's user sees it.
             let (uid, gid) = (spec.uid, spec.gid);
-            tokio::task::spawn_blocking(move || with_fs_ids(uid, gid, || plan_in(&spec)))
+            tokio::task::spawn_blocking(move || as_user(uid, gid, || plan_in(&spec)))
                 .await
                 .map_err(|e| invalid(format!("planning stopped: {e}")))?
         }
         StageDirection::Out => plan_out(client, spec).await,
     }
+}
+
+/// Runs `work` on the PFS as the stage's user (see [`with_fs_ids`]); a thread that cannot
+/// take that identity fails the plan.
+fn as_user<T>(uid: u32, gid: u32, work: impl FnOnce() -> PlanResult<T>) -> PlanResult<T> {
+    with_fs_ids(uid, gid, work).map_err(|e| Error::new(ErrorCode::of_io(&e), e.to_string()))?
 }
 
 fn pfs_error(path: &str, err: std::io::Error) -> Error {
@@ -226,9 +232,8 @@ async fn plan_out(client: &Client, spec: &StageSpec) -> PlanResult<Plan> {
         }
         StageKind::List => {
             let (list, uid, gid) = (spec.pfs_path.clone(), spec.uid, spec.gid);
-            let pairs = tokio::task::spawn_blocking(move || with_fs_ids(uid, gid, || read_list(&list)))
-                .await
-                .map_err(|e| invalid(e.to_string()))??;
+            let pairs =
+                tokio::task::spawn_blocking(move || as_user(uid, gid, || read_list(&list))).await.map_err(|e| invalid(e.to_string()))??;
             for (source, destination) in pairs {
                 let bb = if source.starts_with('/') { source } else { join(&spec.bb_path, &source) };
                 if !destination.starts_with('/') {
