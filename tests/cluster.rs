@@ -209,3 +209,47 @@ fn the_epilog_cleans_a_node_while_the_manager_is_down() {
         std::thread::sleep(Duration::from_millis(500));
     }
 }
+
+/// A compute node lost mid-job (every process of it killed, as a power loss): the job ends
+/// with the node's failure, its buffer is torn down on the node that is left, and once the
+/// lost node is back (a reboot: its storage as it was) nothing of the job is left on any
+/// node: no mount, no mount daemon, no job directory, no server, no storage.
+#[test]
+fn a_compute_node_lost_mid_job_leaves_nothing_behind() {
+    let bed = Testbed::up("nodeloss", &[]);
+    let pfs = bed.pfs().display().to_string();
+    let job = bed
+        .submit(
+            "lost.sh",
+            &format!(
+                "#!/bin/bash\n#SBATCH -N 2 -w n1,n2 --no-requeue -o {pfs}/lost-%j.out\n\
+                 #DW jobdw type=scratch access_mode=striped capacity=256MiB pool=local\n\
+                 srun -N2 bash -c 'head -c 4000000 /dev/urandom > $DW_JOB_STRIPED/$(hostname); sleep 300'\n"
+            ),
+        )
+        .unwrap();
+    bed.wait_until("the job's buffer used on both nodes", Duration::from_secs(60), || {
+        bed.run(
+            "n1",
+            Some(USER),
+            &format!("test -s /var/spool/surge/jobs/{job}/striped/n1 && test -s /var/spool/surge/jobs/{job}/striped/n2"),
+        )
+        .status
+        .success()
+    });
+    let killed = bed.testbed("kill", &["n2"]);
+    assert!(killed.status.success(), "{}", text(&killed));
+
+    let mut state = None;
+    bed.wait_until("the job ended by its node's loss", Duration::from_secs(120), || {
+        state = bed.final_state(job);
+        state.is_some()
+    });
+    assert_eq!(state.as_deref(), Some("NODE_FAIL"), "{}", bed.logs());
+    bed.wait_all_released("the lost job's buffer released");
+    bed.wait_until("n1 clean", Duration::from_secs(60), || bed.jobs_left("n1").is_empty() && bed.storage_left("n1").is_empty());
+
+    let started = bed.testbed("start", &["n2"]);
+    assert!(started.status.success(), "{}", text(&started));
+    bed.wait_until("n2 clean once back", Duration::from_secs(90), || bed.jobs_left("n2").is_empty() && bed.storage_left("n2").is_empty());
+}

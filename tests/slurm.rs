@@ -442,7 +442,8 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
     bed.wait_all_released("the writer's buffer released");
     section("server killed under a job");
 
-    // ----- two copies (pool "safe"): a node's server lost under a job loses nothing -----
+    // ----- two copies (pool "safe"): a burst-buffer node lost under a job (every process of
+    // it killed) loses nothing; once the node is back, nothing of the job is left on it -----
     let data = pattern(7, 8 << 20);
     std::fs::write(bed.pfs().join("safe.in"), &data).unwrap();
     let job = bed
@@ -468,7 +469,8 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
         .flat_map(|i| i["servers"].as_array().unwrap().iter().map(|s| s["node"].as_str().unwrap().to_string()))
         .collect();
     assert_eq!(servers, ["bb1", "bb2"], "two copies: one server on each burst-buffer node");
-    kill_9(server_pid(&bed, "bb1", &instance).expect("the server's pid on bb1"));
+    let lost = bed.testbed("kill", &["bb1"]);
+    assert!(lost.status.success(), "{}", text(&lost));
     // The failover, asked by the buffer's owner from bb2 with the descriptor and token its
     // agent keeps there (the token is the owner's alone).
     let home = bed.pfs().join("failover-home");
@@ -491,7 +493,13 @@ head -c 3000000 /dev/urandom > $DW_JOB_STRIPED/result.h5
     let status = bed.status();
     let safe = status["pools"].as_array().unwrap().iter().find(|pool| pool["name"] == "safe").unwrap().clone();
     assert_eq!(safe["free"], safe["quantity"], "both copies' capacity released: {status}");
-    section("two copies, a server lost under a job");
+    let back = bed.testbed("start", &["bb1"]);
+    assert!(back.status.success(), "{}", text(&back));
+    bed.wait_until("the lost node's server and storage removed once it is back", Duration::from_secs(90), || {
+        bed.storage_left("bb1").is_empty() && bed.jobs_left("bb1").is_empty()
+    });
+    assert_bb_storage_empty(&bed, "a node lost under a two-copy job");
+    section("two copies, a burst-buffer node lost under a job");
     println!("scenarios ran in {:.1} s", started.elapsed().as_secs_f64());
 
     down_leaving_nothing(bed);

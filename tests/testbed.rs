@@ -146,13 +146,13 @@ impl Testbed {
         self.ok(node, None, &format!("ls -A {s} | grep -v -x .agent; ls -A {s}/.agent; true", s = storage.display()))
     }
 
-    /// Jobs' mounts, job directories and mount daemons left on a compute node.
+    /// Jobs' mounts, job directories, mount daemons and servers left on a node.
     pub fn jobs_left(&self, node: &str) -> String {
         self.ok(
             node,
             None,
             "grep ' /var/spool/surge/jobs/' /proc/self/mounts; ls /var/spool/surge/jobs; \
-             for p in $(pgrep -x surge-fuse); do [ \"$(readlink /proc/$p/ns/mnt)\" = \"$(readlink /proc/self/ns/mnt)\" ] && echo surge-fuse $p; done; true",
+             for p in $(pgrep -x 'surge-fuse|surge-server'); do [ \"$(readlink /proc/$p/ns/mnt)\" = \"$(readlink /proc/self/ns/mnt)\" ] && echo $(cat /proc/$p/comm) $p; done; true",
         )
     }
 

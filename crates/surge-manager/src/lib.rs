@@ -44,6 +44,7 @@ pub fn run(config: Config, steps: Option<StepObserver>) -> Result<()> {
         tracing::info!(socket = %socket.display(), tcp = ?config_listen, "manager listening; reconciling with the nodes");
         manager.reconcile().await?;
         manager.sweep_forgotten_jobs();
+        manager.stop_orphans();
         tracing::info!("manager ready");
         serving.await.context("the manager's service")??;
         let _ = std::fs::remove_file(&socket);

@@ -42,7 +42,7 @@ const AGENT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// After a node's agent could not be reached, calls to it fail at once for this long (with the
 /// first failure's reason) rather than each waiting out its own timeout: a dead node costs one
 /// timeout, not one per instance or job.
-const UNREACHABLE_FOR: Duration = Duration::from_secs(20);
+const UNREACHABLE_FOR: Duration = Duration::from_secs(10);
 /// How long a prolog waits for the job's buffers to come up.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(120);
 const STAGE_POLL: Duration = Duration::from_millis(100);
@@ -847,21 +847,70 @@ impl Manager {
         })
     }
 
+    /// Stops the instance's servers and removes it. A server on a node that cannot be reached
+    /// (dead, cut off) does not hold the rest up: it is recorded as an orphan, which its
+    /// node's agent is asked to stop (and whose storage it removes) once the node answers
+    /// again ([`Manager::stop_orphans`]). Any other failure keeps the instance, `stopping`.
     async fn stop_instance(&self, name: &str) -> Result<()> {
         let servers = self.store().servers(name)?;
         let mut failures = Vec::new();
+        let mut orphans = Vec::new();
         for server in servers {
             if let Err(e) = self.agent_call(&server.node, &AgentRequest::Stop { instance: name.into() }).await {
-                failures.push(format!("{e:#}"));
+                if self.is_unreachable(&server.node) {
+                    tracing::warn!(instance = name, node = %server.node, "node unreachable: its server will be stopped when it answers ({e:#})");
+                    orphans.push(server.node);
+                } else {
+                    failures.push(format!("{e:#}"));
+                }
             }
         }
         if !failures.is_empty() {
             self.store().set_instance_state(name, "stopping")?;
             anyhow::bail!("instance {name} not stopped everywhere: {}", failures.join("; "));
         }
-        self.store().transaction(|tx| store::delete_instance(tx, name))?;
-        tracing::info!(instance = name, "instance stopped and removed");
+        self.store().transaction(|tx| {
+            for node in &orphans {
+                store::insert_orphan(tx, name, node, now())?;
+            }
+            store::delete_instance(tx, name)
+        })?;
+        tracing::info!(instance = name, orphans = orphans.len(), "instance stopped and removed");
         Ok(())
+    }
+
+    /// Every few seconds, asks the agents of nodes owed a stop ([`Manager::stop_instance`]'s
+    /// orphans) to stop those servers and remove their storage; a node still unreachable is
+    /// asked again later.
+    pub fn stop_orphans(self: &Arc<Self>) {
+        let every = Duration::from_secs(self.config.job_sweep_secs.unwrap_or(60).clamp(1, 30));
+        let manager = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let orphans = match manager.store().orphans() {
+                    Ok(orphans) => orphans,
+                    Err(e) => {
+                        tracing::warn!("orphans: {e:#}");
+                        continue;
+                    }
+                };
+                for (instance, node) in orphans {
+                    if manager.is_unreachable(&node) {
+                        continue;
+                    }
+                    match manager.agent_call(&node, &AgentRequest::Stop { instance: instance.clone() }).await {
+                        Ok(_) => {
+                            tracing::info!(instance, node, "orphaned server stopped, its storage removed");
+                            if let Err(e) = manager.store().remove_orphan(&instance, &node) {
+                                tracing::warn!("orphans: {e:#}");
+                            }
+                        }
+                        Err(e) => tracing::debug!(instance, node, "orphan not stopped yet: {e:#}"),
+                    }
+                }
+            }
+        });
     }
 
     /// Destroys a reservation no job uses (or, with `hurry`, whatever uses it). One that is

@@ -49,6 +49,12 @@ CREATE TABLE IF NOT EXISTS jobs (
     message TEXT,
     created INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS orphans (
+    instance TEXT NOT NULL,
+    node TEXT NOT NULL,
+    since INTEGER NOT NULL,
+    PRIMARY KEY (instance, node)
+);
 CREATE TABLE IF NOT EXISTS stages (
     job INTEGER NOT NULL REFERENCES jobs(job) ON DELETE CASCADE,
     direction TEXT NOT NULL,
@@ -336,6 +342,18 @@ impl Store {
         Ok(rows)
     }
 
+    /// Servers owed a stop on nodes that were unreachable: (instance, node).
+    pub fn orphans(&self) -> Result<Vec<(String, String)>> {
+        let mut q = self.db.prepare("SELECT instance, node FROM orphans ORDER BY since, instance, node")?;
+        let rows = q.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?.collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    pub fn remove_orphan(&self, instance: &str, node: &str) -> Result<()> {
+        self.db.execute("DELETE FROM orphans WHERE instance = ?1 AND node = ?2", params![instance, node])?;
+        Ok(())
+    }
+
     pub fn update_stage(&self, s: &StageRecord) -> Result<()> {
         self.db.execute(
             "UPDATE stages SET stage_id = ?4, state = ?5, files_done = ?6, files_total = ?7, bytes_done = ?8, bytes_total = ?9, error = ?10
@@ -454,6 +472,13 @@ fn insert_servers(tx: &rusqlite::Transaction, servers: &[ServerRecord]) -> Resul
             params![s.instance, s.index, s.node, s.share, s.addr, id],
         )?;
     }
+    Ok(())
+}
+
+/// A server of a removed instance on a node that could not be reached: its agent is asked to
+/// stop it (and remove its storage) once the node answers again.
+pub fn insert_orphan(tx: &rusqlite::Transaction, instance: &str, node: &str, since: u64) -> Result<()> {
+    tx.execute("INSERT OR IGNORE INTO orphans (instance, node, since) VALUES (?1, ?2, ?3)", params![instance, node, since])?;
     Ok(())
 }
 
