@@ -816,6 +816,7 @@ fn describe_request(r: &surge_directives::JobRequest) -> String {
     if out.is_empty() {
         out.push("no #DW directives: the job uses no burst buffer".into());
     }
+    out.extend(r.warnings.iter().map(|w| format!("warning: {w}")));
     out.join("\n")
 }
 

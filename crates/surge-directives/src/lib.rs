@@ -12,4 +12,7 @@
 
 pub mod script;
 
-pub use script::{parse_script, resolve_bb_path, AccessMode, Buffer, DirectiveError, JobDw, JobRequest, Persistent, Stage, StageKind};
+pub use script::{
+    parse_script, resolve_bb_path, AccessMode, Buffer, DirectiveError, JobDw, JobRequest, Persistent, Stage, StageKind, DATAWARP_TUNING,
+    SWAP_REFUSED,
+};
