@@ -163,7 +163,10 @@ impl LocalManager {
         let key = dir.join("cluster.key");
         std::fs::write(&key, "ab".repeat(32)).unwrap();
         std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-        let net = format!("127.77.{}", std::process::id() % 250);
+        // Addresses of this manager's own: tests of this file run side by side.
+        static MANAGERS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let nth = MANAGERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let net = format!("127.{}.{}", 77 + nth, std::process::id() % 250);
         let mut children = Vec::new();
         let mut nodes = Vec::new();
         for n in [1, 2] {
@@ -231,9 +234,55 @@ impl LocalManager {
         self.surge(&["bb", "setup", "--job", &job, "--uid", &uid, "--gid", &uid, script.to_str().unwrap()]);
     }
 
+    /// [`LocalManager::setup`] that may be refused: the command's output.
+    fn try_setup(&mut self, job: u64, uid: u32, gid: u32, lines: &str) -> std::process::Output {
+        let script = self.dir.join(format!("job-{job}.sh"));
+        std::fs::write(&script, format!("#!/bin/bash\n{lines}\n")).unwrap();
+        let out = self.surge_as(
+            None,
+            &["bb", "setup", "--job", &job.to_string(), "--uid", &uid.to_string(), "--gid", &gid.to_string(), script.to_str().unwrap()],
+        );
+        if out.status.success() {
+            self.jobs.push(job);
+        }
+        out
+    }
+
+    /// A node's prolog (`node`) or epilog for `job`, as Slurm runs them: root, the job's
+    /// variables; the node's notes under this test's directory.
+    fn node_hook(&self, hook: &str, job: u64, node: &str) {
+        let out = Command::new(binary("surge"))
+            .args(["bb", hook])
+            .env("SURGE_MANAGER_SOCKET", self.dir.join("manager.sock"))
+            .env_remove("SURGE_MANAGER")
+            .env("SURGE_NODE_STATE", self.dir.join(format!("node-{node}")))
+            .env("SLURM_JOB_ID", job.to_string())
+            .env("SLURMD_NODENAME", node)
+            .env("SLURM_JOB_NODELIST", "")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{hook} of job {job}: {}\nmanager: {}", text(&out), self.log());
+    }
+
+    /// Where job `job`'s reservation `name` is mounted on a node.
+    fn persistent_mount(&self, job: u64, name: &str) -> std::path::PathBuf {
+        self.dir.join("jobs").join(job.to_string()).join("persistent").join(name)
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("manager.log")).unwrap_or_default()
     }
+}
+
+/// `sh -c script` as `uid` with primary group `gid` and these supplementary groups (as a job's
+/// processes run: slurmstepd gives them the user's groups).
+fn shell_as(uid: u32, gid: u32, groups: &[u32], script: &str) -> std::process::Output {
+    let groups = if groups.is_empty() {
+        "--clear-groups".to_string()
+    } else {
+        format!("--groups={}", groups.iter().map(u32::to_string).collect::<Vec<_>>().join(","))
+    };
+    Command::new("setpriv").args([&format!("--reuid={uid}"), &format!("--regid={gid}"), &groups, "sh", "-c", script]).output().unwrap()
 }
 
 impl Drop for LocalManager {
@@ -380,4 +429,123 @@ fn the_admins_view_is_stable_and_a_user_sees_only_their_own() {
     assert_eq!((stage["direction"].as_str(), stage["state"].as_str()), (Some("out"), Some("failed")), "{stage}");
     let bbstat = m.surge(&["bb", "status", "101"]);
     assert!(bbstat.contains("stage-out-failed") && bbstat.contains("failed"), "{bbstat}");
+}
+
+/// A reservation an administrator makes without a job, for a user, shared with a group and a
+/// user: `surge reservation list` shows whom with; a job of a member (its group the one shared
+/// with) and of the listed user may use it, a stranger's is refused, and so is a member's that
+/// would stage into it (stages run as the owner); mounted by the prolog for the member, its
+/// root lets the member in through the group (a supplementary one too) and keeps the same uid
+/// out without it; what the member writes the listed user reads and writes (the root's default
+/// ACL); a member may destroy it neither in a job nor outside one; a plain user may not make
+/// one (user_reservations is off); the administrator destroys it once the jobs are done.
+#[test]
+fn a_reservation_shared_with_a_group_lets_its_members_in_and_no_one_else() {
+    let (owner, member, listed, stranger, team) = (4201, 4202, 4203, 4204, 4300);
+    let mut m = LocalManager::up("cli-shared");
+    let created = m.surge(&[
+        "reservation",
+        "create",
+        "team",
+        "--capacity",
+        "64MiB",
+        "--owner",
+        &owner.to_string(),
+        "--group",
+        &team.to_string(),
+        "--users",
+        &listed.to_string(),
+    ]);
+    assert!(created.starts_with("reservation 'team' created, 64.0 MiB for 4201"), "{created}");
+    let listed_json: serde_json::Value = serde_json::from_str(&m.surge(&["reservation", "list", "--json"])).unwrap();
+    let shown = &listed_json[0];
+    assert_eq!((shown["persistent"].as_str(), shown["owner_uid"].as_u64()), (Some("team"), Some(owner as u64)), "{listed_json}");
+    assert_eq!((shown["group"].as_u64(), shown["users"].clone()), (Some(team as u64), serde_json::json!([listed])), "{listed_json}");
+    let table = m.surge(&["reservation", "list"]);
+    assert!(table.contains("team") && table.contains("4300") && table.contains("4203") && table.contains("ready"), "{table}");
+
+    // A plain user may not make one, nor destroy this one.
+    let refused = m.surge_as(Some(member), &["reservation", "create", "mine", "--capacity", "64MiB"]);
+    assert!(!refused.status.success() && text(&refused).contains("user_reservations is off"), "{}", text(&refused));
+    let refused = m.surge_as(Some(member), &["reservation", "destroy", "team"]);
+    assert!(!refused.status.success() && text(&refused).contains("belongs to uid 4201"), "{}", text(&refused));
+
+    // Who may use it: at submit (the user and group named, as Slurm 23.02+ does) and at setup.
+    let uses = "#DW persistentdw name=team";
+    let script = m.dir.join("uses.sh");
+    std::fs::write(&script, format!("#!/bin/bash\n{uses}\n")).unwrap();
+    let submit = |uid: u32, gid: u32| {
+        m.surge_as(None, &["bb", "job-process", "--uid", &uid.to_string(), "--gid", &gid.to_string(), script.to_str().unwrap()])
+    };
+    assert!(submit(member, team).status.success());
+    assert!(submit(listed, listed).status.success());
+    let strange = submit(stranger, stranger);
+    assert!(!strange.status.success() && text(&strange).contains("who has not shared it with you"), "{}", text(&strange));
+    assert!(m.try_setup(201, member, team, uses).status.success(), "{}", m.log());
+    assert!(m.try_setup(203, listed, listed, uses).status.success(), "{}", m.log());
+    let strange = m.try_setup(204, stranger, stranger, uses);
+    assert!(
+        !strange.status.success() && text(&strange).contains("persistentdw team: the reservation belongs to uid 4201"),
+        "{}",
+        text(&strange)
+    );
+    let staging = m.try_setup(
+        205,
+        member,
+        team,
+        &format!("{uses}\n#DW stage_in type=file source={}/in destination=$DW_PERSISTENT_STRIPED_team/in", m.dir.join("pfs").display()),
+    );
+    assert!(!staging.status.success() && text(&staging).contains("run as its owner (uid 4201)"), "{}", text(&staging));
+    let destroying = m.try_setup(206, member, team, "#DW destroy_persistent name=team");
+    assert!(!destroying.status.success() && text(&destroying).contains("only its owner destroys it"), "{}", text(&destroying));
+
+    // The member's job on node n1: the prolog mounts it for the member.
+    m.node_hook("prolog", 201, "n1");
+    m.node_hook("prolog", 203, "n2");
+    let mine = m.persistent_mount(201, "team");
+    let meta = std::fs::metadata(&mine).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((meta.uid(), meta.gid(), meta.mode() & 0o7777), (owner, team, 0o770), "the root: the owner's and the group's");
+    let note = mine.join("note");
+    let wrote = shell_as(member, team, &[], &format!("echo shared > {0} && cat {0}", note.display()));
+    assert_eq!(String::from_utf8_lossy(&wrote.stdout), "shared\n", "a member whose group is the one shared with: {}", text(&wrote));
+    // The group counts as a supplementary group too; the same uid outside it is kept out.
+    let supplementary = shell_as(member, member, &[team], &format!("cat {}", note.display()));
+    assert_eq!(String::from_utf8_lossy(&supplementary.stdout), "shared\n", "{}", text(&supplementary));
+    let outside = shell_as(member, member, &[], &format!("ls {}", mine.display()));
+    assert!(!outside.status.success() && text(&outside).contains("Permission denied"), "{}", text(&outside));
+    let meta = std::fs::metadata(&note).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (member, team), "what a member makes is the member's");
+    // A stage the member's job asks the reservation for would run as its owner: refused.
+    let input = m.dir.join("pfs").join("input");
+    std::fs::write(&input, "in").unwrap();
+    let home = m.dir.join("jobs/201/home");
+    let staged = shell_as(
+        member,
+        team,
+        &[],
+        &format!("SURGE_HOME={} {} stage in {} {}/staged", home.display(), binary("surge").display(), input.display(), mine.display()),
+    );
+    assert!(!staged.status.success() && text(&staged).contains("stages run as uid 4201"), "{}", text(&staged));
+
+    // The listed user's job, on another node: reads and adds to what the member made (the
+    // member's file inherited the root's default ACL).
+    let theirs = m.persistent_mount(203, "team");
+    let appended = shell_as(listed, listed, &[], &format!("echo more >> {0} && cat {0}", theirs.join("note").display()));
+    assert_eq!(String::from_utf8_lossy(&appended.stdout), "shared\nmore\n", "{}", text(&appended));
+    let again = shell_as(member, team, &[], &format!("cat {}", note.display()));
+    assert_eq!(String::from_utf8_lossy(&again.stdout), "shared\nmore\n", "{}", text(&again));
+
+    // In use: the administrator's destroy is refused without --hurry; once the jobs are done,
+    // it goes.
+    let busy = m.surge_as(None, &["reservation", "destroy", "team"]);
+    assert!(!busy.status.success() && text(&busy).contains("in use by job(s) [201, 203]"), "{}", text(&busy));
+    for (job, node) in [(201, "n1"), (203, "n2")] {
+        m.node_hook("epilog", job, node);
+        m.surge(&["bb", "teardown", "--job", &job.to_string()]);
+    }
+    m.jobs.clear();
+    assert_eq!(m.surge(&["reservation", "destroy", "team"]), "reservation 'team' destroyed\n");
+    let after: serde_json::Value = serde_json::from_str(&m.surge(&["reservation", "list", "--json"])).unwrap();
+    assert_eq!(after, serde_json::json!([]));
 }

@@ -35,6 +35,9 @@ pub enum BbCommand {
         /// The submitting user, when the workload manager says (Slurm 23.02+).
         #[arg(long)]
         uid: Option<u32>,
+        /// The submitting user's group, when the workload manager says (Slurm 23.02+).
+        #[arg(long)]
+        gid: Option<u32>,
     },
     /// The pools as Slurm's burst_buffer/lua wants them (JSON).
     Pools,
@@ -200,8 +203,8 @@ fn read_script(path: &Path) -> Result<String> {
 
 pub async fn run(command: BbCommand) -> Result<()> {
     match command {
-        BbCommand::JobProcess { script, uid } => {
-            ask_inside_controller(&Request::CheckJob { script: read_script(&script)?, uid }).await?;
+        BbCommand::JobProcess { script, uid, gid } => {
+            ask_inside_controller(&Request::CheckJob { script: read_script(&script)?, uid, gid }).await?;
         }
         BbCommand::Pools => {
             let Reply::Pools(pools) = ask_inside_controller(&Request::Pools).await? else { bail!("unexpected answer") };
