@@ -549,3 +549,160 @@ fn a_reservation_shared_with_a_group_lets_its_members_in_and_no_one_else() {
     let after: serde_json::Value = serde_json::from_str(&m.surge(&["reservation", "list", "--json"])).unwrap();
     assert_eq!(after, serde_json::json!([]));
 }
+
+/// One job through slurm/job_submit.lua as Slurm 22.05 runs it (Lua 5.1, a `slurm` table with
+/// `log_user`, the job's fields in `job_desc`), `surge` found through SURGE_COMMAND: what the
+/// script calls back, and the job's script and --bb text after it.
+struct Submitted {
+    rc: i64,
+    script: Option<String>,
+    burst_buffer: Option<String>,
+    told: String,
+}
+
+/// Runs job_submit.lua's `slurm_job_submit` for a job of these fields (`min_nodes` as Slurm
+/// passes it: 0 for -N0, else NO_VAL when not given).
+fn job_submit(m: &LocalManager, surge_command: &std::path::Path, script: Option<&str>, bb: Option<&str>, min_nodes: u32) -> Submitted {
+    let dir = m.dir.join("lua");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let field = |value: Option<&str>| value.map_or("nil".to_string(), |v| format!("[==[{v}]==]"));
+    let driver = format!(
+        r#"
+local told = {{}}
+slurm = {{ SUCCESS = 0, ERROR = -1,
+          log_user = function(...) told[#told + 1] = string.format(...) end }}
+dofile([==[{script_path}]==])
+local job_desc = {{ script = {script}, burst_buffer = {bb}, min_nodes = {min_nodes} }}
+local rc = slurm_job_submit(job_desc, {{}}, 65534)
+local function put(name, value)
+    if value ~= nil then
+        local f = io.open([==[{dir}/]==] .. name, "wb")
+        f:write(tostring(value))
+        f:close()
+    end
+end
+put("rc", rc)
+put("script", job_desc.script)
+put("burst_buffer", job_desc.burst_buffer)
+put("told", table.concat(told, "\n"))
+"#,
+        script_path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../slurm/job_submit.lua").display(),
+        script = field(script),
+        bb = field(bb),
+        dir = dir.display(),
+    );
+    let out = Command::new("lua5.1")
+        .arg("-e")
+        .arg(&driver)
+        .env("SURGE_COMMAND", surge_command)
+        .env("SURGE_MANAGER_SOCKET", m.dir.join("manager.sock"))
+        .env_remove("SURGE_MANAGER")
+        .output()
+        .expect("run lua5.1 (apt-get install lua5.1)");
+    assert!(out.status.success(), "the Lua script failed: {}", text(&out));
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).ok();
+    Submitted {
+        rc: read("rc").expect("an answer").parse().unwrap(),
+        script: read("script"),
+        burst_buffer: read("burst_buffer"),
+        told: read("told").unwrap_or_default(),
+    }
+}
+
+/// slurm/job_submit.lua: the default pool for `jobdw` and `create_persistent` lines without one,
+/// in a batch script and in the --bb text of sbatch, salloc and srun (DataWarp's short form
+/// too); Slurm's `#BB create_persistent`/`destroy_persistent` lines become Surge's `#DW` lines,
+/// which the manager then accepts; a job without nodes that asks for a burst buffer refused,
+/// saying what to do instead; DataWarp tuning warned about; jobs without directives passed on
+/// without running anything.
+#[test]
+fn job_submit_lua_gives_the_default_pool_and_rewrites_slurms_bb_lines() {
+    let m = LocalManager::up("cli-job-submit");
+    let surge = binary("surge");
+    let no_val = 0xffff_fffe;
+    let submitted = |script: Option<&str>, bb: Option<&str>, min_nodes: u32| job_submit(&m, &surge, script, bb, min_nodes);
+
+    // A batch script: pool added, #BB lines rewritten in place, the rest untouched.
+    let script = "#!/bin/bash\n#SBATCH -N 1\n#DW jobdw capacity=64MiB access_mode=striped type=scratch\n\
+                  #BB create_persistent name=shared capacity=64MiB access=striped type=scratch\nsrun hostname\n";
+    let job = submitted(Some(script), None, no_val);
+    assert_eq!(job.rc, 0, "{}", job.told);
+    assert_eq!(
+        job.script.as_deref(),
+        Some(
+            "#!/bin/bash\n#SBATCH -N 1\n#DW jobdw capacity=64MiB access_mode=striped type=scratch pool=bb\n\
+             #DW create_persistent name=shared capacity=64MiB access=striped type=scratch pool=bb\nsrun hostname\n"
+        )
+    );
+    assert_eq!(job.told, "");
+    // What it became passes Surge's own check at job_process; as it was, it is refused there
+    // (the #BB line would otherwise be ignored).
+    let rewritten = m.dir.join("rewritten.sh");
+    std::fs::write(&rewritten, job.script.as_deref().unwrap()).unwrap();
+    m.surge(&["bb", "job-process", rewritten.to_str().unwrap()]);
+    let original = m.dir.join("original.sh");
+    std::fs::write(&original, script).unwrap();
+    let refused = m.surge_as(None, &["bb", "job-process", original.to_str().unwrap()]);
+    assert!(
+        !refused.status.success()
+            && text(&refused).contains("line 4: '#BB create_persistent' is read by Slurm's burst_buffer/datawarp plugin"),
+        "{}",
+        text(&refused)
+    );
+    // Behind the datawarp plugin, which reads `#BB` lines itself, the same script is accepted.
+    m.surge(&["dw-wlm-cli", "--function", "job_process", "--job", original.to_str().unwrap()]);
+
+    // A script that is not all UTF-8 (a Latin-1 comment) keeps its bytes: only the directive
+    // line changes.
+    let latin1 = m.dir.join("latin1.sh");
+    std::fs::write(&latin1, b"#!/bin/bash\n# caf\xe9\n#DW jobdw capacity=64MiB access_mode=striped type=scratch\n").unwrap();
+    let rewritten_latin1 = m.dir.join("latin1.out");
+    m.surge(&["bb", "job-submit", "--out", rewritten_latin1.to_str().unwrap(), latin1.to_str().unwrap()]);
+    assert_eq!(
+        std::fs::read(&rewritten_latin1).unwrap(),
+        b"#!/bin/bash\n# caf\xe9\n#DW jobdw capacity=64MiB access_mode=striped type=scratch pool=bb\n"
+    );
+
+    // salloc/srun --bb: #DW lines, or DataWarp's short form.
+    let srun = submitted(None, Some("#DW jobdw capacity=64MiB access_mode=striped type=scratch"), 1);
+    assert_eq!((srun.rc, srun.burst_buffer.as_deref()), (0, Some("#DW jobdw capacity=64MiB access_mode=striped type=scratch pool=bb")));
+    let short = submitted(None, Some("capacity=64MiB access=striped"), no_val);
+    assert_eq!(short.burst_buffer.as_deref(), Some("#DW jobdw capacity=64MiB access_mode=striped type=scratch pool=bb"));
+    let named = submitted(Some("#!/bin/bash\nhostname\n"), Some("#DW jobdw capacity=64MiB access_mode=striped type=scratch pool=bb"), 1);
+    assert_eq!((named.rc, named.script.as_deref()), (0, Some("#!/bin/bash\nhostname\n")));
+    let swap = submitted(None, Some("capacity=64MiB swap=1GiB"), 1);
+    assert!(swap.rc != 0 && swap.told.contains("--bb swap=1GiB is not offered"), "{}", swap.told);
+
+    // sbatch -N0 with a reservation to make: refused, saying what to do.
+    let zero = submitted(Some("#!/bin/bash\n#BB create_persistent name=r capacity=64MiB\n"), None, 0);
+    assert_ne!(zero.rc, 0);
+    assert!(
+        zero.told.starts_with("Surge: a job without nodes (-N0)") && zero.told.contains("surge reservation create NAME"),
+        "{}",
+        zero.told
+    );
+
+    // Tuning: accepted, with a word to the user.
+    let tuned = submitted(
+        Some("#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped type=scratch optimization_strategy=bandwidth\n"),
+        None,
+        1,
+    );
+    assert_eq!(tuned.rc, 0);
+    assert_eq!(tuned.told, "Surge: warning: line 2: optimization_strategy=bandwidth is DataWarp tuning Surge does not have: ignored");
+
+    // No directives: nothing is run (a `surge` that cannot run would fail the job).
+    let plain = job_submit(&m, std::path::Path::new("/nonexistent/surge"), Some("#!/bin/bash\n# DW not one\nhostname\n"), None, 1);
+    assert_eq!((plain.rc, plain.script.as_deref()), (0, Some("#!/bin/bash\n# DW not one\nhostname\n")));
+    // A pool named: the manager is not asked. None named and no manager to ask: the job is
+    // refused saying so (not passed on to be refused for want of a pool, without a reason).
+    let mut m = m;
+    let manager = m.children.last_mut().unwrap();
+    manager.kill().unwrap();
+    manager.wait().unwrap();
+    let pooled = job_submit(&m, &surge, Some("#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped type=scratch pool=bb\n"), None, 1);
+    assert_eq!(pooled.rc, 0, "{}", pooled.told);
+    let down = job_submit(&m, &surge, Some("#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped type=scratch\n"), None, 1);
+    assert!(down.rc != 0 && down.told.starts_with("Surge's manager"), "{}", down.told);
+}
