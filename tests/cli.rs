@@ -264,6 +264,16 @@ impl LocalManager {
         assert!(out.status.success(), "{hook} of job {job}: {}\nmanager: {}", text(&out), self.log());
     }
 
+    /// Kills the manager (as a crash would) and starts it again on the same state: it
+    /// reconciles with the agents before it answers.
+    fn restart_manager(&mut self) {
+        let manager = self.children.last_mut().unwrap();
+        manager.kill().unwrap();
+        manager.wait().unwrap();
+        let log = std::fs::OpenOptions::new().append(true).open(self.dir.join("manager.log")).unwrap();
+        *manager = Command::new(binary("surge-manager")).arg("--config").arg(self.dir.join("manager.toml")).stderr(log).spawn().unwrap();
+    }
+
     /// Where job `job`'s reservation `name` is mounted on a node.
     fn persistent_mount(&self, job: u64, name: &str) -> std::path::PathBuf {
         self.dir.join("jobs").join(job.to_string()).join("persistent").join(name)
@@ -705,4 +715,67 @@ fn job_submit_lua_gives_the_default_pool_and_rewrites_slurms_bb_lines() {
     assert_eq!(pooled.rc, 0, "{}", pooled.told);
     let down = job_submit(&m, &surge, Some("#!/bin/bash\n#DW jobdw capacity=64MiB access_mode=striped type=scratch\n"), None, 1);
     assert!(down.rc != 0 && down.told.starts_with("Surge's manager"), "{}", down.told);
+}
+
+/// `access_mode=private` in a standing pool: setup holds the room, pre-run (the job's nodes
+/// known) gives each compute node a namespace of its own, a server on a burst-buffer node
+/// (two on one node when the job has more nodes than the pool), the capacity shared equally;
+/// each node's prolog mounts its own namespace, what one node writes the next does not see and
+/// finds again when it comes back; a restarted manager keeps every server; teardown stops them
+/// all.
+#[test]
+fn private_mode_in_a_standing_pool_gives_each_compute_node_its_own_namespace() {
+    let user = 65534;
+    let mut m = LocalManager::up("cli-private-standing");
+    let script = m.dir.join("private.sh");
+    std::fs::write(&script, "#!/bin/bash\n#DW jobdw capacity=192MiB access_mode=private type=scratch\n").unwrap();
+    m.surge(&["bb", "job-process", "--uid", &user.to_string(), script.to_str().unwrap()]);
+    m.setup(301, user, "#DW jobdw capacity=192MiB access_mode=private type=scratch");
+    let instance = |m: &LocalManager| {
+        m.status_as(None, &[])["instances"].as_array().unwrap().iter().find(|i| i["name"] == "job-301-private").cloned().unwrap()
+    };
+    let planned = instance(&m);
+    assert_eq!(planned["state"], "planned", "waits for the job's nodes: {planned}");
+    let held: u64 = planned["servers"].as_array().unwrap().iter().map(|s| s["share"].as_u64().unwrap()).sum();
+    assert_eq!(held, 192 << 20, "setup holds the room: {planned}");
+
+    m.surge(&["bb", "pre-run", "--job", "301", "--nodes", "n1,n2,n3"]);
+    let ready = instance(&m);
+    assert_eq!(ready["state"], "ready", "{ready}");
+    let servers: Vec<(String, u64)> = ready["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["node"].as_str().unwrap().to_string(), s["share"].as_u64().unwrap()))
+        .collect();
+    let mib64 = 64 << 20;
+    assert_eq!(servers, [("bb1".to_string(), mib64), ("bb2".to_string(), mib64), ("bb1".to_string(), mib64)], "one per compute node");
+    let paths = m.dir.join("paths");
+    m.surge(&["bb", "paths", "--job", "301", "--path-file", paths.to_str().unwrap()]);
+    let private = m.dir.join("jobs/301/private");
+    assert!(std::fs::read_to_string(&paths).unwrap().contains(&format!("DW_JOB_PRIVATE={}", private.display())));
+
+    // Node by node (one host: one job directory at a time), each node sees its own namespace.
+    let on_node = |m: &LocalManager, node: &str, script: &str| {
+        m.node_hook("prolog", 301, node);
+        let out = shell_as(user, user, &[], &format!("cd {} && {script}", private.display()));
+        m.node_hook("epilog", 301, node);
+        assert!(out.status.success(), "on {node}: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(on_node(&m, "n1", "echo one > mine && ls"), "mine\n");
+    assert_eq!(on_node(&m, "n3", "ls; echo three > mine; cat mine; stat -c %a ."), "three\n700\n", "n3's namespace starts empty");
+    m.restart_manager();
+    assert_eq!(instance(&m)["state"], "ready", "a restarted manager finds every server: {}", m.log());
+    assert_eq!(on_node(&m, "n1", "cat mine"), "one\n", "n1 finds its own again");
+    assert_eq!(on_node(&m, "n2", "ls | wc -l"), "0\n");
+
+    m.surge(&["bb", "teardown", "--job", "301"]);
+    m.jobs.clear();
+    let left: Vec<String> = ["bb1", "bb2"]
+        .iter()
+        .flat_map(|bb| std::fs::read_dir(m.dir.join(bb)).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()))
+        .filter(|name| name.starts_with("job-301"))
+        .collect();
+    assert!(left.is_empty(), "every server stopped and its directory removed: {left:?}");
 }

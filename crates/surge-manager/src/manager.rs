@@ -545,12 +545,6 @@ impl Manager {
                         .map(|(mode, capacity)| pools::least_held(pool, capacity, pools::copies(pool, mode)))
                         .sum();
                     problems.extend(self.fits_pool(pool, jobdw.capacity, held, "jobdw"));
-                    if pool.kind == PoolKindConfig::Standing && jobdw.access != AccessMode::Striped {
-                        problems.push(format!(
-                            "jobdw: access_mode with private needs an on-demand pool (each compute node's namespace on its own storage); pool '{}' is standing",
-                            pool.name
-                        ));
-                    }
                 }
             }
         }
@@ -840,11 +834,12 @@ impl Manager {
     }
 
     /// Starts the servers of the job's standing-pool instances (and the reservations it
-    /// creates) that are not up yet.
+    /// creates) that are not up yet, but for private ones, which wait for the job's nodes.
     async fn start_pending(self: &Arc<Self>, job: u64) -> Result<()> {
         for instance in self.instances_of_job(job)? {
             let standing = self.config.pool(&instance.pool).is_some_and(|p| p.kind == PoolKindConfig::Standing);
-            if standing && instance.state != "ready" {
+            // A private one waits for the job's nodes, one namespace each (start_on_nodes).
+            if standing && instance.state != "ready" && !self.is_private_standing(&instance) {
                 self.start_instance(&instance.name).await?;
             }
         }
@@ -867,6 +862,24 @@ impl Manager {
             }
         }
         Ok(instances)
+    }
+
+    /// Whether `instance` is private in a standing pool: one namespace per compute node of its
+    /// job, each a server on a burst-buffer node, placed once the job's nodes are known
+    /// (several may share a burst-buffer node).
+    fn is_private_standing(&self, instance: &InstanceRecord) -> bool {
+        instance.mode == "private" && self.config.pool(&instance.pool).is_some_and(|p| p.kind == PoolKindConfig::Standing)
+    }
+
+    /// The name a node's agent knows a server of `instance` by: the instance's, or for a
+    /// private instance of a standing pool, whose servers may share a node, the instance's
+    /// with the server's index (`job-7-private.2`).
+    fn agent_name(&self, instance: &InstanceRecord, server: &ServerRecord) -> String {
+        if self.is_private_standing(instance) {
+            format!("{}.{}", instance.name, server.index)
+        } else {
+            instance.name.clone()
+        }
     }
 
     /// Whether the node's agent failed to answer within the last [`UNREACHABLE_FOR`].
@@ -920,7 +933,7 @@ impl Manager {
         let mut tasks = Vec::new();
         for server in &servers {
             let plan = ServerPlan {
-                instance: name.into(),
+                instance: self.agent_name(&instance, server),
                 index: if private { 0 } else { server.index },
                 count: if private { 1 } else { servers.len() },
                 // The node holds the server's share and, with two copies, its predecessor's.
@@ -946,7 +959,7 @@ impl Manager {
         }
         if let Some(e) = failure {
             for (server, _) in &running {
-                let _ = self.agent_call(&server.node, &AgentRequest::Stop { instance: name.into() }).await;
+                let _ = self.agent_call(&server.node, &AgentRequest::Stop { instance: self.agent_name(&instance, server) }).await;
             }
             self.store().set_instance_state(name, "failed")?;
             return Err(e.context(format!("start instance {name}")));
@@ -965,7 +978,8 @@ impl Manager {
             let mut local = descriptor.clone();
             local.token_path = PathBuf::from(&s.root).with_file_name("token");
             let text = serde_json::to_string_pretty(&local)?;
-            self.agent_call(&server.node, &AgentRequest::Describe { instance: name.into(), descriptor: text }).await?;
+            self.agent_call(&server.node, &AgentRequest::Describe { instance: self.agent_name(&instance, server), descriptor: text })
+                .await?;
         }
         // Each server mirrors its share on the next before the instance counts as ready.
         let secret = recorded_secret(&instance)?;
@@ -1041,10 +1055,14 @@ impl Manager {
     }
 
     async fn stop_instance(&self, name: &str) -> Result<()> {
-        let servers = self.store().servers(name)?;
+        let (instance, servers) = {
+            let store = self.store();
+            (store.instance(name)?, store.servers(name)?)
+        };
         let mut failures = Vec::new();
         for server in servers {
-            if let Err(e) = self.agent_call(&server.node, &AgentRequest::Stop { instance: name.into() }).await {
+            let agent_name = instance.as_ref().map_or_else(|| name.to_string(), |i| self.agent_name(i, &server));
+            if let Err(e) = self.agent_call(&server.node, &AgentRequest::Stop { instance: agent_name }).await {
                 failures.push(format!("{e:#}"));
             }
         }
@@ -1349,8 +1367,9 @@ impl Manager {
         Ok(vars)
     }
 
-    /// Starts the job's on-demand instances on its nodes (once), then releases the stages
-    /// that waited for them.
+    /// Starts the job's on-demand instances on its nodes (once), and its private instances of
+    /// standing pools (one server per compute node, on the pool's nodes, in place of the room
+    /// setup held for them).
     async fn start_on_nodes(self: &Arc<Self>, job: u64, nodes: &[String]) -> Result<()> {
         let _placing = self.placement.lock().await;
         let Some(record) = self.store().job(job)? else { return Ok(()) };
@@ -1361,7 +1380,8 @@ impl Manager {
         let listed = self.store().job_instances(job)?;
         for instance in listed {
             let Some(pool) = self.config.pool(&instance.pool) else { continue };
-            if pool.kind != PoolKindConfig::OnDemand || instance.state == "ready" {
+            let private_standing = self.is_private_standing(&instance);
+            if (pool.kind != PoolKindConfig::OnDemand && !private_standing) || instance.state == "ready" {
                 continue;
             }
             let mut used = self.store().node_use()?;
@@ -1372,7 +1392,12 @@ impl Manager {
                     *u = u.saturating_sub(s.share);
                 }
             }
-            let placed = pools::place_on_demand(pool, &used, &nodes, instance.capacity, instance.replicas).map_err(|e| anyhow!(e))?;
+            let placed = if private_standing {
+                pools::place_private_standing(pool, &used, nodes.len(), instance.capacity)
+            } else {
+                pools::place_on_demand(pool, &used, &nodes, instance.capacity, instance.replicas)
+            };
+            let placed = placed.map_err(|e| anyhow!(e))?;
             let servers: Vec<ServerRecord> = placed
                 .into_iter()
                 .enumerate()
@@ -1398,6 +1423,8 @@ impl Manager {
             return Ok(Attachment { uid: 0, gid: 0, job_dir: String::new(), mounts: Vec::new() });
         };
         self.start_on_nodes(job, nodes).await?;
+        // The nodes recorded (by this call or an earlier one) say which namespace is whose.
+        let job_nodes = self.store().job(job)?.map(|r| r.nodes).unwrap_or_default();
         let deadline = Instant::now() + ATTACH_TIMEOUT;
         let instances = loop {
             let changed = self.changed.notified();
@@ -1423,8 +1450,20 @@ impl Manager {
                 (None, _) => "striped".to_string(),
             };
             let token = job_dir.join("home").join("instances").join(format!("{}.token", instance.name));
-            let descriptor = self.descriptor(&instance, token)?;
-            let node_addr = if instance.mode == "private" {
+            let mut descriptor = self.descriptor(&instance, token)?;
+            let node_addr = if self.is_private_standing(&instance) {
+                // Its namespace is server k, on a burst-buffer node that may hold others of
+                // the instance: the node's descriptor names that server alone.
+                let k = job_nodes.iter().position(|n| n == node).ok_or_else(|| anyhow!("node {node} is not one of job {job}'s nodes"))?;
+                let mut mine = descriptor
+                    .servers
+                    .into_iter()
+                    .find(|s| s.index == k)
+                    .ok_or_else(|| anyhow!("no server of {} for node {node}", instance.name))?;
+                mine.index = 0;
+                descriptor.servers = vec![mine];
+                None
+            } else if instance.mode == "private" {
                 let servers = self.store().servers(&instance.name)?;
                 let mine = servers.iter().find(|s| s.node == node).and_then(|s| s.addr.clone());
                 Some(mine.ok_or_else(|| anyhow!("no server of {} on node {node}", instance.name))?)
@@ -1537,6 +1576,13 @@ impl Manager {
 
     async fn reconcile_with_nodes(self: &Arc<Self>) -> Result<()> {
         let known: HashMap<String, InstanceRecord> = self.store().instances()?.into_iter().map(|i| (i.name.clone(), i)).collect();
+        // The names the agents know the known instances' servers by.
+        let mut agent_names: HashSet<String> = known.keys().cloned().collect();
+        for instance in known.values() {
+            for server in self.store().servers(&instance.name)? {
+                agent_names.insert(self.agent_name(instance, &server));
+            }
+        }
         let mut running: HashMap<(String, String), String> = HashMap::new();
         let mut nodes: Vec<String> = self.config.pools.iter().flat_map(|p| p.nodes.iter().map(|n| n.name.clone())).collect();
         nodes.sort();
@@ -1552,7 +1598,7 @@ impl Manager {
             match listed {
                 Ok(AgentReply::Servers(servers)) => {
                     for s in servers {
-                        if !known.contains_key(&s.instance) {
+                        if !agent_names.contains(&s.instance) {
                             tracing::warn!(node, instance = %s.instance, "server of an unknown instance: stopped");
                             let _ = self.agent_call(node, &AgentRequest::Stop { instance: s.instance.clone() }).await;
                         } else {
@@ -1567,7 +1613,7 @@ impl Manager {
         for instance in known.values() {
             let servers = self.store().servers(&instance.name)?;
             let unreachable: Vec<&str> = servers.iter().filter(|s| self.is_unreachable(&s.node)).map(|s| s.node.as_str()).collect();
-            let up = servers.iter().filter(|s| running.get(&(instance.name.clone(), s.node.clone())) == s.addr.as_ref()).count();
+            let up = servers.iter().filter(|s| running.get(&(self.agent_name(instance, s), s.node.clone())) == s.addr.as_ref()).count();
             match instance.state.as_str() {
                 "starting" if !unreachable.is_empty() => {
                     tracing::warn!(instance = %instance.name, ?unreachable, "was starting; nodes unreachable: left planned");
@@ -1576,7 +1622,7 @@ impl Manager {
                 "starting" => {
                     tracing::info!(instance = %instance.name, "was starting: starting again");
                     for s in &servers {
-                        let _ = self.agent_call(&s.node, &AgentRequest::Stop { instance: instance.name.clone() }).await;
+                        let _ = self.agent_call(&s.node, &AgentRequest::Stop { instance: self.agent_name(instance, s) }).await;
                     }
                     self.store().set_instance_state(&instance.name, "planned")?;
                     if self.config.pool(&instance.pool).is_some_and(|p| p.kind == PoolKindConfig::Standing) {
