@@ -297,9 +297,31 @@ fn shell_as(uid: u32, gid: u32, groups: &[u32], script: &str) -> std::process::O
 
 impl Drop for LocalManager {
     fn drop(&mut self) {
+        // Also after a test that failed half-way: the mounts the prologs made, the jobs' buffers
+        // and the reservations go before the agents do.
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        for point in info.lines().filter_map(|line| line.split(' ').nth(4)).filter(|p| p.starts_with(&*self.dir.to_string_lossy())) {
+            let _ = Command::new("umount").arg("-l").arg(point).status();
+        }
+        // A manager the test stopped is not asked (a request would wait a minute for it).
+        if !self.children.last_mut().is_some_and(|manager| matches!(manager.try_wait(), Ok(None))) {
+            self.stop_children();
+            return;
+        }
         for job in &self.jobs {
             let _ = self.surge_as(None, &["bb", "teardown", "--job", &job.to_string(), "--hurry"]);
         }
+        let listed = self.surge_as(None, &["reservation", "list", "--json"]);
+        let reservations: Vec<serde_json::Value> = serde_json::from_slice(&listed.stdout).unwrap_or_default();
+        for name in reservations.iter().filter_map(|r| r["persistent"].as_str()) {
+            let _ = self.surge_as(None, &["reservation", "destroy", name, "--hurry"]);
+        }
+        self.stop_children();
+    }
+}
+
+impl LocalManager {
+    fn stop_children(&mut self) {
         for child in &mut self.children {
             let _ = child.kill();
             let _ = child.wait();
