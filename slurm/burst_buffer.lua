@@ -54,8 +54,12 @@ local function answer(ok, output)
 end
 
 -- At submit, inside slurmctld: an error refuses the job, and sbatch shows the message.
--- 23.02+ pass the submitting user, which lets reservations' owners be checked here too.
+-- 23.02+ pass the submitting user and group, which lets the use of reservations (their owner's,
+-- or shared with that user or group) be checked here too.
 function slurm_bb_job_process(job_script, uid, gid, job_info)
+	if uid ~= nil and gid ~= nil then
+		return answer(run_surge("bb", "job-process", "--uid", uid, "--gid", gid, job_script))
+	end
 	if uid ~= nil then
 		return answer(run_surge("bb", "job-process", "--uid", uid, job_script))
 	end

@@ -229,13 +229,9 @@ fn a_compute_node_lost_mid_job_leaves_nothing_behind() {
         )
         .unwrap();
     bed.wait_until("the job's buffer used on both nodes", Duration::from_secs(60), || {
-        bed.run(
-            "n1",
-            Some(USER),
-            &format!("test -s /var/spool/surge/jobs/{job}/striped/n1 && test -s /var/spool/surge/jobs/{job}/striped/n2"),
-        )
-        .status
-        .success()
+        ["n1", "n2"]
+            .iter()
+            .all(|node| bed.run(node, Some(USER), &format!("test -s /var/spool/surge/jobs/{job}/striped/{node}")).status.success())
     });
     let killed = bed.testbed("kill", &["n2"]);
     assert!(killed.status.success(), "{}", text(&killed));

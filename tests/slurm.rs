@@ -128,7 +128,7 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
              #DW stage_in type=file source=input.h5 destination=$DW_PERSISTENT_STRIPED_results/input.h5\n#DW swap 10G\nhostname\n",
         )
         .expect_err("a script with bad #DW lines was accepted");
-    for problem in ["line 2: name '9lives' must start with a letter", "line 3: source=input.h5", "line 4: unknown directive 'swap'"] {
+    for problem in ["line 2: name '9lives' must start with a letter", "line 3: source=input.h5", "line 4: '#DW swap 10G' is not offered"] {
         assert!(refused.contains(problem), "sbatch does not show {problem:?}: {refused}");
     }
     let too_big = bed.submit("big.sh", "#!/bin/bash\n#DW jobdw capacity=10GiB access_mode=striped type=scratch\nhostname\n").unwrap_err();

@@ -1,8 +1,8 @@
 //! Target `directives`: any text as a batch script through the `#DW` parser. Whatever the
 //! text, the parser answers a request or problems and never panics; the same text always gets
-//! the same answer; every problem names a line of the script; an accepted request holds only
-//! what the rules allow (capacities above zero, names starting with a letter, stage paths
-//! without `..`, absolute on the parallel-file-system side).
+//! the same answer; every problem and warning names a line of the script; an accepted request
+//! holds only what the rules allow (capacities above zero, names starting with a letter, stage
+//! paths without `..`, absolute on the parallel-file-system side).
 
 use surge_directives::{parse_script, JobRequest, StageKind};
 
@@ -19,7 +19,12 @@ pub fn run(data: &[u8]) {
                 assert!(!p.message.is_empty());
             }
         }
-        Ok(request) => check(&request),
+        Ok(request) => {
+            for w in &request.warnings {
+                assert!((1..=lines).contains(&w.line), "warning on line {} of {lines}", w.line);
+            }
+            check(&request)
+        }
     }
 }
 

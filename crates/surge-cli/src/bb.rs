@@ -28,6 +28,24 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[derive(Subcommand)]
 pub enum BbCommand {
+    /// At submit, before the burst-buffer plugin reads the job (job_submit.lua): Slurm's
+    /// `#BB create_persistent`/`destroy_persistent` lines become `#DW` lines, a `--bb` option in
+    /// DataWarp's short form a `#DW jobdw` line, and lines naming no pool get the default one.
+    /// Writes the text to --out; prints warnings; refuses a job without nodes that asks for a
+    /// burst buffer (the lua plugin refuses it without a word).
+    JobSubmit {
+        /// The job's script (or, with --bb-option, its --bb text).
+        text: PathBuf,
+        /// Where the rewritten text goes.
+        #[arg(long)]
+        out: PathBuf,
+        /// The text is the job's --bb option (sbatch, salloc, srun), not its script.
+        #[arg(long)]
+        bb_option: bool,
+        /// The job asks for no nodes (-N0).
+        #[arg(long)]
+        zero_nodes: bool,
+    },
     /// At submit: check a job script's #DW lines against the pools and reservations.
     JobProcess {
         /// The job script.
@@ -35,6 +53,9 @@ pub enum BbCommand {
         /// The submitting user, when the workload manager says (Slurm 23.02+).
         #[arg(long)]
         uid: Option<u32>,
+        /// The submitting user's group, when the workload manager says (Slurm 23.02+).
+        #[arg(long)]
+        gid: Option<u32>,
     },
     /// The pools as Slurm's burst_buffer/lua wants them (JSON).
     Pools,
@@ -200,8 +221,17 @@ fn read_script(path: &Path) -> Result<String> {
 
 pub async fn run(command: BbCommand) -> Result<()> {
     match command {
-        BbCommand::JobProcess { script, uid } => {
-            ask_inside_controller(&Request::CheckJob { script: read_script(&script)?, uid }).await?;
+        BbCommand::JobSubmit { text, out, bb_option, zero_nodes } => job_submit(&text, &out, bb_option, zero_nodes).await?,
+        BbCommand::JobProcess { script, uid, gid } => {
+            let script = read_script(&script)?;
+            // Under burst_buffer/lua a `#BB` line here was not rewritten at submit: refused
+            // rather than ignored (the datawarp plugin's hook, dw_wlm_cli, leaves them to Slurm).
+            let untranslated = surge_directives::submit::untranslated_bb_lines(&script);
+            if !untranslated.is_empty() {
+                let lines: Vec<String> = untranslated.iter().map(|e| format!("  {e}")).collect();
+                bail!("{} problem(s) with #BB directives:\n{}", untranslated.len(), lines.join("\n"));
+            }
+            check_job(script, uid, gid).await?;
         }
         BbCommand::Pools => {
             let Reply::Pools(pools) = ask_inside_controller(&Request::Pools).await? else { bail!("unexpected answer") };
@@ -246,6 +276,64 @@ pub async fn run(command: BbCommand) -> Result<()> {
         }
         BbCommand::Prolog => prolog().await?,
         BbCommand::Epilog => epilog().await?,
+    }
+    Ok(())
+}
+
+/// The manager's check of a job script at submit, within the time a hook inside the
+/// controller has. `#BB` lines are not looked at: under the datawarp plugin they are Slurm's.
+pub async fn check_job(script: String, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
+    ask_inside_controller(&Request::CheckJob { script, uid, gid }).await?;
+    Ok(())
+}
+
+/// `surge bb job-submit`: `text` rewritten for the lua plugin into `out` (see
+/// [`surge_directives::submit`]), the manager asked for the default pool only when a line
+/// needs it; warnings of the result printed, one a line.
+async fn job_submit(text: &Path, out: &Path, bb_option: bool, zero_nodes: bool) -> Result<()> {
+    use surge_directives::submit::{self, Text};
+    let form = if bb_option { Text::BbOption } else { Text::Script };
+    let bytes = std::fs::read(text).with_context(|| format!("read {}", text.display()))?;
+    let original = String::from_utf8_lossy(&bytes);
+    let write = |content: &[u8]| std::fs::write(out, content).with_context(|| format!("write {}", out.display()));
+    if !submit::has_directives(&original, form) {
+        return write(&bytes);
+    }
+    if zero_nodes {
+        bail!("{}", submit::ZERO_NODES_REFUSED);
+    }
+    let default_pool = if submit::needs_pool(&original, form) {
+        let Reply::Pools(pools) = ask_inside_controller(&Request::Pools).await? else { bail!("unexpected answer") };
+        // The first the manager lists is its default, as DataWarp lists its default first.
+        pools.first().map(|p| p.name.clone())
+    } else {
+        None
+    };
+    // Line by line (the rewrite is), so that a line that is not UTF-8 (a comment in another
+    // encoding) passes byte for byte: only directive lines change.
+    let mut rewritten = Vec::with_capacity(bytes.len() + 64);
+    let mut problems = Vec::new();
+    for (index, raw) in bytes.split(|b| *b == b'\n').enumerate() {
+        if index > 0 {
+            rewritten.push(b'\n');
+        }
+        match std::str::from_utf8(raw).map(|line| submit::rewrite(line, form, default_pool.as_deref())) {
+            Ok(Ok((line, _))) => rewritten.extend_from_slice(line.as_bytes()),
+            Ok(Err(found)) => problems.extend(found.into_iter().map(|p| surge_directives::DirectiveError { line: index + 1, ..p })),
+            Err(_) => rewritten.extend_from_slice(raw),
+        }
+    }
+    if !problems.is_empty() {
+        let lines: Vec<String> = problems.iter().map(|p| format!("  {p}")).collect();
+        bail!("{} problem(s) with the burst-buffer request:\n{}", problems.len(), lines.join("\n"));
+    }
+    write(&rewritten)?;
+    // Problems are job_process's to report (with the pools and reservations); warnings of a
+    // request that parses are shown here, where the user still sees them.
+    if let Ok(request) = surge_directives::parse_script(&String::from_utf8_lossy(&rewritten)) {
+        for warning in &request.warnings {
+            outln!("Surge: warning: {warning}");
+        }
     }
     Ok(())
 }

@@ -249,7 +249,12 @@ pub async fn dw_wlm_cli(a: DwWlmCli) -> Result<()> {
                 n.instances.iter().map(|(id, _, _)| serde_json::json!({"id": id, "links": {"instance": id}})).collect();
             outln!("{}", serde_json::json!({ "configurations": list }));
         }
-        "job_process" => crate::bb::run(BbCommand::JobProcess { script: script(&a.job)?, uid: None }).await?,
+        // Not `surge bb job-process`: the plugin reads the `#BB` lines itself.
+        "job_process" => {
+            let path = script(&a.job)?;
+            let text = std::fs::read(&path).with_context(|| format!("read {}", path.display()))?;
+            crate::bb::check_job(String::from_utf8_lossy(&text).into_owned(), None, None).await?
+        }
         "setup" => {
             let (uid, gid) = (a.user.context("--user UID is needed")?, a.groupid.context("--groupid GID is needed")?);
             crate::bb::run(BbCommand::Setup { job: token_job(&a.token)?, uid, gid, script: script(&a.job)? }).await?
@@ -298,7 +303,16 @@ pub async fn dw_wlm_cli(a: DwWlmCli) -> Result<()> {
                 bail!("create_persistent {name}: Surge's reservations are striped scratch");
             }
             let gid = a.groupid.unwrap_or(uid);
-            ask(&Request::CreatePersistent { name: name.clone(), uid, gid, pool: Some(pool.into()), capacity }).await?;
+            let request = Request::CreatePersistent {
+                name: name.clone(),
+                uid,
+                gid,
+                pool: Some(pool.into()),
+                capacity,
+                group: None,
+                users: Vec::new(),
+            };
+            ask(&request).await?;
             outln!("created persistent reservation {name}");
         }
         other => bail!("unknown function '{other}'"),
@@ -451,6 +465,8 @@ mod tests {
             mode: "striped".into(),
             capacity: servers.iter().map(|s| s.2).sum(),
             owner_uid: 1000,
+            group: None,
+            users: Vec::new(),
             state: state.into(),
             created: 100,
             servers: servers.iter().map(|&(id, node, share)| ServerView { id, node: node.into(), addr: String::new(), share }).collect(),

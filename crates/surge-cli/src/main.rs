@@ -17,6 +17,7 @@ mod fsck;
 mod instance;
 mod mount;
 mod output;
+mod reservation;
 mod stage;
 mod table;
 mod workflow;
@@ -410,6 +411,10 @@ enum Command {
     /// manager (slurm/burst_buffer.lua calls these).
     #[command(subcommand)]
     Bb(bb::BbCommand),
+    /// Persistent reservations without a job: create (for a user, shared with a group or
+    /// users), destroy, list. Through Surge's manager.
+    #[command(subcommand)]
+    Reservation(reservation::ReservationCommand),
     /// DataWarp's `dw_wlm_cli` for Slurm's burst_buffer/datawarp plugin (also run as
     /// `dw_wlm_cli`): the functions it calls, answered by Surge's manager.
     DwWlmCli(datawarp::DwWlmCli),
@@ -639,6 +644,7 @@ async fn run(command: Command) -> Result<ExitCode> {
         }
         Command::Stat { path, json, target } => files::stat(&target.client()?, &path, json).await?,
         Command::Bb(command) => bb::run(command).await?,
+        Command::Reservation(command) => reservation::run(command).await?,
         Command::DwWlmCli(args) => datawarp::dw_wlm_cli(args).await?,
         Command::Dwstat { views } => datawarp::dwstat(&views).await?,
         Command::Stage(cmd) => stage::run(cmd).await?,
@@ -816,6 +822,7 @@ fn describe_request(r: &surge_directives::JobRequest) -> String {
     if out.is_empty() {
         out.push("no #DW directives: the job uses no burst buffer".into());
     }
+    out.extend(r.warnings.iter().map(|w| format!("warning: {w}")));
     out.join("\n")
 }
 

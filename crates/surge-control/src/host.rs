@@ -1,6 +1,7 @@
 //! What the control plane's root-side parts (the node agents, the nodes' prolog) and its
-//! daemons do on a node alike: make directories and files that belong to a job's user, know
-//! that user's groups, and wait for the signal that stops a daemon.
+//! daemons do on a node alike: make directories and files that belong to a job's user, wait
+//! for the signal that stops a daemon, and look users and groups up as the node knows them
+//! (its passwd and group databases, through the C library: files, LDAP, SSSD alike).
 
 use std::io;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -33,6 +34,96 @@ pub fn owned_file(path: &Path, text: &str, uid: u32, gid: u32) -> io::Result<()>
 /// [`surge_proto::host::user_groups`]): a server started for the user has them, so that it
 /// reaches on the PFS what the user may reach through a supplementary group, as the job does.
 pub use surge_proto::host::user_groups;
+
+/// A user as the node's passwd database knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Account {
+    pub name: String,
+    pub uid: u32,
+    /// The user's primary group.
+    pub gid: u32,
+}
+
+/// Room for what getpw*_r and getgr*_r write (names, and a group's member list).
+const LOOKUP_BUFFER: usize = 64 * 1024;
+
+fn account(pwd: &libc::passwd) -> Account {
+    // SAFETY: a passwd filled by getpw*_r: pw_name is a NUL-terminated string in its buffer.
+    let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) }.to_string_lossy().into_owned();
+    Account { name, uid: pwd.pw_uid, gid: pwd.pw_gid }
+}
+
+/// The user of this uid, if the node knows one.
+pub fn user_by_uid(uid: u32) -> Option<Account> {
+    let mut buf = vec![0 as libc::c_char; LOOKUP_BUFFER];
+    // SAFETY: getpwuid_r writes into `pwd` and `buf`, of the sizes given; `found` points at
+    // `pwd` (or is null) and is read while `buf` lives.
+    unsafe {
+        let mut pwd: libc::passwd = std::mem::zeroed();
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        (libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) == 0 && !found.is_null()).then(|| account(&pwd))
+    }
+}
+
+/// The user of this name, if the node knows one.
+pub fn user_by_name(name: &str) -> Option<Account> {
+    let name = std::ffi::CString::new(name).ok()?;
+    let mut buf = vec![0 as libc::c_char; LOOKUP_BUFFER];
+    // SAFETY: as in `user_by_uid`; `name` is NUL-terminated and outlives the call.
+    unsafe {
+        let mut pwd: libc::passwd = std::mem::zeroed();
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        (libc::getpwnam_r(name.as_ptr(), &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) == 0 && !found.is_null()).then(|| account(&pwd))
+    }
+}
+
+/// The gid of the group of this name, if the node knows one.
+pub fn group_by_name(name: &str) -> Option<u32> {
+    let name = std::ffi::CString::new(name).ok()?;
+    let mut buf = vec![0 as libc::c_char; LOOKUP_BUFFER];
+    // SAFETY: getgrnam_r writes into `grp` and `buf`, of the sizes given; `name` is
+    // NUL-terminated and outlives the call.
+    unsafe {
+        let mut grp: libc::group = std::mem::zeroed();
+        let mut found: *mut libc::group = std::ptr::null_mut();
+        (libc::getgrnam_r(name.as_ptr(), &mut grp, buf.as_mut_ptr(), buf.len(), &mut found) == 0 && !found.is_null()).then_some(grp.gr_gid)
+    }
+}
+
+/// The name of the group of this gid, if the node knows one.
+pub fn group_name(gid: u32) -> Option<String> {
+    let mut buf = vec![0 as libc::c_char; LOOKUP_BUFFER];
+    // SAFETY: getgrgid_r writes into `grp` and `buf`, of the sizes given; gr_name points into
+    // `buf`, read while it lives.
+    unsafe {
+        let mut grp: libc::group = std::mem::zeroed();
+        let mut found: *mut libc::group = std::ptr::null_mut();
+        (libc::getgrgid_r(gid, &mut grp, buf.as_mut_ptr(), buf.len(), &mut found) == 0 && !found.is_null())
+            .then(|| std::ffi::CStr::from_ptr(grp.gr_name).to_string_lossy().into_owned())
+    }
+}
+
+/// Every group the user of this uid is in as the node knows it: the primary group and the
+/// supplementary ones (empty for a uid the node does not know).
+pub fn groups_of(uid: u32) -> Vec<u32> {
+    let Some(user) = user_by_uid(uid) else { return Vec::new() };
+    let Ok(name) = std::ffi::CString::new(user.name) else { return vec![user.gid] };
+    let mut list = vec![0 as libc::gid_t; 64];
+    loop {
+        let mut count = list.len() as libc::c_int;
+        // SAFETY: `list` has room for `count` gids; `name` is NUL-terminated. On -1, `count`
+        // says how many there are, and the call is made again with that much room.
+        let found = unsafe { libc::getgrouplist(name.as_ptr(), user.gid, list.as_mut_ptr(), &mut count) };
+        if found >= 0 {
+            list.truncate(count.max(0) as usize);
+            return list;
+        }
+        if count as usize <= list.len() {
+            return vec![user.gid];
+        }
+        list.resize(count as usize, 0);
+    }
+}
 
 /// Completes on SIGTERM or SIGINT (on SIGINT alone where SIGTERM cannot be watched).
 pub async fn stop_signal() {
@@ -71,5 +162,19 @@ mod tests {
         assert!(meta.is_file() && meta.mode() & 0o777 == 0o600);
         assert_eq!(std::fs::read_to_string(&planted).unwrap(), "secret");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// root is uid 0 in group 0 on every Linux node; a name nobody has is nobody's.
+    #[test]
+    fn users_and_groups_are_looked_up_as_the_node_knows_them() {
+        let root = user_by_uid(0).unwrap();
+        assert_eq!((root.name.as_str(), root.uid, root.gid), ("root", 0, 0));
+        assert_eq!(user_by_name("root"), Some(root));
+        assert_eq!(group_by_name("root"), Some(0));
+        assert_eq!(group_name(0).as_deref(), Some("root"));
+        assert!(groups_of(0).contains(&0));
+        assert_eq!(user_by_name("no-such-user-here"), None);
+        assert_eq!(group_by_name("no-such-group-here"), None);
+        assert!(groups_of(3_999_999_999).is_empty());
     }
 }

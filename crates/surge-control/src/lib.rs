@@ -15,7 +15,8 @@
 //!   the manager's TCP service for the other nodes, each request inside a MUNGE credential;
 //! * [`munge`]: MUNGE credentials, the cluster's own proof of a caller's uid and gid;
 //! * [`host`]: the little its root-side parts do on a node alike: files and directories made
-//!   for a job's user, that user's groups, the signal that stops a daemon.
+//!   for a job's user, that user's groups, the signal that stops a daemon, users and groups
+//!   looked up.
 //!
 //! JSON rather than the data plane's binary frames: these messages are few, small and worth
 //! reading in a log or with `socat` when something goes wrong.

@@ -38,8 +38,14 @@ pub enum Request {
     /// may name another user; anyone else sees at most their own, whatever they name.
     StatusFor { viewer: Viewer },
     /// At submit: the script's directives checked against the pools and reservations that
-    /// exist (and, when the workload manager says who submits, what that user may use).
-    CheckJob { script: String, uid: Option<u32> },
+    /// exist (and, when the workload manager says who submits, what that user, in that group,
+    /// may use).
+    CheckJob {
+        script: String,
+        uid: Option<u32>,
+        #[serde(default)]
+        gid: Option<u32>,
+    },
     /// The job was chosen to run: charge its capacity, create and destroy what it asks, start
     /// its standing-pool servers.
     Setup { job: u64, uid: u32, gid: u32, script: String },
@@ -61,9 +67,26 @@ pub enum Request {
     DataOut { job: u64 },
     /// Release the job's buffers; with `hurry`, without waiting for (or after failed) stages.
     Teardown { job: u64, hurry: bool },
-    /// A persistent reservation made outside a job (DataWarp's `create_persistent`).
-    CreatePersistent { name: String, uid: u32, gid: u32, pool: Option<String>, capacity: u64 },
-    /// A persistent reservation removed outside a job; `hurry` even while jobs use it.
+    /// A persistent reservation made outside a job (DataWarp's `create_persistent`, `surge
+    /// reservation create`), owned by `uid`:`gid`. Root and the trusted uids may make one for
+    /// anyone; another caller only its own, where the manager's configuration allows it
+    /// (`user_reservations`), shared only with a group the caller is in.
+    CreatePersistent {
+        name: String,
+        uid: u32,
+        gid: u32,
+        pool: Option<String>,
+        capacity: u64,
+        /// A group whose members' jobs may use it too (`#DW persistentdw`); none: the owner's
+        /// alone (a request from before sharing has none).
+        #[serde(default)]
+        group: Option<u32>,
+        /// Users whose jobs may use it too.
+        #[serde(default)]
+        users: Vec<u32>,
+    },
+    /// A persistent reservation removed outside a job; `hurry` even while jobs use it. Root and
+    /// the trusted uids may remove any; its owner, where the configuration allows it.
     DestroyPersistent { name: String, hurry: bool },
 }
 
@@ -151,6 +174,12 @@ pub struct InstanceView {
     /// Bytes charged (the request rounded up to the pool's granularity).
     pub capacity: u64,
     pub owner_uid: u32,
+    /// For a reservation shared with a group: its gid (its members' jobs may use it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<u32>,
+    /// For a reservation shared with users: their uids.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<u32>,
     /// `planned` (charged, no servers yet), `starting`, `ready`, `degraded` (a server
     /// missing), `stopping` (a stop that has not reached every node yet), `failed`.
     pub state: String,
@@ -280,6 +309,14 @@ mod tests {
         assert_eq!(status.viewer, Viewer::Admin, "an older manager answered everything");
         assert_eq!((status.instances[0].id, status.instances[0].servers[0].share, status.sessions[0].id), (0, 0, 0));
         assert!(status.pools[0].capacities.is_empty());
+        assert_eq!((status.instances[0].group, status.instances[0].users.len()), (None, 0), "not shared");
+    }
+
+    #[test]
+    fn a_create_persistent_from_before_sharing_still_decodes() {
+        let old = r#"{"create_persistent":{"name":"ckpt","uid":1000,"gid":1000,"pool":"bb","capacity":1024}}"#;
+        let Request::CreatePersistent { group, users, .. } = serde_json::from_str(old).unwrap() else { panic!("not a create") };
+        assert_eq!((group, users), (None, vec![]));
     }
 
     #[test]

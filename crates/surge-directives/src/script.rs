@@ -11,6 +11,12 @@
 //! Unlike Slurm's own reader, which stops at the first command, every line is read: scripts
 //! put `#DW stage_out` after the commands that make the output. Every problem is reported, not
 //! only the first, each with its line.
+//!
+//! What DataWarp offers and Surge does not is said in words, never passed over in silence:
+//! `#DW swap` is refused with the reason, and DataWarp's tuning keys on `jobdw` and
+//! `create_persistent` ([`DATAWARP_TUNING`]) are accepted with a warning each
+//! ([`JobRequest::warnings`]) saying that they change nothing here. A key nobody knows stays a
+//! problem: a mistyped `capacty=` must not pass for tuning.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -29,6 +35,9 @@ pub struct JobRequest {
     pub destroy_persistent: Vec<(String, bool)>,
     pub stage_in: Vec<Stage>,
     pub stage_out: Vec<Stage>,
+    /// What was accepted but does nothing here (DataWarp's tuning keys), each with its line.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<DirectiveError>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -95,6 +104,24 @@ const JOB_VARIABLES: [&str; 2] = ["DW_JOB_STRIPED", "DW_JOB_PRIVATE"];
 const PERSISTENT_PREFIX: &str = "DW_PERSISTENT_STRIPED_";
 const MAX_NAME_LEN: usize = 64;
 
+/// DataWarp's optional tuning keys of `jobdw` (and of a reservation's creation): how its
+/// servers lay out metadata, cache and flush. Surge has no such knobs: a key among these is
+/// accepted with a warning and does nothing.
+pub const DATAWARP_TUNING: [&str; 8] = [
+    "max_mds",
+    "modified_threshold",
+    "optimization_strategy",
+    "read_ahead",
+    "sync_on_close",
+    "sync_to_pfs",
+    "write_window_length",
+    "write_window_multiplier",
+];
+
+/// Why `#DW swap` is refused (DataWarp gives each compute node swap space on the burst buffer).
+pub const SWAP_REFUSED: &str = "Surge gives a job no swap space on its burst buffer (swap is set up by root on each compute node, \
+     which Surge does not do); remove the line";
+
 /// Reads every `#DW` line of `script` (Slurm hands the script over with a trailing NUL).
 pub fn parse_script(script: &str) -> Result<JobRequest, Vec<DirectiveError>> {
     let mut request = JobRequest::default();
@@ -106,9 +133,11 @@ pub fn parse_script(script: &str) -> Result<JobRequest, Vec<DirectiveError>> {
         if !(rest.is_empty() || rest.starts_with(char::is_whitespace)) {
             continue; // `#DWfoo` is a comment, not a directive.
         }
-        if let Err(message) = directive(rest, line, &mut request) {
+        let mut warnings = Vec::new();
+        if let Err(message) = directive(rest, line, &mut request, &mut warnings) {
             errors.push(DirectiveError { line, message });
         }
+        request.warnings.extend(warnings.into_iter().map(|message| DirectiveError { line, message }));
     }
     errors.extend(check_references(&request));
     if errors.is_empty() {
@@ -125,10 +154,14 @@ fn words<'a>(rest: &'a str, keys: &[&str], flags: &[&str]) -> Result<BTreeMap<&'
     for word in rest.split_whitespace() {
         let (key, value) = word.split_once('=').unwrap_or((word, ""));
         let known = if word.contains('=') { keys.contains(&key) } else { flags.contains(&key) };
+        if !known && CACHE_KEYS.contains(&key) {
+            return Err(format!("'{key}=' goes with type=cache, which Surge does not offer: use type=scratch with stage_in/stage_out"));
+        }
         if !known {
-            let mut allowed: Vec<&str> = keys.iter().chain(flags).copied().collect();
+            let mut allowed: Vec<&str> = keys.iter().chain(flags).copied().filter(|k| !DATAWARP_TUNING.contains(k)).collect();
             allowed.sort_unstable();
-            return Err(format!("unknown key '{key}' (this directive takes {})", allowed.join(", ")));
+            let tuning = if keys.iter().any(|k| DATAWARP_TUNING.contains(k)) { ", and DataWarp's tuning keys (ignored)" } else { "" };
+            return Err(format!("unknown key '{key}' (this directive takes {}{tuning})", allowed.join(", ")));
         }
         if word.contains('=') && value.is_empty() {
             return Err(format!("'{key}=' has no value"));
@@ -140,17 +173,33 @@ fn words<'a>(rest: &'a str, keys: &[&str], flags: &[&str]) -> Result<BTreeMap<&'
     Ok(map)
 }
 
+/// Keys of DataWarp's cache mode (a buffer in front of a PFS directory), which Surge lacks.
+const CACHE_KEYS: [&str; 1] = ["pfs"];
+
+/// `keys` and DataWarp's tuning keys: what `jobdw` and `create_persistent` take.
+fn with_tuning(keys: &[&'static str]) -> Vec<&'static str> {
+    keys.iter().chain(DATAWARP_TUNING.iter()).copied().collect()
+}
+
+/// A warning for each of DataWarp's tuning keys given: accepted, and without effect.
+fn tuning_warnings(map: &BTreeMap<&str, &str>, warnings: &mut Vec<String>) {
+    for (key, value) in map.iter().filter(|(key, _)| DATAWARP_TUNING.contains(key)) {
+        warnings.push(format!("{key}={value} is DataWarp tuning Surge does not have: ignored"));
+    }
+}
+
 fn required<'a>(map: &BTreeMap<&str, &'a str>, key: &str) -> Result<&'a str, String> {
     map.get(key).copied().ok_or_else(|| format!("missing '{key}='"))
 }
 
-fn directive(rest: &str, line: usize, request: &mut JobRequest) -> Result<(), String> {
+fn directive(rest: &str, line: usize, request: &mut JobRequest, warnings: &mut Vec<String>) -> Result<(), String> {
     let rest = rest.trim();
     let (verb, args) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
     match verb {
         "" => Err("'#DW' without a directive (jobdw, persistentdw, stage_in ...)".into()),
         "jobdw" => {
-            let map = words(args, &["capacity", "access_mode", "type", "pool"], &[])?;
+            let map = words(args, &with_tuning(&["capacity", "access_mode", "type", "pool"]), &[])?;
+            tuning_warnings(&map, warnings);
             if request.jobdw.is_some() {
                 return Err("a second 'jobdw': a job has one buffer of its own".into());
             }
@@ -164,7 +213,8 @@ fn directive(rest: &str, line: usize, request: &mut JobRequest) -> Result<(), St
         }
         "create_persistent" => {
             // DataWarp's #BB form says `access=`; both are taken.
-            let map = words(args, &["name", "capacity", "access_mode", "access", "type", "pool"], &[])?;
+            let map = words(args, &with_tuning(&["name", "capacity", "access_mode", "access", "type", "pool"]), &[])?;
+            tuning_warnings(&map, warnings);
             let key = if map.contains_key("access") { "access" } else { "access_mode" };
             let persistent = Persistent {
                 name: name(required(&map, "name")?)?,
@@ -212,6 +262,7 @@ fn directive(rest: &str, line: usize, request: &mut JobRequest) -> Result<(), St
             }
             Ok(())
         }
+        "swap" => Err(format!("'#DW {}' is not offered: {SWAP_REFUSED}", rest.split_whitespace().collect::<Vec<_>>().join(" "))),
         other => Err(format!(
             "unknown directive '{other}' (Surge takes jobdw, persistentdw, create_persistent, destroy_persistent, stage_in, stage_out)"
         )),
@@ -421,7 +472,7 @@ mod tests {
             "line 3: source=in.dat: a parallel-file-system path must be absolute",
             "line 4: source=$DW_JOB_STRIPED/../../etc: '..' is not allowed",
             "line 5: name '9lives' must start with a letter",
-            "line 7: unknown directive 'swap'",
+            "line 7: '#DW swap 10G' is not offered: Surge gives a job no swap space",
             "line 8: unknown key 'colour'",
             "line 6: $DW_PERSISTENT_STRIPED_other/a: $DW_PERSISTENT_STRIPED_other needs a '#DW persistentdw name=other' line",
         ];
@@ -457,6 +508,43 @@ mod tests {
         assert!(errors("#DW stage_in type=list source=/pfs/l destination=$s/pfs/..//x\n")[0].contains("no 'destination='"));
         assert!(errors("#DW stage_out type=list source=list.txt\n")[0].contains("must be absolute"));
         assert!(errors("#DW stage_in type=list source=/pfs/../etc/l\n")[0].contains("'..'"));
+    }
+
+    /// DataWarp's `#DW swap` is refused saying why; its tuning keys pass with a warning each,
+    /// on their line, and change nothing; a key of its cache mode, or of nobody's, is refused.
+    #[test]
+    fn what_datawarp_offers_and_surge_does_not_is_said() {
+        let swap = errors("#DW jobdw capacity=1G access_mode=striped type=scratch\n#DW  swap   10GiB\n");
+        assert_eq!(swap.len(), 1, "{swap:?}");
+        assert!(swap[0].starts_with("line 2: '#DW swap 10GiB' is not offered") && swap[0].contains("remove the line"), "{swap:?}");
+
+        let request = parse_script(
+            "#DW jobdw capacity=1G access_mode=striped type=scratch optimization_strategy=bandwidth max_mds=yes\n\
+             #DW create_persistent name=p capacity=1G access=striped type=scratch sync_on_close=yes\n",
+        )
+        .unwrap();
+        assert_eq!(request.jobdw.as_ref().unwrap().capacity, 1 << 30);
+        let warnings: Vec<String> = request.warnings.iter().map(|w| w.to_string()).collect();
+        assert_eq!(
+            warnings,
+            [
+                "line 1: max_mds=yes is DataWarp tuning Surge does not have: ignored",
+                "line 1: optimization_strategy=bandwidth is DataWarp tuning Surge does not have: ignored",
+                "line 2: sync_on_close=yes is DataWarp tuning Surge does not have: ignored",
+            ]
+        );
+        // Without tuning, a request has no warnings (and its JSON no such field).
+        let plain = parse_script("#DW jobdw capacity=1G access_mode=striped type=scratch\n").unwrap();
+        assert!(plain.warnings.is_empty());
+        assert!(serde_json::to_value(&plain).unwrap().get("warnings").is_none());
+
+        let cache = errors("#DW jobdw capacity=1G access_mode=striped type=cache pfs=/lus/scratch/me\n");
+        assert!(cache[0].contains("'pfs=' goes with type=cache, which Surge does not offer"), "{cache:?}");
+        let typo = errors("#DW jobdw capacty=1G access_mode=striped type=scratch\n");
+        assert!(typo[0].contains("unknown key 'capacty'") && typo[0].contains("and DataWarp's tuning keys (ignored)"), "{typo:?}");
+        assert!(!typo[0].contains("max_mds"), "the tuning keys are not listed one by one: {typo:?}");
+        // Tuning on a directive that has none is no tuning.
+        assert!(errors("#DW persistentdw name=p max_mds=yes\n")[0].contains("unknown key 'max_mds' (this directive takes name)"));
     }
 
     #[test]

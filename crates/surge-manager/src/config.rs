@@ -5,6 +5,8 @@
 //! socket = "/run/surge/manager.sock"
 //! listen = "0.0.0.0:6820"               # optional: TCP for the other nodes, MUNGE-authenticated
 //! trusted_uids = [64030]                # besides root, may do what root may (SlurmUser)
+//! user_reservations = false             # users make and destroy their own reservations
+//!                                       # outside a job (default: root and trusted_uids only)
 //! state_dir = "/var/lib/surge"          # surge.db (0700, root's)
 //! job_root = "/var/spool/surge/jobs"    # on every compute node: <job_root>/<job id>/...
 //! key_file = "/etc/surge/cluster.key"   # shared with the node agents, 0600
@@ -50,6 +52,13 @@ pub struct Config {
     /// its burst-buffer hooks as SlurmUser).
     #[serde(default)]
     pub trusted_uids: Vec<u32>,
+    /// Whether a user may make a persistent reservation of their own outside a job (`surge
+    /// reservation create`, shared only with a group they are in) and destroy their own. Off
+    /// by default: outside a job no workload manager limits or accounts for it, so root and
+    /// the trusted uids make them for users. In a job (`#DW create_persistent`), the workload
+    /// manager's rules apply, whatever this says.
+    #[serde(default)]
+    pub user_reservations: bool,
     pub state_dir: PathBuf,
     pub job_root: PathBuf,
     pub key_file: PathBuf,

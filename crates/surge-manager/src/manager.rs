@@ -19,9 +19,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
 use surge_client::descriptor::ServerInfo;
+use surge_client::surge_proto::acl::{Acl, AclKind, Entry, Tag};
 use surge_client::surge_proto::auth::{self, Secret};
 use surge_client::surge_proto::error::ErrorCode;
 use surge_client::surge_proto::stage::{StageDirection, StageKind, StageState, StageSummary, StageWhen};
+use surge_client::surge_proto::XattrSetMode;
 use surge_client::{Client, ClientOptions, InstanceDescriptor, Mode};
 use surge_control::agent::{AgentReply, AgentRequest, ServerPlan};
 use surge_control::manager::{
@@ -173,8 +175,105 @@ fn answered_viewer(trusted: impl Fn(u32) -> bool, caller_uid: u32, asked: Viewer
     }
 }
 
+/// Requests only root and the trusted uids may make (reservations made and destroyed outside a
+/// job have rules of their own: [`Manager::may_make_reservation`],
+/// [`Manager::may_destroy_reservation`]).
 fn is_privileged(request: &Request) -> bool {
-    !matches!(request, Request::Pools | Request::Status | Request::StatusFor { .. } | Request::CheckJob { .. })
+    !matches!(
+        request,
+        Request::Pools
+            | Request::Status
+            | Request::StatusFor { .. }
+            | Request::CheckJob { .. }
+            | Request::CreatePersistent { .. }
+            | Request::DestroyPersistent { .. }
+    )
+}
+
+/// Whom a reservation is shared with, besides its owner.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Share {
+    gid: Option<u32>,
+    uids: Vec<u32>,
+}
+
+impl Share {
+    fn of(instance: &InstanceRecord) -> Share {
+        Share { gid: instance.share_gid, uids: instance.share_uids.clone() }
+    }
+
+    fn is_none(&self) -> bool {
+        self.gid.is_none() && self.uids.is_empty()
+    }
+}
+
+/// Whether a job of `uid` (primary group `gid`, when known) may use `reservation`: its owner's,
+/// root's, a listed user's, or one of its group's members' (the job's group, or one the
+/// user is in as `groups_of` says: the node's group database).
+fn may_use(reservation: &InstanceRecord, uid: u32, gid: Option<u32>, groups_of: impl Fn(u32) -> Vec<u32>) -> bool {
+    uid == reservation.uid
+        || uid == 0
+        || reservation.share_uids.contains(&uid)
+        || reservation.share_gid.is_some_and(|group| gid == Some(group) || groups_of(uid).contains(&group))
+}
+
+/// Whether `caller` may make a reservation owned by `uid`:`gid`, shared as `share`, outside a
+/// job (see [`Manager::may_make_reservation`]); `groups_of` says a user's groups.
+fn may_make_reservation(
+    trusted: bool,
+    user_reservations: bool,
+    caller: u32,
+    uid: u32,
+    gid: u32,
+    share: &Share,
+    groups_of: impl Fn(u32) -> Vec<u32>,
+) -> Result<()> {
+    if trusted {
+        return Ok(());
+    }
+    if !user_reservations {
+        anyhow::bail!(
+            "permission denied: reservations are made outside a job by root and the trusted uids only (you are uid {caller}; \
+             this manager's user_reservations is off): ask an administrator (`surge reservation create NAME --capacity SIZE \
+             --owner YOU`), or make one in a job (`#DW create_persistent name=NAME capacity=SIZE access_mode=striped type=scratch`)"
+        );
+    }
+    if uid != caller {
+        anyhow::bail!("permission denied: uid {caller} may make a reservation for itself, not for uid {uid}");
+    }
+    let groups = groups_of(caller);
+    if groups.is_empty() {
+        anyhow::bail!("permission denied: uid {caller} is not known on the manager's node, which cannot tell its groups");
+    }
+    if !groups.contains(&gid) {
+        anyhow::bail!("permission denied: uid {caller} is not in group {gid}, which was asked to own the reservation");
+    }
+    if let Some(group) = share.gid.filter(|g| !groups.contains(g)) {
+        anyhow::bail!("permission denied: a reservation is shared with a group its owner is in; uid {caller} is not in group {group}");
+    }
+    Ok(())
+}
+
+/// The ACL a shared reservation's root gets, as its access and default ACL: read, write and
+/// search for the owner, each listed user and the group shared with (named, so that what a
+/// member makes, owned by the member's own group, inherits it), the root's own group only when
+/// that is the group shared with, nobody else. `None` for a reservation shared with nobody.
+fn shared_root_acl(instance: &InstanceRecord) -> Option<Acl> {
+    let share = Share::of(instance);
+    if share.is_none() {
+        return None;
+    }
+    let mut users: Vec<u32> = share.uids.iter().copied().filter(|u| *u != instance.uid).collect();
+    users.sort_unstable();
+    users.dedup();
+    let entry = |tag, perm| Entry { tag, perm };
+    let mut entries = vec![entry(Tag::UserObj, 7)];
+    entries.extend(users.into_iter().map(|uid| entry(Tag::User(uid), 7)));
+    entries.push(entry(Tag::GroupObj, if share.gid.is_some() { 7 } else { 0 }));
+    entries.extend(share.gid.map(|gid| entry(Tag::Group(gid), 7)));
+    entries.push(entry(Tag::Mask, 7));
+    entries.push(entry(Tag::Other, 0));
+    Some(Acl::new(entries).expect("entries in canonical order"))
 }
 
 impl Manager {
@@ -235,7 +334,7 @@ impl Manager {
             Request::Pools => self.pools().map(Reply::Pools),
             Request::Status => self.status(self.viewer(caller_uid, Viewer::Admin)).map(Reply::Status),
             Request::StatusFor { viewer } => self.status(self.viewer(caller_uid, viewer)).map(Reply::Status),
-            Request::CheckJob { script, uid } => self.check_job(&script, uid, Check::AtSubmit).map(|_| Reply::Done),
+            Request::CheckJob { script, uid, gid } => self.check_job(&script, uid, gid, Check::AtSubmit).map(|_| Reply::Done),
             Request::Setup { job, uid, gid, script } => self.setup(job, uid, gid, &script).await.map(|()| Reply::Done),
             Request::DataIn { job } => self.data_in(job).map(|()| Reply::Done),
             Request::Progress { job, direction, wait_secs } => self.progress(job, direction, wait_secs).await.map(Reply::Progress),
@@ -249,12 +348,19 @@ impl Manager {
             Request::PostRun { job } => self.set_job_state(job, "ended", None).map(|()| Reply::Done),
             Request::DataOut { job } => self.data_out(job).await.map(|()| Reply::Done),
             Request::Teardown { job, hurry } => self.teardown(job, hurry).await.map(|()| Reply::Done),
-            Request::CreatePersistent { name, uid, gid, pool, capacity } => {
-                self.create_persistent(&name, uid, gid, pool.as_deref(), capacity).await.map(|()| Reply::Done)
+            Request::CreatePersistent { name, uid, gid, pool, capacity, group, users } => {
+                let share = Share { gid: group, uids: users };
+                match self.may_make_reservation(caller_uid, uid, gid, &share) {
+                    Ok(()) => self.create_persistent(&name, uid, gid, pool.as_deref(), capacity, share).await.map(|()| Reply::Done),
+                    Err(e) => Err(e),
+                }
             }
             Request::DestroyPersistent { name, hurry } => {
                 let _placing = self.placement.lock().await;
-                self.destroy_persistent(&name, hurry).await.map(|()| Reply::Done)
+                match self.may_destroy_reservation(caller_uid, &name) {
+                    Ok(()) => self.destroy_persistent(&name, hurry).await.map(|()| Reply::Done),
+                    Err(e) => Err(e),
+                }
             }
         };
         outcome.unwrap_or_else(|e| Reply::Failed(format!("{e:#}")))
@@ -264,6 +370,44 @@ impl Manager {
     /// ([`answered_viewer`]).
     pub fn viewer(&self, caller_uid: u32, asked: Viewer) -> Viewer {
         answered_viewer(|uid| self.is_trusted(uid), caller_uid, asked)
+    }
+
+    /// Who may make a reservation outside a job: root and the trusted uids, for anyone; with
+    /// `user_reservations`, a user for themselves, in one of their groups, shared only with a
+    /// group they are in (any users may be listed, as the owner of a file names anyone in its
+    /// ACL).
+    fn may_make_reservation(&self, caller: u32, uid: u32, gid: u32, share: &Share) -> Result<()> {
+        let trusted = self.is_trusted(caller);
+        may_make_reservation(trusted, self.config.user_reservations, caller, uid, gid, share, surge_control::host::groups_of)
+    }
+
+    /// Who may destroy a reservation outside a job: root and the trusted uids; with
+    /// `user_reservations`, its owner (never a user it is shared with). One that does not exist
+    /// is anyone's to destroy: there is nothing to do.
+    fn may_destroy_reservation(&self, caller: u32, name: &str) -> Result<()> {
+        if self.is_trusted(caller) {
+            return Ok(());
+        }
+        let Some(found) = self.store().persistent(name)? else { return Ok(()) };
+        if found.uid != caller {
+            anyhow::bail!(
+                "permission denied: reservation {name} belongs to uid {}: only its owner and the administrators destroy it (you are uid {caller})",
+                found.uid
+            );
+        }
+        if !self.config.user_reservations {
+            anyhow::bail!(
+                "permission denied: reservations are destroyed outside a job by root and the trusted uids only (this manager's \
+                 user_reservations is off): destroy it in a job (`#DW destroy_persistent name={name}`), or ask an administrator"
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether a job of `uid` (in group `gid`, when known) may use `reservation` ([`may_use`],
+    /// with the groups this node knows).
+    fn may_use(&self, reservation: &InstanceRecord, uid: u32, gid: Option<u32>) -> bool {
+        may_use(reservation, uid, gid, surge_control::host::groups_of)
     }
 
     /// A job's owner may follow its stages and run its stage-out again (after a failure,
@@ -340,6 +484,8 @@ impl Manager {
                 mode: i.mode,
                 capacity: i.capacity,
                 owner_uid: i.uid,
+                group: i.share_gid,
+                users: i.share_uids,
                 state: i.state,
                 created: i.created,
                 servers,
@@ -387,8 +533,8 @@ impl Manager {
     // ----- submit -----
 
     /// What can be known at submit: the directives, the pools they name and their sizes, the
-    /// reservations they use (and, given the submitter, whether they may).
-    fn check_job(&self, script: &str, uid: Option<u32>, when: Check) -> Result<JobRequest> {
+    /// reservations they use (and, given the submitter and maybe their group, whether they may).
+    fn check_job(&self, script: &str, uid: Option<u32>, gid: Option<u32>, when: Check) -> Result<JobRequest> {
         let request = parse_script(script).map_err(|errors| anyhow!(directive_errors(&errors)))?;
         let mut problems = Vec::new();
         if let Some(jobdw) = &request.jobdw {
@@ -400,12 +546,6 @@ impl Manager {
                         .map(|(mode, capacity)| pools::least_held(pool, capacity, pools::copies(pool, mode)))
                         .sum();
                     problems.extend(self.fits_pool(pool, jobdw.capacity, held, "jobdw"));
-                    if pool.kind == PoolKindConfig::Standing && jobdw.access != AccessMode::Striped {
-                        problems.push(format!(
-                            "jobdw: access_mode with private needs an on-demand pool (each compute node's namespace on its own storage); pool '{}' is standing",
-                            pool.name
-                        ));
-                    }
                 }
             }
         }
@@ -433,9 +573,8 @@ impl Manager {
             let created_here = request.create_persistent.iter().any(|p| &p.name == name);
             match store.persistent(name)? {
                 None if !created_here => problems.push(format!("persistentdw {name}: no persistent reservation of that name")),
-                Some(found) if uid.is_some_and(|u| u != found.uid && u != 0) => {
-                    problems.push(format!("persistentdw {name}: the reservation belongs to uid {}, not to you", found.uid))
-                }
+                Some(found) if uid.is_some_and(|u| !self.may_use(&found, u, gid)) => problems
+                    .push(format!("persistentdw {name}: the reservation belongs to uid {}, who has not shared it with you", found.uid)),
                 _ => {}
             }
         }
@@ -445,16 +584,36 @@ impl Manager {
                 // that failed later (or by its owner since): what the line asks for holds.
                 None if when == Check::AtSetup => {}
                 None => problems.push(format!("destroy_persistent {name}: no persistent reservation of that name")),
-                Some(found) if uid.is_some_and(|u| u != found.uid && u != 0) => {
-                    problems.push(format!("destroy_persistent {name}: the reservation belongs to uid {}, not to you", found.uid))
-                }
+                Some(found) if uid.is_some_and(|u| u != found.uid && u != 0) => problems.push(format!(
+                    "destroy_persistent {name}: the reservation belongs to uid {}, not to you (only its owner destroys it, \
+                     also when it is shared with you)",
+                    found.uid
+                )),
                 _ => {}
             }
         }
         for stage in request.stage_in.iter().chain(&request.stage_out) {
             let bb = if request.stage_in.contains(stage) { &stage.destination } else { &stage.source };
-            if matches!(resolve_bb_path(bb), Some((Buffer::JobPrivate, _))) {
-                problems.push(format!("line {}: {bb}: staging into or out of $DW_JOB_PRIVATE is not offered (each node has its own namespace): stage through $DW_JOB_STRIPED", stage.line));
+            match resolve_bb_path(bb) {
+                Some((Buffer::JobPrivate, _)) => {
+                    problems.push(format!("line {}: {bb}: staging into or out of $DW_JOB_PRIVATE is not offered (each node has its own namespace): stage through $DW_JOB_STRIPED", stage.line));
+                }
+                // A reservation's stages run as its owner (its servers' user) on the parallel
+                // file system: a user it is shared with would read and write there with the
+                // owner's rights.
+                Some((Buffer::Persistent(name), _)) => {
+                    let owner = store.persistent(&name)?.map(|found| found.uid);
+                    if let (Some(owner), Some(u)) = (owner, uid.filter(|u| *u != 0)) {
+                        if owner != u {
+                            problems.push(format!(
+                                "line {}: {bb}: stages into and out of reservation {name} run as its owner (uid {owner}) on the \
+                                 parallel file system: only the owner's jobs stage with it (copy from the mount in the job instead)",
+                                stage.line
+                            ));
+                        }
+                    }
+                }
+                _ => {}
             }
         }
         if problems.is_empty() {
@@ -494,7 +653,7 @@ impl Manager {
             tracing::info!(job, state = %existing.state, "setup again: keeping what exists");
             return self.start_pending(job).await;
         }
-        let request = self.check_job(script, Some(uid), Check::AtSetup)?;
+        let request = self.check_job(script, Some(uid), Some(gid), Check::AtSetup)?;
         for (name, hurry) in &request.destroy_persistent {
             self.destroy_persistent(name, *hurry).await?;
         }
@@ -580,6 +739,8 @@ impl Manager {
             secret: new_secret()?,
             chunk_size: self.config.chunk_size(),
             replicas,
+            share_gid: None,
+            share_uids: Vec::new(),
         };
         let servers = servers
             .into_iter()
@@ -589,28 +750,40 @@ impl Manager {
         Ok((record, servers))
     }
 
-    /// A persistent reservation made outside a job (DataWarp's `create_persistent` function),
-    /// checked as the directive would be. Asked again for the same reservation (a caller
-    /// that timed out and retries), it answers as the first time: created.
-    async fn create_persistent(self: &Arc<Self>, name: &str, uid: u32, gid: u32, pool: Option<&str>, capacity: u64) -> Result<()> {
+    /// A persistent reservation made outside a job (DataWarp's `create_persistent` function,
+    /// `surge reservation create`), checked as the directive would be, shared as asked. Asked
+    /// again for the same reservation (a caller that timed out and retries), it answers as the
+    /// first time: created.
+    async fn create_persistent(
+        self: &Arc<Self>,
+        name: &str,
+        uid: u32,
+        gid: u32,
+        pool: Option<&str>,
+        capacity: u64,
+        share: Share,
+    ) -> Result<()> {
         let _placing = self.placement.lock().await;
         let existing = self.store().persistent(name)?;
         if let Some(existing) = existing {
             let asked = self.config.pool_for(pool).ok().filter(|p| p.name == existing.pool);
-            if existing.uid == uid && asked.is_some_and(|p| pools::charged(capacity, p.granularity) == existing.capacity) {
+            let same_size = asked.is_some_and(|p| pools::charged(capacity, p.granularity) == existing.capacity);
+            if existing.uid == uid && same_size && Share::of(&existing) == share {
                 tracing::info!(name, "create_persistent again: the reservation exists as asked");
                 return if existing.state == "ready" { Ok(()) } else { self.start_instance(&existing.name).await };
             }
         }
         let pool_word = pool.map(|p| format!(" pool={p}")).unwrap_or_default();
         let line = format!("#DW create_persistent name={name} capacity={capacity} access_mode=striped type=scratch{pool_word}\n");
-        let request = self.check_job(&line, Some(uid), Check::AtSubmit)?;
+        let request = self.check_job(&line, Some(uid), Some(gid), Check::AtSubmit)?;
         let wanted = request.create_persistent.first().ok_or_else(|| anyhow!("nothing to create"))?;
         let pool = self.config.pool_for(wanted.pool.as_deref()).map_err(|e| anyhow!(e))?;
         let mut used = self.store().node_use()?;
         let owner = Owner { job: None, uid, gid };
-        let (record, servers) =
+        let (mut record, servers) =
             self.plan_instance(&mut used, persistent_name(name), Some(name.into()), owner, pool, "striped", capacity)?;
+        record.share_gid = share.gid;
+        record.share_uids = share.uids;
         self.store().transaction(|tx| store::insert_instance(tx, &record, &servers))?;
         self.start_instance(&record.name).await
     }
@@ -662,11 +835,12 @@ impl Manager {
     }
 
     /// Starts the servers of the job's standing-pool instances (and the reservations it
-    /// creates) that are not up yet.
+    /// creates) that are not up yet, but for private ones, which wait for the job's nodes.
     async fn start_pending(self: &Arc<Self>, job: u64) -> Result<()> {
         for instance in self.instances_of_job(job)? {
             let standing = self.config.pool(&instance.pool).is_some_and(|p| p.kind == PoolKindConfig::Standing);
-            if standing && instance.state != "ready" {
+            // A private one waits for the job's nodes, one namespace each (start_on_nodes).
+            if standing && instance.state != "ready" && !self.is_private_standing(&instance) {
                 self.start_instance(&instance.name).await?;
             }
         }
@@ -689,6 +863,24 @@ impl Manager {
             }
         }
         Ok(instances)
+    }
+
+    /// Whether `instance` is private in a standing pool: one namespace per compute node of its
+    /// job, each a server on a burst-buffer node, placed once the job's nodes are known
+    /// (several may share a burst-buffer node).
+    fn is_private_standing(&self, instance: &InstanceRecord) -> bool {
+        instance.mode == "private" && self.config.pool(&instance.pool).is_some_and(|p| p.kind == PoolKindConfig::Standing)
+    }
+
+    /// The name a node's agent knows a server of `instance` by: the instance's, or for a
+    /// private instance of a standing pool, whose servers may share a node, the instance's
+    /// with the server's index (`job-7-private.2`).
+    fn agent_name(&self, instance: &InstanceRecord, server: &ServerRecord) -> String {
+        if self.is_private_standing(instance) {
+            format!("{}.{}", instance.name, server.index)
+        } else {
+            instance.name.clone()
+        }
     }
 
     /// Whether the node's agent failed to answer within the last [`UNREACHABLE_FOR`].
@@ -742,7 +934,7 @@ impl Manager {
         let mut tasks = Vec::new();
         for server in &servers {
             let plan = ServerPlan {
-                instance: name.into(),
+                instance: self.agent_name(&instance, server),
                 index: if private { 0 } else { server.index },
                 count: if private { 1 } else { servers.len() },
                 // The node holds the server's share and, with two copies, its predecessor's.
@@ -768,7 +960,7 @@ impl Manager {
         }
         if let Some(e) = failure {
             for (server, _) in &running {
-                let _ = self.agent_call(&server.node, &AgentRequest::Stop { instance: name.into() }).await;
+                let _ = self.agent_call(&server.node, &AgentRequest::Stop { instance: self.agent_name(&instance, server) }).await;
             }
             self.store().set_instance_state(name, "failed")?;
             return Err(e.context(format!("start instance {name}")));
@@ -787,7 +979,8 @@ impl Manager {
             let mut local = descriptor.clone();
             local.token_path = PathBuf::from(&s.root).with_file_name("token");
             let text = serde_json::to_string_pretty(&local)?;
-            self.agent_call(&server.node, &AgentRequest::Describe { instance: name.into(), descriptor: text }).await?;
+            self.agent_call(&server.node, &AgentRequest::Describe { instance: self.agent_name(&instance, server), descriptor: text })
+                .await?;
         }
         // Each server mirrors its share on the next before the instance counts as ready.
         let secret = recorded_secret(&instance)?;
@@ -803,7 +996,12 @@ impl Manager {
     }
 
     /// The buffer's root is its owner's alone (mode 0700), on every namespace of it (a
-    /// private instance has one per server).
+    /// private instance has one per server). A shared reservation's root is its owner's and
+    /// the group's it is shared with (mode 0770), with an access and a default ACL granting the
+    /// listed users and that group read, write and search ([`shared_root_acl`]): what members
+    /// make inherits the default ACL, so the others can reach it too. The mount's kernel
+    /// enforces them (`default_permissions` with POSIX ACLs, against the calling process's
+    /// uid and groups).
     async fn restrict_roots(&self, instance: &InstanceRecord, addrs: &[String]) -> Result<()> {
         let secret = recorded_secret(instance)?;
         let namespaces: Vec<Vec<SocketAddr>> = if instance.mode == "private" {
@@ -811,9 +1009,19 @@ impl Manager {
         } else {
             vec![addrs.iter().map(|a| a.parse()).collect::<Result<_, _>>()?]
         };
+        let acl = shared_root_acl(instance);
         for addrs in namespaces {
             let client = owner_client(instance, secret, addrs)?;
-            client.chmod("/", 0o700).await.with_context(|| format!("restrict the root of {}", instance.name))?;
+            let what = || format!("restrict the root of {}", instance.name);
+            client.chmod("/", if acl.is_some() { 0o770 } else { 0o700 }).await.with_context(what)?;
+            if let Some(gid) = instance.share_gid {
+                client.chown("/", None, Some(gid)).await.with_context(what)?;
+            }
+            if let Some(acl) = &acl {
+                for kind in AclKind::ALL {
+                    client.setxattr("/", kind.xattr_name(), &acl.encode(), XattrSetMode::Either).await.with_context(what)?;
+                }
+            }
         }
         Ok(())
     }
@@ -852,14 +1060,18 @@ impl Manager {
     /// node's agent is asked to stop (and whose storage it removes) once the node answers
     /// again ([`Manager::stop_orphans`]). Any other failure keeps the instance, `stopping`.
     async fn stop_instance(&self, name: &str) -> Result<()> {
-        let servers = self.store().servers(name)?;
+        let (instance, servers) = {
+            let store = self.store();
+            (store.instance(name)?, store.servers(name)?)
+        };
         let mut failures = Vec::new();
         let mut orphans = Vec::new();
         for server in servers {
-            if let Err(e) = self.agent_call(&server.node, &AgentRequest::Stop { instance: name.into() }).await {
+            let agent_name = instance.as_ref().map_or_else(|| name.to_string(), |i| self.agent_name(i, &server));
+            if let Err(e) = self.agent_call(&server.node, &AgentRequest::Stop { instance: agent_name.clone() }).await {
                 if self.is_unreachable(&server.node) {
                     tracing::warn!(instance = name, node = %server.node, "node unreachable: its server will be stopped when it answers ({e:#})");
-                    orphans.push(server.node);
+                    orphans.push((agent_name, server.node));
                 } else {
                     failures.push(format!("{e:#}"));
                 }
@@ -870,8 +1082,8 @@ impl Manager {
             anyhow::bail!("instance {name} not stopped everywhere: {}", failures.join("; "));
         }
         self.store().transaction(|tx| {
-            for node in &orphans {
-                store::insert_orphan(tx, name, node, now())?;
+            for (agent_name, node) in &orphans {
+                store::insert_orphan(tx, agent_name, node, now())?;
             }
             store::delete_instance(tx, name)
         })?;
@@ -1220,8 +1432,9 @@ impl Manager {
         Ok(vars)
     }
 
-    /// Starts the job's on-demand instances on its nodes (once), then releases the stages
-    /// that waited for them.
+    /// Starts the job's on-demand instances on its nodes (once), and its private instances of
+    /// standing pools (one server per compute node, on the pool's nodes, in place of the room
+    /// setup held for them).
     async fn start_on_nodes(self: &Arc<Self>, job: u64, nodes: &[String]) -> Result<()> {
         let _placing = self.placement.lock().await;
         let Some(record) = self.store().job(job)? else { return Ok(()) };
@@ -1232,7 +1445,8 @@ impl Manager {
         let listed = self.store().job_instances(job)?;
         for instance in listed {
             let Some(pool) = self.config.pool(&instance.pool) else { continue };
-            if pool.kind != PoolKindConfig::OnDemand || instance.state == "ready" {
+            let private_standing = self.is_private_standing(&instance);
+            if (pool.kind != PoolKindConfig::OnDemand && !private_standing) || instance.state == "ready" {
                 continue;
             }
             let mut used = self.store().node_use()?;
@@ -1243,7 +1457,12 @@ impl Manager {
                     *u = u.saturating_sub(s.share);
                 }
             }
-            let placed = pools::place_on_demand(pool, &used, &nodes, instance.capacity, instance.replicas).map_err(|e| anyhow!(e))?;
+            let placed = if private_standing {
+                pools::place_private_standing(pool, &used, nodes.len(), instance.capacity)
+            } else {
+                pools::place_on_demand(pool, &used, &nodes, instance.capacity, instance.replicas)
+            };
+            let placed = placed.map_err(|e| anyhow!(e))?;
             let servers: Vec<ServerRecord> = placed
                 .into_iter()
                 .enumerate()
@@ -1269,6 +1488,8 @@ impl Manager {
             return Ok(Attachment { uid: 0, gid: 0, job_dir: String::new(), mounts: Vec::new() });
         };
         self.start_on_nodes(job, nodes).await?;
+        // The nodes recorded (by this call or an earlier one) say which namespace is whose.
+        let job_nodes = self.store().job(job)?.map(|r| r.nodes).unwrap_or_default();
         let deadline = Instant::now() + ATTACH_TIMEOUT;
         let instances = loop {
             let changed = self.changed.notified();
@@ -1294,8 +1515,20 @@ impl Manager {
                 (None, _) => "striped".to_string(),
             };
             let token = job_dir.join("home").join("instances").join(format!("{}.token", instance.name));
-            let descriptor = self.descriptor(&instance, token)?;
-            let node_addr = if instance.mode == "private" {
+            let mut descriptor = self.descriptor(&instance, token)?;
+            let node_addr = if self.is_private_standing(&instance) {
+                // Its namespace is server k, on a burst-buffer node that may hold others of
+                // the instance: the node's descriptor names that server alone.
+                let k = job_nodes.iter().position(|n| n == node).ok_or_else(|| anyhow!("node {node} is not one of job {job}'s nodes"))?;
+                let mut mine = descriptor
+                    .servers
+                    .into_iter()
+                    .find(|s| s.index == k)
+                    .ok_or_else(|| anyhow!("no server of {} for node {node}", instance.name))?;
+                mine.index = 0;
+                descriptor.servers = vec![mine];
+                None
+            } else if instance.mode == "private" {
                 let servers = self.store().servers(&instance.name)?;
                 let mine = servers.iter().find(|s| s.node == node).and_then(|s| s.addr.clone());
                 Some(mine.ok_or_else(|| anyhow!("no server of {} on node {node}", instance.name))?)
@@ -1408,6 +1641,13 @@ impl Manager {
 
     async fn reconcile_with_nodes(self: &Arc<Self>) -> Result<()> {
         let known: HashMap<String, InstanceRecord> = self.store().instances()?.into_iter().map(|i| (i.name.clone(), i)).collect();
+        // The names the agents know the known instances' servers by.
+        let mut agent_names: HashSet<String> = known.keys().cloned().collect();
+        for instance in known.values() {
+            for server in self.store().servers(&instance.name)? {
+                agent_names.insert(self.agent_name(instance, &server));
+            }
+        }
         let mut running: HashMap<(String, String), String> = HashMap::new();
         let mut nodes: Vec<String> = self.config.pools.iter().flat_map(|p| p.nodes.iter().map(|n| n.name.clone())).collect();
         nodes.sort();
@@ -1423,7 +1663,7 @@ impl Manager {
             match listed {
                 Ok(AgentReply::Servers(servers)) => {
                     for s in servers {
-                        if !known.contains_key(&s.instance) {
+                        if !agent_names.contains(&s.instance) {
                             tracing::warn!(node, instance = %s.instance, "server of an unknown instance: stopped");
                             let _ = self.agent_call(node, &AgentRequest::Stop { instance: s.instance.clone() }).await;
                         } else {
@@ -1438,7 +1678,7 @@ impl Manager {
         for instance in known.values() {
             let servers = self.store().servers(&instance.name)?;
             let unreachable: Vec<&str> = servers.iter().filter(|s| self.is_unreachable(&s.node)).map(|s| s.node.as_str()).collect();
-            let up = servers.iter().filter(|s| running.get(&(instance.name.clone(), s.node.clone())) == s.addr.as_ref()).count();
+            let up = servers.iter().filter(|s| running.get(&(self.agent_name(instance, s), s.node.clone())) == s.addr.as_ref()).count();
             match instance.state.as_str() {
                 "starting" if !unreachable.is_empty() => {
                     tracing::warn!(instance = %instance.name, ?unreachable, "was starting; nodes unreachable: left planned");
@@ -1447,7 +1687,7 @@ impl Manager {
                 "starting" => {
                     tracing::info!(instance = %instance.name, "was starting: starting again");
                     for s in &servers {
-                        let _ = self.agent_call(&s.node, &AgentRequest::Stop { instance: instance.name.clone() }).await;
+                        let _ = self.agent_call(&s.node, &AgentRequest::Stop { instance: self.agent_name(instance, s) }).await;
                     }
                     self.store().set_instance_state(&instance.name, "planned")?;
                     if self.config.pool(&instance.pool).is_some_and(|p| p.kind == PoolKindConfig::Standing) {
@@ -1525,6 +1765,85 @@ fn copy_summary(stage: &mut StageRecord, summary: &surge_client::surge_proto::st
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn reservation(uid: u32, share_gid: Option<u32>, share_uids: &[u32]) -> InstanceRecord {
+        InstanceRecord {
+            id: 1,
+            name: "ps-team".into(),
+            job: None,
+            persistent: Some("team".into()),
+            pool: "bb".into(),
+            mode: "striped".into(),
+            capacity: 1 << 30,
+            uid,
+            gid: uid,
+            state: "ready".into(),
+            created: 1,
+            secret: "00".repeat(32),
+            chunk_size: 1 << 20,
+            replicas: 1,
+            share_gid,
+            share_uids: share_uids.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_reservation_is_for_its_owner_its_group_and_its_users() {
+        // uid 1003 is in group 4000 as the node's group database says; 1004 is in none.
+        let groups_of = |uid: u32| if uid == 1003 { vec![1003, 4000] } else { vec![uid] };
+        let alone = reservation(1001, None, &[]);
+        assert!(may_use(&alone, 1001, None, groups_of) && may_use(&alone, 0, None, groups_of));
+        assert!(!may_use(&alone, 1002, Some(1001), groups_of), "the owner's group is not a share");
+        let team = reservation(1001, Some(4000), &[1005]);
+        assert!(may_use(&team, 1002, Some(4000), groups_of), "the job's own group");
+        assert!(may_use(&team, 1003, Some(1003), groups_of), "a group the user is in");
+        assert!(may_use(&team, 1005, None, groups_of), "a listed user");
+        assert!(!may_use(&team, 1004, Some(1004), groups_of));
+        assert!(!may_use(&team, 1004, None, groups_of));
+    }
+
+    #[test]
+    fn outside_a_job_users_make_only_their_own_reservations_and_only_if_allowed() {
+        let groups_of = |uid: u32| if uid == 1003 { vec![1003, 4000] } else { Vec::new() };
+        let alone = Share::default();
+        let team = Share { gid: Some(4000), uids: vec![1005] };
+        let denied = |outcome: Result<()>| outcome.unwrap_err().to_string();
+        // Root and the trusted uids: anyone's, shared with anyone.
+        may_make_reservation(true, false, 64030, 1001, 1001, &team, groups_of).unwrap();
+        // Users: not at all by default.
+        let off = denied(may_make_reservation(false, false, 1003, 1003, 1003, &alone, groups_of));
+        assert!(off.contains("user_reservations is off") && off.contains("surge reservation create"), "{off}");
+        // Allowed: their own, in their group, shared with a group they are in and anyone listed.
+        may_make_reservation(false, true, 1003, 1003, 1003, &team, groups_of).unwrap();
+        assert!(denied(may_make_reservation(false, true, 1003, 1001, 1001, &alone, groups_of)).contains("not for uid 1001"));
+        assert!(denied(may_make_reservation(false, true, 1003, 1003, 0, &alone, groups_of)).contains("not in group 0"));
+        let other = Share { gid: Some(5000), uids: Vec::new() };
+        assert!(denied(may_make_reservation(false, true, 1003, 1003, 1003, &other, groups_of)).contains("not in group 5000"));
+        assert!(denied(may_make_reservation(false, true, 1004, 1004, 1004, &alone, groups_of)).contains("not known on the manager's node"));
+    }
+
+    #[test]
+    fn a_shared_roots_acl_names_the_users_and_the_group() {
+        assert_eq!(shared_root_acl(&reservation(1001, None, &[])), None, "the owner's alone: mode 0700, no ACL");
+        let team = shared_root_acl(&reservation(1001, Some(4000), &[1007, 1005, 1001, 1005])).unwrap();
+        let tags: Vec<(Tag, u32)> = team.entries().iter().map(|e| (e.tag, e.perm)).collect();
+        assert_eq!(
+            tags,
+            [
+                (Tag::UserObj, 7),
+                (Tag::User(1005), 7),
+                (Tag::User(1007), 7),
+                (Tag::GroupObj, 7),
+                (Tag::Group(4000), 7),
+                (Tag::Mask, 7),
+                (Tag::Other, 0)
+            ]
+        );
+        // Shared with users only: the root's own group (the owner's) gets nothing.
+        let users = shared_root_acl(&reservation(1001, None, &[1005])).unwrap();
+        assert_eq!(users.perm(Tag::GroupObj), Some(0));
+        assert_eq!(users.perm(Tag::User(1005)), Some(7));
+    }
 
     #[test]
     fn only_the_trusted_choose_whose_sessions_and_stages_they_see() {

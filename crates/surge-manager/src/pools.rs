@@ -140,6 +140,42 @@ pub fn place_on_demand(
     Ok(placed)
 }
 
+/// Where a private instance of a standing pool goes once its job's nodes are known: one
+/// namespace for each of the job's `count` compute nodes, each a server on one of the pool's
+/// nodes holding an equal part of the `charged` capacity, each to the node with the most free
+/// bytes (ties by configuration order), several on one node where it has room. Server `k` is
+/// compute node `k`'s. Refused, with the reason, when a part fits on no node.
+pub fn place_private_standing(
+    pool: &PoolConfig,
+    used: &HashMap<String, u64>,
+    count: usize,
+    charged: u64,
+) -> Result<Vec<(String, u64)>, String> {
+    if count == 0 {
+        return Err("the job has no nodes".into());
+    }
+    let share = charged.div_ceil(count as u64);
+    let mut free: Vec<(String, u64)> = pool.nodes.iter().map(|n| (n.name.clone(), free(n, used))).collect();
+    let mut placed = Vec::with_capacity(count);
+    for k in 0..count {
+        let (name, left) = free.iter_mut().max_by(|a, b| a.1.cmp(&b.1).then(std::cmp::Ordering::Greater)).expect("nodes");
+        if *left < share {
+            return Err(format!(
+                "pool '{}' has no node with {} free for compute node {} of {count} (each node's private namespace is {} of the \
+                 buffer, on one burst-buffer node); the most free is {} on {name}",
+                pool.name,
+                surge_units::format_size(share),
+                k + 1,
+                surge_units::format_size(share),
+                surge_units::format_size(*left),
+            ));
+        }
+        *left -= share;
+        placed.push((name.clone(), share));
+    }
+    Ok(placed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,6 +231,27 @@ mod tests {
         );
         assert!(place_on_demand(&pool, &HashMap::new(), &nodes, 6 * GIB, 2).unwrap_err().contains("its share of the buffer is 6.0 GiB"));
         assert!(place_on_demand(&pool, &HashMap::new(), &nodes[..1], GIB, 2).unwrap_err().contains("the job has one node"));
+    }
+
+    #[test]
+    fn a_private_standing_instance_gives_each_compute_node_a_part_on_the_roomiest_node() {
+        let pool = pool(&[4 * GIB, 2 * GIB]);
+        let none = HashMap::new();
+        // 3 GiB over 3 compute nodes: 1 GiB each, to bb1 (4 free), bb1 (3 free), then bb1 and
+        // bb2 tie at 2 free and configuration order decides.
+        assert_eq!(
+            place_private_standing(&pool, &none, 3, 3 * GIB).unwrap(),
+            vec![("bb1".into(), GIB), ("bb1".into(), GIB), ("bb1".into(), GIB)]
+        );
+        let used = HashMap::from([("bb1".to_string(), 3 * GIB)]);
+        assert_eq!(place_private_standing(&pool, &used, 2, 2 * GIB).unwrap(), vec![("bb2".into(), GIB), ("bb1".into(), GIB)]);
+        // 3 GiB for 2 nodes: 1.5 GiB each; bb2 (2 free) takes one, bb1 (1 free) none: a part
+        // must fit on one node, even where the pool has the room in all.
+        let split = place_private_standing(&pool, &used, 2, 3 * GIB).unwrap_err();
+        assert!(split.contains("for compute node 2 of 2") && split.contains("the most free is 1.0 GiB on bb1"), "{split}");
+        let refused = place_private_standing(&pool, &used, 1, 3 * GIB).unwrap_err();
+        assert!(refused.contains("no node with 3.0 GiB free for compute node 1 of 1"), "{refused}");
+        assert!(place_private_standing(&pool, &none, 0, GIB).unwrap_err().contains("no nodes"));
     }
 
     #[test]

@@ -29,7 +29,9 @@ CREATE TABLE IF NOT EXISTS instances (
     created INTEGER NOT NULL,
     secret TEXT NOT NULL,
     chunk_size INTEGER NOT NULL,
-    replicas INTEGER NOT NULL DEFAULT 1
+    replicas INTEGER NOT NULL DEFAULT 1,
+    share_gid INTEGER,
+    share_uids TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS servers (
     instance TEXT NOT NULL REFERENCES instances(name) ON DELETE CASCADE,
@@ -98,6 +100,10 @@ pub struct InstanceRecord {
     pub chunk_size: u64,
     /// Copies of each share (1 or 2, from its pool when it was made).
     pub replicas: u8,
+    /// A reservation shared with a group: the group (its members' jobs may use it).
+    pub share_gid: Option<u32>,
+    /// A reservation shared with users: their uids.
+    pub share_uids: Vec<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,12 +196,24 @@ fn instance_row(row: &Row) -> rusqlite::Result<InstanceRecord> {
         secret: row.get(10)?,
         chunk_size: row.get(11)?,
         replicas: row.get(12)?,
+        share_gid: row.get(14)?,
+        share_uids: uid_list(&row.get::<_, String>(15)?),
     })
 }
 
+/// A list of uids as a column keeps it: decimal, comma-separated.
+fn uid_list(text: &str) -> Vec<u32> {
+    text.split(',').filter_map(|uid| uid.parse().ok()).collect()
+}
+
+fn uid_text(uids: &[u32]) -> String {
+    uids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
+
 const INSTANCE_COLUMNS: &str = "name, job, persistent, pool, mode, capacity, uid, gid, state, created, secret, chunk_size, replicas";
-/// What is read of an instance: its columns and its number.
-const INSTANCE_READ: &str = "name, job, persistent, pool, mode, capacity, uid, gid, state, created, secret, chunk_size, replicas, id";
+/// What is read of an instance: its columns, its number and whom it is shared with.
+const INSTANCE_READ: &str =
+    "name, job, persistent, pool, mode, capacity, uid, gid, state, created, secret, chunk_size, replicas, id, share_gid, share_uids";
 
 fn job_row(row: &Row) -> rusqlite::Result<JobRecord> {
     let nodes: String = row.get(5)?;
@@ -248,6 +266,7 @@ impl Store {
         db.execute_batch(SCHEMA).context("create the schema")?;
         add_replicas_column(&db)?;
         add_stage_server_column(&db)?;
+        add_share_columns(&db)?;
         add_ids(&mut db)?;
         Ok(Store { db })
     }
@@ -397,6 +416,18 @@ fn add_stage_server_column(db: &Connection) -> Result<()> {
     Ok(())
 }
 
+/// A state file from before reservations could be shared: every instance in it its owner's
+/// alone.
+fn add_share_columns(db: &Connection) -> Result<()> {
+    if !has_column(db, "instances", "share_gid")? {
+        db.execute_batch(
+            "ALTER TABLE instances ADD COLUMN share_gid INTEGER; ALTER TABLE instances ADD COLUMN share_uids TEXT NOT NULL DEFAULT ''",
+        )
+        .context("add the instances' share columns")?;
+    }
+    Ok(())
+}
+
 /// The tables whose rows are numbered, each with the order in which rows from before the
 /// numbers get theirs (the order they were made in).
 const NUMBERED: [(&str, &str); 3] = [("jobs", "created, job"), ("instances", "created, name"), ("servers", "instance, idx")];
@@ -436,7 +467,9 @@ fn next_id(tx: &rusqlite::Transaction) -> Result<u64> {
 pub fn insert_instance(tx: &rusqlite::Transaction, i: &InstanceRecord, servers: &[ServerRecord]) -> Result<()> {
     let id = next_id(tx)?;
     tx.execute(
-        &format!("INSERT INTO instances ({INSTANCE_COLUMNS}, id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"),
+        &format!(
+            "INSERT INTO instances ({INSTANCE_COLUMNS}, id, share_gid, share_uids) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)"
+        ),
         params![
             i.name,
             i.job,
@@ -451,7 +484,9 @@ pub fn insert_instance(tx: &rusqlite::Transaction, i: &InstanceRecord, servers: 
             i.secret,
             i.chunk_size,
             i.replicas,
-            id
+            id,
+            i.share_gid,
+            uid_text(&i.share_uids)
         ],
     )?;
     insert_servers(tx, servers)
@@ -550,6 +585,8 @@ mod tests {
             secret: "00".repeat(32),
             chunk_size: 1 << 20,
             replicas: 1,
+            share_gid: None,
+            share_uids: Vec::new(),
         }
     }
 
@@ -567,7 +604,10 @@ mod tests {
         let (dir, path) = scratch("old");
         {
             // The instances table as it was, with one instance in it.
-            let old = SCHEMA.replace(",\n    replicas INTEGER NOT NULL DEFAULT 1", "");
+            let old = SCHEMA.replace(
+                ",\n    replicas INTEGER NOT NULL DEFAULT 1,\n    share_gid INTEGER,\n    share_uids TEXT NOT NULL DEFAULT ''",
+                "",
+            );
             assert_ne!(old, SCHEMA, "the old schema lacks the column");
             let db = Connection::open(&path).unwrap();
             db.execute_batch(&old).unwrap();
@@ -588,6 +628,22 @@ mod tests {
         // Opened again: the column is not added twice, and what was written stays.
         let store = Store::open(&path).unwrap();
         assert_eq!(store.instance("new").unwrap().unwrap().replicas, 2);
+        let old = store.instance("old").unwrap().unwrap();
+        assert_eq!((old.share_gid, old.share_uids.len()), (None, 0), "what was made before sharing is its owner's alone");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn whom_a_reservation_is_shared_with_is_kept() {
+        let (dir, path) = scratch("shared");
+        {
+            let mut store = Store::open(&path).unwrap();
+            let shared = InstanceRecord { share_gid: Some(4000), share_uids: vec![1002, 1003], ..instance("ps-team", None) };
+            store.transaction(|tx| insert_instance(tx, &shared, &[])).unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        let found = store.instance("ps-team").unwrap().unwrap();
+        assert_eq!((found.share_gid, found.share_uids), (Some(4000), vec![1002, 1003]));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -26,11 +26,32 @@ impl Handle<CopyOrder, Answer> for Session {
     }
 }
 
+/// Why a stage of `uid` is refused by servers that check no identities and run as `server_uid`:
+/// the coordinator touches the parallel file system with the servers' user's rights, and a
+/// server that is not root cannot take another's, so a stage of another user would read and
+/// write there as the servers' user (a reservation shared with other users: as its owner).
+/// Root's stages (an administrator's) run with those lesser rights and are let through.
+fn foreign_stage(uid: u32, server_uid: u32) -> Option<String> {
+    (server_uid != 0 && uid != server_uid && uid != 0).then(|| {
+        format!(
+            "this instance's stages run as uid {server_uid}, the user its servers run as, who cannot act as another: \
+             a stage of uid {uid} is refused (copy through the mount instead)"
+        )
+    })
+}
+
 impl Handle<StageSubmit, Answer> for Session {
     fn handle(&mut self, submit: StageSubmit) -> Answer {
         // What a stage creates is its submitter's (when this server knows who that is).
         if self.caller.as_ref().is_some_and(|c| c.check_new_owner(submit.spec.uid, submit.spec.gid, None).is_err()) {
             return Answer::Failure(ServerError::new(surge_proto::ErrorCode::NotPermitted, "a stage runs as the user who submits it"));
+        }
+        if self.caller.is_none() {
+            // SAFETY: geteuid takes no arguments and cannot fail.
+            let server_uid = unsafe { libc::geteuid() };
+            if let Some(why) = foreign_stage(submit.spec.uid, server_uid) {
+                return Answer::Failure(ServerError::new(surge_proto::ErrorCode::NotPermitted, why));
+            }
         }
         match self.server.coordinator() {
             Ok(coordinator) => {
@@ -81,4 +102,18 @@ fn coordinated<T>(
     ask: impl FnOnce(&dyn StageService) -> std::result::Result<T, surge_proto::Error>,
 ) -> Result<T> {
     Ok(ask(server.coordinator()?.as_ref())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::foreign_stage;
+
+    #[test]
+    fn servers_of_a_user_stage_for_that_user_and_root_alone() {
+        assert_eq!(foreign_stage(1000, 1000), None, "the owner's own stage");
+        assert_eq!(foreign_stage(0, 1000), None, "root's, with the owner's rights");
+        assert_eq!(foreign_stage(1001, 0), None, "servers running as root take the submitter's rights");
+        let refused = foreign_stage(1001, 1000).unwrap();
+        assert!(refused.contains("run as uid 1000") && refused.contains("uid 1001 is refused"), "{refused}");
+    }
 }
