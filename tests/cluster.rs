@@ -249,3 +249,50 @@ fn a_compute_node_lost_mid_job_leaves_nothing_behind() {
     assert!(started.status.success(), "{}", text(&started));
     bed.wait_until("n2 clean once back", Duration::from_secs(90), || bed.jobs_left("n2").is_empty() && bed.storage_left("n2").is_empty());
 }
+
+/// A persistent reservation an admin makes on the head node for one user (`nobody`), shared
+/// with a group: a job of another member of the group (`games`, a member through a
+/// supplementary group) writes into it; the manager is killed (-9) and started again; a job of
+/// the owner reads what the member wrote; the member may not destroy it, the admin does, and
+/// nothing of it is left.
+#[test]
+fn a_reservation_shared_with_a_group_outlives_a_manager_restart() {
+    let team = surge_tests::TempGroup::new("tb", &["games"]);
+    let member = surge_tests::user("games").uid.to_string();
+    let bed = Testbed::up("shared", &[]);
+    let pfs = bed.pfs().display().to_string();
+    let surge = surge_tests::binary("surge").display().to_string();
+    bed.ok("head", None, &format!("{surge} reservation create proj --capacity 512MiB --owner nobody --group {}", team.name));
+
+    let path = bed.pfs().join("member.sh");
+    std::fs::write(
+        &path,
+        format!("#!/bin/bash\n#SBATCH -o {pfs}/member-%j.out\n#DW persistentdw name=proj\necho from-the-member > $DW_PERSISTENT_STRIPED_proj/note\n"),
+    )
+    .unwrap();
+    let job: u64 = bed.ok("login", Some(&member), &format!("sbatch --parsable {}", path.display())).parse().unwrap();
+    let mut state = None;
+    bed.wait_until("the member's job done", Duration::from_secs(120), || {
+        state = bed.final_state(job);
+        state.is_some()
+    });
+    let output = std::fs::read_to_string(bed.pfs().join(format!("member-{job}.out"))).unwrap_or_default();
+    assert_eq!(state.as_deref(), Some("COMPLETED"), "the member's job: {output}{}", bed.logs());
+
+    bed.kill_manager();
+    bed.start_manager(None);
+    let (job, state) = bed.submit_and_wait(
+        "owner.sh",
+        &format!("#!/bin/bash\n#SBATCH -o {pfs}/owner-%j.out\n#DW persistentdw name=proj\ncat $DW_PERSISTENT_STRIPED_proj/note\n"),
+    );
+    let output = std::fs::read_to_string(bed.pfs().join(format!("owner-{job}.out"))).unwrap_or_default();
+    assert_eq!((state.as_str(), output.as_str()), ("COMPLETED", "from-the-member\n"), "{}", bed.logs());
+
+    let refused = bed.surge(Some(&member), "reservation destroy proj");
+    assert!(!refused.status.success(), "a member destroyed the owner's reservation: {}", text(&refused));
+    bed.ok("head", None, &format!("{surge} reservation destroy proj"));
+    bed.wait_all_released("the reservation destroyed");
+    for node in ["bb1", "bb2"] {
+        assert_eq!(bed.storage_left(node), "", "{node}'s storage after the reservation");
+    }
+}
