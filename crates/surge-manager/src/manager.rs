@@ -255,7 +255,8 @@ fn may_make_reservation(
 }
 
 /// The ACL a shared reservation's root gets, as its access and default ACL: read, write and
-/// search for the owner, each listed user and the group shared with (named, so that what a
+/// search for the owner (also named: what a member makes has the member as its user), each
+/// listed user and the group shared with (named, so that what a
 /// member makes, owned by the member's own group, inherits it), the root's own group only when
 /// that is the group shared with, nobody else. `None` for a reservation shared with nobody.
 fn shared_root_acl(instance: &InstanceRecord) -> Option<Acl> {
@@ -263,7 +264,9 @@ fn shared_root_acl(instance: &InstanceRecord) -> Option<Acl> {
     if share.is_none() {
         return None;
     }
-    let mut users: Vec<u32> = share.uids.iter().copied().filter(|u| *u != instance.uid).collect();
+    // The owner named too: in the default ACL, the file's own user is its maker (a member),
+    // and the owner must still reach what members make.
+    let mut users: Vec<u32> = share.uids.iter().copied().chain([instance.uid]).collect();
     users.sort_unstable();
     users.dedup();
     let entry = |tag, perm| Entry { tag, perm };
@@ -1831,6 +1834,7 @@ mod tests {
             tags,
             [
                 (Tag::UserObj, 7),
+                (Tag::User(1001), 7),
                 (Tag::User(1005), 7),
                 (Tag::User(1007), 7),
                 (Tag::GroupObj, 7),
