@@ -214,12 +214,7 @@ fn the_epilog_cleans_a_node_while_the_manager_is_down() {
 /// with the node's failure, its buffer is torn down on the node that is left, and once the
 /// lost node is back (a reboot: its storage as it was) nothing of the job is left on any
 /// node: no mount, no mount daemon, no job directory, no server, no storage.
-///
-/// Run by hand (`cargo test --release -p surge-tests --test cluster -- --ignored`): under the
-/// full suite's load its job's steps did not both write within a minute, once, cause not yet
-/// found (see the notes); alone it passes.
 #[test]
-#[ignore = "long form, run by hand: flaky under the suite's load, under investigation"]
 fn a_compute_node_lost_mid_job_leaves_nothing_behind() {
     let bed = Testbed::up("nodeloss", &[]);
     let pfs = bed.pfs().display().to_string();

@@ -531,10 +531,15 @@ async fn epilog() -> Result<()> {
 /// Stops the mount daemons serving under `job_dir` that are still there once their mounts
 /// are detached (TERM, then KILL).
 fn stop_mount_daemons(job_dir: &Path) {
+    // Only daemons of this node's mount namespace: the job's directory has the same path in
+    // every node's, and processes of another namespace (a container, another node of a
+    // test cluster sharing this kernel) serve other mounts.
+    let own_namespace = std::fs::read_link("/proc/self/ns/mnt").ok();
     let serving = || -> Vec<i32> {
         let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
         entries
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| own_namespace.is_some() && std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok() == own_namespace)
             .filter(|pid| {
                 let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
                 let mut args = cmdline.split(|&b| b == 0).map(|a| Path::new(std::ffi::OsStr::from_bytes(a)));
