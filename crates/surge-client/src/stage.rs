@@ -35,7 +35,7 @@ pub struct StageCounts {
 }
 
 impl StageCounts {
-    pub fn of(stages: &[StageSummary]) -> StageCounts {
+    pub fn of<'a>(stages: impl IntoIterator<Item = &'a StageSummary>) -> StageCounts {
         let mut counts = StageCounts::default();
         for stage in stages {
             match stage.state {

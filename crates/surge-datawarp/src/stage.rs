@@ -17,6 +17,7 @@ use std::ffi::{c_char, c_int};
 
 use surge::call::{call, resolve, runtime, text, CallResult, Failure};
 use surge::staging::{self as capi, failure_errno};
+use surge_client::stage::StageCounts;
 use surge_client::surge_proto::stage::{StageDirection, StageKind, StageState, StageSummary, StageWhen};
 use surge_client::surge_proto::ErrorCode;
 use surge_client::Client;
@@ -203,17 +204,9 @@ fn query(target: &Target, scope: Scope) -> CallResult<Counts> {
             return Err(target.nothing("no stage of it was submitted"));
         }
     }
-    let mut counts = Counts::default();
-    for stage in standing(&stages) {
-        match stage.state {
-            StageState::Done => counts.complete += 1,
-            StageState::Queued | StageState::Running => counts.pending += 1,
-            StageState::Deferred => counts.deferred += 1,
-            StageState::Failed => counts.failed += 1,
-            StageState::Cancelled => {}
-        }
-    }
-    Ok(counts)
+    let counts = StageCounts::of(standing(&stages));
+    let int = |n: u32| c_int::try_from(n).unwrap_or(c_int::MAX);
+    Ok(Counts { complete: int(counts.complete), pending: int(counts.pending), deferred: int(counts.deferred), failed: int(counts.failed) })
 }
 
 fn wait(target: &Target, scope: Scope) -> CallResult<()> {
