@@ -88,8 +88,28 @@ pub async fn start_mount_daemon(mut cmd: Command, dir: &Path, log_path: &Path) -
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    settle_root(dir, None);
+    if let Err(e) = answering(dir, None).await {
+        let _ = child.kill();
+        let _ = Command::new("fusermount3").args(["-u", "-z"]).arg(dir).status();
+        return Err(e);
+    }
     Ok(())
+}
+
+/// Waits (at most `MOUNT_TIMEOUT`) until the new mount at `dir` answers with its root's real
+/// attributes (`settle_root`). The stat runs on a thread of its own: a mount that never
+/// answers holds that thread in the kernel until its daemon ends, and a runtime's blocking
+/// thread would hold up this process's end with it.
+async fn answering(dir: &Path, owner: Option<u32>) -> Result<()> {
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    let root = dir.to_path_buf();
+    std::thread::Builder::new().name("settle-root".into()).spawn(move || answer.send(settle_root(&root, owner)))?;
+    match tokio::time::timeout(MOUNT_TIMEOUT, answered).await {
+        Ok(Ok(Ok(()))) => Ok(()),
+        Ok(Ok(Err(e))) => Err(e).with_context(|| format!("the new mount at {} does not answer", dir.display())),
+        Ok(Err(_)) => bail!("the new mount at {} was not checked", dir.display()),
+        Err(_) => bail!("the new mount at {} does not answer after {MOUNT_TIMEOUT:?} (its log says why)", dir.display()),
+    }
 }
 
 /// Makes the kernel take the root's real attributes before anyone uses the mount. Until a
@@ -101,14 +121,15 @@ pub async fn start_mount_daemon(mut cmd: Command, dir: &Path, log_path: &Path) -
 /// later went through). A stat settles the root while nothing else happens in it; a few more
 /// if a reply was dropped all the same, until the real owner (`owner`, when known) and
 /// permission bits show.
-fn settle_root(dir: &Path, owner: Option<u32>) {
+fn settle_root(dir: &Path, owner: Option<u32>) -> std::io::Result<()> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     for _ in 0..10 {
-        match std::fs::metadata(dir) {
-            Ok(m) if m.permissions().mode() & 0o7777 == 0 || owner.is_some_and(|uid| m.uid() != uid) => continue,
-            _ => return,
+        let m = std::fs::metadata(dir)?;
+        if m.permissions().mode() & 0o7777 != 0 && owner.is_none_or(|uid| m.uid() == uid) {
+            break;
         }
     }
+    Ok(())
 }
 
 /// Mounts `dir` for one user as root does for a job (no readable /dev/fuse or fusermount
@@ -156,7 +177,7 @@ pub async fn mount_for_user(mut cmd: Command, instance: &str, dir: &Path, (uid, 
             std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).map(|_| line)
         });
         match tokio::time::timeout(MOUNT_TIMEOUT, line).await {
-            Ok(Ok(Ok(line))) if line.trim() == "ready" => Ok(()),
+            Ok(Ok(Ok(line))) if line.trim() == "ready" => Ok(child),
             Ok(_) => {
                 let status = child.wait()?;
                 let log = std::fs::read_to_string(log_path).unwrap_or_default();
@@ -170,11 +191,14 @@ pub async fn mount_for_user(mut cmd: Command, instance: &str, dir: &Path, (uid, 
     }
     .await;
     drop(device);
-    if started.is_ok() {
-        // Before the job's first step: see `settle_root`.
-        let root = dir.to_path_buf();
-        let _ = tokio::time::timeout(MOUNT_TIMEOUT, tokio::task::spawn_blocking(move || settle_root(&root, Some(uid)))).await;
-    } else {
+    // Before the job's first step: see `settle_root`.
+    let started = match started {
+        Ok(mut child) => answering(dir, Some(uid)).await.inspect_err(|_| {
+            let _ = child.kill();
+        }),
+        Err(e) => Err(e),
+    };
+    if started.is_err() {
         let _ = Command::new("umount").arg("-l").arg(dir).status();
     }
     started

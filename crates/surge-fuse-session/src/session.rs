@@ -350,8 +350,8 @@ impl<FS: Filesystem> Session<FS> {
     }
 
     /// Whether requests come through FUSE over io_uring (from init on): /dev/fuse then
-    /// carries forgets and interrupts, and requests only while a queue is not registered (or
-    /// after one failed).
+    /// carries forgets and interrupts, and the odd request queued there as the rings became
+    /// ready.
     pub fn over_rings(&self) -> bool {
         self.over_rings
     }
@@ -440,25 +440,39 @@ impl<FS: Filesystem> Session<FS> {
         }
         let mut config = KernelConfig::new(offered, kernel_max_readahead);
         self.fs.init(&mut config)?;
-        let io_uring = self.transport.io_uring && config.add_capabilities(init::OVER_IO_URING).is_ok();
-        if self.transport.io_uring && !io_uring {
+        let offered = config.offered() & init::OVER_IO_URING != 0;
+        if self.transport.io_uring && !offered {
             tracing::info!("FUSE over io_uring off: the kernel does not offer it (Linux 6.14+, fuse module's enable_uring)");
         }
-        self.dev.reply(unique, 0, &[config.reply().as_bytes()])?;
         let payload = config.max_payload();
-        if io_uring {
-            let fs = self.fs.clone();
+        // The rings are made before the reply asks for io_uring: once it has, the kernel holds
+        // every request until each CPU's queue has registered an entry, so a ring that cannot
+        // be made must mean a reply without it (requests then come through /dev/fuse).
+        let queues = if self.transport.io_uring && offered {
             let initial = self.transport.ring_depth.max(1);
             let depth = uring::Depth { initial, max: self.transport.ring_max_depth.max(initial) };
-            let threads = self.transport.ring_threads;
-            match uring::start(&self.dev, depth, payload, threads, move |request, responder| dispatch(&*fs, request, None, responder)) {
-                Ok(rings) => {
-                    self.rings = rings;
-                    self.over_rings = true;
+            match uring::make(&self.dev, depth, payload) {
+                Ok(queues) => {
+                    let _ = config.add_capabilities(init::OVER_IO_URING);
                     tracing::info!("FUSE over io_uring: {} entries per CPU queue, up to {}", depth.initial, depth.max);
+                    Some(queues)
                 }
-                Err(e) => tracing::warn!("FUSE over io_uring not started ({e}); requests go through /dev/fuse"),
+                Err(e) => {
+                    tracing::warn!("FUSE over io_uring off: {e}; requests go through /dev/fuse");
+                    None
+                }
             }
+        } else {
+            None
+        };
+        self.dev.reply(unique, 0, &[config.reply().as_bytes()])?;
+        if let Some(queues) = queues {
+            let fs = self.fs.clone();
+            // A queue that cannot start now would leave every request waiting: an error ends
+            // the session (and, with it, the mount's connection).
+            self.rings =
+                uring::start(queues, self.transport.ring_threads, move |request, responder| dispatch(&*fs, request, None, responder))?;
+            self.over_rings = true;
         }
         Ok(Some(payload + abi::IN_HEADER_LEN + size_of::<abi::fuse_write_in>() + 4096))
     }

@@ -19,7 +19,11 @@
 //! "Ring queues: growth and the lock-wait reserve".
 //!
 //! Forgets, interrupts and notices still go through /dev/fuse, whose reader keeps running
-//! beside the queues; requests sent before every queue is registered do too.
+//! beside the queues (with the odd request queued there as the rings became ready). Until
+//! every CPU's queue has registered an entry the kernel holds all other requests, and a queue
+//! that stops leaves its CPU's requests waiting: the rings are made before the init reply
+//! asks for io_uring (a ring that cannot be made means /dev/fuse alone), and a queue that
+//! fails afterwards ends the process, which ends the connection ([`queue_lost`]).
 //!
 //! Ownership of an entry's buffers alternates: the kernel's from registration (or a commit)
 //! until it completes the entry's command with a request, then the file system's until the
@@ -456,8 +460,8 @@ impl Queue {
     }
 
     /// Hands over the requests of the completions there are; how many completions there were,
-    /// or the end of the queue (unmounted, or the kernel refused an entry: said in the log).
-    fn handle_completions(self: &Arc<Self>, serve: &mut dyn FnMut(request::Request<'_>, Responder)) -> Result<usize, ()> {
+    /// or why the queue ends.
+    fn handle_completions(self: &Arc<Self>, serve: &mut dyn FnMut(request::Request<'_>, Responder)) -> Result<usize, QueueEnd> {
         // SAFETY: only the thread driving the queue reads its completion queue.
         let completions: Vec<(u64, i32)> = unsafe { self.ring.completion_shared() }.map(|c| (c.user_data(), c.result())).collect();
         for &(index, result) in &completions {
@@ -465,19 +469,20 @@ impl Queue {
             if index == WAKE && result >= 0 {
                 // Commits from other threads are queued; the caller submits them next.
                 if let Err(e) = self.arm_wake() {
-                    tracing::warn!("io_uring queue {} stopped: {e}", self.qid);
-                    return Err(());
+                    return Err(QueueEnd::Failed(e));
                 }
                 continue;
             }
             if result < 0 {
                 let e = io::Error::from_raw_os_error(-result);
-                match -result {
+                return Err(match -result {
                     // The connection ended (unmount) or the ring is being torn down.
-                    libc::ENOTCONN | libc::ECANCELED | libc::ENODEV => tracing::debug!("io_uring queue {} ends: {e}", self.qid),
-                    _ => tracing::warn!("io_uring queue {}: the kernel refused an entry ({e}); requests go through /dev/fuse", self.qid),
-                }
-                return Err(());
+                    libc::ENOTCONN | libc::ECANCELED | libc::ENODEV => {
+                        tracing::debug!("io_uring queue {} ends: {e}", self.qid);
+                        QueueEnd::Unmounted
+                    }
+                    _ => QueueEnd::Failed(io::Error::new(e.kind(), format!("the kernel refused an entry: {e}"))),
+                });
             }
             if let Some(index) = usize::try_from(index).ok().filter(|&i| i < self.registered.load(Ordering::Relaxed)) {
                 self.take_request(index, serve);
@@ -492,16 +497,16 @@ impl Queue {
         QUEUE_OF_THIS_THREAD.set(Arc::as_ptr(&self) as usize);
         pin_to_cpu(self.qid);
         if let Err(e) = self.register() {
-            tracing::warn!("io_uring queue {}: not started ({e}); requests go through /dev/fuse", self.qid);
-            return;
+            queue_lost(self.qid, &e);
         }
         loop {
             if let Err(e) = self.submit_and_wait() {
-                tracing::warn!("io_uring queue {} stopped: {e}", self.qid);
-                return;
+                queue_lost(self.qid, &e);
             }
-            if self.handle_completions(&mut serve).is_err() {
-                return;
+            match self.handle_completions(&mut serve) {
+                Ok(_) => {}
+                Err(QueueEnd::Unmounted) => return,
+                Err(QueueEnd::Failed(e)) => queue_lost(self.qid, &e),
             }
         }
     }
@@ -526,6 +531,14 @@ fn pin_to_cpu(cpu: u16) {
     if !pinned {
         tracing::debug!("io_uring queue {cpu}: thread not pinned to its CPU ({})", io::Error::last_os_error());
     }
+}
+
+/// Why a queue stops taking requests.
+enum QueueEnd {
+    /// The connection ended (an unmount).
+    Unmounted,
+    /// The queue cannot go on while the connection lives.
+    Failed(io::Error),
 }
 
 /// The request handler a driven ring hands requests to.
@@ -565,7 +578,8 @@ impl Ring {
         for _ in 0..limit {
             self.queue.submit_now()?;
             match self.queue.handle_completions(&mut serve) {
-                Err(()) => return Ok(crate::Flow::Unmounted),
+                Err(QueueEnd::Unmounted) => return Ok(crate::Flow::Unmounted),
+                Err(QueueEnd::Failed(e)) => return Err(e),
                 Ok(0) => return Ok(crate::Flow::Idle),
                 Ok(_) => {}
             }
@@ -583,29 +597,58 @@ fn possible_cpus() -> io::Result<u16> {
     last.map(|n| n + 1).ok_or_else(|| io::Error::other(format!("cannot read the possible CPUs from {text:?}")))
 }
 
-/// Makes one queue per CPU, each serving requests with `serve`: on a thread of its own
-/// each (`threads`), or returned as [`Ring`]s for the caller's event loop to drive.
+/// One queue per CPU, their rings made but no entry registered yet.
+pub(crate) struct Queues(Vec<Arc<Queue>>);
+
+/// Makes the rings of one queue per CPU. This is what can fail for want of resources:
+/// io_uring counts a ring's memory against the locked-memory limit (RLIMIT_MEMLOCK, per
+/// user) of a process without CAP_IPC_LOCK, as a mount daemon running as the job's user is,
+/// and a ring sized for a queue's growth takes about 330 KiB.
+pub(crate) fn make(dev: &Arc<Dev>, depth: Depth, payload_size: usize) -> io::Result<Queues> {
+    let cpus = possible_cpus()?;
+    let mut queues = Vec::with_capacity(cpus.into());
+    for qid in 0..cpus {
+        let queue = Queue::new(qid, depth, payload_size, dev.clone()).map_err(|e| {
+            let hint = if e.raw_os_error() == Some(libc::ENOMEM) {
+                " (io_uring counts rings against the locked-memory limit, `ulimit -l`, of a process without CAP_IPC_LOCK)"
+            } else {
+                ""
+            };
+            io::Error::new(e.kind(), format!("the ring of queue {qid} of {cpus} could not be made: {e}{hint}"))
+        })?;
+        queues.push(Arc::new(queue));
+    }
+    Ok(Queues(queues))
+}
+
+/// Starts the queues once the init reply has asked for io_uring, each serving requests with
+/// `serve`: on a thread of its own each (`threads`), or returned as [`Ring`]s for the
+/// caller's event loop to drive.
 pub(crate) fn start(
-    dev: &Arc<Dev>,
-    depth: Depth,
-    payload_size: usize,
+    queues: Queues,
     threads: bool,
     serve: impl Fn(request::Request<'_>, Responder) + Clone + Send + Sync + 'static,
 ) -> io::Result<Vec<Ring>> {
-    let mut queues = vec![];
+    let watched = queues.0.iter().map(Arc::downgrade).collect();
     let mut rings = vec![];
-    for qid in 0..possible_cpus()? {
-        let queue = Arc::new(Queue::new(qid, depth, payload_size, dev.clone())?);
-        queues.push(Arc::downgrade(&queue));
+    for queue in queues.0 {
         let serve = serve.clone();
         if threads {
-            std::thread::Builder::new().name(format!("fuse-ring-{qid}")).spawn(move || queue.run(serve))?;
+            std::thread::Builder::new().name(format!("fuse-ring-{}", queue.qid)).spawn(move || queue.run(serve))?;
         } else {
             rings.push(Ring { queue, serve: Box::new(serve), registered: Default::default() });
         }
     }
-    std::thread::Builder::new().name("fuse-ring-watch".into()).spawn(move || watch(queues))?;
+    std::thread::Builder::new().name("fuse-ring-watch".into()).spawn(move || watch(watched))?;
     Ok(rings)
+}
+
+/// A queue's thread could not go on while the connection lives: its CPU's requests (and,
+/// before every queue has registered, all requests) would wait for ever. Ending the process
+/// closes /dev/fuse, so the kernel ends the connection and those callers get ENOTCONN.
+fn queue_lost(qid: u16, e: &io::Error) -> ! {
+    tracing::error!("io_uring queue {qid} failed ({e}): the mount cannot serve without it; ending, which ends the mount's connection");
+    std::process::exit(1)
 }
 
 /// How long a request may stay unanswered before the watchdog says so.

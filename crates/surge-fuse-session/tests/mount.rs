@@ -305,6 +305,39 @@ fn serves_over_io_uring() {
     assert_requests_came_through_rings(on_ring, on_dev);
 }
 
+/// A process that may not make the rings (no CAP_IPC_LOCK and no locked memory to count them
+/// against, as a mount daemon running as a job's user past its `ulimit -l`) serves the mount
+/// through /dev/fuse instead of leaving every request waiting for queues that never come.
+/// The mount runs in a child process of this test executable made that way.
+#[test]
+fn a_ring_that_cannot_be_made_leaves_the_mount_on_dev_fuse() {
+    require_root("mount(2)");
+    if std::env::var_os(WITHOUT_LOCKED_MEMORY).is_some() {
+        let (dir, counters, serving) = mounted(Transport { io_uring: true, ..Default::default() });
+        exercise(&dir);
+        unmount(&dir, serving);
+        let (on_ring, on_dev) = (counters.on_ring.load(Ordering::Relaxed), counters.on_dev.load(Ordering::Relaxed));
+        assert!(on_ring == 0 && on_dev > 1000, "requests through rings {on_ring}, through /dev/fuse {on_dev}");
+        return;
+    }
+    if !uring_offered() {
+        eprintln!("this kernel does not offer FUSE over io_uring: no ring to fail to make");
+    }
+    // Bounded: a mount left waiting for its rings would hang the child for good.
+    let child = std::process::Command::new("timeout")
+        .args(["-k", "5", "120", "prlimit", "--memlock=0:0", "setpriv", "--bounding-set", "-ipc_lock", "--inh-caps", "-ipc_lock"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "a_ring_that_cannot_be_made_leaves_the_mount_on_dev_fuse", "--nocapture", "--test-threads", "1"])
+        .env(WITHOUT_LOCKED_MEMORY, "1")
+        .output()
+        .unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&child.stdout), String::from_utf8_lossy(&child.stderr));
+    assert!(child.status.success() && said.contains("1 passed"), "the mount without locked memory: {said}");
+}
+
+/// Set in the child process of `a_ring_that_cannot_be_made_leaves_the_mount_on_dev_fuse`.
+const WITHOUT_LOCKED_MEMORY: &str = "SURGE_TEST_WITHOUT_LOCKED_MEMORY";
+
 /// With FUSE over io_uring offered, the requests (all but those before the queues were
 /// registered) came through ring entries; without it, all through /dev/fuse.
 fn assert_requests_came_through_rings(via_ring: u64, via_dev: u64) {

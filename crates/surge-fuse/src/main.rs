@@ -149,8 +149,8 @@ impl std::os::fd::AsRawFd for Polled {
 const READY: tokio::io::Interest = tokio::io::Interest::READABLE.add(tokio::io::Interest::ERROR);
 
 /// Over io_uring, how long /dev/fuse is left unread once it is found empty after forgets
-/// and interrupts only. It then carries those (and requests only while a ring queue is not
-/// registered, or after one failed: then it is read at once), and the kernel sends a forget
+/// and interrupts only. It then carries those (and the odd request queued there as the rings
+/// became ready: then it is read at once), and the kernel sends a forget
 /// for every inode it drops: read as they came, each unlinked file cost a wake-up of the
 /// runtime, a fifth of mdtest's removal rate on two CPUs; left to gather, they come a few
 /// dozen to a read (FUSE_BATCH_FORGET).
@@ -169,7 +169,7 @@ async fn serve_on_runtime<FS: Filesystem>(mut session: Session<FS>) -> std::io::
         match session.serve_waiting(64)? {
             Flow::Idle => {
                 ready.clear_ready();
-                // Not after a request of a ring's (a queue that failed sends them here).
+                // Not after a request: more may follow it here.
                 if session.over_rings() && !session.took_requests() {
                     tokio::time::sleep(FORGETS_GATHER_FOR).await;
                 }
