@@ -11,11 +11,9 @@
 //! A second test runs a job through Slurm's burst_buffer/datawarp plugin instead, with Surge
 //! answering as Cray's `dw_wlm_cli` and `dwstat`.
 
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use surge_tests::testbed::{Testbed, USER};
+use surge_tests::testbed::{seed_movie, seed_workflow, sha256_line, Testbed, USER};
 
 /// The user's uid, for the files the test hands them.
 const UID: u32 = 65534;
@@ -81,34 +79,6 @@ fn down_leaving_nothing(bed: Testbed) {
     assert!(!namespaces.contains(&format!("sg{}-", tag.trim())), "network namespaces left: {namespaces}");
 }
 
-/// The seed 000 workflow's shape: a restart file staged in, a simulation on n1 publishing plot
-/// files, a visualization on n2 rendering each as it appears, an encoder on n3 making the
-/// "movie" from the frames, all at once in `$DW_JOB_STRIPED`; the movie staged out after the job.
-fn seed_workflow(pfs: &Path) -> String {
-    let p = pfs.display();
-    format!(
-        r#"#!/bin/bash
-#SBATCH -N 3
-#SBATCH -o {p}/seed.out
-#DW jobdw capacity=1GiB access_mode=striped type=scratch
-#DW stage_in type=file source={p}/restart.h5 destination=$DW_JOB_STRIPED/restart.h5
-cd $DW_JOB_STRIPED && mkdir plt png
-srun -N1 -n1 -w n1 bash -c 'for i in 0 1 2 3 4 5; do dd if=restart.h5 of=plt/.p$i bs=1M skip=$i count=1 status=none; mv plt/.p$i plt/p$i; done' &
-srun -N1 -n1 -w n2 bash -c 'for i in 0 1 2 3 4 5; do until [ -e plt/p$i ]; do sleep 0.05; done; sha256sum < plt/p$i > png/.f$i; mv png/.f$i png/f$i; done' &
-srun -N1 -n1 -w n3 bash -c 'for i in 0 1 2 3 4 5; do until [ -e png/f$i ]; do sleep 0.05; done; cat png/f$i >> .movie; done; mv .movie movie.txt' &
-wait
-ls -l $DW_JOB_STRIPED/movie.txt
-#DW stage_out type=file source=$DW_JOB_STRIPED/movie.txt destination={p}/movie.txt
-"#
-    )
-}
-
-fn sha256_line(data: &[u8]) -> String {
-    let mut child = Command::new("sha256sum").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
-    std::io::Write::write_all(child.stdin.as_mut().unwrap(), data).unwrap();
-    String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap()
-}
-
 #[test]
 fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
     let _one = ONE_TESTBED.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -149,13 +119,12 @@ fn slurm_drives_surge_burst_buffers_for_unprivileged_jobs() {
     let restart = pattern(0, 6 << 20);
     std::fs::write(bed.pfs().join("restart.h5"), &restart).unwrap();
     std::os::unix::fs::chown(bed.pfs().join("restart.h5"), Some(UID), Some(UID)).unwrap();
-    let job = bed.submit("seed.sh", &seed_workflow(&bed.pfs())).unwrap();
+    let job = bed.submit("seed.sh", &seed_workflow(&bed.pfs(), 3, "bb", ["n1", "n2", "n3"])).unwrap();
     bed.wait_gone(job);
     let movie = std::fs::read_to_string(bed.pfs().join("movie.txt")).unwrap_or_else(|e| {
         panic!("movie not staged out ({e}); job output: {}", std::fs::read_to_string(bed.pfs().join("seed.out")).unwrap_or_default())
     });
-    let expected: String = restart.chunks(1 << 20).map(sha256_line).collect();
-    assert_eq!(movie, expected, "the movie on the PFS is every frame, in order");
+    assert_eq!(movie, seed_movie(&restart), "the movie on the PFS is every frame, in order");
     // Slurm tears down just after the job leaves the queue.
     bed.wait_all_released("torn down after the job");
     let status = bed.status();

@@ -4,11 +4,49 @@
 //! as a user, admins' commands run on the head node, and what is on a node is looked at on that
 //! node. The cluster is stopped when the value is dropped, also when the test fails.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use crate::{binary, text};
+
+/// Seed 000's workflow in the shape of its batch script, on `nodes` nodes with a buffer from
+/// `pool`: a restart file (`restart.h5` in the shared file system, 6 MiB) staged in; three
+/// components at once in `$DW_JOB_STRIPED`, one on each node of `on`: a simulation writing
+/// a plot file a step (each published by a rename), a visualization rendering each as it
+/// appears (here: its checksum), an encoder making the "movie" from the frames in order;
+/// the movie staged out to `movie.txt` after the commands. [`seed_movie`] is what it must be.
+pub fn seed_workflow(pfs: &Path, nodes: usize, pool: &str, on: [&str; 3]) -> String {
+    let p = pfs.display();
+    let [simulation, visualization, encoder] = on;
+    format!(
+        r#"#!/bin/bash
+#SBATCH -N {nodes}
+#SBATCH -o {p}/seed.out
+#DW jobdw capacity=1GiB access_mode=striped type=scratch pool={pool}
+#DW stage_in type=file source={p}/restart.h5 destination=$DW_JOB_STRIPED/restart.h5
+cd $DW_JOB_STRIPED && mkdir plt png
+srun -N1 -n1 -w {simulation} bash -c 'for i in 0 1 2 3 4 5; do dd if=restart.h5 of=plt/.p$i bs=1M skip=$i count=1 status=none; mv plt/.p$i plt/p$i; done' &
+srun -N1 -n1 -w {visualization} bash -c 'for i in 0 1 2 3 4 5; do until [ -e plt/p$i ]; do sleep 0.05; done; sha256sum < plt/p$i > png/.f$i; mv png/.f$i png/f$i; done' &
+srun -N1 -n1 -w {encoder} bash -c 'for i in 0 1 2 3 4 5; do until [ -e png/f$i ]; do sleep 0.05; done; cat png/f$i >> .movie; done; mv .movie movie.txt' &
+wait
+ls -l $DW_JOB_STRIPED/movie.txt
+#DW stage_out type=file source=$DW_JOB_STRIPED/movie.txt destination={p}/movie.txt
+"#
+    )
+}
+
+/// The movie [`seed_workflow`] makes from `restart`: each 1 MiB frame's checksum line.
+pub fn seed_movie(restart: &[u8]) -> String {
+    restart.chunks(1 << 20).map(sha256_line).collect()
+}
+
+/// `sha256sum`'s line for `data` read from its standard input.
+pub fn sha256_line(data: &[u8]) -> String {
+    let mut child = Command::new("sha256sum").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), data).unwrap();
+    String::from_utf8(child.wait_with_output().unwrap().stdout).unwrap()
+}
 
 /// The user jobs run as (`nobody`: in every node's user database).
 pub const USER: &str = "65534";
