@@ -78,6 +78,61 @@ fn seed_000s_workflow_on_an_on_demand_buffer_over_eight_nodes() {
     }
 }
 
+/// Burst buffers asked for outside `#DW` lines, through Slurm and Surge's job_submit.lua:
+/// Slurm's own `#BB create_persistent` / `#BB destroy_persistent` in jobs with nodes, the
+/// `sbatch -N0` form of them refused saying what to do instead, and `--bb` on `srun` and
+/// `salloc` (DataWarp's short form and a `#DW` line) giving interactive jobs a buffer from
+/// the default pool, shared by their nodes.
+#[test]
+fn bb_lines_and_interactive_jobs_get_buffers_through_slurm() {
+    let bed = Testbed::up("bblines", &[]);
+    let pfs = bed.pfs().display().to_string();
+    let reservations = |bed: &Testbed| -> Vec<String> {
+        bed.status()["instances"].as_array().unwrap().iter().filter_map(|i| i["persistent"].as_str().map(String::from)).collect()
+    };
+
+    std::fs::write(
+        bed.pfs().join("zero.sh"),
+        "#!/bin/bash\n#BB create_persistent name=zero capacity=256MiB access=striped type=scratch\nhostname\n",
+    )
+    .unwrap();
+    let zero = bed.run("login", Some(USER), &format!("sbatch -N0 {pfs}/zero.sh"));
+    assert!(
+        !zero.status.success()
+            && text(&zero).contains("a job without nodes (-N0) cannot make")
+            && text(&zero).contains("surge reservation create"),
+        "sbatch -N0 with #BB create_persistent: {}",
+        text(&zero)
+    );
+
+    let (_, state) = bed.submit_and_wait(
+        "create.sh",
+        &format!("#!/bin/bash\n#SBATCH -o {pfs}/create-%j.out\n#BB create_persistent name=keep capacity=256MiB access=striped type=scratch\nhostname\n"),
+    );
+    assert_eq!(state, "COMPLETED", "{}", bed.logs());
+    assert_eq!(reservations(&bed), ["keep"], "#BB create_persistent made the reservation");
+
+    let srun = bed.run(
+        "login",
+        Some(USER),
+        "cd /tmp && srun -N2 --bb 'capacity=256MiB access=striped' bash -c 'touch $DW_JOB_STRIPED/$(hostname) && timeout 30 sh -c \"until [ \\$(ls $DW_JOB_STRIPED | wc -l) = 2 ]; do sleep 0.1; done\" && echo $(hostname) $(ls $DW_JOB_STRIPED)' | sort",
+    );
+    assert_eq!(String::from_utf8_lossy(&srun.stdout), "n1 n1 n2\nn2 n1 n2\n", "srun --bb: {}", text(&srun));
+    let salloc = bed.run(
+        "login",
+        Some(USER),
+        "cd /tmp && salloc -N1 --bb '#DW jobdw capacity=256MiB access_mode=striped type=scratch' srun bash -c 'df --output=source $DW_JOB_STRIPED | tail -1'",
+    );
+    assert!(String::from_utf8_lossy(&salloc.stdout).starts_with("surge:job-"), "salloc --bb: {}", text(&salloc));
+
+    let (_, state) = bed.submit_and_wait(
+        "destroy.sh",
+        &format!("#!/bin/bash\n#SBATCH -o {pfs}/destroy-%j.out\n#BB destroy_persistent name=keep\nhostname\n"),
+    );
+    assert_eq!(state, "COMPLETED", "{}", bed.logs());
+    bed.wait_all_released("the reservation destroyed and the interactive jobs' buffers released");
+}
+
 /// DataWarp's job end: stage-outs a job's programs asked for "at job end" (with `surge stage`,
 /// and from C through libdatawarp's `dw_stage_file_out`) run after the job's commands, the job is not done until they are, and a failed one keeps the job in stage-out
 /// with the reason and its buffer kept, until the job is cancelled with hurry.
