@@ -1880,3 +1880,33 @@ fn abort_fuse_connection(dir: &std::path::Path) {
     }
     let _ = std::fs::write(format!("/sys/fs/fuse/connections/{minor}/abort"), "1");
 }
+
+/// Running out of space leaves the instance usable: after a write that ran into ENOSPC (its
+/// error reported at close, as `dd` sees it) and the file's removal, and after a fallocate
+/// that failed for space, a new file takes the room again at once (the mount is on the
+/// servers' node: it writes their data files itself, within room they set aside for it).
+#[test]
+fn a_full_instance_takes_writes_again_once_room_is_freed() {
+    let inst = Instance::up("nospace", &["--capacity", "64M", "--hosts", "127.0.6.11,127.0.6.12,127.0.6.13,127.0.6.14"]);
+    let m = inst.mount("a", "127.0.6.11");
+    let dd = |name: &str, mib: u32| {
+        std::process::Command::new("dd")
+            .arg("if=/dev/zero")
+            .arg(format!("of={}", m.path(name).display()))
+            .args(["bs=1M", &format!("count={mib}"), "status=none"])
+            .output()
+            .unwrap()
+    };
+    let overfull = dd("big", 96);
+    assert!(!overfull.status.success() && surge_tests::text(&overfull).contains("No space left"), "{}", surge_tests::text(&overfull));
+    std::fs::remove_file(m.path("big")).unwrap();
+    let after = dd("after", 32);
+    assert!(after.status.success(), "32 MiB into an emptied 64 MiB instance: {}", surge_tests::text(&after));
+    std::fs::remove_file(m.path("after")).unwrap();
+
+    let reserve = std::process::Command::new("fallocate").args(["-l", "96M"]).arg(m.path("reserved")).output().unwrap();
+    assert!(!reserve.status.success(), "fallocate of 96 MiB in 64 MiB succeeded");
+    std::fs::remove_file(m.path("reserved")).unwrap();
+    let after = dd("after", 32);
+    assert!(after.status.success(), "32 MiB after a failed fallocate and its file's removal: {}", surge_tests::text(&after));
+}

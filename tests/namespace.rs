@@ -89,6 +89,7 @@ async fn posix_namespace_rules_hold_across_servers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_behind_and_read_ahead_keep_bytes_and_report_errors() {
+    use surge_client::surge_proto::data::AllocateMode;
     let inst = Instance::up(
         "stream",
         &["--servers", "3", "--capacity", "24M", "--chunk-size", "64K", "--hosts", "127.0.0.181,127.0.0.182,127.0.0.183"],
@@ -136,6 +137,22 @@ async fn write_behind_and_read_ahead_keep_bytes_and_report_errors() {
         Some(e) => assert_eq!(e.errno(), libc::ENOSPC, "a write past capacity failed otherwise: {e}"),
         None => assert!(closed.as_ref().is_err_and(|e| e.errno() == libc::ENOSPC), "64 MiB into 24 MiB reported no ENOSPC: {closed:?}"),
     }
+    // The room set aside for the failed file's writes (this client is on the servers' node:
+    // it writes their data files itself, within room they set aside) comes back with the
+    // failure, and its data with its removal: the instance takes writes again at once.
+    c.unlink("/too-big").await.unwrap();
+    let f = c.create("/after", 0o644).await.unwrap();
+    f.pwrite(0, &vec![2u8; 12 << 20]).await.unwrap();
+    f.close().await.expect("12 MiB into the 21 MiB left once the file that ran out of space is gone");
+    c.unlink("/after").await.unwrap();
+    // A fallocate that runs out of space gives back what it set aside past the file's end.
+    let f = c.create("/reserved", 0o644).await.unwrap();
+    assert_eq!(f.allocate(0, 64 << 20, AllocateMode::Reserve, false).await.unwrap_err().code, ErrorCode::NoSpace);
+    assert_eq!(f.size(), 0, "a failed fallocate leaves the size");
+    let used: u64 = c.statfs().await.into_iter().map(|s| s.unwrap().used).sum();
+    assert!(used < 4 << 20, "{used} bytes used (3 MB of them the first file's) after a failed fallocate: what it set aside stayed");
+    f.close().await.unwrap();
+    c.unlink("/reserved").await.unwrap();
     let f = c.open("/stream", false).await.unwrap();
     assert!(f.pread(0, 4 << 20).await.unwrap() == data, "earlier file damaged");
     f.close().await.unwrap();

@@ -41,13 +41,41 @@ impl File {
                 )),
             }
         }
-        first_failure(client.send_all(runs).await)?;
+        let size_before = self.size();
+        let outcomes = client.send_all(runs.clone()).await;
+        if mode != AllocateMode::PunchHole && outcomes.iter().any(Result::is_err) {
+            self.give_back_past(size_before, &runs, &outcomes).await;
+        }
+        first_failure(outcomes)?;
         if !keep_size && mode != AllocateMode::PunchHole && end > self.size() {
             self.set_len(end).await?;
         }
         // The space changed, maybe without the size: the home forgets what it knew of it.
         let forget = AllocationNote { ino: self.ino(), version: self.content_version(), blocks: None };
         client.call_home(self.ino(), NoteAllocation { notes: vec![forget] }).await
+    }
+
+    /// After a fallocate that failed on some servers (out of space, most often): punches
+    /// what the others set aside past the file's end, which no size covers, so that nothing
+    /// would free it (a removal frees the chunks below the size) and the space comes back at
+    /// once. Within the size, what was set aside stays: the file's own, freed with it.
+    async fn give_back_past<T>(&self, size_before: u64, runs: &[(usize, Allocate)], outcomes: &[Result<T>]) {
+        let end = size_before.max(self.size());
+        let punches: Vec<(usize, Allocate)> = runs
+            .iter()
+            .zip(outcomes)
+            .filter(|(_, outcome)| outcome.is_ok())
+            .filter_map(|((server, run), _)| {
+                let from = run.offset.max(end);
+                let to = run.offset + run.len;
+                (from < to).then(|| (*server, Allocate { offset: from, len: to - from, mode: AllocateMode::PunchHole, ..run.clone() }))
+            })
+            .collect();
+        for outcome in self.client().send_all(punches).await {
+            if let Err(e) = outcome {
+                tracing::warn!("inode {:#x}: space set aside by a failed fallocate not given back: {e}", self.ino());
+            }
+        }
     }
 
     /// lseek(2)'s SEEK_DATA (`hole` false: the first offset at or after `offset` that holds

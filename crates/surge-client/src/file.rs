@@ -663,8 +663,12 @@ impl File {
     /// Waits until every write sent through this handle is acknowledged (another handle's
     /// reader on this node must see them); reports a failure among them.
     pub async fn wait_writes(&self) -> Result<()> {
-        self.drain_writes(0, None).await?;
-        self.report_local_writes().await
+        let drained = self.drain_writes(0, None).await;
+        // Whatever the writes' outcome: the report gives back the room the servers set aside
+        // for this handle's local writes, which a failed write (ENOSPC) would otherwise keep
+        // from every writer until this client disconnects.
+        let reported = self.report_local_writes().await;
+        drained.and(reported)
     }
 
     /// Drops chunks fetched ahead: another handle on this node wrote to the file.
