@@ -1909,4 +1909,15 @@ fn a_full_instance_takes_writes_again_once_room_is_freed() {
     std::fs::remove_file(m.path("reserved")).unwrap();
     let after = dd("after", 32);
     assert!(after.status.success(), "32 MiB after a failed fallocate and its file's removal: {}", surge_tests::text(&after));
+    std::fs::remove_file(m.path("after")).unwrap();
+
+    // Space set aside past a file's end, and a file truncated to nothing: their removal
+    // frees everything they held on the servers.
+    sh(&format!("touch {0} && fallocate --keep-size -l 48M {0}", m.path("kept").display()));
+    std::fs::remove_file(m.path("kept")).unwrap();
+    let after = dd("after", 32);
+    assert!(after.status.success(), "32 MiB after removing a file with 48 MiB set aside past its end: {}", surge_tests::text(&after));
+    sh(&format!("truncate -s 0 {0} && rm {0}", m.path("after").display()));
+    let fsck = inst.surge(&["fsck", &inst.name]);
+    assert!(fsck.status.success(), "surge fsck after the removals: {}", surge_tests::text(&fsck));
 }

@@ -593,7 +593,15 @@ impl Run {
                     assert_eq!(counts.len(), inos.len(), "one count per file asked about");
                 }
                 let version = ContentVersion { size: input.size(), mtime: Timestamp::default(), ctime: Timestamp::default() };
-                let notes = inos.iter().map(|&ino| AllocationNote { ino, version, blocks: Self::opt(input, |i| i.size()) }).collect();
+                let notes = inos
+                    .iter()
+                    .map(|&ino| AllocationNote {
+                        ino,
+                        version,
+                        blocks: Self::opt(input, |i| i.size()),
+                        set_aside_to: Self::opt(input, |i| i.size()),
+                    })
+                    .collect();
                 if let Answer::Failure(e) = self.conn.call(NoteAllocation { notes }, &[]) {
                     panic!("an allocation note refused: {e}");
                 }

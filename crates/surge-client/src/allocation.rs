@@ -43,16 +43,21 @@ impl File {
         }
         let size_before = self.size();
         let outcomes = client.send_all(runs.clone()).await;
-        if mode != AllocateMode::PunchHole && outcomes.iter().any(Result::is_err) {
+        let failed = outcomes.iter().any(Result::is_err);
+        if mode != AllocateMode::PunchHole && failed {
             self.give_back_past(size_before, &runs, &outcomes).await;
         }
-        first_failure(outcomes)?;
-        if !keep_size && mode != AllocateMode::PunchHole && end > self.size() {
+        if !failed && !keep_size && mode != AllocateMode::PunchHole && end > self.size() {
             self.set_len(end).await?;
         }
-        // The space changed, maybe without the size: the home forgets what it knew of it.
-        let forget = AllocationNote { ino: self.ino(), version: self.content_version(), blocks: None };
-        client.call_home(self.ino(), NoteAllocation { notes: vec![forget] }).await
+        // The space changed, maybe without the size: the home forgets what it knew of it, and
+        // notes how far the servers may now hold data files of it (past the size, even empty
+        // after a failure, its removal must reach them too).
+        let set_aside_to = (mode != AllocateMode::PunchHole).then_some(end);
+        let forget = AllocationNote { ino: self.ino(), version: self.content_version(), blocks: None, set_aside_to };
+        let noted = client.call_home(self.ino(), NoteAllocation { notes: vec![forget] }).await;
+        first_failure(outcomes)?;
+        noted
     }
 
     /// After a fallocate that failed on some servers (out of space, most often): punches
@@ -190,7 +195,7 @@ impl Client {
         for i in unknown.into_iter().filter(|&i| !unanswered[i]) {
             let attr = &mut *attrs[i];
             attr.blocks = Some(blocks[i]);
-            let note = AllocationNote { ino: attr.ino, version: attr.content_version(), blocks: attr.blocks };
+            let note = AllocationNote { ino: attr.ino, version: attr.content_version(), blocks: attr.blocks, set_aside_to: None };
             notes.entry(ino::home(attr.ino)).or_default().push(note);
         }
         // Not waited for: the caller has its answer, and a note lost costs only a measurement.

@@ -247,8 +247,9 @@ impl Client {
     }
 
     /// Deletes a gone file's chunks on the servers that can hold some: those of the chunks
-    /// below its final size (none for an empty striped file, which makes unlinking small and
-    /// empty files one round trip). A file held whole by one server may have a data file
+    /// below how far its data reached (its final size, or more: [`Unlinked::size`]; none for
+    /// a striped file that never held data, which makes unlinking small and empty files one
+    /// round trip). A file held whole by one server may have a data file
     /// there even when empty (a passthrough handle makes it at open): that server is told in
     /// any case, and for an empty file the answer is not waited for.
     pub(crate) async fn purge_data(&self, ino: Ino, size: u64, ticket: Option<Ticket>) -> Result<()> {

@@ -84,11 +84,23 @@ pub(crate) struct Inode {
     /// name (see [`crate::workflow::publications`]). Not journaled: replaying the names sets
     /// it again.
     pub(crate) named: Option<Box<(Ino, Box<str>)>>,
+    /// How far the file's data files on the servers may reach beyond its size: the largest
+    /// size it had before a truncation (the servers keep a truncated data file, empty) and
+    /// space set aside past its end (fallocate keeping the size). Its removal purges the
+    /// chunks below the larger of this and the size ([`Inode::data_reach`]). Not journaled:
+    /// after a restart it starts at nothing, and what lay past the size then is found by
+    /// `surge fsck`.
+    pub(crate) data_end: u64,
 }
 
 impl Inode {
     pub(crate) fn new(attr: Attr, body: Body) -> Inode {
-        Inode { attr, body, opens: 0, xattrs: None, named: None }
+        Inode { attr, body, opens: 0, xattrs: None, named: None, data_end: 0 }
+    }
+
+    /// Where the file's data on the servers may end: what a removal purges below.
+    pub(crate) fn data_reach(&self) -> u64 {
+        self.attr.size.max(self.data_end)
     }
 }
 
@@ -344,7 +356,7 @@ impl MetaStore {
         let inode = self.inode_mut(ino)?;
         inode.attr.nlink = inode.attr.nlink.saturating_sub(1);
         inode.attr.ctime = Timestamp::now();
-        let (kind, size) = (inode.attr.kind, inode.attr.size);
+        let (kind, size) = (inode.attr.kind, inode.data_reach());
         let gone = inode.attr.nlink == 0 && inode.opens == 0;
         if gone {
             self.remove_inode(ino);

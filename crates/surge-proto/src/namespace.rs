@@ -298,7 +298,9 @@ pub struct Commit {
 /// kept where the file's content is still at `version` (a write published since makes the
 /// figure old). `blocks: None` says the allocation changed without the size or times changing
 /// (fallocate keeping the size, a punched hole): the home forgets what it knew. A cache of
-/// what the servers' data files say, not journaled.
+/// what the servers' data files say, not journaled. `set_aside_to`: space was set aside up
+/// to this offset, which may lie past the size (fallocate keeping the size): the home
+/// remembers it so that the file's removal frees that space too.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct NoteAllocation {
     pub notes: Vec<AllocationNote>,
@@ -309,6 +311,7 @@ pub struct AllocationNote {
     pub ino: Ino,
     pub version: ContentVersion,
     pub blocks: Option<u64>,
+    pub set_aside_to: Option<u64>,
 }
 
 /// Takes, changes or gives back a byte-range lock on file `ino` (homed here) for `owner`, an

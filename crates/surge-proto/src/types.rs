@@ -134,7 +134,9 @@ pub struct Unlinked {
     pub remote: bool,
     /// The inode is gone and nobody has it open: its data must be purged on every server.
     pub purge: bool,
-    /// Its size then: only servers holding chunks below it need the purge.
+    /// How far its data may reach on the servers (its size then, or more: space set aside
+    /// past the end, a longer size before a truncation): only servers holding chunks below
+    /// it need the purge.
     pub size: u64,
     /// Where servers check identities: with `purge`, the ticket the purge needs; with
     /// `remote`, the one its home wants for `DropLink`.
@@ -156,6 +158,7 @@ pub struct LinkOutcome {
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct InodeFate {
     pub purge: bool,
+    /// With `purge`: how far its data may reach on the servers, as [`Unlinked::size`].
     pub size: u64,
     /// With `purge`, where servers check identities: the ticket the purge needs.
     pub ticket: Option<crate::ticket::Ticket>,

@@ -41,7 +41,11 @@ impl MetaStore {
             }
         }
         let author = Caller::acting_for(connection, changes.by.as_ref());
-        let attr = &mut self.inode_mut(ino)?.attr;
+        let inode = self.inode_mut(ino)?;
+        if changes.size.is_some() {
+            inode.data_end = inode.data_reach();
+        }
+        let attr = &mut inode.attr;
         attr.mode = author.mode_after(attr, changes);
         if let Some(uid) = changes.uid {
             attr.uid = uid;
@@ -95,7 +99,7 @@ impl MetaStore {
             inode.opens = inode.opens.saturating_sub(1);
         }
         let gone = inode.attr.nlink == 0 && inode.opens == 0;
-        let (purge, final_size, last_close) = (gone && inode.attr.kind == FileKind::File, inode.attr.size, inode.opens == 0);
+        let (purge, final_size, last_close) = (gone && inode.attr.kind == FileKind::File, inode.data_reach(), inode.opens == 0);
         let published = publishes.then(|| (before, inode.attr.content_version()));
         if gone {
             self.remove_inode(ino);
@@ -134,6 +138,9 @@ impl MetaStore {
     pub fn note_allocation(&mut self, notes: &[AllocationNote]) {
         for note in notes {
             let Some(inode) = self.inodes.get_mut(&note.ino) else { continue };
+            if let Some(end) = note.set_aside_to {
+                inode.data_end = inode.data_end.max(end);
+            }
             match note.blocks {
                 None => inode.attr.blocks = None,
                 Some(blocks) if inode.attr.content_version() == note.version => inode.attr.blocks = Some(blocks),
@@ -161,14 +168,14 @@ mod tests {
         s.commit(ino, Some(4096), Some(Timestamp { secs: 5, nanos: 0 }), false, true).unwrap();
         let written = s.getattr(ino).unwrap();
         assert_eq!(written.blocks, None, "a published write makes the figure unknown");
-        let note = |blocks, version| AllocationNote { ino, version, blocks };
+        let note = |blocks, version| AllocationNote { ino, version, blocks, set_aside_to: None };
         s.note_allocation(&[note(Some(8), written.content_version())]);
         assert_eq!(s.getattr(ino).unwrap().blocks, Some(8));
         s.commit(ino, Some(8192), Some(Timestamp { secs: 6, nanos: 0 }), false, true).unwrap();
         s.note_allocation(&[note(Some(8), written.content_version())]);
         assert_eq!(s.getattr(ino).unwrap().blocks, None, "a measurement of an older version is not kept");
         let now = s.getattr(ino).unwrap().content_version();
-        s.note_allocation(&[note(Some(16), now), AllocationNote { ino: 0xdead, version: now, blocks: Some(1) }]);
+        s.note_allocation(&[note(Some(16), now), AllocationNote { ino: 0xdead, version: now, blocks: Some(1), set_aside_to: None }]);
         assert_eq!(s.getattr(ino).unwrap().blocks, Some(16), "a note for an inode not here is passed over");
         s.note_allocation(&[note(None, written.content_version())]);
         assert_eq!(s.getattr(ino).unwrap().blocks, None, "a changed allocation is forgotten whatever the version");
@@ -182,6 +189,30 @@ mod tests {
         replayed.apply(s.take_changes()).unwrap();
         assert_eq!(replayed.getattr(ino).unwrap().blocks, None, "measured again after a restart");
         assert_eq!(replayed.getattr(dir.ino).unwrap().blocks, Some(0), "a directory has no data files");
+    }
+
+    /// A removal purges as far as the file's data may reach on the servers: its largest size
+    /// before a truncation (the servers keep the data files, emptied) and space set aside past
+    /// its end; a file that only ever grew, its size.
+    #[test]
+    fn a_removal_reaches_the_data_past_the_size() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let truncated = s.create(ROOT_INO, "truncated", 0o644, 0, 0, 0, true, true, None).unwrap().ino;
+        s.commit(truncated, Some(10 << 20), None, false, true).unwrap();
+        s.setattr(truncated, &AttrChanges { size: Some(0), ..Default::default() }).unwrap();
+        s.setattr(truncated, &AttrChanges { size: Some(3 << 20), ..Default::default() }).unwrap();
+        assert_eq!(s.unlink(ROOT_INO, "truncated").unwrap().size, 10 << 20);
+
+        let kept = s.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, true, None).unwrap().ino;
+        s.commit(kept, Some(4096), None, false, true).unwrap();
+        let version = s.getattr(kept).unwrap().content_version();
+        s.note_allocation(&[AllocationNote { ino: kept, version, blocks: None, set_aside_to: Some(48 << 20) }]);
+        assert_eq!(s.getattr(kept).unwrap().size, 4096, "space set aside past the end leaves the size");
+        assert_eq!(s.unlink(ROOT_INO, "kept").unwrap().size, 48 << 20);
+
+        let grown = s.create(ROOT_INO, "grown", 0o644, 0, 0, 0, true, true, None).unwrap().ino;
+        s.commit(grown, Some(5 << 20), None, false, true).unwrap();
+        assert_eq!(s.unlink(ROOT_INO, "grown").unwrap().size, 5 << 20);
     }
 
     /// The store applies the set-id rules to whom the request names: a mount's chgrp by the
