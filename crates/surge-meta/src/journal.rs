@@ -46,7 +46,7 @@ use serde::Serialize;
 use surge_proto::ErrorCode;
 
 use crate::error::{Result, ServerError};
-use crate::formats::{format1, format2, format3};
+use crate::formats::{format1, format2, format3, format4};
 use crate::poison_free::LockRecover;
 use crate::{MetaStore, Record};
 
@@ -217,7 +217,7 @@ fn frame(record: &impl Serialize, out: &mut Vec<u8>) {
 /// record's layout changes in a way older records cannot be read with (a new field; new enum
 /// variants appended at the end read old records as before), and read the older layout
 /// through types of its own (see the module notes).
-pub const FORMAT: &str = "surge-meta 4";
+pub const FORMAT: &str = "surge-meta 5";
 /// Where an upgrade from an earlier format writes the new snapshot before the marker changes.
 const NEXT_SNAPSHOT: &str = "snapshot.next";
 
@@ -225,6 +225,8 @@ const NEXT_SNAPSHOT: &str = "snapshot.next";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Layout {
     Current,
+    /// Before files' data reach.
+    Format4,
     /// Before publication logs.
     Format3,
     /// Before directory layouts.
@@ -234,11 +236,12 @@ enum Layout {
 }
 
 impl Layout {
-    const ALL: [Layout; 4] = [Layout::Current, Layout::Format3, Layout::Format2, Layout::Format1];
+    const ALL: [Layout; 5] = [Layout::Current, Layout::Format4, Layout::Format3, Layout::Format2, Layout::Format1];
 
     fn marker(self) -> &'static str {
         match self {
             Layout::Current => FORMAT,
+            Layout::Format4 => "surge-meta 4",
             Layout::Format3 => "surge-meta 3",
             Layout::Format2 => "surge-meta 2",
             Layout::Format1 => "surge-meta 1",
@@ -279,6 +282,7 @@ fn read_records(path: &Path, torn_tail_allowed: bool, layout: Layout) -> io::Res
     let bytes = read_all(path)?;
     match layout {
         Layout::Current => records(&bytes, path, torn_tail_allowed),
+        Layout::Format4 => Ok(records::<format4::Record>(&bytes, path, torn_tail_allowed)?.into_iter().map(Record::from).collect()),
         Layout::Format3 => Ok(records::<format3::Record>(&bytes, path, torn_tail_allowed)?.into_iter().map(Record::from).collect()),
         Layout::Format2 => Ok(records::<format2::Record>(&bytes, path, torn_tail_allowed)?.into_iter().map(Record::from).collect()),
         Layout::Format1 => Ok(records::<format1::Record>(&bytes, path, torn_tail_allowed)?.into_iter().map(Record::from).collect()),
@@ -697,8 +701,37 @@ mod tests {
         journal.close(&again).unwrap();
     }
 
+    /// A directory the release before files' data reach wrote (format 4) comes back whole
+    /// (each file reaching as far as its size) and is rewritten in this format, which then
+    /// keeps how far a file's data reaches past its size across a restart.
+    #[test]
+    fn a_format_4_directory_is_rewritten_and_then_keeps_the_data_reach() {
+        let root = Root::new("format4");
+        let mut old = MetaStore::new(0, 0, 0);
+        old.track_changes();
+        let file = old.create(ROOT_INO, "file", 0o644, 0, 0, 0, true, true, None).unwrap();
+        old.commit(file.ino, Some(4096), None, false, true).unwrap();
+        let record = old.take_changes();
+        std::fs::write(root.meta("format"), "surge-meta 4\n").unwrap();
+        std::fs::write(root.meta("snapshot"), framed(&[format4::Record::from(MetaStore::new(0, 0, 0).snapshot())])).unwrap();
+        std::fs::write(root.meta("journal"), framed(&[format4::Record::from(record)])).unwrap();
+
+        let mut store = MetaStore::new(0, 0, 0);
+        let (journal, _) = Journal::open(&root.0, &mut store, Arc::new(())).unwrap();
+        assert_eq!(store.getattr(file.ino).unwrap().size, 4096);
+        assert_eq!(std::fs::read_to_string(root.meta("format")).unwrap().trim(), FORMAT);
+        store.setattr(file.ino, &surge_proto::AttrChanges { size: Some(0), ..Default::default() }).unwrap();
+        journal.append(store.take_changes());
+        journal.close(&store).unwrap();
+
+        let mut again = MetaStore::new(0, 0, 0);
+        let (journal, _) = Journal::open(&root.0, &mut again, Arc::new(())).unwrap();
+        assert_eq!(again.unlink(ROOT_INO, "file").unwrap().size, 4096, "the size before the truncation, kept across the restart");
+        journal.close(&again).unwrap();
+    }
+
     /// A directory the release before publication logs wrote (format 3) comes back whole,
-    /// is rewritten as format 4, and then keeps what its directories publish across restarts.
+    /// is rewritten in this format, and then keeps what its directories publish across restarts.
     #[test]
     fn a_format_3_directory_is_rewritten_and_then_keeps_its_publications() {
         let root = Root::new("format3");

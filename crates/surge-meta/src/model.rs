@@ -87,9 +87,9 @@ pub(crate) struct Inode {
     /// How far the file's data files on the servers may reach beyond its size: the largest
     /// size it had before a truncation (the servers keep a truncated data file, empty) and
     /// space set aside past its end (fallocate keeping the size). Its removal purges the
-    /// chunks below the larger of this and the size ([`Inode::data_reach`]). Not journaled:
-    /// after a restart it starts at nothing, and what lay past the size then is found by
-    /// `surge fsck`.
+    /// chunks below the larger of this and the size ([`Inode::data_reach`]). Journaled (from
+    /// format 5; a share of an earlier format starts it at nothing, leaving what lay past a
+    /// size then to `surge fsck`).
     pub(crate) data_end: u64,
 }
 

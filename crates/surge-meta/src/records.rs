@@ -48,6 +48,8 @@ pub(crate) struct Changes {
 pub struct InodeState {
     pub attr: StoredAttr,
     pub body: BodyState,
+    /// How far a file's data files may reach past its size ([`Inode::data_end`]).
+    pub data_end: u64,
 }
 
 /// What the journal keeps of an inode's attributes: [`Attr`] without the allocation, which
@@ -230,7 +232,7 @@ impl MetaStore {
             Body::Symlink(target) => BodyState::Symlink(target.clone()),
             Body::Dir(dir) => BodyState::Dir { parent: dir.parent, subdirs: dir.subdirs, retired: dir.retired, layout: dir.layout },
         };
-        Some(InodeState { attr: StoredAttr::from(&inode.attr), body })
+        Some(InodeState { attr: StoredAttr::from(&inode.attr), body, data_end: inode.data_end })
     }
 
     /// The state of what changed since the last call (an empty record: nothing did).
@@ -318,7 +320,7 @@ impl MetaStore {
                 // a directory's into a file's, as a removal and a reuse would).
                 self.publications.remove(&ino);
             }
-            self.inodes.insert(ino, Inode { xattrs, named, ..Inode::new(state.attr.into(), body) });
+            self.inodes.insert(ino, Inode { xattrs, named, data_end: state.data_end, ..Inode::new(state.attr.into(), body) });
         }
         for e in record.entries {
             if let Some(Inode { body: Body::Dir(dir), .. }) = self.inodes.get_mut(&e.dir) {

@@ -35,14 +35,14 @@ pub struct Record {
     pub xattrs: Vec<XattrState>,
 }
 
-impl From<InodeState> for crate::InodeState {
-    fn from(old: InodeState) -> crate::InodeState {
+impl From<InodeState> for super::format4::InodeState {
+    fn from(old: InodeState) -> super::format4::InodeState {
         let body = match old.body {
             BodyState::File => crate::BodyState::File,
             BodyState::Symlink(target) => crate::BodyState::Symlink(target),
             BodyState::Dir { parent, subdirs, retired } => crate::BodyState::Dir { parent, subdirs, retired, layout: DirLayout::Striped },
         };
-        crate::InodeState { attr: old.attr, body }
+        super::format4::InodeState { attr: old.attr, body }
     }
 }
 

@@ -1,12 +1,14 @@
 //! The journal records of format 3 (`surge-meta 3`), as the release before publication logs
 //! wrote them: read through this type and converted (no directory had published anything).
-//! Frozen, like [`super::format2`] and [`super::format1`], which convert through it.
+//! Frozen, like [`super::format2`] and [`super::format1`], which convert through it; it
+//! converts through [`super::format4`].
 
 use serde::{Deserialize, Serialize};
 
 use surge_proto::Ino;
 
-use crate::{EntryState, InodeState, XattrState};
+use super::format4::{self, InodeState};
+use crate::{EntryState, XattrState};
 
 /// Format 3's record: this format's without publications.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
@@ -20,7 +22,7 @@ pub struct Record {
 
 impl From<Record> for crate::Record {
     fn from(old: Record) -> crate::Record {
-        crate::Record {
+        format4::Record {
             next_local: old.next_local,
             inodes: old.inodes,
             removed: old.removed,
@@ -28,6 +30,7 @@ impl From<Record> for crate::Record {
             xattrs: old.xattrs,
             workflow: Vec::new(),
         }
+        .into()
     }
 }
 
@@ -36,6 +39,7 @@ impl From<Record> for crate::Record {
 impl From<crate::Record> for Record {
     fn from(new: crate::Record) -> Record {
         assert!(new.workflow.is_empty(), "format 3 had no publications");
-        Record { next_local: new.next_local, inodes: new.inodes, removed: new.removed, entries: new.entries, xattrs: new.xattrs }
+        let inodes = new.inodes.into_iter().map(Into::into).collect();
+        Record { next_local: new.next_local, inodes, removed: new.removed, entries: new.entries, xattrs: new.xattrs }
     }
 }

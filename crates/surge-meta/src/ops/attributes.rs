@@ -138,9 +138,12 @@ impl MetaStore {
     pub fn note_allocation(&mut self, notes: &[AllocationNote]) {
         for note in notes {
             let Some(inode) = self.inodes.get_mut(&note.ino) else { continue };
-            if let Some(end) = note.set_aside_to {
-                inode.data_end = inode.data_end.max(end);
+            if let Some(end) = note.set_aside_to.filter(|&end| end > inode.data_reach()) {
+                inode.data_end = end;
+                // Kept across a restart, as the size is.
+                self.changed(note.ino);
             }
+            let Some(inode) = self.inodes.get_mut(&note.ino) else { continue };
             match note.blocks {
                 None => inode.attr.blocks = None,
                 Some(blocks) if inode.attr.content_version() == note.version => inode.attr.blocks = Some(blocks),
