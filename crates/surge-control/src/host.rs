@@ -104,25 +104,10 @@ pub fn group_name(gid: u32) -> Option<String> {
 }
 
 /// Every group the user of this uid is in as the node knows it: the primary group and the
-/// supplementary ones (empty for a uid the node does not know).
+/// supplementary ones (empty for a uid the node does not know; the primary group alone when
+/// the group database cannot be asked).
 pub fn groups_of(uid: u32) -> Vec<u32> {
-    let Some(user) = user_by_uid(uid) else { return Vec::new() };
-    let Ok(name) = std::ffi::CString::new(user.name) else { return vec![user.gid] };
-    let mut list = vec![0 as libc::gid_t; 64];
-    loop {
-        let mut count = list.len() as libc::c_int;
-        // SAFETY: `list` has room for `count` gids; `name` is NUL-terminated. On -1, `count`
-        // says how many there are, and the call is made again with that much room.
-        let found = unsafe { libc::getgrouplist(name.as_ptr(), user.gid, list.as_mut_ptr(), &mut count) };
-        if found >= 0 {
-            list.truncate(count.max(0) as usize);
-            return list;
-        }
-        if count as usize <= list.len() {
-            return vec![user.gid];
-        }
-        list.resize(count as usize, 0);
-    }
+    surge_proto::host::login_groups(uid).unwrap_or_else(|| user_by_uid(uid).map(|user| vec![user.gid]).unwrap_or_default())
 }
 
 /// Completes on SIGTERM or SIGINT (on SIGINT alone where SIGTERM cannot be watched).

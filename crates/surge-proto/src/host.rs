@@ -53,7 +53,7 @@ pub fn user_groups(uid: u32, gid: u32) -> Arc<[u32]> {
         }
     }
     // Looked up without the lock held: a slow directory service holds up only this caller.
-    let Some(found) = look_up_groups(uid) else {
+    let Some(found) = login_groups(uid) else {
         return Arc::from([gid]);
     };
     let mut groups = vec![gid];
@@ -68,9 +68,10 @@ pub fn user_groups(uid: u32, gid: u32) -> Arc<[u32]> {
     groups
 }
 
-/// The groups a login of `uid` has (its passwd entry's group first); empty when the uid has
-/// no passwd entry; `None` when the user database could not be asked.
-fn look_up_groups(uid: u32) -> Option<Vec<u32>> {
+/// The groups a login of `uid` has (its passwd entry's group first), asked of the user
+/// database now (not kept: see [`user_groups`] for that); empty when the uid has no passwd
+/// entry; `None` when the user database could not be asked.
+pub fn login_groups(uid: u32) -> Option<Vec<u32>> {
     // SAFETY: sysconf takes a plain constant.
     let hint = unsafe { libc::sysconf(libc::_SC_GETPW_R_SIZE_MAX) };
     let mut size = if hint > 0 { (hint as usize).max(1024) } else { 16 << 10 };
