@@ -76,8 +76,8 @@ pub(crate) async fn make(client: &Client, spec: &StageSpec) -> PlanResult<Plan> 
 }
 
 /// Runs `work` on the PFS as the stage's user (see [`with_fs_ids`]); a thread that cannot
-/// take that identity fails the plan.
-fn as_user<T>(uid: u32, gid: u32, work: impl FnOnce() -> PlanResult<T>) -> PlanResult<T> {
+/// take that identity fails the work (the plan, or a copy's step).
+pub(crate) fn as_user<T>(uid: u32, gid: u32, work: impl FnOnce() -> PlanResult<T>) -> PlanResult<T> {
     with_fs_ids(uid, gid, work).map_err(|e| Error::new(ErrorCode::of_io(&e), e.to_string()))?
 }
 

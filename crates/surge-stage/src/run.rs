@@ -743,12 +743,8 @@ async fn copy_out_large(ctx: &Arc<Ctx>, index: usize, file: &PlannedFile) -> Run
     published
 }
 
-/// Runs `work` on the PFS, on a blocking thread, as the stage's user (see
-/// [`surge_client::surge_proto::host::with_fs_ids`]).
+/// Runs `work` on the PFS, on a blocking thread, as the stage's user ([`plan::as_user`]).
 async fn on_pfs<T: Send + 'static>(ctx: &Ctx, work: impl FnOnce() -> RunResult<T> + Send + 'static) -> RunResult<T> {
     let (uid, gid) = (ctx.spec.uid, ctx.spec.gid);
-    let as_user = move || {
-        surge_client::surge_proto::host::with_fs_ids(uid, gid, work).map_err(|e| Error::new(ErrorCode::of_io(&e), e.to_string()))?
-    };
-    tokio::task::spawn_blocking(as_user).await.map_err(|e| failed(format!("PFS task failed: {e}")))?
+    tokio::task::spawn_blocking(move || plan::as_user(uid, gid, work)).await.map_err(|e| failed(format!("PFS task failed: {e}")))?
 }
