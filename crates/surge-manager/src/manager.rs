@@ -1099,30 +1099,39 @@ impl Manager {
     /// asked again later.
     pub fn stop_orphans(self: &Arc<Self>) {
         let every = Duration::from_secs(self.config.job_sweep_secs.unwrap_or(60).clamp(1, 30));
+        self.every(every, "orphans", |manager| async move {
+            let orphans = manager.store().orphans()?;
+            for (instance, node) in orphans {
+                if manager.is_unreachable(&node) {
+                    continue;
+                }
+                match manager.agent_call(&node, &AgentRequest::Stop { instance: instance.clone() }).await {
+                    Ok(_) => {
+                        tracing::info!(instance, node, "orphaned server stopped, its storage removed");
+                        if let Err(e) = manager.store().remove_orphan(&instance, &node) {
+                            tracing::warn!("orphans: {e:#}");
+                        }
+                    }
+                    Err(e) => tracing::debug!(instance, node, "orphan not stopped yet: {e:#}"),
+                }
+            }
+            Ok(())
+        });
+    }
+
+    /// Runs `round` every `period` for the manager's life, on a task of its own; a round that
+    /// fails is said in the log (as `what`'s) and the next comes all the same.
+    fn every<F, Round>(self: &Arc<Self>, period: Duration, what: &'static str, round: F)
+    where
+        F: Fn(Arc<Manager>) -> Round + Send + 'static,
+        Round: std::future::Future<Output = Result<()>> + Send,
+    {
         let manager = self.clone();
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(every).await;
-                let orphans = match manager.store().orphans() {
-                    Ok(orphans) => orphans,
-                    Err(e) => {
-                        tracing::warn!("orphans: {e:#}");
-                        continue;
-                    }
-                };
-                for (instance, node) in orphans {
-                    if manager.is_unreachable(&node) {
-                        continue;
-                    }
-                    match manager.agent_call(&node, &AgentRequest::Stop { instance: instance.clone() }).await {
-                        Ok(_) => {
-                            tracing::info!(instance, node, "orphaned server stopped, its storage removed");
-                            if let Err(e) = manager.store().remove_orphan(&instance, &node) {
-                                tracing::warn!("orphans: {e:#}");
-                            }
-                        }
-                        Err(e) => tracing::debug!(instance, node, "orphan not stopped yet: {e:#}"),
-                    }
+                tokio::time::sleep(period).await;
+                if let Err(e) = round(manager.clone()).await {
+                    tracing::warn!("{what}: {e:#}");
                 }
             }
         });
@@ -1589,17 +1598,10 @@ impl Manager {
     pub fn sweep_forgotten_jobs(self: &Arc<Self>) {
         let Some(command) = self.config.job_state_command.clone() else { return };
         let every = Duration::from_secs(self.config.job_sweep_secs.unwrap_or(60).max(1));
-        let manager = self.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let jobs = match manager.store().jobs() {
-                    Ok(jobs) => jobs,
-                    Err(e) => {
-                        tracing::warn!("sweep: {e:#}");
-                        continue;
-                    }
-                };
+        self.every(every, "sweep", move |manager| {
+            let command = command.clone();
+            async move {
+                let jobs = manager.store().jobs()?;
                 for job in jobs {
                     if manager.job_is_gone(&command, job.job).await {
                         tracing::warn!(job = job.job, state = %job.state, "the workload manager no longer has this job: tearing it down");
@@ -1608,6 +1610,7 @@ impl Manager {
                         }
                     }
                 }
+                Ok(())
             }
         });
     }
@@ -1644,12 +1647,14 @@ impl Manager {
 
     async fn reconcile_with_nodes(self: &Arc<Self>) -> Result<()> {
         let known: HashMap<String, InstanceRecord> = self.store().instances()?.into_iter().map(|i| (i.name.clone(), i)).collect();
+        let mut servers_of: HashMap<String, Vec<ServerRecord>> = HashMap::new();
+        for name in known.keys() {
+            servers_of.insert(name.clone(), self.store().servers(name)?);
+        }
         // The names the agents know the known instances' servers by.
         let mut agent_names: HashSet<String> = known.keys().cloned().collect();
         for instance in known.values() {
-            for server in self.store().servers(&instance.name)? {
-                agent_names.insert(self.agent_name(instance, &server));
-            }
+            agent_names.extend(servers_of[&instance.name].iter().map(|server| self.agent_name(instance, server)));
         }
         let mut running: HashMap<(String, String), String> = HashMap::new();
         let mut nodes: Vec<String> = self.config.pools.iter().flat_map(|p| p.nodes.iter().map(|n| n.name.clone())).collect();
@@ -1679,7 +1684,7 @@ impl Manager {
             }
         }
         for instance in known.values() {
-            let servers = self.store().servers(&instance.name)?;
+            let servers = &servers_of[&instance.name];
             let unreachable: Vec<&str> = servers.iter().filter(|s| self.is_unreachable(&s.node)).map(|s| s.node.as_str()).collect();
             let up = servers.iter().filter(|s| running.get(&(self.agent_name(instance, s), s.node.clone())) == s.addr.as_ref()).count();
             match instance.state.as_str() {
@@ -1689,7 +1694,7 @@ impl Manager {
                 }
                 "starting" => {
                     tracing::info!(instance = %instance.name, "was starting: starting again");
-                    for s in &servers {
+                    for s in servers {
                         let _ = self.agent_call(&s.node, &AgentRequest::Stop { instance: self.agent_name(instance, s) }).await;
                     }
                     self.store().set_instance_state(&instance.name, "planned")?;
@@ -1717,8 +1722,6 @@ impl Manager {
     }
 }
 
-/// The stage-outs of a coordinator's list a job's end waits for: those not final, and those
-/// that failed with no later stage of the same path done or under way.
 /// Every task's outcome, in order (a task that panicked counts as a failure).
 async fn futures_join_all<T>(tasks: Vec<tokio::task::JoinHandle<Result<T>>>) -> Vec<Result<T>> {
     let mut outcomes = Vec::with_capacity(tasks.len());
@@ -1728,6 +1731,8 @@ async fn futures_join_all<T>(tasks: Vec<tokio::task::JoinHandle<Result<T>>>) -> 
     outcomes
 }
 
+/// The stage-outs of a coordinator's list a job's end waits for: those not final, and those
+/// that failed with no later stage of the same path done or under way.
 fn stages_still_wanted(listed: &[StageSummary]) -> Vec<&StageSummary> {
     let made_good = |failed: &StageSummary| {
         listed.iter().any(|later| {
