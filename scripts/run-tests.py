@@ -31,7 +31,7 @@ TIMES = ROOT / "target" / "test-times.json"
 FIRST_RUN_SECONDS = {"python": 110, "python:long": 100, "surge-tests:slurm": 95, "surge-tests:fuse": 75, "surge-sim:model": 55,
                      "surge-tests:faults": 40, "surge-tests:soak": 30, "surge-tests:data_plane": 22,
                      "surge-tests:staging": 20, "surge-tests:nodes": 22, "surge-tests:cluster": 15, "surge-tests:workflow": 17,
-                     "surge-tests:fsx_mounts": 15}
+                     "surge-tests:fsx_mounts": 15, "surge-tests:fsstress_mounts": 8}
 
 
 def rust_parts():

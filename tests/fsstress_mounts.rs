@@ -1,0 +1,115 @@
+//! `surge-fsstress` (tests/fsstress.rs) on two mounts of a 4-server instance at once, one on a
+//! server's node and one on a node of its own, both in one tree: what is left must be
+//! consistent (`surge fsck` clean, the same tree seen from both nodes), and once the tree is
+//! removed every byte must be free again on every server, with no data file left behind.
+//! SURGE_FSSTRESS_OPS sets the operations per process (the suite's 10,000; docs/testing.md
+//! has the long form), SURGE_FSSTRESS_SEED the first process's seed (the second's is the next).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use surge_tests::{text, Instance};
+
+const FSSTRESS: &str = env!("CARGO_BIN_EXE_surge-fsstress");
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().map_or(default, |v| v.parse().unwrap_or_else(|_| panic!("{name}={v}: a number")))
+}
+
+/// Every name under `root` with its kind, size (files), link target (symlinks) and link
+/// count, as one node sees it.
+fn tree(root: &Path) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("list {}: {e}", dir.display())) {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap_or_else(|e| panic!("stat {}: {e}", path.display()));
+            let name = path.strip_prefix(root).unwrap().display().to_string();
+            let what = if meta.is_dir() {
+                stack.push(path.clone());
+                "dir".to_string()
+            } else if meta.file_type().is_symlink() {
+                format!("symlink -> {}", std::fs::read_link(&path).unwrap().display())
+            } else {
+                format!("file {} bytes, {} links, mode {:o}", meta.len(), meta.nlink(), meta.mode())
+            };
+            seen.push(format!("{name}: {what}"));
+        }
+    }
+    seen.sort();
+    seen
+}
+
+fn used_per_server(inst: &Instance) -> Vec<u64> {
+    let out = inst.surge(&["status", &inst.name, "--json"]);
+    assert!(out.status.success(), "surge status: {}", text(&out));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    status["servers"].as_array().unwrap().iter().map(|s| s["used"].as_u64().unwrap()).collect()
+}
+
+/// Data files left in the servers' data directories.
+fn data_files(inst: &Instance) -> Vec<String> {
+    let mut left = Vec::new();
+    for server in inst.descriptor()["servers"].as_array().unwrap() {
+        let data = Path::new(server["root"].as_str().unwrap()).join("data");
+        for entry in std::fs::read_dir(&data).unwrap_or_else(|e| panic!("list {}: {e}", data.display())) {
+            left.push(entry.unwrap().path().display().to_string());
+        }
+    }
+    left
+}
+
+fn fsck_is_clean(inst: &Instance, after: &str) {
+    let out = inst.surge(&["fsck", &inst.name]);
+    assert!(out.status.success() && text(&out).contains("clean"), "surge fsck after {after}: {}", text(&out));
+}
+
+#[test]
+fn two_nodes_stressing_one_tree_leave_it_consistent_and_every_byte_freed_once_it_is_removed() {
+    let ops = env_u64("SURGE_FSSTRESS_OPS", 10_000).to_string();
+    let seed = env_u64("SURGE_FSSTRESS_SEED", 1);
+    let inst = Instance::up_on("fsstress", "127.0.7", 11, 4, &["--capacity", "4G"]);
+    let empty = used_per_server(&inst);
+    let mounts = [inst.mount("a", "127.0.7.11"), inst.mount("b", "127.0.7.15")];
+    std::fs::create_dir(mounts[0].path("tree")).unwrap();
+
+    let started = Instant::now();
+    let runs: Vec<_> = mounts
+        .iter()
+        .zip([seed, seed + 1])
+        .map(|(m, seed)| {
+            Command::new("timeout")
+                .args(["300", FSSTRESS, "--dir", m.path("tree").to_str().unwrap(), "--ops", &ops, "--seed", &seed.to_string()])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("run surge-fsstress")
+        })
+        .collect();
+    for (run, label) in runs.into_iter().zip(["a", "b"]) {
+        let out = run.wait_with_output().unwrap();
+        assert!(out.status.success(), "surge-fsstress on mount {label} (status {:?}): {}", out.status.code(), text(&out));
+        eprintln!("{:.1} s, mount {label}: {}", started.elapsed().as_secs_f64(), String::from_utf8_lossy(&out.stdout).trim());
+    }
+
+    fsck_is_clean(&inst, "the stress runs");
+    let (seen_a, seen_b) = (tree(&mounts[0].path("tree")), tree(&mounts[1].path("tree")));
+    assert!(!seen_a.is_empty(), "the runs left nothing to compare");
+    assert_eq!(seen_a, seen_b, "the two nodes see different trees");
+
+    std::fs::remove_dir_all(mounts[1].path("tree")).unwrap();
+    fsck_is_clean(&inst, "removing the tree");
+    // Purges reach the servers after the unlinks are answered: give them a moment.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (used, left) = (used_per_server(&inst), data_files(&inst));
+        if used == empty && left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "after removing the tree, used {used:?} (empty: {empty:?}), data files left: {left:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
