@@ -11,9 +11,13 @@ build:
 # libsurge and libdatawarp (DataWarp's C API) with their headers where C programs find them.
 # `make install PREFIX=~/.local` for one user; the FUSE mount then needs /dev/fuse and
 # fusermount3 (package fuse3).
+# mount(8) runs `mount.fuse.surge` from /sbin for `mount -t fuse.surge` and /etc/fstab lines
+# (a link to `surge`): there for a system-wide install, under PREFIX for one user's.
 PREFIX ?= /usr/local
+SBINDIR ?= $(if $(filter /usr/local /usr,$(PREFIX)),/sbin,$(PREFIX)/sbin)
 install: build
-	install -d $(PREFIX)/bin $(PREFIX)/lib $(PREFIX)/include
+	install -d $(PREFIX)/bin $(PREFIX)/lib $(PREFIX)/include $(SBINDIR)
+	ln -sf $(abspath $(PREFIX))/bin/surge $(SBINDIR)/mount.fuse.surge
 	install -m 755 target/release/surge target/release/surge-server target/release/surge-fuse \
 		target/release/surge-manager target/release/surge-agent $(PREFIX)/bin/
 	ln -sf surge $(PREFIX)/bin/dw_wlm_cli

@@ -1921,3 +1921,50 @@ fn a_full_instance_takes_writes_again_once_room_is_freed() {
     let fsck = inst.surge(&["fsck", &inst.name]);
     assert!(fsck.status.success(), "surge fsck after the removals: {}", surge_tests::text(&fsck));
 }
+
+/// mount(8)'s helper, as `mount -t fuse.surge surge:NAME DIR -o OPTIONS` and /etc/fstab run it
+/// (a link named `mount.fuse.surge` to `surge`): it mounts with mount(8)'s environment (the
+/// instance found through `home=`), `-o remount,ro` makes the mount refuse changes with EROFS
+/// and `remount,rw` lifts it, with the same daemon; set-id and device options are refused.
+#[test]
+fn the_mount_helper_mounts_and_remounts_as_mount_8_asks() {
+    let inst = Instance::up("mhelper", &["--capacity", "256M", "--hosts", "127.0.5.161"]);
+    let bin = surge_tests::scratch("mhelper-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let helper = bin.join("mount.fuse.surge");
+    std::os::unix::fs::symlink(surge_tests::binary("surge"), &helper).unwrap();
+    let dir = std::env::temp_dir().join(format!("surge-test-mnt-mhelper-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |options: &str| {
+        std::process::Command::new(&helper)
+            .env_remove("SURGE_HOME")
+            .env_remove("SURGE_INSTANCE")
+            .arg(format!("surge:{}", inst.name))
+            .arg(&dir)
+            .args(["-o", options])
+            .output()
+            .unwrap()
+    };
+    let refused = run("rw,suid");
+    assert!(!refused.status.success() && surge_tests::text(&refused).contains("nosuid,nodev"), "suid: {}", surge_tests::text(&refused));
+    let home = format!("home={}", inst.home.display());
+    let mounted = run(&format!("rw,_netdev,node=127.0.5.161,{home}"));
+    assert!(mounted.status.success(), "the helper's mount: {}", surge_tests::text(&mounted));
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = mountinfo.lines().find(|l| l.contains(dir.to_str().unwrap())).expect("in mountinfo");
+    assert!(line.contains("fuse.surge surge:mhelper") && line.contains("nosuid") && line.contains("nodev"), "{line}");
+
+    std::fs::write(dir.join("before"), b"written").unwrap();
+    let ro = run(&format!("remount,ro,{home}"));
+    assert!(ro.status.success(), "remount,ro: {}", surge_tests::text(&ro));
+    let refused = std::fs::write(dir.join("while-ro"), b"x").unwrap_err();
+    assert_eq!(refused.raw_os_error(), Some(libc::EROFS), "a write to a read-only mount: {refused}");
+    assert_eq!(std::fs::read(dir.join("before")).unwrap(), b"written", "reads go on");
+    let rw = run(&format!("remount,rw,{home}"));
+    assert!(rw.status.success(), "remount,rw: {}", surge_tests::text(&rw));
+    std::fs::write(dir.join("after"), b"again").unwrap();
+
+    let out = inst.surge(&["umount", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", surge_tests::text(&out));
+    let _ = std::fs::remove_dir(&dir);
+}

@@ -156,7 +156,17 @@ enum Command {
         /// This node's address (connection source; picks the namespace in private mode).
         #[arg(long, env = "SURGE_NODE")]
         node: Option<std::net::IpAddr>,
+        /// Mount read-only (EROFS for every change; `mount -o remount,rw DIR` lifts it).
+        #[arg(long)]
+        read_only: bool,
+        /// Execute no program from the mount.
+        #[arg(long)]
+        no_exec: bool,
     },
+    /// mount(8)'s helper for `mount -t fuse.surge surge:NAME DIR -o OPTIONS` and /etc/fstab
+    /// (also run as `mount.fuse.surge`, a link to `surge` in /sbin).
+    #[command(hide = true)]
+    MountHelper(mount::MountHelper),
     /// Unmount a Surge mount. A busy one is refused, naming the processes holding it, unless
     /// --force.
     Umount {
@@ -437,13 +447,15 @@ enum Command {
     External(Vec<String>),
 }
 
-/// Installed as `dw_wlm_cli` or `dwstat` (a link to `surge`), the command is that one.
-fn datawarp_names(args: std::env::ArgsOs) -> Vec<std::ffi::OsString> {
+/// Installed as `dw_wlm_cli`, `dwstat` or `mount.fuse.surge` (a link to `surge`), the
+/// command is that one.
+fn called_as(args: std::env::ArgsOs) -> Vec<std::ffi::OsString> {
     let mut args: Vec<std::ffi::OsString> = args.collect();
     let called = args.first().and_then(|a| PathBuf::from(a).file_name().map(|n| n.to_owned()));
     let command = match called.as_ref().and_then(|n| n.to_str()) {
         Some("dw_wlm_cli") => Some("dw-wlm-cli"),
         Some("dwstat") => Some("dwstat"),
+        Some("mount.fuse.surge") => Some("mount-helper"),
         _ => None,
     };
     if let Some(command) = command {
@@ -459,9 +471,24 @@ fn main() -> ExitCode {
         // Colour only for a person at a terminal: logs go to files and test output too.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    let cli = Cli::parse_from(datawarp_names(std::env::args_os()));
+    let cli = Cli::parse_from(called_as(std::env::args_os()));
     if let Command::External(args) = &cli.command {
         return run_external(args);
+    }
+    if let Command::MountHelper(helper) = &cli.command {
+        // mount(8) runs the helper without the user's environment: home= says where the
+        // instance's descriptor is. Set before any thread exists.
+        match helper.parsed() {
+            Ok(options) => {
+                if let Some(home) = options.home {
+                    std::env::set_var("SURGE_HOME", home);
+                }
+            }
+            Err(e) => {
+                eprintln!("mount.fuse.surge: {e:#}");
+                return ExitCode::from(32);
+            }
+        }
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     match runtime.block_on(run(cli.command)) {
@@ -529,16 +556,17 @@ async fn run(command: Command) -> Result<ExitCode> {
                 out!("{}", instance::servers_table(&desc, &instance::probe(&desc).await));
             }
             if let Some(dir) = mount {
-                let dir = mount::mount(&desc.name, &dir, None).await?;
+                let dir = mount::mount(&desc.name, &dir, &mount::MountChoices::default()).await?;
                 if !json {
                     outln!("mounted on {}", dir.display());
                 }
             }
         }
-        Command::Mount { name, dir, node } => {
-            let dir = mount::mount(&name, &dir, node).await?;
+        Command::Mount { name, dir, node, read_only, no_exec } => {
+            let dir = mount::mount(&name, &dir, &mount::MountChoices { node, read_only, no_exec }).await?;
             outln!("instance '{name}' mounted on {}", dir.display());
         }
+        Command::MountHelper(helper) => mount::helper(&helper).await?,
         Command::Umount { dir, force } => {
             mount::umount(&dir, force)?;
             outln!("unmounted {}", dir.display());

@@ -53,14 +53,28 @@ fn mount_point(dir: &Path) -> Result<PathBuf> {
     }
 }
 
-pub async fn mount(name: &str, dir: &Path, node: Option<std::net::IpAddr>) -> Result<PathBuf> {
+/// How a mount is made besides where: this node's address and the mount's flags.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MountChoices {
+    pub node: Option<std::net::IpAddr>,
+    pub read_only: bool,
+    pub no_exec: bool,
+}
+
+pub async fn mount(name: &str, dir: &Path, choices: &MountChoices) -> Result<PathBuf> {
     surge_client::InstanceDescriptor::load(name)?;
     let dir = mount_point(dir)?;
     let log_path = descriptor::instances_dir().join(format!("{name}.fuse.log"));
     let mut cmd = Command::new(crate::instance::sibling_binary("surge-fuse"));
     cmd.arg(name).arg(&dir);
-    if let Some(ip) = node {
+    if let Some(ip) = choices.node {
         cmd.arg("--node").arg(ip.to_string());
+    }
+    if choices.read_only {
+        cmd.arg("--read-only");
+    }
+    if choices.no_exec {
+        cmd.arg("--no-exec");
     }
     start_mount_daemon(cmd, &dir, &log_path).await?;
     let mut mounts = descriptor::recorded_mounts(name);
@@ -316,4 +330,143 @@ pub fn umount_all(name: &str, force: bool) -> Result<()> {
     // The mount daemons' log goes with the instance.
     let _ = std::fs::remove_file(descriptor::instances_dir().join(format!("{name}.fuse.log")));
     Ok(())
+}
+
+/// `mount.fuse.surge SOURCE DIR -o OPTIONS`, as mount(8) runs it for `mount -t fuse.surge`
+/// and /etc/fstab lines (`surge:NAME /mnt/bb fuse.surge node=10.1.0.7 0 0`). SOURCE is
+/// `surge:NAME` or `NAME`.
+#[derive(clap::Args, Debug)]
+pub struct MountHelper {
+    /// `surge:NAME`: the instance.
+    source: String,
+    /// The mount point.
+    dir: PathBuf,
+    /// Comma-separated options: node=ADDRESS (this node's), home=DIR (where the instance's
+    /// descriptor is, as SURGE_HOME), ro, rw, noexec, exec, remount, and mount(8)'s own
+    /// (defaults, auto, noauto, _netdev, nofail, nosuid, nodev, x-*). suid and dev are refused:
+    /// Surge mounts never honour set-user-ID bits or device nodes.
+    #[arg(short = 'o')]
+    options: Vec<String>,
+    /// Do not write /etc/mtab (there is none to write).
+    #[arg(short = 'n')]
+    no_mtab: bool,
+    /// Tolerate options Surge does not know (mount -s).
+    #[arg(short = 's')]
+    sloppy: bool,
+    /// Do everything but the mount (mount -f).
+    #[arg(short = 'f')]
+    fake: bool,
+    /// Say what is done.
+    #[arg(short = 'v')]
+    verbose: bool,
+}
+
+/// What a helper's options ask for.
+#[derive(Debug, Default)]
+pub struct HelperOptions {
+    pub choices: MountChoices,
+    pub home: Option<PathBuf>,
+    pub remount: bool,
+}
+
+impl MountHelper {
+    /// The instance's name.
+    pub fn instance(&self) -> &str {
+        self.source.strip_prefix("surge:").unwrap_or(&self.source)
+    }
+
+    pub fn parsed(&self) -> Result<HelperOptions> {
+        parse_helper_options(&self.options.join(","), self.sloppy)
+    }
+}
+
+/// Reads mount(8)'s `-o` list (see [`MountHelper`]).
+pub fn parse_helper_options(list: &str, sloppy: bool) -> Result<HelperOptions> {
+    let mut parsed = HelperOptions::default();
+    for option in list.split(',').filter(|o| !o.is_empty()) {
+        match option.split_once('=') {
+            Some(("node", address)) => {
+                parsed.choices.node = Some(address.parse().with_context(|| format!("node={address}: not an IP address"))?)
+            }
+            Some(("home", dir)) => parsed.home = Some(PathBuf::from(dir)),
+            _ => match option {
+                "ro" => parsed.choices.read_only = true,
+                "rw" => parsed.choices.read_only = false,
+                "noexec" => parsed.choices.no_exec = true,
+                "exec" => parsed.choices.no_exec = false,
+                "remount" => parsed.remount = true,
+                "suid" | "dev" => bail!("'{option}': Surge mounts are always nosuid,nodev (set-user-ID bits and device nodes are never honoured)"),
+                "defaults" | "auto" | "noauto" | "_netdev" | "nofail" | "nosuid" | "nodev" | "user" | "nouser" | "users" => {}
+                o if o.starts_with("x-") || o.starts_with("comment=") => {}
+                o if sloppy => tracing::warn!("mount option '{o}' ignored (-s)"),
+                o => bail!("unknown mount option '{o}': Surge takes node=ADDRESS, home=DIR, ro, rw, noexec, exec and mount(8)'s own"),
+            },
+        }
+    }
+    Ok(parsed)
+}
+
+/// Runs the helper: a new mount as `surge mount` makes it, or new flags for a mount there.
+pub async fn helper(args: &MountHelper) -> Result<()> {
+    let parsed = args.parsed()?;
+    if args.fake {
+        return Ok(());
+    }
+    if parsed.remount {
+        return remount(&args.dir, &parsed.choices);
+    }
+    let dir = mount(args.instance(), &args.dir, &parsed.choices).await?;
+    if args.verbose {
+        println!("instance '{}' mounted on {}", args.instance(), dir.display());
+    }
+    Ok(())
+}
+
+/// `mount -o remount,ro|rw[,noexec]` of a Surge mount: the kernel's flags change, the daemon
+/// stays.
+fn remount(dir: &Path, choices: &MountChoices) -> Result<()> {
+    if !is_mounted(&dir.canonicalize().with_context(|| format!("{}", dir.display()))?) {
+        bail!("{} is not a Surge mount", dir.display());
+    }
+    let mut flags = libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV;
+    if choices.read_only {
+        flags |= libc::MS_RDONLY;
+    }
+    if choices.no_exec {
+        flags |= libc::MS_NOEXEC;
+    }
+    let target = std::ffi::CString::new(dir.to_string_lossy().as_bytes()).context("NUL in the mount point")?;
+    // SAFETY: the target is a NUL-terminated string that outlives the call; the other
+    // pointers are null, which MS_REMOUNT allows.
+    let done = unsafe { libc::mount(std::ptr::null(), target.as_ptr(), std::ptr::null(), flags, std::ptr::null()) };
+    if done != 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| format!("remount {}", dir.display()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn helper_options_are_read_as_mount_gives_them() {
+        let parsed = parse_helper_options("rw,node=10.1.0.7,noexec,_netdev,x-systemd.automount,home=/var/lib/surge", false).unwrap();
+        assert_eq!(parsed.choices.node, Some("10.1.0.7".parse().unwrap()));
+        assert!(parsed.choices.no_exec && !parsed.choices.read_only && !parsed.remount);
+        assert_eq!(parsed.home, Some(PathBuf::from("/var/lib/surge")));
+        let remount = parse_helper_options("remount,ro", false).unwrap();
+        assert!(remount.remount && remount.choices.read_only);
+    }
+
+    #[test]
+    fn set_id_and_devices_and_unknown_options_are_refused() {
+        for option in ["suid", "dev", "rw,suid"] {
+            let e = parse_helper_options(option, true).unwrap_err().to_string();
+            assert!(e.contains("nosuid,nodev"), "{option}: {e}");
+        }
+        assert!(parse_helper_options("node=nowhere", false).unwrap_err().to_string().contains("not an IP address"));
+        assert!(parse_helper_options("frobnicate", false).unwrap_err().to_string().contains("unknown mount option 'frobnicate'"));
+        assert!(parse_helper_options("frobnicate", true).is_ok(), "-s tolerates it");
+    }
 }

@@ -23,6 +23,10 @@ pub struct MountOptions {
     /// Users other than the mounting one may enter (needs root, or user_allow_other in
     /// /etc/fuse.conf).
     pub allow_other: bool,
+    /// The kernel refuses every change (EROFS); `mount -o remount,rw` lifts it.
+    pub read_only: bool,
+    /// No program is executed from the mount.
+    pub no_exec: bool,
 }
 
 impl MountOptions {
@@ -35,6 +39,16 @@ impl MountOptions {
             options.push("allow_other".to_string());
         }
         options
+    }
+
+    /// The mount's flags: never set-user-ID or device files (whatever the files say), and what
+    /// was asked.
+    fn flags(&self) -> nix::mount::MsFlags {
+        use nix::mount::MsFlags;
+        let mut flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+        flags.set(MsFlags::MS_RDONLY, self.read_only);
+        flags.set(MsFlags::MS_NOEXEC, self.no_exec);
+        flags
     }
 }
 
@@ -85,8 +99,7 @@ fn mount_directly(mountpoint: &Path, options: &MountOptions) -> io::Result<Owned
     ];
     data.extend(options.common());
     let fstype = format!("fuse.{}", options.subtype);
-    let flags = nix::mount::MsFlags::MS_NOSUID | nix::mount::MsFlags::MS_NODEV;
-    nix::mount::mount(Some(options.fsname.as_str()), mountpoint, Some(fstype.as_str()), flags, Some(data.join(",").as_str()))
+    nix::mount::mount(Some(options.fsname.as_str()), mountpoint, Some(fstype.as_str()), options.flags(), Some(data.join(",").as_str()))
         .map_err(|e| io::Error::new(io::Error::from(e).kind(), format!("mount(2) at {}: {e}", mountpoint.display())))?;
     Ok(fd)
 }
@@ -98,6 +111,9 @@ fn mount_with_helper(mountpoint: &Path, options: &MountOptions) -> io::Result<Ow
     nix::fcntl::fcntl(&theirs, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))?;
     let mut all = vec![format!("fsname={}", options.fsname), format!("subtype={}", options.subtype)];
     all.extend(options.common());
+    // fusermount3 mounts nosuid,nodev for a user in any case.
+    all.extend(options.read_only.then(|| "ro".to_string()));
+    all.extend(options.no_exec.then(|| "noexec".to_string()));
     let status = Command::new("fusermount3")
         .env("_FUSE_COMMFD", theirs.as_raw_fd().to_string())
         .arg("-o")

@@ -33,6 +33,13 @@ struct Args {
     /// files' permissions allow (needs root, or user_allow_other in /etc/fuse.conf).
     #[arg(long)]
     owner_only: bool,
+    /// Mount read-only: the kernel refuses every change with EROFS (`mount -o remount,rw`
+    /// lifts it).
+    #[arg(long)]
+    read_only: bool,
+    /// Execute no program from the mount.
+    #[arg(long)]
+    no_exec: bool,
     /// Serve a mount a privileged helper already made on this open /dev/fuse descriptor
     /// (as `surge bb prolog` does for a job's user), instead of mounting here. Who may enter
     /// is the files' permissions' business (the helper mounts with default_permissions).
@@ -110,6 +117,8 @@ fn main() -> anyhow::Result<()> {
                 subtype: "surge".into(),
                 default_permissions: true,
                 allow_other: !args.owner_only,
+                read_only: args.read_only,
+                no_exec: args.no_exec,
             };
             Session::mount(fs, &args.mountpoint, &options, transport).with_context(|| format!("mount {}", args.mountpoint.display()))?
         }
