@@ -29,10 +29,7 @@ use rand_xorshift::XorShiftRng;
 use rustix::fs::{FallocateFlags, XattrFlags};
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "surge-fsstress",
-    about = "Random namespace and data operations on a tree shared with other processes on other mounts"
-)]
+#[command(name = "surge-fsstress", about = "Random namespace and data operations on a tree shared with other processes on other mounts")]
 struct Args {
     /// The tree's root (made if missing); the processes of one run all get the same tree,
     /// each through its own mount.
@@ -252,7 +249,7 @@ impl Stress {
             Kind::Create => {
                 let mut options = OpenOptions::new();
                 options.write(true).mode(0o644);
-                if step.choice % 2 == 0 {
+                if step.choice.is_multiple_of(2) {
                     options.create_new(true);
                 } else {
                     options.create(true).truncate(true);

@@ -2,7 +2,7 @@
 //! server's node and one on a node of its own, both in one tree: what is left must be
 //! consistent (`surge fsck` clean, the same tree seen from both nodes), and once the tree is
 //! removed every byte must be free again on every server, with no data file left behind.
-//! SURGE_FSSTRESS_OPS sets the operations per process (the suite's 10,000; docs/testing.md
+//! SURGE_FSSTRESS_OPS sets the operations per process (the suite's 3,000; docs/testing.md
 //! has the long form), SURGE_FSSTRESS_SEED the first process's seed (the second's is the next).
 
 use std::path::Path;
@@ -43,6 +43,31 @@ fn tree(root: &Path) -> Vec<String> {
     seen
 }
 
+/// What differs between two nodes' trees, with the inode each node and the servers (through
+/// the native client, which caches nothing) give the first few directories that differ.
+fn differences(inst: &Instance, a: &Path, b: &Path, seen_a: &[String], seen_b: &[String]) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let only = |x: &[String], y: &[String]| x.iter().filter(|e| !y.contains(e)).cloned().collect::<Vec<_>>();
+    let (only_a, only_b) = (only(seen_a, seen_b), only(seen_b, seen_a));
+    let mut report = format!("only on a: {only_a:?}\nonly on b: {only_b:?}\n");
+    let mut parents: Vec<&str> =
+        only_a.iter().chain(&only_b).filter_map(|e| e.split_once(':').map(|(p, _)| p.rsplit_once('/').map_or("", |(d, _)| d))).collect();
+    parents.sort_unstable();
+    parents.dedup();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let _entered = runtime.enter();
+    let client = inst.client("127.0.7.20");
+    for dir in parents.into_iter().take(3) {
+        let ino =
+            |root: &Path| std::fs::symlink_metadata(root.join(dir)).map(|m| format!("{:#x}", m.ino())).unwrap_or_else(|e| e.to_string());
+        let truth = runtime.block_on(client.readdir(&format!("/tree/{dir}")));
+        let names = truth.map(|entries| entries.iter().map(|e| format!("{} {:#x}", e.name, e.ino)).collect::<Vec<_>>());
+        let at = runtime.block_on(client.stat(&format!("/tree/{dir}"))).map(|attr| format!("{:#x}", attr.ino));
+        report += &format!("{dir}: inode {} through a, {} through b, {at:?} at the servers, which list {names:?}\n", ino(a), ino(b));
+    }
+    report
+}
+
 fn used_per_server(inst: &Instance) -> Vec<u64> {
     let out = inst.surge(&["status", &inst.name, "--json"]);
     assert!(out.status.success(), "surge status: {}", text(&out));
@@ -69,7 +94,7 @@ fn fsck_is_clean(inst: &Instance, after: &str) {
 
 #[test]
 fn two_nodes_stressing_one_tree_leave_it_consistent_and_every_byte_freed_once_it_is_removed() {
-    let ops = env_u64("SURGE_FSSTRESS_OPS", 10_000).to_string();
+    let ops = env_u64("SURGE_FSSTRESS_OPS", 3_000).to_string();
     let seed = env_u64("SURGE_FSSTRESS_SEED", 1);
     let inst = Instance::up_on("fsstress", "127.0.7", 11, 4, &["--capacity", "4G"]);
     let empty = used_per_server(&inst);
@@ -98,7 +123,12 @@ fn two_nodes_stressing_one_tree_leave_it_consistent_and_every_byte_freed_once_it
     fsck_is_clean(&inst, "the stress runs");
     let (seen_a, seen_b) = (tree(&mounts[0].path("tree")), tree(&mounts[1].path("tree")));
     assert!(!seen_a.is_empty(), "the runs left nothing to compare");
-    assert_eq!(seen_a, seen_b, "the two nodes see different trees");
+    if seen_a != seen_b {
+        panic!(
+            "the two nodes see different trees:\n{}",
+            differences(&inst, &mounts[0].path("tree"), &mounts[1].path("tree"), &seen_a, &seen_b)
+        );
+    }
 
     std::fs::remove_dir_all(mounts[1].path("tree")).unwrap();
     fsck_is_clean(&inst, "removing the tree");

@@ -23,6 +23,19 @@ const READDIR_PAGE: u32 = 4096;
 /// Times a mkdir makes its directory before it gives up on a parent whose default ACL keeps
 /// changing under it (once is the rule, twice where the parent has one).
 const MKDIR_ATTEMPTS: u32 = 3;
+/// Times a rename over, or an rmdir of, a directory homed on another server tries before it
+/// gives up on a name other clients keep replacing between its steps (once is the rule).
+const TARGET_CHANGED_ATTEMPTS: u32 = 8;
+
+/// A step that found its name changed by another client (Stale) after every attempt: to a
+/// program, the name is busy (EBUSY), not a stale handle.
+fn busy_if_stale(e: Error) -> Error {
+    if e.code == ErrorCode::Stale {
+        Error::new(ErrorCode::Busy, format!("other clients kept replacing the name: {}", e.detail))
+    } else {
+        e
+    }
+}
 
 impl Client {
     /// A file's attributes, `st_blocks` measured where its home did not know it.
@@ -270,27 +283,42 @@ impl Client {
     }
 
     pub async fn rmdir_at(&self, parent: Ino, name: &str) -> Result<()> {
-        match self.call_home(parent, Rmdir { parent, name: name.to_string() }).await {
-            Err(e) if e.code == ErrorCode::NeedsRetire => {
-                // The directory is homed elsewhere: retire it there (fails if not empty, and
-                // keeps it empty), unlink its entry here, then delete it.
-                let ino = self.lookup_entry(parent, name).await?.ino;
-                self.call_home(ino, RetireDir { ino }).await?;
-                if let Err(e) = self.call_home(parent, RemoveEntry { parent, name: name.to_string(), ino }).await {
-                    let _ = self.call_home(ino, UnretireDir { ino }).await;
-                    return Err(e);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            match self.call_home(parent, Rmdir { parent, name: name.to_string() }).await {
+                Err(e) if e.code == ErrorCode::NeedsRetire => {
+                    // The directory is homed elsewhere: retire it there (fails if not empty, and
+                    // keeps it empty), unlink its entry here, then delete it.
+                    let ino = self.lookup_entry(parent, name).await?.ino;
+                    self.call_home(ino, RetireDir { ino }).await?;
+                    match self.call_home(parent, RemoveEntry { parent, name: name.to_string(), ino }).await {
+                        Ok(()) => return self.call_home(ino, DropInode { ino }).await,
+                        Err(e) => {
+                            let _ = self.call_home(ino, UnretireDir { ino }).await;
+                            // Stale: another client replaced the name meanwhile; what it names
+                            // now is removed (or refused) afresh.
+                            if e.code != ErrorCode::Stale || attempts == TARGET_CHANGED_ATTEMPTS {
+                                return Err(busy_if_stale(e));
+                            }
+                        }
+                    }
                 }
-                self.call_home(ino, DropInode { ino }).await
+                other => return other,
             }
-            other => other,
         }
     }
 
-    /// Atomic rename, also over an existing target and of directories.
+    /// Atomic rename, also over an existing target and of directories. A target directory
+    /// homed on a third server is retired first; another client replacing it meanwhile makes
+    /// the rename retire the new one and try again, [`TARGET_CHANGED_ATTEMPTS`] times in all
+    /// before it gives up with EBUSY.
     pub async fn rename_at(&self, src_parent: Ino, src_name: &str, dst_parent: Ino, dst_name: &str, noreplace: bool) -> Result<()> {
         check_name(dst_name)?;
         let mut retired: Option<Ino> = None;
+        let mut attempts = 0;
         let result = loop {
+            attempts += 1;
             let attempt = if ino::home(src_parent) == ino::home(dst_parent) {
                 let rename = Rename {
                     src_parent,
@@ -305,13 +333,18 @@ impl Client {
                 self.rename_across(src_parent, src_name, dst_parent, dst_name, noreplace, retired).await
             };
             match attempt {
-                Err(e) if e.code == ErrorCode::NeedsRetire && retired.is_none() => {
+                Err(e) if e.code == ErrorCode::NeedsRetire && attempts < TARGET_CHANGED_ATTEMPTS => {
                     // The target is an (empty) directory homed on a third server: retire it so
-                    // it stays empty, then retry with that proof.
+                    // it stays empty, then retry with that proof. Asked again, it means another
+                    // client replaced the target meanwhile: the one retired is given back.
+                    if let Some(before) = retired.take() {
+                        let _ = self.call_home(before, UnretireDir { ino: before }).await;
+                    }
                     let target = self.lookup_entry(dst_parent, dst_name).await?.ino;
                     self.call_home(target, RetireDir { ino: target }).await?;
                     retired = Some(target);
                 }
+                Err(e) if e.code == ErrorCode::NeedsRetire => break Err(Error::new(ErrorCode::Busy, "the target kept being replaced")),
                 other => break other,
             }
         };
