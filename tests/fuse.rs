@@ -1968,3 +1968,37 @@ fn the_mount_helper_mounts_and_remounts_as_mount_8_asks() {
     assert!(out.status.success(), "{}", surge_tests::text(&out));
     let _ = std::fs::remove_dir(&dir);
 }
+
+/// A directory moved on node B is found under its new name on node A, also while A holds a
+/// file in it open (the kernel's entry for it cannot be dropped then, only moved), and A can
+/// then move it again between directories; and without anything open in it, A's rename
+/// between directories finds it at once. (A rename on A whose first lookup of the moved
+/// directory is its source or target while A holds something in it gets ESTALE from the
+/// kernel: docs/consistency.md, guarantee 7.)
+#[test]
+fn a_directory_moved_on_another_node_is_found_and_moved_again_here() {
+    let inst = Instance::up("dirmoved", &["--capacity", "1G", "--hosts", "127.0.5.171,127.0.5.172"]);
+    let (a, b) = (inst.mount("a", "127.0.5.171"), inst.mount("b", "127.0.5.175"));
+    for d in ["p1", "p2"] {
+        std::fs::create_dir(a.path(d)).unwrap();
+    }
+    for round in 0..5 {
+        let (x, y) = (format!("x{round}"), format!("y{round}"));
+        // Held open on A: its entry stays until a lookup moves it.
+        std::fs::create_dir(a.path(&format!("p1/{x}"))).unwrap();
+        let held = std::fs::File::create(a.path(&format!("p1/{x}/file"))).unwrap();
+        std::fs::rename(b.path(&format!("p1/{x}")), b.path(&format!("p2/{x}"))).unwrap();
+        let listed: Vec<_> = std::fs::read_dir(a.path(&format!("p2/{x}"))).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(listed, ["file"], "round {round}: the moved directory through A");
+        std::fs::rename(a.path(&format!("p2/{x}")), a.path(&format!("p1/{y}"))).unwrap();
+        drop(held);
+        assert!(b.path(&format!("p1/{y}/file")).exists(), "round {round}: B sees A's move");
+
+        // Nothing open in it on A: the notice drops A's entry, and a rename finds the new name.
+        std::fs::create_dir(b.path(&format!("p1/{x}"))).unwrap();
+        assert!(a.path(&format!("p1/{x}")).is_dir());
+        std::fs::rename(b.path(&format!("p1/{x}")), b.path(&format!("p2/{x}"))).unwrap();
+        std::fs::rename(a.path(&format!("p2/{x}")), a.path(&format!("p1/z{round}"))).unwrap();
+        assert!(b.path(&format!("p1/z{round}")).is_dir(), "round {round}");
+    }
+}

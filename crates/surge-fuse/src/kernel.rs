@@ -23,6 +23,9 @@ const STALE_RETRY: Duration = Duration::from_millis(500);
 /// `KernelCache::directory`): changes made on other nodes drop it at once (notices), but this
 /// node's own creates and unlinks move the directory's mtime without a notice.
 const DIRECTORY_ATTR_WINDOW: Duration = Duration::from_secs(1);
+/// How long a lookup that found a moved directory waits for its old entry to be dropped (see
+/// `KernelCache::drop_entry`).
+const MOVED_WAIT: Duration = Duration::from_millis(50);
 
 /// What the kernel may have cached (attributes and entries, for `ttl`), and how to take it
 /// back when an open finds it out of date.
@@ -39,6 +42,8 @@ pub(crate) struct KernelCache {
     pub(crate) told_stale: Mutex<HashMap<u32, Instant>>,
     /// Directory attributes answered for a short window, for `getattr` (see `directory`).
     pub(crate) directories: Mutex<HashMap<u64, (Attr, Instant)>>,
+    /// The name the kernel holds each directory by, for `moved_directory`.
+    directory_names: Mutex<DirectoryNames>,
     /// Kernel invalidations to send, for the thread that sends them (see [`Invalidations`]).
     pub(crate) invalidations: OnceLock<std::sync::mpsc::Sender<Invalidation>>,
     /// Directories whose every name this mount knows ([`listings`]).
@@ -71,6 +76,54 @@ struct HeldPages {
     early: Vec<(ContentVersion, ContentVersion)>,
 }
 
+/// The name the kernel holds each directory by (it has one entry per directory), both ways,
+/// as this mount gave them (lookups, mkdir) and moved them (its renames).
+#[derive(Default)]
+struct DirectoryNames {
+    by_ino: HashMap<u64, (u64, String)>,
+    by_name: HashMap<(u64, String), u64>,
+}
+
+impl DirectoryNames {
+    /// Records `ino` as `parent/name` (a directory that had that name before has lost it).
+    fn given(&mut self, ino: u64, parent: u64, name: &str) {
+        let named = (parent, name.to_string());
+        if self.by_ino.get(&ino) == Some(&named) {
+            return;
+        }
+        if let Some(before) = self.by_name.insert(named.clone(), ino) {
+            if before != ino {
+                self.by_ino.remove(&before);
+            }
+        }
+        if let Some(old) = self.by_ino.insert(ino, named) {
+            self.by_name.remove(&old);
+        }
+    }
+
+    fn renamed(&mut self, from: (u64, String), to: (u64, String), exchange: bool) {
+        let moved = self.by_name.remove(&from);
+        let other = self.by_name.remove(&to);
+        if let Some(ino) = other {
+            self.by_ino.remove(&ino);
+        }
+        if let Some(ino) = moved {
+            self.by_ino.insert(ino, to.clone());
+            self.by_name.insert(to, ino);
+        }
+        if let (Some(ino), true) = (other, exchange) {
+            self.by_ino.insert(ino, from.clone());
+            self.by_name.insert(from, ino);
+        }
+    }
+
+    fn forget(&mut self, ino: u64) {
+        if let Some(named) = self.by_ino.remove(&ino) {
+            self.by_name.remove(&named);
+        }
+    }
+}
+
 /// Publications kept waiting for the one before them, per file: handles of one file on one
 /// node rarely close more at once than this (IOR's ranks, a job's threads).
 const MAX_EARLY_PUBLICATIONS: usize = 64;
@@ -85,6 +138,7 @@ impl KernelCache {
             refused: Default::default(),
             told_stale: Default::default(),
             directories: Default::default(),
+            directory_names: Mutex::default(),
             invalidations: Default::default(),
             listings: Default::default(),
             pages: Default::default(),
@@ -203,7 +257,51 @@ impl KernelCache {
         self.forget_pages(ino);
         self.refused.lock().unwrap().remove(&ino);
         self.forget_directory(ino);
+        self.directory_names.lock().unwrap().forget(ino);
         self.listings.forget(ino);
+    }
+
+    /// The kernel is about to be given directory `ino` as `parent/name`. Returns the name it
+    /// holds it by, when that is in another directory: the directory was moved on another
+    /// node, and the kernel may still have the old entry (the notice's invalidation has not
+    /// run yet, or is running). The kernel keeps one entry per directory and moves that one
+    /// to the new name, which across parents needs locks it only tries: with the old parent
+    /// locked (by that invalidation, or by a rename on this node) the lookup fails with
+    /// ESTALE, and the syscall's one retry can meet the same, so `ls` or `stat` of a
+    /// directory moved elsewhere would say "Stale file handle". The caller drops the old
+    /// entry first ([`Self::drop_entry`]), then records the new name
+    /// ([`Self::gave_directory`]); otherwise the new name is recorded here.
+    pub(crate) fn moved_directory(&self, ino: u64, parent: u64, name: &str) -> Option<(u64, String)> {
+        let mut names = self.directory_names.lock().unwrap();
+        match names.by_ino.get(&ino) {
+            Some(old) if old.0 != parent => Some(old.clone()),
+            _ => {
+                names.given(ino, parent, name);
+                None
+            }
+        }
+    }
+
+    /// The kernel is given directory `ino` as `parent/name`, and holds it by no other name.
+    pub(crate) fn gave_directory(&self, ino: u64, parent: u64, name: &str) {
+        self.directory_names.lock().unwrap().given(ino, parent, name);
+    }
+
+    /// This mount renamed `parent/name` to `newparent/newname` (or swapped the two): the
+    /// kernel moved its entries likewise.
+    pub(crate) fn renamed(&self, parent: u64, name: &str, newparent: u64, newname: &str, exchange: bool) {
+        self.directory_names.lock().unwrap().renamed((parent, name.to_string()), (newparent, newname.to_string()), exchange);
+    }
+
+    /// Drops the kernel's entry `parent/name` and waits until it is gone (after whatever
+    /// invalidations were queued before it), or `MOVED_WAIT` at most: the invalidation takes
+    /// the directory's lock in the kernel, which the very request waiting may hold (a rename
+    /// on this node); that request then meets ESTALE, and the kernel's retry, which lets the
+    /// lock go first, finds the old entry gone. Says whether it is gone.
+    pub(crate) async fn drop_entry(&self, parent: u64, name: String) -> bool {
+        let (done, dropped) = tokio::sync::oneshot::channel();
+        self.invalidate(Invalidation::EntryThen(parent, name, done));
+        matches!(tokio::time::timeout(MOVED_WAIT, dropped).await, Ok(Ok(())))
     }
 
     /// A directory's attributes told to the kernel less than `DIRECTORY_ATTR_WINDOW` ago. With
@@ -327,6 +425,8 @@ pub(crate) enum Invalidation {
     /// Attributes and cached pages.
     Content(u64),
     Entry(u64, String),
+    /// An entry, and a word once it is dropped.
+    EntryThen(u64, String, tokio::sync::oneshot::Sender<()>),
 }
 
 /// Turns the servers' change notices into kernel invalidations.
@@ -359,6 +459,11 @@ impl Invalidations {
                         // Offset 0, length 0: every page too.
                         Invalidation::Content(ino) => notifier.inval_inode(ino, 0, 0),
                         Invalidation::Entry(parent, name) => notifier.inval_entry(parent, OsStr::new(&name)),
+                        Invalidation::EntryThen(parent, name, done) => {
+                            let dropped = notifier.inval_entry(parent, OsStr::new(&name));
+                            let _ = done.send(());
+                            dropped
+                        }
                     };
                 }
             })

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use surge_client::surge_proto::data::AllocateMode;
-use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, LockHolder, LockKind, Requester, MAX_NAME_LEN};
+use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, FileKind, LockHolder, LockKind, Requester, MAX_NAME_LEN};
 use surge_client::{Client, DelegatedDir, Error, File, LockRange, Named, Result};
 use tokio::runtime::Handle;
 
@@ -352,7 +352,15 @@ impl Ops {
                     });
                 }
             }
-            result.map(|attr| ops.told(attr))
+            let attr = result?;
+            if attr.kind == FileKind::Dir {
+                if let Some((old_parent, old_name)) = ops.kernel.moved_directory(attr.ino, parent, &name) {
+                    if ops.kernel.drop_entry(old_parent, old_name).await {
+                        ops.kernel.gave_directory(attr.ino, parent, &name);
+                    }
+                }
+            }
+            Ok(ops.told(attr))
         })
     }
 
@@ -457,6 +465,7 @@ impl Ops {
                     self.kernel.listings.named(parent, &name, Some(true));
                     self.kernel.listings.made(attr.ino);
                     self.kernel.changed_under_delegation(parent, 1);
+                    self.kernel.gave_directory(attr.ino, parent, &name);
                     return Answer::Now(Ok(self.told(attr)));
                 }
                 Ok(None) => self.not_answered_now(parent, &delegated),
@@ -473,6 +482,7 @@ impl Ops {
             };
             let made = ops.changed_name(parent, &name, Some(Named::Other), made).await?;
             ops.delegations.stepped_in(parent, ops.kernel.listings.knows(parent));
+            ops.kernel.gave_directory(made.ino, parent, &name);
             Ok(ops.told(made))
         })
     }
@@ -602,6 +612,7 @@ impl Ops {
                     self.kernel.listings.named(parent, name, Some(false));
                     self.kernel.listings.named(parent, newname, Some(true));
                     self.kernel.changed_under_delegation(parent, 0);
+                    self.kernel.renamed(parent, name, parent, newname, false);
                     if let Some(dir) = replaced_dir {
                         self.removed_here(parent, dir);
                     }
@@ -622,6 +633,9 @@ impl Ops {
             } else {
                 ops.client.rename_at(parent, &name, newparent, &newname, flags & libc::RENAME_NOREPLACE != 0).await
             };
+            if result.is_ok() {
+                ops.kernel.renamed(parent, &name, newparent, &newname, exchange);
+            }
             // A directory moved, replaced or swapped changes link counts: asked again.
             ops.kernel.forget_directory(parent);
             ops.kernel.forget_directory(newparent);
