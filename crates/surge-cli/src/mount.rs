@@ -395,7 +395,9 @@ pub fn parse_helper_options(list: &str, sloppy: bool) -> Result<HelperOptions> {
                 "noexec" => parsed.choices.no_exec = true,
                 "exec" => parsed.choices.no_exec = false,
                 "remount" => parsed.remount = true,
-                "suid" | "dev" => bail!("'{option}': Surge mounts are always nosuid,nodev (set-user-ID bits and device nodes are never honoured)"),
+                "suid" | "dev" => {
+                    bail!("'{option}': Surge mounts are always nosuid,nodev (set-user-ID bits and device nodes are never honoured)")
+                }
                 "defaults" | "auto" | "noauto" | "_netdev" | "nofail" | "nosuid" | "nodev" | "user" | "nouser" | "users" => {}
                 o if o.starts_with("x-") || o.starts_with("comment=") => {}
                 o if sloppy => tracing::warn!("mount option '{o}' ignored (-s)"),

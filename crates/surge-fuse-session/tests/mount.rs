@@ -237,7 +237,8 @@ fn mounted(transport: Transport) -> (PathBuf, Arc<Counters>, std::thread::JoinHa
 
 fn mounted_at(dir: &Path, allow_other: bool, transport: Transport) -> (Arc<Counters>, std::thread::JoinHandle<std::io::Result<()>>) {
     let counters = Arc::new(Counters::default());
-    let options = MountOptions { fsname: "memfs".into(), subtype: "memfs".into(), default_permissions: true, allow_other, ..Default::default() };
+    let options =
+        MountOptions { fsname: "memfs".into(), subtype: "memfs".into(), default_permissions: true, allow_other, ..Default::default() };
     let session = Session::mount(MemFs::new(counters.clone()), dir, &options, transport).expect("mount");
     (counters, std::thread::spawn(move || session.run()))
 }
@@ -357,7 +358,13 @@ fn serves_over_io_uring_driven_by_an_event_loop() {
     let dir = std::env::temp_dir().join(format!("surge-fuse-session-{}-driven", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let counters = Arc::new(Counters::default());
-    let options = MountOptions { fsname: "memfs".into(), subtype: "memfs".into(), default_permissions: true, allow_other: true, ..Default::default() };
+    let options = MountOptions {
+        fsname: "memfs".into(),
+        subtype: "memfs".into(),
+        default_permissions: true,
+        allow_other: true,
+        ..Default::default()
+    };
     let transport = Transport { io_uring: true, ring_threads: false, ..Default::default() };
     let mut session = Session::mount(MemFs::new(counters.clone()), &dir, &options, transport).expect("mount");
     // Requests handed over during each kind of call, from the file system's count.
