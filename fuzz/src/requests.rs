@@ -659,6 +659,7 @@ impl Run {
                     mtime: Self::opt(input, Self::timestamp),
                     kill_set_id: input.bool(),
                     by: None,
+                    cut_at: None,
                 };
                 let answer = self.conn.call(SetAttr { ino, changes }, &[]);
                 self.attr(&answer);

@@ -799,7 +799,8 @@ impl File {
     pub async fn set_len(&self, size: u64) -> Result<()> {
         self.drain_writes(0, None).await?;
         self.known_at_home().await?;
-        let attr = self.client.setattr_unmeasured(self.ino, AttrChanges { size: Some(size), ..Default::default() }).await?;
+        let changes = AttrChanges { size: Some(size), cut_at: Some(self.content_version()), ..Default::default() };
+        let attr = self.client.setattr_unmeasured(self.ino, changes).await?;
         *self.version.lock().unwrap() = attr.content_version();
         self.size.store(size, Ordering::Relaxed);
         self.written_end.store(self.written_end.load(Ordering::Relaxed).min(size), Ordering::Relaxed);

@@ -26,6 +26,9 @@ const MKDIR_ATTEMPTS: u32 = 3;
 /// Times a rename over, or an rmdir of, a directory homed on another server tries before it
 /// gives up on a name other clients keep replacing between its steps (once is the rule).
 const TARGET_CHANGED_ATTEMPTS: u32 = 8;
+/// Times a truncate cuts the servers' data before it sets the size regardless of writes
+/// published meanwhile (see [`Client::setattr_unmeasured`]).
+const CUT_ATTEMPTS: u32 = 4;
 
 /// A step that found its name changed by another client (Stale) after every attempt: to a
 /// program, the name is busy (EBUSY), not a stale handle.
@@ -75,12 +78,33 @@ impl Client {
 
     /// [`Client::setattr`] for a caller that has no use for `st_blocks` (a handle's own
     /// truncation): the answer may leave it unknown.
-    pub(crate) async fn setattr_unmeasured(&self, ino: Ino, changes: AttrChanges) -> Result<Attr> {
-        if let Some(size) = changes.size {
-            let ticket = self.ticket_for(ino).await?;
-            self.broadcast(TruncateData { ino, size, ticket }).await?;
+    ///
+    /// A new size is set in two steps: the data past it is cut on every server, then the home
+    /// sets it, on condition that the file has not changed since the cut began
+    /// ([`AttrChanges::cut_at`], the version the caller knew, or asked of the home here). A
+    /// write on another node can land between the two steps, past the new size, and be
+    /// published before it; the condition catches that, and the cut is made again (the write
+    /// came first: a truncate after it removes it), [`CUT_ATTEMPTS`] times, the last one
+    /// without the condition.
+    pub(crate) async fn setattr_unmeasured(&self, ino: Ino, mut changes: AttrChanges) -> Result<Attr> {
+        let Some(size) = changes.size else { return self.call_home(ino, SetAttr { ino, changes }).await };
+        let ticket = self.ticket_for(ino).await?;
+        if changes.cut_at.is_none() {
+            changes.cut_at = Some(self.call_home(ino, GetAttr { ino }).await?.content_version());
         }
-        self.call_home(ino, SetAttr { ino, changes }).await
+        for attempt in 1..=CUT_ATTEMPTS {
+            if attempt == CUT_ATTEMPTS {
+                changes.cut_at = None;
+            }
+            self.broadcast(TruncateData { ino, size, ticket }).await?;
+            match self.call_home(ino, SetAttr { ino, changes: changes.clone() }).await {
+                Err(e) if e.code == ErrorCode::Stale && attempt < CUT_ATTEMPTS => {
+                    changes.cut_at = Some(self.call_home(ino, GetAttr { ino }).await?.content_version());
+                }
+                other => return other,
+            }
+        }
+        unreachable!("the last attempt sets the size whatever happened")
     }
 
     /// Creates (or with `exclusive == false` opens an existing) regular file and registers an

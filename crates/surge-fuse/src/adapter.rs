@@ -326,6 +326,7 @@ impl Filesystem for SurgeFs {
             mtime: c.mtime.map(to_timestamp),
             kill_set_id: c.kill_suidgid || nothing,
             by: Some(caller(req).requester()),
+            cut_at: None,
         };
         self.reply(self.ops().setattr(ino, change, c.fh), self.attr(reply));
     }

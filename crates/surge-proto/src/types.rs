@@ -104,6 +104,12 @@ pub struct AttrChanges {
     /// chown, truncate, chmod or write clears depend on the requester's privilege and groups.
     /// A server that checks identities takes it only from a root connection.
     pub by: Option<Requester>,
+    /// With `size`: the file's content version the client knew when it cut the servers' data
+    /// past `size` (a truncate cuts the data first, then sets the size at the home). The home
+    /// refuses the change as Stale if the file changed since: a write published in between
+    /// may have landed past `size` after the cut, and the client cuts again (see
+    /// `Client::setattr`). None: the size is set whatever happened.
+    pub cut_at: Option<ContentVersion>,
 }
 
 /// Who asked for a change, as a client that serves several users knows it.

@@ -32,6 +32,11 @@ impl MetaStore {
                 "size can only be set on a file",
             );
         }
+        if let (Some(_), Some(cut_at)) = (changes.size, changes.cut_at) {
+            if inode.attr.content_version() != cut_at {
+                return fail(ErrorCode::Stale, "the file changed after its data was cut: cut again");
+            }
+        }
         if let (Some(mode), Some(xattrs)) = (changes.mode, inode.xattrs.as_deref_mut()) {
             // chmod sets the access ACL's owner, mask (or owning group) and other entries.
             if let Some(acl) = xattrs.acl(AclKind::Access) {
@@ -216,6 +221,25 @@ mod tests {
         let grown = s.create(ROOT_INO, "grown", 0o644, 0, 0, 0, true, true, None).unwrap().ino;
         s.commit(grown, Some(5 << 20), None, false, true).unwrap();
         assert_eq!(s.unlink(ROOT_INO, "grown").unwrap().size, 5 << 20);
+    }
+
+    /// A truncate whose cut of the servers' data a publication followed is refused (Stale),
+    /// with nothing changed, so that the client cuts again; one the file did not change
+    /// after is applied.
+    #[test]
+    fn a_truncate_refuses_a_size_a_publication_came_after_its_cut() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let ino = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, true, None).unwrap().ino;
+        s.commit(ino, Some(1 << 20), None, false, true).unwrap();
+        let cut_at = s.getattr(ino).unwrap().content_version();
+        // Another node's write, past the new size, published after the cut.
+        s.commit(ino, Some(2 << 20), None, false, true).unwrap();
+        let truncate = AttrChanges { size: Some(4096), cut_at: Some(cut_at), ..Default::default() };
+        assert_eq!(s.setattr(ino, &truncate).unwrap_err().code, ErrorCode::Stale);
+        assert_eq!(s.getattr(ino).unwrap().size, 2 << 20, "nothing changed");
+        let cut_at = s.getattr(ino).unwrap().content_version();
+        let truncate = AttrChanges { size: Some(4096), cut_at: Some(cut_at), ..Default::default() };
+        assert_eq!(s.setattr(ino, &truncate).unwrap().size, 4096);
     }
 
     /// The store applies the set-id rules to whom the request names: a mount's chgrp by the
