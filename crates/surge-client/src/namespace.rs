@@ -372,7 +372,7 @@ impl Client {
                 other => break other,
             }
         };
-        let LinkOutcome { replaced, reparent } = match result {
+        let outcome = match result {
             Ok(outcome) => outcome,
             Err(e) => {
                 if let Some(target) = retired {
@@ -381,19 +381,28 @@ impl Client {
                 return Err(e);
             }
         };
-        self.finish_renamed(LinkOutcome { replaced, reparent }, dst_parent).await
+        // The directory retired for the rename was moved away by another client before the
+        // rename came (it then replaced nothing, or something else): it is given back.
+        if let Some(target) = retired.filter(|&target| outcome.replaced.as_ref().map(|u| u.ino) != Some(target)) {
+            let _ = self.call_home(target, UnretireDir { ino: target }).await;
+        }
+        self.finish_renamed(outcome, dst_parent).await
     }
 
     /// Finishes a rename into `dst_parent` its home applied: a directory moved from another
     /// parent learns its new one at its own home, and what the rename replaced is finished off.
+    /// Both steps are made whatever the other's outcome (a directory removed meanwhile fails
+    /// its `..`, and the replaced inode must still lose its link); the first failure is told.
     pub(crate) async fn finish_renamed(&self, outcome: LinkOutcome, dst_parent: Ino) -> Result<()> {
-        if let Some(ino) = outcome.reparent {
-            self.call_home(ino, SetParent { ino, parent: dst_parent }).await?;
-        }
-        if let Some(u) = outcome.replaced {
-            self.finish_unlinked(&u).await?;
-        }
-        Ok(())
+        let reparented = match outcome.reparent {
+            Some(ino) => self.call_home(ino, SetParent { ino, parent: dst_parent }).await.map(drop),
+            None => Ok(()),
+        };
+        let finished = match &outcome.replaced {
+            Some(u) => self.finish_unlinked(u).await,
+            None => Ok(()),
+        };
+        reparented.and(finished)
     }
 
     /// Rename between directories homed on different servers: lock the source entry, link the
