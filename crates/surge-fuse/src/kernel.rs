@@ -2,7 +2,7 @@
 //! it is taken back: by the servers' change notices ([`Invalidations`]), and by opens that find
 //! it out of date. Nothing here answers a request; the operations layer consults and updates it.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -23,12 +23,6 @@ const STALE_RETRY: Duration = Duration::from_millis(500);
 /// `KernelCache::directory`): changes made on other nodes drop it at once (notices), but this
 /// node's own creates and unlinks move the directory's mtime without a notice.
 const DIRECTORY_ATTR_WINDOW: Duration = Duration::from_secs(1);
-/// When a name notice's invalidation finds no such entry in the kernel, it is sent again
-/// this much later: a lookup of the name answered by the server just before the change can
-/// reach the kernel after the notice (the answer and the notice come one after the other on
-/// the server's connection, and the kernel installs the entry once the answer is handed to
-/// it), and the kernel would then keep the old entry for the cache time.
-const ENTRY_AGAIN_AFTER: Duration = Duration::from_millis(20);
 /// How long a lookup that found a moved directory waits for its old entry to be dropped (see
 /// `KernelCache::drop_entry`).
 const MOVED_WAIT: Duration = Duration::from_millis(50);
@@ -455,26 +449,8 @@ impl Invalidations {
         std::thread::Builder::new()
             .name("invalidate".into())
             .spawn(move || {
-                // Entries found missing, to drop again shortly (see `ENTRY_AGAIN_AFTER`).
-                let mut again: VecDeque<(Instant, u64, String)> = VecDeque::new();
-                loop {
-                    let next = match again.front() {
-                        Some((at, ..)) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
-                            Ok(what) => Some(what),
-                            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => None,
-                            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-                        },
-                        None => match rx.recv() {
-                            Ok(what) => Some(what),
-                            Err(_) => break,
-                        },
-                    };
+                for what in rx {
                     let Some(notifier) = notifier.get() else { continue };
-                    while again.front().is_some_and(|(at, ..)| *at <= Instant::now()) {
-                        let (_, parent, name) = again.pop_front().expect("checked");
-                        let _ = notifier.inval_entry(parent, OsStr::new(&name));
-                    }
-                    let Some(what) = next else { continue };
                     // Errors say the kernel no longer holds the inode or name: nothing to drop.
                     let _ = match what {
                         // Offset -1: attributes only; whether the pages stay is the next open's
@@ -482,13 +458,7 @@ impl Invalidations {
                         Invalidation::Attr(ino) => notifier.inval_inode(ino, -1, 0),
                         // Offset 0, length 0: every page too.
                         Invalidation::Content(ino) => notifier.inval_inode(ino, 0, 0),
-                        Invalidation::Entry(parent, name) => {
-                            let dropped = notifier.inval_entry(parent, OsStr::new(&name));
-                            if dropped.as_ref().is_err_and(|e| e.raw_os_error() == Some(libc::ENOENT)) {
-                                again.push_back((Instant::now() + ENTRY_AGAIN_AFTER, parent, name));
-                            }
-                            dropped
-                        }
+                        Invalidation::Entry(parent, name) => notifier.inval_entry(parent, OsStr::new(&name)),
                         Invalidation::EntryThen(parent, name, done) => {
                             let dropped = notifier.inval_entry(parent, OsStr::new(&name));
                             let _ = done.send(());
