@@ -1955,7 +1955,9 @@ fn the_mount_helper_mounts_and_remounts_as_mount_8_asks() {
     assert!(line.contains("fuse.surge surge:mhelper") && line.contains("nosuid") && line.contains("nodev"), "{line}");
 
     std::fs::write(dir.join("before"), b"written").unwrap();
-    let ro = run(&format!("remount,ro,{home}"));
+    // As mount(8) asks it: the mount's current options, then the new ones.
+    let current = "rw,nosuid,nodev,relatime,user_id=0,group_id=0,default_permissions,allow_other";
+    let ro = run(&format!("{current},remount,ro,{home}"));
     assert!(ro.status.success(), "remount,ro: {}", surge_tests::text(&ro));
     let refused = std::fs::write(dir.join("while-ro"), b"x").unwrap_err();
     assert_eq!(refused.raw_os_error(), Some(libc::EROFS), "a write to a read-only mount: {refused}");

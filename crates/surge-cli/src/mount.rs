@@ -389,6 +389,9 @@ pub fn parse_helper_options(list: &str, sloppy: bool) -> Result<HelperOptions> {
                 parsed.choices.node = Some(address.parse().with_context(|| format!("node={address}: not an IP address"))?)
             }
             Some(("home", dir)) => parsed.home = Some(PathBuf::from(dir)),
+            // The FUSE connection's own, which a remount through mount(8) passes back: fixed at
+            // the mount.
+            Some(("user_id" | "group_id" | "rootmode" | "fd" | "max_read" | "blksize", _)) => {}
             _ => match option {
                 "ro" => parsed.choices.read_only = true,
                 "rw" => parsed.choices.read_only = false,
@@ -399,6 +402,23 @@ pub fn parse_helper_options(list: &str, sloppy: bool) -> Result<HelperOptions> {
                     bail!("'{option}': Surge mounts are always nosuid,nodev (set-user-ID bits and device nodes are never honoured)")
                 }
                 "defaults" | "auto" | "noauto" | "_netdev" | "nofail" | "nosuid" | "nodev" | "user" | "nouser" | "users" => {}
+                // What mount(8) passes back on a remount from the mount's current flags: the
+                // kernel's access-time and sync rules, which Surge's mounts leave to it.
+                "relatime"
+                | "noatime"
+                | "strictatime"
+                | "atime"
+                | "nodiratime"
+                | "diratime"
+                | "lazytime"
+                | "nolazytime"
+                | "sync"
+                | "async"
+                | "dirsync"
+                | "silent"
+                | "loud"
+                | "default_permissions"
+                | "allow_other" => {}
                 o if o.starts_with("x-") || o.starts_with("comment=") => {}
                 o if sloppy => tracing::warn!("mount option '{o}' ignored (-s)"),
                 o => bail!("unknown mount option '{o}': Surge takes node=ADDRESS, home=DIR, ro, rw, noexec, exec and mount(8)'s own"),
@@ -458,6 +478,10 @@ mod tests {
         assert!(parsed.choices.no_exec && !parsed.choices.read_only && !parsed.remount);
         assert_eq!(parsed.home, Some(PathBuf::from("/var/lib/surge")));
         let remount = parse_helper_options("remount,ro", false).unwrap();
+        assert!(remount.remount && remount.choices.read_only);
+        // mount(8)'s remount passes the mount's current options back.
+        let current = "rw,nosuid,nodev,relatime,user_id=0,group_id=0,default_permissions,allow_other";
+        let remount = parse_helper_options(&format!("{current},remount,ro,home=/h"), false).unwrap();
         assert!(remount.remount && remount.choices.read_only);
     }
 
