@@ -652,6 +652,14 @@ mod tests {
         fn meta(&self, name: &str) -> std::path::PathBuf {
             self.0.join("meta").join(name)
         }
+
+        /// A directory an older release left: its format marker, a snapshot and a journal of
+        /// one record each, in that release's layout.
+        fn written_by(&self, marker: &str, snapshot: impl Serialize, journal: impl Serialize) {
+            std::fs::write(self.meta("format"), format!("{marker}\n")).unwrap();
+            std::fs::write(self.meta("snapshot"), framed(&[snapshot])).unwrap();
+            std::fs::write(self.meta("journal"), framed(&[journal])).unwrap();
+        }
     }
 
     impl Drop for Root {
@@ -680,9 +688,7 @@ mod tests {
         old.track_changes();
         let file = old.create(dir.ino, "file", 0o640, 0, 7, 7, true, false, None).unwrap();
         let journal = format1(old.take_changes());
-        std::fs::write(root.meta("format"), "surge-meta 1\n").unwrap();
-        std::fs::write(root.meta("snapshot"), framed(&[snapshot])).unwrap();
-        std::fs::write(root.meta("journal"), framed(&[journal])).unwrap();
+        root.written_by("surge-meta 1", snapshot, journal);
 
         let mut store = MetaStore::new(0, 0, 0);
         let (journal, _) = Journal::open(&root.0, &mut store, Arc::new(())).unwrap();
@@ -712,9 +718,7 @@ mod tests {
         let file = old.create(ROOT_INO, "file", 0o644, 0, 0, 0, true, true, None).unwrap();
         old.commit(file.ino, Some(4096), None, false, true).unwrap();
         let record = old.take_changes();
-        std::fs::write(root.meta("format"), "surge-meta 4\n").unwrap();
-        std::fs::write(root.meta("snapshot"), framed(&[format4::Record::from(MetaStore::new(0, 0, 0).snapshot())])).unwrap();
-        std::fs::write(root.meta("journal"), framed(&[format4::Record::from(record)])).unwrap();
+        root.written_by("surge-meta 4", format4::Record::from(MetaStore::new(0, 0, 0).snapshot()), format4::Record::from(record));
 
         let mut store = MetaStore::new(0, 0, 0);
         let (journal, _) = Journal::open(&root.0, &mut store, Arc::new(())).unwrap();
@@ -739,9 +743,7 @@ mod tests {
         old.track_changes();
         let kept = old.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, true, None).unwrap();
         let record = old.take_changes();
-        std::fs::write(root.meta("format"), "surge-meta 3\n").unwrap();
-        std::fs::write(root.meta("snapshot"), framed(&[format3::Record::from(MetaStore::new(0, 0, 0).snapshot())])).unwrap();
-        std::fs::write(root.meta("journal"), framed(&[format3::Record::from(record)])).unwrap();
+        root.written_by("surge-meta 3", format3::Record::from(MetaStore::new(0, 0, 0).snapshot()), format3::Record::from(record));
 
         let mut store = MetaStore::new(0, 0, 0);
         let (journal, _) = Journal::open(&root.0, &mut store, Arc::new(())).unwrap();
@@ -772,9 +774,11 @@ mod tests {
         let dir = old.make_dir_inode(ROOT_INO, 0o750, 0, 7, 7, None, DirLayout::Striped, None).unwrap();
         old.insert_entry(ROOT_INO, "dir", dir.ino, FileKind::Dir, false, None).unwrap();
         old.set_xattr(dir.ino, "user.kept", b"yes".to_vec(), surge_proto::XattrSetMode::Either).unwrap();
-        std::fs::write(root.meta("format"), "surge-meta 2\n").unwrap();
-        std::fs::write(root.meta("snapshot"), framed(&[format2::Record::from(MetaStore::new(0, 0, 0).snapshot())])).unwrap();
-        std::fs::write(root.meta("journal"), framed(&[format2::Record::from(old.take_changes())])).unwrap();
+        root.written_by(
+            "surge-meta 2",
+            format2::Record::from(MetaStore::new(0, 0, 0).snapshot()),
+            format2::Record::from(old.take_changes()),
+        );
 
         let mut store = MetaStore::with_root_layout(0, 0, 0, DirLayout::NodeLocal);
         let (journal, _) = Journal::open(&root.0, &mut store, Arc::new(())).unwrap();
