@@ -89,18 +89,17 @@ impl Client {
     pub(crate) async fn setattr_unmeasured(&self, ino: Ino, mut changes: AttrChanges) -> Result<Attr> {
         let Some(size) = changes.size else { return self.call_home(ino, SetAttr { ino, changes }).await };
         let ticket = self.ticket_for(ino).await?;
-        if changes.cut_at.is_none() {
-            changes.cut_at = Some(self.call_home(ino, GetAttr { ino }).await?.content_version());
-        }
+        let mut known = changes.cut_at.take();
         for attempt in 1..=CUT_ATTEMPTS {
-            if attempt == CUT_ATTEMPTS {
-                changes.cut_at = None;
-            }
+            changes.cut_at = match known.take() {
+                _ if attempt == CUT_ATTEMPTS => None,
+                Some(version) => Some(version),
+                None => Some(self.call_home(ino, GetAttr { ino }).await?.content_version()),
+            };
             self.broadcast(TruncateData { ino, size, ticket }).await?;
             match self.call_home(ino, SetAttr { ino, changes: changes.clone() }).await {
-                Err(e) if e.code == ErrorCode::Stale && attempt < CUT_ATTEMPTS => {
-                    changes.cut_at = Some(self.call_home(ino, GetAttr { ino }).await?.content_version());
-                }
+                // Asked again: the version the home has now, before the next cut.
+                Err(e) if e.code == ErrorCode::Stale && attempt < CUT_ATTEMPTS => {}
                 other => return other,
             }
         }
@@ -319,7 +318,7 @@ impl Client {
                     match self.call_home(parent, RemoveEntry { parent, name: name.to_string(), ino }).await {
                         Ok(()) => return self.call_home(ino, DropInode { ino }).await,
                         Err(e) => {
-                            let _ = self.call_home(ino, UnretireDir { ino }).await;
+                            self.give_back_retired(ino).await;
                             // Stale: another client replaced the name meanwhile; what it names
                             // now is removed (or refused) afresh.
                             if e.code != ErrorCode::Stale || attempts == TARGET_CHANGED_ATTEMPTS {
@@ -362,7 +361,7 @@ impl Client {
                     // it stays empty, then retry with that proof. Asked again, it means another
                     // client replaced the target meanwhile: the one retired is given back.
                     if let Some(before) = retired.take() {
-                        let _ = self.call_home(before, UnretireDir { ino: before }).await;
+                        self.give_back_retired(before).await;
                     }
                     let target = self.lookup_entry(dst_parent, dst_name).await?.ino;
                     self.call_home(target, RetireDir { ino: target }).await?;
@@ -376,7 +375,7 @@ impl Client {
             Ok(outcome) => outcome,
             Err(e) => {
                 if let Some(target) = retired {
-                    let _ = self.call_home(target, UnretireDir { ino: target }).await;
+                    self.give_back_retired(target).await;
                 }
                 return Err(e);
             }
@@ -384,9 +383,15 @@ impl Client {
         // The directory retired for the rename was moved away by another client before the
         // rename came (it then replaced nothing, or something else): it is given back.
         if let Some(target) = retired.filter(|&target| outcome.replaced.as_ref().map(|u| u.ino) != Some(target)) {
-            let _ = self.call_home(target, UnretireDir { ino: target }).await;
+            self.give_back_retired(target).await;
         }
         self.finish_renamed(outcome, dst_parent).await
+    }
+
+    /// Undoes a `RetireDir` a step took and could not use. Best effort: a directory gone
+    /// meanwhile has nothing to give back, and one left retired is what `surge fsck` finds.
+    async fn give_back_retired(&self, dir: Ino) {
+        let _ = self.call_home(dir, UnretireDir { ino: dir }).await;
     }
 
     /// Finishes a rename into `dst_parent` its home applied: a directory moved from another
