@@ -42,7 +42,7 @@ pub(crate) struct KernelCache {
     pub(crate) told_stale: Mutex<HashMap<u32, Instant>>,
     /// Directory attributes answered for a short window, for `getattr` (see `directory`).
     pub(crate) directories: Mutex<HashMap<u64, (Attr, Instant)>>,
-    /// The name the kernel holds each directory by, for `moved_directory`.
+    /// The name the kernel holds each directory by, for `looked_up_directory`.
     directory_names: Mutex<DirectoryNames>,
     /// Kernel invalidations to send, for the thread that sends them (see [`Invalidations`]).
     pub(crate) invalidations: OnceLock<std::sync::mpsc::Sender<Invalidation>>,
@@ -261,23 +261,30 @@ impl KernelCache {
         self.listings.forget(ino);
     }
 
-    /// The kernel is about to be given directory `ino` as `parent/name`. Returns the name it
-    /// holds it by, when that is in another directory: the directory was moved on another
-    /// node, and the kernel may still have the old entry (the notice's invalidation has not
-    /// run yet, or is running). The kernel keeps one entry per directory and moves that one
-    /// to the new name, which across parents needs locks it only tries: with the old parent
-    /// locked (by that invalidation, or by a rename on this node) the lookup fails with
-    /// ESTALE, and the syscall's one retry can meet the same, so `ls` or `stat` of a
-    /// directory moved elsewhere would say "Stale file handle". The caller drops the old
-    /// entry first ([`Self::drop_entry`]), then records the new name
-    /// ([`Self::gave_directory`]); otherwise the new name is recorded here.
-    pub(crate) fn moved_directory(&self, ino: u64, parent: u64, name: &str) -> Option<(u64, String)> {
-        let mut names = self.directory_names.lock().unwrap();
-        match names.by_ino.get(&ino) {
-            Some(old) if old.0 != parent => Some(old.clone()),
-            _ => {
-                names.given(ino, parent, name);
-                None
+    /// The kernel is about to be given directory `ino` as `parent/name` by a lookup. If it
+    /// holds it by a name in another directory, the directory was moved on another node and
+    /// the kernel may still have the old entry (the notice's invalidation has not run yet, or
+    /// is running). The kernel keeps one entry per directory and moves that one to the new
+    /// name, which across parents needs locks it only tries: with the old parent locked (by
+    /// that invalidation, or by a rename on this node) the lookup fails with ESTALE, and the
+    /// syscall's one retry can meet the same, so `ls` or `stat` of a directory moved elsewhere
+    /// would say "Stale file handle". So the old entry is dropped first
+    /// ([`Self::drop_entry`]), and the new name recorded once it is gone (otherwise the next
+    /// lookup drops it again).
+    pub(crate) async fn looked_up_directory(&self, ino: u64, parent: u64, name: &str) {
+        let moved_from = {
+            let mut names = self.directory_names.lock().unwrap();
+            match names.by_ino.get(&ino) {
+                Some(old) if old.0 != parent => Some(old.clone()),
+                _ => {
+                    names.given(ino, parent, name);
+                    None
+                }
+            }
+        };
+        if let Some((old_parent, old_name)) = moved_from {
+            if self.drop_entry(old_parent, old_name).await {
+                self.gave_directory(ino, parent, name);
             }
         }
     }
@@ -298,7 +305,7 @@ impl KernelCache {
     /// the directory's lock in the kernel, which the very request waiting may hold (a rename
     /// on this node); that request then meets ESTALE, and the kernel's retry, which lets the
     /// lock go first, finds the old entry gone. Says whether it is gone.
-    pub(crate) async fn drop_entry(&self, parent: u64, name: String) -> bool {
+    async fn drop_entry(&self, parent: u64, name: String) -> bool {
         let (done, dropped) = tokio::sync::oneshot::channel();
         self.invalidate(Invalidation::EntryThen(parent, name, done));
         matches!(tokio::time::timeout(MOVED_WAIT, dropped).await, Ok(Ok(())))

@@ -354,11 +354,7 @@ impl Ops {
             }
             let attr = result?;
             if attr.kind == FileKind::Dir {
-                if let Some((old_parent, old_name)) = ops.kernel.moved_directory(attr.ino, parent, &name) {
-                    if ops.kernel.drop_entry(old_parent, old_name).await {
-                        ops.kernel.gave_directory(attr.ino, parent, &name);
-                    }
-                }
+                ops.kernel.looked_up_directory(attr.ino, parent, &name).await;
             }
             Ok(ops.told(attr))
         })
