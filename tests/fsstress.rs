@@ -369,26 +369,10 @@ impl Stress {
     }
 }
 
+/// `ENOENT` and the like, as the error is known by its errno.
 fn errno_name(e: &io::Error) -> String {
-    let names = [
-        (libc::ENOENT, "ENOENT"),
-        (libc::EEXIST, "EEXIST"),
-        (libc::ENOTEMPTY, "ENOTEMPTY"),
-        (libc::ENOTDIR, "ENOTDIR"),
-        (libc::EISDIR, "EISDIR"),
-        (libc::EINVAL, "EINVAL"),
-        (libc::ELOOP, "ELOOP"),
-        (libc::EPERM, "EPERM"),
-        (libc::ENODATA, "ENODATA"),
-        (libc::EMLINK, "EMLINK"),
-        (libc::EIO, "EIO"),
-        (libc::ENOSPC, "ENOSPC"),
-        (libc::ESTALE, "ESTALE"),
-        (libc::ENOTCONN, "ENOTCONN"),
-        (libc::EBADF, "EBADF"),
-    ];
     match e.raw_os_error() {
-        Some(code) => names.iter().find(|(c, _)| *c == code).map_or_else(|| format!("errno {code}"), |(_, n)| n.to_string()),
+        Some(code) => format!("{:?}", nix::errno::Errno::from_raw(code)),
         None => format!("{:?}", e.kind()),
     }
 }

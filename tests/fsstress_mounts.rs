@@ -9,13 +9,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use surge_tests::{text, Instance};
+use surge_tests::{env_number, text, Instance};
 
 const FSSTRESS: &str = env!("CARGO_BIN_EXE_surge-fsstress");
-
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().map_or(default, |v| v.parse().unwrap_or_else(|_| panic!("{name}={v}: a number")))
-}
 
 /// Every name under `root` with its kind, size (files), link target (symlinks) and link
 /// count, as one node sees it.
@@ -94,8 +90,8 @@ fn fsck_is_clean(inst: &Instance, after: &str) {
 
 #[test]
 fn two_nodes_stressing_one_tree_leave_it_consistent_and_every_byte_freed_once_it_is_removed() {
-    let ops = env_u64("SURGE_FSSTRESS_OPS", 1_500).to_string();
-    let seed = env_u64("SURGE_FSSTRESS_SEED", 1);
+    let ops = env_number("SURGE_FSSTRESS_OPS", 1_500).to_string();
+    let seed = env_number("SURGE_FSSTRESS_SEED", 1);
     let inst = Instance::up_on("fsstress", "127.0.7", 11, 4, &["--capacity", "4G"]);
     let empty = used_per_server(&inst);
     let mounts = [inst.mount("a", "127.0.7.11"), inst.mount("b", "127.0.7.15")];

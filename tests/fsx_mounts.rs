@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Instant;
 
-use surge_tests::{scratch, text, Instance};
+use surge_tests::{env_number, scratch, text, Instance};
 
 const FSX: &str = env!("CARGO_BIN_EXE_surge-fsx");
 
@@ -17,18 +17,14 @@ const MIXES: [&str; 6] = ["lite-nommap", "lite-mmap", "std-nommap", "std-mmap", 
 /// generic/127's seed.
 const SEED: u64 = 191_110_531;
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().map_or(default, |v| v.parse().unwrap_or_else(|_| panic!("{name}={v}: a number")))
-}
-
 fn fsx(a: &Path, b: &Path, args: &[&str]) -> Output {
     Command::new(FSX).arg("--a").arg(a).arg("--b").arg(b).args(args).output().expect("run surge-fsx")
 }
 
 #[test]
 fn the_six_generic_127_mixes_read_the_same_through_the_other_mount() {
-    let ops = env_u64("SURGE_FSX_OPS", 10_000u64.div_ceil(MIXES.len() as u64)).to_string();
-    let seed = env_u64("SURGE_FSX_SEED", SEED).to_string();
+    let ops = env_number("SURGE_FSX_OPS", 10_000u64.div_ceil(MIXES.len() as u64)).to_string();
+    let seed = env_number("SURGE_FSX_SEED", SEED).to_string();
     let inst = Instance::up_on("fsx", "127.0.1", 11, 4, &["--capacity", "4G"]);
     let (a, b) = (inst.mount("a", "127.0.1.11"), inst.mount("b", "127.0.1.15"));
     // A failure's saved contents outlive the instance (and its mounts) for a look afterwards.

@@ -417,6 +417,12 @@ impl Drop for Instance {
     }
 }
 
+/// A number a long form of a test takes from the environment (`SURGE_FSX_OPS=100000 ...`), or
+/// `default`; a value that is not a number fails the test rather than run the short form.
+pub fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().map_or(default, |v| v.parse().unwrap_or_else(|_| panic!("{name}={v}: a number")))
+}
+
 pub fn text(out: &Output) -> String {
     format!("status {}\nstdout: {}\nstderr: {}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }

@@ -9,11 +9,7 @@
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use surge_tests::{text, Instance};
-
-fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
+use surge_tests::{env_number, text, Instance};
 
 /// Resident memory of a process, in KiB. A process that is gone (or a status without the
 /// line) fails the test: a dead server must not read as a flat memory curve.
@@ -50,8 +46,8 @@ fn growth(samples: &[u64]) -> i64 {
 
 #[test]
 fn soak_small_files_and_streams_without_error_or_leak() {
-    let (ops, secs) = (env_or("SURGE_SOAK_OPS", 2_000), env_or("SURGE_SOAK_SECS", 20));
-    let stream_mib = env_or("SURGE_SOAK_STREAM_MIB", 64);
+    let (ops, secs) = (env_number("SURGE_SOAK_OPS", 2_000), env_number("SURGE_SOAK_SECS", 20));
+    let stream_mib = env_number("SURGE_SOAK_STREAM_MIB", 64);
     let inst = Instance::up_on("soak", "127.0.3", 201, 4, &["--capacity", "8G", "--chunk-size", "1M"]);
     let mount = inst.mount("soak", "127.0.3.201");
     let mount_dir = mount.dir.to_str().unwrap().to_string();
