@@ -23,7 +23,7 @@ use tokio::runtime::Handle;
 
 use crate::convert::{file_type, fuse_attr, name_of, to_timestamp};
 use crate::locks;
-use crate::ops::{Answer, Caller, Opened, Ops, STATFS_BLOCK};
+use crate::ops::{Answer, Caller, HowWritten, Opened, Ops, STATFS_BLOCK};
 
 /// The kernel's largest write request.
 const MAX_WRITE: u32 = 1 << 20;
@@ -391,16 +391,17 @@ impl Filesystem for SurgeFs {
         flags: i32,
         reply: ReplyWrite,
     ) {
-        if write_flags & abi::FUSE_WRITE_KILL_SUIDGID != 0 {
+        let how = HowWritten {
+            // `flags`: the descriptor's open flags.
+            append: flags & libc::O_APPEND != 0,
             // The kernel saw a writer without CAP_FSETID at a set-id file.
-            self.reply(self.ops().kill_set_id(ino, caller(req)), |_| {});
-        }
-        // `flags`: the descriptor's open flags.
-        let append = flags & libc::O_APPEND != 0;
-        self.ops().write(fh, ino, offset, data.to_bytes(), append, move |result| match result {
+            kill_set_id_of: (write_flags & abi::FUSE_WRITE_KILL_SUIDGID != 0).then(|| caller(req)),
+        };
+        let done = move |result: Result<usize>| match result {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(&e)),
-        });
+        };
+        self.ops().write(fh, ino, offset, data.to_bytes(), how, done);
     }
 
     fn flush(&self, _req: &KernelCaller, ino: u64, fh: u64, lock_owner: u64, reply: ReplyEmpty) {

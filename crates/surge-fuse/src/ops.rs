@@ -48,6 +48,17 @@ fn names_fit(names: &[&str]) -> Result<()> {
 /// What all read caches of the mount may hold together.
 const READ_CACHE_BUDGET: u64 = 512 << 20;
 
+/// What the kernel says of a write besides its bytes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HowWritten {
+    /// The file was opened with O_APPEND: the data goes at the end of the file as its home
+    /// has it (other nodes append too), not at the kernel's idea of the end.
+    pub append: bool,
+    /// The writer, when it lacks CAP_FSETID and the file has set-id bits
+    /// (FUSE_WRITE_KILL_SUIDGID): the bits go first.
+    pub kill_set_id_of: Option<Caller>,
+}
+
 /// Who asks: the identity stamped on what a request creates, and the process (for the kernel's
 /// retries after ESTALE).
 #[derive(Clone, Copy, Debug)]
@@ -812,17 +823,27 @@ impl Ops {
     /// Writes through handle `fh`, answering through `done`: at once when the write could go
     /// out from this thread ([`File::write_behind_now`]: to the local writer or the chunk's
     /// server, within the write-behind window), else from a task once the window has room.
-    /// `append`: the file was opened with O_APPEND: the data goes at the end of the file as
-    /// its home has it (other nodes append too), not at the kernel's idea of the end.
     pub fn write(
         self: &Arc<Self>,
         fh: u64,
         ino: u64,
         offset: u64,
         data: Bytes,
-        append: bool,
+        how: HowWritten,
         done: impl FnOnce(Result<usize>) + Send + 'static,
     ) {
+        let HowWritten { append, kill_set_id_of } = how;
+        if let Some(caller) = kill_set_id_of {
+            // The bits go before the write is answered: whoever looks after it returns
+            // (a stat, an exec) must not find them.
+            let ops = self.clone();
+            return self.spawn(async move {
+                match ops.kill_set_id(ino, caller).await {
+                    Ok(_) => ops.write(fh, ino, offset, data, HowWritten { append, kill_set_id_of: None }, done),
+                    Err(e) => done(Err(e)),
+                }
+            });
+        }
         let f = match self.open_file(fh) {
             Ok(f) => f,
             Err(e) => return done(Err(e)),

@@ -9,9 +9,11 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{close, contents, contents_elsewhere, errno, me, names, now, put, read_all, warm_until_held, write, Fixture};
+use common::{
+    close, contents, contents_elsewhere, errno, me, names, now, put, read_all, warm_until_held, write, write_killing_set_id, Fixture,
+};
 use surge_client::surge_proto::ROOT_INO;
-use surge_fuse::ops::{Answer, Opened, Ops};
+use surge_fuse::ops::{Answer, Caller, Opened, Ops};
 
 /// The kernel-free part of tests/fuse.rs's errno checks: each refusal carries its errno.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -788,5 +790,25 @@ async fn directory_times_are_exact_after_a_change_here() {
     }
     let linked = ops.getattr(f, me()).await.unwrap();
     assert_eq!(linked.ctime, fx.other.getattr(f).await.unwrap().ctime);
+    fx.stop().await;
+}
+
+/// A write the kernel marks as one by a caller without CAP_FSETID is answered only once the
+/// file's set-id bits are gone (a stat or exec right after it must not find them); the
+/// servers keep them for root's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_without_privilege_is_answered_after_the_set_id_bits_went() {
+    let fx = Fixture::new("setid", 2).await;
+    let ops = &fx.ops;
+    let nobody = Caller { uid: 65534, gid: 65534, pid: std::process::id() };
+    let root = Caller { uid: 0, gid: 0, pid: std::process::id() };
+    for (name, caller, left) in [("by-nobody", nobody, 0o777), ("by-root", root, 0o6777)] {
+        let (f, Opened { fh, .. }) = ops.create(ROOT_INO, name.into(), 0o6777, 0, libc::O_RDWR, me()).await.unwrap();
+        assert_eq!(fx.other.getattr(f.ino).await.unwrap().mode & 0o7777, 0o6777, "{name}");
+        write_killing_set_id(ops, fh, f.ino, 0, b"x", Some(caller)).await.unwrap();
+        assert_eq!(fx.other.getattr(f.ino).await.unwrap().mode & 0o7777, left, "{name}");
+        close(ops, f.ino, fh).await;
+        assert_eq!(contents_elsewhere(&fx, ROOT_INO, name).await, b"x");
+    }
     fx.stop().await;
 }

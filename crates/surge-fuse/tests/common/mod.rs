@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use surge_client::surge_proto::DirEntry;
 use surge_client::{Client, ClientOptions, Result};
-use surge_fuse::ops::{Answer, Caller, Opened, Ops};
+use surge_fuse::ops::{Answer, Caller, HowWritten, Opened, Ops};
 use surge_server::in_process::InProcessInstance;
 
 pub const TTL: Duration = Duration::from_secs(600);
@@ -64,8 +64,14 @@ pub fn now<T>(answer: Answer<T>) -> Option<Result<T>> {
 }
 
 pub async fn write(ops: &Arc<Ops>, fh: u64, ino: u64, offset: u64, data: &[u8]) -> Result<usize> {
+    write_killing_set_id(ops, fh, ino, offset, data, None).await
+}
+
+/// A write the kernel marked FUSE_WRITE_KILL_SUIDGID, for `caller` (when Some).
+pub async fn write_killing_set_id(ops: &Arc<Ops>, fh: u64, ino: u64, offset: u64, data: &[u8], caller: Option<Caller>) -> Result<usize> {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    ops.write(fh, ino, offset, bytes::Bytes::copy_from_slice(data), false, move |r| {
+    let how = HowWritten { append: false, kill_set_id_of: caller };
+    ops.write(fh, ino, offset, bytes::Bytes::copy_from_slice(data), how, move |r| {
         let _ = tx.send(r);
     });
     rx.await.expect("the write is answered")
@@ -75,7 +81,8 @@ pub async fn write(ops: &Arc<Ops>, fh: u64, ino: u64, offset: u64, data: &[u8]) 
 /// as its home has it, whatever `offset` the kernel passes.
 pub async fn append(ops: &Arc<Ops>, fh: u64, ino: u64, offset: u64, data: &[u8]) -> Result<usize> {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    ops.write(fh, ino, offset, bytes::Bytes::copy_from_slice(data), true, move |r| {
+    let how = HowWritten { append: true, kill_set_id_of: None };
+    ops.write(fh, ino, offset, bytes::Bytes::copy_from_slice(data), how, move |r| {
         let _ = tx.send(r);
     });
     rx.await.expect("the write is answered")
