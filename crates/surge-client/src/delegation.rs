@@ -25,8 +25,10 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use surge_proto::namespace::{Commit, CreateAs, Delegate, GiveBack, MakeDir, NamespaceRequest, Reclaim, Rename, Renew, Rmdir, Unlink};
-use surge_proto::{ino, Attr, ErrorCode, FileKind, Ino, LinkOutcome, Timestamp};
+use surge_proto::namespace::{
+    Commit, CreateAs, Delegate, GiveBack, MakeDir, NamespaceRequest, Reclaim, Rename, Renew, Rmdir, SetAttr, Unlink,
+};
+use surge_proto::{ino, Attr, AttrChanges, ErrorCode, FileKind, Ino, LinkOutcome, Timestamp};
 
 use crate::conn::Answer;
 use crate::error::{Error, Result};
@@ -76,6 +78,10 @@ struct Held {
     /// release is logged after it ([`DelegatedDir::log_release`]). A file is here exactly as
     /// long as its `CreateAs` waits in `log` and its handle is open.
     open_here: HashSet<Ino>,
+    /// Files made here whose `CreateAs` is still in `log`, with their attributes as the home
+    /// will hold them once it is written back: their times are set here too
+    /// ([`DelegatedDir::set_times`]).
+    unwritten: HashMap<Ino, Attr>,
     /// Given back (or refused a write-back): nothing more is answered here.
     ended: bool,
 }
@@ -164,6 +170,7 @@ impl Client {
             away_since: None,
             gone: false,
             open_here: HashSet::new(),
+            unwritten: HashMap::new(),
             ended: false,
         };
         let token = granted.token;
@@ -284,7 +291,11 @@ impl DelegatedDir {
         let made = self.make(name, FileKind::File, |ino| {
             CreateAs { parent: self.dir, name: name.to_string(), ino, mode, umask, uid, gid, open: false }.into()
         });
-        Ok(made?.map(|ino| new_attr(ino, FileKind::File, mode & !umask, uid, gid)))
+        Ok(made?.map(|ino| {
+            let attr = new_attr(ino, FileKind::File, mode & !umask, uid, gid);
+            self.state.lock().unwrap().unwritten.insert(ino, attr.clone());
+            attr
+        }))
     }
 
     /// Makes directory `name` with `mode` less `umask`, owned by `uid:gid`, at once: its
@@ -356,6 +367,7 @@ impl DelegatedDir {
             Some(&named) => {
                 held.names.remove(name);
                 if let Named::Made(ino) = named {
+                    held.unwritten.remove(&ino);
                     if held.open_here.remove(&ino) {
                         // Unlinked while its creator holds it open: the home must count that open,
                         // or the unlink would remove the file under the handle. Its release then
@@ -400,6 +412,7 @@ impl DelegatedDir {
             // (rename(2) then does nothing): the home knows.
             Some(Named::Made(target)) if matches!(moving, Named::Made(_)) => {
                 // Replaced while its creator holds it open: as at an unlink.
+                held.unwritten.remove(&target);
                 let replaced_while_open = held.open_here.remove(&target);
                 if replaced_while_open {
                     held.register_open(target);
@@ -425,8 +438,37 @@ impl DelegatedDir {
         if !held.open_here.remove(&ino) {
             return false;
         }
+        if let Some(attr) = held.unwritten.get_mut(&ino) {
+            attr.size = commit.size.unwrap_or(attr.size);
+            attr.mtime = commit.mtime.unwrap_or(attr.mtime);
+            attr.ctime = attr.ctime.max(attr.mtime);
+        }
         held.log.push(commit.into());
         true
+    }
+
+    /// Sets the access and modification times of file `ino` at once, when it was made here
+    /// and the home has not been told of it yet (its `CreateAs` waits in the log): the
+    /// change is logged behind it, and the file's attributes as the home will hold them come
+    /// back. None when `changes` sets anything else, or the file is not such a one: the
+    /// ordinary path (after a write-back). What `touch`, `cp -p` and `tar x` do to each new
+    /// file then costs no request of its own.
+    pub fn set_times(&self, ino: Ino, changes: &AttrChanges) -> Option<Attr> {
+        let times_only = AttrChanges { atime: None, mtime: None, by: None, ..changes.clone() } == AttrChanges::default();
+        if !times_only || (changes.atime.is_none() && changes.mtime.is_none()) {
+            return None;
+        }
+        let mut held = self.state.lock().unwrap();
+        if held.ended {
+            return None;
+        }
+        let attr = held.unwritten.get_mut(&ino)?;
+        attr.atime = changes.atime.unwrap_or(attr.atime);
+        attr.mtime = changes.mtime.unwrap_or(attr.mtime);
+        attr.ctime = Timestamp::now().max(attr.ctime);
+        let attr = attr.clone();
+        held.log.push(SetAttr { ino, changes: changes.clone() }.into());
+        Some(attr)
     }
 
     /// Writes the log back to the directory's home, in order; returns once every step
@@ -446,6 +488,7 @@ impl DelegatedDir {
                 if let NamespaceRequest::CreateAs(create) = step {
                     // Still open here: the home counts the open from now on.
                     create.open |= held.open_here.remove(&create.ino);
+                    held.unwritten.remove(&create.ino);
                 }
             }
             let first_seq = held.first_seq;

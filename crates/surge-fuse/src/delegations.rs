@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use surge_client::surge_proto::{Attr, AttrChanges};
 use surge_client::{Client, DelegatedDir, Named, Result};
 use tokio::runtime::Handle;
 
@@ -201,6 +202,17 @@ impl Delegations {
             st.held.remove(&dir);
             st.returning.remove(&dir);
         });
+    }
+
+    /// Sets the times of file `ino` at once when a delegation held here made it and has not
+    /// written it back yet (see [`DelegatedDir::set_times`]): its attributes after. None: the
+    /// ordinary path.
+    pub(crate) fn set_times(&self, ino: u64, changes: &AttrChanges) -> Option<Attr> {
+        if changes.atime.is_none() && changes.mtime.is_none() {
+            return None;
+        }
+        let held: Vec<Arc<DelegatedDir>> = self.state.lock().unwrap().held.values().cloned().collect();
+        held.iter().find_map(|delegated| delegated.set_times(ino, changes))
     }
 
     /// The kernel forgot inode `ino` (a directory removed, or one it has not used for long):

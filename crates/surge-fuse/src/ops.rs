@@ -386,7 +386,8 @@ impl Ops {
     }
 
     /// `fh`: the handle the change came through, if any (a size change then goes through it,
-    /// so its pending writes land first).
+    /// so its pending writes land first). New times of a file made under a delegation and
+    /// not written back yet are answered now (see `Delegations::set_times`).
     pub fn setattr(self: &Arc<Self>, ino: u64, change: AttrChanges, fh: Option<u64>) -> Answer<Attr> {
         self.kernel.forget_directory(ino);
         let open = fh.and_then(|fh| self.open_file(fh).ok());
@@ -402,6 +403,10 @@ impl Ops {
                     handle.file.times_set_explicitly();
                 }
             }
+        }
+        if let Some(attr) = self.delegations.set_times(ino, &change) {
+            let local = unpublished_size(&self.files, ino);
+            return Answer::Now(Ok(self.told(Attr { size: attr.size.max(local), ..attr })));
         }
         let ops = self.clone();
         Answer::later(async move {

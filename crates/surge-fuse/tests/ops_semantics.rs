@@ -812,3 +812,49 @@ async fn a_write_without_privilege_is_answered_after_the_set_id_bits_went() {
     }
     fx.stop().await;
 }
+
+/// `touch`, `cp -p` and `tar x` set the times of each file they make: in a directory held
+/// under a delegation that is answered at once while the file's create is still in the log
+/// (through the handle or by name, before or after a write and close), and the times, the
+/// size and a later chmod (which takes the ordinary path) are what another node then reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn times_set_on_files_made_under_a_delegation_reach_the_home() {
+    use surge_client::surge_proto::{AttrChanges, Timestamp};
+    let fx = Fixture::new("delegated-times", 2).await;
+    let ops = &fx.ops;
+    let d = ops.mkdir(ROOT_INO, "d".into(), 0o755, 0, me()).await.unwrap().ino;
+    warm_until_held(ops, d).await;
+    let at = |secs| Timestamp { secs, nanos: 7 };
+    let times = |atime, mtime| AttrChanges { atime: Some(at(atime)), mtime: Some(at(mtime)), ..Default::default() };
+    // The log is written back every few milliseconds: some of these files' creates may have
+    // gone by the time their times are set, which then take the ordinary path.
+    let mut answered_now = 0;
+    for i in 0..20 {
+        let name = format!("f{i:02}");
+        let (f, Opened { fh, .. }) = ops.create(d, name.clone(), 0o644, 0, libc::O_RDWR, me()).await.unwrap();
+        let set = ops.setattr(f.ino, times(1_000, 2_000), Some(fh));
+        answered_now += matches!(set, Answer::Now(_)) as u32;
+        let attr = set.await.unwrap();
+        assert_eq!((attr.atime, attr.mtime, attr.size), (at(1_000), at(2_000), 0), "{name}");
+        write(ops, fh, f.ino, 0, b"abc").await.unwrap();
+        close(ops, f.ino, fh).await;
+        let set = ops.setattr(f.ino, times(3_000, 4_000), None);
+        answered_now += matches!(set, Answer::Now(_)) as u32;
+        let attr = set.await.unwrap();
+        assert_eq!((attr.atime, attr.mtime, attr.size), (at(3_000), at(4_000), 3), "{name}");
+        if i % 2 == 0 {
+            let chmod = ops.setattr(f.ino, AttrChanges { mode: Some(0o600), ..times(5_000, 6_000) }, None);
+            assert!(matches!(chmod, Answer::Later(_)), "a mode goes to the home");
+            assert_eq!(chmod.await.unwrap().mode & 0o7777, 0o600);
+        }
+    }
+    assert!(answered_now > 0, "no change of times was answered under the delegation");
+    for i in 0..20 {
+        let name = format!("f{i:02}");
+        let attr = fx.other.lookup(d, &name).await.unwrap();
+        let (mode, atime, mtime) = if i % 2 == 0 { (0o600, 5_000, 6_000) } else { (0o644, 3_000, 4_000) };
+        assert_eq!((attr.mode & 0o7777, attr.atime, attr.mtime, attr.size), (mode, at(atime), at(mtime), 3), "{name}");
+        assert_eq!(contents_elsewhere(&fx, d, &name).await, b"abc");
+    }
+    fx.stop().await;
+}

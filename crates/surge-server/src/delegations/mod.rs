@@ -185,7 +185,7 @@ impl Delegations {
     /// Whether connection `by` may write `step` back as part of delegation `token` of `dir`:
     /// it holds the delegation (or the delegation's holder is away: the token stands for it),
     /// and the step is a create, mkdir, unlink, rmdir, rename or commit in the directory or of
-    /// a file made under it.
+    /// a file made under it, or a change of such a file's attributes other than its size.
     pub(crate) fn may_write_back(&self, by: Option<WatcherId>, dir: Ino, token: Ino, step: &NamespaceRequest) -> Result<()> {
         let st = self.state.lock_or_recover();
         if !st.dirs.get(&dir).is_some_and(|held| held.theirs(by, token)) {
@@ -202,6 +202,8 @@ impl Delegations {
             NamespaceRequest::Unlink(_) | NamespaceRequest::Rmdir(_) | NamespaceRequest::Rename(_) | NamespaceRequest::Commit(_) => {
                 named(step).iter().all(ours)
             }
+            // Times of a file made under it (its size goes through the data servers' cut).
+            NamespaceRequest::SetAttr(s) => ours(&s.ino) && s.ino != dir && s.changes.size.is_none(),
             _ => false,
         };
         if !fits {
