@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long form of tests/fsx_mounts.rs: surge-fsx (tests/fsx.rs) on two mounts of a 4-server
+# The long form of tests/suite/fsx_mounts.rs: surge-fsx (tests/fsx.rs) on two mounts of a 4-server
 # instance, one on a server's node (local reads, FUSE over io_uring) and one on a node of its
 # own (network reads, /dev/fuse), each close checked through the other mount; xfstests
 # generic/127's six mixes, 100,000 operations each. Prints a Markdown table (also in

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Runs Surge's whole test suite with its parts side by side: `make test` calls it.
 
-The suite is a few dozen test executables (one per crate's unit tests and per file under
-tests/) and the Python tests. Most of their time is waiting (servers starting, timeouts
+The suite is a few dozen test executables (one per crate's unit tests and per file under a
+crate's tests/; a package's `suite` executable, one per module in it) and the Python tests. Most of their time is waiting (servers starting, timeouts
 running out, Slurm daemons), so they run several at a time: the longest first (as the last
 run measured them), each executable with a few test threads. Each part's output goes to
 target/test-logs/<part>.log; a failing part's log is printed in full, and the run fails.
@@ -57,9 +57,24 @@ def rust_parts():
         location, _, version = message["package_id"].partition("#")
         package = version.split("@")[0] if "@" in version else location.rsplit("/", 1)[-1]
         kind = "lib" if target["kind"] in (["lib"], ["rlib"], ["cdylib"], ["cdylib", "rlib"]) else target["kind"][0]
+        if kind == "test" and target["name"] == "suite":
+            parts += suite_parts(package, message["executable"])
+            continue
         name = f"{package}:{target['name']}" if kind == "test" else f"{package}:{kind}:{target['name']}"
         parts.append((name, [message["executable"]]))
     return parts
+
+
+def suite_parts(package, executable):
+    """A package's `suite` test executable holds one module per subject (one executable
+    links faster than one per file): each module is a part of its own, `package:module`."""
+    listed = subprocess.run([executable, "--list", "--format", "terse"], cwd=ROOT, stdout=subprocess.PIPE, text=True, check=True)
+    modules = {}
+    for line in listed.stdout.splitlines():
+        test, _, what = line.rpartition(": ")
+        if what == "test":
+            modules.setdefault(test.split("::")[0], []).append(test)
+    return [(f"{package}:{module}", [executable, "--exact"] + tests) for module, tests in sorted(modules.items())]
 
 
 # The Python tests that take most of its time, run as a part of their own beside the rest.

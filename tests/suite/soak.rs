@@ -4,7 +4,7 @@
 //! Passes when no client saw an error and memory stayed flat (no leak: every cache and ledger
 //! bounded). The suite runs a short form (2,000 operations per client, 20 s); the long form
 //! is `bench/soak.sh` (100,000 operations per client, 10 minutes):
-//! `SURGE_SOAK_OPS=100000 SURGE_SOAK_SECS=600 cargo test --release -p surge-tests --test soak`.
+//! `SURGE_SOAK_OPS=100000 SURGE_SOAK_SECS=600 cargo test --release -p surge-tests --test suite soak::`.
 
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};

@@ -1,15 +1,13 @@
 //! What the mount does with files' contents and attributes, checked on the operations layer
 //! over servers running in this process: extended attributes and ACLs, byte-range locks,
 //! holes, explicit times, what handles of one file on one node see of each other, and when
-//! the kernel may keep a file's pages. The kernel-free part of tests/fuse.rs's checks of these
+//! the kernel may keep a file's pages. The kernel-free part of tests/suite/fuse.rs's checks of these
 //! (the kernel adds its permission checks, its page cache and real programs).
-
-mod common;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{append, close, contents, contents_elsewhere, errno, me, put, read, read_all, write, Fixture};
+use crate::common::{append, close, contents, contents_elsewhere, errno, me, put, read, read_all, write, Fixture};
 use surge_client::surge_proto::{AttrChanges, LockKind, Timestamp, ROOT_INO};
 use surge_client::LockRange;
 use surge_fuse::ops::{Opened, Ops};

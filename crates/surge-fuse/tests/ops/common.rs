@@ -2,9 +2,6 @@
 //! the mount's operations over it, another node's client, and the adapter's calls that
 //! answer through callbacks (reads and writes) as futures. No root, no kernel mount.
 
-// Each test file uses what it needs of this.
-#![allow(dead_code)]
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -1,21 +1,19 @@
 //! POSIX semantics of the mount, checked on the operations layer over servers running in this
-//! process: what the workspace's kernel-mount tests (tests/fuse.rs) check through a mount and
+//! process: what the workspace's kernel-mount tests (tests/suite/fuse.rs) check through a mount and
 //! needs no kernel to decide, driven as the adapter drives it. The kernel adds its own checks
 //! (permissions, a name's type before an unlink) and caches; these are the mount's answers
 //! beneath them, for the ordinary path and for a directory held under a delegation.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{
+use crate::common::{
     close, contents, contents_elsewhere, errno, me, names, now, put, read_all, warm_until_held, write, write_killing_set_id, Fixture,
 };
 use surge_client::surge_proto::ROOT_INO;
 use surge_fuse::ops::{Answer, Caller, Opened, Ops};
 
-/// The kernel-free part of tests/fuse.rs's errno checks: each refusal carries its errno.
+/// The kernel-free part of tests/suite/fuse.rs's errno checks: each refusal carries its errno.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_carry_the_right_errno() {
     let fx = Fixture::new("errno", 2).await;
@@ -217,7 +215,7 @@ async fn a_delegated_directory_keeps_the_same_semantics() {
     expected.sort();
     assert_eq!(names(ops, d).await.unwrap(), expected);
     // Another node names the directory last: the delegation is recalled, its log written back.
-    assert_eq!(common::sorted(&fx.other.readdir_ino(d).await.unwrap()), expected);
+    assert_eq!(crate::common::sorted(&fx.other.readdir_ino(d).await.unwrap()), expected);
     renames_seen_elsewhere(&fx, d).await;
     assert_eq!(errno(fx.other.lookup(d, "scratch").await), libc::ENOENT);
     assert_eq!(contents_elsewhere(&fx, d, "kept").await, b"");
@@ -282,7 +280,7 @@ async fn hard_links_span_directories_on_any_server() {
     assert_ne!(fx.other.getattr(f).await.unwrap().ctime, ctime_before, "a link changes the inode's ctime");
     let g = ops.lookup(dirs[1], "g".into(), me()).await.unwrap();
     let Opened { fh, .. } = ops.open(g.ino, libc::O_WRONLY | libc::O_APPEND, me()).await.unwrap();
-    common::append(ops, fh, g.ino, 0, b"second\n").await.unwrap();
+    crate::common::append(ops, fh, g.ino, 0, b"second\n").await.unwrap();
     close(ops, g.ino, fh).await;
     assert_eq!(contents_elsewhere(&fx, dirs[0], "g").await, b"first\nsecond\n", "one file's data under every name");
 
@@ -546,7 +544,7 @@ async fn files_made_under_a_delegation_behave_as_any_file() {
     let mut expected: Vec<String> = ["ckpt", "ckpt.link", "cut", "old", "synced"].map(String::from).to_vec();
     expected.extend(warm.into_iter().filter(|name| name != "warm03"));
     expected.sort();
-    assert_eq!(common::sorted(&fx.other.readdir_ino(d).await.unwrap()), expected);
+    assert_eq!(crate::common::sorted(&fx.other.readdir_ino(d).await.unwrap()), expected);
     assert_eq!(names(ops, d).await.unwrap(), expected);
     fx.stop().await;
 }
@@ -603,7 +601,7 @@ async fn directories_and_renames_under_a_delegation_behave_as_any() {
     expected.sort();
     assert_eq!(names(ops, d).await.unwrap(), expected);
     assert_eq!(ops.getattr(d, me()).await.unwrap().nlink, 2 + 13, "the parent's link count, on this node");
-    assert_eq!(common::sorted(&fx.other.readdir_ino(d).await.unwrap()), expected);
+    assert_eq!(crate::common::sorted(&fx.other.readdir_ino(d).await.unwrap()), expected);
     assert_eq!(fx.other.getattr(d).await.unwrap().nlink, 2 + 13, "and on another");
     let made = fx.other.lookup(d, &sub(2)).await.unwrap();
     assert_eq!((made.mode, made.nlink), (0o750, 2));
@@ -642,7 +640,7 @@ async fn creates_under_a_delegation_reach_another_node_in_order_and_at_once() {
     loop {
         let returned = done.load(SeqCst);
         let listed: Vec<String> =
-            common::sorted(&fx.other.readdir_ino(d).await.unwrap()).into_iter().filter(|n| n.starts_with('f')).collect();
+            crate::common::sorted(&fx.other.readdir_ino(d).await.unwrap()).into_iter().filter(|n| n.starts_with('f')).collect();
         let prefix: Vec<String> = (0..listed.len()).map(|i| format!("f{i:04}")).collect();
         assert_eq!(listed, prefix, "not a prefix of the creates");
         assert!(listed.len() >= returned, "{} names listed, {returned} creates had returned", listed.len());
@@ -726,7 +724,7 @@ async fn a_burst_longer_than_a_grant_renews_its_delegation() {
     }
     assert_eq!(not_at_once, 0, "directories made under the delegation were removed the ordinary way: it was given back");
     let expected: Vec<String> = (0..100).map(|i| format!("f{i:03}")).collect();
-    assert_eq!(common::sorted(&fx.other.readdir_ino(d).await.unwrap()), expected);
+    assert_eq!(crate::common::sorted(&fx.other.readdir_ino(d).await.unwrap()), expected);
     assert_eq!(fx.other.getattr(d).await.unwrap().nlink, 2);
     fx.stop().await;
 }

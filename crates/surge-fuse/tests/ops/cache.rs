@@ -2,11 +2,9 @@
 //! mount answers without a round trip, and how another client's change reaches it. No root,
 //! no kernel mount: the operations are called as the adapter would call them.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{me, now, read, write, Fixture};
+use crate::common::{me, now, read, write, Fixture};
 use surge_client::surge_proto::AttrChanges;
 use surge_client::surge_proto::{ErrorCode, ROOT_INO};
 use surge_fuse::ops::Opened;
