@@ -41,10 +41,20 @@ const AGENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an agent has to accept a connection and prove the key: a node that does not
 /// within this is taken as unreachable.
 const AGENT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// After a node's agent could not be reached, calls to it fail at once for this long (with the
-/// first failure's reason) rather than each waiting out its own timeout: a dead node costs one
-/// timeout, not one per instance or job.
+/// After a node's agent could not be reached, it counts as unreachable for this long; where
+/// reaching it took the whole [`AGENT_CONNECT_TIMEOUT`], calls to it fail at once meanwhile
+/// (with that failure's reason) rather than each waiting out its own timeout: a dead node
+/// costs one timeout, not one per instance or job. A refused connection costs nothing to try
+/// again (an agent starting with its node, or restarted): the next call does.
 const UNREACHABLE_FOR: Duration = Duration::from_secs(10);
+
+/// A node whose agent the last call could not reach.
+struct Unreachable {
+    since: Instant,
+    why: String,
+    /// The attempt waited out the whole connect timeout (a dead or cut-off node).
+    timed_out: bool,
+}
 /// How long a prolog waits for the job's buffers to come up.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(120);
 const STAGE_POLL: Duration = Duration::from_millis(100);
@@ -64,7 +74,7 @@ pub struct Manager {
     /// Set once [`Manager::reconcile`] has run: requests wait for it.
     reconciled: tokio::sync::watch::Sender<bool>,
     /// Nodes whose agent could not be reached: when, and why.
-    unreachable: Mutex<HashMap<String, (Instant, String)>>,
+    unreachable: Mutex<HashMap<String, Unreachable>>,
 }
 
 /// The instance's secret, as its record keeps it.
@@ -888,7 +898,7 @@ impl Manager {
 
     /// Whether the node's agent failed to answer within the last [`UNREACHABLE_FOR`].
     fn is_unreachable(&self, node: &str) -> bool {
-        self.unreachable.lock().expect("unreachable").get(node).is_some_and(|(since, _)| since.elapsed() < UNREACHABLE_FOR)
+        self.unreachable.lock().expect("unreachable").get(node).is_some_and(|u| u.since.elapsed() < UNREACHABLE_FOR)
     }
 
     fn agent_of(&self, node: &str) -> Result<&str> {
@@ -897,11 +907,12 @@ impl Manager {
 
     async fn agent_call(&self, node: &str, request: &AgentRequest) -> Result<AgentReply> {
         let addr = self.agent_of(node)?;
-        if let Some((since, why)) =
-            self.unreachable.lock().expect("unreachable").get(node).filter(|(since, _)| since.elapsed() < UNREACHABLE_FOR)
+        if let Some(u) =
+            self.unreachable.lock().expect("unreachable").get(node).filter(|u| u.timed_out && u.since.elapsed() < UNREACHABLE_FOR)
         {
-            anyhow::bail!("agent of node {node} ({addr}) unreachable {:.0} s ago: {why}", since.elapsed().as_secs_f64());
+            anyhow::bail!("agent of node {node} ({addr}) unreachable {:.0} s ago: {}", u.since.elapsed().as_secs_f64(), u.why);
         }
+        let started = Instant::now();
         let connected = AgentConnection::connect(addr, &self.key, AGENT_CONNECT_TIMEOUT).await;
         let mut connection = match connected {
             Ok(connection) => {
@@ -909,8 +920,10 @@ impl Manager {
                 connection
             }
             Err(e) => {
-                self.unreachable.lock().expect("unreachable").insert(node.to_string(), (Instant::now(), e.to_string()));
-                return Err(anyhow!(e).context(format!("agent of node {node} ({addr})")));
+                let timed_out = started.elapsed() >= AGENT_CONNECT_TIMEOUT;
+                let u = Unreachable { since: Instant::now(), why: e.to_string(), timed_out };
+                self.unreachable.lock().expect("unreachable").insert(node.to_string(), u);
+                return Err(anyhow!(e).context(format!("agent of node {node} ({addr}) unreachable")));
             }
         };
         let reply = tokio::time::timeout(AGENT_TIMEOUT, connection.call(request))
