@@ -333,6 +333,7 @@ impl<'a> Engine<'a> {
             flow.version = flow.version.wrapping_add(1);
             self.finish.push(Reverse((Time(self.now + flow.remaining / rate), f, flow.version)));
         }
+        self.drop_stale_finishes();
     }
 
     fn push_timer(&mut self, t: f64, rank: u32, kind: TimerKind) {
@@ -759,8 +760,26 @@ impl<'a> Engine<'a> {
             let end = if flow.rate > 0.0 { self.now + flow.remaining / flow.rate } else { f64::INFINITY };
             self.finish.push(Reverse((Time(end), f, flow.version)));
         }
+        self.drop_stale_finishes();
+    }
+
+    /// Every change of a flow's rate leaves its projected end behind in `finish`, discarded
+    /// only when it comes to the top; with many flows re-rated at every recomputation they
+    /// outnumber the live ones by orders of magnitude and every pop pays for them. Past
+    /// [`STALE_FINISHES`] entries per live flow, they are dropped in one pass (amortized: the
+    /// heap at least doubles between passes).
+    fn drop_stale_finishes(&mut self) {
+        let live = self.flows.len() - self.free_flows.len();
+        if self.finish.len() <= STALE_FINISHES * live + 1024 {
+            return;
+        }
+        let flows = &self.flows;
+        self.finish.retain(|Reverse((_, f, version))| flows[*f as usize].as_ref().is_some_and(|flow| flow.version == *version));
     }
 }
+
+/// See [`Engine::drop_stale_finishes`].
+const STALE_FINISHES: usize = 4;
 
 /// Adds the bytes and operation counts of [offset, offset+size) of a file striped round-robin
 /// (stripe `ss`, first stripe on slot `file mod K`) to the K slots.
