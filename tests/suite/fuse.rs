@@ -648,6 +648,42 @@ fn an_open_on_another_node_sees_a_replaced_name_and_a_grown_file_at_once() {
     drop(held);
 }
 
+/// A listing hands node b's kernel the attributes of what it lists (READDIRPLUS), so `ls -l`
+/// needs no lookup per name; what node a changes afterwards reaches b's kernel as a notice
+/// all the same, as for names it looked up one by one.
+#[test]
+fn attributes_a_listing_brought_follow_changes_made_elsewhere() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let inst = instance("listed", 250);
+    let (a, b) = two_nodes(&inst, 250);
+    std::fs::create_dir(a.path("out")).unwrap();
+    for i in 0..20 {
+        std::fs::write(a.path(&format!("out/f{i:02}")), format!("{i}")).unwrap();
+    }
+    let listed = sh(&format!("ls -ln {}", b.path("out").display()));
+    assert_eq!(listed.lines().filter(|l| l.starts_with("-rw-r--r--")).count(), 20, "{listed}");
+    let old_ino = std::fs::metadata(b.path("out/f04")).unwrap().ino();
+
+    std::fs::set_permissions(a.path("out/f01"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(a.path("out/f02"), vec![7u8; 4321]).unwrap();
+    std::fs::remove_file(a.path("out/f03")).unwrap();
+    std::fs::write(a.path("out/new"), b"new!").unwrap();
+    std::fs::rename(a.path("out/new"), a.path("out/f04")).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let seen = || {
+        let m = |name: &str| std::fs::metadata(b.path(&format!("out/{name}")));
+        m("f01").is_ok_and(|m| m.mode() & 0o777 == 0o600)
+            && m("f02").is_ok_and(|m| m.len() == 4321)
+            && m("f03").is_err()
+            && m("f04").is_ok_and(|m| m.ino() != old_ino && m.len() == 4)
+    };
+    while !seen() {
+        assert!(std::time::Instant::now() < deadline, "node b: {}", sh(&format!("ls -lni {}", b.path("out").display())));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(std::fs::read(b.path("out/f02")).unwrap(), vec![7u8; 4321]);
+}
+
 /// The kernel keeps names and attributes for minutes; what another node changes reaches it as
 /// a server notice. `stat` on node b must see a's changes within moments, not the cache time.
 #[test]

@@ -537,16 +537,31 @@ impl Client {
     /// One page of a directory, in name order, starting after `after`, with the attributes
     /// of the entries its home holds (their `st_blocks` measured where unknown, all at once).
     pub async fn readdir_page(&self, ino: Ino, after: Option<String>, limit: u32) -> Result<DirPage> {
-        let mut page: DirPage = self.call_home(ino, Readdir { ino, after, limit }).await?;
+        self.readdir_page_watching(ino, after, limit, false).await
+    }
+
+    /// `watch_attrs`: see [`Readdir`].
+    async fn readdir_page_watching(&self, ino: Ino, after: Option<String>, limit: u32, watch_attrs: bool) -> Result<DirPage> {
+        let mut page: DirPage = self.call_home(ino, Readdir { ino, after, limit, watch_attrs }).await?;
         self.measure_blocks(page.entries.iter_mut().filter_map(|e| e.attr.as_mut()).collect()).await;
         Ok(page)
     }
 
     pub async fn readdir_ino(&self, ino: Ino) -> Result<Vec<DirEntry>> {
+        self.readdir_all(ino, false).await
+    }
+
+    /// The whole directory, its entries' attributes watched as a lookup's are (a change made
+    /// elsewhere comes as a notice): for a mount that hands them to its kernel with the names.
+    pub async fn readdir_ino_watching_attrs(&self, ino: Ino) -> Result<Vec<DirEntry>> {
+        self.readdir_all(ino, true).await
+    }
+
+    async fn readdir_all(&self, ino: Ino, watch_attrs: bool) -> Result<Vec<DirEntry>> {
         let mut all = Vec::new();
         let mut after = None;
         loop {
-            let DirPage { entries, more } = self.readdir_page(ino, after, READDIR_PAGE).await?;
+            let DirPage { entries, more } = self.readdir_page_watching(ino, after, READDIR_PAGE, watch_attrs).await?;
             after = entries.last().map(|e| e.name.clone());
             all.extend(entries);
             if !more {

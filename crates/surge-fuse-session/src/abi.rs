@@ -18,6 +18,8 @@ pub mod init {
     pub const FLOCK_LOCKS: u64 = FUSE_FLOCK_LOCKS as u64;
     pub const PARALLEL_DIROPS: u64 = FUSE_PARALLEL_DIROPS as u64;
     pub const POSIX_ACL: u64 = FUSE_POSIX_ACL as u64;
+    pub const DO_READDIRPLUS: u64 = FUSE_DO_READDIRPLUS as u64;
+    pub const READDIRPLUS_AUTO: u64 = FUSE_READDIRPLUS_AUTO as u64;
     pub const MAX_PAGES: u64 = FUSE_MAX_PAGES as u64;
     pub const HANDLE_KILLPRIV_V2: u64 = FUSE_HANDLE_KILLPRIV_V2 as u64;
     pub const INIT_EXT: u64 = FUSE_INIT_EXT as u64;

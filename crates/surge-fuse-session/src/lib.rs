@@ -28,8 +28,8 @@ pub use buffers::WriteData;
 pub use channel::{BackingId, Notifier};
 pub use mount::MountOptions;
 pub use reply::{
-    FileAttr, FileType, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Time,
+    FileAttr, FileType, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Time,
 };
 pub use request::{Caller, LockRange, SetAttr, TimeOrNow};
 pub use session::{Filesystem, Flow, KernelConfig, Session, Transport};

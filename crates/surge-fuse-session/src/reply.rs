@@ -333,19 +333,7 @@ impl ReplyDirectory {
     /// Adds an entry; `offset` is where a next readdir continues after it. True when the
     /// entry did not fit (it was not added): send what there is.
     pub fn add(&mut self, ino: u64, offset: u64, kind: FileType, name: &std::ffi::OsStr) -> bool {
-        use std::os::unix::ffi::OsStrExt;
-        let name = name.as_bytes();
-        let header = size_of::<abi::fuse_dirent>();
-        let padded = (header + name.len()).next_multiple_of(8);
-        if self.buf.len() + padded > self.size {
-            return true;
-        }
-        let dirent =
-            abi::fuse_dirent { ino, off: offset, namelen: name.len() as u32, type_: kind.mode_bits() >> 12, name: Default::default() };
-        self.buf.extend_from_slice(&dirent.as_bytes()[..header]);
-        self.buf.extend_from_slice(name);
-        self.buf.resize(self.buf.len() + padded - header - name.len(), 0);
-        false
+        add_dirent(&mut self.buf, self.size, None, ino, offset, kind, name)
     }
 
     pub fn ok(self) {
@@ -355,4 +343,65 @@ impl ReplyDirectory {
     pub fn error(self, errno: i32) {
         self.reply.error(errno);
     }
+}
+
+/// A READDIRPLUS answer: each entry with what a lookup of it would answer, or without
+/// (the kernel then looks the name up when it needs it).
+pub struct ReplyDirectoryPlus {
+    reply: ReplyData,
+    buf: Vec<u8>,
+    size: usize,
+}
+
+impl ReplyDirectoryPlus {
+    pub(crate) fn new(responder: Responder, size: u32) -> Self {
+        let size = size as usize;
+        ReplyDirectoryPlus { reply: Reply::new(responder), buf: Vec::with_capacity(size), size }
+    }
+
+    /// Adds an entry as [`ReplyDirectory::add`] does, with `entry`: its attributes and how
+    /// long the kernel may keep them and the name. An entry given counts as a lookup of
+    /// `attr.ino` (a FORGET follows), unless the name is "." or "..". True when the entry did
+    /// not fit (it was not added, and counts as nothing).
+    pub fn add(&mut self, entry: Option<(Duration, &FileAttr)>, ino: u64, offset: u64, kind: FileType, name: &std::ffi::OsStr) -> bool {
+        let entry = entry.map(|(ttl, attr)| entry_out(ttl, attr, 0)).unwrap_or_default();
+        add_dirent(&mut self.buf, self.size, Some(&entry), ino, offset, kind, name)
+    }
+
+    pub fn ok(self) {
+        self.reply.data(&self.buf);
+    }
+
+    pub fn error(self, errno: i32) {
+        self.reply.error(errno);
+    }
+}
+
+/// Appends a `fuse_dirent` (behind `entry`, a `fuse_direntplus`) to `buf` if it fits in
+/// `size`: false then; true when it does not (nothing appended).
+fn add_dirent(
+    buf: &mut Vec<u8>,
+    size: usize,
+    entry: Option<&abi::fuse_entry_out>,
+    ino: u64,
+    offset: u64,
+    kind: FileType,
+    name: &std::ffi::OsStr,
+) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let name = name.as_bytes();
+    let header = size_of::<abi::fuse_dirent>();
+    let before = entry.map_or(0, |_| size_of::<abi::fuse_entry_out>());
+    let padded = (before + header + name.len()).next_multiple_of(8);
+    if buf.len() + padded > size {
+        return true;
+    }
+    if let Some(entry) = entry {
+        buf.extend_from_slice(entry.as_bytes());
+    }
+    let dirent = abi::fuse_dirent { ino, off: offset, namelen: name.len() as u32, type_: kind.mode_bits() >> 12, name: Default::default() };
+    buf.extend_from_slice(&dirent.as_bytes()[..header]);
+    buf.extend_from_slice(name);
+    buf.resize(buf.len() + padded - before - header - name.len(), 0);
+    false
 }

@@ -165,6 +165,12 @@ pub enum Operation<'a> {
         offset: u64,
         size: u32,
     },
+    /// READDIR with each entry's lookup (see `DO_READDIRPLUS`).
+    ReaddirPlus {
+        fh: u64,
+        offset: u64,
+        size: u32,
+    },
     Releasedir {
         fh: u64,
     },
@@ -351,6 +357,10 @@ pub fn decode<'a>(header: &abi::fuse_in_header, op_header: &'a [u8], payload: &'
             FUSE_READDIR => {
                 let a: abi::fuse_read_in = arg(op_header)?;
                 Operation::Readdir { fh: a.fh, offset: a.offset, size: a.size }
+            }
+            FUSE_READDIRPLUS => {
+                let a: abi::fuse_read_in = arg(op_header)?;
+                Operation::ReaddirPlus { fh: a.fh, offset: a.offset, size: a.size }
             }
             FUSE_WRITE => {
                 let a: abi::fuse_write_in = arg(op_header)?;

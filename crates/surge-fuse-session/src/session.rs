@@ -92,6 +92,10 @@ pub trait Filesystem: Send + Sync + 'static {
     fn readdir(&self, caller: &Caller, ino: u64, fh: u64, offset: u64, reply: ReplyDirectory) {
         reply.error(libc::ENOSYS);
     }
+    /// Asked only of a file system that negotiated `DO_READDIRPLUS`.
+    fn readdirplus(&self, caller: &Caller, ino: u64, fh: u64, offset: u64, reply: ReplyDirectoryPlus) {
+        reply.error(libc::ENOSYS);
+    }
     fn releasedir(&self, caller: &Caller, ino: u64, fh: u64, reply: ReplyEmpty) {
         reply.ok();
     }
@@ -521,6 +525,7 @@ pub(crate) fn dispatch<FS: Filesystem>(fs: &FS, request: Request<'_>, lent: Opti
         Operation::Flush { fh, lock_owner } => fs.flush(caller, ino, fh, lock_owner, Reply::new(responder)),
         Operation::Opendir { flags } => fs.opendir(caller, ino, flags, Reply::new(responder)),
         Operation::Readdir { fh, offset, size } => fs.readdir(caller, ino, fh, offset, ReplyDirectory::new(responder, size)),
+        Operation::ReaddirPlus { fh, offset, size } => fs.readdirplus(caller, ino, fh, offset, ReplyDirectoryPlus::new(responder, size)),
         Operation::Releasedir { fh } => fs.releasedir(caller, ino, fh, Reply::new(responder)),
         Operation::Fsyncdir { fh } => fs.fsyncdir(caller, ino, fh, Reply::new(responder)),
         Operation::Getlk { fh, owner, lock } => fs.getlk(caller, ino, fh, owner, lock, Reply::new(responder)),

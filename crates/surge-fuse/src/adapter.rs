@@ -17,7 +17,8 @@ use surge_client::{Client, Error, Result};
 use surge_fuse_session::abi::{self, init};
 use surge_fuse_session::{
     BackingId, Caller as KernelCaller, FileType, Filesystem, KernelConfig, LockRange, Notifier, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, SetAttr, WriteData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    SetAttr, WriteData,
 };
 use tokio::runtime::Handle;
 
@@ -284,6 +285,10 @@ impl Filesystem for SurgeFs {
         // node's change is noticed (KernelCache::changed_elsewhere).
         let _ = config.add_capabilities(
             init::PARALLEL_DIROPS
+                // Listings come with their entries' attributes (see `readdirplus`); the kernel
+                // asks for them where lookups followed its last listing of the directory.
+                | init::DO_READDIRPLUS
+                | init::READDIRPLUS_AUTO
                 | init::ATOMIC_O_TRUNC
                 | init::POSIX_LOCKS
                 | init::FLOCK_LOCKS
@@ -317,6 +322,10 @@ impl Filesystem for SurgeFs {
         // file system (HANDLE_KILLPRIV_V2): a write through a passthrough file, fallocate,
         // chown(-1, -1). Which bits go, for whom, is the servers' rule.
         let nothing = c.mode.is_none() && c.uid.is_none() && c.gid.is_none() && c.size.is_none() && c.atime.is_none() && c.mtime.is_none();
+        let kill_set_id = c.kill_suidgid || nothing;
+        // Whom the change is for matters to the set-id bits only (reading it costs a read of
+        // the caller's /proc status): not for new times (`touch`, `tar x`).
+        let may_clear_set_id = kill_set_id || c.mode.is_some() || c.uid.is_some() || c.gid.is_some() || c.size.is_some();
         let change = AttrChanges {
             mode: c.mode,
             uid: c.uid,
@@ -324,8 +333,8 @@ impl Filesystem for SurgeFs {
             size: c.size,
             atime: c.atime.map(to_timestamp),
             mtime: c.mtime.map(to_timestamp),
-            kill_set_id: c.kill_suidgid || nothing,
-            by: Some(caller(req).requester()),
+            kill_set_id,
+            by: may_clear_set_id.then(|| caller(req).requester()),
             cut_at: None,
         };
         self.reply(self.ops().setattr(ino, change, c.fh), self.attr(reply));
@@ -453,7 +462,7 @@ impl Filesystem for SurgeFs {
 
     fn readdir(&self, _req: &KernelCaller, ino: u64, fh: u64, offset: u64, mut reply: ReplyDirectory) {
         let entries = match self.ops().dir_entries(fh) {
-            Ok(entries) => entries,
+            Ok(listing) => listing,
             Err(e) => return reply.error(errno(&e)),
         };
         // Offsets: 1 = ".", 2 = "..", 2 + i + 1 = entries[i].
@@ -464,6 +473,41 @@ impl Filesystem for SurgeFs {
                 1 => reply.add(ino, 2, FileType::Directory, OsStr::new("..")),
                 n => match entries.get((n - 2) as usize) {
                     Some(e) => reply.add(e.ino, n + 1, file_type(e.kind), OsStr::new(&e.name)),
+                    None => break,
+                },
+            };
+            if full {
+                break;
+            }
+            next += 1;
+        }
+        reply.ok();
+    }
+
+    /// READDIR with what a lookup of each name would answer, where the listing may give it
+    /// (`Ops::attr_to_give`): `ls -l` of a directory another node filled needs no lookup
+    /// per name. Offsets as `readdir`'s.
+    fn readdirplus(&self, _req: &KernelCaller, ino: u64, fh: u64, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let listing = match self.ops().dir_entries(fh) {
+            Ok(listing) => listing,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let (ttl, blksize) = (self.ops().ttl(), self.ops().blksize());
+        let mut next = offset;
+        loop {
+            let full = match next {
+                0 => reply.add(None, ino, 1, FileType::Directory, OsStr::new(".")),
+                1 => reply.add(None, ino, 2, FileType::Directory, OsStr::new("..")),
+                n => match listing.get((n - 2) as usize) {
+                    Some(e) => {
+                        let given = self.ops().attr_to_give(&listing, e);
+                        let kernel_attr = given.as_ref().map(|attr| fuse_attr(attr, blksize));
+                        let full = reply.add(kernel_attr.as_ref().map(|a| (ttl, a)), e.ino, n + 1, file_type(e.kind), OsStr::new(&e.name));
+                        if let (false, Some(attr)) = (full, &given) {
+                            self.ops().gave(attr);
+                        }
+                        full
+                    }
                     None => break,
                 },
             };

@@ -4,6 +4,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -54,6 +55,10 @@ pub(crate) struct KernelCache {
     /// What released handles on this node wrote to each file, for the handles opened before
     /// (see [`KernelCache::written_end`]).
     written: Mutex<HashMap<u64, WrittenHere>>,
+    /// Changes this mount made to names or heard of (names or attributes), and inodes the
+    /// kernel forgot: a listing taken before the count moved may no longer be what the servers
+    /// hold (see [`KernelCache::may_give`]).
+    changes: AtomicU64,
 }
 
 /// How far released handles on this node wrote a file, and which handles that is news to:
@@ -143,7 +148,33 @@ impl KernelCache {
             listings: Default::default(),
             pages: Default::default(),
             written: Default::default(),
+            changes: AtomicU64::new(0),
         }
+    }
+
+    /// Where the count of changes stands, for [`KernelCache::may_give`]: read before a
+    /// listing is asked for.
+    pub(crate) fn change_mark(&self) -> u64 {
+        self.changes.load(Ordering::SeqCst)
+    }
+
+    fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Whether the kernel may be given the attributes of inode `ino` from a listing taken
+    /// at `mark` with its name (READDIRPLUS), as a lookup would give them: nothing changed
+    /// that this mount made or heard of since (so they are what a lookup answered now would
+    /// say), and the kernel holds nothing of the inode that they might be older than (this
+    /// node's own changes of an inode go through the kernel, which then holds it).
+    pub(crate) fn may_give(&self, ino: u64, mark: u64) -> bool {
+        self.change_mark() == mark && !self.reported.lock().unwrap().contains_key(&ino)
+    }
+
+    /// This mount changed `dir/name` (see [`Listings::named`]).
+    pub(crate) fn named(&self, dir: u64, name: &str, exists: Option<bool>) {
+        self.changed();
+        self.listings.named(dir, name, exists);
     }
 
     /// A handle on this node that wrote `ino` up to `end` is being released; its publication
@@ -252,6 +283,7 @@ impl KernelCache {
 
     /// The kernel evicted the inode: it holds nothing of it any more.
     pub(crate) fn forgotten(&self, ino: u64) {
+        self.changed();
         self.reported.lock().unwrap().remove(&ino);
         self.written.lock().unwrap().remove(&ino);
         self.forget_pages(ino);
@@ -415,6 +447,7 @@ impl KernelCache {
     /// mount does not let the kernel drop pages itself whenever it sees a new mtime, which
     /// would drop the pages this node just wrote; see the adapter's `init`.)
     pub(crate) fn changed_elsewhere(&self, ino: u64) {
+        self.changed();
         self.forget_attr(ino);
         self.invalidate(Invalidation::Content(ino));
     }
@@ -484,6 +517,7 @@ impl surge_client::Watcher for Invalidations {
         match notice {
             Notice::Attr { ino } => self.kernel.changed_elsewhere(ino),
             Notice::Entry { parent, name } => {
+                self.kernel.changed();
                 self.kernel.listings.changed_elsewhere(parent);
                 self.kernel.invalidate(Invalidation::Entry(parent, name));
             }
@@ -498,6 +532,7 @@ impl surge_client::Watcher for Invalidations {
     /// the kernel holds in its directories stay until their time runs out; an open through one
     /// that went stale is still caught (see `open`).
     fn lost(&self, server: usize) {
+        self.kernel.changed();
         self.delegations.home_lost(server);
         let homed_there = |ino: &u64| surge_client::surge_proto::ino::home(*ino) == server;
         self.kernel.listings.forget_where(|dir| homed_there(&dir));

@@ -31,6 +31,12 @@
 //!   write's data kept in the buffer the session read it into (no copy of the mount's own);
 //!   reads served from a per-handle cache of whole chunks for streaming readers (`chunks`),
 //!   and a raised kernel read-ahead (set by `main`).
+//! * **Listings** are snapshots taken at opendir, with the attributes of the entries homed
+//!   with the directory; READDIRPLUS hands those to the kernel with the names (so `ls -l` or
+//!   `rm -rf` of a directory another node filled asks no lookup per name), as a lookup would:
+//!   the servers then send this mount that inode's change notices, and nothing is handed over
+//!   once anything changed after the snapshot or for an inode the kernel already holds
+//!   (`Ops::attr_to_give`).
 //! * **Extended attributes and POSIX ACLs** are the inodes' homes' (the kernel enforces the
 //!   ACLs). With FUSE_HANDLE_KILLPRIV_V2 the mount clears set-id bits on a write itself, so
 //!   the kernel does not ask for `security.capability` before every write.

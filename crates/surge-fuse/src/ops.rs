@@ -59,6 +59,23 @@ pub struct HowWritten {
     pub kill_set_id_of: Option<Caller>,
 }
 
+/// A directory's names as one opendir took them (readdir pages through them, whatever
+/// changes meanwhile, as a local file system's listing of an unchanged directory would), with
+/// where the mount's count of changes stood just before (see `Ops::attr_to_give`).
+#[derive(Debug, PartialEq)]
+pub struct Listing {
+    pub entries: Vec<DirEntry>,
+    mark: u64,
+}
+
+impl std::ops::Deref for Listing {
+    type Target = [DirEntry];
+
+    fn deref(&self) -> &[DirEntry] {
+        &self.entries
+    }
+}
+
 /// Who asks: the identity stamped on what a request creates, and the process (for the kernel's
 /// retries after ESTALE).
 #[derive(Clone, Copy, Debug)]
@@ -132,7 +149,7 @@ pub struct Ops {
     pub(crate) kernel: Arc<KernelCache>,
     budget: Arc<Budget>,
     files: Files,
-    dirs: Arc<Mutex<std::collections::HashMap<u64, Arc<Vec<DirEntry>>>>>,
+    dirs: Arc<Mutex<std::collections::HashMap<u64, Arc<Listing>>>>,
     next_handle: AtomicU64,
     lock_owners: Arc<LockOwners>,
     /// The kernel agreed to pass I/O through to backing files and this process may ask it to.
@@ -474,7 +491,7 @@ impl Ops {
         if let Some(delegated) = self.delegations.held(parent) {
             match delegated.mkdir(&name, mode & 0o7777, umask, caller.uid, caller.gid) {
                 Ok(Some(attr)) => {
-                    self.kernel.listings.named(parent, &name, Some(true));
+                    self.kernel.named(parent, &name, Some(true));
                     self.kernel.listings.made(attr.ino);
                     self.kernel.changed_under_delegation(parent, 1);
                     self.kernel.gave_directory(attr.ino, parent, &name);
@@ -508,7 +525,7 @@ impl Ops {
         if let Some(delegated) = self.delegations.held(parent) {
             match delegated.unlink(&name) {
                 Ok(true) => {
-                    self.kernel.listings.named(parent, &name, Some(false));
+                    self.kernel.named(parent, &name, Some(false));
                     self.kernel.changed_under_delegation(parent, 0);
                     return Answer::Now(Ok(()));
                 }
@@ -536,7 +553,7 @@ impl Ops {
         if let Some(delegated) = self.delegations.held(parent) {
             if let Some(dir) = delegated.made_dir(&name) {
                 if self.removable_here(dir) && delegated.rmdir(&name) {
-                    self.kernel.listings.named(parent, &name, Some(false));
+                    self.kernel.named(parent, &name, Some(false));
                     self.removed_here(parent, dir);
                     return Answer::Now(Ok(()));
                 }
@@ -573,7 +590,7 @@ impl Ops {
         let result = change.await;
         // Its mtime and ctime changed at its home.
         self.kernel.forget_directory(parent);
-        self.kernel.listings.named(parent, name, outcome(&result, now.is_some()));
+        self.kernel.named(parent, name, outcome(&result, now.is_some()));
         self.delegations.changed(parent, name, result.as_ref().map(|_| now).map_err(|_| ()));
         result
     }
@@ -621,8 +638,8 @@ impl Ops {
                 Ok(true) => {
                     let (name, newname) = (name.as_str(), newname.as_str());
                     tracing::trace!(parent = format!("{parent:#x}"), name, newname, "rename answered under a delegation");
-                    self.kernel.listings.named(parent, name, Some(false));
-                    self.kernel.listings.named(parent, newname, Some(true));
+                    self.kernel.named(parent, name, Some(false));
+                    self.kernel.named(parent, newname, Some(true));
                     self.kernel.changed_under_delegation(parent, 0);
                     self.kernel.renamed(parent, name, parent, newname, false);
                     if let Some(dir) = replaced_dir {
@@ -652,8 +669,8 @@ impl Ops {
             ops.kernel.forget_directory(parent);
             ops.kernel.forget_directory(newparent);
             // After an exchange both names still stand; after a rename only the new one.
-            ops.kernel.listings.named(parent, &name, outcome(&result, exchange));
-            ops.kernel.listings.named(newparent, &newname, outcome(&result, true));
+            ops.kernel.named(parent, &name, outcome(&result, exchange));
+            ops.kernel.named(newparent, &newname, outcome(&result, true));
             // What moved is not known here (a file or a directory): a held directory answers
             // no unlink of the names involved without asking.
             for (dir, name, stays) in [(parent, &name, exchange), (newparent, &newname, true)] {
@@ -743,7 +760,7 @@ impl Ops {
         if let Some(delegated) = self.delegations.held(parent) {
             match delegated.create(&name, mode & 0o7777, umask, caller.uid, caller.gid) {
                 Ok(Some(attr)) => {
-                    self.kernel.listings.named(parent, &name, Some(true));
+                    self.kernel.named(parent, &name, Some(true));
                     self.kernel.changed_under_delegation(parent, 0);
                     let f = self.client.file_made_under(&delegated, &attr, self.client.stream_window());
                     // Handing the kernel a data file costs a create + close about a third more
@@ -1049,20 +1066,40 @@ impl Ops {
         let (ops, fh) = (self.clone(), self.handle());
         Answer::later(async move {
             ops.delegations.settle().await?;
-            let entries = ops.client.readdir_ino(ino).await?;
-            ops.dirs.lock().unwrap().insert(fh, Arc::new(entries));
+            let mark = ops.kernel.change_mark();
+            let entries = ops.client.readdir_ino_watching_attrs(ino).await?;
+            ops.dirs.lock().unwrap().insert(fh, Arc::new(Listing { entries, mark }));
             Ok(fh)
         })
     }
 
     /// The snapshot taken at opendir.
-    pub fn dir_entries(&self, fh: u64) -> Result<Arc<Vec<DirEntry>>> {
+    pub fn dir_entries(&self, fh: u64) -> Result<Arc<Listing>> {
         self.dirs
             .lock()
             .unwrap()
             .get(&fh)
             .cloned()
             .ok_or_else(|| Error::new(ErrorCode::BadHandle, format!("directory handle {fh} is not open")))
+    }
+
+    /// The attributes a READDIRPLUS may give with `entry` of `listing`, as a lookup of it
+    /// would answer them now: those the listing brought, while nothing has changed since it
+    /// was taken and the kernel holds nothing of the inode (see `KernelCache::may_give`).
+    /// Directories are left to a lookup (which keeps the kernel's one entry per directory,
+    /// see `KernelCache::looked_up_directory`). Once the attributes are given to the kernel,
+    /// [`Ops::gave`] is due.
+    pub fn attr_to_give(&self, listing: &Listing, entry: &DirEntry) -> Option<Attr> {
+        let attr = entry.attr.as_ref().filter(|a| a.kind != FileKind::Dir)?;
+        if !self.kernel.may_give(attr.ino, listing.mark) {
+            return None;
+        }
+        Some(Attr { size: attr.size.max(unpublished_size(&self.files, attr.ino)), ..attr.clone() })
+    }
+
+    /// The kernel was given `attr` with a listing's name.
+    pub fn gave(&self, attr: &Attr) {
+        self.kernel.told(attr);
     }
 
     /// fsync(2) of a directory: every create and unlink answered under a delegation is

@@ -251,11 +251,15 @@ pub struct RenameFinish {
 }
 
 /// A page of at most `limit` entries of directory `ino`, in name order, after `after`.
+/// `watch_attrs`: the attributes the page brings are watched for this connection as a
+/// lookup's are (a change made elsewhere comes as a notice): asked by a mount that hands
+/// them to its kernel with the names (READDIRPLUS), not by a walk that only reads them.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Readdir {
     pub ino: Ino,
     pub after: Option<String>,
     pub limit: u32,
+    pub watch_attrs: bool,
 }
 
 /// Registers an open handle of a file homed here and answers its current attributes.

@@ -82,3 +82,55 @@ async fn unpublished_writes_are_seen_through_other_handles_on_this_node() {
     assert_eq!(fx.ops.release(attr.ino, reader).await.unwrap_err().code, ErrorCode::BadHandle);
     fx.stop().await;
 }
+
+/// A listing gives the kernel its files' attributes (READDIRPLUS) only as a lookup would
+/// answer them then: not a directory's (a lookup keeps the kernel's one entry of it), not
+/// once anything changed since the listing was taken (another node's change, this mount's
+/// own), not an inode the kernel was already told of (what it holds may be newer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_gives_attributes_only_while_they_are_what_a_lookup_would_say() {
+    let fx = Fixture::new("readdirplus", 2).await;
+    let dir = fx.other.mkdir_at(ROOT_INO, "made-elsewhere", 0o755).await.unwrap();
+    for name in ["a", "b", "c"] {
+        let f = fx.other.create_at(dir.ino, name, 0o644, true).await.unwrap();
+        f.pwrite(0, name.as_bytes()).await.unwrap();
+        f.close().await.unwrap();
+    }
+    fx.other.mkdir_at(dir.ino, "sub", 0o755).await.unwrap();
+    let given = |fh: u64| {
+        let listing = fx.ops.dir_entries(fh).unwrap();
+        listing.iter().map(|e| (e.name.clone(), fx.ops.attr_to_give(&listing, e).map(|a| (a.ino, a.size)))).collect::<Vec<_>>()
+    };
+    let fh = fx.ops.opendir(dir.ino).await.unwrap();
+    let listed = fx.ops.dir_entries(fh).unwrap();
+    let ino = |name: &str| listed.iter().find(|e| e.name == name).unwrap().ino;
+    let expected = |b: Option<(u64, u64)>| {
+        vec![
+            ("a".to_string(), Some((ino("a"), 1))),
+            ("b".to_string(), b),
+            ("c".to_string(), Some((ino("c"), 1))),
+            ("sub".to_string(), None),
+        ]
+    };
+    assert_eq!(given(fh), expected(Some((ino("b"), 1))));
+    let b = fx.ops.lookup(dir.ino, "b".into(), me()).await.unwrap();
+    assert_eq!(given(fh), expected(None), "b was told to the kernel by its lookup");
+    fx.ops.releasedir(fh);
+
+    let fh = fx.ops.opendir(dir.ino).await.unwrap();
+    fx.other.setattr(ino("c"), AttrChanges { mode: Some(0o600), ..Default::default() }).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while given(fh).iter().any(|(_, attr)| attr.is_some()) {
+        assert!(std::time::Instant::now() < deadline, "a change elsewhere after the listing: {:?}", given(fh));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    fx.ops.releasedir(fh);
+
+    let fh = fx.ops.opendir(dir.ino).await.unwrap();
+    assert!(given(fh).iter().any(|(_, attr)| attr.is_some()), "a listing taken after the change gives again");
+    fx.ops.unlink(dir.ino, "a".into()).await.unwrap();
+    assert!(given(fh).iter().all(|(_, attr)| attr.is_none()), "this mount's own unlink after the listing");
+    fx.ops.releasedir(fh);
+    assert_eq!(b.size, 1);
+    fx.stop().await;
+}

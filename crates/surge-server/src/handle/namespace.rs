@@ -676,8 +676,12 @@ impl Step for Readdir {
         Ok(DirPage { entries, more })
     }
 
-    fn effects(&self, _: &DirPage) -> Effects {
-        Effects { told_dirs: vec![self.ino], ..Default::default() }
+    fn effects(&self, page: &DirPage) -> Effects {
+        let told_attrs = match self.watch_attrs {
+            true => page.entries.iter().filter(|e| e.attr.is_some()).map(|e| e.ino).collect(),
+            false => Vec::new(),
+        };
+        Effects { told_dirs: vec![self.ino], told_attrs, ..Default::default() }
     }
 }
 
@@ -856,7 +860,7 @@ mod tests {
                     InodeFate { purge: false, size: 1, ticket: None, published: None },
                 ),
             ),
-            ("readdir", watched(Readdir { ino: 1, after: None, limit: 10 }, DirPage::default())),
+            ("readdir", watched(Readdir { ino: 1, after: None, limit: 10, watch_attrs: false }, DirPage::default())),
             ("readlink", watched(Readlink { ino: 7 }, "t".into())),
             ("retire-dir", watched(RetireDir { ino: 7 }, ())),
             ("unretire-dir", watched(UnretireDir { ino: 7 }, ())),
