@@ -285,10 +285,11 @@ impl Filesystem for SurgeFs {
         // node's change is noticed (KernelCache::changed_elsewhere).
         let _ = config.add_capabilities(
             init::PARALLEL_DIROPS
-                // Listings come with their entries' attributes (see `readdirplus`); the kernel
-                // asks for them where lookups followed its last listing of the directory.
+                // Listings come with their entries' attributes (see `readdirplus`), every page:
+                // with READDIRPLUS_AUTO the kernel asks for them on the first page only, unless
+                // lookups came between, and `ls -l`, `find` and `rm -rf` read the whole
+                // directory before they look at any entry.
                 | init::DO_READDIRPLUS
-                | init::READDIRPLUS_AUTO
                 | init::ATOMIC_O_TRUNC
                 | init::POSIX_LOCKS
                 | init::FLOCK_LOCKS
@@ -504,7 +505,7 @@ impl Filesystem for SurgeFs {
                         let kernel_attr = given.as_ref().map(|attr| fuse_attr(attr, blksize));
                         let full = reply.add(kernel_attr.as_ref().map(|a| (ttl, a)), e.ino, n + 1, file_type(e.kind), OsStr::new(&e.name));
                         if let (false, Some(attr)) = (full, &given) {
-                            self.ops().gave(attr);
+                            self.ops().gave(&listing, e, attr);
                         }
                         full
                     }

@@ -59,6 +59,17 @@ pub(crate) struct KernelCache {
     /// kernel forgot: a listing taken before the count moved may no longer be what the servers
     /// hold (see [`KernelCache::may_give`]).
     changes: AtomicU64,
+    /// Extended attributes the servers said an inode the kernel holds does not have (see
+    /// [`KernelCache::absent_xattr`]): `ls -l` asks for `security.selinux` and the access ACL
+    /// of every file, the kernel keeps neither answer, and nearly every file has neither.
+    absent_xattrs: Mutex<HashMap<u64, AbsentXattrs>>,
+}
+
+/// What extended attributes an inode is known not to have.
+enum AbsentXattrs {
+    /// It has none (a listing said so).
+    All,
+    Names(HashSet<String>),
 }
 
 /// How far released handles on this node wrote a file, and which handles that is news to:
@@ -149,6 +160,43 @@ impl KernelCache {
             pages: Default::default(),
             written: Default::default(),
             changes: AtomicU64::new(0),
+            absent_xattrs: Default::default(),
+        }
+    }
+
+    /// Whether inode `ino` is known to have no extended attribute `name`.
+    pub(crate) fn known_absent_xattr(&self, ino: u64, name: &str) -> bool {
+        match self.absent_xattrs.lock().unwrap().get(&ino) {
+            Some(AbsentXattrs::All) => true,
+            Some(AbsentXattrs::Names(names)) => names.contains(name),
+            None => false,
+        }
+    }
+
+    /// The servers answered that `ino` has no attribute `name`, to a request sent when the
+    /// count of changes stood at `mark`: remembered while the servers send this mount the
+    /// inode's change notices (the kernel holds it: they were asked to when it was given)
+    /// and nothing changed since (a notice about it on its way would find nothing to drop).
+    /// Dropped with the inode's attributes ([`Self::forget_attr`], [`Self::forgotten`]).
+    pub(crate) fn absent_xattr(&self, ino: u64, name: &str, mark: u64) {
+        let mut absent = self.absent_xattrs.lock().unwrap();
+        if self.change_mark() == mark && self.reported.lock().unwrap().contains_key(&ino) {
+            match absent.entry(ino).or_insert_with(|| AbsentXattrs::Names(HashSet::new())) {
+                AbsentXattrs::All => {}
+                AbsentXattrs::Names(names) => {
+                    names.insert(name.to_string());
+                }
+            }
+        }
+    }
+
+    /// A listing taken at `mark` said inode `ino` has no extended attributes at all, and
+    /// its attributes were given to the kernel with it: as [`Self::absent_xattr`] for every
+    /// name.
+    pub(crate) fn absent_xattrs(&self, ino: u64, mark: u64) {
+        let mut absent = self.absent_xattrs.lock().unwrap();
+        if self.change_mark() == mark && self.reported.lock().unwrap().contains_key(&ino) {
+            absent.insert(ino, AbsentXattrs::All);
         }
     }
 
@@ -284,6 +332,7 @@ impl KernelCache {
     /// The kernel evicted the inode: it holds nothing of it any more.
     pub(crate) fn forgotten(&self, ino: u64) {
         self.changed();
+        self.absent_xattrs.lock().unwrap().remove(&ino);
         self.reported.lock().unwrap().remove(&ino);
         self.written.lock().unwrap().remove(&ino);
         self.forget_pages(ino);
@@ -438,6 +487,7 @@ impl KernelCache {
 
     /// The attributes of `ino` changed elsewhere: nothing here may answer with the old ones.
     pub(crate) fn attr_changed(&self, ino: u64) {
+        self.changed();
         self.forget_attr(ino);
         self.invalidate(Invalidation::Attr(ino));
     }
@@ -453,6 +503,7 @@ impl KernelCache {
     }
 
     fn forget_attr(&self, ino: u64) {
+        self.absent_xattrs.lock().unwrap().remove(&ino);
         self.reported.lock().unwrap().remove(&ino);
         self.forget_pages(ino);
         self.forget_directory(ino);

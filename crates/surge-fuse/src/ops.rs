@@ -1097,9 +1097,12 @@ impl Ops {
         Some(Attr { size: attr.size.max(unpublished_size(&self.files, attr.ino)), ..attr.clone() })
     }
 
-    /// The kernel was given `attr` with a listing's name.
-    pub fn gave(&self, attr: &Attr) {
+    /// The kernel was given `attr` with `entry` of `listing`.
+    pub fn gave(&self, listing: &Listing, entry: &DirEntry, attr: &Attr) {
         self.kernel.told(attr);
+        if !entry.has_xattrs {
+            self.kernel.absent_xattrs(attr.ino, listing.mark);
+        }
     }
 
     /// fsync(2) of a directory: every create and unlink answered under a delegation is
@@ -1132,11 +1135,20 @@ impl Ops {
     /// The kernel checks who may read or change which namespace (user.* by the file's
     /// permissions, trusted.* for root) before asking; the servers check again where they
     /// check identities.
+    /// A name the servers said the inode lacks is answered now (`KernelCache::absent_xattr`).
     pub fn get_xattr(self: &Arc<Self>, ino: u64, name: String, caller: Caller) -> Answer<Vec<u8>> {
+        if self.kernel.known_absent_xattr(ino, &name) {
+            return Answer::Now(Err(Error::new(ErrorCode::NoData, format!("no attribute '{name}'"))));
+        }
         let (ops, client) = (self.clone(), self.client.as_user(caller.uid, caller.gid));
         Answer::later(async move {
             ops.delegations.settle().await?;
-            client.get_xattr(ino, &name).await
+            let mark = ops.kernel.change_mark();
+            let result = client.get_xattr(ino, &name).await;
+            if matches!(&result, Err(e) if e.code == ErrorCode::NoData) {
+                ops.kernel.absent_xattr(ino, &name, mark);
+            }
+            result
         })
     }
 
@@ -1157,9 +1169,10 @@ impl Ops {
         Answer::later(async move {
             let mode = surge_client::surge_proto::XattrSetMode::from_flags(flags)?;
             ops.delegations.settle().await?;
-            let attr = client.set_xattr(ino, &name, &value, mode).await?;
-            ops.kernel.attr_changed(attr.ino);
-            Ok(())
+            let set = client.set_xattr(ino, &name, &value, mode).await;
+            // Also after a failure: it may have been applied before the answer was lost.
+            ops.kernel.attr_changed(ino);
+            set.map(|_| ())
         })
     }
 
@@ -1167,9 +1180,9 @@ impl Ops {
         let (ops, client) = (self.clone(), self.client.as_user(caller.uid, caller.gid));
         Answer::later(async move {
             ops.delegations.settle().await?;
-            let attr = client.remove_xattr(ino, &name).await?;
-            ops.kernel.attr_changed(attr.ino);
-            Ok(())
+            let removed = client.remove_xattr(ino, &name).await;
+            ops.kernel.attr_changed(ino);
+            removed.map(|_| ())
         })
     }
 }

@@ -303,7 +303,9 @@ impl MetaStore {
     }
 
     pub(crate) fn dir_entry(&self, name: &str, ino: Ino, kind: FileKind) -> DirEntry {
-        DirEntry { name: name.to_string(), ino, kind, attr: self.inodes.get(&ino).map(|i| i.attr.clone()) }
+        let inode = self.inodes.get(&ino);
+        let has_xattrs = inode.and_then(|i| i.xattrs.as_ref()).is_some_and(|x| !x.is_empty());
+        DirEntry { name: name.to_string(), ino, kind, attr: inode.map(|i| i.attr.clone()), has_xattrs }
     }
 
     /// `ino` (if homed here) was given the name `dir/name`.

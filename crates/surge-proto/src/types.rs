@@ -129,6 +129,9 @@ pub struct DirEntry {
     /// Present when the entry's inode lives on the same server as the directory (the usual
     /// case for files), so `ls -l` needs no second round trip.
     pub attr: Option<Attr>,
+    /// With `attr`: whether the inode has extended attributes (ACLs among them). `ls -l`
+    /// asks every file for two it nearly never has.
+    pub has_xattrs: bool,
 }
 
 /// What happened to an inode that lost a name (unlink, or replaced by a rename).

@@ -134,3 +134,53 @@ async fn a_listing_gives_attributes_only_while_they_are_what_a_lookup_would_say(
     assert_eq!(b.size, 1);
     fx.stop().await;
 }
+
+/// `ls -l` asks every file for `security.selinux` and its access ACL: for a file a listing
+/// gave the kernel and said has no extended attributes, and for a name the servers said a
+/// file the kernel holds lacks, the answer is the mount's own, until the inode changes
+/// (another node sets one: its notice) or this mount sets one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_extended_attributes_are_answered_here_until_the_inode_changes() {
+    use surge_client::surge_proto::XattrSetMode;
+    let fx = Fixture::new("xattrs", 2).await;
+    let dir = fx.other.mkdir_at(ROOT_INO, "d", 0o755).await.unwrap();
+    for name in ["plain", "tagged"] {
+        fx.other.create_at(dir.ino, name, 0o644, true).await.unwrap().close().await.unwrap();
+    }
+    let tagged = fx.other.lookup(dir.ino, "tagged").await.unwrap().ino;
+    fx.other.set_xattr(tagged, "user.tag", b"t", XattrSetMode::Either).await.unwrap();
+    let fh = fx.ops.opendir(dir.ino).await.unwrap();
+    let listing = fx.ops.dir_entries(fh).unwrap();
+    for entry in listing.iter() {
+        let attr = fx.ops.attr_to_give(&listing, entry).unwrap();
+        fx.ops.gave(&listing, entry, &attr);
+    }
+    fx.ops.releasedir(fh);
+    let ino = |name: &str| listing.iter().find(|e| e.name == name).unwrap().ino;
+    let get = |ino: u64, name: &str| fx.ops.get_xattr(ino, name.into(), me());
+    let answered_now = |ino: u64, name: &str| matches!(now(get(ino, name)), Some(Err(e)) if e.code == ErrorCode::NoData);
+    assert!(answered_now(ino("plain"), "security.selinux"), "a file listed without attributes");
+    assert!(answered_now(ino("plain"), "system.posix_acl_access"));
+    assert!(!answered_now(tagged, "security.selinux"), "a file with some: asked");
+    assert_eq!(get(tagged, "security.selinux").await.unwrap_err().code, ErrorCode::NoData);
+    assert!(answered_now(tagged, "security.selinux"), "that name, once the servers said so");
+    assert_eq!(get(tagged, "user.tag").await.unwrap(), b"t");
+
+    fx.other.set_xattr(ino("plain"), "security.selinux", b"ctx", XattrSetMode::Either).await.unwrap();
+    fx.other.set_xattr(tagged, "security.selinux", b"ctx", XattrSetMode::Either).await.unwrap();
+    for changed in [ino("plain"), tagged] {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while answered_now(changed, "security.selinux") {
+            assert!(std::time::Instant::now() < deadline, "another node's change did not reach the mount");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(get(changed, "security.selinux").await.unwrap(), b"ctx");
+    }
+    // The notice dropped what the kernel held of it; a stat gives it again.
+    fx.ops.getattr(ino("plain"), me()).await.unwrap();
+    assert_eq!(get(ino("plain"), "user.mine").await.unwrap_err().code, ErrorCode::NoData);
+    assert!(answered_now(ino("plain"), "user.mine"));
+    fx.ops.set_xattr(ino("plain"), "user.mine".into(), b"m".to_vec(), 0, me()).await.unwrap();
+    assert_eq!(get(ino("plain"), "user.mine").await.unwrap(), b"m", "this mount's own change");
+    fx.stop().await;
+}

@@ -302,7 +302,7 @@ mod tests {
             ctime: t,
             blocks: Some(u64::MAX),
         };
-        let entry = DirEntry { name: "n".repeat(255), ino: u64::MAX, kind: FileKind::Symlink, attr: Some(attr) };
+        let entry = DirEntry { name: "n".repeat(255), ino: u64::MAX, kind: FileKind::Symlink, attr: Some(attr), has_xattrs: true };
         assert!(encode_reply(&entry).len() <= 255 + super::ENTRY_OVERHEAD);
     }
 

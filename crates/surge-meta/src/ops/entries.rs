@@ -78,12 +78,13 @@ impl MetaStore {
     #[allow(clippy::too_many_arguments)]
     fn make_file(&mut self, parent: Ino, name: &str, ino: Ino, mode: u32, umask: u32, uid: u32, gid: u32, open: bool) -> Result<DirEntry> {
         let perms = access::inherit(FileKind::File, mode, umask, self.default_acl_of(parent));
-        let attr = self.insert_inode(ino, FileKind::File, perms, uid, gid, Body::File);
+        self.insert_inode(ino, FileKind::File, perms, uid, gid, Body::File);
         self.link_entry(parent, name, ino, FileKind::File)?;
         if open {
             self.inode_mut(ino)?.opens += 1;
         }
-        Ok(DirEntry { name: name.to_string(), ino, kind: FileKind::File, attr: Some(attr) })
+        // With its attributes as made (a default ACL of the parent gives it an access ACL).
+        Ok(self.dir_entry(name, ino, FileKind::File))
     }
 
     /// A create made under a delegation, written back: `parent/name` (a new name) is file

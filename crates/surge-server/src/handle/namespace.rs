@@ -801,7 +801,7 @@ mod tests {
             ctime: Timestamp::default(),
             blocks: Some(0),
         };
-        let entry = DirEntry { name: "x".into(), ino: 7, kind: FileKind::File, attr: Some(attr.clone()) };
+        let entry = DirEntry { name: "x".into(), ino: 7, kind: FileKind::File, attr: Some(attr.clone()), has_xattrs: false };
         let unlinked = Unlinked { ino: 7, kind: FileKind::File, remote: false, purge: true, size: 0, ticket: None };
         let replaced = LinkOutcome { replaced: Some(unlinked.clone()), reparent: None };
         let name = || "x".to_string();
