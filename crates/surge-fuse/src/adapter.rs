@@ -222,6 +222,9 @@ fn xattr(reply: ReplyXattr, size: u32) -> impl FnOnce(Result<Vec<u8>>) + Send + 
 fn log_failure(e: &Error) {
     match e.code {
         ErrorCode::NotFound | ErrorCode::Exists | ErrorCode::NotEmpty | ErrorCode::NameTooLong => tracing::debug!("answered: {e}"),
+        // A request that gave up on something another client kept doing (a rename in
+        // progress, a name replaced again and again): rare, and worth a line for the admin.
+        ErrorCode::Busy => tracing::warn!(errno = e.errno(), "answered an error: {e}"),
         _ => tracing::info!(errno = e.errno(), "answered an error: {e}"),
     }
 }
