@@ -347,16 +347,11 @@ impl ReplyDirectory {
 
 /// A READDIRPLUS answer: each entry with what a lookup of it would answer, or without
 /// (the kernel then looks the name up when it needs it).
-pub struct ReplyDirectoryPlus {
-    reply: ReplyData,
-    buf: Vec<u8>,
-    size: usize,
-}
+pub struct ReplyDirectoryPlus(ReplyDirectory);
 
 impl ReplyDirectoryPlus {
     pub(crate) fn new(responder: Responder, size: u32) -> Self {
-        let size = size as usize;
-        ReplyDirectoryPlus { reply: Reply::new(responder), buf: Vec::with_capacity(size), size }
+        ReplyDirectoryPlus(ReplyDirectory::new(responder, size))
     }
 
     /// Adds an entry as [`ReplyDirectory::add`] does, with `entry`: its attributes and how
@@ -365,15 +360,16 @@ impl ReplyDirectoryPlus {
     /// not fit (it was not added, and counts as nothing).
     pub fn add(&mut self, entry: Option<(Duration, &FileAttr)>, ino: u64, offset: u64, kind: FileType, name: &std::ffi::OsStr) -> bool {
         let entry = entry.map(|(ttl, attr)| entry_out(ttl, attr, 0)).unwrap_or_default();
-        add_dirent(&mut self.buf, self.size, Some(&entry), ino, offset, kind, name)
+        let ReplyDirectory { buf, size, .. } = &mut self.0;
+        add_dirent(buf, *size, Some(&entry), ino, offset, kind, name)
     }
 
     pub fn ok(self) {
-        self.reply.data(&self.buf);
+        self.0.ok();
     }
 
     pub fn error(self, errno: i32) {
-        self.reply.error(errno);
+        self.0.error(errno);
     }
 }
 

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
-use surge_client::surge_proto::{Attr, AttrChanges, ErrorCode};
+use surge_client::surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode};
 use surge_client::{Client, Error, Result};
 use surge_fuse_session::abi::{self, init};
 use surge_fuse_session::{
@@ -24,7 +24,7 @@ use tokio::runtime::Handle;
 
 use crate::convert::{file_type, fuse_attr, name_of, to_timestamp};
 use crate::locks;
-use crate::ops::{Answer, Caller, HowWritten, Opened, Ops, STATFS_BLOCK};
+use crate::ops::{Answer, Caller, HowWritten, Listing, Opened, Ops, STATFS_BLOCK};
 
 /// The kernel's largest write request.
 const MAX_WRITE: u32 = 1 << 20;
@@ -179,6 +179,27 @@ impl SurgeFs {
             Ok(attr) => reply.attr(ttl, &fuse_attr(&attr, blksize)),
             Err(e) => reply.error(errno(&e)),
         }
+    }
+}
+
+/// Walks directory `dir`'s listing from readdir offset `offset` ("." at 0, ".." at 1, then
+/// `listing[i]` at 2 + i), handing `add` each entry's inode, the offset after it, its type,
+/// its name and (for a listed name) its entry, until `add` says the reply is full.
+fn each_listed(dir: u64, listing: &Listing, offset: u64, mut add: impl FnMut(u64, u64, FileType, &OsStr, Option<&DirEntry>) -> bool) {
+    let mut next = offset;
+    loop {
+        let full = match next {
+            0 => add(dir, 1, FileType::Directory, OsStr::new("."), None),
+            1 => add(dir, 2, FileType::Directory, OsStr::new(".."), None),
+            n => match listing.get((n - 2) as usize) {
+                Some(e) => add(e.ino, n + 1, file_type(e.kind), OsStr::new(&e.name), Some(e)),
+                None => return,
+            },
+        };
+        if full {
+            return;
+        }
+        next += 1;
     }
 }
 
@@ -465,61 +486,32 @@ impl Filesystem for SurgeFs {
     }
 
     fn readdir(&self, _req: &KernelCaller, ino: u64, fh: u64, offset: u64, mut reply: ReplyDirectory) {
-        let entries = match self.ops().dir_entries(fh) {
+        let listing = match self.ops().dir_entries(fh) {
             Ok(listing) => listing,
             Err(e) => return reply.error(errno(&e)),
         };
-        // Offsets: 1 = ".", 2 = "..", 2 + i + 1 = entries[i].
-        let mut next = offset;
-        loop {
-            let full = match next {
-                0 => reply.add(ino, 1, FileType::Directory, OsStr::new(".")),
-                1 => reply.add(ino, 2, FileType::Directory, OsStr::new("..")),
-                n => match entries.get((n - 2) as usize) {
-                    Some(e) => reply.add(e.ino, n + 1, file_type(e.kind), OsStr::new(&e.name)),
-                    None => break,
-                },
-            };
-            if full {
-                break;
-            }
-            next += 1;
-        }
+        each_listed(ino, &listing, offset, |ino, next, kind, name, _| reply.add(ino, next, kind, name));
         reply.ok();
     }
 
     /// READDIR with what a lookup of each name would answer, where the listing may give it
     /// (`Ops::attr_to_give`): `ls -l` of a directory another node filled needs no lookup
-    /// per name. Offsets as `readdir`'s.
+    /// per name.
     fn readdirplus(&self, _req: &KernelCaller, ino: u64, fh: u64, offset: u64, mut reply: ReplyDirectoryPlus) {
         let listing = match self.ops().dir_entries(fh) {
             Ok(listing) => listing,
             Err(e) => return reply.error(errno(&e)),
         };
         let (ttl, blksize) = (self.ops().ttl(), self.ops().blksize());
-        let mut next = offset;
-        loop {
-            let full = match next {
-                0 => reply.add(None, ino, 1, FileType::Directory, OsStr::new(".")),
-                1 => reply.add(None, ino, 2, FileType::Directory, OsStr::new("..")),
-                n => match listing.get((n - 2) as usize) {
-                    Some(e) => {
-                        let given = self.ops().attr_to_give(&listing, e);
-                        let kernel_attr = given.as_ref().map(|attr| fuse_attr(attr, blksize));
-                        let full = reply.add(kernel_attr.as_ref().map(|a| (ttl, a)), e.ino, n + 1, file_type(e.kind), OsStr::new(&e.name));
-                        if let (false, Some(attr)) = (full, &given) {
-                            self.ops().gave(&listing, e, attr);
-                        }
-                        full
-                    }
-                    None => break,
-                },
-            };
-            if full {
-                break;
+        each_listed(ino, &listing, offset, |ino, next, kind, name, entry| {
+            let given = entry.and_then(|e| self.ops().attr_to_give(&listing, e));
+            let kernel_attr = given.as_ref().map(|attr| fuse_attr(attr, blksize));
+            let full = reply.add(kernel_attr.as_ref().map(|a| (ttl, a)), ino, next, kind, name);
+            if let (false, Some(attr), Some(entry)) = (full, &given, entry) {
+                self.ops().gave(&listing, entry, attr);
             }
-            next += 1;
-        }
+            full
+        });
         reply.ok();
     }
 

@@ -173,30 +173,23 @@ impl KernelCache {
         }
     }
 
-    /// The servers answered that `ino` has no attribute `name`, to a request sent when the
-    /// count of changes stood at `mark`: remembered while the servers send this mount the
+    /// The servers said, to a request sent when the count of changes stood at `mark`, that
+    /// `ino` has no attribute `name` (None: none at all, as a listing said with the
+    /// attributes given to the kernel): remembered while the servers send this mount the
     /// inode's change notices (the kernel holds it: they were asked to when it was given)
     /// and nothing changed since (a notice about it on its way would find nothing to drop).
     /// Dropped with the inode's attributes ([`Self::forget_attr`], [`Self::forgotten`]).
-    pub(crate) fn absent_xattr(&self, ino: u64, name: &str, mark: u64) {
+    pub(crate) fn absent_xattr(&self, ino: u64, name: Option<&str>, mark: u64) {
         let mut absent = self.absent_xattrs.lock().unwrap();
-        if self.change_mark() == mark && self.reported.lock().unwrap().contains_key(&ino) {
-            match absent.entry(ino).or_insert_with(|| AbsentXattrs::Names(HashSet::new())) {
-                AbsentXattrs::All => {}
-                AbsentXattrs::Names(names) => {
-                    names.insert(name.to_string());
-                }
-            }
+        if self.change_mark() != mark || !self.reported.lock().unwrap().contains_key(&ino) {
+            return;
         }
-    }
-
-    /// A listing taken at `mark` said inode `ino` has no extended attributes at all, and
-    /// its attributes were given to the kernel with it: as [`Self::absent_xattr`] for every
-    /// name.
-    pub(crate) fn absent_xattrs(&self, ino: u64, mark: u64) {
-        let mut absent = self.absent_xattrs.lock().unwrap();
-        if self.change_mark() == mark && self.reported.lock().unwrap().contains_key(&ino) {
+        let Some(name) = name else {
             absent.insert(ino, AbsentXattrs::All);
+            return;
+        };
+        if let AbsentXattrs::Names(names) = absent.entry(ino).or_insert_with(|| AbsentXattrs::Names(HashSet::new())) {
+            names.insert(name.to_string());
         }
     }
 

@@ -364,10 +364,7 @@ impl Ops {
         let ops = self.clone();
         Answer::later(async move {
             ops.delegations.settle().await?;
-            let result = ops.client.lookup(parent, &name).await.map(|mut attr| {
-                attr.size = attr.size.max(unpublished_size(&ops.files, attr.ino));
-                attr
-            });
+            let result = ops.client.lookup(parent, &name).await.map(|attr| ops.with_unpublished_size(attr));
             if matches!(&result, Err(e) if e.code == ErrorCode::NotFound) {
                 ops.kernel.settled(caller.pid);
                 if ops.kernel.listings.missed(parent) {
@@ -422,8 +419,7 @@ impl Ops {
             }
         }
         if let Some(attr) = self.delegations.set_times(ino, &change) {
-            let local = unpublished_size(&self.files, ino);
-            return Answer::Now(Ok(self.told(Attr { size: attr.size.max(local), ..attr })));
+            return Answer::Now(Ok(self.told(self.with_unpublished_size(attr))));
         }
         let ops = self.clone();
         Answer::later(async move {
@@ -1094,15 +1090,21 @@ impl Ops {
         if !self.kernel.may_give(attr.ino, listing.mark) {
             return None;
         }
-        Some(Attr { size: attr.size.max(unpublished_size(&self.files, attr.ino)), ..attr.clone() })
+        Some(self.with_unpublished_size(attr.clone()))
     }
 
     /// The kernel was given `attr` with `entry` of `listing`.
     pub fn gave(&self, listing: &Listing, entry: &DirEntry, attr: &Attr) {
         self.kernel.told(attr);
         if !entry.has_xattrs {
-            self.kernel.absent_xattrs(attr.ino, listing.mark);
+            self.kernel.absent_xattr(attr.ino, None, listing.mark);
         }
+    }
+
+    /// `attr` with the size this node's open handles reached and have not published yet, if
+    /// larger (see `unpublished_size`).
+    fn with_unpublished_size(&self, attr: Attr) -> Attr {
+        Attr { size: attr.size.max(unpublished_size(&self.files, attr.ino)), ..attr }
     }
 
     /// fsync(2) of a directory: every create and unlink answered under a delegation is
@@ -1146,7 +1148,7 @@ impl Ops {
             let mark = ops.kernel.change_mark();
             let result = client.get_xattr(ino, &name).await;
             if matches!(&result, Err(e) if e.code == ErrorCode::NoData) {
-                ops.kernel.absent_xattr(ino, &name, mark);
+                ops.kernel.absent_xattr(ino, Some(&name), mark);
             }
             result
         })
