@@ -83,9 +83,43 @@ fn data_files(inst: &Instance) -> Vec<String> {
     left
 }
 
+/// What the servers and the logs say of the inodes whose data files were left (the first few).
+fn leaked(inst: &Instance, left: &[String]) -> String {
+    let mut inos: Vec<u64> = left.iter().filter_map(|f| u64::from_str_radix(f.rsplit('/').next()?, 16).ok()).collect();
+    inos.sort_unstable();
+    inos.dedup();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let _entered = runtime.enter();
+    let client = inst.client("127.0.7.20");
+    let logs = inst.mount_log() + &inst.server_logs();
+    let mut report = format!("{} inodes: {:x?}\n", inos.len(), &inos[..inos.len().min(40)]);
+    let scan = runtime.block_on(client.fsck_scan()).expect("scan the servers");
+    for &ino in inos.iter().take(5) {
+        let names: Vec<_> = scan.entries.iter().filter(|e| e.ino == ino).map(|e| format!("{:#x}/{}", e.dir, e.name)).collect();
+        report += &format!("{ino:#x} at its home: {:?}, named {names:?}\n", scan.inodes.get(&ino));
+        let hex = format!("{ino:#x}");
+        for line in logs.lines().filter(|l| l.contains(&hex)).take(10) {
+            report += &format!("    {line}\n");
+        }
+    }
+    report
+}
+
 fn fsck_is_clean(inst: &Instance, after: &str) {
     let out = inst.surge(&["fsck", &inst.name]);
-    assert!(out.status.success() && text(&out).contains("clean"), "surge fsck after {after}: {}", text(&out));
+    let report = text(&out);
+    if !(out.status.success() && report.contains("clean")) {
+        // What the mounts and servers logged of the inodes found wrong.
+        let logs = inst.mount_log() + &inst.server_logs();
+        let mut named = String::new();
+        for word in report.split_whitespace().filter(|w| w.starts_with("0x")).take(5) {
+            let short = format!("{:#x}", u64::from_str_radix(word.trim_start_matches("0x").trim_end_matches(':'), 16).unwrap_or(0));
+            for line in logs.lines().filter(|l| l.contains(&short)).take(20) {
+                named += &format!("    {line}\n");
+            }
+        }
+        panic!("surge fsck after {after}: {report}\nlogged of those inodes:\n{named}");
+    }
 }
 
 #[test]
@@ -144,7 +178,14 @@ fn two_nodes_stressing_one_tree_leave_it_consistent_and_every_byte_freed_once_it
         if used == empty && left.is_empty() {
             break;
         }
-        assert!(Instant::now() < deadline, "after removing the tree, used {used:?} (empty: {empty:?}), data files left: {left:?}");
+        if Instant::now() >= deadline {
+            panic!(
+                "after removing the tree ({} names), used {used:?} (empty: {empty:?}), {} data files left:\n{}",
+                seen_b.len(),
+                left.len(),
+                leaked(&inst, &left)
+            );
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
 }

@@ -131,10 +131,14 @@ pub fn analyse(scan: &Scan) -> Vec<Finding> {
     inodes.sort_by_key(|i| i.ino);
     for inode in inodes {
         let ino = inode.ino;
-        if ino == ROOT_INO || busy.contains(&ino) || inode.opens > 0 {
+        if ino == ROOT_INO || busy.contains(&ino) {
             continue;
         }
         let refs = names.get(&ino).map(Vec::as_slice).unwrap_or_default();
+        if refs.is_empty() && inode.nlink == 0 && inode.opens > 0 {
+            // Unlinked while open: it goes at its last close.
+            continue;
+        }
         match &inode.dir {
             Some(dir) if dir.retired => {
                 if refs.is_empty() {
@@ -408,6 +412,23 @@ mod tests {
             vec![
                 Finding::DataPastSize { server: 1, ino: F, len: 4096, size: 100 },
                 Finding::OrphanData { server: 2, ino: ino::make(0, 8), allocated: 4096 },
+            ]
+        );
+    }
+
+    #[test]
+    fn an_open_file_is_judged_by_its_names_unless_it_was_unlinked() {
+        let (unlinked, named_nowhere, miscounted) = (ino::make(0, 9), ino::make(0, 10), ino::make(0, 11));
+        let mut inodes = vec![file(unlinked, 0, 5), file(named_nowhere, 1, 5), file(miscounted, 2, 5)];
+        for inode in &mut inodes {
+            inode.opens = 1;
+        }
+        let s = scan(inodes, vec![entry(ROOT_INO, "f", miscounted, FileKind::File)], vec![]);
+        assert_eq!(
+            analyse(&s),
+            vec![
+                Finding::OrphanInode { ino: named_nowhere, kind: FileKind::File, size: 5 },
+                Finding::LinkCount { ino: miscounted, recorded: 2, names: 1 },
             ]
         );
     }

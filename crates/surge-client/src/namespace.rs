@@ -243,7 +243,18 @@ impl Client {
         let kind = added.attr.kind;
         let insert = InsertEntry { parent, name: name.to_string(), ino, kind, replace: false, retired_target: None, new_dir: None };
         if let Err(e) = self.call_home(parent, insert).await {
-            let _ = self.call_home(ino, DropLink { ino, ticket: added.undo }).await;
+            // The link added is taken back, and with it the file if its other names went
+            // meanwhile (another node unlinked them): then its data goes too.
+            let undone = async {
+                let fate = self.call_home(ino, DropLink { ino, ticket: added.undo }).await?;
+                if fate.purge {
+                    self.purge_data(ino, fate.size, fate.ticket).await?;
+                }
+                Ok::<_, Error>(())
+            };
+            if let Err(undo) = undone.await {
+                tracing::warn!(ino = format!("{ino:#x}"), "taking back a link whose name was refused ({e}): {undo}");
+            }
             return Err(e);
         }
         Ok(added.attr)
@@ -267,6 +278,16 @@ impl Client {
     /// Finishes off an inode that lost a name: drops the link at its home when that is another
     /// server, and purges its chunks everywhere once nothing refers to it.
     pub async fn finish_unlinked(&self, unlinked: &Unlinked) -> Result<()> {
+        let finished = self.finish_unlinked_once(unlinked).await;
+        if let Err(e) = &finished {
+            // The name is gone whatever the caller is told: what is left is a link count too
+            // high, or data without a file, until `surge fsck` repairs it.
+            tracing::warn!(ino = format!("{:#x}", unlinked.ino), "an inode that lost a name was not finished off: {e}");
+        }
+        finished
+    }
+
+    async fn finish_unlinked_once(&self, unlinked: &Unlinked) -> Result<()> {
         let (mut purge, mut size, mut ticket) = (unlinked.purge, unlinked.size, unlinked.ticket);
         if unlinked.remote {
             if unlinked.kind == FileKind::Dir {
@@ -441,10 +462,18 @@ impl Client {
         }
         .await;
         match linked {
-            Ok(outcome) => {
-                self.call_home(src_parent, finish(true)).await?;
-                Ok(outcome)
-            }
+            Ok(outcome) => match self.call_home(src_parent, finish(true)).await {
+                Ok(()) => Ok(outcome),
+                Err(e) => {
+                    // The target names the inode now, and what it named lost that name: that
+                    // inode is finished off all the same, or its link count (and its data,
+                    // if that was its last name) would outlive it.
+                    if let Err(finishing) = self.finish_renamed(outcome, dst_parent).await {
+                        tracing::warn!("finishing a rename whose source could not be removed ({e}): {finishing}");
+                    }
+                    Err(e)
+                }
+            },
             Err(e) => {
                 let _ = self.call_home(src_parent, finish(false)).await;
                 Err(e)

@@ -178,6 +178,20 @@ const PASSTHROUGH_GUARD_PERIOD: Duration = Duration::from_millis(10);
 
 /// What a namespace change did to its name, for `Listings::named`: `exists` once it
 /// succeeded, unknown after a failure.
+/// A handle the home registered, once preparing it for the kernel is over: released when
+/// that failed, as the kernel never sees it and never releases it (the home would count the
+/// open for good, and keep an unlinked file's data).
+async fn released_on_error(f: File, prepared: Result<()>) -> Result<File> {
+    if let Err(e) = prepared {
+        let ino = f.ino();
+        if let Err(release) = f.close().await {
+            tracing::warn!(ino = format!("{ino:#x}"), "releasing a handle whose open failed: {release}");
+        }
+        return Err(e);
+    }
+    Ok(f)
+}
+
 fn outcome<T>(result: &Result<T>, exists: bool) -> Option<bool> {
     result.is_ok().then_some(exists)
 }
@@ -712,16 +726,20 @@ impl Ops {
             // The open (and any retry of its path walk) is over.
             kernel.settled(caller.pid);
             kernel.revalidate(f.attr_at_open());
-            if flags & libc::O_TRUNC != 0 {
-                f.set_len(0).await?;
-                ops.resized_here(ino, 0, 0);
-                ops.truncated_by(&f, caller).await?;
+            let prepared = async {
+                if flags & libc::O_TRUNC != 0 {
+                    f.set_len(0).await?;
+                    ops.resized_here(ino, 0, 0);
+                    ops.truncated_by(&f, caller).await?;
+                }
+                if flags & libc::O_ACCMODE != libc::O_RDONLY {
+                    // Its close publishes the file (see surge_client::workflow).
+                    f.opened_for_writing();
+                }
+                f.set_write_behind(ops.client.stream_window()).await
             }
-            if flags & libc::O_ACCMODE != libc::O_RDONLY {
-                // Its close publishes the file (see surge_client::workflow).
-                f.opened_for_writing();
-            }
-            f.set_write_behind(ops.client.stream_window()).await?;
+            .await;
+            let f = released_on_error(f, prepared).await?;
             let backing = ops.passthrough_for(&f, flags).await;
             Ok(ops.register(f, flags, backing))
         })
@@ -776,13 +794,16 @@ impl Ops {
             let client = ops.client.as_user(caller.uid, caller.gid);
             let created = async {
                 let f = client.create_at_with_umask(parent, &name, mode & 0o7777, umask, flags & libc::O_EXCL != 0).await?;
-                if flags & libc::O_TRUNC != 0 && f.size() > 0 {
-                    f.set_len(0).await?;
-                    ops.resized_here(f.ino(), 0, 0);
-                    ops.truncated_by(&f, caller).await?;
+                let prepared = async {
+                    if flags & libc::O_TRUNC != 0 && f.size() > 0 {
+                        f.set_len(0).await?;
+                        ops.resized_here(f.ino(), 0, 0);
+                        ops.truncated_by(&f, caller).await?;
+                    }
+                    f.set_write_behind(ops.client.stream_window()).await
                 }
-                f.set_write_behind(ops.client.stream_window()).await?;
-                Ok(f)
+                .await;
+                released_on_error(f, prepared).await
             };
             let f = ops.changed_name(parent, &name, Some(Named::NotDirectory), created).await?;
             ops.delegations.stepped_in(parent, ops.kernel.listings.knows(parent));
