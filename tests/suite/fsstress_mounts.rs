@@ -2,7 +2,7 @@
 //! server's node and one on a node of its own, both in one tree: what is left must be
 //! consistent (`surge fsck` clean, the same tree seen from both nodes), and once the tree is
 //! removed every byte must be free again on every server, with no data file left behind.
-//! SURGE_FSSTRESS_OPS sets the operations per process (the suite's 1,500; docs/testing.md
+//! SURGE_FSSTRESS_OPS sets the operations per process (the suite's 10,000; docs/testing.md
 //! has the long form), SURGE_FSSTRESS_SEED the first process's seed (the second's is the next).
 
 use std::path::Path;
@@ -124,11 +124,13 @@ fn fsck_is_clean(inst: &Instance, after: &str) {
 
 #[test]
 fn two_nodes_stressing_one_tree_leave_it_consistent_and_every_byte_freed_once_it_is_removed() {
-    let ops = env_number("SURGE_FSSTRESS_OPS", 1_500).to_string();
+    let ops = env_number("SURGE_FSSTRESS_OPS", 10_000).to_string();
     let seed = env_number("SURGE_FSSTRESS_SEED", 1);
     let inst = Instance::up_on("fsstress", "127.0.7", 11, 4, &["--capacity", "4G"]);
     let empty = used_per_server(&inst);
-    let mounts = [inst.mount("a", "127.0.7.11"), inst.mount("b", "127.0.7.15")];
+    // Every error a mount answers is logged (info), for the report of a failed run.
+    let logged = [("SURGE_LOG", "info")];
+    let mounts = [inst.mount_with("a", "127.0.7.11", &logged), inst.mount_with("b", "127.0.7.15", &logged)];
     std::fs::create_dir(mounts[0].path("tree")).unwrap();
 
     let started = Instant::now();
