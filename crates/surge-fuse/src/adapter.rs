@@ -486,33 +486,36 @@ impl Filesystem for SurgeFs {
     }
 
     fn readdir(&self, _req: &KernelCaller, ino: u64, fh: u64, offset: u64, mut reply: ReplyDirectory) {
-        let listing = match self.ops().dir_entries(fh) {
-            Ok(listing) => listing,
-            Err(e) => return reply.error(errno(&e)),
-        };
-        each_listed(ino, &listing, offset, |ino, next, kind, name, _| reply.add(ino, next, kind, name));
-        reply.ok();
+        self.reply(self.ops().listing_from(fh, offset), move |listing| match listing {
+            Ok(listing) => {
+                each_listed(ino, &listing, offset, |ino, next, kind, name, _| reply.add(ino, next, kind, name));
+                reply.ok();
+            }
+            Err(e) => reply.error(errno(&e)),
+        });
     }
 
     /// READDIR with what a lookup of each name would answer, where the listing may give it
     /// (`Ops::attr_to_give`): `ls -l` of a directory another node filled needs no lookup
     /// per name.
     fn readdirplus(&self, _req: &KernelCaller, ino: u64, fh: u64, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let listing = match self.ops().dir_entries(fh) {
-            Ok(listing) => listing,
-            Err(e) => return reply.error(errno(&e)),
-        };
-        let (ttl, blksize) = (self.ops().ttl(), self.ops().blksize());
-        each_listed(ino, &listing, offset, |ino, next, kind, name, entry| {
-            let given = entry.and_then(|e| self.ops().attr_to_give(&listing, e));
-            let kernel_attr = given.as_ref().map(|attr| fuse_attr(attr, blksize));
-            let full = reply.add(kernel_attr.as_ref().map(|a| (ttl, a)), ino, next, kind, name);
-            if let (false, Some(attr), Some(entry)) = (full, &given, entry) {
-                self.ops().gave(&listing, entry, attr);
+        let ops = self.ops().clone();
+        let (ttl, blksize) = (ops.ttl(), ops.blksize());
+        self.reply(ops.listing_from(fh, offset), move |listing| match listing {
+            Ok(listing) => {
+                each_listed(ino, &listing, offset, |ino, next, kind, name, entry| {
+                    let given = entry.and_then(|e| ops.attr_to_give(&listing, e));
+                    let kernel_attr = given.as_ref().map(|attr| fuse_attr(attr, blksize));
+                    let full = reply.add(kernel_attr.as_ref().map(|a| (ttl, a)), ino, next, kind, name);
+                    if let (false, Some(attr), Some(entry)) = (full, &given, entry) {
+                        ops.gave(&listing, entry, attr);
+                    }
+                    full
+                });
+                reply.ok();
             }
-            full
+            Err(e) => reply.error(errno(&e)),
         });
-        reply.ok();
     }
 
     fn fsyncdir(&self, _req: &KernelCaller, _ino: u64, _fh: u64, reply: ReplyEmpty) {

@@ -68,6 +68,14 @@ pub struct Listing {
     mark: u64,
 }
 
+/// A directory handle: the listing its reads walk.
+struct OpenDir {
+    ino: u64,
+    listing: Arc<Listing>,
+    /// A read at the start was answered: the next one there is a rewind (rewinddir).
+    read_from_start: bool,
+}
+
 impl std::ops::Deref for Listing {
     type Target = [DirEntry];
 
@@ -149,7 +157,7 @@ pub struct Ops {
     pub(crate) kernel: Arc<KernelCache>,
     budget: Arc<Budget>,
     files: Files,
-    dirs: Arc<Mutex<std::collections::HashMap<u64, Arc<Listing>>>>,
+    dirs: Arc<Mutex<std::collections::HashMap<u64, OpenDir>>>,
     next_handle: AtomicU64,
     lock_owners: Arc<LockOwners>,
     /// The kernel agreed to pass I/O through to backing files and this process may ask it to.
@@ -1023,7 +1031,8 @@ impl Ops {
                 libc::SEEK_HOLE => true,
                 _ => return Err(Error::new(ErrorCode::Invalid, format!("lseek whence {whence}"))),
             };
-            let offset = u64::try_from(offset).map_err(|_| Error::new(ErrorCode::Invalid, "negative lseek offset"))?;
+            // As Linux's local file systems answer: no data or hole before the file's start.
+            let offset = u64::try_from(offset).map_err(|_| Error::new(ErrorCode::PastEnd, "negative lseek offset"))?;
             f?.file.seek_data(offset, hole).await
         })
     }
@@ -1082,22 +1091,52 @@ impl Ops {
     pub fn opendir(self: &Arc<Self>, ino: u64) -> Answer<u64> {
         let (ops, fh) = (self.clone(), self.handle());
         Answer::later(async move {
-            ops.delegations.settle().await?;
-            let mark = ops.kernel.change_mark();
-            let entries = ops.client.readdir_ino_watching_attrs(ino).await?;
-            ops.dirs.lock().unwrap().insert(fh, Arc::new(Listing { entries, mark }));
+            let listing = ops.take_listing(ino).await?;
+            ops.dirs.lock().unwrap().insert(fh, OpenDir { ino, listing, read_from_start: false });
             Ok(fh)
         })
     }
 
-    /// The snapshot taken at opendir.
+    async fn take_listing(&self, ino: u64) -> Result<Arc<Listing>> {
+        self.delegations.settle().await?;
+        let mark = self.kernel.change_mark();
+        let entries = self.client.readdir_ino_watching_attrs(ino).await?;
+        Ok(Arc::new(Listing { entries, mark }))
+    }
+
+    /// The snapshot taken at opendir (or at the last rewind: see [`Ops::listing_from`]).
     pub fn dir_entries(&self, fh: u64) -> Result<Arc<Listing>> {
         self.dirs
             .lock()
             .unwrap()
             .get(&fh)
-            .cloned()
+            .map(|open| open.listing.clone())
             .ok_or_else(|| Error::new(ErrorCode::BadHandle, format!("directory handle {fh} is not open")))
+    }
+
+    /// The listing a read of handle `fh` at `offset` walks: the snapshot taken at opendir,
+    /// so that names changed meanwhile are neither skipped nor listed twice; a fresh one when
+    /// the program comes back to the start after reading it (rewinddir), which POSIX says
+    /// sees the directory as it is then.
+    pub fn listing_from(self: &Arc<Self>, fh: u64, offset: u64) -> Answer<Arc<Listing>> {
+        let ino = {
+            let mut dirs = self.dirs.lock().unwrap();
+            let Some(open) = dirs.get_mut(&fh) else {
+                return Answer::Now(Err(Error::new(ErrorCode::BadHandle, format!("directory handle {fh} is not open"))));
+            };
+            if offset != 0 || !std::mem::replace(&mut open.read_from_start, true) {
+                return Answer::Now(Ok(open.listing.clone()));
+            }
+            open.ino
+        };
+        let ops = self.clone();
+        Answer::later(async move {
+            let listing = ops.take_listing(ino).await?;
+            if let Some(open) = ops.dirs.lock().unwrap().get_mut(&fh) {
+                open.listing = listing.clone();
+            }
+            Ok(listing)
+        })
     }
 
     /// The attributes a READDIRPLUS may give with `entry` of `listing`, as a lookup of it

@@ -143,8 +143,8 @@ async fn locks_exclude_other_owners_and_go_with_their_holders() {
 /// fallocate and lseek's SEEK_DATA/SEEK_HOLE through the mount: a hole punched reads as zeros
 /// on another node, which the mount finds where it is (the kernel's generic answer would call
 /// the whole file data); mode 0 grows a file, KEEP_SIZE does not, ZERO_RANGE zeros; modes
-/// the mount does not know and bad whences are refused. `st_blocks` counts what the servers
-/// hold: holes are not counted, space set aside is.
+/// the mount does not know and bad whences are refused, and a negative offset finds nothing
+/// (ENXIO). `st_blocks` counts what the servers hold: holes are not counted, space set aside is.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn holes_punched_and_found() {
     let fx = Fixture::new("holes", 2).await;
@@ -166,7 +166,8 @@ async fn holes_punched_and_found() {
     assert_eq!(seek(m3 as i64, libc::SEEK_HOLE).await.unwrap(), m4, "the end of the file is a hole");
     assert_eq!(errno(seek(m4 as i64, libc::SEEK_DATA).await), libc::ENXIO, "no data at the end");
     assert_eq!(errno(seek(0, libc::SEEK_END).await), libc::EINVAL);
-    assert_eq!(errno(seek(-1, libc::SEEK_DATA).await), libc::EINVAL);
+    assert_eq!(errno(seek(-1, libc::SEEK_DATA).await), libc::ENXIO, "a negative offset, as ext4 and xfs answer");
+    assert_eq!(errno(seek(-1, libc::SEEK_HOLE).await), libc::ENXIO);
 
     ops.fallocate(ino, fh, 0, 6 * m1, 0).await.unwrap();
     assert_eq!(fx.other.getattr(ino).await.unwrap().size, 6 * m1, "posix_fallocate grows the file");

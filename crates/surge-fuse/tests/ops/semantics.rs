@@ -856,3 +856,24 @@ async fn times_set_on_files_made_under_a_delegation_reach_the_home() {
     }
     fx.stop().await;
 }
+
+/// A directory handle lists the directory as it was at opendir, however it changes while the
+/// program reads on; going back to the start (rewinddir) lists it as it is then, names made
+/// and removed meanwhile by another node included (xfstests generic/471).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewound_directory_handle_lists_the_directory_anew() {
+    let fx = Fixture::new("rewind", 2).await;
+    let ops = &fx.ops;
+    let dir = ops.mkdir(ROOT_INO, "dir".into(), 0o755, 0, me()).await.unwrap();
+    put(ops, dir.ino, "old", b"x").await;
+    let fh = ops.opendir(dir.ino).await.unwrap();
+    let listed = |listing: &[surge_client::surge_proto::DirEntry]| listing.iter().map(|e| e.name.clone()).collect::<Vec<_>>();
+    assert_eq!(listed(&ops.listing_from(fh, 0).await.unwrap()), ["old"]);
+    fx.other.create_at(dir.ino, "new", 0o644, true).await.unwrap().close().await.unwrap();
+    fx.other.unlink_at(dir.ino, "old").await.unwrap();
+    assert_eq!(listed(&ops.listing_from(fh, 3).await.unwrap()), ["old"], "read on: the snapshot");
+    assert_eq!(listed(&ops.listing_from(fh, 0).await.unwrap()), ["new"], "rewound: the directory now");
+    assert_eq!(listed(&ops.listing_from(fh, 2).await.unwrap()), ["new"], "and reading on from there");
+    ops.releasedir(fh);
+    fx.stop().await;
+}
