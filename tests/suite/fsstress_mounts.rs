@@ -94,9 +94,21 @@ fn leaked(inst: &Instance, left: &[String]) -> String {
     let logs = inst.mount_log() + &inst.server_logs();
     let mut report = format!("{} inodes: {:x?}\n", inos.len(), &inos[..inos.len().min(40)]);
     let scan = runtime.block_on(client.fsck_scan()).expect("scan the servers");
+    let named = |ino: u64| scan.entries.iter().filter(|e| e.ino == ino).map(|e| format!("{:#x}/{}", e.dir, e.name)).collect::<Vec<_>>();
+    // The directories still naming them, up to the root.
+    let mut dirs: Vec<u64> = scan.entries.iter().filter(|e| inos.contains(&e.ino)).map(|e| e.dir).collect();
+    let mut seen = std::collections::HashSet::new();
+    while let Some(dir) = dirs.pop() {
+        if seen.insert(dir) && seen.len() < 12 {
+            report += &format!("directory {dir:#x}: {:?}, named {:?}\n", scan.inodes.get(&dir), named(dir));
+            dirs.extend(scan.entries.iter().filter(|e| e.ino == dir).map(|e| e.dir));
+        }
+    }
+    for line in logs.lines().filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("delegation")).take(30) {
+        report += &format!("  logged: {line}\n");
+    }
     for &ino in inos.iter().take(5) {
-        let names: Vec<_> = scan.entries.iter().filter(|e| e.ino == ino).map(|e| format!("{:#x}/{}", e.dir, e.name)).collect();
-        report += &format!("{ino:#x} at its home: {:?}, named {names:?}\n", scan.inodes.get(&ino));
+        report += &format!("{ino:#x} at its home: {:?}, named {:?}\n", scan.inodes.get(&ino), named(ino));
         let hex = format!("{ino:#x}");
         for line in logs.lines().filter(|l| l.contains(&hex)).take(10) {
             report += &format!("    {line}\n");
@@ -118,7 +130,10 @@ fn fsck_is_clean(inst: &Instance, after: &str) {
                 named += &format!("    {line}\n");
             }
         }
-        panic!("surge fsck after {after}: {report}\nlogged of those inodes:\n{named}");
+        for line in logs.lines().filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("delegation")).take(30) {
+            named += &format!("  logged: {line}\n");
+        }
+        panic!("surge fsck after {after}: {report}\nlogged of those inodes, and warnings:\n{named}");
     }
 }
 
