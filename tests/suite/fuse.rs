@@ -2051,3 +2051,63 @@ fn a_directory_moved_on_another_node_is_found_and_moved_again_here() {
         assert!(b.path(&format!("p1/z{round}")).is_dir(), "round {round}");
     }
 }
+
+/// A file handle as `name_to_handle_at` gives it (`struct file_handle` with room for its bytes).
+#[repr(C)]
+struct FileHandle {
+    bytes: u32,
+    kind: i32,
+    data: [u8; 128],
+}
+
+fn handle_of(path: &std::path::Path) -> FileHandle {
+    use std::os::unix::ffi::OsStrExt;
+    let mut handle = FileHandle { bytes: 128, kind: 0, data: [0; 128] };
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let mut mount_id = 0;
+    let got =
+        unsafe { libc::name_to_handle_at(libc::AT_FDCWD, path.as_ptr(), (&raw mut handle).cast::<libc::file_handle>(), &mut mount_id, 0) };
+    assert_eq!(got, 0, "name_to_handle_at {}: {}", path.to_string_lossy(), std::io::Error::last_os_error());
+    handle
+}
+
+/// `open_by_handle_at` through the mount at `mount`: the descriptor, or the errno.
+fn open_by_handle(mount: &std::path::Path, handle: &mut FileHandle, flags: i32) -> Result<std::fs::File, i32> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let mount = std::fs::File::open(mount).unwrap();
+    let fd = unsafe { libc::open_by_handle_at(mount.as_raw_fd(), (handle as *mut FileHandle).cast::<libc::file_handle>(), flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
+    }
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
+/// File handles (`name_to_handle_at`, what xfstests' open_by_handle tests and an NFS
+/// re-export use) outlive the kernel's inode and the mount: after an unmount and a new mount
+/// on another node, a handle opens its file (and a directory's, its directory), and the
+/// handle of a file removed meanwhile is stale.
+#[test]
+fn file_handles_open_their_files_after_the_mount_is_gone() {
+    use std::io::Read;
+    let inst = Instance::up_on("handles", "127.0.6", 201, 2, &["--capacity", "256M"]);
+    let mut handles = {
+        let m = inst.mount("a", "127.0.6.201");
+        std::fs::create_dir(m.path("d")).unwrap();
+        std::fs::write(m.path("d/kept"), b"kept bytes").unwrap();
+        std::fs::write(m.path("d/removed"), b"x").unwrap();
+        [handle_of(&m.path("d/kept")), handle_of(&m.path("d/removed")), handle_of(&m.path("d"))]
+    };
+    let m = inst.mount("b", "127.0.6.205");
+    std::fs::remove_file(m.path("d/removed")).unwrap();
+    // Nothing of the files is in this node's kernel: each open asks the mount for the inode.
+    sh("echo 2 > /proc/sys/vm/drop_caches");
+    let mut kept = open_by_handle(&m.dir, &mut handles[0], libc::O_RDONLY).expect("open the kept file by its handle");
+    let mut read = String::new();
+    kept.read_to_string(&mut read).unwrap();
+    assert_eq!(read, "kept bytes");
+    assert_eq!(open_by_handle(&m.dir, &mut handles[1], libc::O_RDONLY).unwrap_err(), libc::ESTALE, "the removed file's handle");
+    let dir = open_by_handle(&m.dir, &mut handles[2], libc::O_RDONLY | libc::O_DIRECTORY).expect("open the directory by its handle");
+    let listed = std::fs::read_dir(format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&dir))).unwrap();
+    let names: Vec<String> = listed.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(names, ["kept"], "the directory opened by its handle");
+}

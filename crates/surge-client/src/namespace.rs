@@ -61,6 +61,11 @@ impl Client {
         attr
     }
 
+    /// The directory that holds directory `dir` (itself for the root).
+    pub async fn parent_of(&self, dir: Ino) -> Result<Ino> {
+        Ok(self.lookup_entry(dir, "..").await?.ino)
+    }
+
     pub(crate) async fn lookup_entry(&self, parent: Ino, name: &str) -> Result<DirEntry> {
         if name != ".." {
             check_name(name)?;

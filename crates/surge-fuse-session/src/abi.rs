@@ -12,6 +12,7 @@ pub mod init {
     use super::*;
     pub const ASYNC_READ: u64 = FUSE_ASYNC_READ as u64;
     pub const POSIX_LOCKS: u64 = FUSE_POSIX_LOCKS as u64;
+    pub const EXPORT_SUPPORT: u64 = FUSE_EXPORT_SUPPORT as u64;
     pub const ATOMIC_O_TRUNC: u64 = FUSE_ATOMIC_O_TRUNC as u64;
     pub const BIG_WRITES: u64 = FUSE_BIG_WRITES as u64;
     pub const DONT_MASK: u64 = FUSE_DONT_MASK as u64;

@@ -315,6 +315,9 @@ impl Filesystem for SurgeFs {
                 // directory before they look at any entry.
                 | init::DO_READDIRPLUS
                 | init::ATOMIC_O_TRUNC
+                // File handles (`name_to_handle_at`, NFS re-export) that outlive the kernel's
+                // inode and the mount itself: see `Ops::lookup_by_number`.
+                | init::EXPORT_SUPPORT
                 | init::POSIX_LOCKS
                 | init::FLOCK_LOCKS
                 // The kernel enforces POSIX ACLs (the servers keep them and apply a directory's

@@ -375,6 +375,9 @@ impl Ops {
     /// Answered now when the name is missing from a directory whose every name this mount
     /// knows; otherwise asked of the servers.
     pub fn lookup(self: &Arc<Self>, parent: u64, name: String, caller: Caller) -> Answer<Attr> {
+        if name == "." || name == ".." {
+            return self.lookup_by_number(parent, name == "..");
+        }
         if let Err(e) = names_fit(&[&name]) {
             return Answer::Now(Err(e));
         }
@@ -404,6 +407,24 @@ impl Ops {
                 ops.kernel.looked_up_directory(attr.ino, parent, &name).await;
             }
             Ok(ops.told(attr))
+        })
+    }
+
+    /// The kernel's way back to an inode from a file handle (`open_by_handle_at`, an NFS
+    /// export) once it has evicted it: a lookup of "." in the inode itself, or of ".." for a
+    /// directory's parent. Inode numbers are the servers' and never reused, so a handle stays
+    /// good across the mount's restarts for as long as its file lives, and a file gone since
+    /// is ESTALE, as on a local file system.
+    fn lookup_by_number(self: &Arc<Self>, ino: u64, parent: bool) -> Answer<Attr> {
+        let ops = self.clone();
+        Answer::later(async move {
+            ops.delegations.settle().await?;
+            let ino = if parent { ops.client.parent_of(ino).await? } else { ino };
+            match ops.client.getattr(ino).await {
+                Ok(attr) => Ok(ops.told(ops.with_unpublished_size(attr))),
+                Err(e) if e.code == ErrorCode::NotFound => Err(Error::new(ErrorCode::Stale, format!("inode {ino:#x} is gone"))),
+                Err(e) => Err(e),
+            }
         })
     }
 

@@ -877,3 +877,20 @@ async fn a_rewound_directory_handle_lists_the_directory_anew() {
     ops.releasedir(fh);
     fx.stop().await;
 }
+
+/// The lookups the kernel makes to turn a file handle back into an inode: "." in the inode
+/// itself, ".." in a directory for its parent; a file gone since is a stale handle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_by_number_find_the_inode_and_a_directory_s_parent() {
+    let fx = Fixture::new("bynumber", 2).await;
+    let ops = &fx.ops;
+    let dir = ops.mkdir(ROOT_INO, "dir".into(), 0o755, 0, me()).await.unwrap();
+    let f = put(ops, dir.ino, "f", b"abc").await;
+    let found = ops.lookup(f, ".".into(), me()).await.unwrap();
+    assert_eq!((found.ino, found.size), (f, 3));
+    assert_eq!(ops.lookup(dir.ino, "..".into(), me()).await.unwrap().ino, ROOT_INO);
+    assert_eq!(ops.lookup(dir.ino, ".".into(), me()).await.unwrap().ino, dir.ino);
+    fx.other.unlink_at(dir.ino, "f").await.unwrap();
+    assert_eq!(errno(ops.lookup(f, ".".into(), me()).await), libc::ESTALE);
+    fx.stop().await;
+}
