@@ -2065,6 +2065,8 @@ fn handle_of(path: &std::path::Path) -> FileHandle {
     let mut handle = FileHandle { bytes: 128, kind: 0, data: [0; 128] };
     let path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
     let mut mount_id = 0;
+    // SAFETY: `handle` has room for the 128 bytes its `bytes` field offers the kernel, and
+    // `path` is a C string that outlives the call.
     let got =
         unsafe { libc::name_to_handle_at(libc::AT_FDCWD, path.as_ptr(), (&raw mut handle).cast::<libc::file_handle>(), &mut mount_id, 0) };
     assert_eq!(got, 0, "name_to_handle_at {}: {}", path.to_string_lossy(), std::io::Error::last_os_error());
@@ -2075,10 +2077,12 @@ fn handle_of(path: &std::path::Path) -> FileHandle {
 fn open_by_handle(mount: &std::path::Path, handle: &mut FileHandle, flags: i32) -> Result<std::fs::File, i32> {
     use std::os::fd::{AsRawFd, FromRawFd};
     let mount = std::fs::File::open(mount).unwrap();
+    // SAFETY: `handle` is a whole handle as name_to_handle_at filled it.
     let fd = unsafe { libc::open_by_handle_at(mount.as_raw_fd(), (handle as *mut FileHandle).cast::<libc::file_handle>(), flags) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
     }
+    // SAFETY: `fd` was just opened and belongs to nobody else.
     Ok(unsafe { std::fs::File::from_raw_fd(fd) })
 }
 
