@@ -101,6 +101,10 @@ fn leaked(inst: &Instance, left: &[String]) -> String {
     while let Some(dir) = dirs.pop() {
         if seen.insert(dir) && seen.len() < 12 {
             report += &format!("directory {dir:#x}: {:?}, named {:?}\n", scan.inodes.get(&dir), named(dir));
+            let lines: Vec<&str> = about(&logs, dir).collect();
+            for line in &lines[lines.len().saturating_sub(30)..] {
+                report += &format!("    {line}\n");
+            }
             dirs.extend(scan.entries.iter().filter(|e| e.ino == dir).map(|e| e.dir));
         }
     }
@@ -109,12 +113,27 @@ fn leaked(inst: &Instance, left: &[String]) -> String {
     }
     for &ino in inos.iter().take(5) {
         report += &format!("{ino:#x} at its home: {:?}, named {:?}\n", scan.inodes.get(&ino), named(ino));
-        let hex = format!("{ino:#x}");
-        for line in logs.lines().filter(|l| l.contains(&hex)).take(10) {
+        for line in about(&logs, ino).take(40) {
             report += &format!("    {line}\n");
         }
     }
     report
+}
+
+/// The log lines that name inode `ino`: in hex (the warnings) or, bounded by non-digits, in
+/// decimal (the servers' step trace, SURGE_LOG=surge_server::steps=trace in the test's
+/// environment: docs/testing.md).
+fn about(logs: &str, ino: u64) -> impl Iterator<Item = &str> {
+    let (hex, decimal) = (format!("{ino:#x}"), ino.to_string());
+    logs.lines().filter(move |line| {
+        line.contains(&hex)
+            || line.match_indices(&decimal).any(|(at, _)| {
+                let bytes = line.as_bytes();
+                let before = at.checked_sub(1).map(|i| bytes[i]);
+                let after = bytes.get(at + decimal.len()).copied();
+                !before.is_some_and(|b| b.is_ascii_alphanumeric()) && !after.is_some_and(|b| b.is_ascii_digit())
+            })
+    })
 }
 
 fn fsck_is_clean(inst: &Instance, after: &str) {
@@ -125,8 +144,8 @@ fn fsck_is_clean(inst: &Instance, after: &str) {
         let logs = inst.mount_log() + &inst.server_logs();
         let mut named = String::new();
         for word in report.split_whitespace().filter(|w| w.starts_with("0x")).take(5) {
-            let short = format!("{:#x}", u64::from_str_radix(word.trim_start_matches("0x").trim_end_matches(':'), 16).unwrap_or(0));
-            for line in logs.lines().filter(|l| l.contains(&short)).take(20) {
+            let ino = u64::from_str_radix(word.trim_start_matches("0x").trim_end_matches(':'), 16).unwrap_or(0);
+            for line in about(&logs, ino).take(40) {
                 named += &format!("    {line}\n");
             }
         }

@@ -178,6 +178,9 @@ impl Session {
                 ticket_key: server.ticket_key.as_ref(),
             };
             let reply = step.run(&mut cx);
+            // Every step with its outcome, in the order applied (SURGE_LOG=surge_server::steps=trace):
+            // an inode's history across the servers, for whoever hunts an inconsistency.
+            tracing::trace!(target: "surge_server::steps", connection = self.lock_connection, written_back = self.written_back.is_some(), "{step:?} -> {reply:?}");
             if let Some(mark) = self.written_back.take() {
                 meta.delegation_applied(mark.dir, mark.token, mark.seq);
             }
