@@ -50,6 +50,11 @@ impl File {
         if !failed && !keep_size && mode != AllocateMode::PunchHole && end > self.size() {
             self.set_len(end).await?;
         }
+        if mode != AllocateMode::Reserve {
+            // Bytes changed (zeroed), as by a write: the next flush publishes a new mtime, so
+            // the file's content version moves and every node's next open drops its pages.
+            self.changed_content();
+        }
         // The space changed, maybe without the size: the home forgets what it knew of it, and
         // notes how far the servers may now hold data files of it (past the size, even empty
         // after a failure, its removal must reach them too).

@@ -385,6 +385,12 @@ impl File {
     fn wrote(&self, end: u64) {
         self.written_end.fetch_max(end, Ordering::Relaxed);
         self.size.fetch_max(end, Ordering::Relaxed);
+        self.changed_content();
+    }
+
+    /// Bytes of the file changed through this handle (a write, a hole punched, a range
+    /// zeroed): the next flush publishes the new mtime.
+    pub(crate) fn changed_content(&self) {
         self.dirty.store(true, Ordering::Relaxed);
         self.mtime_due.store(true, Ordering::Relaxed);
     }

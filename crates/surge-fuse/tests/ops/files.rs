@@ -378,3 +378,28 @@ async fn appends_from_the_mount_and_another_node_all_land_whole() {
     }
     fx.stop().await;
 }
+
+/// A hole punched or a range zeroed changes the file's bytes as a write does: its close
+/// publishes a new mtime, so the content version every node's open compares moves, and a
+/// node holding the old bytes in its page cache drops them at its next open (without it, the
+/// fsx two-mount check read a's old bytes after b's punch, when the change notice lost the
+/// race with a's open).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_punched_hole_moves_the_content_version_as_a_write_does() {
+    let fx = Fixture::new("punchversion", 2).await;
+    let ops = &fx.ops;
+    let ino = put(ops, ROOT_INO, "f", &vec![7u8; 64 << 10]).await;
+    for (mode, what) in [(libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, "punch hole"), (libc::FALLOC_FL_ZERO_RANGE, "zero range")]
+    {
+        let before = fx.other.getattr(ino).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let fh = open(ops, ino, libc::O_RDWR).await;
+        ops.fallocate(ino, fh, 4096, 8192, mode).await.unwrap();
+        close(ops, ino, fh).await;
+        let after = fx.other.getattr(ino).await.unwrap();
+        assert_eq!(after.size, before.size, "{what}");
+        assert!(after.mtime > before.mtime, "{what}: mtime {:?} then {:?}", before.mtime, after.mtime);
+        assert_ne!(after.content_version(), before.content_version(), "{what}");
+    }
+    fx.stop().await;
+}
