@@ -36,6 +36,22 @@ async fn posix_namespace_rules_hold_across_servers() {
     assert_eq!(f.pread(0, 100).await.unwrap(), b"file in d0");
     f.close().await.unwrap();
 
+    // A rename onto another name of the same file changes nothing (rename(2)), also where
+    // the two directories are homed on different servers (there the target is linked
+    // first, and the source must then stay).
+    let mut homes = Vec::new();
+    for i in 0..16 {
+        homes.push(ino::home(c.stat(&format!("/d{i}")).await.unwrap().ino));
+    }
+    let other = (1..16).find(|&i| homes[i] != homes[0]).expect("two directories on different servers");
+    c.create("/d0/x", 0o644).await.unwrap().close().await.unwrap();
+    c.link("/d0/x", &format!("/d{other}/y")).await.unwrap();
+    c.rename("/d0/x", &format!("/d{other}/y")).await.unwrap();
+    let (x, y) = (c.stat("/d0/x").await.unwrap(), c.stat(&format!("/d{other}/y")).await.unwrap());
+    assert_eq!((x.ino, x.nlink), (y.ino, 2), "both names stay, and the count");
+    c.unlink("/d0/x").await.unwrap();
+    c.unlink(&format!("/d{other}/y")).await.unwrap();
+
     // Directory renames across servers, into a subtree, and the cycle check.
     c.mkdir_all("/a/b/c", 0o755).await.unwrap();
     c.rename("/a/b", "/d3/b").await.unwrap();

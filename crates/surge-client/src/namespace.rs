@@ -369,6 +369,10 @@ impl Client {
         let result = loop {
             attempts += 1;
             let attempt = if ino::home(src_parent) == ino::home(dst_parent) {
+                if src_parent != dst_parent {
+                    // The home checks `..` only as far as it holds the chain.
+                    self.check_not_moved_into_itself(src_parent, src_name, dst_parent).await?;
+                }
                 let rename = Rename {
                     src_parent,
                     src_name: src_name.to_string(),
@@ -467,6 +471,12 @@ impl Client {
         }
         .await;
         match linked {
+            // The target is already another name of the same file (a link made meanwhile):
+            // rename(2) then does nothing, and the source name stays.
+            Err(e) if e.code == ErrorCode::Exists && !noreplace => {
+                self.call_home(src_parent, finish(false)).await?;
+                Ok(LinkOutcome::default())
+            }
             Ok(outcome) => match self.call_home(src_parent, finish(true)).await {
                 Ok(()) => Ok(outcome),
                 Err(e) => {
@@ -552,6 +562,15 @@ impl Client {
                 Err(e)
             }
         }
+    }
+
+    /// Refuses to move `parent/name` below itself, if it is a directory.
+    async fn check_not_moved_into_itself(&self, parent: Ino, name: &str, target: Ino) -> Result<()> {
+        let entry = self.lookup_entry(parent, name).await?;
+        if entry.kind == FileKind::Dir {
+            self.check_not_ancestor(entry.ino, target).await?;
+        }
+        Ok(())
     }
 
     /// Refuses to move directory `dir` below itself: walks `..` from `target` to the root.

@@ -120,8 +120,10 @@ pub struct DropInode {
 
 /// Links `ino` under `parent/name` (mkdir step 2, cross-server rename step 2). `replace`: an
 /// existing target may be replaced under rename's rules (`retired_target`: the directory
-/// there, retired on its own home first). `new_dir`: the step links a directory made on
-/// another server (mkdir), with the default ACL it inherited.
+/// there, retired on its own home first; a target that already names `ino` is refused with
+/// Exists all the same, as rename(2) onto another link of the same file changes nothing).
+/// `new_dir`: the step links a directory made on another server (mkdir), with the default
+/// ACL it inherited.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct InsertEntry {
     pub parent: Ino,

@@ -169,7 +169,10 @@ impl MetaStore {
                 return fail(ErrorCode::Exists, format!("'{name}' exists"));
             }
             if existing.ino == ino {
-                return Ok(LinkOutcome::default());
+                // A rename onto another name of the same file, which rename(2) leaves alone:
+                // the caller must keep the source name too (it alone can tell this from a
+                // free target, where the source goes).
+                return fail(ErrorCode::Exists, format!("'{name}' already names this file"));
             }
         }
         if kind == FileKind::Dir && ino == parent {
@@ -245,6 +248,10 @@ mod tests {
         assert_eq!(s.add_link(ino).unwrap().nlink, 2);
         s.insert_entry(ROOT_INO, "g", ino, FileKind::File, false, None).unwrap();
         assert_eq!(s.insert_entry(ROOT_INO, "g", ino, FileKind::File, false, None).unwrap_err().code, ErrorCode::Exists);
+        // A rename between servers onto a name that is already this file's changes nothing
+        // (the client then keeps the source name too).
+        assert_eq!(s.insert_entry(ROOT_INO, "g", ino, FileKind::File, true, None).unwrap_err().code, ErrorCode::Exists);
+        assert_eq!(s.inode(ino).unwrap().attr.nlink, 2);
         assert!(!s.unlink(ROOT_INO, "f").unwrap().purge, "one name left");
         assert_eq!(s.getattr(ino).unwrap().nlink, 1);
         assert!(s.unlink(ROOT_INO, "g").unwrap().purge, "the last name took the file");

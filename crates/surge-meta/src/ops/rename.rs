@@ -183,7 +183,8 @@ impl MetaStore {
     }
 
     /// Walks `..` from `dir` as far as this server knows it, looking for `ancestor`. The
-    /// client checks the rest of the chain; this catches the common local case cheaply.
+    /// client checks the whole chain first (`Client::rename_at`), which may leave this
+    /// server; this catches the local case again under the metadata lock.
     fn is_ancestor_or_self(&self, ancestor: Ino, mut dir: Ino) -> bool {
         for _ in 0..4096 {
             if dir == ancestor {
