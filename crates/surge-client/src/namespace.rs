@@ -248,18 +248,11 @@ impl Client {
         let kind = added.attr.kind;
         let insert = InsertEntry { parent, name: name.to_string(), ino, kind, replace: false, retired_target: None, new_dir: None };
         if let Err(e) = self.call_home(parent, insert).await {
-            // The link added is taken back, and with it the file if its other names went
-            // meanwhile (another node unlinked them): then its data goes too.
-            let undone = async {
-                let fate = self.call_home(ino, DropLink { ino, ticket: added.undo }).await?;
-                if fate.purge {
-                    self.purge_data(ino, fate.size, fate.ticket).await?;
-                }
-                Ok::<_, Error>(())
-            };
-            if let Err(undo) = undone.await {
-                tracing::warn!(ino = format!("{ino:#x}"), "taking back a link whose name was refused ({e}): {undo}");
-            }
+            // The link added is taken back as any lost name's, and with it the file if its
+            // other names went meanwhile (another node unlinked them), data and all; a
+            // failure there is logged by `finish_unlinked`.
+            let undo = Unlinked { ino, kind, remote: true, purge: false, size: 0, ticket: added.undo };
+            let _ = self.finish_unlinked(&undo).await;
             return Err(e);
         }
         Ok(added.attr)

@@ -184,8 +184,6 @@ const PASSTHROUGH_WORTH: u64 = 1 << 20;
 /// outgrow it by is what it writes in this time.
 const PASSTHROUGH_GUARD_PERIOD: Duration = Duration::from_millis(10);
 
-/// What a namespace change did to its name, for `Listings::named`: `exists` once it
-/// succeeded, unknown after a failure.
 /// A handle the home registered, once preparing it for the kernel is over: released when
 /// that failed, as the kernel never sees it and never releases it (the home would count the
 /// open for good, and keep an unlinked file's data).
@@ -200,6 +198,12 @@ async fn released_on_error(f: File, prepared: Result<()>) -> Result<File> {
     Ok(f)
 }
 
+fn no_directory_handle(fh: u64) -> Error {
+    Error::new(ErrorCode::BadHandle, format!("directory handle {fh} is not open"))
+}
+
+/// What a namespace change did to its name, for `Listings::named`: `exists` once it
+/// succeeded, unknown after a failure.
 fn outcome<T>(result: &Result<T>, exists: bool) -> Option<bool> {
     result.is_ok().then_some(exists)
 }
@@ -1127,12 +1131,7 @@ impl Ops {
 
     /// The snapshot taken at opendir (or at the last rewind: see [`Ops::listing_from`]).
     pub fn dir_entries(&self, fh: u64) -> Result<Arc<Listing>> {
-        self.dirs
-            .lock()
-            .unwrap()
-            .get(&fh)
-            .map(|open| open.listing.clone())
-            .ok_or_else(|| Error::new(ErrorCode::BadHandle, format!("directory handle {fh} is not open")))
+        self.dirs.lock().unwrap().get(&fh).map(|open| open.listing.clone()).ok_or_else(|| no_directory_handle(fh))
     }
 
     /// The listing a read of handle `fh` at `offset` walks: the snapshot taken at opendir,
@@ -1143,7 +1142,7 @@ impl Ops {
         let ino = {
             let mut dirs = self.dirs.lock().unwrap();
             let Some(open) = dirs.get_mut(&fh) else {
-                return Answer::Now(Err(Error::new(ErrorCode::BadHandle, format!("directory handle {fh} is not open"))));
+                return Answer::Now(Err(no_directory_handle(fh)));
             };
             if offset != 0 || !std::mem::replace(&mut open.read_from_start, true) {
                 return Answer::Now(Ok(open.listing.clone()));
