@@ -100,7 +100,7 @@ fn steps(input: &mut Input) {
                 }
             }
             1 => {
-                if let Ok(attr) = live.make_dir_inode(dir, 0o755, 0, 0, 0, None, DirLayout::default(), None) {
+                if let Ok(attr) = live.make_dir_inode(dir, 0o755, 0, 0, 0, None, DirLayout::default(), None, None) {
                     match live.insert_entry(dir, name, attr.ino, FileKind::Dir, false, None) {
                         Ok(_) => dirs.push(attr.ino),
                         Err(_) => drop(live.drop_inode(attr.ino)),

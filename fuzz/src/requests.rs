@@ -553,11 +553,18 @@ impl Run {
                     self.attr(&answer);
                     return;
                 }
-                let inherited = DirInheritance { default_acl: Self::opt(input, Self::acl_value), layout: Self::layout(input) };
+                let inherited = DirInheritance {
+                    default_acl: Self::opt(input, Self::acl_value),
+                    layout: Self::layout(input),
+                    group: Self::opt(input, |i| i.u32()),
+                };
                 let answer = self.conn.call(MakeDirInode { parent, mode, umask, uid: 0, gid: 0, inherited }, &[]);
                 if let Some(attr) = self.attr(&answer) {
-                    let new_dir =
-                        Self::opt(input, |i| DirInheritance { default_acl: Self::opt(i, Self::acl_value), layout: Self::layout(i) });
+                    let new_dir = Self::opt(input, |i| DirInheritance {
+                        default_acl: Self::opt(i, Self::acl_value),
+                        layout: Self::layout(i),
+                        group: Self::opt(i, |i| i.u32()),
+                    });
                     let insert =
                         InsertEntry { parent, name, ino: attr.ino, kind: FileKind::Dir, replace: false, retired_target: None, new_dir };
                     if self.conn.call(insert, &[]).decode::<LinkOutcome>("insert-entry").is_none() {

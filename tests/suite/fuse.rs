@@ -446,6 +446,47 @@ fn set_id_bits_go_with_a_chown_by_the_owner_and_a_write_by_another_user() {
     assert_eq!(mode("mine"), "6777", "root's write keeps them");
 }
 
+/// What is made in a set-group-ID directory takes the directory's group, and a new directory
+/// the bit as well, on the node that made the directory and on another, whichever server
+/// homes what is made (a directory homed away from its parent is made in two steps), also
+/// when the node held the directory under a delegation before it became set-group-ID.
+#[test]
+fn a_set_group_id_directory_gives_its_group_down_the_tree_on_every_node() {
+    use std::os::unix::fs::MetadataExt;
+    let inst = instance("setgid", 16);
+    let (a, b) = two_nodes(&inst, 16);
+    let project = a.path("project");
+    std::fs::create_dir(&project).unwrap();
+    std::fs::set_permissions(&project, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // Enough creates for node a to ask for the directory's delegation.
+    for i in 0..64 {
+        std::fs::write(project.join(format!("before{i}")), b"").unwrap();
+    }
+    sh(&format!("chgrp 65533 {0} && chmod 2777 {0}", project.display()));
+    let maker = |dir: &std::path::Path, names: &str| {
+        let cmd = format!("cd {} && for n in {names}; do touch f$n && mkdir d$n && touch d$n/g && mkdir d$n/e; done", dir.display());
+        let out = std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--groups=65534,65533", "bash", "-c", &cmd])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{cmd}: {out:?}");
+    };
+    maker(&project, "$(seq 0 19)");
+    maker(&b.path("project"), "$(seq 20 39)");
+    for m in [&a, &b] {
+        for i in 0..40 {
+            for (path, dir) in [(format!("f{i}"), false), (format!("d{i}"), true), (format!("d{i}/g"), false), (format!("d{i}/e"), true)] {
+                let meta = std::fs::metadata(m.path("project").join(&path)).unwrap();
+                assert_eq!((meta.uid(), meta.gid()), (65534, 65533), "{path} as node {} sees it", m.dir.display());
+                let set_gid = meta.mode() & libc::S_ISGID != 0;
+                assert_eq!(set_gid, dir, "{path}: the bit on directories only");
+            }
+        }
+        let before = std::fs::metadata(m.path("project/before0")).unwrap();
+        assert_eq!(before.gid(), 0, "what was there before keeps its group");
+    }
+}
+
 #[test]
 fn rename_on_one_node_publishes_to_a_mount_on_another() {
     let inst = instance("twonode", 71);

@@ -193,7 +193,7 @@ impl Client {
             // Homed with its parent: inode and name in one step on that server.
             return self.call_home(parent, MakeDir { parent, name: name.to_string(), mode, umask, uid, gid, ino: None }).await;
         }
-        let mut inherited = DirInheritance { default_acl: None, layout: self.default_layout() };
+        let mut inherited = DirInheritance { default_acl: None, layout: self.default_layout(), group: None };
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -219,7 +219,10 @@ impl Client {
                     if e.code != ErrorCode::Stale || attempts == MKDIR_ATTEMPTS {
                         return Err(e);
                     }
-                    inherited = DirInheritance { default_acl: self.default_acl_of(parent).await?, layout: self.layout_of(parent).await? };
+                    let parent_attr = self.getattr(parent).await?;
+                    let group = (parent_attr.mode & libc::S_ISGID != 0).then_some(parent_attr.gid);
+                    inherited =
+                        DirInheritance { default_acl: self.default_acl_of(parent).await?, layout: self.layout_of(parent).await?, group };
                 }
             }
         }

@@ -204,6 +204,23 @@ impl Delegations {
         });
     }
 
+    /// Gives `dir` back and waits until it is, for a change to the directory that must decide
+    /// what is made in it from then on (it becomes set-group-ID, which its home refuses to
+    /// delegate): nothing made in it after is answered here.
+    pub(crate) async fn give_back_now(&self, dir: u64) -> Result<()> {
+        let held = {
+            let mut st = self.state.lock().unwrap();
+            if let Some(asking) = st.asking.get_mut(&dir) {
+                asking.recalled = true;
+            }
+            st.held.remove(&dir)
+        };
+        match held {
+            Some(delegated) => delegated.give_back().await,
+            None => Ok(()),
+        }
+    }
+
     /// Sets the times of file `ino` at once when a delegation held here made it and has not
     /// written it back yet (see [`DelegatedDir::set_times`]): its attributes after. None: the
     /// ordinary path.

@@ -470,6 +470,10 @@ impl Ops {
         }
         let ops = self.clone();
         Answer::later(async move {
+            if change.mode.is_some_and(|mode| mode & libc::S_ISGID != 0) {
+                // What is made in a set-group-ID directory takes its group: its home's to give.
+                ops.delegations.give_back_now(ino).await?;
+            }
             ops.delegations.settle().await?;
             let mut changes = AttrChanges { mode: change.mode.map(|m| m & 0o7777), ..change };
             let resized = changes.size;

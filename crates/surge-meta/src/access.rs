@@ -364,6 +364,25 @@ pub fn inherit(kind: FileKind, mode: u32, umask: u32, default: Option<&Acl>) -> 
     }
 }
 
+/// The group of a new inode of `kind` that the caller of group `gid` makes in a directory,
+/// given the directory's group if the directory is set-group-ID (`dir_group`): that group,
+/// and for a new directory the set-group-ID bit as well, so that a project's tree stays the
+/// project's (Linux's inode_init_owner). The bit of a file asked for by a caller outside
+/// the group is the kernel's to strip before the request comes (mode_strip_sgid).
+pub fn owner_in(kind: FileKind, perms: &mut Inherited, gid: u32, dir_group: Option<u32>) -> u32 {
+    let Some(group) = dir_group else { return gid };
+    if kind == FileKind::Dir {
+        perms.mode |= SET_GID;
+    }
+    group
+}
+
+/// The group a set-group-ID directory gives what is made in it (see [`owner_in`]); None for
+/// any other directory.
+pub fn set_gid_group(dir: &Attr) -> Option<u32> {
+    (dir.kind == FileKind::Dir && dir.mode & SET_GID != 0).then_some(dir.gid)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -682,7 +682,7 @@ mod tests {
     fn a_format_1_directory_comes_back_and_is_rewritten_as_format_2() {
         let root = Root::new("format1");
         let mut old = MetaStore::new(0, 0, 0);
-        let dir = old.make_dir_inode(ROOT_INO, 0o750, 0, 7, 7, None, DirLayout::Striped, None).unwrap();
+        let dir = old.make_dir_inode(ROOT_INO, 0o750, 0, 7, 7, None, DirLayout::Striped, None, None).unwrap();
         old.insert_entry(ROOT_INO, "dir", dir.ino, FileKind::Dir, false, None).unwrap();
         let snapshot = format1(old.snapshot());
         old.track_changes();
@@ -771,7 +771,7 @@ mod tests {
         let root = Root::new("format2");
         let mut old = MetaStore::new(0, 0, 0);
         old.track_changes();
-        let dir = old.make_dir_inode(ROOT_INO, 0o750, 0, 7, 7, None, DirLayout::Striped, None).unwrap();
+        let dir = old.make_dir_inode(ROOT_INO, 0o750, 0, 7, 7, None, DirLayout::Striped, None, None).unwrap();
         old.insert_entry(ROOT_INO, "dir", dir.ino, FileKind::Dir, false, None).unwrap();
         old.set_xattr(dir.ino, "user.kept", b"yes".to_vec(), surge_proto::XattrSetMode::Either).unwrap();
         root.written_by(

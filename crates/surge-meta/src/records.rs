@@ -410,7 +410,7 @@ mod tests {
         s.track_changes();
         let mut journal = vec![s.take_changes()];
         let step = |s: &mut MetaStore, journal: &mut Vec<Record>| journal.push(s.take_changes());
-        let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 1, 1, None, DirLayout::Striped, None).unwrap();
+        let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 1, 1, None, DirLayout::Striped, None, None).unwrap();
         s.insert_entry(ROOT_INO, "a", a.ino, FileKind::Dir, false, None).unwrap();
         step(&mut s, &mut journal);
         for i in 0..50 {
@@ -430,7 +430,7 @@ mod tests {
         let open = s.create(ROOT_INO, "open-then-unlinked", 0o644, 0, 1, 1, true, true, None).unwrap();
         s.unlink(ROOT_INO, "open-then-unlinked").unwrap();
         step(&mut s, &mut journal);
-        let empty = s.make_dir_inode(ROOT_INO, 0o755, 0, 1, 1, None, DirLayout::Striped, None).unwrap();
+        let empty = s.make_dir_inode(ROOT_INO, 0o755, 0, 1, 1, None, DirLayout::Striped, None, None).unwrap();
         s.insert_entry(ROOT_INO, "gone", empty.ino, FileKind::Dir, false, None).unwrap();
         s.rmdir(ROOT_INO, "gone").unwrap();
         step(&mut s, &mut journal);
@@ -479,7 +479,7 @@ mod tests {
     #[test]
     fn a_split_snapshot_rebuilds_the_store() {
         let mut s = MetaStore::new(0, 0, 0);
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None).unwrap();
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None, None).unwrap();
         s.insert_entry(ROOT_INO, "d", dir.ino, FileKind::Dir, false, None).unwrap();
         for i in 0..XATTRS_PER_RECORD + 10 {
             let file = s.create(dir.ino, &format!("f{i}"), 0o644, 0, 0, 0, true, false, None).unwrap();

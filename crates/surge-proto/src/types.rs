@@ -186,7 +186,7 @@ pub struct LinkAdded {
 }
 
 /// What a new directory inherits from its parent: the parent's default ACL (in its xattr
-/// form; None: none) and its layout. A server making a directory whose parent it homes reads
+/// form; None: none), its layout, and its group when it is set-group-ID. A server making a directory whose parent it homes reads
 /// them itself; one making a directory for a parent homed elsewhere takes them from the
 /// request, as the client supposes them (no default ACL, the instance's default layout), and
 /// mkdir's link step (`InsertEntry`) carries the same supposition to the parent's home, which
@@ -197,6 +197,10 @@ pub struct LinkAdded {
 pub struct DirInheritance {
     pub default_acl: Option<Vec<u8>>,
     pub layout: crate::placement::DirLayout,
+    /// The parent's group if the parent is set-group-ID: the new directory takes that group
+    /// and the bit (see `surge_meta::access::owner_in`).
+    #[serde(default)]
+    pub group: Option<u32>,
 }
 
 /// What a lock request asks for: a shared (read) or exclusive (write) lock, or to let go.

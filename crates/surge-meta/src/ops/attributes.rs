@@ -191,7 +191,7 @@ mod tests {
         assert_eq!(s.getattr(ino).unwrap().blocks, None, "truncating changes it");
         s.setattr(ino, &AttrChanges { size: Some(0), ..Default::default() }).unwrap();
         assert_eq!(s.getattr(ino).unwrap().blocks, Some(0), "nothing is left of an emptied file");
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None).unwrap();
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None, None).unwrap();
         s.note_allocation(&[note(Some(16), s.getattr(ino).unwrap().content_version())]);
         let mut replayed = MetaStore::new(0, 0, 0);
         replayed.apply(s.take_changes()).unwrap();

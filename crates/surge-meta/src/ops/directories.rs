@@ -32,6 +32,12 @@ impl MetaStore {
         self.inodes.get(&dir)?.xattrs.as_ref()?.acl(AclKind::Default)
     }
 
+    /// The group of what is made in `dir` if `dir` is set-group-ID (see
+    /// [`access::owner_in`]).
+    pub fn set_gid_group(&self, dir: Ino) -> Option<u32> {
+        access::set_gid_group(&self.inodes.get(&dir)?.attr)
+    }
+
     /// Where the files made in `dir` are put.
     pub fn layout_of(&self, dir: Ino) -> Result<DirLayout> {
         Ok(self.dir(dir)?.layout)
@@ -59,14 +65,16 @@ impl MetaStore {
         gid: u32,
         remote_default: Option<&Acl>,
         remote_layout: DirLayout,
+        remote_group: Option<u32>,
         ino: Option<Ino>,
     ) -> Result<Attr> {
         // A `..` naming a file, or nothing, would answer lookups with another inode's kind.
-        let (default, layout) = match self.is_local(parent) {
-            true => (self.default_acl_of(parent), self.dir(parent)?.layout),
-            false => (remote_default, remote_layout),
+        let (default, layout, dir_group) = match self.is_local(parent) {
+            true => (self.default_acl_of(parent), self.dir(parent)?.layout, self.set_gid_group(parent)),
+            false => (remote_default, remote_layout, remote_group),
         };
-        let perms = access::inherit(FileKind::Dir, mode, umask, default);
+        let mut perms = access::inherit(FileKind::Dir, mode, umask, default);
+        let gid = access::owner_in(FileKind::Dir, &mut perms, gid, dir_group);
         let ino = match ino {
             None => self.alloc_ino(),
             Some(ino) if self.inodes.contains_key(&ino) || !self.is_local(ino) => {
@@ -94,7 +102,7 @@ impl MetaStore {
             return fail(ErrorCode::Exists, format!("'{name}' exists"));
         }
         let layout = dir.layout;
-        let attr = self.make_dir_inode(parent, mode, umask, uid, gid, None, layout, ino)?;
+        let attr = self.make_dir_inode(parent, mode, umask, uid, gid, None, layout, None, ino)?;
         if let Err(e) = self.insert_entry(parent, name, attr.ino, FileKind::Dir, false, None) {
             self.drop_inode(attr.ino)?;
             return Err(e);
@@ -225,7 +233,8 @@ mod tests {
     fn a_directory_inode_needs_a_directory_parent_here() {
         let mut s = MetaStore::new(0, 0, 0);
         let file = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, false, None).unwrap().ino;
-        let under = |s: &mut MetaStore, parent| s.make_dir_inode(parent, 0o755, 0, 0, 0, None, DirLayout::Striped, None).map(|a| a.ino);
+        let under =
+            |s: &mut MetaStore, parent| s.make_dir_inode(parent, 0o755, 0, 0, 0, None, DirLayout::Striped, None, None).map(|a| a.ino);
         assert_eq!(under(&mut s, file).unwrap_err().code, ErrorCode::NotDir);
         assert_eq!(under(&mut s, ROOT_INO + 999).unwrap_err().code, ErrorCode::NotFound);
         let dir = under(&mut s, ROOT_INO).unwrap();
@@ -245,12 +254,12 @@ mod tests {
     #[test]
     fn directory_rules() {
         let mut s = MetaStore::new(0, 0, 0);
-        let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None).unwrap().ino;
+        let a = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None, None).unwrap().ino;
         s.insert_entry(ROOT_INO, "a", a, FileKind::Dir, false, None).unwrap();
         file(&mut s, a, "x");
         assert_eq!(s.rmdir(ROOT_INO, "a").unwrap_err().code, ErrorCode::NotEmpty);
         assert_eq!(s.getattr(ROOT_INO).unwrap().nlink, 3);
-        let b = s.make_dir_inode(a, 0o755, 0, 0, 0, None, DirLayout::Striped, None).unwrap().ino;
+        let b = s.make_dir_inode(a, 0o755, 0, 0, 0, None, DirLayout::Striped, None, None).unwrap().ino;
         s.insert_entry(a, "b", b, FileKind::Dir, false, None).unwrap();
         assert_eq!(s.rename(ROOT_INO, "a", b, "a2", false, None).unwrap_err().code, ErrorCode::Invalid);
         assert_eq!(s.rename(a, "x", ROOT_INO, "a", false, None).unwrap_err().code, ErrorCode::IsDir);
@@ -268,7 +277,7 @@ mod tests {
         }
         assert_eq!(s.drop_inode(file.ino).unwrap_err().code, ErrorCode::Invalid);
         assert_eq!(s.lookup(ROOT_INO, "f").unwrap().ino, file.ino, "the file is still there");
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None).unwrap();
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None, None).unwrap();
         s.drop_inode(dir.ino).unwrap();
     }
 

@@ -77,7 +77,8 @@ impl MetaStore {
     /// uses), in directory `parent` (checked by the caller).
     #[allow(clippy::too_many_arguments)]
     fn make_file(&mut self, parent: Ino, name: &str, ino: Ino, mode: u32, umask: u32, uid: u32, gid: u32, open: bool) -> Result<DirEntry> {
-        let perms = access::inherit(FileKind::File, mode, umask, self.default_acl_of(parent));
+        let mut perms = access::inherit(FileKind::File, mode, umask, self.default_acl_of(parent));
+        let gid = access::owner_in(FileKind::File, &mut perms, gid, self.set_gid_group(parent));
         self.insert_inode(ino, FileKind::File, perms, uid, gid, Body::File);
         self.link_entry(parent, name, ino, FileKind::File)?;
         if open {
@@ -134,10 +135,20 @@ impl MetaStore {
     /// A new inode under the new name `parent/name` (symlinks and special files; files and
     /// directories have steps of their own).
     #[allow(clippy::too_many_arguments)]
-    fn make_named(&mut self, parent: Ino, name: &str, kind: FileKind, perms: Inherited, uid: u32, gid: u32, body: Body) -> Result<Attr> {
+    fn make_named(
+        &mut self,
+        parent: Ino,
+        name: &str,
+        kind: FileKind,
+        mut perms: Inherited,
+        uid: u32,
+        gid: u32,
+        body: Body,
+    ) -> Result<Attr> {
         if self.dir(parent)?.entries.contains_key(name) {
             return fail(ErrorCode::Exists, format!("'{name}' exists"));
         }
+        let gid = access::owner_in(kind, &mut perms, gid, self.set_gid_group(parent));
         let ino = self.alloc_ino();
         let attr = self.insert_inode(ino, kind, perms, uid, gid, body);
         self.link_entry(parent, name, ino, kind)?;
@@ -256,7 +267,7 @@ mod tests {
         assert_eq!(s.getattr(ino).unwrap().nlink, 1);
         assert!(s.unlink(ROOT_INO, "g").unwrap().purge, "the last name took the file");
         assert_eq!(s.add_link(ino).unwrap_err().code, ErrorCode::NotFound);
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None).unwrap().ino;
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None, None).unwrap().ino;
         assert_eq!(s.add_link(dir).unwrap_err().code, ErrorCode::NotPermitted);
         let open = s.create(ROOT_INO, "open", 0o644, 0, 0, 0, true, true, None).unwrap().ino;
         s.unlink(ROOT_INO, "open").unwrap();
@@ -279,7 +290,7 @@ mod tests {
     #[test]
     fn insert_entry_refuses_a_kind_its_inode_does_not_have() {
         let mut s = MetaStore::new(0, 0, 0);
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None).unwrap().ino;
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None, None).unwrap().ino;
         assert_eq!(s.insert_entry(ROOT_INO, "d", dir, FileKind::File, false, None).unwrap_err().code, ErrorCode::Invalid);
         assert_eq!(s.insert_entry(ROOT_INO, "x", ino::make(0, 999), FileKind::File, false, None).unwrap_err().code, ErrorCode::NotFound);
         s.insert_entry(ROOT_INO, "d", dir, FileKind::Dir, false, None).unwrap();
@@ -305,7 +316,7 @@ mod tests {
         assert_eq!(too_far.code, ErrorCode::Invalid);
         assert!(s.lookup(ROOT_INO, "bad").is_err(), "nothing made");
 
-        let inherits = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None).unwrap().ino;
+        let inherits = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::Striped, None, None).unwrap().ino;
         assert_eq!(s.layout_of(inherits).unwrap(), DirLayout::NodeLocal, "the parent here says, not the client");
         s.insert_entry(ROOT_INO, "sub", inherits, FileKind::Dir, false, None).unwrap();
         s.set_layout(inherits, DirLayout::Striped).unwrap();
@@ -314,7 +325,39 @@ mod tests {
         assert_eq!(s.layout_of(striped).unwrap_err().code, ErrorCode::NotDir);
 
         let mut elsewhere = MetaStore::new(1, 0, 0);
-        let told = elsewhere.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::NodeLocal, None).unwrap().ino;
+        let told = elsewhere.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, DirLayout::NodeLocal, None, None).unwrap().ino;
         assert_eq!(elsewhere.layout_of(told).unwrap(), DirLayout::NodeLocal);
+    }
+
+    /// What is made in a set-group-ID directory takes the directory's group, whoever makes
+    /// it, and a new directory the bit too, so the whole tree stays the project's; a server
+    /// making a directory for a parent it does not home takes the group it is told.
+    #[test]
+    fn a_set_group_id_directory_gives_its_group_to_what_is_made_in_it() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let project = s.make_dir(ROOT_INO, "project", 0o775, 0, 0, 0, None).unwrap().ino;
+        s.setattr(project, &surge_proto::AttrChanges { mode: Some(0o2775), gid: Some(500), ..Default::default() }).unwrap();
+        let (uid, gid) = (1000, 1000);
+        let file = s.create(project, "f", 0o664, 0o002, uid, gid, false, false, None).unwrap().ino;
+        let dir = s.make_dir(project, "d", 0o775, 0o002, uid, gid, None).unwrap();
+        let link = s.symlink(project, "l", "f", uid, gid).unwrap();
+        let fifo = s.make_node(project, "p", FileKind::Fifo, 0o644, 0, uid, gid).unwrap();
+        let file = s.getattr(file).unwrap();
+        assert_eq!((file.gid, file.mode), (500, 0o664), "a file takes the group, not the bit");
+        assert_eq!((dir.gid, dir.mode), (500, 0o2775), "a directory takes the group and the bit");
+        assert_eq!((link.gid, fifo.gid), (500, 500));
+        let nested = s.create(dir.ino, "g", 0o644, 0, uid, gid, false, false, None).unwrap().ino;
+        assert_eq!(s.getattr(nested).unwrap().gid, 500, "and so on down the tree");
+
+        let plain = s.make_dir(ROOT_INO, "plain", 0o755, 0, 0, 0, None).unwrap().ino;
+        let own = s.create(plain, "f", 0o644, 0, uid, gid, false, false, None).unwrap().ino;
+        assert_eq!(s.getattr(own).unwrap().gid, gid, "elsewhere the maker's group");
+
+        let mut elsewhere = MetaStore::new(1, 0, 0);
+        let told = elsewhere.make_dir_inode(project, 0o755, 0, uid, gid, None, DirLayout::Striped, Some(500), None).unwrap();
+        assert_eq!((told.gid, told.mode), (500, 0o2755));
+        assert_eq!(s.set_gid_group(project), Some(500), "what its home checks a told group against");
+        assert_eq!(s.set_gid_group(plain), None);
+        assert!(s.delegable(project).is_err(), "its home gives the group: no delegation");
     }
 }

@@ -344,16 +344,16 @@ mod tests {
         assert_eq!(s.perms(file.ino).unwrap().acl.unwrap().perm(surge_proto::acl::Tag::User(1002)), Some(7));
         let node = s.make_node(ROOT_INO, "p", FileKind::Fifo, 0o600, 0o077, 0, 0).unwrap();
         assert_eq!((node.mode, s.perms(node.ino).unwrap().acl.is_some()), (0o600, true));
-        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0o077, 0, 0, None, DirLayout::Striped, None).unwrap();
+        let dir = s.make_dir_inode(ROOT_INO, 0o755, 0o077, 0, 0, None, DirLayout::Striped, None, None).unwrap();
         assert_eq!(dir.mode, 0o650, "the owner's entry rw, the mask within r-x, others none");
         assert_eq!(s.default_acl_of(dir.ino), Some(&default), "a directory passes it on");
         let link = s.symlink(ROOT_INO, "l", "f", 0, 0).unwrap();
         assert!(s.list_xattr(link.ino).unwrap().is_empty(), "symlinks get no ACL");
 
         let mut elsewhere = MetaStore::new(1, 0, 0);
-        let told = elsewhere.make_dir_inode(ROOT_INO, 0o777, 0o022, 0, 0, Some(&default), DirLayout::Striped, None).unwrap();
+        let told = elsewhere.make_dir_inode(ROOT_INO, 0o777, 0o022, 0, 0, Some(&default), DirLayout::Striped, None, None).unwrap();
         assert_eq!(elsewhere.default_acl_of(told.ino), Some(&default), "the parent's, as the client said");
-        let untold = elsewhere.make_dir_inode(ROOT_INO, 0o777, 0o022, 0, 0, None, DirLayout::Striped, None).unwrap();
+        let untold = elsewhere.make_dir_inode(ROOT_INO, 0o777, 0o022, 0, 0, None, DirLayout::Striped, None, None).unwrap();
         assert_eq!((untold.mode, elsewhere.default_acl_of(untold.ino)), (0o755, None));
     }
 }

@@ -284,7 +284,7 @@ mod tests {
     #[test]
     fn only_drained_directories_hold_their_writers() {
         let mut s = MetaStore::new(0, 0, 0);
-        let frames = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, Default::default(), None).unwrap().ino;
+        let frames = s.make_dir_inode(ROOT_INO, 0o755, 0, 0, 0, None, Default::default(), None, None).unwrap().ino;
         s.insert_entry(ROOT_INO, "frames", frames, FileKind::Dir, false, None).unwrap();
         let frame = s.create(frames, "f1", 0o644, 0, 0, 0, true, true, None).unwrap().ino;
         let c1 = publish(&mut s, "c1");

@@ -348,8 +348,8 @@ impl Step for MakeDirInode {
             caller.check_new_owner(self.uid, self.gid, None)?;
         }
         let remote_default = decode_acl(&self.inherited.default_acl)?;
-        let remote_layout = self.inherited.layout;
-        cx.meta.make_dir_inode(self.parent, self.mode, self.umask, self.uid, self.gid, remote_default.as_ref(), remote_layout, None)
+        let (layout, group) = (self.inherited.layout, self.inherited.group);
+        cx.meta.make_dir_inode(self.parent, self.mode, self.umask, self.uid, self.gid, remote_default.as_ref(), layout, group, None)
     }
 
     /// Watched from birth: a client that made a directory may know all its names.
@@ -436,13 +436,17 @@ impl Step for InsertEntry {
             cx.check_remove(self.parent, &self.name)?;
         }
         if let Some(inherited) = &self.new_dir {
-            // A new directory made elsewhere is linked only with the default ACL and layout
-            // it should have inherited (the client asks again, and makes it again, on Stale).
+            // A new directory made elsewhere is linked only with the default ACL, layout and
+            // group it should have inherited (the client asks again, and makes it again, on
+            // Stale).
             if decode_acl(&inherited.default_acl)?.as_ref() != cx.meta.default_acl_of(self.parent) {
                 return Err(ServerError::new(ErrorCode::Stale, "the new directory did not inherit its parent's default ACL"));
             }
             if inherited.layout != cx.meta.layout_of(self.parent)? {
                 return Err(ServerError::new(ErrorCode::Stale, "the new directory did not inherit its parent's layout"));
+            }
+            if inherited.group != cx.meta.set_gid_group(self.parent) {
+                return Err(ServerError::new(ErrorCode::Stale, "the new directory did not inherit its set-group-ID parent's group"));
             }
         }
         let mut outcome = cx.meta.insert_entry(self.parent, &self.name, self.ino, self.kind, self.replace, self.retired_target)?;
