@@ -77,7 +77,10 @@ pub async fn mount(name: &str, dir: &Path, choices: &MountChoices) -> Result<Pat
         cmd.arg("--no-exec");
     }
     start_mount_daemon(cmd, &dir, &log_path).await?;
+    // Once: a record left by a mount that umount(8) took away (not `surge umount`) names
+    // the same directory.
     let mut mounts = descriptor::recorded_mounts(name);
+    mounts.retain(|m| *m != dir);
     mounts.push(dir.clone());
     descriptor::record_mounts(name, &mounts)?;
     Ok(dir)
@@ -323,7 +326,9 @@ fn forget(dir: &Path) -> Result<bool> {
 /// Unmounts everything recorded for the instance (before its servers stop); a busy mount
 /// stops it unless `force` (see [`umount`]).
 pub fn umount_all(name: &str, force: bool) -> Result<()> {
-    for dir in descriptor::recorded_mounts(name) {
+    let mut recorded = descriptor::recorded_mounts(name);
+    recorded.dedup();
+    for dir in recorded {
         umount(&dir, force).with_context(|| format!("instance '{name}' stays up"))?;
     }
     let _ = std::fs::remove_file(descriptor::mounts_file(name));
