@@ -487,6 +487,42 @@ fn a_set_group_id_directory_gives_its_group_down_the_tree_on_every_node() {
     }
 }
 
+/// A file or directory still open after a rename over it, or a directory after its rmdir,
+/// has no link left as fstat sees it (the kernel asks the mount once it has dropped the
+/// name; the home has no such directory any more), also once the mount's short-lived copy
+/// of the directory's attributes has run out.
+#[test]
+fn what_is_open_after_a_rename_over_it_or_its_rmdir_has_no_links() {
+    use std::os::unix::fs::MetadataExt;
+    let inst = Instance::up("openremoved", &["--capacity", "1G", "--hosts", "127.0.5.201,127.0.5.202"]);
+    let m = inst.mount("a", "127.0.5.201");
+    for (round, pause) in [(0, false), (1, true)] {
+        let path = |name: &str| m.path(&format!("{name}{round}"));
+        std::fs::create_dir(path("from")).unwrap();
+        std::fs::create_dir(path("over")).unwrap();
+        std::fs::create_dir(path("gone")).unwrap();
+        std::fs::write(path("file"), b"new").unwrap();
+        std::fs::write(path("replaced"), b"old").unwrap();
+        let (over, gone, replaced) = (
+            std::fs::File::open(path("over")).unwrap(),
+            std::fs::File::open(path("gone")).unwrap(),
+            std::fs::File::open(path("replaced")).unwrap(),
+        );
+        if pause {
+            std::thread::sleep(Duration::from_millis(1200));
+        }
+        std::fs::rename(path("from"), path("over")).unwrap();
+        std::fs::remove_dir(path("gone")).unwrap();
+        std::fs::rename(path("file"), path("replaced")).unwrap();
+        for (what, f) in [("a directory renamed over", &over), ("a removed directory", &gone), ("a file renamed over", &replaced)] {
+            let meta = f.metadata().unwrap_or_else(|e| panic!("fstat of {what}: {e}"));
+            assert_eq!(meta.nlink(), 0, "{what}, round {round}");
+        }
+        assert!(over.metadata().unwrap().is_dir() && replaced.metadata().unwrap().is_file());
+        assert_eq!(std::fs::metadata(path("over")).unwrap().nlink(), 2, "the name now names the moved directory");
+    }
+}
+
 #[test]
 fn rename_on_one_node_publishes_to_a_mount_on_another() {
     let inst = instance("twonode", 71);

@@ -45,6 +45,9 @@ pub(crate) struct KernelCache {
     pub(crate) directories: Mutex<HashMap<u64, (Attr, Instant)>>,
     /// The name the kernel holds each directory by, for `looked_up_directory`.
     directory_names: Mutex<DirectoryNames>,
+    /// Directories this mount removed (rmdir, a rename over them) that the kernel still holds:
+    /// their last attributes, with no link left, for `getattr` (see `removed_directory`).
+    removed_directories: Mutex<HashMap<u64, Attr>>,
     /// Kernel invalidations to send, for the thread that sends them (see [`Invalidations`]).
     pub(crate) invalidations: OnceLock<std::sync::mpsc::Sender<Invalidation>>,
     /// Directories whose every name this mount knows ([`listings`]).
@@ -117,7 +120,9 @@ impl DirectoryNames {
         }
     }
 
-    fn renamed(&mut self, from: (u64, String), to: (u64, String), exchange: bool) {
+    /// Moves the names; the directory a rename (not an exchange) replaced, if the kernel
+    /// held one by the target name.
+    fn renamed(&mut self, from: (u64, String), to: (u64, String), exchange: bool) -> Option<u64> {
         let moved = self.by_name.remove(&from);
         let other = self.by_name.remove(&to);
         if let Some(ino) = other {
@@ -130,7 +135,9 @@ impl DirectoryNames {
         if let (Some(ino), true) = (other, exchange) {
             self.by_ino.insert(ino, from.clone());
             self.by_name.insert(from, ino);
+            return None;
         }
+        other
     }
 
     fn forget(&mut self, ino: u64) {
@@ -154,6 +161,7 @@ impl KernelCache {
             refused: Default::default(),
             told_stale: Default::default(),
             directories: Default::default(),
+            removed_directories: Default::default(),
             directory_names: Mutex::default(),
             invalidations: Default::default(),
             listings: Default::default(),
@@ -331,6 +339,7 @@ impl KernelCache {
         self.forget_pages(ino);
         self.refused.lock().unwrap().remove(&ino);
         self.forget_directory(ino);
+        self.removed_directories.lock().unwrap().remove(&ino);
         self.directory_names.lock().unwrap().forget(ino);
         self.listings.forget(ino);
     }
@@ -371,7 +380,29 @@ impl KernelCache {
     /// This mount renamed `parent/name` to `newparent/newname` (or swapped the two): the
     /// kernel moved its entries likewise.
     pub(crate) fn renamed(&self, parent: u64, name: &str, newparent: u64, newname: &str, exchange: bool) {
-        self.directory_names.lock().unwrap().renamed((parent, name.to_string()), (newparent, newname.to_string()), exchange);
+        let replaced = self.directory_names.lock().unwrap().renamed((parent, name.to_string()), (newparent, newname.to_string()), exchange);
+        if let Some(dir) = replaced {
+            self.removed_directory(dir);
+        }
+    }
+
+    /// This mount removed directory `parent/name` (rmdir).
+    pub(crate) fn removed_directory_named(&self, parent: u64, name: &str) {
+        let removed = self.directory_names.lock().unwrap().by_name.get(&(parent, name.to_string())).copied();
+        if let Some(dir) = removed {
+            self.removed_directory(dir);
+        }
+    }
+
+    /// Directory `dir`, which the kernel holds, lost its name through this mount. The kernel
+    /// then clears its link count and asks for its attributes again (an `fstat` through a
+    /// descriptor still open on it), which its home no longer has: they are answered from
+    /// here, as last told, with no link, until the kernel forgets it.
+    fn removed_directory(&self, dir: u64) {
+        if let Some((attr, _)) = self.directories.lock().unwrap().remove(&dir) {
+            let gone = Attr { nlink: 0, ctime: Timestamp::now(), ..attr };
+            self.removed_directories.lock().unwrap().insert(dir, gone);
+        }
     }
 
     /// Drops the kernel's entry `parent/name` and waits until it is gone (after whatever
@@ -392,15 +423,15 @@ impl KernelCache {
     /// mode and owner change only through `setattr` (which forgets the entry here) or on
     /// another node (a notice forgets it); only its mtime may lag this node's own changes,
     /// by up to the window.
+    /// Kept past the window (until a change or the kernel's forget drops them) for
+    /// [`KernelCache::removed_directory`], not answered.
     pub(crate) fn directory(&self, ino: u64) -> Option<Attr> {
-        let mut directories = self.directories.lock().unwrap();
-        match directories.get(&ino) {
+        if let Some(removed) = self.removed_directories.lock().unwrap().get(&ino) {
+            return Some(removed.clone());
+        }
+        match self.directories.lock().unwrap().get(&ino) {
             Some((attr, at)) if at.elapsed() < self.ttl.min(DIRECTORY_ATTR_WINDOW) => Some(attr.clone()),
-            Some(_) => {
-                directories.remove(&ino);
-                None
-            }
-            None => None,
+            _ => None,
         }
     }
 

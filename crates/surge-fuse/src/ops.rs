@@ -600,6 +600,7 @@ impl Ops {
         if let Some(delegated) = self.delegations.held(parent) {
             if let Some(dir) = delegated.made_dir(&name) {
                 if self.removable_here(dir) && delegated.rmdir(&name) {
+                    self.kernel.removed_directory_named(parent, &name);
                     self.kernel.named(parent, &name, Some(false));
                     self.removed_here(parent, dir);
                     return Answer::Now(Ok(()));
@@ -609,6 +610,7 @@ impl Ops {
         let ops = self.clone();
         Answer::later(async move {
             ops.changed_name(parent, &name, None, ops.client.rmdir_at(parent, &name)).await?;
+            ops.kernel.removed_directory_named(parent, &name);
             ops.delegations.stepped_in(parent, ops.kernel.listings.knows(parent));
             Ok(())
         })
