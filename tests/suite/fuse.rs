@@ -523,6 +523,53 @@ fn what_is_open_after_a_rename_over_it_or_its_rmdir_has_no_links() {
     }
 }
 
+/// Renames of directories over empty ones in a directory the mount holds under a
+/// delegation (answered by the mount, which checks the replaced directory is removable),
+/// while other threads stat and list (each waiting for the delegation's log to be written
+/// back): all of it finishes. The two once took the same two locks in opposite orders and the
+/// mount stopped answering within seconds (xfstests generic/011's dirstress met it).
+#[test]
+fn renames_over_directories_in_a_delegated_directory_beside_stats_never_hang() {
+    let inst = Instance::up("renamehang", &["--capacity", "1G", "--hosts", "127.0.5.206,127.0.5.207"]);
+    // Over io_uring: a queue a core, each dispatching on its own thread, as where it was met.
+    let m = inst.mount_with("a", "127.0.5.206", &[("SURGE_FUSE_IO_URING", "1")]);
+    let dir = m.path("w");
+    std::fs::create_dir(&dir).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (done, finished) = std::sync::mpsc::channel();
+    for t in 0..5 {
+        let (dir, stop, done) = (dir.clone(), stop.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                if t < 3 {
+                    let (from, over) = (dir.join(format!("a{t}_{i}")), dir.join(format!("b{t}_{i}")));
+                    std::fs::create_dir(&from).unwrap();
+                    std::fs::create_dir(&over).unwrap();
+                    std::fs::rename(&from, &over).unwrap();
+                    std::fs::write(dir.join(format!("f{t}_{i}")), b"").unwrap();
+                } else {
+                    std::fs::metadata(&dir).unwrap();
+                    std::fs::read_dir(dir.parent().unwrap()).unwrap().for_each(drop);
+                }
+                i += 1;
+            }
+            done.send(i).unwrap();
+        });
+    }
+    std::thread::sleep(Duration::from_secs(4));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for _ in 0..5 {
+        // Generous: a thread ends within milliseconds of being told to; only a hang takes this long.
+        let Ok(steps) = finished.recv_timeout(Duration::from_secs(60)) else {
+            // Its requests fail, so that the threads stuck in it (and this test) can end.
+            abort_fuse_connection(&m.dir);
+            panic!("a thread hung in the mount for 60 s");
+        };
+        assert!(steps > 0);
+    }
+}
+
 #[test]
 fn rename_on_one_node_publishes_to_a_mount_on_another() {
     let inst = instance("twonode", 71);

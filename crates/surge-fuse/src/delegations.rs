@@ -44,6 +44,7 @@ const IDLE_FOR: Duration = Duration::from_secs(2);
 pub(crate) struct Delegations {
     client: Client,
     runtime: Handle,
+    /// Never held while a delegation's own lock is taken (see [`Delegations::all_held`]).
     state: Arc<Mutex<State>>,
     /// The servers check identities: no delegation is asked for.
     never: AtomicBool,
@@ -228,8 +229,15 @@ impl Delegations {
         if changes.atime.is_none() && changes.mtime.is_none() {
             return None;
         }
-        let held: Vec<Arc<DelegatedDir>> = self.state.lock().unwrap().held.values().cloned().collect();
-        held.iter().find_map(|delegated| delegated.set_times(ino, changes))
+        self.all_held().iter().find_map(|delegated| delegated.set_times(ino, changes))
+    }
+
+    /// Every delegation held, taken out of `state` so that their own locks are taken without
+    /// it: a delegation calls back into the mount under its lock (a rename's check of the
+    /// directory it replaces asks [`Delegations::held`]), so `state` is never held while
+    /// taking a delegation's lock.
+    fn all_held(&self) -> Vec<Arc<DelegatedDir>> {
+        self.state.lock().unwrap().held.values().cloned().collect()
     }
 
     /// The kernel forgot inode `ino` (a directory removed, or one it has not used for long):
@@ -244,9 +252,8 @@ impl Delegations {
     /// Steps waiting for a home that was lost are not waited for: that home answers nobody
     /// about the directory (`Recalling`) until they are written back.
     pub(crate) async fn settle(&self) -> Result<()> {
-        let due: Vec<Arc<DelegatedDir>> =
-            self.state.lock().unwrap().held.values().filter(|d| !d.is_quiet() && !d.is_away()).cloned().collect();
-        for delegated in due {
+        let held = self.all_held();
+        for delegated in held.iter().filter(|d| !d.is_quiet() && !d.is_away()) {
             match delegated.write_back().await {
                 Err(e) if !e.code.is_lost_contact() => return Err(e),
                 _ => {}
@@ -258,18 +265,16 @@ impl Delegations {
     /// The connection to server `server` was lost: the delegations of directories homed
     /// there stop answering and are given back once it is reached again.
     pub(crate) fn home_lost(&self, server: usize) {
-        let lost: Vec<u64> = {
+        let lost: Vec<(u64, Arc<DelegatedDir>)> = {
             let st = self.state.lock().unwrap();
             st.held
                 .iter()
                 .filter(|(&dir, _)| surge_client::surge_proto::ino::home(dir) == server)
-                .map(|(&dir, d)| {
-                    d.lost_home();
-                    dir
-                })
+                .map(|(&dir, d)| (dir, d.clone()))
                 .collect()
         };
-        for dir in lost {
+        for (dir, delegated) in lost {
+            delegated.lost_home();
             self.give_back(dir);
         }
     }
