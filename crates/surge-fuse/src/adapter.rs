@@ -552,7 +552,7 @@ impl Filesystem for SurgeFs {
     fn statfs(&self, _req: &KernelCaller, _ino: u64, reply: ReplyStatfs) {
         let block = STATFS_BLOCK as u32;
         self.reply(self.ops().statfs(), move |result| match result {
-            Ok(s) => reply.statfs(s.blocks, s.free, s.free, s.files, s.files_free, block, 255, block),
+            Ok(s) => reply.statfs(s.blocks, s.free, s.available, s.files, s.files_free, block, 255, block),
             Err(e) => reply.error(errno(&e)),
         });
     }

@@ -112,8 +112,20 @@ impl Caller {
 pub struct FsStats {
     pub blocks: u64,
     pub free: u64,
+    /// What one file striped over every server can still take (df's "Avail"): each server
+    /// holds its share of such a file, so the fullest server bounds it, at the server count
+    /// times its whole free chunks. `free` is the sum of what every server has left.
+    pub available: u64,
     pub files: u64,
     pub files_free: u64,
+}
+
+/// The bytes one file striped over `servers` servers in `chunk`-byte chunks can still take
+/// when the fullest has `least_free` bytes left: that server's whole free chunks, on each
+/// server (a file's share on one server is at most one chunk above another's).
+fn striped_room(servers: u64, least_free: u64, chunk: u64) -> u64 {
+    let chunk = chunk.max(1);
+    servers.saturating_mul(least_free / chunk * chunk)
 }
 
 /// Size of a STATFS block.
@@ -732,15 +744,18 @@ impl Ops {
     pub fn statfs(self: &Arc<Self>) -> Answer<FsStats> {
         let ops = self.clone();
         Answer::later(async move {
-            let (mut capacity, mut used, mut inodes) = (0u64, 0u64, 0u64);
+            let (mut capacity, mut used, mut inodes, mut least_free, mut servers) = (0u64, 0u64, 0u64, u64::MAX, 0u64);
             for stats in ops.client.statfs().await {
                 let s = stats?;
                 capacity += s.capacity;
                 used += s.used;
                 inodes += s.inodes;
+                least_free = least_free.min(s.capacity.saturating_sub(s.used));
+                servers += 1;
             }
+            let available = striped_room(servers, least_free, ops.client.chunk_size()) / STATFS_BLOCK;
             let free = capacity.saturating_sub(used) / STATFS_BLOCK;
-            Ok(FsStats { blocks: capacity / STATFS_BLOCK, free, files: inodes + (1 << 32), files_free: 1 << 32 })
+            Ok(FsStats { blocks: capacity / STATFS_BLOCK, free, available, files: inodes + (1 << 32), files_free: 1 << 32 })
         })
     }
 
@@ -1302,5 +1317,22 @@ async fn keep_passthrough_room(ops: std::sync::Weak<Ops>) {
                 _ => {}
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::striped_room;
+
+    /// df's Avail is what a striped file can still take: the fullest server's whole free
+    /// chunks on each server, not the sum of what is free.
+    #[test]
+    fn the_room_of_a_striped_file_is_bounded_by_the_fullest_server() {
+        const MIB: u64 = 1 << 20;
+        assert_eq!(striped_room(4, 2048 * MIB, MIB), 8192 * MIB);
+        assert_eq!(striped_room(4, 2048 * MIB - 64 * 1024, MIB), 4 * 2047 * MIB, "64 KiB used on one server costs a chunk on each");
+        assert_eq!(striped_room(1, 5 * MIB + 7, MIB), 5 * MIB);
+        assert_eq!(striped_room(0, u64::MAX, MIB), 0);
+        assert_eq!(striped_room(4, 10, 0), 40, "a chunk size of 0 is taken as 1");
     }
 }
