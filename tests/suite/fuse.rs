@@ -471,10 +471,12 @@ fn a_set_group_id_directory_gives_its_group_down_the_tree_on_every_node() {
             .unwrap();
         assert!(out.status.success(), "{cmd}: {out:?}");
     };
-    maker(&project, "$(seq 0 19)");
-    maker(&b.path("project"), "$(seq 20 39)");
+    // Enough on node a for it to hold the set-group-ID directory's delegation again, and
+    // answer creates and mkdirs itself.
+    maker(&project, "$(seq 0 59)");
+    maker(&b.path("project"), "$(seq 60 79)");
     for m in [&a, &b] {
-        for i in 0..40 {
+        for i in 0..80 {
             for (path, dir) in [(format!("f{i}"), false), (format!("d{i}"), true), (format!("d{i}/g"), false), (format!("d{i}/e"), true)] {
                 let meta = std::fs::metadata(m.path("project").join(&path)).unwrap();
                 assert_eq!((meta.uid(), meta.gid()), (65534, 65533), "{path} as node {} sees it", m.dir.display());

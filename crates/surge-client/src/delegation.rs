@@ -48,6 +48,9 @@ pub struct DelegatedDir {
     dir: Ino,
     /// The delegation's name, quoted by its write-backs, reclaim and give-back.
     token: Ino,
+    /// The directory's group if it is set-group-ID (see `Delegated::group`): the holder gives
+    /// the directory up before changing its mode or group.
+    group: Option<u32>,
     state: Mutex<Held>,
     /// One write-back at a time, so that batches reach the home in the log's order.
     writing_back: tokio::sync::Mutex<()>,
@@ -178,6 +181,7 @@ impl Client {
             client: self.clone(),
             dir,
             token,
+            group: granted.group,
             state: Mutex::new(held),
             writing_back: Default::default(),
             giving_back: Default::default(),
@@ -292,7 +296,7 @@ impl DelegatedDir {
             CreateAs { parent: self.dir, name: name.to_string(), ino, mode, umask, uid, gid, open: false }.into()
         });
         Ok(made?.map(|ino| {
-            let attr = new_attr(ino, FileKind::File, mode & !umask, uid, gid);
+            let attr = new_attr(ino, FileKind::File, mode & !umask, uid, self.group.unwrap_or(gid));
             self.state.lock().unwrap().unwritten.insert(ino, attr.clone());
             attr
         }))
@@ -305,7 +309,8 @@ impl DelegatedDir {
         let made = self.make(name, FileKind::Dir, |ino| {
             MakeDir { parent: self.dir, name: name.to_string(), mode, umask, uid, gid, ino: Some(ino) }.into()
         });
-        Ok(made?.map(|ino| new_attr(ino, FileKind::Dir, mode & !umask, uid, gid)))
+        let set_gid = if self.group.is_some() { libc::S_ISGID } else { 0 };
+        Ok(made?.map(|ino| new_attr(ino, FileKind::Dir, (mode & !umask) | set_gid, uid, self.group.unwrap_or(gid))))
     }
 
     /// Logs `step(ino)`, which makes `name` (new) a `kind` with a number set aside; the number.

@@ -205,9 +205,10 @@ impl Delegations {
         });
     }
 
-    /// Gives `dir` back and waits until it is, for a change to the directory that must decide
-    /// what is made in it from then on (it becomes set-group-ID, which its home refuses to
-    /// delegate): nothing made in it after is answered here.
+    /// Gives `dir` back and waits until it is, for a change to the directory that decides
+    /// what is made in it from then on (its mode or group: a set-group-ID directory gives its
+    /// group, which the delegation was granted with): nothing made in it after is answered
+    /// here.
     pub(crate) async fn give_back_now(&self, dir: u64) -> Result<()> {
         let held = {
             let mut st = self.state.lock().unwrap();

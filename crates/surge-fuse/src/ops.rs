@@ -482,8 +482,9 @@ impl Ops {
         }
         let ops = self.clone();
         Answer::later(async move {
-            if change.mode.is_some_and(|mode| mode & libc::S_ISGID != 0) {
-                // What is made in a set-group-ID directory takes its group: its home's to give.
+            if change.mode.is_some() || change.gid.is_some() {
+                // What is made in a set-group-ID directory takes its group: a delegation of it
+                // answers with the group and bit it was granted with.
                 ops.delegations.give_back_now(ino).await?;
             }
             ops.delegations.settle().await?;

@@ -80,9 +80,6 @@ impl MetaStore {
         if self.inode(dir)?.attr.mode & libc::S_ISVTX != 0 {
             return refuse("it is sticky");
         }
-        if self.set_gid_group(dir).is_some() {
-            return refuse("it is set-group-ID (what is made in it takes its group, which the home gives)");
-        }
         if let Some(log) = self.publications.get(&dir) {
             if log.retention.is_some() || !log.groups.is_empty() {
                 return refuse("it has a retention policy or consumer groups");

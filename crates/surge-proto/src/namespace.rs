@@ -419,6 +419,10 @@ pub const MAX_DELEGATED_INOS: u32 = 4096;
 pub struct Delegated {
     pub inos: Vec<Ino>,
     pub token: Ino,
+    /// The directory's group if it is set-group-ID: what the holder makes in it takes that
+    /// group (and a directory the bit), as the home gives it when the log is written back.
+    #[serde(default)]
+    pub group: Option<u32>,
 }
 
 /// A create made under a delegation, written back: like [`Create`] (exclusive), with the

@@ -358,6 +358,5 @@ mod tests {
         assert_eq!((told.gid, told.mode), (500, 0o2755));
         assert_eq!(s.set_gid_group(project), Some(500), "what its home checks a told group against");
         assert_eq!(s.set_gid_group(plain), None);
-        assert!(s.delegable(project).is_err(), "its home gives the group: no delegation");
     }
 }

@@ -114,6 +114,7 @@ impl Session {
             return refuse("other clients hold names in it".into());
         }
         let inos = meta.set_aside(d.dir, d.count, d.place_on.map(|s| s as usize))?;
+        let group = meta.set_gid_group(d.dir);
         // Never handed out again: the delegation's name for ever.
         let token = inos[0];
         meta.delegation_granted(d.dir, token, inos.clone());
@@ -122,7 +123,7 @@ impl Session {
         let seq = server.journal_changes(&mut meta);
         self.durable = self.durable.max(Some(seq));
         server.delegations.grant(d.dir, me, token, inos.clone());
-        Ok(Delegated { inos, token })
+        Ok(Delegated { inos, token, group })
     }
 
     /// The holder asks for more numbers for its creates (see [`Renew`]); answered once they
