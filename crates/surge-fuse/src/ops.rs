@@ -945,20 +945,34 @@ impl Ops {
         if let Some(dir) = f.made_in.filter(|_| offset + data.len() as u64 >= PASSTHROUGH_WORTH) {
             self.delegations.written_at_length(dir);
         }
-        // Cached chunks may hold what this write replaces, for this and every other reader here.
-        f.chunks.clear();
-        for other in siblings(&self.files, fh, ino) {
-            other.chunks.clear();
-        }
+        // Cached chunks may hold what this write replaces, for this and every other reader
+        // here: dropped now, and again once the write is under way and before it is answered.
+        // A chunk fetched between the first drop and the write going out (the fetch waits
+        // only for writes already in flight) holds the old bytes; the second drop takes it
+        // before anyone can read the write back (a page faulted in through a mapping, say).
+        let readers: Vec<Arc<OpenFile>> = std::iter::once(f.clone()).chain(siblings(&self.files, fh, ino)).collect();
+        let drop_cached = move || readers.iter().for_each(|reader| reader.chunks.clear());
+        drop_cached();
         if append {
             let len = data.len();
-            return self.spawn(async move { done(f.file.append(data).await.map(|_| len)) });
+            return self.spawn(async move {
+                let appended = f.file.append(data).await.map(|_| len);
+                drop_cached();
+                done(appended)
+            });
         }
         let data = match f.file.write_behind_now(offset, data) {
-            Ok(n) => return done(Ok(n)),
+            Ok(n) => {
+                drop_cached();
+                return done(Ok(n));
+            }
             Err(data) => data,
         };
-        self.spawn(async move { done(f.file.pwrite_bytes(offset, data).await) });
+        self.spawn(async move {
+            let written = f.file.pwrite_bytes(offset, data).await;
+            drop_cached();
+            done(written)
+        });
     }
 
     /// Every close(2): waits for the handle's writes and publishes size and mtime, so the
