@@ -1171,16 +1171,19 @@ impl Ops {
     }
 
     /// The listing a read of handle `fh` at `offset` walks: the snapshot taken at opendir,
-    /// so that names changed meanwhile are neither skipped nor listed twice; a fresh one when
-    /// the program comes back to the start after reading it (rewinddir), which POSIX says
-    /// sees the directory as it is then.
+    /// so that names changed meanwhile are neither skipped nor listed twice; a fresh one at
+    /// the start when the program comes back to it (rewinddir, which the kernel does not
+    /// pass on), or reads it first after names may have changed since opendir (a rewinddir
+    /// before any read): POSIX says the names made before a rewinddir are listed after it.
     pub fn listing_from(self: &Arc<Self>, fh: u64, offset: u64) -> Answer<Arc<Listing>> {
         let ino = {
             let mut dirs = self.dirs.lock().unwrap();
             let Some(open) = dirs.get_mut(&fh) else {
                 return Answer::Now(Err(no_directory_handle(fh)));
             };
-            if offset != 0 || !std::mem::replace(&mut open.read_from_start, true) {
+            let read_before = std::mem::replace(&mut open.read_from_start, true);
+            let unchanged = open.listing.mark == self.kernel.change_mark();
+            if offset != 0 || (!read_before && unchanged) {
                 return Answer::Now(Ok(open.listing.clone()));
             }
             open.ino

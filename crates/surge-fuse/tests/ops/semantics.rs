@@ -859,7 +859,8 @@ async fn times_set_on_files_made_under_a_delegation_reach_the_home() {
 
 /// A directory handle lists the directory as it was at opendir, however it changes while the
 /// program reads on; going back to the start (rewinddir) lists it as it is then, names made
-/// and removed meanwhile by another node included (xfstests generic/471).
+/// and removed meanwhile by another node included, also when the program rewinds before its
+/// first read (xfstests generic/471).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rewound_directory_handle_lists_the_directory_anew() {
     let fx = Fixture::new("rewind", 2).await;
@@ -874,6 +875,13 @@ async fn a_rewound_directory_handle_lists_the_directory_anew() {
     assert_eq!(listed(&ops.listing_from(fh, 3).await.unwrap()), ["old"], "read on: the snapshot");
     assert_eq!(listed(&ops.listing_from(fh, 0).await.unwrap()), ["new"], "rewound: the directory now");
     assert_eq!(listed(&ops.listing_from(fh, 2).await.unwrap()), ["new"], "and reading on from there");
+    ops.releasedir(fh);
+
+    // Rewound before its first read (the kernel tells nothing of a rewinddir): the names
+    // this node made since opendir are listed.
+    let fh = ops.opendir(dir.ino).await.unwrap();
+    put(ops, dir.ino, "made", b"y").await;
+    assert_eq!(listed(&ops.listing_from(fh, 0).await.unwrap()), ["made", "new"]);
     ops.releasedir(fh);
     fx.stop().await;
 }
