@@ -22,6 +22,8 @@ cargo build --release --workspace -q || exit 1
 OUT=$PWD/target/tmp/xfstests
 rm -rf "$OUT" && mkdir -p "$OUT/results"
 WORK=$(mktemp -d /tmp/surge-xfstests.XXXX)
+# The tests' users (fsgqa) reach TEST_DIR and SCRATCH_MNT through it.
+chmod 755 "$WORK"
 TEST_SERVERS=127.0.2.21,127.0.2.22,127.0.2.23,127.0.2.24 TEST_NODE=127.0.2.25
 SCRATCH_SERVERS=127.0.3.21,127.0.3.22,127.0.3.23,127.0.3.24 SCRATCH_NODE=127.0.3.25
 CAPACITY=${XFSTESTS_CAPACITY:-8G}
@@ -32,10 +34,11 @@ HELPER_LINKED=
 if [ ! -e /sbin/mount.fuse.surge ]; then
     ln -s "$SURGE" /sbin/mount.fuse.surge && HELPER_LINKED=1
 fi
+# Each in a group of its own name, as its primary group (the set-id tests count on it).
 for user in fsgqa fsgqa2 123456-fsgqa; do
-    id "$user" >/dev/null 2>&1 || useradd -M -N -s /bin/bash "$user"
+    getent group "$user" >/dev/null || groupadd "$user"
+    id "$user" >/dev/null 2>&1 || useradd -m -g "$user" -s /bin/bash "$user"
 done
-getent group fsgqa >/dev/null || groupadd fsgqa
 
 unmount_if_mounted() { mountpoint -q "$1" && umount "$1"; }
 cleanup() {
