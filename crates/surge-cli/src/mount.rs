@@ -326,7 +326,10 @@ fn forget(dir: &Path) -> Result<bool> {
 /// Unmounts everything recorded for the instance (before its servers stop); a busy mount
 /// stops it unless `force` (see [`umount`]).
 pub fn umount_all(name: &str, force: bool) -> Result<()> {
+    // Each once: records written before mounts were recorded once may name one twice, and
+    // the second would find it neither mounted nor recorded.
     let mut recorded = descriptor::recorded_mounts(name);
+    recorded.sort();
     recorded.dedup();
     for dir in recorded {
         umount(&dir, force).with_context(|| format!("instance '{name}' stays up"))?;

@@ -219,8 +219,7 @@ impl Client {
                     if e.code != ErrorCode::Stale || attempts == MKDIR_ATTEMPTS {
                         return Err(e);
                     }
-                    let parent_attr = self.getattr(parent).await?;
-                    let group = (parent_attr.mode & libc::S_ISGID != 0).then_some(parent_attr.gid);
+                    let group = self.getattr(parent).await?.set_gid_group();
                     inherited =
                         DirInheritance { default_acl: self.default_acl_of(parent).await?, layout: self.layout_of(parent).await?, group };
                 }

@@ -950,8 +950,11 @@ impl Ops {
         // A chunk fetched between the first drop and the write going out (the fetch waits
         // only for writes already in flight) holds the old bytes; the second drop takes it
         // before anyone can read the write back (a page faulted in through a mapping, say).
-        let readers: Vec<Arc<OpenFile>> = std::iter::once(f.clone()).chain(siblings(&self.files, fh, ino)).collect();
-        let drop_cached = move || readers.iter().for_each(|reader| reader.chunks.clear());
+        let (this, others) = (f.clone(), siblings(&self.files, fh, ino));
+        let drop_cached = move || {
+            this.chunks.clear();
+            others.iter().for_each(|other| other.chunks.clear());
+        };
         drop_cached();
         if append {
             let len = data.len();

@@ -377,12 +377,6 @@ pub fn owner_in(kind: FileKind, perms: &mut Inherited, gid: u32, dir_group: Opti
     group
 }
 
-/// The group a set-group-ID directory gives what is made in it (see [`owner_in`]); None for
-/// any other directory.
-pub fn set_gid_group(dir: &Attr) -> Option<u32> {
-    (dir.kind == FileKind::Dir && dir.mode & SET_GID != 0).then_some(dir.gid)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -76,6 +76,12 @@ impl Attr {
     pub fn content_version(&self) -> ContentVersion {
         ContentVersion { size: self.size, mtime: self.mtime, ctime: self.ctime }
     }
+
+    /// The group a set-group-ID directory gives what is made in it (and a new directory the
+    /// bit too, as Linux's inode_init_owner); None for any other inode.
+    pub fn set_gid_group(&self) -> Option<u32> {
+        (self.kind == FileKind::Dir && self.mode & 0o2000 != 0).then_some(self.gid)
+    }
 }
 
 /// A file's size, mtime and ctime: every publication of written bytes, truncate or
@@ -186,19 +192,19 @@ pub struct LinkAdded {
 }
 
 /// What a new directory inherits from its parent: the parent's default ACL (in its xattr
-/// form; None: none), its layout, and its group when it is set-group-ID. A server making a directory whose parent it homes reads
-/// them itself; one making a directory for a parent homed elsewhere takes them from the
-/// request, as the client supposes them (no default ACL, the instance's default layout), and
-/// mkdir's link step (`InsertEntry`) carries the same supposition to the parent's home, which
-/// links the name only if it still holds and answers Stale otherwise: the client then reads
-/// them, and makes the directory again. (Where the supposition holds, the common case, a
-/// mkdir costs no round trip more.)
+/// form; None: none), its layout, and its group when it is set-group-ID. A server making a
+/// directory whose parent it homes reads them itself; one making a directory for a parent
+/// homed elsewhere takes them from the request, as the client supposes them (no default ACL,
+/// the instance's default layout, no group), and mkdir's link step (`InsertEntry`) carries the
+/// same supposition to the parent's home, which links the name only if it still holds and
+/// answers Stale otherwise: the client then reads them, and makes the directory again. (Where
+/// the supposition holds, the common case, a mkdir costs no round trip more.)
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
 pub struct DirInheritance {
     pub default_acl: Option<Vec<u8>>,
     pub layout: crate::placement::DirLayout,
     /// The parent's group if the parent is set-group-ID: the new directory takes that group
-    /// and the bit (see `surge_meta::access::owner_in`).
+    /// and the bit (see [`Attr::set_gid_group`]).
     #[serde(default)]
     pub group: Option<u32>,
 }

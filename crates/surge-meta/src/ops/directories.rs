@@ -35,7 +35,7 @@ impl MetaStore {
     /// The group of what is made in `dir` if `dir` is set-group-ID (see
     /// [`access::owner_in`]).
     pub fn set_gid_group(&self, dir: Ino) -> Option<u32> {
-        access::set_gid_group(&self.inodes.get(&dir)?.attr)
+        self.inodes.get(&dir)?.attr.set_gid_group()
     }
 
     /// Where the files made in `dir` are put.
