@@ -57,23 +57,28 @@ impl MountOptions {
 pub(crate) struct Mount {
     mountpoint: PathBuf,
     by_helper: bool,
+    /// The mount's device as /proc/self/mountinfo showed it right after mounting: once this
+    /// mount is gone, another may stand at the same path (`umount` then `mount` again while
+    /// this daemon is still ending), and that one is not ours to detach.
+    device: Option<String>,
 }
 
 impl Mount {
     /// Mounts at `mountpoint`; returns the connection's /dev/fuse descriptor.
     pub(crate) fn new(mountpoint: &Path, options: &MountOptions) -> io::Result<(OwnedFd, Mount)> {
-        if nix::unistd::geteuid().is_root() {
-            let fd = mount_directly(mountpoint, options)?;
-            Ok((fd, Mount { mountpoint: mountpoint.to_path_buf(), by_helper: false }))
-        } else {
-            let fd = mount_with_helper(mountpoint, options)?;
-            Ok((fd, Mount { mountpoint: mountpoint.to_path_buf(), by_helper: true }))
-        }
+        let mountpoint = mountpoint.canonicalize()?;
+        let by_helper = !nix::unistd::geteuid().is_root();
+        let fd = if by_helper { mount_with_helper(&mountpoint, options)? } else { mount_directly(&mountpoint, options)? };
+        let device = device_on_top_at(&mountpoint);
+        Ok((fd, Mount { mountpoint, by_helper, device }))
     }
 }
 
 impl Drop for Mount {
     fn drop(&mut self) {
+        if self.device.is_some() && device_on_top_at(&self.mountpoint) != self.device {
+            return; // unmounted already, and perhaps mounted again by someone else
+        }
         let result = if self.by_helper {
             Command::new("fusermount3").arg("-u").arg("-z").arg("-q").arg("--").arg(&self.mountpoint).status().map(|_| ())
         } else {
@@ -86,6 +91,37 @@ impl Drop for Mount {
             }
         }
     }
+}
+
+/// The device ("major:minor") of the mount on top at `point` (canonical), from
+/// /proc/self/mountinfo: its last line for that mount point, as later mounts stack on earlier ones.
+fn device_on_top_at(point: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    // "id parent MAJOR:MINOR root MOUNTPOINT options ...", the mount point octal-escaped.
+    let on_top = info.lines().rev().find(|line| line.split(' ').nth(4).is_some_and(|p| Path::new(&unescape_octal(p)) == point))?;
+    on_top.split(' ').nth(2).map(str::to_string)
+}
+
+/// Undoes the kernel's escaping of space, tab, newline and backslash (`\040`) in mountinfo.
+fn unescape_octal(field: &str) -> OsString {
+    use std::os::unix::ffi::OsStringExt;
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let code = bytes.get(i + 1..i + 4).and_then(|d| u8::from_str_radix(std::str::from_utf8(d).ok()?, 8).ok());
+        match (bytes[i], code) {
+            (b'\\', Some(code)) => {
+                out.push(code);
+                i += 4;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    OsString::from_vec(out)
 }
 
 fn mount_directly(mountpoint: &Path, options: &MountOptions) -> io::Result<OwnedFd> {
@@ -139,4 +175,22 @@ fn mount_with_helper(mountpoint: &Path, options: &MountOptions) -> io::Result<Ow
         }
     }
     Err(io::Error::other("fusermount3 mounted but sent no /dev/fuse descriptor"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape_octal(r"/mnt/a\040b\134c"), OsString::from(r"/mnt/a b\c"));
+        assert_eq!(unescape_octal(r"/plain\0"), OsString::from(r"/plain\0"));
+    }
+
+    #[test]
+    fn the_root_file_system_has_a_device_on_top() {
+        let device = device_on_top_at(Path::new("/")).expect("/ is a mount point");
+        assert!(device.split_once(':').is_some_and(|(a, b)| a.parse::<u32>().is_ok() && b.parse::<u32>().is_ok()), "{device}");
+        assert_eq!(device_on_top_at(Path::new("/surely/not/a/mount/point")), None);
+    }
 }
