@@ -964,7 +964,11 @@ impl Run {
             let answer = if input.one_in(4) {
                 self.conn.call(RemoveXattr { ino, name }, &[])
             } else {
-                self.conn.call(SetXattr { ino, name, value: Self::acl_value(input), mode: XattrSetMode::Either }, &[])
+                let value = Self::acl_value(input);
+                // On whose behalf: whether an access ACL keeps set-group-ID depends on it.
+                let by =
+                    if input.bool() { Some(Requester { uid: input.u32(), gid: input.u32(), groups: vec![input.u32()] }) } else { None };
+                self.conn.call(SetXattr { ino, name, value, mode: XattrSetMode::Either, by }, &[])
             };
             self.attr(&answer);
             return;
@@ -982,7 +986,7 @@ impl Run {
                     _ => input.bytes(24).to_vec(),
                 };
                 let mode = [XattrSetMode::Either, XattrSetMode::Create, XattrSetMode::Replace][input.below(3)];
-                let answer = self.conn.call(SetXattr { ino, name, value, mode }, &[]);
+                let answer = self.conn.call(SetXattr { ino, name, value, mode, by: None }, &[]);
                 self.attr(&answer);
             }
             2 => drop(self.conn.call(ListXattr { ino }, &[]).decode::<Vec<String>>("list-xattr")),

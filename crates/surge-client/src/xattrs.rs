@@ -6,7 +6,7 @@
 use surge_proto::ino::Ino;
 use surge_proto::namespace::{GetXattr, ListXattr, RemoveXattr, SetXattr};
 use surge_proto::xattr::check_xattr_value;
-use surge_proto::{Attr, XattrNamespace, XattrSetMode};
+use surge_proto::{Attr, Requester, XattrNamespace, XattrSetMode};
 
 use crate::error::Result;
 use crate::Client;
@@ -23,9 +23,15 @@ impl Client {
     /// setxattr(2)'s flags are [`XattrSetMode::from_flags`]. Answers the inode's attributes
     /// after it (ctime; the mode, for an access ACL).
     pub async fn set_xattr(&self, ino: Ino, name: &str, value: &[u8], mode: XattrSetMode) -> Result<Attr> {
+        self.set_xattr_for(ino, name, value, mode, None).await
+    }
+
+    /// [`Client::set_xattr`] on behalf of `by` (a mount passing on its caller, see
+    /// [`SetXattr::by`]).
+    pub async fn set_xattr_for(&self, ino: Ino, name: &str, value: &[u8], mode: XattrSetMode, by: Option<Requester>) -> Result<Attr> {
         XattrNamespace::of(name)?;
         check_xattr_value(value)?;
-        self.call_home(ino, SetXattr { ino, name: name.to_string(), value: value.to_vec(), mode }).await
+        self.call_home(ino, SetXattr { ino, name: name.to_string(), value: value.to_vec(), mode, by }).await
     }
 
     /// The names of `ino`'s attributes. `trusted.*` ones only for root, as on Linux: where

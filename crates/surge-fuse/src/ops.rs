@@ -1293,7 +1293,7 @@ impl Ops {
         Answer::later(async move {
             let mode = surge_client::surge_proto::XattrSetMode::from_flags(flags)?;
             ops.delegations.settle().await?;
-            let set = client.set_xattr(ino, &name, &value, mode).await;
+            let set = client.set_xattr_for(ino, &name, &value, mode, Some(caller.requester())).await;
             // Also after a failure: it may have been applied before the answer was lost.
             ops.kernel.attr_changed(ino);
             set.map(|_| ())

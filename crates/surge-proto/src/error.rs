@@ -49,6 +49,8 @@ pub enum ErrorCode {
     /// The directory (or an inode made in it) is delegated to another client, which is being
     /// asked to write its steps back and give it up: retry shortly (NFSv4's NFS4ERR_DELAY).
     Recalling,
+    /// A size or offset past the largest file the servers' file systems hold (EFBIG).
+    FileTooLarge,
 }
 
 impl ErrorCode {
@@ -88,6 +90,7 @@ impl ErrorCode {
             ErrorCode::OutOfRange => libc::ERANGE,
             ErrorCode::PastEnd => libc::ENXIO,
             ErrorCode::Recalling => libc::EAGAIN,
+            ErrorCode::FileTooLarge => libc::EFBIG,
         }
     }
 
@@ -121,6 +124,7 @@ impl ErrorCode {
             ErrorCode::OutOfRange => "attribute name empty or too long",
             ErrorCode::PastEnd => "no data past this offset",
             ErrorCode::Recalling => "directory delegated elsewhere, being recalled",
+            ErrorCode::FileTooLarge => "file too large for the servers' file systems",
         }
     }
 }
@@ -149,6 +153,7 @@ impl ErrorCode {
             Some(libc::E2BIG) => ErrorCode::TooBig,
             Some(libc::ERANGE) => ErrorCode::OutOfRange,
             Some(libc::ENXIO) => ErrorCode::PastEnd,
+            Some(libc::EFBIG) => ErrorCode::FileTooLarge,
             _ => match err.kind() {
                 std::io::ErrorKind::NotFound => ErrorCode::NotFound,
                 std::io::ErrorKind::PermissionDenied => ErrorCode::AccessDenied,
@@ -164,7 +169,7 @@ impl ErrorCode {
     /// (a permission problem there is not the user's file refusing them).
     pub fn of_store_io(err: &std::io::Error) -> ErrorCode {
         match ErrorCode::of_io(err) {
-            ErrorCode::NoSpace => ErrorCode::NoSpace,
+            code @ (ErrorCode::NoSpace | ErrorCode::FileTooLarge) => code,
             _ => ErrorCode::Io,
         }
     }

@@ -366,6 +366,10 @@ pub struct SetXattr {
     pub name: String,
     pub value: Vec<u8>,
     pub mode: XattrSetMode,
+    /// On whose behalf a trusted client asks (as [`crate::AttrChanges::by`]): an access ACL
+    /// set by someone neither privileged nor in the file's group clears set-group-ID.
+    #[serde(default)]
+    pub by: Option<crate::Requester>,
 }
 
 /// The names of `ino`'s extended attributes (the caller may not be shown all, see the server's

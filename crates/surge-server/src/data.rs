@@ -57,6 +57,10 @@ pub struct DataStore {
     /// or dropped from `open`). A data file in neither was made by a client on this node
     /// (under kernel passthrough) and is accounted from nothing once it is opened here.
     accounted: Mutex<HashMap<Ino, u64>>,
+    /// The largest size a data file here can have (the local file system's limit: ext4's is
+    /// 16 TiB, tmpfs's and xfs's 8 EiB). Data files hold chunks at their offsets in the Surge
+    /// file, so no Surge file may grow past it.
+    largest_file: u64,
     /// Bytes sent in answer to reads and received in writes (statistics).
     read_bytes: AtomicU64,
     written_bytes: AtomicU64,
@@ -95,6 +99,7 @@ impl DataStore {
             reserved: AtomicU64::new(0),
             open: Mutex::new(HashMap::new()),
             accounted: Mutex::new(accounted),
+            largest_file: largest_file_in(dir)?,
             read_bytes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(0),
             mirror: Arc::new(crate::mirror::Feed::new(1)),
@@ -105,6 +110,11 @@ impl DataStore {
     pub fn with_mirror(mut self, feed: Arc<crate::mirror::Feed>) -> Self {
         self.mirror = feed;
         self
+    }
+
+    /// The largest size a file can have here (see the field).
+    pub fn largest_file(&self) -> u64 {
+        self.largest_file
     }
 
     /// The inodes of every data file here, in order (anything not named like a data file is
@@ -531,13 +541,34 @@ pub(crate) fn fallocate(file: &File, flags: libc::c_int, offset: u64, len: u64) 
 }
 
 /// The inode a data file's name names (None: not a data file; left alone).
+/// The largest size a file in `dir` can have: found by setting a sparse file's size (which
+/// allocates nothing), as no call tells a file system's limit.
+fn largest_file_in(dir: &Path) -> io::Result<u64> {
+    let probe = dir.join(".largest-file-probe");
+    let file = OpenOptions::new().create(true).truncate(true).write(true).open(&probe)?;
+    let fits = |size: u64| file.set_len(size).is_ok();
+    let (mut fitting, mut too_large) = (0u64, i64::MAX as u64 + 1);
+    if fits(i64::MAX as u64) {
+        fitting = i64::MAX as u64;
+    } else {
+        while too_large - fitting > 1 {
+            let middle = fitting + (too_large - fitting) / 2;
+            if fits(middle) {
+                fitting = middle;
+            } else {
+                too_large = middle;
+            }
+        }
+    }
+    drop(file);
+    std::fs::remove_file(&probe)?;
+    Ok(fitting)
+}
+
 fn data_file_ino(name: &std::ffi::OsStr) -> Option<Ino> {
     name.to_str().filter(|n| n.len() == 16).and_then(|n| Ino::from_str_radix(n, 16).ok())
 }
 
-/// `copy_file_range` of `[offset, offset + len)` between two files at the same offsets.
-/// `Ok(None)`: unsupported between these file systems (nothing was copied); otherwise the bytes
-/// copied, short only where `from` ends.
 /// A byte range a client names must end within the largest file offset (i64::MAX): beyond
 /// it, sums overflow and the operating system takes offsets as negative.
 fn check_range(offset: u64, len: u64) -> Result<()> {
@@ -547,6 +578,9 @@ fn check_range(offset: u64, len: u64) -> Result<()> {
     }
 }
 
+/// `copy_file_range` of `[offset, offset + len)` between two files at the same offsets.
+/// `Ok(None)`: unsupported between these file systems (nothing was copied); otherwise the bytes
+/// copied, short only where `from` ends.
 fn kernel_copy(from: &File, to: &File, offset: u64, len: u64) -> io::Result<Option<u64>> {
     use std::os::fd::AsRawFd;
     let (mut off_in, mut off_out) = (offset as libc::loff_t, offset as libc::loff_t);
@@ -585,6 +619,26 @@ mod tests {
         assert_eq!(store.read(1, 0, 1 << 20).unwrap(), block);
         store.purge(1).unwrap();
         assert_eq!(store.used(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The store knows the largest file its directory's file system holds, and a write past
+    /// it fails as EFBIG (not as an I/O error), leaving nothing behind.
+    #[test]
+    fn a_write_past_the_largest_file_is_refused_as_too_large() {
+        let dir = std::env::temp_dir().join(format!("surge-data-largest-{}", std::process::id()));
+        let store = DataStore::open(&dir, 1 << 20).unwrap();
+        let largest = store.largest_file();
+        assert!(largest >= 1 << 40, "{largest}");
+        let probe = File::create(dir.join("probe")).unwrap();
+        probe.set_len(largest).unwrap();
+        if largest < i64::MAX as u64 {
+            assert!(probe.set_len(largest + 1).is_err());
+            let err = store.write(1, largest, b"x").unwrap_err();
+            assert_eq!(err.code, ErrorCode::FileTooLarge, "{err}");
+            assert_eq!(store.used(), 0);
+        }
+        assert!(!dir.join(".largest-file-probe").exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -14,7 +14,7 @@ pub const TTL: Duration = Duration::from_secs(600);
 
 pub struct Fixture {
     instance: Option<InProcessInstance>,
-    root: std::path::PathBuf,
+    pub root: std::path::PathBuf,
     /// The mount's operations, watching the servers.
     pub ops: Arc<Ops>,
     /// Another node's client, changing things behind the mount's back.

@@ -80,6 +80,59 @@ async fn xattrs_with_their_flags_and_acls() {
     fx.stop().await;
 }
 
+/// An access ACL set by the file's owner when outside its group clears set-group-ID, as a
+/// chmod by them would (Linux's posix_acl_update_mode); root's keeps it. The mount is trusted
+/// by the servers, so it has to say on whose behalf it sets the ACL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_set_by_an_owner_outside_the_group_clears_set_group_id() {
+    use surge_fuse::ops::Caller;
+    let fx = Fixture::new("acl-setgid", 2).await;
+    let ops = &fx.ops;
+    let (outside, root) = (Caller { uid: 65534, gid: 65534, pid: std::process::id() }, Caller { uid: 0, gid: 0, pid: std::process::id() });
+    // None of this process's groups, which the mount takes as the caller's.
+    let group = 4242;
+    // user::rwx group::r-x other::r-x, the mode's own bits.
+    const ANY: u32 = u32::MAX;
+    let access = acl(&[(1, 7, ANY), (4, 5, ANY), (0x20, 5, ANY)]);
+    for (name, caller, kept) in [("by-owner", outside, 0o755), ("by-root", root, 0o2755)] {
+        let (f, Opened { fh, .. }) = ops.create(ROOT_INO, name.into(), 0o644, 0, libc::O_RDWR, me()).await.unwrap();
+        close(ops, f.ino, fh).await;
+        let owned = AttrChanges { uid: Some(65534), gid: Some(group), ..Default::default() };
+        ops.setattr(f.ino, owned, None).await.unwrap();
+        ops.setattr(f.ino, AttrChanges { mode: Some(0o2755), ..Default::default() }, None).await.unwrap();
+        assert_eq!(fx.other.getattr(f.ino).await.unwrap().mode & 0o7777, 0o2755, "{name}");
+        ops.set_xattr(f.ino, "system.posix_acl_access".into(), access.clone(), 0, caller).await.unwrap();
+        assert_eq!(fx.other.getattr(f.ino).await.unwrap().mode & 0o7777, kept, "{name}, read elsewhere");
+        assert_eq!(ops.getattr(f.ino, me()).await.unwrap().mode & 0o7777, kept, "{name}, read here");
+    }
+    fx.stop().await;
+}
+
+/// A size past the largest file the servers' file systems hold is refused at once with EFBIG
+/// (as ext4 refuses a truncate past 16 TiB), not taken and then unreachable by any write.
+/// Where those file systems hold a 1 PiB file (tmpfs, xfs), that size is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_size_past_the_largest_file_is_refused_as_too_large() {
+    const PIB: u64 = 1 << 50;
+    let fx = Fixture::new("too-large", 2).await;
+    let probe = fx.root.join("probe");
+    let held_here = std::fs::File::create(&probe).unwrap().set_len(PIB).is_ok();
+    std::fs::remove_file(&probe).unwrap();
+    let ops = &fx.ops;
+    let (f, Opened { fh, .. }) = ops.create(ROOT_INO, "f".into(), 0o644, 0, libc::O_RDWR, me()).await.unwrap();
+    write(ops, fh, f.ino, 0, b"kept").await.unwrap();
+    close(ops, f.ino, fh).await;
+    let set = ops.setattr(f.ino, AttrChanges { size: Some(PIB), ..Default::default() }, None).await;
+    if held_here {
+        assert_eq!(set.unwrap().size, PIB);
+    } else {
+        assert_eq!(errno(set), libc::EFBIG);
+        assert_eq!(fx.other.getattr(f.ino).await.unwrap().size, 4);
+        assert_eq!(contents_elsewhere(&fx, ROOT_INO, "f").await, b"kept");
+    }
+    fx.stop().await;
+}
+
 /// A lock of `kind` over `start..=end` by `owner` (process `pid`).
 fn lock(owner: u64, pid: u32, kind: LockKind, start: u64, end: u64) -> LockRange {
     LockRange { owner, pid, kind, start, end }

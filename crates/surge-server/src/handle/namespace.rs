@@ -31,6 +31,8 @@ pub(crate) struct StepContext<'a> {
     pub caller: Option<&'a Caller>,
     /// The servers' ticket key, when they check identities.
     pub ticket_key: Option<&'a TicketKey>,
+    /// The largest size a file may have: what this server's data directory holds.
+    pub largest_file: u64,
 }
 
 /// The permission checks of the steps, on the inodes this server homes. Without a caller
@@ -176,6 +178,7 @@ impl Session {
                 opens: &mut self.opens,
                 caller: self.caller.as_ref(),
                 ticket_key: server.ticket_key.as_ref(),
+                largest_file: server.data.largest_file(),
             };
             let reply = step.run(&mut cx);
             // Every step with its outcome, in the order applied (SURGE_LOG=surge_server::steps=trace):
@@ -239,6 +242,14 @@ impl Step for SetAttr {
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::Attr> {
         if let Some(caller) = cx.caller {
             caller.check_setattr(cx.meta.perms(self.ino)?, &self.changes)?;
+        }
+        if let Some(size) = self.changes.size.filter(|size| *size > cx.largest_file) {
+            // Data files hold chunks at their offsets: a size past what they can reach could
+            // never be written up to (ext4 refuses 16 TiB, as it refuses this truncate).
+            return Err(ServerError::new(
+                surge_proto::ErrorCode::FileTooLarge,
+                format!("size {size} is past the largest file ({} bytes) the servers hold", cx.largest_file),
+            ));
         }
         cx.meta.setattr_as(self.ino, &self.changes, cx.caller)
     }
@@ -878,7 +889,7 @@ mod tests {
             (
                 "set-xattr",
                 watched(
-                    SetXattr { ino: 7, name: "user.x".into(), value: Vec::new(), mode: surge_proto::XattrSetMode::Either },
+                    SetXattr { ino: 7, name: "user.x".into(), value: Vec::new(), mode: surge_proto::XattrSetMode::Either, by: None },
                     attr.clone(),
                 ),
             ),

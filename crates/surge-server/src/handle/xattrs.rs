@@ -2,11 +2,12 @@
 //! inode's home, checked as Linux checks them where the server checks identities
 //! ([`surge_meta::access`]); the ACLs' values are read and acted on (see [`set_acl`]).
 
+use surge_meta::access::Caller;
 use surge_meta::error::{Result, ServerError};
 use surge_proto::acl::{decode_entries, Acl, AclKind};
 use surge_proto::namespace::{GetXattr, ListXattr, RemoveXattr, SetXattr};
 use surge_proto::xattr::check_xattr_value;
-use surge_proto::{Attr, FileKind, Ino, XattrNamespace};
+use surge_proto::{Attr, FileKind, Ino, Requester, XattrNamespace};
 
 use super::namespace::{Step, StepContext};
 
@@ -23,7 +24,7 @@ fn changed(ino: Ino) -> Effects {
 /// read (EINVAL, or EOPNOTSUPP for another version), a default ACL is only for a directory
 /// (EACCES; removing one elsewhere does nothing), only the owner or root may (EPERM), and the
 /// ACL must be valid (EINVAL) — in that order.
-fn set_acl(cx: &mut StepContext, ino: Ino, kind: AclKind, value: Option<&[u8]>) -> Result<Attr> {
+fn set_acl(cx: &mut StepContext, ino: Ino, kind: AclKind, value: Option<&[u8]>, by: Option<&Requester>) -> Result<Attr> {
     let entries = value.map(decode_entries).transpose()?.flatten();
     let attr = cx.meta.getattr(ino)?;
     if kind == AclKind::Default && attr.kind != FileKind::Dir {
@@ -36,7 +37,7 @@ fn set_acl(cx: &mut StepContext, ino: Ino, kind: AclKind, value: Option<&[u8]>) 
         caller.check_owner(&attr, "set an ACL")?;
     }
     let acl = entries.map(Acl::new).transpose()?;
-    let keeps_setgid = cx.caller.is_none_or(|caller| caller.keeps_setgid(attr.gid));
+    let keeps_setgid = Caller::acting_for(cx.caller, by).keeps_setgid(attr.gid);
     cx.meta.set_acl(ino, kind, acl, keeps_setgid)
 }
 
@@ -68,7 +69,7 @@ impl Step for SetXattr {
     fn run(&self, cx: &mut StepContext) -> Result<Attr> {
         check_xattr_value(&self.value)?;
         match XattrNamespace::of(&self.name)? {
-            XattrNamespace::Acl(kind) => set_acl(cx, self.ino, kind, Some(&self.value)),
+            XattrNamespace::Acl(kind) => set_acl(cx, self.ino, kind, Some(&self.value), self.by.as_ref()),
             namespace => {
                 if let Some(caller) = cx.caller {
                     caller.check_xattr_write(cx.meta.perms(self.ino)?, namespace)?;
@@ -86,7 +87,7 @@ impl Step for SetXattr {
 impl Step for RemoveXattr {
     fn run(&self, cx: &mut StepContext) -> Result<Attr> {
         match XattrNamespace::of(&self.name)? {
-            XattrNamespace::Acl(kind) => set_acl(cx, self.ino, kind, None),
+            XattrNamespace::Acl(kind) => set_acl(cx, self.ino, kind, None, None),
             namespace => {
                 if let Some(caller) = cx.caller {
                     caller.check_xattr_write(cx.meta.perms(self.ino)?, namespace)?;
