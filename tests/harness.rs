@@ -10,12 +10,15 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+pub mod netns;
 pub mod testbed;
 
-/// The workspace's built binaries live beside the test executable's `deps/` directory.
+/// The workspace's built binaries live beside the test executable's `deps/` directory (or
+/// beside this program, when it is one of them).
 pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target profile directory");
+    let beside = exe.parent().expect("the executable's directory");
+    let dir = if beside.ends_with("deps") { beside.parent().expect("target profile directory") } else { beside };
     let path = dir.join(name);
     assert!(path.exists(), "{} not built: run `cargo build --release --workspace --bins` first", path.display());
     path

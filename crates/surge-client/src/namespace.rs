@@ -124,11 +124,19 @@ impl Client {
         let (uid, gid) = self.identity();
         let place_on = self.near_server().map(|server| server as u32);
         let create = Create { parent, name: name.to_string(), mode, umask, uid, gid, exclusive, open: true, place_on };
-        let entry = self.call_home(parent, create).await?;
-        let attr = match entry.attr {
-            Some(attr) => attr,
-            // An existing file homed elsewhere (renamed in from another directory).
-            None => return self.open_ino(entry.ino).await,
+        let mut attempts = 0;
+        let attr = loop {
+            attempts += 1;
+            let entry = self.call_home(parent, create.clone()).await?;
+            match entry.attr {
+                Some(attr) => break attr,
+                // An existing file homed elsewhere (renamed in from another directory), opened
+                // there; gone if the name was replaced meanwhile: asked again.
+                None => match self.open_ino(entry.ino).await {
+                    Err(e) if e.code == ErrorCode::NotFound && attempts < crate::paths::NAME_RACE_ATTEMPTS => continue,
+                    opened => return opened,
+                },
+            }
         };
         if attr.kind != FileKind::File {
             return Err(Error::new(ErrorCode::Invalid, format!("'{name}' is not a regular file")));

@@ -11,6 +11,10 @@ use surge_proto::{Attr, AttrChanges, DirEntry, ErrorCode, FileKind, Timestamp, R
 use crate::error::{Error, Result};
 use crate::{Client, File};
 
+/// How many times an open looks a name up again after its inode vanished in between: each
+/// time another client replaced the name at that very moment.
+pub(crate) const NAME_RACE_ATTEMPTS: u32 = 8;
+
 impl Client {
     /// Resolves an absolute instance path to its attributes (symlinks are not followed).
     pub async fn stat(&self, path: &str) -> Result<Attr> {
@@ -47,12 +51,24 @@ impl Client {
     }
 
     /// Opens an existing file; `truncate` empties it first (O_TRUNC).
+    ///
+    /// The name is looked up, then its inode opened. A rename over the name or an unlink
+    /// between the two leaves an inode that is gone (no handle held it): the name is looked up
+    /// again, as the kernel walks a path again that met a stale inode, so a name that always
+    /// named some file (one replaced by rename, atomically) always opens.
     pub async fn open(&self, path: &str, truncate: bool) -> Result<File> {
-        let attr = self.stat(path).await?;
-        if attr.kind == FileKind::Dir {
-            return Err(Error::new(ErrorCode::IsDir, path.to_string()));
-        }
-        let file = self.open_ino(attr.ino).await.map_err(|e| with_path(e, path))?;
+        let mut attempts = 0;
+        let file = loop {
+            attempts += 1;
+            let attr = self.stat(path).await?;
+            if attr.kind == FileKind::Dir {
+                return Err(Error::new(ErrorCode::IsDir, path.to_string()));
+            }
+            match self.open_ino(attr.ino).await {
+                Err(e) if e.code == ErrorCode::NotFound && attempts < NAME_RACE_ATTEMPTS => continue,
+                opened => break opened.map_err(|e| with_path(e, path))?,
+            }
+        };
         if truncate {
             file.set_len(0).await?;
         }
