@@ -20,11 +20,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::history::{Fault, Line, Op, Outcome, Seen};
+use crate::history::{parse_record, Fault, Line, Op, Outcome, Seen, RECORD};
 
 /// A fault's effects on locks last past its window: a connection cut off is found dead, and
 /// a restarted server's clients reconnect, seconds later.
 const FAULT_MARGIN_US: u64 = 10_000_000;
+/// No operation runs longer (a worker records one that does as hung).
+const HANG_US: u64 = crate::worker::HANG.as_micros() as u64 + 1_000_000;
 
 /// One operation of one worker, with its end if it had one.
 #[derive(Debug, Clone)]
@@ -71,6 +73,8 @@ pub fn invocations(lines: Vec<Line>) -> Vec<Invocation> {
 pub struct FinalState {
     pub own: HashMap<String, Seen>,
     pub exclusive: HashMap<String, Vec<u8>>,
+    /// The shared log's bytes.
+    pub log: Vec<u8>,
 }
 
 /// How many of each kind of judgement the checker made: a campaign in which nothing could
@@ -84,6 +88,7 @@ pub struct Judged {
     pub exclusive_names: u64,
     pub increments_clean: u64,
     pub increments_in_sequence: u64,
+    pub appends_acknowledged: u64,
 }
 
 /// Every broken promise, in words.
@@ -106,6 +111,52 @@ pub fn check_counting(history: &[Invocation], faults: &[Fault], end: &FinalState
     violations.extend(reads(history, judged));
     violations.extend(exclusive(history, end, judged));
     violations.extend(increments(history, faults, judged));
+    violations.extend(appends(history, end, judged));
+    violations
+}
+
+/// The log holds each acknowledged append's record once, whole; one that failed or was cut
+/// short at most once, or as a record's worth of zeros or a torn record (its range was set
+/// aside, its bytes not all written); nothing else.
+fn appends(history: &[Invocation], end: &FinalState, judged: &mut Judged) -> Vec<String> {
+    let mut violations = Vec::new();
+    if !end.log.len().is_multiple_of(RECORD) {
+        violations.push(format!("the log is {} bytes: not a whole number of {RECORD}-byte records", end.log.len()));
+    }
+    let mut found: HashMap<(u64, u64), u32> = HashMap::new();
+    let mut unreadable = 0;
+    for unit in end.log.chunks(RECORD) {
+        match parse_record(unit) {
+            Some(key) => *found.entry(key).or_default() += 1,
+            None => unreadable += 1,
+        }
+    }
+    let mut uncertain = 0;
+    for inv in history {
+        let Op::Append { tag, .. } = &inv.op else { continue };
+        let copies = found.remove(&(inv.worker, *tag)).unwrap_or(0);
+        if inv.ok() {
+            judged.appends_acknowledged += 1;
+            if copies != 1 {
+                violations.push(format!("acknowledged append {tag} of worker {} is in the log {copies} times", inv.worker));
+            }
+        } else {
+            uncertain += 1;
+            if copies > 1 {
+                violations.push(format!("append {tag} of worker {} (not acknowledged) is in the log {copies} times", inv.worker));
+            }
+        }
+    }
+    if !found.is_empty() {
+        violations.push(format!(
+            "{} records in the log that no worker appended: {:?}",
+            found.len(),
+            found.keys().take(5).collect::<Vec<_>>()
+        ));
+    }
+    if unreadable > uncertain {
+        violations.push(format!("{unreadable} unreadable records in the log, but only {uncertain} appends failed"));
+    }
     violations
 }
 
@@ -201,31 +252,77 @@ fn own_files(history: &[Invocation], end: &FinalState, judged: &mut Judged) -> V
 }
 
 /// The shared files' and published files' reads against the updates and publications.
+/// The writes of one file (its slot's updates, or its publications), indexed for judging
+/// reads: a long campaign has a million operations.
+struct Writes<'a> {
+    by_start: Vec<&'a Invocation>,
+    /// Acknowledged ones by end: (end, the largest version and the latest start among those
+    /// ended by then).
+    acknowledged: Vec<(u64, u64, u64)>,
+    /// Starts of the failed or cut-short ones, in order.
+    failed: Vec<u64>,
+}
+
+impl<'a> Writes<'a> {
+    fn new(mut by_start: Vec<&'a Invocation>) -> Writes<'a> {
+        by_start.sort_by_key(|w| w.at);
+        let mut ok: Vec<&Invocation> = by_start.iter().copied().filter(|w| w.ok()).collect();
+        ok.sort_by_key(|w| w.end());
+        let (mut version, mut start) = (0, 0);
+        let acknowledged = ok
+            .iter()
+            .map(|w| {
+                (version, start) = (version.max(version_of(&w.op)), start.max(w.at));
+                (w.end(), version, start)
+            })
+            .collect();
+        let failed = by_start.iter().filter(|w| !w.ok()).map(|w| w.at).collect();
+        Writes { by_start, acknowledged, failed }
+    }
+
+    /// The last version acknowledged before `t`, and when the latest write so acknowledged began.
+    fn acknowledged_before(&self, t: u64) -> Option<(u64, u64)> {
+        let i = self.acknowledged.partition_point(|(end, ..)| *end < t);
+        i.checked_sub(1).map(|i| (self.acknowledged[i].1, self.acknowledged[i].2))
+    }
+
+    /// Whether a read from `open` to `end` may see anything: a write under way then, or one
+    /// that failed (or was cut short by its worker's kill, which did nothing after the kill)
+    /// and was not written over by a later one acknowledged before the open.
+    fn unsettled(&self, open: u64, end: u64) -> bool {
+        let begun = self.by_start.partition_point(|w| w.at < end);
+        // Every operation ends within the hang bound of its start.
+        let under_way = self.by_start[..begun]
+            .iter()
+            .rev()
+            .take_while(|w| w.at.saturating_add(HANG_US) >= open)
+            .any(|w| w.done.is_some() && w.end() > open);
+        let last_failed = self.failed[..self.failed.partition_point(|at| *at < end)].last();
+        let repaired_by = self.acknowledged_before(open).map(|(_, start)| start);
+        under_way || last_failed.is_some_and(|failed| repaired_by.is_none_or(|start| start < *failed))
+    }
+}
+
+/// The shared files' and published files' reads against the updates and publications.
 fn reads(history: &[Invocation], judged: &mut Judged) -> Vec<String> {
-    let mut writes: HashMap<&str, Vec<&Invocation>> = HashMap::new();
+    let mut by_path: HashMap<&str, Vec<&Invocation>> = HashMap::new();
     for inv in history {
         match &inv.op {
-            Op::Update { path, .. } | Op::Publish { path, .. } => writes.entry(path.as_str()).or_default().push(inv),
+            Op::Update { path, .. } | Op::Publish { path, .. } => by_path.entry(path.as_str()).or_default().push(inv),
             _ => {}
         }
     }
+    let writes: HashMap<&str, Writes> = by_path.into_iter().map(|(path, list)| (path, Writes::new(list))).collect();
+    let none = Writes::new(Vec::new());
     let mut violations = Vec::new();
     for read in history {
         let Op::Read { path } = &read.op else { continue };
         let Some((read_end, outcome)) = &read.done else { continue };
         let published = path.starts_with("/campaign/pub/");
-        let earlier: Vec<&&Invocation> = writes.get(path.as_str()).into_iter().flatten().filter(|w| w.at < *read_end).collect();
+        let writes = writes.get(path.as_str()).unwrap_or(&none);
         // The last version acknowledged before the read's open began.
-        let acknowledged = earlier.iter().filter(|w| w.ok() && w.end() < read.at).map(|w| version_of(&w.op)).max();
-        // An update under way at the read, or one that failed and was not written over by a
-        // later one acknowledged before the read: the bytes may be anything of it.
-        let unsettled = earlier.iter().any(|w| {
-            // One cut short by its worker's kill did nothing after the kill: a later
-            // acknowledged one repairs it, as a failed one.
-            let overlapping = w.done.is_some() && w.end() > read.at;
-            let failed_unrepaired = !w.ok() && !earlier.iter().any(|later| later.ok() && later.at > w.at && later.end() < read.at);
-            overlapping || failed_unrepaired
-        });
+        let acknowledged = writes.acknowledged_before(read.at).map(|(version, _)| version);
+        let unsettled = writes.unsettled(read.at, *read_end);
         let seen = match outcome {
             Outcome::Read { seen } => {
                 if unsettled {
@@ -291,7 +388,10 @@ fn exclusive(history: &[Invocation], end: &FinalState, judged: &mut Judged) -> V
 
 fn increments(history: &[Invocation], faults: &[Fault], judged: &mut Judged) -> Vec<String> {
     let during_fault = |from: u64, to: u64| faults.iter().any(|f| from <= f.to.saturating_add(FAULT_MARGIN_US) && f.from <= to);
-    let all: Vec<&Invocation> = history.iter().filter(|i| matches!(i.op, Op::Increment { .. })).collect();
+    let mut all: Vec<&Invocation> = history.iter().filter(|i| matches!(i.op, Op::Increment { .. })).collect();
+    all.sort_by_key(|i| i.at);
+    // One cut short by its worker's kill held the lock at most until the hang bound.
+    let held_until = |o: &Invocation| o.done.as_ref().map_or(o.at.saturating_add(HANG_US), |(end, _)| *end);
     let mut clean: Vec<(u64, u64, u64, &Invocation)> = all
         .iter()
         .filter_map(|inv| match &inv.done {
@@ -312,7 +412,8 @@ fn increments(history: &[Invocation], faults: &[Fault], judged: &mut Judged) -> 
             continue;
         }
         // Nobody else could have held the lock between them: b must read what a wrote.
-        let between = all.iter().any(|o| !std::ptr::eq(*o, a) && !std::ptr::eq(*o, b) && o.at < b_from && o.end() > a_to);
+        let candidates = all.partition_point(|o| o.at < a_to.saturating_sub(HANG_US))..all.partition_point(|o| o.at < b_from);
+        let between = all[candidates].iter().any(|o| !std::ptr::eq(*o, a) && !std::ptr::eq(*o, b) && held_until(o) > a_to);
         judged.increments_in_sequence += u64::from(!between);
         if !between && b_read != a_read + 1 {
             violations.push(format!(
@@ -345,7 +446,7 @@ mod tests {
     }
 
     fn state(own: &[(&str, Seen)]) -> FinalState {
-        FinalState { own: own.iter().map(|(p, s)| (p.to_string(), *s)).collect(), exclusive: HashMap::new() }
+        FinalState { own: own.iter().map(|(p, s)| (p.to_string(), *s)).collect(), ..Default::default() }
     }
 
     #[test]
@@ -395,6 +496,20 @@ mod tests {
             Some((55, Outcome::Failed { code: "NotFound".into(), maybe_applied: false })),
         );
         assert_eq!(check(&[publish, missing], &[], &FinalState::default()).len(), 1);
+    }
+
+    #[test]
+    fn every_acknowledged_append_is_in_the_log_once() {
+        use crate::history::record;
+        let append = |tag, outcome| inv(1, tag, tag * 10, Op::Append { path: "/campaign/log".into(), tag }, Some((tag * 10 + 5, outcome)));
+        let h = [append(1, Outcome::Ok), append(2, failed()), append(3, Outcome::Ok)];
+        let log = |records: &[[u8; RECORD]]| FinalState { log: records.concat(), ..Default::default() };
+        assert!(check(&h, &[], &log(&[record(1, 1), record(1, 3)])).is_empty());
+        assert!(check(&h, &[], &log(&[record(1, 1), [0; RECORD], record(1, 3)])).is_empty(), "the failed one's range");
+        assert_eq!(check(&h, &[], &log(&[record(1, 1)])).len(), 1, "an acknowledged one lost");
+        assert_eq!(check(&h, &[], &log(&[record(1, 1), record(1, 3), record(1, 3)])).len(), 1, "one twice");
+        assert_eq!(check(&h, &[], &log(&[record(1, 1), record(1, 3), [0; RECORD], [0; RECORD]])).len(), 1, "more holes than failures");
+        assert_eq!(check(&h, &[], &log(&[record(1, 1), record(1, 3), record(2, 9)])).len(), 1, "a record nobody appended");
     }
 
     #[test]

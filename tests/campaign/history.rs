@@ -41,6 +41,9 @@ pub enum Op {
     Exclusive { path: String },
     /// Takes a write lock on the counter file, reads it, writes it plus one, closes, unlocks.
     Increment { path: String },
+    /// Appends this worker's record `tag` (its operation's number) to the log every worker
+    /// appends to (O_APPEND across nodes).
+    Append { path: String, tag: u64 },
 }
 
 /// What came of an operation.
@@ -143,6 +146,27 @@ pub fn contents(version: u64) -> Vec<u8> {
     out
 }
 
+/// The size of an appended record.
+pub const RECORD: usize = 32;
+
+/// Worker `worker`'s record `tag`: the two numbers, a check of them, and a mark.
+pub fn record(worker: u64, tag: u64) -> [u8; RECORD] {
+    let mut out = [0u8; RECORD];
+    out[..8].copy_from_slice(&worker.to_le_bytes());
+    out[8..16].copy_from_slice(&tag.to_le_bytes());
+    out[16..24].copy_from_slice(&(worker.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ tag.rotate_left(17)).to_le_bytes());
+    out[24..].copy_from_slice(b"surgelog");
+    out
+}
+
+/// A whole record's worker and tag; None for anything else (zeros where an append's range was
+/// set aside and its write failed, or a part of one).
+pub fn parse_record(bytes: &[u8]) -> Option<(u64, u64)> {
+    let worker = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+    let tag = u64::from_le_bytes(bytes.get(8..16)?.try_into().ok()?);
+    (bytes.len() == RECORD && record(worker, tag) == bytes).then_some((worker, tag))
+}
+
 /// What `bytes` are: empty, a whole version, or torn.
 pub fn classify(bytes: &[u8]) -> Seen {
     if bytes.is_empty() {
@@ -175,5 +199,10 @@ mod tests {
         let (a, b) = (contents(5), contents(6));
         let mixed: Vec<u8> = b.iter().take(20).chain(a.iter().skip(20)).copied().collect();
         assert_eq!(classify(&mixed), Seen::Torn);
+        assert_eq!(parse_record(&record(1001, 7)), Some((1001, 7)));
+        let mut torn = record(1001, 7);
+        torn[20] = 0;
+        assert_eq!(parse_record(&torn), None);
+        assert_eq!(parse_record(&[0; RECORD]), None);
     }
 }

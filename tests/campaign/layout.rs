@@ -8,6 +8,7 @@ pub const ROOT: &str = "/campaign";
 pub const OWN_DIRS: [&str; 3] = ["/campaign/a", "/campaign/b", "/campaign/c"];
 pub const EXCLUSIVE_DIR: &str = "/campaign/excl";
 pub const COUNTER: &str = "/campaign/counter";
+pub const LOG: &str = "/campaign/log";
 
 /// The file slot `slot` alone writes and every worker reads.
 pub fn shared(slot: u64) -> String {
@@ -30,7 +31,7 @@ pub fn exclusive(n: u64) -> String {
 }
 
 /// Makes the tree for `workers` slots: the directories, the shared files (empty) and the
-/// counter (zero). The published files do not exist until first published.
+/// counter (zero), the log (empty). The published files do not exist until first published.
 pub async fn make(client: &Client, workers: u64) -> surge_client::Result<()> {
     client.mkdir(ROOT, 0o755).await?;
     for dir in OWN_DIRS.iter().copied().chain([EXCLUSIVE_DIR, "/campaign/shared", "/campaign/pub"]) {
@@ -39,6 +40,7 @@ pub async fn make(client: &Client, workers: u64) -> surge_client::Result<()> {
     for slot in 0..workers {
         client.create(&shared(slot), 0o644).await?.close().await?;
     }
+    client.create(LOG, 0o644).await?.close().await?;
     let counter = client.create(COUNTER, 0o644).await?;
     counter.pwrite(0, &0u64.to_le_bytes()).await?;
     counter.close().await

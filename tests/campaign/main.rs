@@ -46,6 +46,10 @@ enum Command {
         /// Where the histories, the faults and the workers' logs go.
         #[arg(long)]
         out: PathBuf,
+        /// Server 3's node is 10.77.SUBNET.2 behind the veth `sghSUBNET` (two campaigns at
+        /// once need two).
+        #[arg(long, default_value_t = 75)]
+        subnet: u8,
     },
     /// One worker (the instance from SURGE_HOME and SURGE_INSTANCE).
     Worker {
@@ -68,8 +72,8 @@ enum Command {
 
 fn main() -> ExitCode {
     match Args::parse().command {
-        Command::Run { secs, seed, workers, pause_ms, out } => {
-            let campaign = run::Campaign { secs, seed, workers, pause_ms, out };
+        Command::Run { secs, seed, workers, pause_ms, out, subnet } => {
+            let campaign = run::Campaign { secs, seed, workers, pause_ms, out, subnet };
             match campaign.run() {
                 Ok(report) => {
                     println!("{}", report.summary);

@@ -27,6 +27,7 @@ pub struct Campaign {
     pub workers: u64,
     pub pause_ms: u64,
     pub out: PathBuf,
+    pub subnet: u8,
 }
 
 /// What a campaign found.
@@ -66,7 +67,7 @@ impl Campaign {
             SERVERS,
             &["--capacity", "2G", "--chunk-size", "64K"],
         );
-        let node = NetNode::new("campaign", 75);
+        let node = NetNode::new("campaign", self.subnet);
         let node_listen = format!("{}:7475", node.addr);
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let faults = Recorder::create(&self.out.join("faults.jsonl"))?;
@@ -102,6 +103,9 @@ impl Campaign {
         })))?;
         let mut judged = check::Judged::default();
         violations.extend(check::check_counting(&invocations, &faults, &end, &mut judged));
+        if judged.files_acknowledged == 0 || judged.reads_exact == 0 || judged.exclusive_names == 0 || faults.is_empty() {
+            violations.push(format!("a campaign that judged next to nothing ({judged:?}, {} faults): run it longer", faults.len()));
+        }
         let (left, wrong) = running.fsck()?;
         violations.extend(wrong);
         let summary = format!("{}\n{judged:?}\n\n{left}", summarize(&invocations, &faults, self));
@@ -296,6 +300,7 @@ async fn final_state(client: &surge_client::Client) -> anyhow::Result<FinalState
             end.own.insert(path.clone(), classify(&read_whole(client, &path).await?));
         }
     }
+    end.log = read_whole(client, layout::LOG).await?;
     for entry in client.readdir(layout::EXCLUSIVE_DIR).await? {
         let path = format!("{}/{}", layout::EXCLUSIVE_DIR, entry.name);
         end.exclusive.insert(path.clone(), read_whole(client, &path).await?);
@@ -326,6 +331,7 @@ fn summarize(invocations: &[Invocation], faults: &[Fault], campaign: &Campaign) 
             Op::Publish { .. } => "publish (write, rename over)",
             Op::Exclusive { .. } => "O_EXCL create",
             Op::Increment { .. } => "locked increment",
+            Op::Append { .. } => "append (shared log)",
         };
         let column = match &inv.done {
             None => 2,

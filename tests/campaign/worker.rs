@@ -15,7 +15,7 @@ use rand_xorshift::XorShiftRng;
 use surge_client::surge_proto::LockKind;
 use surge_client::{Client, ClientOptions, LockRange};
 
-use crate::history::{classify, contents, now_us, Line, Op, Outcome, Recorder};
+use crate::history::{classify, contents, now_us, record, Line, Op, Outcome, Recorder};
 use crate::layout;
 
 /// A client gives up on a server that does not answer after this (faults last longer).
@@ -112,7 +112,8 @@ impl State {
                 Op::Publish { path: layout::published(worker.slot), temp: layout::publish_temp(worker.slot, version), version }
             }
             75..88 => Op::Read { path: layout::published(any_slot) },
-            88..94 => Op::Exclusive { path: layout::exclusive(now_us() / 400_000) },
+            88..93 => Op::Exclusive { path: layout::exclusive(now_us() / 400_000) },
+            93..96 => Op::Append { path: layout::LOG.into(), tag: self.seq + 1 },
             _ => Op::Increment { path: layout::COUNTER.into() },
         }
     }
@@ -229,6 +230,18 @@ impl State {
                 }
             }
             Op::Increment { path } => self.increment(worker, path).await,
+            Op::Append { path, tag } => {
+                let file = match c.open(path, false).await {
+                    Ok(file) => file,
+                    Err(e) => return failed(e, false),
+                };
+                let appended = file.append(bytes::Bytes::copy_from_slice(&record(worker.incarnation, *tag))).await;
+                let closed = file.close().await;
+                match appended.and(closed) {
+                    Ok(()) => Outcome::Ok,
+                    Err(e) => failed(e, true),
+                }
+            }
         }
     }
 

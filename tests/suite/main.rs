@@ -4,6 +4,7 @@
 //! a part of its own (`surge-tests:fuse`, ...), side by side; by hand, a module is a filter:
 //! `cargo test --release -p surge-tests --test suite fuse::`.
 
+mod campaign;
 mod capi;
 mod cli;
 mod cluster;
