@@ -6,7 +6,7 @@
 //! checker holds the histories and the tree against docs/consistency.md's guarantees, and
 //! `surge fsck` must find nothing. Needs root (network namespaces) and a release build.
 //!
-//!   surge-campaign run [--secs 120] [--seed 1] [--workers 3] [--pause-ms 20] --out DIR
+//!   surge-campaign run [--secs 120] [--seed 1] [--workers 3] [--mounts 0] [--pause-ms 20] --out DIR
 //!       prints the operations and faults as Markdown, every violation, and exits 1 on any
 //!   surge-campaign worker ...   (started by `run`)
 //!
@@ -15,6 +15,7 @@
 mod check;
 mod history;
 mod layout;
+mod posix;
 mod run;
 mod worker;
 
@@ -50,6 +51,10 @@ enum Command {
         /// once need two).
         #[arg(long, default_value_t = 75)]
         subnet: u8,
+        /// The last MOUNTS workers work through FUSE mounts of their own (POSIX calls), the
+        /// others through the native client.
+        #[arg(long, default_value_t = 0)]
+        mounts: u64,
     },
     /// One worker (the instance from SURGE_HOME and SURGE_INSTANCE).
     Worker {
@@ -67,13 +72,16 @@ enum Command {
         pause_ms: u64,
         #[arg(long)]
         history: PathBuf,
+        /// Work through the mount at this directory.
+        #[arg(long)]
+        through: Option<PathBuf>,
     },
 }
 
 fn main() -> ExitCode {
     match Args::parse().command {
-        Command::Run { secs, seed, workers, pause_ms, out, subnet } => {
-            let campaign = run::Campaign { secs, seed, workers, pause_ms, out, subnet };
+        Command::Run { secs, seed, workers, pause_ms, out, subnet, mounts } => {
+            let campaign = run::Campaign { secs, seed, workers, pause_ms, out, subnet, mounts: mounts.min(workers) };
             match campaign.run() {
                 Ok(report) => {
                     println!("{}", report.summary);
@@ -93,8 +101,8 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Command::Worker { slot, incarnation, workers, seed, until_us, pause_ms, history } => {
-            let worker = worker::Worker { slot, incarnation, workers, seed, until_us, pause_ms, history };
+        Command::Worker { slot, incarnation, workers, seed, until_us, pause_ms, history, through } => {
+            let worker = worker::Worker { slot, incarnation, workers, seed, until_us, pause_ms, history, through };
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a runtime");
             match runtime.block_on(worker.run()) {
                 Ok(()) => ExitCode::SUCCESS,

@@ -28,6 +28,8 @@ pub struct Campaign {
     pub pause_ms: u64,
     pub out: PathBuf,
     pub subnet: u8,
+    /// How many workers (the last ones) work through FUSE mounts, one each.
+    pub mounts: u64,
 }
 
 /// What a campaign found.
@@ -53,6 +55,8 @@ struct Running<'a> {
     workers: Vec<(Child, u64)>,
     incarnations: u64,
     until_us: u64,
+    /// The mounts' directories (unmounted when the workers are done, or at the drop).
+    mounts: Vec<PathBuf>,
 }
 
 impl Campaign {
@@ -83,7 +87,11 @@ impl Campaign {
             workers: Vec::new(),
             incarnations: 0,
             until_us: now_us() + self.secs * 1_000_000,
+            mounts: Vec::new(),
         };
+        for m in 0..self.mounts {
+            running.mount(&self.out.join(format!("mount-{m}")))?;
+        }
         let client = running.inst.client_with(ClientOptions { node: None, local_io: false, ..Default::default() });
         runtime.block_on(layout::make(&client, self.workers))?;
         for slot in 0..self.workers {
@@ -92,6 +100,9 @@ impl Campaign {
         }
         running.inject_until_the_deadline()?;
         let mut violations = running.end_workers();
+        // What the mounts hold back (their delegations' logs) reaches the servers before the
+        // tree is read.
+        violations.extend(running.unmount());
         let history: Vec<Line> = histories(&self.out)?;
         let invocations = check::invocations(history);
         let faults: Vec<Fault> = read_lines(&self.out.join("faults.jsonl"))?;
@@ -114,10 +125,32 @@ impl Campaign {
 }
 
 impl Running<'_> {
+    fn mount(&mut self, dir: &Path) -> anyhow::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let out = self.inst.surge(&["mount", &self.inst.name, dir.to_str().unwrap()]);
+        anyhow::ensure!(out.status.success(), "surge mount {}: {}", dir.display(), text(&out));
+        self.mounts.push(dir.to_path_buf());
+        Ok(())
+    }
+
+    /// Unmounts every mount; a refusal is a violation (something still held there).
+    fn unmount(&mut self) -> Vec<String> {
+        let mut violations = Vec::new();
+        for dir in std::mem::take(&mut self.mounts) {
+            let out = self.inst.surge(&["umount", dir.to_str().unwrap()]);
+            if !out.status.success() {
+                violations.push(format!("surge umount {} after the campaign: {}", dir.display(), text(&out)));
+            }
+        }
+        violations
+    }
+
     fn start_worker(&mut self, slot: u64) -> anyhow::Result<(Child, u64)> {
         self.incarnations += 1;
         let incarnation = slot + 1 + 1000 * self.incarnations;
         let log = std::fs::File::create(self.campaign.out.join(format!("worker-{incarnation}.log")))?;
+        let first_through_a_mount = self.campaign.workers - self.campaign.mounts;
+        let through = (slot >= first_through_a_mount).then(|| self.mounts[(slot - first_through_a_mount) as usize].clone());
         let child = Command::new(std::env::current_exe()?)
             .arg("worker")
             .args(["--slot", &slot.to_string(), "--incarnation", &incarnation.to_string()])
@@ -125,6 +158,7 @@ impl Running<'_> {
             .args(["--until-us", &self.until_us.to_string(), "--pause-ms", &self.campaign.pause_ms.to_string()])
             .arg("--history")
             .arg(self.campaign.out.join(format!("history-{incarnation}.jsonl")))
+            .args(through.iter().flat_map(|dir| [std::ffi::OsStr::new("--through"), dir.as_os_str()]))
             .env("SURGE_HOME", &self.inst.home)
             .env("SURGE_INSTANCE", &self.inst.name)
             .stdout(Stdio::null())
@@ -273,7 +307,12 @@ impl Running<'_> {
 /// it; the instance then goes down with `surge down`.
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        for child in self.workers.iter_mut().map(|(child, _)| child).chain(&mut self.servers) {
+        for (child, _) in &mut self.workers {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.unmount();
+        for child in &mut self.servers {
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -345,8 +384,8 @@ fn summarize(invocations: &[Invocation], faults: &[Fault], campaign: &Campaign) 
         *by_fault.entry(&fault.kind).or_default() += 1;
     }
     let mut out = format!(
-        "campaign: {} s, seed {}, {} workers, 4 servers (server 3 behind a veth link)\n\n| operation | succeeded | failed | cut short (worker killed) |\n|---|---|---|---|\n",
-        campaign.secs, campaign.seed, campaign.workers
+        "campaign: {} s, seed {}, {} workers ({} through FUSE mounts), 4 servers (server 3 behind a veth link)\n\n| operation | succeeded | failed | cut short (worker killed) |\n|---|---|---|---|\n",
+        campaign.secs, campaign.seed, campaign.workers, campaign.mounts
     );
     for (kind, [ok, failed, cut]) in &ops {
         out += &format!("| {kind} | {ok} | {failed} | {cut} |\n");

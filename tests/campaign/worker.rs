@@ -35,6 +35,9 @@ pub struct Worker {
     pub until_us: u64,
     pub pause_ms: u64,
     pub history: PathBuf,
+    /// A mount's directory to work through with POSIX calls ([`crate::posix`]); None: the
+    /// native client.
+    pub through: Option<PathBuf>,
 }
 
 struct State {
@@ -67,9 +70,14 @@ impl Worker {
             state.seq += 1;
             let seq = state.seq;
             state.recorder.record(&Line::Invoke { worker: self.incarnation, seq, at: now_us(), op: op.clone() });
-            let outcome = match tokio::time::timeout(HANG, state.apply(&self, &op)).await {
-                Ok(outcome) => outcome,
-                Err(_) => Outcome::Failed { code: "Hung".into(), maybe_applied: true },
+            let outcome = match &self.through {
+                // Blocking calls: a hang there keeps the worker past the deadline, which the
+                // campaign reports.
+                Some(root) => crate::posix::apply(root, self.incarnation, &op),
+                None => match tokio::time::timeout(HANG, state.apply(&self, &op)).await {
+                    Ok(outcome) => outcome,
+                    Err(_) => Outcome::Failed { code: "Hung".into(), maybe_applied: true },
+                },
             };
             state.note(&op, &outcome);
             state.recorder.record(&Line::Done { worker: self.incarnation, seq, at: now_us(), outcome });
