@@ -188,6 +188,34 @@ fn instance(name: &str, base: u8, args: &[&str]) -> Instance {
     Instance::up_on(name, "127.0.3", base, 4, &all)
 }
 
+/// An unlink while one of the file's data servers is stopped succeeds (the name is gone at
+/// its home), and the data on that server is freed once it continues: the client purges it
+/// again in the background, so `surge fsck` finds no orphaned data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_files_data_on_a_stopped_server_is_freed_once_it_continues() {
+    let inst = instance("fpurge", 221, &["--capacity", "1G"]);
+    let c = client(&inst);
+    let f = c.create("/striped", 0o644).await.unwrap();
+    f.pwrite(0, &pattern(9, 8 * MIB)).await.unwrap();
+    let ino = f.ino();
+    f.close().await.unwrap();
+    let stopped = (0..4).find(|server| *server != 0 && has_chunk_on(&c, ino, 8 * MIB, *server)).expect("a chunk off the home");
+    inst.signal_server(stopped, libc::SIGSTOP);
+    let unlinked = c.unlink("/striped").await;
+    inst.signal_server(stopped, libc::SIGCONT);
+    unlinked.expect("the unlink succeeds: the name is gone");
+    assert_eq!(c.stat("/striped").await.unwrap_err().code, ErrorCode::NotFound);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let check = inst.surge(&["fsck", &inst.name]);
+        if check.status.success() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the data on server {stopped} was not freed: {}", text(&check));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_write() {
     let inst = instance("fkill", 101, &["--capacity", "2G"]);

@@ -29,6 +29,8 @@ const TARGET_CHANGED_ATTEMPTS: u32 = 8;
 /// Times a truncate cuts the servers' data before it sets the size regardless of writes
 /// published meanwhile (see [`Client::setattr_unmeasured`]).
 const CUT_ATTEMPTS: u32 = 4;
+/// How long a removed file's data is purged again while its servers cannot be reached.
+const PURGE_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// A step that found its name changed by another client (Stale) after every attempt: to a
 /// program, the name is busy (EBUSY), not a stale handle.
@@ -306,9 +308,42 @@ impl Client {
             (purge, size, ticket) = (fate.purge, fate.size, fate.ticket);
         }
         if purge {
-            self.purge_data(unlinked.ino, size, ticket).await?;
+            match self.purge_data(unlinked.ino, size, ticket).await {
+                // The name is gone and the data nobody's: freeing it can wait for the server.
+                Err(e) if e.code.is_lost_contact() => self.purge_later(unlinked.ino, size, ticket, e),
+                purged => purged?,
+            }
         }
         Ok(())
+    }
+
+    /// Purges a gone file's data again and again, in the background, while the servers that
+    /// hold it cannot be reached (stopped, restarting, cut off): until every one has answered,
+    /// for up to [`PURGE_RETRY_FOR`]. Purging is idempotent. What is still left after that, or
+    /// when this client ends first, is orphaned data that `surge fsck --repair` frees.
+    fn purge_later(&self, ino: Ino, size: u64, ticket: Option<Ticket>, first: Error) {
+        tracing::info!(ino = format!("{ino:#x}"), "the data of a removed file will be freed once its servers answer: {first}");
+        let client = self.clone();
+        tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            let mut pause = std::time::Duration::from_secs(1);
+            while started.elapsed() < PURGE_RETRY_FOR {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(30));
+                match client.purge_data(ino, size, ticket).await {
+                    Ok(()) => return,
+                    Err(e) if e.code.is_lost_contact() => continue,
+                    Err(e) => {
+                        tracing::warn!(ino = format!("{ino:#x}"), "the data of a removed file was not freed: {e}");
+                        return;
+                    }
+                }
+            }
+            tracing::warn!(
+                ino = format!("{ino:#x}"),
+                "the data of a removed file was not freed: its servers did not answer for {PURGE_RETRY_FOR:?}"
+            );
+        });
     }
 
     /// Deletes a gone file's chunks on the servers that can hold some: those of the chunks
