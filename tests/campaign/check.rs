@@ -75,6 +75,8 @@ pub struct FinalState {
     pub exclusive: HashMap<String, Vec<u8>>,
     /// The shared log's bytes.
     pub log: Vec<u8>,
+    /// Names listed whose inode could not be opened.
+    pub dangling: Vec<String>,
 }
 
 /// How many of each kind of judgement the checker made: a campaign in which nothing could
@@ -107,6 +109,7 @@ pub fn check_counting(history: &[Invocation], faults: &[Fault], end: &FinalState
             }
         }
     }
+    violations.extend(end.dangling.iter().map(|name| format!("a name without its file at the end: {name}")));
     violations.extend(own_files(history, end, judged));
     violations.extend(reads(history, judged));
     violations.extend(exclusive(history, end, judged));
