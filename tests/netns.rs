@@ -54,7 +54,7 @@ impl NetNode {
         sh(&format!("ip link set {} up", self.host_if));
     }
 
-    /// Brings the node's end of the link back up (after [`Node::silence`]).
+    /// Brings the node's end of the link back up (after [`NetNode::silence`]).
     pub fn unsilence(&self) {
         sh(&format!("ip netns exec {} ip link set sgn{} up", self.name, &self.host_if[3..]));
     }

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use surge_client::surge_proto::admin::MirrorTo;
 use surge_client::surge_proto::{ino, Error, ErrorCode};
 use surge_client::{Client, ClientOptions};
-use surge_tests::netns::NetNode as Node;
+use surge_tests::netns::NetNode;
 use surge_tests::{binary, pattern, sh, text, Instance};
 
 /// The client timeout in these tests: a request to an unresponsive server fails after it.
@@ -276,7 +276,7 @@ async fn sigstop_mid_write() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn link_cut_and_delayed_mid_write() {
     let inst = instance("flink", 121, &["--capacity", "2G"]);
-    let node = Node::new("flink", 71);
+    let node = NetNode::new("flink", 71);
     // Server 3 moves to a node of its own, with its namespace share and data (its journal).
     inst.kill_server(3);
     let mut moved = inst.restart_server_with(3, &format!("{}:7431", node.addr), &["ip", "netns", "exec", &node.name]);
@@ -549,7 +549,7 @@ async fn kill_9_mid_stage_out() {
 fn a_silent_nodes_lock_goes_when_keepalive_ends_its_connection() {
     use std::io::BufRead;
     use std::process::Stdio;
-    let node = Node::new("flock", 73);
+    let node = NetNode::new("flock", 73);
     // One server, on the host's end of the node's link, which both nodes reach.
     let host = "10.77.73.1";
     let inst = Instance::up("flock", &["--capacity", "1G", "--hosts", host]);
@@ -899,7 +899,7 @@ fn differences(primary: &Path, mirror: &Path) -> Vec<String> {
 /// stops.
 #[test]
 fn a_cut_off_server_is_fenced_and_its_share_taken_over_by_itself() {
-    let node = Node::new("ffail", 74);
+    let node = NetNode::new("ffail", 74);
     let host = "10.77.74.1";
     let hosts = [host; 4].join(",");
     let args = ["--servers", "4", "--hosts", &hosts, "--capacity", "1G", "--chunk-size", "1M", "--replicas", "2", "--failover-after", "6"];

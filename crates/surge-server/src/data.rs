@@ -540,7 +540,6 @@ pub(crate) fn fallocate(file: &File, flags: libc::c_int, offset: u64, len: u64) 
     }
 }
 
-/// The inode a data file's name names (None: not a data file; left alone).
 /// The largest size a file in `dir` can have: found by setting a sparse file's size (which
 /// allocates nothing), as no call tells a file system's limit.
 fn largest_file_in(dir: &Path) -> io::Result<u64> {
@@ -565,6 +564,7 @@ fn largest_file_in(dir: &Path) -> io::Result<u64> {
     Ok(fitting)
 }
 
+/// The inode a data file's name names (None: not a data file; left alone).
 fn data_file_ino(name: &std::ffi::OsStr) -> Option<Ino> {
     name.to_str().filter(|n| n.len() == 16).and_then(|n| Ino::from_str_radix(n, 16).ok())
 }
