@@ -31,6 +31,14 @@ const TARGET_CHANGED_ATTEMPTS: u32 = 8;
 const CUT_ATTEMPTS: u32 = 4;
 /// How long a removed file's data is purged again while its servers cannot be reached.
 const PURGE_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(600);
+/// How long a step that puts a name in on another server than the inode's (a link's, a
+/// mkdir's, a rename's between servers), or takes the source's away, is sent again while its
+/// answer is lost. The step around it must know whether it was applied: undoing a link on a
+/// guess would leave a name its inode does not count (and, once its other names go, a name
+/// of nothing); a rename whose source stays would leave one inode two names and a count of one.
+const INSERT_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+/// The first pause between those attempts, doubled up to a second.
+const INSERT_RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A step that found its name changed by another client (Stale) after every attempt: to a
 /// program, the name is busy (EBUSY), not a stale handle.
@@ -220,8 +228,11 @@ impl Client {
                 retired_target: None,
                 new_dir,
             };
-            match self.call_home(parent, insert).await {
+            match self.insert_entry(insert).await {
                 Ok(_) => return Ok(attr),
+                // Not known to be linked: the directory stays, at worst nameless (`surge fsck`
+                // finds it), never named and dropped.
+                Err(e) if e.code.is_lost_contact() => return Err(e),
                 Err(e) => {
                     let _ = self.call(target, DropInode { ino: attr.ino }).await;
                     // Stale: the parent's default ACL or layout was not what the directory
@@ -253,13 +264,19 @@ impl Client {
 
     /// A hard link: a new name `parent/name` for the non-directory `ino`, in any directory
     /// on any server. Its link count goes up first on its home, then the name is made; if
-    /// the name cannot be made, the count goes back down.
+    /// the name cannot be made, the count goes back down. Where the directory's home could
+    /// not be reached, whether the name went in is not known: the count stays up (one too
+    /// high at worst, which `surge fsck` lowers; never one too low).
     pub async fn link_at(&self, ino: Ino, parent: Ino, name: &str) -> Result<Attr> {
         check_name(name)?;
         let added = self.call_home(ino, AddLink { ino }).await?;
         let kind = added.attr.kind;
         let insert = InsertEntry { parent, name: name.to_string(), ino, kind, replace: false, retired_target: None, new_dir: None };
-        if let Err(e) = self.call_home(parent, insert).await {
+        if let Err(e) = self.insert_entry(insert).await {
+            if e.code.is_lost_contact() {
+                tracing::warn!(ino = format!("{ino:#x}"), "a link's name may or may not be in: its directory's home did not answer ({e})");
+                return Err(e);
+            }
             // The link added is taken back as any lost name's, and with it the file if its
             // other names went meanwhile (another node unlinked them), data and all; a
             // failure there is logged by `finish_unlinked`.
@@ -268,6 +285,63 @@ impl Client {
             return Err(e);
         }
         Ok(added.attr)
+    }
+
+    /// Puts a name in at its directory's home (`InsertEntry`), sent again while that server
+    /// cannot be reached (see [`Client::call_home_until_answered`]). An attempt whose answer
+    /// was lost may have been applied: the next then finds the name already naming
+    /// `insert.ino`, which is that attempt's success (what it replaced, if anything, keeps a
+    /// link count one too high, which `surge fsck` lowers, rather than being finished off
+    /// twice). A lost-contact error means: not known whether the name is in.
+    async fn insert_entry(&self, insert: InsertEntry) -> Result<LinkOutcome> {
+        let (parent, name, ino) = (insert.parent, insert.name.clone(), insert.ino);
+        match self.call_home_until_answered(parent, insert).await {
+            (Err(e), true) if e.code == ErrorCode::Exists => match self.lookup_entry(parent, &name).await? {
+                entry if entry.ino == ino => Ok(LinkOutcome::default()),
+                _ => Err(e),
+            },
+            (outcome, _) => outcome,
+        }
+    }
+
+    /// Ends a rename between servers at its source (`RenameFinish`), sent again while the
+    /// source's home cannot be reached: a commit whose answer was lost may have removed the
+    /// name, so the next finds it gone, which is that commit's success.
+    async fn rename_finish(&self, finish: RenameFinish) -> Result<()> {
+        let commit = finish.commit;
+        match self.call_home_until_answered(finish.parent, finish).await {
+            (Err(e), true) if commit && e.code == ErrorCode::NotFound => Ok(()),
+            (outcome, _) => outcome,
+        }
+    }
+
+    /// [`Client::call`] to `ino`'s home for the steps of a two-server operation whose next
+    /// step depends on whether this one was applied. An attempt sent whose answer is lost
+    /// (the server stopped, restarting, cut off, or killed with it in flight) may have been
+    /// applied, even after later attempts: the call is sent again until an answer comes, for
+    /// up to [`INSERT_RETRY_FOR`]; the second value says whether that happened (the caller's
+    /// step must be one a repeat refuses or repeats harmlessly). A server that cannot even be
+    /// connected to was not sent this attempt: with no earlier attempt in doubt, that error
+    /// is returned at once.
+    async fn call_home_until_answered<C: surge_proto::Call>(&self, ino: Ino, call: C) -> (Result<C::Reply>, bool) {
+        let started = tokio::time::Instant::now();
+        let mut pause = INSERT_RETRY_PAUSE;
+        let mut in_doubt = false;
+        loop {
+            let outcome = match self.connection(ino::home(ino)).await {
+                Err(e) if !in_doubt => return (Err(e), false),
+                Err(e) => Err(e),
+                Ok(_) => self.call_home(ino, call.clone()).await,
+            };
+            match outcome {
+                Err(e) if e.code.is_lost_contact() && started.elapsed() + pause < INSERT_RETRY_FOR => {
+                    in_doubt = true;
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_secs(1));
+                }
+                outcome => return (outcome, in_doubt),
+            }
+        }
     }
 
     /// mknod of a FIFO, socket or device node (`kind`), owned by this client's identity.
@@ -491,7 +565,7 @@ impl Client {
         retired: Option<Ino>,
     ) -> Result<LinkOutcome> {
         let entry = self.call_home(src_parent, RenamePrepare { parent: src_parent, name: src_name.to_string() }).await?;
-        let finish = |commit| RenameFinish { parent: src_parent, name: src_name.to_string(), ino: entry.ino, commit };
+        let finish = |commit| self.rename_finish(RenameFinish { parent: src_parent, name: src_name.to_string(), ino: entry.ino, commit });
         let linked = async {
             if entry.kind == FileKind::Dir {
                 self.check_not_ancestor(entry.ino, dst_parent).await?;
@@ -505,17 +579,17 @@ impl Client {
                 retired_target: retired,
                 new_dir: None,
             };
-            self.call_home(dst_parent, insert).await
+            self.insert_entry(insert).await
         }
         .await;
         match linked {
             // The target is already another name of the same file (a link made meanwhile):
             // rename(2) then does nothing, and the source name stays.
             Err(e) if e.code == ErrorCode::Exists && !noreplace => {
-                self.call_home(src_parent, finish(false)).await?;
+                finish(false).await?;
                 Ok(LinkOutcome::default())
             }
-            Ok(outcome) => match self.call_home(src_parent, finish(true)).await {
+            Ok(outcome) => match finish(true).await {
                 Ok(()) => Ok(outcome),
                 Err(e) => {
                     // The target names the inode now, and what it named lost that name: that
@@ -528,7 +602,7 @@ impl Client {
                 }
             },
             Err(e) => {
-                let _ = self.call_home(src_parent, finish(false)).await;
+                let _ = finish(false).await;
                 Err(e)
             }
         }
