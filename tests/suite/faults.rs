@@ -265,6 +265,52 @@ async fn a_link_and_a_rename_into_a_stopped_servers_directory_end_whole_once_it_
     assert!(check.status.success(), "{}", text(&check));
 }
 
+/// Unlinks a server answered just before it was killed (-9) are not taken back by its
+/// restart where another server already built on them: names whose file lived on another
+/// server (whose link was dropped there) and files whose data was purged on other servers.
+/// Taken back, they would be names of nothing, or files of zeros.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unlinks_another_server_built_on_survive_a_kill_9_right_after() {
+    let inst = instance("funlink", 241, &["--capacity", "1G"]);
+    let c = client(&inst);
+    let mut dir = None;
+    for i in 0..8 {
+        c.mkdir(&format!("/r{i}"), 0o755).await.unwrap();
+        if dir_home(&c, i).await != 0 {
+            dir = Some(i);
+            break;
+        }
+    }
+    let dir = dir.expect("a directory off the root's server");
+    let mut names = Vec::new();
+    for i in 0..8 {
+        // Homed on the root's server, named only in the directory on another.
+        let f = c.create(&format!("/elsewhere{i}"), 0o644).await.unwrap();
+        f.pwrite(0, &pattern(i, 1000)).await.unwrap();
+        f.close().await.unwrap();
+        c.link(&format!("/elsewhere{i}"), &format!("/r{dir}/elsewhere{i}")).await.unwrap();
+        c.unlink(&format!("/elsewhere{i}")).await.unwrap();
+        // Striped over every server: its data is purged on the others.
+        let f = c.create(&format!("/r{dir}/striped{i}"), 0o644).await.unwrap();
+        f.pwrite(0, &pattern(i, 4 * MIB)).await.unwrap();
+        f.close().await.unwrap();
+        names.extend([format!("/r{dir}/elsewhere{i}"), format!("/r{dir}/striped{i}")]);
+    }
+    for name in &names {
+        c.unlink(name).await.unwrap();
+    }
+    let home = dir_home(&c, dir).await;
+    inst.kill_server(home);
+    let mut restarted = inst.restart_server(home);
+    let c = client(&inst);
+    let left: Vec<String> = c.readdir(&format!("/r{dir}")).await.unwrap().into_iter().map(|e| e.name).collect();
+    assert!(left.is_empty(), "unlinked names back after the restart: {left:?}");
+    let check = inst.surge(&["fsck", &inst.name]);
+    assert!(check.status.success(), "{}", text(&check));
+    drop(inst);
+    restarted.wait().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_write() {
     let inst = instance("fkill", 101, &["--capacity", "2G"]);

@@ -111,9 +111,12 @@ pub(crate) trait Step: Call {
     /// Whether the step can tell or change anything a watcher holds (then it runs under the
     /// watch ledger, when anybody watches).
     const WATCHED: bool = true;
-    /// Whether its changes must be durable before it is answered (a close or fsync
-    /// publishing what a writer did); others are durable a moment after.
-    fn durable(&self) -> bool {
+    /// Whether its changes must be durable before it is answered with `outcome`: a close or
+    /// fsync publishing what a writer did, and every step a client follows with a step on
+    /// another server that relies on this one (linking a name to a new inode, dropping an
+    /// inode whose name was removed, purging a removed file's data): a crash here must not
+    /// take back what the other server already built on. Others are durable a moment after.
+    fn durable(&self, _outcome: &Result<Self::Reply>) -> bool {
         false
     }
 
@@ -190,7 +193,7 @@ impl Session {
             // Journaled whatever the outcome: a failed step may have changed nothing, or
             // something before it failed.
             let seq = server.journal_changes(&mut meta);
-            if step.durable() {
+            if step.durable(&reply) {
                 self.durable = self.durable.max(Some(seq));
             }
             reply?
@@ -349,7 +352,7 @@ impl Step for Readlink {
 impl Step for MakeDirInode {
     /// A new directory's inode: durable before its name is linked on another server, so that a
     /// crash cannot leave a name pointing at nothing.
-    fn durable(&self) -> bool {
+    fn durable(&self, _: &Result<Self::Reply>) -> bool {
         true
     }
 
@@ -410,7 +413,7 @@ impl Step for DropInode {
 
 impl Step for MakeDir {
     /// Durable once answered, as the link step of a mkdir in two steps is.
-    fn durable(&self) -> bool {
+    fn durable(&self, _: &Result<Self::Reply>) -> bool {
         true
     }
 
@@ -437,7 +440,7 @@ impl Step for MakeDir {
 
 impl Step for InsertEntry {
     /// The new name of a cross-server rename (or a new directory): durable once answered.
-    fn durable(&self) -> bool {
+    fn durable(&self, _: &Result<Self::Reply>) -> bool {
         true
     }
 
@@ -474,6 +477,11 @@ impl Step for InsertEntry {
 }
 
 impl Step for Unlink {
+    /// Before the client drops the link at the inode's home or purges the file's data.
+    fn durable(&self, unlinked: &Result<Unlinked>) -> bool {
+        unlinked.as_ref().is_ok_and(|u| u.remote || (u.purge && u.size > 0))
+    }
+
     fn run(&self, cx: &mut StepContext) -> Result<Unlinked> {
         cx.check_remove(self.parent, &self.name)?;
         let unlinked = cx.meta.unlink(self.parent, &self.name)?;
@@ -504,6 +512,11 @@ impl Step for Rmdir {
 impl Step for RetireDir {
     const WATCHED: bool = false;
 
+    /// Before the directory's name is removed on its parent's server.
+    fn durable(&self, _: &Result<()>) -> bool {
+        true
+    }
+
     fn run(&self, cx: &mut StepContext) -> Result<()> {
         cx.meta.set_retired(self.ino, true)
     }
@@ -518,6 +531,11 @@ impl Step for UnretireDir {
 }
 
 impl Step for RemoveEntry {
+    /// Before the directory it named is dropped on its own server.
+    fn durable(&self, _: &Result<()>) -> bool {
+        true
+    }
+
     fn run(&self, cx: &mut StepContext) -> Result<()> {
         cx.check_remove(self.parent, &self.name)?;
         cx.meta.remove_entry(self.parent, &self.name, self.ino)
@@ -531,6 +549,11 @@ impl Step for RemoveEntry {
 }
 
 impl Step for DropLink {
+    /// Before the client purges the data of the file it ended.
+    fn durable(&self, fate: &Result<surge_proto::InodeFate>) -> bool {
+        fate.as_ref().is_ok_and(|fate| fate.purge && fate.size > 0)
+    }
+
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::InodeFate> {
         cx.check_ticket(&self.ticket, self.ino, UNLINK, "drop a link")?;
         let mut fate = cx.meta.drop_link(self.ino)?;
@@ -548,6 +571,12 @@ impl Step for DropLink {
 }
 
 impl Step for AddLink {
+    /// Before the new name goes in on the directory's server: a count that a crash took back
+    /// would be one below the names.
+    fn durable(&self, _: &Result<surge_proto::LinkAdded>) -> bool {
+        true
+    }
+
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::LinkAdded> {
         if let Some(caller) = cx.caller {
             caller.check_link(cx.meta.perms(self.ino)?)?;
@@ -575,7 +604,7 @@ impl Step for SetParent {
 
 impl Step for SetLinks {
     /// A repair is answered once it would survive a crash.
-    fn durable(&self) -> bool {
+    fn durable(&self, _: &Result<Self::Reply>) -> bool {
         true
     }
 
@@ -593,7 +622,7 @@ impl Step for SetLinks {
 
 impl Step for Rename {
     /// A rename publishes a file under its final name: once answered, it survives a crash.
-    fn durable(&self) -> bool {
+    fn durable(&self, _: &Result<Self::Reply>) -> bool {
         true
     }
 
@@ -620,7 +649,7 @@ impl Step for Rename {
 
 impl Step for Exchange {
     /// Like a rename: durable once answered.
-    fn durable(&self) -> bool {
+    fn durable(&self, _: &Result<Self::Reply>) -> bool {
         true
     }
 
@@ -640,7 +669,7 @@ impl Step for Exchange {
 }
 
 impl Step for SwapEntry {
-    fn durable(&self) -> bool {
+    fn durable(&self, _: &Result<Self::Reply>) -> bool {
         true
     }
 
@@ -667,7 +696,7 @@ impl Step for RenamePrepare {
 
 impl Step for RenameFinish {
     /// The end of a cross-server rename: durable once answered, like a rename on one server.
-    fn durable(&self) -> bool {
+    fn durable(&self, _: &Result<Self::Reply>) -> bool {
         true
     }
 
@@ -758,7 +787,7 @@ impl Step for Commit {
     /// A close or fsync that publishes a size or time: what close-to-open promises other
     /// nodes must survive a crash once answered. (A close with nothing to publish, after a
     /// create or a read, waits for nothing.)
-    fn durable(&self) -> bool {
+    fn durable(&self, _: &Result<Self::Reply>) -> bool {
         self.size.is_some() || self.mtime.is_some()
     }
 
