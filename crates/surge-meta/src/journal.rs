@@ -3,15 +3,17 @@
 //!
 //! The store in memory stays the one every request reads and changes. After each namespace
 //! step its changes ([`crate::Record`]) are appended here, under the metadata lock, so
-//! records are in the order of the steps. A flusher thread writes what has accumulated and
-//! makes it durable (`fdatasync`) in one go: a group commit, whose cost is shared by every
-//! step that came in while the previous group was being written. A step that must be durable
-//! before it is answered (a close or fsync publishing a file's size) waits for its record's
-//! group ([`Journal::durable`]); others are answered at once and are durable a moment later:
-//! after a crash, a change is there whole or not at all. A group the disk refuses (full,
-//! failing) is cut back off the journal and written again with the next group; the steps
-//! waiting for it are answered EIO rather than left waiting, as are those still waiting when
-//! the journal closes.
+//! records are in the order of the steps, and written to the journal file at once (one
+//! `write`, into the page cache): a server killed, even with -9, right after answering a
+//! step has it in its journal. A flusher thread makes what was written durable
+//! (`fdatasync`) in one go: a group commit, whose cost is shared by every step that came in
+//! while the previous group was being synced. A step that must be durable before it is
+//! answered (a close or fsync publishing a file's size, a step another server builds on)
+//! waits for its record's group ([`Journal::durable`]); others are answered at once and are
+//! durable a moment later: only the node's own crash (power, kernel) can lose them, and then
+//! whole. A record the disk refuses (full, failing) is cut back off the journal and written
+//! again by the flusher, with every record after it, in order; the steps waiting for it are
+//! answered EIO rather than left waiting, as are those still waiting when the journal closes.
 //!
 //! Files in `<root>/meta`: `snapshot` (everything, as a few records: one would not fit a
 //! frame's length once inodes hold large attributes) and `journal` (the records after it).
@@ -80,27 +82,41 @@ pub struct Appended {
     pub fold_due: bool,
 }
 
-/// Records are written at least this often, and at once when someone waits for them or this
-/// many have accumulated: waking the flusher for every record costs a thread switch per
-/// metadata step (creates through a mount measured 30-40% slower with a 5 ms period, within
-/// 20% with 50 ms). What is not waited for may be lost for this long in a crash, whole.
+/// Written records are synced at least this often, and at once when someone waits for them
+/// or this many have accumulated: waking the flusher for every record costs a thread switch
+/// per metadata step (creates through a mount measured 30-40% slower with a 5 ms period,
+/// within 20% with 50 ms). What is not waited for may be lost for this long in a crash of
+/// the node, whole.
 const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 const FLUSH_RECORDS: usize = 1024;
-/// How long the flusher waits before writing a group again after the journal could not be
+/// How long the flusher waits before writing records again after the journal could not be
 /// written (a full or failing metadata disk).
 const RETRY_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// Records appended and not yet written (encoded by the flusher, off the request path).
-#[derive(Default)]
+/// The journal file's end, as appends write it.
 struct Pending {
-    records: Vec<Record>,
+    /// The journal file (opened to append), written by [`Journal::append`].
+    writer: File,
     /// Sequence number of the last record appended.
     appended: u64,
-    /// Bytes the journal file holds (written, or about to be).
+    /// Sequence number of the last record in the file (the ones after it are `unwritten`).
+    written: u64,
+    /// Bytes the journal file holds.
     journal_len: u64,
-    /// Somebody waits for what is pending to be durable: write it now.
+    /// The bytes written since the flusher last took them (the journal's last ones), for it
+    /// to sync and hand to the observer.
+    unsynced: Vec<u8>,
+    /// Records after a write the disk refused, framed, in order: the flusher writes them.
+    unwritten: Vec<u8>,
+    /// Somebody waits for what is written to be durable: sync it now.
     waited: bool,
     stopping: bool,
+}
+
+impl Pending {
+    fn records_waiting(&self) -> usize {
+        usize::from(!self.unsynced.is_empty()) + usize::from(!self.unwritten.is_empty())
+    }
 }
 
 /// How far the journal got, for the steps waiting on it.
@@ -375,9 +391,19 @@ impl Journal {
         store.track_changes();
         let _ = store.take_changes();
         let file = OpenOptions::new().create(true).append(true).open(dir.join("journal"))?;
+        let pending = Pending {
+            writer: file.try_clone()?,
+            appended: 0,
+            written: 0,
+            journal_len: 0,
+            unsynced: Vec::new(),
+            unwritten: Vec::new(),
+            waited: false,
+            stopping: false,
+        };
         let journal = Arc::new(Journal {
             dir,
-            pending: Mutex::new(Pending::default()),
+            pending: Mutex::new(pending),
             work: Condvar::new(),
             file: Mutex::new(file),
             progress: Watched::default(),
@@ -407,14 +433,48 @@ impl Journal {
     pub fn append(&self, record: Record) -> Appended {
         let mut pending = self.pending.lock_or_recover();
         if !record.is_empty() {
-            pending.records.push(record);
+            let mut bytes = Vec::new();
+            frame(&record, &mut bytes);
             pending.appended += 1;
+            let first = pending.records_waiting() == 0;
+            if pending.unwritten.is_empty() {
+                let seq = pending.appended;
+                self.write_frames(&mut pending, bytes, seq);
+            } else {
+                // Behind records the disk refused: in their order, after them.
+                pending.unwritten.extend_from_slice(&bytes);
+            }
             // The first record of a group starts the flusher's clock; a full group ends it.
-            if pending.records.len() == 1 || pending.records.len() >= FLUSH_RECORDS {
+            if first || pending.unsynced.len() >= FLUSH_RECORDS * 64 {
                 self.work.notify_one();
             }
         }
         Appended { seq: pending.appended, fold_due: pending.journal_len > SNAPSHOT_AFTER }
+    }
+
+    /// Writes framed records, up to number `seq`, at the journal's end. What the disk refuses
+    /// is cut back off the file (a torn record inside the journal would end every later
+    /// replay there) and kept in `unwritten` for the flusher; the steps of those records are
+    /// told now that they may be lost (EIO) rather than left waiting.
+    fn write_frames(&self, pending: &mut Pending, bytes: Vec<u8>, seq: u64) {
+        match self.write_bytes(&mut pending.writer, &bytes) {
+            Ok(()) => {
+                pending.journal_len += bytes.len() as u64;
+                pending.written = seq;
+                pending.unsynced.extend_from_slice(&bytes);
+            }
+            Err(e) => {
+                let cut = pending.writer.set_len(pending.journal_len);
+                pending.unwritten = bytes;
+                self.progress.update(|progress| raise(&mut progress.failed, seq));
+                match cut {
+                    Ok(()) => tracing::error!("could not write the metadata journal: {e}; its changes are not durable yet, tried again"),
+                    Err(cut) => tracing::error!(
+                        "could not write the metadata journal ({e}) nor cut it back ({cut}): a restart may lose the changes after this point"
+                    ),
+                }
+            }
+        }
     }
 
     /// The sequence number of the last record appended.
@@ -456,8 +516,11 @@ impl Journal {
         let file = self.file.lock_or_recover();
         let appended = {
             let mut pending = self.pending.lock_or_recover();
-            pending.records.clear(); // In the snapshot.
+            // In the snapshot.
+            pending.unsynced.clear();
+            pending.unwritten.clear();
             pending.journal_len = 0;
+            pending.written = pending.appended;
             pending.appended
         };
         let snapshot = self.write_snapshot(store, "snapshot")?;
@@ -491,12 +554,12 @@ impl Journal {
         loop {
             {
                 let mut pending = self.pending.lock_or_recover();
-                while pending.records.is_empty() && !pending.stopping {
+                while pending.records_waiting() == 0 && !pending.stopping {
                     pending = self.work.wait(pending).unwrap_or_else(|p| p.into_inner());
                 }
                 // A group: until the period is over, or somebody waits, or enough accumulated.
                 let deadline = std::time::Instant::now() + FLUSH_EVERY;
-                while !pending.waited && !pending.stopping && pending.records.len() < FLUSH_RECORDS {
+                while !pending.waited && !pending.stopping && pending.unsynced.len() < FLUSH_RECORDS * 64 {
                     let left = deadline.saturating_duration_since(std::time::Instant::now());
                     if left.is_zero() {
                         break;
@@ -504,77 +567,62 @@ impl Journal {
                     pending = self.work.wait_timeout(pending, left).map(|(p, _)| p).unwrap_or_else(|p| p.into_inner().0);
                 }
                 pending.waited = false;
-                if pending.records.is_empty() {
+                if pending.records_waiting() == 0 {
                     if pending.stopping {
                         return;
                     }
                     continue;
                 }
             }
-            // The file first, then what to write: a fold (which takes them in the same order)
-            // then happens wholly before or after this write, never between taking the
-            // records and writing them (older records behind a newer snapshot would undo it).
-            let mut file = self.file.lock_or_recover();
-            let (records, upto) = {
+            // The file's lock first, then what to sync: a fold (which takes them in the same
+            // order) then happens wholly before or after this sync, and the observer hears of
+            // the bytes in the order they are in the files.
+            let file = self.file.lock_or_recover();
+            let (at, bytes, upto, refused, stopping) = {
                 let mut pending = self.pending.lock_or_recover();
-                (std::mem::take(&mut pending.records), pending.appended)
-            };
-            if records.is_empty() {
-                continue;
-            }
-            let mut bytes = Vec::new();
-            for record in &records {
-                frame(record, &mut bytes);
-            }
-            let at = {
-                let mut pending = self.pending.lock_or_recover();
-                pending.journal_len += bytes.len() as u64;
-                pending.journal_len - bytes.len() as u64
-            };
-            match self.write_group(&mut file, &bytes) {
-                Ok(()) => {
-                    self.observer.journal_written(at, bytes, upto);
-                    drop(file);
-                    self.progress.update(|progress| raise(&mut progress.durable, upto));
+                if !pending.unwritten.is_empty() {
+                    let (bytes, seq) = (std::mem::take(&mut pending.unwritten), pending.appended);
+                    self.write_frames(&mut pending, bytes, seq);
                 }
-                Err(e) => {
-                    // What was written of the group goes (a torn record inside the journal
-                    // would end every later replay there, losing the records after it), and
-                    // the records are written again with the next group: the store holds
-                    // their changes, and later records build on them. Their steps are told
-                    // now that they may be lost (EIO) rather than left waiting.
-                    let cut = file.set_len(at).and_then(|()| file.sync_data());
-                    let stopping = {
-                        let mut pending = self.pending.lock_or_recover();
-                        pending.journal_len = at;
-                        let later = std::mem::replace(&mut pending.records, records);
-                        pending.records.extend(later);
-                        pending.stopping
-                    };
-                    drop(file);
-                    self.progress.update(|progress| raise(&mut progress.failed, upto));
-                    match cut {
-                        Ok(()) => tracing::error!("could not write the metadata journal: {e}; its changes are not durable yet, tried again"),
-                        Err(cut) => tracing::error!("could not write the metadata journal ({e}) nor cut it back ({cut}): a restart may lose the changes after this point"),
+                let bytes = std::mem::take(&mut pending.unsynced);
+                let at = pending.journal_len - bytes.len() as u64;
+                (at, bytes, pending.written, !pending.unwritten.is_empty(), pending.stopping)
+            };
+            if !bytes.is_empty() {
+                match file.sync_data() {
+                    Ok(()) => {
+                        self.observer.journal_written(at, bytes, upto);
+                        drop(file);
+                        self.progress.update(|progress| raise(&mut progress.durable, upto));
                     }
-                    if stopping {
-                        return; // The clean stop's snapshot holds them, or could not be written either.
+                    Err(e) => {
+                        drop(file);
+                        self.progress.update(|progress| raise(&mut progress.failed, upto));
+                        tracing::error!(
+                            "could not sync the metadata journal: {e}; the changes up to here may be lost in a crash of the node"
+                        );
                     }
-                    std::thread::sleep(RETRY_AFTER);
                 }
+            } else {
+                drop(file);
+            }
+            if refused {
+                if stopping {
+                    return; // The clean stop's snapshot holds them, or could not be written either.
+                }
+                std::thread::sleep(RETRY_AFTER);
             }
         }
     }
 
-    /// Writes one group's bytes at the journal's end and makes them durable.
-    fn write_group(&self, file: &mut File, bytes: &[u8]) -> io::Result<()> {
+    /// Writes framed records at the journal's end (opened to append).
+    fn write_bytes(&self, file: &mut File, bytes: &[u8]) -> io::Result<()> {
         #[cfg(test)]
         if self.fail_writes.load(std::sync::atomic::Ordering::Relaxed) {
             file.write_all(&bytes[..bytes.len() / 2])?; // Torn, as a full disk tears it.
             return Err(io::Error::from_raw_os_error(libc::ENOSPC));
         }
-        file.write_all(bytes)?;
-        file.sync_data()
+        file.write_all(bytes)
     }
 
     /// A clean stop: everything appended is written, and folded into a snapshot.
@@ -891,6 +939,25 @@ mod tests {
         std::thread::spawn(move || watched.update(|progress| raise(&mut progress.durable, 3))).join().unwrap();
         let outcome = tokio::time::timeout(std::time::Duration::from_secs(5), waiter).await.expect("woken");
         assert!(outcome.unwrap().is_ok());
+    }
+
+    /// A step's records are in the journal file once appended, before any sync: a server
+    /// killed (-9) right after answering a step that did not wait comes back with it.
+    #[test]
+    fn an_appended_step_is_in_the_journal_before_it_is_synced() {
+        let root = std::env::temp_dir().join(format!("surge-journal-written-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let mut store = MetaStore::new(0, 0, 0);
+        let (journal, _) = Journal::open(&root, &mut store, Arc::new(())).unwrap();
+        let file = store.create(ROOT_INO, "answered", 0o644, 0, 0, 0, true, false, None).unwrap();
+        journal.append(store.take_changes());
+        // The process's end as a kill leaves it: the file as written, no sync, no stop.
+        let mut again = MetaStore::new(0, 0, 0);
+        let (journal2, _) = Journal::open(&root, &mut again, Arc::new(())).unwrap();
+        assert_eq!(again.lookup(ROOT_INO, "answered").unwrap().ino, file.ino);
+        journal2.close(&again).unwrap();
+        drop((journal, journal2));
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
