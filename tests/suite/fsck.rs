@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use surge_client::surge_proto::namespace::{InsertEntry, MakeDirInode, RemoveEntry, RetireDir, Unlink};
+use surge_client::surge_proto::namespace::{AddLink, InsertEntry, MakeDirInode, RemoveEntry, RetireDir, Unlink};
 use surge_client::surge_proto::{ino, ErrorCode, FileKind, ROOT_INO};
 use surge_tests::{pattern, text, Instance};
 
@@ -101,6 +101,16 @@ async fn fsck_finds_and_repairs_what_a_client_dying_between_steps_leaves() {
     let chunk0 = c.layout().chunk_server(short_ino, 0);
     std::fs::OpenOptions::new().write(true).open(data_file(&inst, chunk0, short_ino)).unwrap().set_len(64 << 10).unwrap();
 
+    // 8. A file whose new names were not known to be in (its count kept raised for them) and
+    //    whose one name went since: nameless, with a link count of 2.
+    let raised = c.create(&format!("/d{}/raised", idx(&dirs, a)), 0o644).await.unwrap();
+    let raised_ino = raised.ino();
+    raised.close().await.unwrap();
+    for _ in 0..2 {
+        c.call(ino::home(raised_ino), AddLink { ino: raised_ino }).await.unwrap();
+    }
+    c.unlink(&format!("/d{}/raised", idx(&dirs, a))).await.unwrap();
+
     // The check finds each, exits non-zero, and changes nothing.
     let found = inst.surge(&["fsck", &inst.name]);
     let report = text(&found);
@@ -136,6 +146,7 @@ async fn fsck_finds_and_repairs_what_a_client_dying_between_steps_leaves() {
     assert_eq!(read_all(&c, &format!("/d{}/twice", idx(&dirs, b))).await, body, "removing one name of two lost the data");
     c.create(&format!("/d{}/half/new", idx(&dirs, a)), 0o644).await.unwrap().close().await.unwrap();
     assert_eq!(read_all(&c, &format!("/lost+found/#{kept_ino:x}")).await, kept, "the orphan's data");
+    assert_eq!(c.stat(&format!("/lost+found/#{raised_ino:x}")).await.unwrap().nlink, 1, "an orphan's count, its one name now");
     assert!(!data_file(&inst, c.layout().chunk_server(doomed_ino, 0), doomed_ino).exists());
     assert!(total_used(&c).await < used_before - (3 << 20), "the orphaned data's room was not given back");
     assert_eq!(c.stat("/ghost").await.unwrap_err().code, ErrorCode::NotFound);

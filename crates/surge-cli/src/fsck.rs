@@ -96,7 +96,7 @@ fn describe(finding: &Finding) -> String {
         Finding::LinkCount { ino, recorded, names } => format!("inode {ino:#x} has {names} names, link count {recorded}"),
         Finding::RetiredNamed { ino } => format!("directory {ino:#x} is half-removed but still named"),
         Finding::OrphanEmptyDir { ino } => format!("empty directory {ino:#x} has no name"),
-        Finding::OrphanInode { ino, kind, size } => {
+        Finding::OrphanInode { ino, kind, size, .. } => {
             format!("{kind:?} {ino:#x} ({}) has no name: goes to /lost+found/#{ino:x}", human_bytes(*size))
         }
         Finding::OrphanData { server, ino, allocated } => {

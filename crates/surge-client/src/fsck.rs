@@ -70,8 +70,9 @@ pub enum Finding {
     RetiredNamed { ino: Ino },
     /// An empty directory nothing names: deleted.
     OrphanEmptyDir { ino: Ino },
-    /// A file, symlink or non-empty directory nothing names: linked as `/lost+found/#<ino>`.
-    OrphanInode { ino: Ino, kind: FileKind, size: u64 },
+    /// A file, symlink or non-empty directory nothing names: linked as `/lost+found/#<ino>`
+    /// (a file's link count then set to that one name).
+    OrphanInode { ino: Ino, kind: FileKind, size: u64, nlink: u32 },
     /// Data of an inode that does not exist: deleted, which frees `allocated` bytes.
     OrphanData { server: usize, ino: Ino, allocated: u64 },
     /// Data past a closed file's size (a writer died before publishing it): dropped.
@@ -150,7 +151,7 @@ pub fn analyse(scan: &Scan) -> Vec<Finding> {
             Some(dir) => {
                 let Some(kept) = refs.iter().find(|e| e.dir == dir.parent).or(refs.first()) else {
                     if children.contains(&ino) {
-                        findings.push(Finding::OrphanInode { ino, kind: inode.kind, size: inode.size });
+                        findings.push(Finding::OrphanInode { ino, kind: inode.kind, size: inode.size, nlink: inode.nlink });
                     } else {
                         findings.push(Finding::OrphanEmptyDir { ino });
                     }
@@ -163,7 +164,7 @@ pub fn analyse(scan: &Scan) -> Vec<Finding> {
                     findings.push(Finding::WrongParent { ino, recorded: dir.parent, actual: kept.dir });
                 }
             }
-            None if refs.is_empty() => findings.push(Finding::OrphanInode { ino, kind: inode.kind, size: inode.size }),
+            None if refs.is_empty() => findings.push(Finding::OrphanInode { ino, kind: inode.kind, size: inode.size, nlink: inode.nlink }),
             None if refs.len() as u32 != inode.nlink => {
                 findings.push(Finding::LinkCount { ino, recorded: inode.nlink, names: refs.len() as u32 })
             }
@@ -285,12 +286,17 @@ impl Client {
             }
             Finding::RetiredNamed { ino } => self.call_home(ino, UnretireDir { ino }).await,
             Finding::OrphanEmptyDir { ino } => self.call_home(ino, DropInode { ino }).await,
-            Finding::OrphanInode { ino, kind, .. } => {
+            Finding::OrphanInode { ino, kind, nlink, .. } => {
                 let lost = self.lost_and_found().await?;
                 let insert =
                     InsertEntry { parent: lost, name: format!("#{ino:x}"), ino, kind, replace: false, retired_target: None, new_dir: None };
                 if let Some(moved) = self.call_home(lost, insert).await?.reparent {
                     self.call_home(moved, SetParent { ino: moved, parent: lost }).await?;
+                }
+                // A file left nameless with a count above zero (a link whose name was not
+                // known to be in, names removed since): its one name now.
+                if kind != FileKind::Dir && nlink != 1 {
+                    self.call_home(ino, SetLinks { ino, expected: nlink, nlink: 1 }).await?;
                 }
                 Ok(())
             }
@@ -388,8 +394,8 @@ mod tests {
         let found = analyse(&s);
         assert!(found.contains(&Finding::RetiredNamed { ino: D1 }), "{found:?}");
         assert!(found.contains(&Finding::OrphanEmptyDir { ino: D2 }), "{found:?}");
-        assert!(found.contains(&Finding::OrphanInode { ino: full, kind: FileKind::Dir, size: 0 }), "{found:?}");
-        assert!(found.contains(&Finding::OrphanInode { ino: F, kind: FileKind::File, size: 7 }), "{found:?}");
+        assert!(found.contains(&Finding::OrphanInode { ino: full, kind: FileKind::Dir, size: 0, nlink: 2 }), "{found:?}");
+        assert!(found.contains(&Finding::OrphanInode { ino: F, kind: FileKind::File, size: 7, nlink: 1 }), "{found:?}");
         assert!(found.contains(&Finding::DanglingEntry { dir: full, name: "child".into(), ino: ino::make(3, 2) }), "{found:?}");
         assert_eq!(found.len(), 5, "{found:?}");
     }
@@ -427,7 +433,7 @@ mod tests {
         assert_eq!(
             analyse(&s),
             vec![
-                Finding::OrphanInode { ino: named_nowhere, kind: FileKind::File, size: 5 },
+                Finding::OrphanInode { ino: named_nowhere, kind: FileKind::File, size: 5, nlink: 1 },
                 Finding::LinkCount { ino: miscounted, recorded: 2, names: 1 },
             ]
         );
