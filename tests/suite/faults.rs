@@ -16,7 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use surge_client::surge_proto::admin::MirrorTo;
-use surge_client::surge_proto::{ino, Error, ErrorCode};
+use surge_client::surge_proto::namespace::Unlink;
+use surge_client::surge_proto::{ino, Error, ErrorCode, ROOT_INO};
 use surge_client::{Client, ClientOptions};
 use surge_tests::netns::NetNode;
 use surge_tests::{binary, pattern, sh, text, Instance};
@@ -307,6 +308,36 @@ async fn unlinks_another_server_built_on_survive_a_kill_9_right_after() {
     assert!(left.is_empty(), "unlinked names back after the restart: {left:?}");
     let check = inst.surge(&["fsck", &inst.name]);
     assert!(check.status.success(), "{}", text(&check));
+    drop(inst);
+    restarted.wait().unwrap();
+}
+
+/// The data a client leaves when it dies between ending a file and purging it is purged by
+/// the keeper beside the file's home, also across a kill -9 and restart of that home (which
+/// journals the file as ended): `surge fsck` is clean again with no repair.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_data_a_dead_client_left_is_purged_by_the_files_home() {
+    let inst = instance("fleft", 251, &["--capacity", "1G"]);
+    let c = client(&inst);
+    let f = c.create("/left", 0o644).await.unwrap();
+    f.pwrite(0, &pattern(5, 8 * MIB)).await.unwrap();
+    f.close().await.unwrap();
+    // The unlink's step alone: the name and the file go at the home, and the client that
+    // would purge the data on the servers is gone.
+    c.call(0, Unlink { parent: ROOT_INO, name: "left".into() }).await.unwrap();
+    let left = inst.surge(&["fsck", &inst.name]);
+    assert!(!left.status.success() && text(&left).contains("orphaned data"), "{}", text(&left));
+    inst.kill_server(0);
+    let mut restarted = inst.restart_server(0);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let check = inst.surge(&["fsck", &inst.name]);
+        if check.status.success() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the data was not purged by the keeper: {}", text(&check));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
     drop(inst);
     restarted.wait().unwrap();
 }

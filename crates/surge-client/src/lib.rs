@@ -32,7 +32,8 @@
 //! * [`delegation`]: a directory held alone, its creates and unlinks answered here and
 //!   written back later (docs/delegation.md);
 //! * [`descriptor`]: instance descriptors and token files; [`options`]: how a client behaves;
-//! * [`fsck`]: checking an instance's consistency across its servers, and repairing it.
+//! * [`fsck`]: checking an instance's consistency across its servers, and repairing it;
+//!   [`purges`]: the keeper's round that purges what clients left of the files servers ended.
 
 mod allocation;
 pub mod client;
@@ -50,6 +51,7 @@ pub mod namespace;
 pub mod options;
 pub mod passthrough;
 pub mod paths;
+pub mod purges;
 pub mod servers;
 pub mod stage;
 pub mod target;

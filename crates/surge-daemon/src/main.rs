@@ -136,6 +136,7 @@ fn main() -> anyhow::Result<()> {
                     // One keeper per instance applies the retention policies.
                     tokio::spawn(surge_stage::retention::keep(config.clone()));
                 }
+                tokio::spawn(surge_stage::purges::keep(config.clone(), args.index));
                 let journal = args.root.join("stages");
                 let coordinator =
                     Coordinator::open(&journal, config).with_context(|| format!("open the stage journal in {}", journal.display()))?;

@@ -15,6 +15,7 @@
 //!   extended attributes, fsck's scan;
 //! * [`workflow`]: directories' publication logs, consumer groups and retention policies;
 //! * [`delegated`]: the delegations of this share's directories, as the journal keeps them;
+//! * [`purges`]: the files ended here whose data a keeper is still to purge on the servers;
 //! * [`journal`]: the records on disk (group commits, snapshots, the replay at start), and
 //!   [`formats`]: the earlier formats it still reads, frozen;
 //! * [`access`]: the permission checks, made as the kernel makes them; [`error`]: the error
@@ -34,6 +35,7 @@ pub mod journal;
 mod model;
 mod ops;
 pub mod poison_free;
+pub mod purges;
 mod records;
 pub mod workflow;
 

@@ -123,6 +123,8 @@ pub struct MetaStore {
     /// The unended delegations of directories of this share, by directory
     /// ([`crate::delegated`]).
     pub(crate) delegated: HashMap<Ino, DelegationMark>,
+    /// Files ended here whose data may still be on the servers ([`crate::purges`]).
+    pub(crate) purges: crate::purges::Purges,
 }
 
 impl MetaStore {
@@ -145,6 +147,7 @@ impl MetaStore {
             publications_made: 0,
             published_while_open: HashMap::new(),
             delegated: HashMap::new(),
+            purges: Default::default(),
         };
         if server_index == 0 {
             let root = store.alloc_ino();
@@ -171,7 +174,7 @@ impl MetaStore {
         loop {
             let ino = ino::make_placed(self.server_index, data_server, self.next_local);
             self.next_local += 1;
-            if !self.inodes.contains_key(&ino) {
+            if !self.inodes.contains_key(&ino) && !self.purge_pending(ino) {
                 return ino;
             }
         }
@@ -229,6 +232,9 @@ impl MetaStore {
             match inode.attr.kind {
                 FileKind::Dir => self.dirs -= 1,
                 _ => self.files -= 1,
+            }
+            if inode.attr.kind == FileKind::File {
+                self.purge_due(ino, inode.data_reach());
             }
         }
     }

@@ -166,6 +166,7 @@ pub enum WorkflowChange {
     Group(GroupChange),
     Retention(RetentionChange),
     Delegation(DelegationChange),
+    Purge(crate::purges::PurgeChange),
 }
 
 /// Items per record when one is written as several ([`Record::split`]), each record far
@@ -287,6 +288,7 @@ impl MetaStore {
         record.workflow.extend(self.all_groups().map(WorkflowChange::Group));
         record.workflow.extend(self.all_retentions().map(WorkflowChange::Retention));
         record.workflow.extend(self.all_delegations().map(WorkflowChange::Delegation));
+        record.workflow.extend(self.all_purges().map(WorkflowChange::Purge));
         record
     }
 
@@ -351,6 +353,7 @@ impl MetaStore {
                 WorkflowChange::Group(change) => self.restore_group(change),
                 WorkflowChange::Retention(change) => self.restore_retention(change),
                 WorkflowChange::Delegation(change) => self.restore_delegation(change),
+                WorkflowChange::Purge(change) => self.restore_purge(change),
             }
         }
         for ino in record.removed {
@@ -366,13 +369,16 @@ impl MetaStore {
 
     /// After replay: recounts, and drops the files that had lost their last name while a
     /// client still had them open (no client is any more); their inodes come back so that the
-    /// caller purges their data.
+    /// caller purges their data here, and they are listed for the keeper to purge everywhere.
     pub fn settle(&mut self) -> Vec<Ino> {
         let orphans: Vec<Ino> =
             self.inodes.iter().filter(|(_, i)| i.attr.kind == FileKind::File && i.attr.nlink == 0).map(|(&ino, _)| ino).collect();
-        for ino in &orphans {
-            self.inodes.remove(ino);
-            self.changed(*ino);
+        for &ino in &orphans {
+            if let Some(inode) = self.inodes.remove(&ino) {
+                // Its data on the other servers too: the keeper purges it.
+                self.purge_due(ino, inode.data_reach());
+            }
+            self.changed(ino);
         }
         self.files = self.inodes.values().filter(|i| i.attr.kind != FileKind::Dir).count() as u64;
         self.dirs = self.inodes.values().filter(|i| i.attr.kind == FileKind::Dir).count() as u64;
@@ -397,6 +403,9 @@ mod tests {
             WorkflowChange::Retention(r) => (2, r.dir, 0, String::new()),
             // A delegation's changes stay in their order (the sort is stable).
             WorkflowChange::Delegation(d) => (3, d.dir(), 0, String::new()),
+            WorkflowChange::Purge(crate::purges::PurgeChange::Due { ino, .. } | crate::purges::PurgeChange::Done { ino }) => {
+                (4, *ino, 0, String::new())
+            }
         });
         r
     }
@@ -461,7 +470,8 @@ mod tests {
         assert_eq!(orphans, vec![open.ino], "the unlinked open file goes, for its data to be purged");
         let mut expected = s;
         expected.inodes.remove(&open.ino);
-        assert_eq!(canonical(replayed.snapshot()), canonical(expected.snapshot()));
+        expected.purge_due(open.ino, 0);
+        assert_eq!(canonical(replayed.snapshot()), canonical(expected.snapshot()), "the open one listed for its data's purge");
         assert_eq!(replayed.getattr(kept.ino).unwrap().size, 12345);
         assert_eq!(replayed.lookup(ROOT_INO, "moved").unwrap().kind, FileKind::File);
         assert_eq!(replayed.get_xattr(kept.ino, "user.kept").unwrap(), b"v1", "an inode changed after its attribute keeps it");

@@ -165,6 +165,31 @@ pub struct CanReach {
     pub addr: std::net::SocketAddr,
 }
 
+/// Files this server ended whose data may still be on the servers, listed for at least
+/// `grace_ms` (the client that ended each purges at once; the keeper beside this server
+/// purges what is left), at most `limit` of them. Asked by that keeper.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct PurgesDue {
+    pub grace_ms: u64,
+    pub limit: u32,
+}
+
+/// One ended file whose data to purge: on the servers that hold its chunks below `reach`
+/// bytes (or, for a file held whole by one server, on that one), with the ticket the purge
+/// needs where servers check identities.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct PurgeDue {
+    pub ino: Ino,
+    pub reach: u64,
+    pub ticket: Option<crate::ticket::Ticket>,
+}
+
+/// The keeper purged these files' data on every server that can hold some.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Purged {
+    pub inos: Vec<Ino>,
+}
+
 /// Replication: server `index`, this server's predecessor, is lost: serve its share from the
 /// mirror held here. Refused while the predecessor still mirrors here, or when the mirror is
 /// incomplete. Clients reach the share through this server's address, naming it in their
@@ -190,7 +215,8 @@ service! {
         MirrorTo -> (), "mirror-to";
         TakeOver -> (), "take-over";
         CanReach -> bool, "can-reach";
-
+        PurgesDue -> Vec<PurgeDue>, "purges-due";
+        Purged -> (), "purged";
     }
 }
 

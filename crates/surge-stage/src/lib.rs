@@ -11,7 +11,9 @@
 //! The daemon (`surge-server`) hosts a coordinator beside each data server and hands it the
 //! staging requests the server receives; a control plane could host it instead. Beside
 //! server 0 it also runs the [`retention`] keeper, which applies directories' retention
-//! policies (stage out, then remove) through the same coordinator.
+//! policies (stage out, then remove) through the same coordinator, and beside every server
+//! the [`purges`] keeper, which purges what clients left of the data of the files that
+//! server ended.
 //!
 //! That state is journaled in `<root>/stages/<id>.json` (written under a temporary name, then
 //! renamed) at every change of state and about once a second while bytes move, so it survives
@@ -21,6 +23,7 @@
 
 mod coordinator;
 mod plan;
+pub mod purges;
 mod records;
 pub mod retention;
 mod run;

@@ -1,6 +1,7 @@
 //! Administration: statistics, shutdown, batches of namespace steps, the watch a caching
-//! client asks for (its notices go out through the connection's writer), and the scans of
-//! `surge fsck`.
+//! client asks for (its notices go out through the connection's writer), the scans of
+//! `surge fsck`, and the list of ended files whose data the keeper beside this server purges
+//! ([`surge_meta::purges`]).
 
 use surge_meta::error::{Result, ServerError};
 use surge_meta::poison_free::LockRecover;
@@ -14,7 +15,14 @@ use crate::session::Session;
 
 impl Session {
     pub(super) fn admin(&mut self, request: AdminRequest) -> Answer {
-        let runs_the_instance = matches!(request, AdminRequest::Shutdown(_) | AdminRequest::MirrorTo(_) | AdminRequest::TakeOver(_));
+        let runs_the_instance = matches!(
+            request,
+            AdminRequest::Shutdown(_)
+                | AdminRequest::MirrorTo(_)
+                | AdminRequest::TakeOver(_)
+                | AdminRequest::PurgesDue(_)
+                | AdminRequest::Purged(_)
+        );
         if runs_the_instance {
             if let Err(e) = self.check_administrator(request.name()) {
                 return Answer::Failure(e);
@@ -155,5 +163,27 @@ impl Handle<TakeOver, Answer> for Session {
     fn handle(&mut self, t: TakeOver) -> Answer {
         // Replays the lost share's journal: a blocking step, like any metadata step.
         Answer::of::<TakeOver>(self.server.take_over(t.index as usize))
+    }
+}
+
+impl Handle<PurgesDue, Answer> for Session {
+    fn handle(&mut self, due: PurgesDue) -> Answer {
+        let listed = self.server.meta.lock_or_recover().purges_due(std::time::Duration::from_millis(due.grace_ms), due.limit as usize);
+        let ticket = |ino| match (&self.server.ticket_key, &self.caller) {
+            (Some(key), Some(caller)) => Some(surge_proto::ticket::Ticket::issue(key, ino, caller.uid, surge_proto::ticket::PURGE)),
+            _ => None,
+        };
+        Answer::of::<PurgesDue>(Ok(listed.into_iter().map(|(ino, reach)| PurgeDue { ino, reach, ticket: ticket(ino) }).collect()))
+    }
+}
+
+impl Handle<Purged, Answer> for Session {
+    fn handle(&mut self, purged: Purged) -> Answer {
+        let mut meta = self.server.meta.lock_or_recover();
+        for ino in purged.inos {
+            meta.purged(ino);
+        }
+        self.server.journal_changes(&mut meta);
+        Answer::of::<Purged>(Ok(()))
     }
 }
