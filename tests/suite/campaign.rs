@@ -11,11 +11,7 @@ use std::process::Command;
 
 use surge_tests::{binary, env_number, scratch, text};
 
-// Left out of `make test` until the defects it found are fixed (docs/faults.md): in CI, a
-// file of the mount's worker at the end that no operation left there; in the long form, a
-// name without its inode. Run it by hand with `--ignored`.
 #[test]
-#[ignore = "finds open defects (docs/faults.md, randomized fault campaign)"]
 fn a_fault_campaign_breaks_no_promise() {
     let (secs, seed) = (env_number("SURGE_CAMPAIGN_SECS", 120), env_number("SURGE_CAMPAIGN_SEED", 1));
     let out = scratch("campaign");
