@@ -226,15 +226,7 @@ async fn a_removed_files_data_on_a_stopped_server_is_freed_once_it_continues() {
 async fn a_link_and_a_rename_into_a_stopped_servers_directory_end_whole_once_it_continues() {
     let inst = instance("fname", 231, &["--capacity", "1G"]);
     let c = client(&inst);
-    let mut dir = None;
-    for i in 0..8 {
-        c.mkdir(&format!("/r{i}"), 0o755).await.unwrap();
-        if dir_home(&c, i).await != 0 {
-            dir = Some(i);
-            break;
-        }
-    }
-    let dir = dir.expect("a directory off the root's server");
+    let dir = dir_off_the_roots_server(&c).await;
     for name in ["linked", "renamed"] {
         let f = c.create(&format!("/{name}"), 0o644).await.unwrap();
         f.pwrite(0, name.as_bytes()).await.unwrap();
@@ -274,15 +266,7 @@ async fn a_link_and_a_rename_into_a_stopped_servers_directory_end_whole_once_it_
 async fn unlinks_another_server_built_on_survive_a_kill_9_right_after() {
     let inst = instance("funlink", 241, &["--capacity", "1G"]);
     let c = client(&inst);
-    let mut dir = None;
-    for i in 0..8 {
-        c.mkdir(&format!("/r{i}"), 0o755).await.unwrap();
-        if dir_home(&c, i).await != 0 {
-            dir = Some(i);
-            break;
-        }
-    }
-    let dir = dir.expect("a directory off the root's server");
+    let dir = dir_off_the_roots_server(&c).await;
     let mut names = Vec::new();
     for i in 0..8 {
         // Homed on the root's server, named only in the directory on another.
@@ -621,6 +605,17 @@ async fn kill_9_mid_rename() {
 
 async fn dir_home(c: &Client, dir: usize) -> usize {
     ino::home(c.stat(&format!("/r{dir}")).await.unwrap().ino)
+}
+
+/// `/r<i>` made for i = 0, 1, ... until one is homed elsewhere than the root (server 0): its i.
+async fn dir_off_the_roots_server(c: &Client) -> usize {
+    for i in 0..8 {
+        c.mkdir(&format!("/r{i}"), 0o755).await.unwrap();
+        if dir_home(c, i).await != 0 {
+            return i;
+        }
+    }
+    panic!("eight directories, all on the root's server");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

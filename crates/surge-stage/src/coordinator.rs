@@ -54,6 +54,16 @@ pub struct CoordinatorConfig {
     pub node: IpAddr,
 }
 
+impl CoordinatorConfig {
+    /// A client of the instance for a keeper beside a server, or None while the peers cannot
+    /// be read whole (until every server is up, and after a restart moved one: the keeper
+    /// tries again at its next round).
+    pub(crate) fn keeper_client(&self) -> Option<surge_client::Client> {
+        let opts = surge_client::ClientOptions { node: Some(self.node), ..surge_client::ClientOptions::default() };
+        self.peers.resolve().and_then(|peers| surge_client::Client::from_parts(peers, self.chunk_size, self.secret, opts)).ok()
+    }
+}
+
 /// The stages one coordinator runs.
 pub struct Coordinator {
     stages: Arc<Stages>,

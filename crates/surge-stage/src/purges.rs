@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use surge_client::purges::PURGE_GRACE;
-use surge_client::{Client, ClientOptions};
+use surge_client::Client;
 
 use crate::CoordinatorConfig;
 
@@ -19,10 +19,7 @@ pub async fn keep(config: CoordinatorConfig, server: usize) {
     loop {
         tokio::time::sleep(ROUND).await;
         if client.is_none() {
-            let opts = ClientOptions { node: Some(config.node), ..ClientOptions::default() };
-            // Until every server is up (and after a restart moved one) the descriptor may not
-            // list them all: try again next round.
-            client = config.peers.resolve().and_then(|peers| Client::from_parts(peers, config.chunk_size, config.secret, opts)).ok();
+            client = config.keeper_client();
         }
         let Some(c) = &client else { continue };
         match c.purge_round(server, PURGE_GRACE).await {

@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use surge_client::{Client, ClientOptions};
+use surge_client::Client;
 use surge_proto::stage::{StageDirection, StageKind, StageState, StageWhen};
 use surge_proto::workflow::{Due, DueAction, Retained, RetentionDue};
 use surge_proto::Ino;
@@ -38,10 +38,7 @@ pub async fn keep(config: CoordinatorConfig) {
     loop {
         tokio::time::sleep(ROUND).await;
         if client.is_none() {
-            let opts = ClientOptions { node: Some(config.node), ..ClientOptions::default() };
-            // Until every server is up (and after a restart moved one) the descriptor may not
-            // list them all: try again next round.
-            client = config.peers.resolve().and_then(|peers| Client::from_parts(peers, config.chunk_size, config.secret, opts)).ok();
+            client = config.keeper_client();
         }
         let Some(c) = &client else { continue };
         for server in 0..c.server_count() {
