@@ -280,7 +280,7 @@ impl Client {
             // The link added is taken back as any lost name's, and with it the file if its
             // other names went meanwhile (another node unlinked them), data and all; a
             // failure there is logged by `finish_unlinked`.
-            let undo = Unlinked { ino, kind, remote: true, purge: false, size: 0, ticket: added.undo };
+            let undo = Unlinked { ino, kind, remote: true, purge: false, size: 0, ticket: added.undo, dir_attr: None };
             let _ = self.finish_unlinked(&undo).await;
             return Err(e);
         }
@@ -439,8 +439,15 @@ impl Client {
     }
 
     pub async fn unlink_at(&self, parent: Ino, name: &str) -> Result<()> {
+        self.unlink_telling_dir(parent, name).await.map(drop)
+    }
+
+    /// [`Client::unlink_at`], answering the directory's attributes right after the unlink,
+    /// as its home gave them (for a client that caches them: the mount).
+    pub async fn unlink_telling_dir(&self, parent: Ino, name: &str) -> Result<Option<Attr>> {
         let unlinked = self.call_home(parent, Unlink { parent, name: name.to_string() }).await?;
-        self.finish_unlinked(&unlinked).await
+        self.finish_unlinked(&unlinked).await?;
+        Ok(unlinked.dir_attr)
     }
 
     pub async fn rmdir_at(&self, parent: Ino, name: &str) -> Result<()> {

@@ -595,11 +595,14 @@ impl Ops {
         }
         let ops = self.clone();
         Answer::later(async move {
-            let removed = ops.changed_name(parent, &name, None, ops.client.unlink_at(parent, &name)).await;
-            if removed.is_ok() {
-                ops.delegations.stepped_in(parent, ops.kernel.listings.knows(parent));
+            let removed = ops.changed_name(parent, &name, None, ops.client.unlink_telling_dir(parent, &name)).await?;
+            // The kernel asks for the directory's attributes next (its own unlink dropped
+            // them, and a permission check needs them): answered from the home's word.
+            if let Some(dir) = removed {
+                ops.told(dir);
             }
-            removed
+            ops.delegations.stepped_in(parent, ops.kernel.listings.knows(parent));
+            Ok(())
         })
     }
 

@@ -369,14 +369,14 @@ impl MetaStore {
         if gone {
             self.remove_inode(ino);
         }
-        Ok(Unlinked { ino, kind, remote: false, purge: gone && kind == FileKind::File, size, ticket: None })
+        Ok(Unlinked { ino, kind, remote: false, purge: gone && kind == FileKind::File, size, ticket: None, dir_attr: None })
     }
 
     pub(crate) fn unlinked_entry(&mut self, entry: &Entry) -> Result<Unlinked> {
         if self.is_local(entry.ino) {
             self.drop_link_local(entry.ino)
         } else {
-            Ok(Unlinked { ino: entry.ino, kind: entry.kind, remote: true, purge: false, size: 0, ticket: None })
+            Ok(Unlinked { ino: entry.ino, kind: entry.kind, remote: true, purge: false, size: 0, ticket: None, dir_attr: None })
         }
     }
 

@@ -156,6 +156,9 @@ pub struct Unlinked {
     /// Where servers check identities: with `purge`, the ticket the purge needs; with
     /// `remote`, the one its home wants for `DropLink`.
     pub ticket: Option<crate::ticket::Ticket>,
+    /// An unlink's directory's attributes right after it (its new mtime and ctime): a client
+    /// that caches them (the mount) keeps them instead of asking again.
+    pub dir_attr: Option<Attr>,
 }
 
 /// What linking a name did (a rename, or the link step of a cross-server rename).

@@ -55,7 +55,15 @@ impl MetaStore {
                 self.remove_inode(ex_ino);
             }
             // A retired remote directory is deleted by the client with DropInode.
-            return Ok(Some(Unlinked { ino: ex_ino, kind: ex_kind, remote: !self.is_local(ex_ino), purge: false, size: 0, ticket: None }));
+            return Ok(Some(Unlinked {
+                ino: ex_ino,
+                kind: ex_kind,
+                remote: !self.is_local(ex_ino),
+                purge: false,
+                size: 0,
+                ticket: None,
+                dir_attr: None,
+            }));
         }
         self.unlinked_entry(&entry).map(Some)
     }

@@ -484,7 +484,8 @@ impl Step for Unlink {
 
     fn run(&self, cx: &mut StepContext) -> Result<Unlinked> {
         cx.check_remove(self.parent, &self.name)?;
-        let unlinked = cx.meta.unlink(self.parent, &self.name)?;
+        let mut unlinked = cx.meta.unlink(self.parent, &self.name)?;
+        unlinked.dir_attr = cx.meta.getattr(self.parent).ok();
         Ok(cx.with_ticket(unlinked))
     }
 
@@ -849,7 +850,7 @@ mod tests {
             blocks: Some(0),
         };
         let entry = DirEntry { name: "x".into(), ino: 7, kind: FileKind::File, attr: Some(attr.clone()), has_xattrs: false };
-        let unlinked = Unlinked { ino: 7, kind: FileKind::File, remote: false, purge: true, size: 0, ticket: None };
+        let unlinked = Unlinked { ino: 7, kind: FileKind::File, remote: false, purge: true, size: 0, ticket: None, dir_attr: None };
         let replaced = LinkOutcome { replaced: Some(unlinked.clone()), reparent: None };
         let name = || "x".to_string();
         fn watched<S: Step>(step: S, reply: S::Reply) -> (bool, bool) {
