@@ -299,7 +299,9 @@ impl<'a> Writes<'a> {
             .iter()
             .rev()
             .take_while(|w| w.at.saturating_add(HANG_US) >= open)
-            .any(|w| w.done.is_some() && w.end() > open);
+            // Ended in the very microsecond the open began (two processes' clock readings):
+            // not known to be before it, so under way.
+            .any(|w| w.done.is_some() && w.end() >= open);
         let last_failed = self.failed[..self.failed.partition_point(|at| *at < end)].last();
         let repaired_by = self.acknowledged_before(open).map(|(_, start)| start);
         under_way || last_failed.is_some_and(|failed| repaired_by.is_none_or(|start| start < *failed))
@@ -488,6 +490,11 @@ mod tests {
         assert!(check(&during, &[], &FinalState::default()).is_empty());
         let after = [update(5, 10, 20), read(shared, 50, Seen::Torn)];
         assert_eq!(check(&after, &[], &FinalState::default()).len(), 1);
+        // Acknowledged in the same microsecond as the open began: either version.
+        for seen in [5, 6] {
+            let tie = [update(5, 10, 20), update(6, 30, 50), read(shared, 50, Seen::Whole { version: seen })];
+            assert!(check(&tie, &[], &FinalState::default()).is_empty(), "version {seen}");
+        }
         let publish = inv(1, 1, 10, Op::Publish { path: "/campaign/pub/p1".into(), temp: "t".into(), version: 3 }, Some((20, Outcome::Ok)));
         let torn = [publish.clone(), read("/campaign/pub/p1", 50, Seen::Torn)];
         assert_eq!(check(&torn, &[], &FinalState::default()).len(), 1);
