@@ -4,6 +4,17 @@
 //! made against it are [`surge_meta::access`]'s.
 
 use surge_meta::access::Caller;
+use surge_proto::ticket::{Ticket, TicketKey};
+use surge_proto::Ino;
+
+/// A ticket for `right` on `ino`, for `caller` (where servers check identities: there is a
+/// key and a proven caller; elsewhere none is needed).
+pub(crate) fn ticket_for(key: Option<&TicketKey>, caller: Option<&Caller>, ino: Ino, right: u32) -> Option<Ticket> {
+    match (key, caller) {
+        (Some(key), Some(caller)) => Some(Ticket::issue(key, ino, caller.uid, right)),
+        _ => None,
+    }
+}
 
 /// The caller a MUNGE credential made for `challenge` proves, with its groups.
 pub async fn prove(credential: String, challenge: &[u8]) -> std::result::Result<Caller, String> {

@@ -169,10 +169,8 @@ impl Handle<TakeOver, Answer> for Session {
 impl Handle<PurgesDue, Answer> for Session {
     fn handle(&mut self, due: PurgesDue) -> Answer {
         let listed = self.server.meta.lock_or_recover().purges_due(std::time::Duration::from_millis(due.grace_ms), due.limit as usize);
-        let ticket = |ino| match (&self.server.ticket_key, &self.caller) {
-            (Some(key), Some(caller)) => Some(surge_proto::ticket::Ticket::issue(key, ino, caller.uid, surge_proto::ticket::PURGE)),
-            _ => None,
-        };
+        let ticket =
+            |ino| crate::caller::ticket_for(self.server.ticket_key.as_ref(), self.caller.as_ref(), ino, surge_proto::ticket::PURGE);
         Answer::of::<PurgesDue>(Ok(listed.into_iter().map(|(ino, reach)| PurgeDue { ino, reach, ticket: ticket(ino) }).collect()))
     }
 }

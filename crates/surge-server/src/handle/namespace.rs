@@ -72,10 +72,7 @@ impl StepContext<'_> {
 
     /// A ticket for `right` on `ino`, for this caller (where servers check identities).
     fn ticket(&self, ino: Ino, right: u32) -> Option<Ticket> {
-        match (self.ticket_key, self.caller) {
-            (Some(key), Some(caller)) => Some(Ticket::issue(key, ino, caller.uid, right)),
-            _ => None,
-        }
+        crate::caller::ticket_for(self.ticket_key, self.caller, ino, right)
     }
 
     /// An inode that lost a name here, with the ticket what remains to do needs: a purge of
