@@ -83,12 +83,12 @@ pub struct Appended {
 }
 
 /// Written records are synced at least this often, and at once when someone waits for them
-/// or this many have accumulated: waking the flusher for every record costs a thread switch
+/// or [`FLUSH_BYTES`] of them have accumulated: waking the flusher for every record costs a thread switch
 /// per metadata step (creates through a mount measured 30-40% slower with a 5 ms period,
 /// within 20% with 50 ms). What is not waited for may be lost for this long in a crash of
 /// the node, whole.
 const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
-const FLUSH_RECORDS: usize = 1024;
+const FLUSH_BYTES: usize = 64 << 10;
 /// How long the flusher waits before writing records again after the journal could not be
 /// written (a full or failing metadata disk).
 const RETRY_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
@@ -114,8 +114,9 @@ struct Pending {
 }
 
 impl Pending {
-    fn records_waiting(&self) -> usize {
-        usize::from(!self.unsynced.is_empty()) + usize::from(!self.unwritten.is_empty())
+    /// Whether the flusher has anything to do: records to sync, or to write again.
+    fn holds_records(&self) -> bool {
+        !self.unsynced.is_empty() || !self.unwritten.is_empty()
     }
 }
 
@@ -436,7 +437,7 @@ impl Journal {
             let mut bytes = Vec::new();
             frame(&record, &mut bytes);
             pending.appended += 1;
-            let first = pending.records_waiting() == 0;
+            let first = !pending.holds_records();
             if pending.unwritten.is_empty() {
                 let seq = pending.appended;
                 self.write_frames(&mut pending, bytes, seq);
@@ -445,7 +446,7 @@ impl Journal {
                 pending.unwritten.extend_from_slice(&bytes);
             }
             // The first record of a group starts the flusher's clock; a full group ends it.
-            if first || pending.unsynced.len() >= FLUSH_RECORDS * 64 {
+            if first || pending.unsynced.len() >= FLUSH_BYTES {
                 self.work.notify_one();
             }
         }
@@ -554,12 +555,12 @@ impl Journal {
         loop {
             {
                 let mut pending = self.pending.lock_or_recover();
-                while pending.records_waiting() == 0 && !pending.stopping {
+                while !pending.holds_records() && !pending.stopping {
                     pending = self.work.wait(pending).unwrap_or_else(|p| p.into_inner());
                 }
                 // A group: until the period is over, or somebody waits, or enough accumulated.
                 let deadline = std::time::Instant::now() + FLUSH_EVERY;
-                while !pending.waited && !pending.stopping && pending.unsynced.len() < FLUSH_RECORDS * 64 {
+                while !pending.waited && !pending.stopping && pending.unsynced.len() < FLUSH_BYTES {
                     let left = deadline.saturating_duration_since(std::time::Instant::now());
                     if left.is_zero() {
                         break;
@@ -567,7 +568,7 @@ impl Journal {
                     pending = self.work.wait_timeout(pending, left).map(|(p, _)| p).unwrap_or_else(|p| p.into_inner().0);
                 }
                 pending.waited = false;
-                if pending.records_waiting() == 0 {
+                if !pending.holds_records() {
                     if pending.stopping {
                         return;
                     }
@@ -588,6 +589,7 @@ impl Journal {
                 let at = pending.journal_len - bytes.len() as u64;
                 (at, bytes, pending.written, !pending.unwritten.is_empty(), pending.stopping)
             };
+            let mut retry = refused;
             if !bytes.is_empty() {
                 match file.sync_data() {
                     Ok(()) => {
@@ -596,17 +598,24 @@ impl Journal {
                         self.progress.update(|progress| raise(&mut progress.durable, upto));
                     }
                     Err(e) => {
+                        // Synced again with the next group (a fold cannot come between: it
+                        // takes the file's lock, held here), so that the observer still gets
+                        // every byte in order; their steps are told now that they may be lost.
+                        {
+                            let mut pending = self.pending.lock_or_recover();
+                            let later = std::mem::replace(&mut pending.unsynced, bytes);
+                            pending.unsynced.extend(later);
+                        }
                         drop(file);
                         self.progress.update(|progress| raise(&mut progress.failed, upto));
-                        tracing::error!(
-                            "could not sync the metadata journal: {e}; the changes up to here may be lost in a crash of the node"
-                        );
+                        tracing::error!("could not sync the metadata journal: {e}; tried again");
+                        retry = true;
                     }
                 }
             } else {
                 drop(file);
             }
-            if refused {
+            if retry {
                 if stopping {
                     return; // The clean stop's snapshot holds them, or could not be written either.
                 }
