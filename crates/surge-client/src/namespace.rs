@@ -434,8 +434,17 @@ impl Client {
             }
             return pending.wait(self.timeout()).await?.reply::<PurgeData>();
         }
-        let servers = self.layout().chunk_servers(ino, 0..size.div_ceil(self.chunk_size()));
-        self.send_to(servers.into_iter(), PurgeData { ino, ticket }).await
+        self.send_to(self.data_holders(ino, size).into_iter(), PurgeData { ino, ticket }).await
+    }
+
+    /// The servers that can hold data of file `ino` whose data reaches `reach` bytes: the one
+    /// that holds it whole, or those of its chunks below `reach` (none for a striped file that
+    /// never held data).
+    pub(crate) fn data_holders(&self, ino: Ino, reach: u64) -> Vec<usize> {
+        match self.layout().sole_server(ino) {
+            Some(holder) => vec![holder],
+            None => self.layout().chunk_servers(ino, 0..reach.div_ceil(self.chunk_size())).into_iter().collect(),
+        }
     }
 
     pub async fn unlink_at(&self, parent: Ino, name: &str) -> Result<()> {

@@ -6,7 +6,6 @@
 //! gone already, and a purge is idempotent. The daemon runs a round beside each server every
 //! few seconds ([`PURGE_GRACE`] after each file ended).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use surge_proto::admin::{PurgeDue, Purged, PurgesDue};
@@ -36,24 +35,22 @@ impl Client {
     /// reached stays listed for the next round.
     pub async fn purge_round(&self, server: usize, grace: Duration) -> Result<PurgeRound> {
         let due = self.call(server, PurgesDue { grace_ms: grace.as_millis() as u64, limit: PER_ROUND }).await?;
-        let mut purges = Vec::new();
+        let mut holders = Vec::new();
+        let mut calls = Vec::new();
         for (i, PurgeDue { ino, reach, ticket }) in due.iter().enumerate() {
-            let holders = match self.layout().sole_server(*ino) {
-                Some(holder) => vec![holder],
-                None => self.layout().chunk_servers(*ino, 0..reach.div_ceil(self.chunk_size())).into_iter().collect(),
-            };
-            purges.extend(holders.into_iter().map(|holder| (i, holder, PurgeData { ino: *ino, ticket: *ticket })));
-        }
-        let calls: Vec<(usize, PurgeData)> = purges.iter().map(|(_, holder, purge)| (*holder, purge.clone())).collect();
-        let outcomes = self.send_all(calls).await;
-        let mut whole: BTreeMap<usize, bool> = (0..due.len()).map(|i| (i, true)).collect();
-        for ((i, holder, _), outcome) in purges.iter().zip(outcomes) {
-            if let Err(e) = outcome {
-                tracing::debug!(server = holder, ino = format!("{:#x}", due[*i].ino), "a listed purge waits for the next round: {e}");
-                whole.insert(*i, false);
+            for holder in self.data_holders(*ino, *reach) {
+                holders.push((i, holder));
+                calls.push((holder, PurgeData { ino: *ino, ticket: *ticket }));
             }
         }
-        let inos: Vec<_> = whole.iter().filter(|(_, whole)| **whole).map(|(&i, _)| due[i].ino).collect();
+        let mut whole = vec![true; due.len()];
+        for (&(i, holder), outcome) in holders.iter().zip(self.send_all(calls).await) {
+            if let Err(e) = outcome {
+                tracing::debug!(server = holder, ino = format!("{:#x}", due[i].ino), "a listed purge waits for the next round: {e}");
+                whole[i] = false;
+            }
+        }
+        let inos: Vec<_> = due.iter().zip(&whole).filter(|(_, whole)| **whole).map(|(due, _)| due.ino).collect();
         let purged = inos.len();
         if purged > 0 {
             self.call(server, Purged { inos }).await?;

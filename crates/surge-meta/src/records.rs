@@ -374,11 +374,8 @@ impl MetaStore {
         let orphans: Vec<Ino> =
             self.inodes.iter().filter(|(_, i)| i.attr.kind == FileKind::File && i.attr.nlink == 0).map(|(&ino, _)| ino).collect();
         for &ino in &orphans {
-            if let Some(inode) = self.inodes.remove(&ino) {
-                // Its data on the other servers too: the keeper purges it.
-                self.purge_due(ino, inode.data_reach());
-            }
-            self.changed(ino);
+            // Listed, as any file ended, for the keeper to purge its data on every server.
+            self.remove_inode(ino);
         }
         self.files = self.inodes.values().filter(|i| i.attr.kind != FileKind::Dir).count() as u64;
         self.dirs = self.inodes.values().filter(|i| i.attr.kind == FileKind::Dir).count() as u64;
