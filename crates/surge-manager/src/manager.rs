@@ -1654,6 +1654,7 @@ impl Manager {
         let outcome = self.reconcile_with_nodes().await;
         // Requests are answered from here on, reconciled or not: a store that cannot be read
         // fails each of them with its reason rather than leaving them waiting.
+        tracing::info!(ok = outcome.is_ok(), "reconciled with the nodes; answering requests");
         self.reconciled.send_replace(true);
         outcome
     }
