@@ -730,7 +730,8 @@ impl Run {
             }
             11 => {
                 let ino = self.ino(input);
-                let answer = self.conn.call(Open { ino }, &[]);
+                // Kept or not by the number, not by another input byte: the kept findings replay as found.
+                let answer = self.conn.call(Open { ino, keep: ino & 1 == 1 }, &[]);
                 if self.attr(&answer).is_some() {
                     *self.held.entry(ino).or_default() += 1;
                 }

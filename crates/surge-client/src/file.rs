@@ -147,6 +147,9 @@ pub struct File {
     /// The delegation the file was made under, while its home may not know the file yet
     /// (see [`Client::file_made_under`]); None once it does.
     made_under: Mutex<Option<std::sync::Arc<crate::DelegatedDir>>>,
+    /// A read-only handle that shares another handle's registration at the home (see
+    /// [`File::sharing`]): its release tells the home nothing.
+    shares_open: bool,
 }
 
 /// Local writes start once a handle has written this much: a small file stays one request per
@@ -174,7 +177,53 @@ impl File {
             publication: Mutex::new(None),
             may_wait: tokio::sync::OnceCell::new(),
             made_under: Mutex::new(None),
+            shares_open: false,
         }
+    }
+
+    /// What [`Client::open_ino_kept`] opened is two things: the file kept at its home, to
+    /// answer later opens from ([`File::sharing`]; let go with [`File::release_kept`]), and
+    /// one read-only handle, registered there by that open. Answers (kept, handle).
+    pub fn split_kept(self) -> (File, File) {
+        let handle = File { shares_open: true, ..File::new(self.client.clone(), &self.opened, self.ticket) };
+        (self, handle)
+    }
+
+    /// Another read-only handle of this kept file, answered without waiting for its home:
+    /// its open is registered there on the way (a request whose answer nobody waits for:
+    /// the kept file holds the file and its data meanwhile), and it starts from the
+    /// attributes the file was kept with. The caller vouches that they are still the file's
+    /// (its home tells the keeper of every change before answering it) and keeps the file
+    /// until the handle is released. None when the home is not connected now.
+    pub fn sharing(&self) -> Option<File> {
+        let conn = self.client.connection_now(surge_proto::ino::home(self.ino))?;
+        let register = Request::from(surge_proto::namespace::Open { ino: self.ino, keep: false });
+        conn.send_then(&register, self.client.timeout(), Box::new(|_| {}));
+        Some(File { shares_open: true, ..File::new(self.client.clone(), &self.opened, self.ticket) })
+    }
+
+    /// Releases a handle answered from a kept file (read-only: nothing to publish) by a
+    /// request nobody waits for: the kept file holds the file meanwhile. A connection gone
+    /// since took the handle's registration with it.
+    pub fn release_shared(&self) {
+        if let Some(conn) = self.client.connection_now(surge_proto::ino::home(self.ino)) {
+            conn.send_then(&Request::from(self.commit(true)), self.client.timeout(), Box::new(|_| {}));
+        }
+    }
+
+    /// Whether this handle was answered from a kept file ([`File::sharing`], [`File::split_kept`]).
+    pub fn shares_open(&self) -> bool {
+        self.shares_open
+    }
+
+    /// Lets go of the file kept by [`Client::open_ino_kept`]; purges its data when that
+    /// was the last thing holding a removed file.
+    pub async fn release_kept(&self) -> Result<()> {
+        let fate = self.client.call_home(self.ino, surge_proto::namespace::ReleaseKept { ino: self.ino }).await?;
+        if fate.purge {
+            self.client.purge_data(self.ino, fate.size, fate.ticket).await?;
+        }
+        Ok(())
     }
 
     /// A handle of a file made under delegation `dir`, whose writes are known to wait or not.
@@ -793,6 +842,10 @@ impl File {
     /// [`File::close`] for a handle shared behind a reference; do not use it afterwards.
     pub async fn release(&self) -> Result<()> {
         let drained = self.wait_writes().await;
+        if self.shares_open {
+            self.release_shared();
+            return drained;
+        }
         let fate = self.publish(true).await?;
         if fate.purge {
             // The file was unlinked while open and this was the last handle.

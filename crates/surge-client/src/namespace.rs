@@ -179,7 +179,20 @@ impl Client {
 
     /// Opens an existing file by inode (registers an open handle; see [`File::close`]).
     pub async fn open_ino(&self, ino: Ino) -> Result<File> {
-        let attr = self.call_home(ino, Open { ino }).await?;
+        self.open_ino_keeping(ino, false).await
+    }
+
+    /// [`Client::open_ino`] that also keeps the file at its home, to answer later read-only
+    /// opens of it here ([`File::split_kept`], [`File::sharing`]): on a watching connection,
+    /// the home tells this client of every change to the file's attributes, and waits for
+    /// its word, before the change is answered (see [`crate::Watcher`]). Until then the file
+    /// is as this open saw it.
+    pub async fn open_ino_kept(&self, ino: Ino) -> Result<File> {
+        self.open_ino_keeping(ino, true).await
+    }
+
+    async fn open_ino_keeping(&self, ino: Ino, keep: bool) -> Result<File> {
+        let attr = self.call_home(ino, Open { ino, keep }).await?;
         if attr.kind == FileKind::File {
             return self.file_with_ticket(attr).await;
         }
@@ -453,10 +466,10 @@ impl Client {
 
     /// [`Client::unlink_at`], answering the directory's attributes right after the unlink,
     /// as its home gave them (for a client that caches them: the mount).
-    pub async fn unlink_telling_dir(&self, parent: Ino, name: &str) -> Result<Option<Attr>> {
+    pub async fn unlink_telling_dir(&self, parent: Ino, name: &str) -> Result<Unlinked> {
         let unlinked = self.call_home(parent, Unlink { parent, name: name.to_string() }).await?;
         self.finish_unlinked(&unlinked).await?;
-        Ok(unlinked.dir_attr)
+        Ok(unlinked)
     }
 
     pub async fn rmdir_at(&self, parent: Ino, name: &str) -> Result<()> {

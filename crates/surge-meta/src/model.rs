@@ -78,6 +78,9 @@ pub(crate) struct Inode {
     pub(crate) body: Body,
     /// Open handles registered by clients; an unlinked file stays until the last is released.
     pub(crate) opens: u32,
+    /// Clients keeping the file to answer its opens themselves (`Open { keep }`): it stays,
+    /// unlinked or not, until the last lets go, but is not open for that.
+    pub(crate) kept: u32,
     /// Extended attributes and ACLs; most inodes have none, and pay a pointer for the room.
     pub(crate) xattrs: Option<Box<Xattrs>>,
     /// The last name this server gave the inode (directory, name), which its publications
@@ -95,7 +98,12 @@ pub(crate) struct Inode {
 
 impl Inode {
     pub(crate) fn new(attr: Attr, body: Body) -> Inode {
-        Inode { attr, body, opens: 0, xattrs: None, named: None, data_end: 0 }
+        Inode { attr, body, opens: 0, kept: 0, xattrs: None, named: None, data_end: 0 }
+    }
+
+    /// Whether anything holds the inode beyond its names: an open handle, or a keeper.
+    pub(crate) fn held(&self) -> bool {
+        self.opens > 0 || self.kept > 0
     }
 
     /// Where the file's data on the servers may end: what a removal purges below.
@@ -365,7 +373,7 @@ impl MetaStore {
         inode.attr.nlink = inode.attr.nlink.saturating_sub(1);
         inode.attr.ctime = Timestamp::now();
         let (kind, size) = (inode.attr.kind, inode.data_reach());
-        let gone = inode.attr.nlink == 0 && inode.opens == 0;
+        let gone = inode.attr.nlink == 0 && !inode.held();
         if gone {
             self.remove_inode(ino);
         }

@@ -268,6 +268,21 @@ pub struct Readdir {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Open {
     pub ino: Ino,
+    /// Besides the handle, the caller (a watching connection) keeps the file to answer its
+    /// later read-only opens itself, until it sends [`ReleaseKept`]: the file (and its data)
+    /// stays while kept, and every change to its attributes (a size or time published, a
+    /// truncate, a link lost) is noticed to the keeper and acknowledged before it is
+    /// answered, so that no open it answers misses a change another node was told is done.
+    /// A kept file is not open for what asks whether it is read (retention, publication):
+    /// the handles answered from it are registered each, as any.
+    pub keep: bool,
+}
+
+/// Ends what an `Open { keep: true }` kept (not a handle: those are released by `Commit`).
+/// Answers whether the file is now gone and its data to be purged, as `Commit` does.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseKept {
+    pub ino: Ino,
 }
 
 /// Sets `len` bytes at the end of regular file `ino` aside for one appending write (the
@@ -523,6 +538,7 @@ service! {
         MakeDir -> Attr, "mkdir";
         Reclaim -> u64, "reclaim";
         Renew -> Vec<Ino>, "renew";
+        ReleaseKept -> InodeFate, "release-kept";
     }
 }
 

@@ -19,6 +19,8 @@ pub(crate) struct Session {
     pub writer: SharedWriter,
     /// Open handles this connection registered, released if it goes away without closing them.
     pub opens: HashMap<Ino, u32>,
+    /// Files this connection keeps (`Open { keep }`), let go if it goes away.
+    pub kept: HashMap<Ino, u32>,
     /// Set once the connection asked to be told of changes (`Watch`).
     pub watcher: Option<WatcherId>,
     /// Acknowledgements of the notices the current request caused, awaited before its reply.
@@ -53,6 +55,7 @@ impl Session {
             server,
             writer,
             opens: HashMap::new(),
+            kept: HashMap::new(),
             watcher: None,
             awaited: Vec::new(),
             reserved: HashMap::new(),
@@ -83,11 +86,13 @@ impl Drop for Session {
             // What the client wrote itself before it went is kept and accounted.
             let _ = self.server.data.local_written(ino, reserved);
         }
-        for (ino, count) in std::mem::take(&mut self.opens) {
+        let kept = std::mem::take(&mut self.kept).into_iter().map(|(ino, count)| (ino, count, true));
+        let opens = std::mem::take(&mut self.opens).into_iter().map(|(ino, count)| (ino, count, false));
+        for (ino, count, kept) in kept.chain(opens) {
             for _ in 0..count {
                 let released = {
                     let mut meta = self.server.meta.lock_or_recover();
-                    let released = meta.commit(ino, None, None, true, false);
+                    let released = if kept { meta.release_kept(ino) } else { meta.commit(ino, None, None, true, false) };
                     self.server.journal_changes(&mut meta);
                     released
                 };

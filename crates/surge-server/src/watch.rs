@@ -9,7 +9,9 @@
 //! changed is acknowledged, and the change is answered only once every watcher acknowledged it
 //! (or after `ACK_TIMEOUT`): a watcher that answers "no such name" from what it knows of a
 //! directory can never miss a name that another client was already told exists. Attribute
-//! notices are not waited for: a watcher's `stat` lags such a change by the notice's flight.
+//! notices are not waited for (a watcher's `stat` lags such a change by the notice's flight),
+//! except to a watcher that keeps a handle of the file open to answer opens itself
+//! (`Open { keep: true }`): close-to-open then holds for the opens it answers.
 //!
 //! Bookkeeping is per server and only for what this server homes. A notified connection is
 //! forgotten for that inode's attributes until it asks for them again (its cache dropped
@@ -54,6 +56,9 @@ pub struct Ledger {
     attrs: HashMap<Ino, Vec<WatcherId>>,
     /// Connections that may hold names in a directory.
     dirs: HashMap<Ino, Vec<WatcherId>>,
+    /// Connections that keep a handle of a file open to answer its opens themselves, until
+    /// the next change to its attributes.
+    kept: HashMap<Ino, Vec<WatcherId>>,
 }
 
 /// What one successful request told its connection and what it changed.
@@ -63,6 +68,8 @@ pub struct Effects {
     pub told_dirs: Vec<Ino>,
     pub changed_attrs: Vec<Ino>,
     pub changed_entries: Vec<(Ino, String)>,
+    /// A file whose open the requester keeps to answer opens itself (see [`Ledger::kept`]).
+    pub kept_open: Option<Ino>,
     /// Inodes that no longer exist: nothing to watch any more.
     pub gone: Vec<Ino>,
 }
@@ -112,13 +119,13 @@ impl Watchers {
     /// The connection is gone.
     pub fn unregister(&self, id: WatcherId) {
         let mut st = self.state.lock_or_recover();
-        let Ledger { outboxes, attrs, dirs, acks, .. } = &mut *st;
+        let Ledger { outboxes, attrs, dirs, kept, acks, .. } = &mut *st;
         if outboxes.remove(&id).is_some() {
             self.count.fetch_sub(1, Ordering::Relaxed);
         }
         // Whoever waits for this connection's acknowledgements stops waiting.
         acks.retain(|_, (w, _)| *w != id);
-        for sets in [attrs, dirs] {
+        for sets in [attrs, dirs, kept] {
             sets.retain(|_, set| {
                 set.retain(|&w| w != id);
                 !set.is_empty()
@@ -163,11 +170,11 @@ impl Ledger {
     /// other watchers of what it changed. Returns the acknowledgements to wait for before the
     /// change is answered.
     pub fn apply(&mut self, by: Option<WatcherId>, effects: Effects) -> Vec<oneshot::Receiver<()>> {
-        let Ledger { outboxes, attrs, dirs, acks, next_ack } = self;
+        let Ledger { outboxes, attrs, dirs, kept, acks, next_ack } = self;
         let mut awaited = Vec::new();
-        let mut send = |to: WatcherId, notice: Notice| {
+        let mut send = |to: WatcherId, notice: Notice, acknowledged: bool| {
             let Some(outbox) = outboxes.get(&to) else { return };
-            let ack = if matches!(notice, Notice::Entry { .. }) {
+            let ack = if acknowledged {
                 *next_ack += 1;
                 let (wake, woken) = oneshot::channel();
                 acks.insert(*next_ack, (to, wake));
@@ -179,9 +186,26 @@ impl Ledger {
             let _ = outbox.send((ack, notice));
         };
         for ino in effects.changed_attrs {
+            // A keeper answers opens from what it holds: it must have dropped it before the
+            // change is answered. It keeps its handle until it releases it, and keeps
+            // answering opens only once it has opened through this server again.
+            let keepers = match kept.get_mut(&ino) {
+                Some(set) => {
+                    let keepers: Vec<WatcherId> = set.iter().copied().filter(|&w| Some(w) != by).collect();
+                    set.retain(|&w| Some(w) == by);
+                    if set.is_empty() {
+                        kept.remove(&ino);
+                    }
+                    keepers
+                }
+                None => Vec::new(),
+            };
+            for &w in &keepers {
+                send(w, Notice::Attr { ino }, true);
+            }
             if let Some(set) = attrs.get_mut(&ino) {
-                for &w in set.iter().filter(|&&w| Some(w) != by) {
-                    send(w, Notice::Attr { ino });
+                for &w in set.iter().filter(|&&w| Some(w) != by && !keepers.contains(&w)) {
+                    send(w, Notice::Attr { ino }, false);
                 }
                 // The notified dropped what they had; they register again when they ask.
                 set.retain(|&w| Some(w) == by);
@@ -193,13 +217,14 @@ impl Ledger {
         for (parent, name) in effects.changed_entries {
             if let Some(set) = dirs.get(&parent) {
                 for &w in set.iter().filter(|&&w| Some(w) != by) {
-                    send(w, Notice::Entry { parent, name: name.clone() });
+                    send(w, Notice::Entry { parent, name: name.clone() }, true);
                 }
             }
         }
         for ino in effects.gone {
             attrs.remove(&ino);
             dirs.remove(&ino);
+            kept.remove(&ino);
         }
         if let Some(id) = by {
             for ino in effects.told_attrs {
@@ -207,6 +232,9 @@ impl Ledger {
             }
             for ino in effects.told_dirs {
                 add(dirs.entry(ino).or_default(), id);
+            }
+            if let Some(ino) = effects.kept_open {
+                add(kept.entry(ino).or_default(), id);
             }
         }
         awaited
@@ -271,5 +299,32 @@ mod tests {
         w.unregister(a);
         assert!(!w.any());
         assert!(w.state.lock_or_recover().attrs.is_empty() && w.state.lock_or_recover().dirs.is_empty());
+    }
+
+    /// A connection that keeps a file open to answer its opens acknowledges every change of
+    /// the file's attributes before the change is answered, once, and is told of none after
+    /// until it keeps it again; one that only holds the attributes is told without waiting.
+    #[test]
+    fn a_kept_open_is_told_of_a_change_before_it_is_answered() {
+        let w = Watchers::default();
+        let (keeper, mut rx_keeper) = w.register();
+        let (holder, mut rx_holder) = w.register();
+        w.lock().apply(Some(keeper), Effects { told_attrs: vec![10], kept_open: Some(10), ..Default::default() });
+        w.lock().apply(Some(holder), told(&[10], &[]));
+        let change = || Effects { changed_attrs: vec![10], ..Default::default() };
+        let mut awaited = w.lock().apply(None, change());
+        assert_eq!(awaited.len(), 1, "only the keeper's notice is waited for");
+        let (ack, notice) = rx_keeper.try_recv().unwrap();
+        assert_eq!(notice, Notice::Attr { ino: 10 });
+        assert!(ack != 0 && rx_keeper.try_recv().is_err(), "one notice, acknowledged");
+        assert_eq!(rx_holder.try_recv().unwrap(), (0, Notice::Attr { ino: 10 }));
+        w.seen(ack);
+        assert_eq!(awaited[0].try_recv(), Ok(()));
+        assert!(w.lock().apply(None, change()).is_empty(), "told once: it opens through the server again");
+        assert!(rx_keeper.try_recv().is_err());
+        // The keeper's own changes are not noticed to it, and it stays a keeper.
+        w.lock().apply(Some(keeper), Effects { kept_open: Some(10), ..Default::default() });
+        assert!(w.lock().apply(Some(keeper), change()).is_empty());
+        assert_eq!(w.lock().apply(None, change()).len(), 1);
     }
 }

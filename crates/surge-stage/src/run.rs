@@ -631,7 +631,7 @@ async fn stage_out_batch(ctx: Arc<Ctx>, plan: Arc<Plan>, files: Vec<usize>) {
     for &i in &files {
         started(&ctx, i);
     }
-    let opens = files.iter().map(|&i| Open { ino: plan.files[i].ino.expect("inode") }).collect();
+    let opens = files.iter().map(|&i| Open { ino: plan.files[i].ino.expect("inode"), keep: false }).collect();
     let opened = batch_each(client, home, opens, |attr| attr.size).await;
     let mut outcome: Vec<RunResult<()>> = opened.iter().map(|o| o.as_ref().map(|_| ()).map_err(Clone::clone)).collect();
     let mut orders: BTreeMap<usize, Vec<(usize, CopyItem)>> = BTreeMap::new();
@@ -685,7 +685,7 @@ async fn stage_out_large(ctx: Arc<Ctx>, plan: Arc<Plan>, index: usize) {
     let file = &plan.files[index];
     let ino = file.ino.expect("inode");
     started(&ctx, index);
-    let outcome = match ctx.client.call(ino::home(ino), Open { ino }).await {
+    let outcome = match ctx.client.call(ino::home(ino), Open { ino, keep: false }).await {
         Ok(attr) => {
             let sized = PlannedFile { size: attr.size, ..file.clone() };
             let outcome = copy_out_large(&ctx, index, &sized).await;

@@ -82,6 +82,25 @@ impl MetaStore {
         Ok(inode.attr.clone())
     }
 
+    /// A client keeps file `ino` to answer its opens itself (see `surge_proto::namespace::Open`).
+    pub fn keep(&mut self, ino: Ino) -> Result<()> {
+        // Kept like an open handle: nothing here for the journal.
+        self.inode_untracked(ino)?.kept += 1;
+        Ok(())
+    }
+
+    /// A keeper lets go of `ino`: returns whether the file is now gone and must be purged.
+    pub fn release_kept(&mut self, ino: Ino) -> Result<InodeFate> {
+        let inode = self.inode_untracked(ino)?;
+        inode.kept = inode.kept.saturating_sub(1);
+        let gone = inode.attr.nlink == 0 && !inode.held();
+        let (purge, size) = (gone && inode.attr.kind == FileKind::File, inode.data_reach());
+        if gone {
+            self.remove_inode(ino);
+        }
+        Ok(InodeFate { purge, size, ticket: None, published: None })
+    }
+
     /// Publishes a writer's size and mtime; with `release`, ends one open handle, and when
     /// that handle `wrote`, publishes the file in its directory's log. Returns whether the
     /// file is now gone (unlinked earlier, last handle closed) and must be purged.
@@ -103,7 +122,7 @@ impl MetaStore {
         if release {
             inode.opens = inode.opens.saturating_sub(1);
         }
-        let gone = inode.attr.nlink == 0 && inode.opens == 0;
+        let gone = inode.attr.nlink == 0 && !inode.held();
         let (purge, final_size, last_close) = (gone && inode.attr.kind == FileKind::File, inode.data_reach(), inode.opens == 0);
         let published = publishes.then(|| (before, inode.attr.content_version()));
         if gone {
@@ -270,5 +289,27 @@ mod tests {
         let fate = s.commit(ino, Some(10), None, true, true).unwrap();
         assert_eq!((fate.purge, fate.size, fate.published.unwrap().1.size), (true, 10, 10));
         assert!(s.getattr(ino).is_err());
+    }
+
+    /// A kept file is held as an open handle holds it (an unlinked one stays until the last
+    /// keeper and handle let go, in either order), but is not an open handle itself.
+    #[test]
+    fn a_kept_file_stays_until_let_go_but_is_not_open() {
+        let mut s = MetaStore::new(0, 0, 0);
+        let ino = s.create(ROOT_INO, "f", 0o644, 0, 0, 0, true, false, None).unwrap().ino;
+        s.open(ino).unwrap();
+        s.keep(ino).unwrap();
+        s.commit(ino, None, None, true, false).unwrap();
+        assert_eq!(s.inodes.get(&ino).map(|i| i.opens), Some(0), "kept, and no handle open");
+        assert!(!s.unlink(ROOT_INO, "f").unwrap().purge, "a kept file stays");
+        s.open(ino).unwrap();
+        assert!(!s.release_kept(ino).unwrap().purge, "a handle still holds it");
+        let fate = s.commit(ino, None, None, true, false).unwrap();
+        assert!(fate.purge && s.getattr(ino).is_err(), "the last to let go purges");
+
+        let ino = s.create(ROOT_INO, "g", 0o644, 0, 0, 0, true, false, None).unwrap().ino;
+        s.keep(ino).unwrap();
+        s.unlink(ROOT_INO, "g").unwrap();
+        assert!(s.release_kept(ino).unwrap().purge && s.getattr(ino).is_err());
     }
 }

@@ -37,7 +37,14 @@ impl MetaStore {
                     Body::Dir(d) => Some(DirSummary { parent: d.parent, retired: d.retired }),
                     _ => None,
                 };
-                InodeSummary { ino, kind: inode.attr.kind, nlink: inode.attr.nlink, size: inode.attr.size, opens: inode.opens, dir }
+                InodeSummary {
+                    ino,
+                    kind: inode.attr.kind,
+                    nlink: inode.attr.nlink,
+                    size: inode.attr.size,
+                    opens: inode.opens + inode.kept,
+                    dir,
+                }
             })
             .collect();
         InodePage { inodes, more }

@@ -400,6 +400,7 @@ pub(crate) fn named(request: &NamespaceRequest) -> Vec<Ino> {
         R::Append(s) => vec![s.ino],
         R::IssueTicket(s) => vec![s.ino],
         R::Commit(s) => vec![s.ino],
+        R::ReleaseKept(s) => vec![s.ino],
         R::NoteAllocation(s) => s.notes.iter().map(|note| note.ino).collect(),
         R::SetLock(s) => vec![s.ino],
         R::GetLock(s) => vec![s.ino],

@@ -28,6 +28,8 @@ use surge_proto::ErrorCode;
 pub(crate) struct StepContext<'a> {
     pub meta: &'a mut MetaStore,
     pub opens: &'a mut HashMap<Ino, u32>,
+    /// Files this connection keeps (`Open { keep }`), let go if it goes away.
+    pub kept: &'a mut HashMap<Ino, u32>,
     pub caller: Option<&'a Caller>,
     /// The servers' ticket key, when they check identities.
     pub ticket_key: Option<&'a TicketKey>,
@@ -176,6 +178,7 @@ impl Session {
             let mut cx = StepContext {
                 meta: &mut meta,
                 opens: &mut self.opens,
+                kept: &mut self.kept,
                 caller: self.caller.as_ref(),
                 ticket_key: server.ticket_key.as_ref(),
                 largest_file: server.data.largest_file(),
@@ -773,11 +776,36 @@ impl Step for Open {
         }
         let attr = cx.meta.open(self.ino)?;
         opened(cx, self.ino);
+        if self.keep && attr.kind == surge_proto::FileKind::File {
+            cx.meta.keep(self.ino)?;
+            *cx.kept.entry(self.ino).or_default() += 1;
+        }
         Ok(attr)
     }
 
-    fn effects(&self, _: &surge_proto::Attr) -> Effects {
-        Effects { told_attrs: vec![self.ino], ..Default::default() }
+    fn effects(&self, attr: &surge_proto::Attr) -> Effects {
+        let kept_open = (self.keep && attr.kind == surge_proto::FileKind::File).then_some(self.ino);
+        Effects { told_attrs: vec![self.ino], kept_open, ..Default::default() }
+    }
+}
+
+impl Step for ReleaseKept {
+    /// Only what this connection kept is let go (as `Commit` releases only its own handles).
+    fn run(&self, cx: &mut StepContext) -> Result<surge_proto::InodeFate> {
+        let Some(count) = cx.kept.get_mut(&self.ino) else {
+            return Ok(surge_proto::InodeFate { purge: false, size: 0, ticket: None, published: None });
+        };
+        *count -= 1;
+        if *count == 0 {
+            cx.kept.remove(&self.ino);
+        }
+        let mut fate = cx.meta.release_kept(self.ino)?;
+        fate.ticket = cx.purge_ticket(self.ino, fate.purge);
+        Ok(fate)
+    }
+
+    fn effects(&self, fate: &surge_proto::InodeFate) -> Effects {
+        Effects { gone: if fate.purge { vec![self.ino] } else { Vec::new() }, ..Default::default() }
     }
 }
 
@@ -856,7 +884,7 @@ mod tests {
         let cases = [
             ("lookup", watched(Lookup { parent: 1, name: name() }, entry.clone())),
             ("getattr", watched(GetAttr { ino: 7 }, attr.clone())),
-            ("open", watched(Open { ino: 7 }, attr.clone())),
+            ("open", watched(Open { ino: 7, keep: false }, attr.clone())),
             ("setattr", watched(SetAttr { ino: 7, changes: AttrChanges::default() }, attr.clone())),
             (
                 "create",
