@@ -3,8 +3,9 @@
 # did not make it, then removed with `rm -rf`, through tmpfs, bindfs of tmpfs and a Surge
 # mount (a 4-server instance; the directory made through the mount on a server's node,
 # listed and removed through the mount of a node of its own), ROUNDS rounds interleaved.
-# Also an open+close of every entry (`cat` of N empty files, as a build or a Python import
-# opens files it has opened before) on the listing node. Prints a Markdown table of seconds,
+# Also an open+close of every entry (`cat` of N empty files) on the listing node, twice: the
+# first open of each file after the listing, then again (as a build or a Python import opens
+# files it has opened before). Prints a Markdown table of seconds,
 # median (min-max), and Surge's ratio to tmpfs and bindfs. Needs root and a release build.
 #   bench/bigdir.sh [N] [ROUNDS]
 set -uo pipefail
@@ -52,8 +53,9 @@ for round in $(seq 1 "$ROUNDS"); do
         T[$sys,create]+=" $(seconds make_in "$maker/d")"
         T[$sys,ls -l]+=" $(seconds ls -l "$lister/d")"
         T[$sys,open+close]+=" $(seconds open_all "$lister/d")"
+        T[$sys,open+close again]+=" $(seconds open_all "$lister/d")"
         T[$sys,rm -rf]+=" $(seconds rm -rf "$lister/d")"
-        echo "round $round $sys:$(for p in create 'ls -l' open+close 'rm -rf'; do echo -n " $p ${T[$sys,$p]##* }"; done)" >&2
+        echo "round $round $sys:$(for p in create 'ls -l' open+close 'open+close again' 'rm -rf'; do echo -n " $p ${T[$sys,$p]##* }"; done)" >&2
     done
 done
 
@@ -61,6 +63,6 @@ median() { python3 -c 'import statistics,sys; v=sorted(map(float,sys.argv[1:]));
 ratio() { python3 -c 'import statistics,sys; a,b=(statistics.median(map(float,x.split())) for x in sys.argv[1:]); print(f"{a/b:.2f}")' "$1" "$2"; }
 echo "| $N entries, seconds | tmpfs | bindfs | surge | surge / tmpfs | surge / bindfs |"
 echo "|---|---|---|---|---|---|"
-for p in create 'ls -l' open+close 'rm -rf'; do
+for p in create 'ls -l' open+close 'open+close again' 'rm -rf'; do
     echo "| $p | $(median "${T[tmpfs,$p]}") | $(median "${T[bindfs,$p]}") | $(median "${T[surge,$p]}") | $(ratio "${T[surge,$p]}" "${T[tmpfs,$p]}") | $(ratio "${T[surge,$p]}" "${T[bindfs,$p]}") |"
 done

@@ -2250,3 +2250,64 @@ fn file_handles_open_their_files_after_the_mount_is_gone() {
     let names: Vec<String> = listed.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert_eq!(names, ["kept"], "the directory opened by its handle");
 }
+
+/// A file opened read-only on a node is kept open at its home, and its next opens there are
+/// answered by the mount itself (they succeed while the home is stopped); every change made
+/// on another node is seen by the next open all the same (close-to-open), and a file removed
+/// elsewhere (or here) while such a handle reads it keeps its bytes until the handle is
+/// closed, then its data is freed.
+#[test]
+fn opens_answered_by_the_mount_keep_close_to_open_and_the_bytes_of_a_removed_file() {
+    let inst = Instance::up_on("reopen", "127.0.7", 101, 4, &["--capacity", "4G"]);
+    let (a, b) = (inst.mount("a", "127.0.7.101"), inst.mount("b", "127.0.7.105"));
+    use std::os::unix::fs::MetadataExt;
+
+    // Answered on b with the empty file's home stopped: no request went there.
+    std::fs::write(a.path("empty"), b"").unwrap();
+    assert_eq!(std::fs::read(b.path("empty")).unwrap(), b"", "the first open, kept");
+    let home = surge_client::surge_proto::ino::home(std::fs::metadata(b.path("empty")).unwrap().ino());
+    inst.signal_server(home, libc::SIGSTOP);
+    let (path, (tx, rx)) = (b.path("empty"), std::sync::mpsc::channel());
+    std::thread::spawn(move || tx.send(std::fs::read(path).map(|bytes| bytes.len())).unwrap());
+    let reopened = rx.recv_timeout(Duration::from_secs(10));
+    inst.signal_server(home, libc::SIGCONT);
+    assert!(matches!(reopened, Ok(Ok(0))), "a kept file's open asked its stopped home: {reopened:?}");
+
+    // Close-to-open: each rewrite on a (truncating, growing, shrinking) is what b's next
+    // open reads, whatever b opened before.
+    for round in 0..24u64 {
+        let len = [7, 70_000, 3, 1 << 20, 0, 4096][round as usize % 6] + round as usize;
+        let bytes = surge_tests::pattern(round, len);
+        std::fs::write(a.path("f"), &bytes).unwrap();
+        for reading in 0..2 {
+            assert!(std::fs::read(b.path("f")).unwrap() == bytes, "round {round}, read {reading} on b: not what a wrote");
+        }
+    }
+
+    // Removed on a while a handle answered on b reads it: b keeps reading its bytes.
+    let kept = surge_tests::pattern(99, 3 << 20);
+    std::fs::write(a.path("g"), &kept).unwrap();
+    assert!(std::fs::read(b.path("g")).unwrap() == kept);
+    let mut open = std::fs::File::open(b.path("g")).unwrap();
+    std::fs::remove_file(a.path("g")).unwrap();
+    assert!(!b.path("g").exists(), "the name is gone on b at once");
+    let mut read = Vec::new();
+    std::io::Read::read_to_end(&mut open, &mut read).unwrap();
+    assert!(read == kept, "a handle answered on b lost the bytes of a file removed on a");
+    drop(open);
+    // And a kept file removed on the node that keeps it.
+    std::fs::write(a.path("h"), &kept).unwrap();
+    assert!(std::fs::read(b.path("h")).unwrap() == kept);
+    std::fs::remove_file(b.path("h")).unwrap();
+
+    // Nothing of either is left on the servers once their last handles are gone.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let check = inst.surge(&["fsck", &inst.name]);
+        if check.status.success() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "data of removed files left behind: {}", surge_tests::text(&check));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -14,6 +14,7 @@ use surge_fuse_session::Notifier;
 
 use crate::delegations::Delegations;
 use crate::listings::Listings;
+use crate::reopens::Reopens;
 
 /// How long after ESTALE the kernel's retry may take on a loaded node (see
 /// `KernelCache::stale`). An open's retry is known to be over when the open succeeds or a
@@ -553,11 +554,12 @@ pub(crate) enum Invalidation {
 pub struct Invalidations {
     kernel: Arc<KernelCache>,
     delegations: Arc<Delegations>,
+    reopens: Arc<Reopens>,
 }
 
 impl Invalidations {
     /// Starts the thread that sends invalidations through the session's notifier.
-    pub(crate) fn start(kernel: Arc<KernelCache>, delegations: Arc<Delegations>) -> Invalidations {
+    pub(crate) fn start(kernel: Arc<KernelCache>, delegations: Arc<Delegations>, reopens: Arc<Reopens>) -> Invalidations {
         let (tx, rx) = std::sync::mpsc::channel::<Invalidation>();
         let _ = kernel.invalidations.set(tx);
         let notifier = kernel.notifier.clone();
@@ -583,14 +585,18 @@ impl Invalidations {
                 }
             })
             .expect("start the invalidation thread");
-        Invalidations { kernel, delegations }
+        Invalidations { kernel, delegations, reopens }
     }
 }
 
 impl surge_client::Watcher for Invalidations {
     fn notice(&self, notice: Notice) {
         match notice {
-            Notice::Attr { ino } => self.kernel.changed_elsewhere(ino),
+            Notice::Attr { ino } => {
+                // Before the notice is acknowledged: no open is answered from what changed.
+                self.reopens.changed(ino);
+                self.kernel.changed_elsewhere(ino);
+            }
             Notice::Entry { parent, name } => {
                 self.kernel.changed();
                 self.kernel.listings.changed_elsewhere(parent);
@@ -611,6 +617,7 @@ impl surge_client::Watcher for Invalidations {
         self.delegations.home_lost(server);
         let homed_there = |ino: &u64| surge_client::surge_proto::ino::home(*ino) == server;
         self.kernel.listings.forget_where(|dir| homed_there(&dir));
+        self.reopens.lost(server, |ino| homed_there(&ino));
         let inos: Vec<u64> = self.kernel.reported.lock().unwrap().keys().copied().filter(homed_there).collect();
         for ino in inos {
             self.kernel.changed_elsewhere(ino);

@@ -55,6 +55,7 @@ pub mod kernel;
 mod listings;
 mod locks;
 pub mod ops;
+mod reopens;
 
 pub use adapter::SurgeFs;
 pub use ops::Ops;

@@ -35,6 +35,7 @@ use crate::delegations::Delegations;
 use crate::handles::{siblings, unpublished_size, Files, OpenFile, OpenFiles};
 use crate::kernel::{Invalidations, KernelCache};
 use crate::locks::LockOwners;
+use crate::reopens::Reopens;
 
 /// Names longer than a directory entry holds are refused before anything else, also where
 /// the mount would answer on its own that a name is missing.
@@ -178,6 +179,8 @@ pub struct Ops {
     passthrough_guard: AtomicBool,
     /// Directories held under a delegation: creates and unlinks there answered here.
     delegations: Arc<Delegations>,
+    /// Files kept open at their homes: read-only opens of them answered here.
+    reopens: Arc<Reopens>,
 }
 
 /// A file opened: its handle, and the data file to hand to the kernel when its I/O is passed
@@ -227,9 +230,11 @@ impl Ops {
     pub fn new(client: Client, runtime: Handle, ttl: Duration) -> Arc<Ops> {
         let kernel = Arc::new(KernelCache::new(ttl, client.chunk_size() as u32));
         let delegations = Delegations::new(client.clone(), runtime.clone());
-        client.watch(Arc::new(Invalidations::start(kernel.clone(), delegations.clone())));
+        let reopens = Arc::new(Reopens::new(runtime.clone(), client.clone()));
+        client.watch(Arc::new(Invalidations::start(kernel.clone(), delegations.clone(), reopens.clone())));
         Arc::new(Ops {
             client,
+            reopens,
             runtime,
             kernel,
             budget: Budget::new(READ_CACHE_BUDGET),
@@ -384,6 +389,7 @@ impl Ops {
 
     /// The kernel evicted the inode: it holds nothing of it any more.
     pub fn forget(&self, ino: u64) {
+        self.reopens.changed(ino);
         self.kernel.forgotten(ino);
         self.delegations.forgotten(ino);
     }
@@ -462,6 +468,7 @@ impl Ops {
     /// so its pending writes land first). New times of a file made under a delegation and
     /// not written back yet are answered now (see `Delegations::set_times`).
     pub fn setattr(self: &Arc<Self>, ino: u64, change: AttrChanges, fh: Option<u64>) -> Answer<Attr> {
+        self.reopens.changed(ino);
         self.kernel.forget_directory(ino);
         let open = fh.and_then(|fh| self.open_file(fh).ok());
         if change.size.is_some() || change.mtime.is_some() {
@@ -595,10 +602,12 @@ impl Ops {
         }
         let ops = self.clone();
         Answer::later(async move {
-            let removed = ops.changed_name(parent, &name, None, ops.client.unlink_telling_dir(parent, &name)).await?;
+            let unlinked = ops.changed_name(parent, &name, None, ops.client.unlink_telling_dir(parent, &name)).await?;
+            // Kept here, the file would stay at its home for as long as its kept handle.
+            ops.reopens.changed(unlinked.ino);
             // The kernel asks for the directory's attributes next (its own unlink dropped
             // them, and a permission check needs them): answered from the home's word.
-            if let Some(dir) = removed {
+            if let Some(dir) = unlinked.dir_attr {
                 ops.told(dir);
             }
             ops.delegations.stepped_in(parent, ops.kernel.listings.knows(parent));
@@ -677,6 +686,7 @@ impl Ops {
         if let Err(e) = names_fit(&[&newname]) {
             return Answer::Now(Err(e));
         }
+        self.reopens.changed(ino);
         let (ops, local) = (self.clone(), unpublished_size(&self.files, ino));
         Answer::later(async move {
             let attr =
@@ -767,13 +777,36 @@ impl Ops {
 
     /// Close-to-open: the attributes come fresh from the file's home server; what the kernel
     /// cached is dropped if it differs, and so is the page cache (no FOPEN_KEEP_CACHE).
-    /// Answers the new handle.
+    /// Answers the new handle. A read-only open of a file kept open here is answered now
+    /// (see the `reopens` module); a read-only open with no other handle of the file here
+    /// keeps its registration at the home for the opens after it.
     pub fn open(self: &Arc<Self>, ino: u64, flags: i32, caller: Caller) -> Answer<Opened> {
+        let read_only = flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0;
+        if !read_only {
+            // This node is about to change the file: its kept handle answers no more opens.
+            self.reopens.changed(ino);
+        } else if let Some(opened) = self.open_kept(ino, flags, caller) {
+            return Answer::Now(Ok(opened));
+        }
         let ops = self.clone();
         Answer::later(async move {
             let kernel = &ops.kernel;
             ops.delegations.settle().await?;
-            let f = match ops.client.open_ino(ino).await {
+            let keep = read_only && ops.files.lock().unwrap().of_ino(ino, 0).next().is_none() && ops.reopens.opening(ino);
+            let sent = std::time::Instant::now();
+            let opened = if keep { ops.client.open_ino_kept(ino).await } else { ops.client.open_ino(ino).await };
+            if opened.is_ok() {
+                ops.reopens.reached(surge_client::surge_proto::ino::home(ino), sent);
+            }
+            let f = match opened {
+                Ok(f) if keep => Ok(ops.reopens.opened(ino, f)),
+                Err(e) if keep => {
+                    ops.reopens.abandoned(ino);
+                    Err(e)
+                }
+                other => other,
+            };
+            let f = match f {
                 Ok(f) if f.attr_at_open().nlink == 0 && kernel.refuse_once(ino) => {
                     let _ = f.close().await;
                     Err(ErrorCode::NotFound.into())
@@ -797,10 +830,26 @@ impl Ops {
                 f.set_write_behind(ops.client.stream_window()).await
             }
             .await;
-            let f = released_on_error(f, prepared).await?;
+            let shares_open = f.shares_open();
+            let f = released_on_error(f, prepared).await.inspect_err(|_| {
+                if shares_open {
+                    ops.reopens.released(ino);
+                }
+            })?;
             let backing = ops.passthrough_for(&f, flags).await;
             Ok(ops.register(f, flags, backing))
         })
+    }
+
+    /// A read-only open answered from the file's kept handle, if it has a good one and every
+    /// handle of it here shares that one.
+    fn open_kept(self: &Arc<Self>, ino: u64, flags: i32, caller: Caller) -> Option<Opened> {
+        let open_here = self.files.lock().unwrap().of_ino(ino, 0).count();
+        let f = self.reopens.answer(ino, open_here)?;
+        self.kernel.settled(caller.pid);
+        self.kernel.revalidate(f.attr_at_open());
+        let backing = self.passthrough_now(&f, flags);
+        Some(self.register(f, flags, backing))
     }
 
     /// After a truncating open by `caller`: a set-id file loses its bits as a truncate
@@ -1016,10 +1065,20 @@ impl Ops {
     /// log); otherwise released at the file's home.
     pub fn release(self: &Arc<Self>, ino: u64, fh: u64) -> Answer<()> {
         let open = self.files.lock().unwrap().get(fh);
+        // flock and OFD locks belong to the open file, whose last close this is.
+        let owners = self.lock_owners.closed(ino, fh);
+        if open.as_ref().is_some_and(|f| f.file.shares_open()) && owners.is_empty() {
+            // Answered from a kept file, read-only, no lock taken through it: released at the
+            // home by a request nobody waits for.
+            if let Some(f) = self.files.lock().unwrap().remove(fh) {
+                f.file.release_shared();
+            }
+            self.reopens.released(ino);
+            return Answer::Now(Ok(()));
+        }
         if let Some(f) = open.filter(|f| f.file.release_logged()) {
             // Never registered at the home: no lock was taken through it (a lock request
             // writes the delegation back first), so there are none to give back.
-            self.lock_owners.closed(ino, fh);
             self.kernel.wrote(ino, f.file.written_through());
             let mut files = self.files.lock().unwrap();
             files.remove(fh);
@@ -1027,8 +1086,7 @@ impl Ops {
             self.writer_published(ino, &files);
             return Answer::Now(Ok(()));
         }
-        // flock and OFD locks belong to the open file, whose last close this is.
-        let (ops, owners) = (self.clone(), self.lock_owners.closed(ino, fh));
+        let ops = self.clone();
         let (f, publishing) = {
             let mut files = self.files.lock().unwrap();
             let f = files.remove(fh);
@@ -1055,6 +1113,9 @@ impl Ops {
             match f {
                 Some(f) => {
                     let outcome = f.file.release().await;
+                    if f.file.shares_open() {
+                        ops.reopens.released(ino);
+                    }
                     if publishing {
                         ops.writer_published(ino, &ops.files.lock().unwrap());
                     }
@@ -1292,6 +1353,7 @@ impl Ops {
     /// `flags`: setxattr's XATTR_CREATE / XATTR_REPLACE. An ACL set here may change the mode:
     /// the kernel is told the new attributes.
     pub fn set_xattr(self: &Arc<Self>, ino: u64, name: String, value: Vec<u8>, flags: i32, caller: Caller) -> Answer<()> {
+        self.reopens.changed(ino);
         let (ops, client) = (self.clone(), self.client.as_user(caller.uid, caller.gid));
         Answer::later(async move {
             let mode = surge_client::surge_proto::XattrSetMode::from_flags(flags)?;
@@ -1304,6 +1366,7 @@ impl Ops {
     }
 
     pub fn remove_xattr(self: &Arc<Self>, ino: u64, name: String, caller: Caller) -> Answer<()> {
+        self.reopens.changed(ino);
         let (ops, client) = (self.clone(), self.client.as_user(caller.uid, caller.gid));
         Answer::later(async move {
             ops.delegations.settle().await?;

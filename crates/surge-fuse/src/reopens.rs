@@ -1,0 +1,206 @@
+//! Opens the mount answers itself: a file opened read-only here is kept at its home
+//! (`Client::open_ino_kept`), and its later read-only opens on this node are answered from
+//! what was kept, without waiting for the home: each such handle's open (and its release)
+//! is still registered there, by a request nobody waits for, so that what asks whether a
+//! file is read (a drain's retention, publication) sees it as any open.
+//!
+//! Why close-to-open still holds: the home tells this mount of every change to the file's
+//! attributes (a size or time published by a close elsewhere, a truncate, a link added or
+//! lost) and waits for the mount's acknowledgement before it answers the change. The notice
+//! makes the kept handle stop answering ([`Reopens::changed`]) before it is acknowledged, so
+//! an open answered here never misses a change another node was already told is done; the
+//! next open asks the home again. And the kept file holds the file at its home: one removed
+//! elsewhere while a handle answered here reads it (its registration may still be on its
+//! way) keeps its data until that handle is released; the last to let go (a handle's
+//! release, or the kept file's once no handle shares it) purges the data, as any last close
+//! of a removed file does.
+//!
+//! A home that waits for an acknowledgement in vain (the node is cut off, or hangs) answers
+//! the change after 2 s all the same (the servers' `ACK_TIMEOUT`). So the mount answers from
+//! a kept handle only while the home is known to have been reachable within [`LEASE`] (1.5
+//! s): a request sent then was answered, and every notice the home sent before answering it
+//! came first on the same connection. Opens keep the proof fresh by themselves: one older
+//! than [`LEASE`]`/ 4` is renewed in the background by a cheap request.
+//!
+//! What the mount does not answer itself: opens for writing or with O_TRUNC (they change the
+//! file, and end its keeping here first), opens of a file with handles here that were not
+//! answered from the kept one (their writes and sizes are this node's own), and anything
+//! after the connection to the file's home was lost (its notices may have been missed).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use surge_client::surge_proto::admin::StatFs;
+use surge_client::surge_proto::ino;
+use surge_client::{Client, File};
+use tokio::runtime::Handle;
+
+/// How long after a request to a home was sent, and answered, the mount answers opens of
+/// the files it keeps there: shorter than the 2 s a home waits for an acknowledgement
+/// before it answers a change without it, by a margin for scheduling.
+pub(crate) const LEASE: Duration = Duration::from_millis(1500);
+
+/// Kept handles at most (a few hundred bytes each here, an open each at their homes). Beyond,
+/// kept handles no handle
+/// shares are released, any of them: the kernel's own inode cache bounds what is reopened.
+const MAX_KEPT: usize = 131_072;
+
+/// The kept handles of this mount, by inode.
+pub(crate) struct Reopens {
+    kept: Mutex<HashMap<u64, Kept>>,
+    runtime: Handle,
+    client: Client,
+    /// Per server: when the latest request answered there was sent.
+    reached: Arc<Mutex<HashMap<usize, Instant>>>,
+    /// Servers a renewal of [`Reopens::reached`] is on its way to.
+    renewing: Arc<Mutex<HashSet<usize>>>,
+}
+
+struct Kept {
+    /// The registered handle, once its open is answered (None while it is on its way).
+    file: Option<Arc<File>>,
+    /// Handles answered from it and not released yet.
+    sharing: u32,
+    /// Nothing changed since it was opened: opens may be answered from it.
+    good: bool,
+}
+
+impl Reopens {
+    pub(crate) fn new(runtime: Handle, client: Client) -> Reopens {
+        Reopens { kept: Mutex::default(), runtime, client, reached: Arc::default(), renewing: Arc::default() }
+    }
+
+    /// A request to `server` sent at `sent` was answered.
+    pub(crate) fn reached(&self, server: usize, sent: Instant) {
+        let mut reached = self.reached.lock().unwrap();
+        let at = reached.entry(server).or_insert(sent);
+        *at = (*at).max(sent);
+    }
+
+    /// Whether `server` was reached within [`LEASE`]; renews the proof in the background
+    /// when it is getting old.
+    fn reachable(&self, server: usize) -> bool {
+        let age = self.reached.lock().unwrap().get(&server).map(|at| at.elapsed());
+        let Some(age) = age else { return false };
+        if age > LEASE / 4 && self.renewing.lock().unwrap().insert(server) {
+            let (client, reached, renewing) = (self.client.clone(), self.reached.clone(), self.renewing.clone());
+            self.runtime.spawn(async move {
+                let sent = Instant::now();
+                if client.call(server, StatFs).await.is_ok() {
+                    let mut reached = reached.lock().unwrap();
+                    let at = reached.entry(server).or_insert(sent);
+                    *at = (*at).max(sent);
+                }
+                renewing.lock().unwrap().remove(&server);
+            });
+        }
+        age < LEASE
+    }
+
+    /// A read-only handle of `ino` answered here, if a good kept handle exists, its home was
+    /// reached within [`LEASE`], and the handles of the file open here (`open_here`) are all
+    /// answered from it.
+    pub(crate) fn answer(&self, ino: u64, open_here: usize) -> Option<File> {
+        if !self.reachable(ino::home(ino)) {
+            return None;
+        }
+        let mut kept = self.kept.lock().unwrap();
+        let entry = kept.get_mut(&ino).filter(|k| k.good && k.sharing as usize == open_here)?;
+        let file = entry.file.as_ref()?.sharing()?;
+        entry.sharing += 1;
+        Some(file)
+    }
+
+    /// An open of `ino` that may be kept is about to be asked of its home: true when it
+    /// may (no kept handle of it exists or is on its way). Follow with [`Reopens::opened`].
+    pub(crate) fn opening(&self, ino: u64) -> bool {
+        let mut kept = self.kept.lock().unwrap();
+        if kept.contains_key(&ino) {
+            return false;
+        }
+        kept.insert(ino, Kept { file: None, sharing: 0, good: true });
+        true
+    }
+
+    /// The open begun with [`Reopens::opening`] came back with `file` (opened with
+    /// `Client::open_ino_kept`). Answers the handle to give the kernel. The file stays kept
+    /// unless a change arrived while the open was on its way, or it has no name left
+    /// (nothing opens it again by name): then it is let go at once.
+    pub(crate) fn opened(&self, ino: u64, file: File) -> File {
+        let (file, handle) = file.split_kept();
+        let mut kept = self.kept.lock().unwrap();
+        let spoiled = kept.get(&ino).is_none_or(|k| !k.good || k.file.is_some()) || file.attr_at_open().nlink == 0;
+        if spoiled {
+            if kept.get(&ino).is_some_and(|k| k.file.is_none()) {
+                kept.remove(&ino);
+            }
+            self.release(Arc::new(file));
+            return handle;
+        }
+        kept.insert(ino, Kept { file: Some(Arc::new(file)), sharing: 1, good: true });
+        if kept.len() > MAX_KEPT {
+            let idle: Vec<u64> =
+                kept.iter().filter(|(&i, k)| i != ino && k.sharing == 0 && k.file.is_some()).map(|(&i, _)| i).take(MAX_KEPT / 8).collect();
+            for i in idle {
+                if let Some(Kept { file: Some(f), .. }) = kept.remove(&i) {
+                    self.release(f);
+                }
+            }
+        }
+        handle
+    }
+
+    /// The open begun with [`Reopens::opening`] failed.
+    pub(crate) fn abandoned(&self, ino: u64) {
+        let mut kept = self.kept.lock().unwrap();
+        if kept.get(&ino).is_some_and(|k| k.file.is_none()) {
+            kept.remove(&ino);
+        }
+    }
+
+    /// A handle answered from the kept handle of `ino` was released.
+    pub(crate) fn released(&self, ino: u64) {
+        let mut kept = self.kept.lock().unwrap();
+        let Some(entry) = kept.get_mut(&ino) else { return };
+        entry.sharing = entry.sharing.saturating_sub(1);
+        if !entry.good && entry.sharing == 0 {
+            if let Some(Kept { file: Some(f), .. }) = kept.remove(&ino) {
+                self.release(f);
+            }
+        }
+    }
+
+    /// `ino` changed elsewhere (its home's notice), is about to change here, or the kernel
+    /// forgot it: no more opens are answered from its kept handle, which is released once no
+    /// handle shares it.
+    pub(crate) fn changed(&self, ino: u64) {
+        let mut kept = self.kept.lock().unwrap();
+        let Some(entry) = kept.get_mut(&ino) else { return };
+        entry.good = false;
+        if entry.sharing == 0 && entry.file.is_some() {
+            if let Some(Kept { file: Some(f), .. }) = kept.remove(&ino) {
+                self.release(f);
+            }
+        }
+    }
+
+    /// Notices from server `server`, the home of the inodes `homed_there` picks, may have
+    /// been missed.
+    pub(crate) fn lost(&self, server: usize, homed_there: impl Fn(u64) -> bool) {
+        self.reached.lock().unwrap().remove(&server);
+        let inos: Vec<u64> = self.kept.lock().unwrap().keys().copied().filter(|&i| homed_there(i)).collect();
+        for ino in inos {
+            self.changed(ino);
+        }
+    }
+
+    fn release(&self, file: Arc<File>) {
+        self.runtime.spawn(async move {
+            let ino = file.ino();
+            if let Err(e) = file.release_kept().await {
+                tracing::debug!(ino = format!("{ino:#x}"), "releasing a kept handle: {e}");
+            }
+        });
+    }
+}
