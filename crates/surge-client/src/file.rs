@@ -147,8 +147,8 @@ pub struct File {
     /// The delegation the file was made under, while its home may not know the file yet
     /// (see [`Client::file_made_under`]); None once it does.
     made_under: Mutex<Option<std::sync::Arc<crate::DelegatedDir>>>,
-    /// A read-only handle that shares another handle's registration at the home (see
-    /// [`File::sharing`]): its release tells the home nothing.
+    /// A read-only handle answered from a kept file ([`File::sharing`], [`File::split_kept`]):
+    /// its release publishes nothing and waits for nothing ([`File::release_shared`]).
     shares_open: bool,
 }
 
@@ -185,7 +185,7 @@ impl File {
     /// answer later opens from ([`File::sharing`]; let go with [`File::release_kept`]), and
     /// one read-only handle, registered there by that open. Answers (kept, handle).
     pub fn split_kept(self) -> (File, File) {
-        let handle = File { shares_open: true, ..File::new(self.client.clone(), &self.opened, self.ticket) };
+        let handle = self.shared_handle();
         (self, handle)
     }
 
@@ -199,7 +199,12 @@ impl File {
         let conn = self.client.connection_now(surge_proto::ino::home(self.ino))?;
         let register = Request::from(surge_proto::namespace::Open { ino: self.ino, keep: false });
         conn.send_then(&register, self.client.timeout(), Box::new(|_| {}));
-        Some(File { shares_open: true, ..File::new(self.client.clone(), &self.opened, self.ticket) })
+        Some(self.shared_handle())
+    }
+
+    /// A read-only handle of this kept file, as the file was kept.
+    fn shared_handle(&self) -> File {
+        File { shares_open: true, ..File::new(self.client.clone(), &self.opened, self.ticket) }
     }
 
     /// Releases a handle answered from a kept file (read-only: nothing to publish) by a

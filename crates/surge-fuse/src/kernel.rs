@@ -617,7 +617,7 @@ impl surge_client::Watcher for Invalidations {
         self.delegations.home_lost(server);
         let homed_there = |ino: &u64| surge_client::surge_proto::ino::home(*ino) == server;
         self.kernel.listings.forget_where(|dir| homed_there(&dir));
-        self.reopens.lost(server, |ino| homed_there(&ino));
+        self.reopens.lost(server);
         let inos: Vec<u64> = self.kernel.reported.lock().unwrap().keys().copied().filter(homed_there).collect();
         for ino in inos {
             self.kernel.changed_elsewhere(ino);

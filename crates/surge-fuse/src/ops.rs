@@ -179,7 +179,7 @@ pub struct Ops {
     passthrough_guard: AtomicBool,
     /// Directories held under a delegation: creates and unlinks there answered here.
     delegations: Arc<Delegations>,
-    /// Files kept open at their homes: read-only opens of them answered here.
+    /// Files kept at their homes: read-only opens of them answered here.
     reopens: Arc<Reopens>,
 }
 
@@ -603,7 +603,7 @@ impl Ops {
         let ops = self.clone();
         Answer::later(async move {
             let unlinked = ops.changed_name(parent, &name, None, ops.client.unlink_telling_dir(parent, &name)).await?;
-            // Kept here, the file would stay at its home for as long as its kept handle.
+            // Kept here, the file would stay at its home for as long as this node keeps it.
             ops.reopens.changed(unlinked.ino);
             // The kernel asks for the directory's attributes next (its own unlink dropped
             // them, and a permission check needs them): answered from the home's word.
@@ -777,13 +777,13 @@ impl Ops {
 
     /// Close-to-open: the attributes come fresh from the file's home server; what the kernel
     /// cached is dropped if it differs, and so is the page cache (no FOPEN_KEEP_CACHE).
-    /// Answers the new handle. A read-only open of a file kept open here is answered now
+    /// Answers the new handle. A read-only open of a file kept here is answered now
     /// (see the `reopens` module); a read-only open with no other handle of the file here
     /// keeps its registration at the home for the opens after it.
     pub fn open(self: &Arc<Self>, ino: u64, flags: i32, caller: Caller) -> Answer<Opened> {
         let read_only = flags & libc::O_ACCMODE == libc::O_RDONLY && flags & libc::O_TRUNC == 0;
         if !read_only {
-            // This node is about to change the file: its kept handle answers no more opens.
+            // This node is about to change the file: no more opens answered from its keeping.
             self.reopens.changed(ino);
         } else if let Some(opened) = self.open_kept(ino, flags, caller) {
             return Answer::Now(Ok(opened));
@@ -841,7 +841,7 @@ impl Ops {
         })
     }
 
-    /// A read-only open answered from the file's kept handle, if it has a good one and every
+    /// A read-only open answered from the kept file, if it is good and every
     /// handle of it here shares that one.
     fn open_kept(self: &Arc<Self>, ino: u64, flags: i32, caller: Caller) -> Option<Opened> {
         let open_here = self.files.lock().unwrap().of_ino(ino, 0).count();

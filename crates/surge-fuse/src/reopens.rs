@@ -7,7 +7,7 @@
 //! Why close-to-open still holds: the home tells this mount of every change to the file's
 //! attributes (a size or time published by a close elsewhere, a truncate, a link added or
 //! lost) and waits for the mount's acknowledgement before it answers the change. The notice
-//! makes the kept handle stop answering ([`Reopens::changed`]) before it is acknowledged, so
+//! makes the kept file stop answering ([`Reopens::changed`]) before it is acknowledged, so
 //! an open answered here never misses a change another node was already told is done; the
 //! next open asks the home again. And the kept file holds the file at its home: one removed
 //! elsewhere while a handle answered here reads it (its registration may still be on its
@@ -17,7 +17,7 @@
 //!
 //! A home that waits for an acknowledgement in vain (the node is cut off, or hangs) answers
 //! the change after 2 s all the same (the servers' `ACK_TIMEOUT`). So the mount answers from
-//! a kept handle only while the home is known to have been reachable within [`LEASE`] (1.5
+//! a kept file only while the home is known to have been reachable within [`LEASE`] (1.5
 //! s): a request sent then was answered, and every notice the home sent before answering it
 //! came first on the same connection. Opens keep the proof fresh by themselves: one older
 //! than [`LEASE`]`/ 4` is renewed in the background by a cheap request.
@@ -41,24 +41,26 @@ use tokio::runtime::Handle;
 /// before it answers a change without it, by a margin for scheduling.
 pub(crate) const LEASE: Duration = Duration::from_millis(1500);
 
-/// Kept handles at most (a few hundred bytes each here, an open each at their homes). Beyond,
-/// kept handles no handle
-/// shares are released, any of them: the kernel's own inode cache bounds what is reopened.
+/// Kept files at most (a few hundred bytes each here, held each at its home). Beyond, kept
+/// files no handle shares are let go, any of them: the kernel's own inode cache bounds what
+/// is opened again.
 const MAX_KEPT: usize = 131_072;
 
-/// The kept handles of this mount, by inode.
+/// Per server: when the latest request answered there was sent.
+type Reached = Arc<Mutex<HashMap<usize, Instant>>>;
+
+/// The kept files of this mount, by inode.
 pub(crate) struct Reopens {
     kept: Mutex<HashMap<u64, Kept>>,
     runtime: Handle,
     client: Client,
-    /// Per server: when the latest request answered there was sent.
-    reached: Arc<Mutex<HashMap<usize, Instant>>>,
+    reached: Reached,
     /// Servers a renewal of [`Reopens::reached`] is on its way to.
     renewing: Arc<Mutex<HashSet<usize>>>,
 }
 
 struct Kept {
-    /// The registered handle, once its open is answered (None while it is on its way).
+    /// The kept file, once its open is answered (None while it is on its way).
     file: Option<Arc<File>>,
     /// Handles answered from it and not released yet.
     sharing: u32,
@@ -73,9 +75,7 @@ impl Reopens {
 
     /// A request to `server` sent at `sent` was answered.
     pub(crate) fn reached(&self, server: usize, sent: Instant) {
-        let mut reached = self.reached.lock().unwrap();
-        let at = reached.entry(server).or_insert(sent);
-        *at = (*at).max(sent);
+        note_reached(&self.reached, server, sent);
     }
 
     /// Whether `server` was reached within [`LEASE`]; renews the proof in the background
@@ -88,9 +88,7 @@ impl Reopens {
             self.runtime.spawn(async move {
                 let sent = Instant::now();
                 if client.call(server, StatFs).await.is_ok() {
-                    let mut reached = reached.lock().unwrap();
-                    let at = reached.entry(server).or_insert(sent);
-                    *at = (*at).max(sent);
+                    note_reached(&reached, server, sent);
                 }
                 renewing.lock().unwrap().remove(&server);
             });
@@ -98,7 +96,7 @@ impl Reopens {
         age < LEASE
     }
 
-    /// A read-only handle of `ino` answered here, if a good kept handle exists, its home was
+    /// A read-only handle of `ino` answered here, if a good kept file exists, its home was
     /// reached within [`LEASE`], and the handles of the file open here (`open_here`) are all
     /// answered from it.
     pub(crate) fn answer(&self, ino: u64, open_here: usize) -> Option<File> {
@@ -113,7 +111,7 @@ impl Reopens {
     }
 
     /// An open of `ino` that may be kept is about to be asked of its home: true when it
-    /// may (no kept handle of it exists or is on its way). Follow with [`Reopens::opened`].
+    /// may (it is not kept, nor being kept). Follow with [`Reopens::opened`].
     pub(crate) fn opening(&self, ino: u64) -> bool {
         let mut kept = self.kept.lock().unwrap();
         if kept.contains_key(&ino) {
@@ -143,9 +141,7 @@ impl Reopens {
             let idle: Vec<u64> =
                 kept.iter().filter(|(&i, k)| i != ino && k.sharing == 0 && k.file.is_some()).map(|(&i, _)| i).take(MAX_KEPT / 8).collect();
             for i in idle {
-                if let Some(Kept { file: Some(f), .. }) = kept.remove(&i) {
-                    self.release(f);
-                }
+                self.let_go(&mut kept, i);
             }
         }
         handle
@@ -159,39 +155,44 @@ impl Reopens {
         }
     }
 
-    /// A handle answered from the kept handle of `ino` was released.
+    /// A handle answered from the kept file `ino` was released.
     pub(crate) fn released(&self, ino: u64) {
         let mut kept = self.kept.lock().unwrap();
         let Some(entry) = kept.get_mut(&ino) else { return };
         entry.sharing = entry.sharing.saturating_sub(1);
         if !entry.good && entry.sharing == 0 {
-            if let Some(Kept { file: Some(f), .. }) = kept.remove(&ino) {
-                self.release(f);
-            }
+            self.let_go(&mut kept, ino);
         }
     }
 
     /// `ino` changed elsewhere (its home's notice), is about to change here, or the kernel
-    /// forgot it: no more opens are answered from its kept handle, which is released once no
+    /// forgot it: no more opens are answered from its kept file, which is let go once no
     /// handle shares it.
     pub(crate) fn changed(&self, ino: u64) {
         let mut kept = self.kept.lock().unwrap();
         let Some(entry) = kept.get_mut(&ino) else { return };
         entry.good = false;
-        if entry.sharing == 0 && entry.file.is_some() {
-            if let Some(Kept { file: Some(f), .. }) = kept.remove(&ino) {
-                self.release(f);
-            }
+        if entry.sharing == 0 {
+            self.let_go(&mut kept, ino);
         }
     }
 
-    /// Notices from server `server`, the home of the inodes `homed_there` picks, may have
-    /// been missed.
-    pub(crate) fn lost(&self, server: usize, homed_there: impl Fn(u64) -> bool) {
+    /// Notices from server `server` may have been missed.
+    pub(crate) fn lost(&self, server: usize) {
         self.reached.lock().unwrap().remove(&server);
-        let inos: Vec<u64> = self.kept.lock().unwrap().keys().copied().filter(|&i| homed_there(i)).collect();
+        let inos: Vec<u64> = self.kept.lock().unwrap().keys().copied().filter(|&i| ino::home(i) == server).collect();
         for ino in inos {
             self.changed(ino);
+        }
+    }
+
+    /// Forgets `ino` here and lets go of it at its home, once its open has come back (one
+    /// still on its way is let go by [`Reopens::opened`], which finds it gone).
+    fn let_go(&self, kept: &mut HashMap<u64, Kept>, ino: u64) {
+        if kept.get(&ino).is_some_and(|k| k.file.is_some()) {
+            if let Some(Kept { file: Some(f), .. }) = kept.remove(&ino) {
+                self.release(f);
+            }
         }
     }
 
@@ -199,8 +200,14 @@ impl Reopens {
         self.runtime.spawn(async move {
             let ino = file.ino();
             if let Err(e) = file.release_kept().await {
-                tracing::debug!(ino = format!("{ino:#x}"), "releasing a kept handle: {e}");
+                tracing::debug!(ino = format!("{ino:#x}"), "letting go of a kept file: {e}");
             }
         });
     }
+}
+
+fn note_reached(reached: &Reached, server: usize, sent: Instant) {
+    let mut reached = reached.lock().unwrap();
+    let at = reached.entry(server).or_insert(sent);
+    *at = (*at).max(sent);
 }

@@ -10,7 +10,7 @@
 //! (or after `ACK_TIMEOUT`): a watcher that answers "no such name" from what it knows of a
 //! directory can never miss a name that another client was already told exists. Attribute
 //! notices are not waited for (a watcher's `stat` lags such a change by the notice's flight),
-//! except to a watcher that keeps a handle of the file open to answer opens itself
+//! except to a watcher that keeps the file to answer its opens itself
 //! (`Open { keep: true }`): close-to-open then holds for the opens it answers.
 //!
 //! Bookkeeping is per server and only for what this server homes. A notified connection is
@@ -56,8 +56,8 @@ pub struct Ledger {
     attrs: HashMap<Ino, Vec<WatcherId>>,
     /// Connections that may hold names in a directory.
     dirs: HashMap<Ino, Vec<WatcherId>>,
-    /// Connections that keep a handle of a file open to answer its opens themselves, until
-    /// the next change to its attributes.
+    /// Connections that keep a file to answer its opens themselves, until the next change to
+    /// its attributes.
     kept: HashMap<Ino, Vec<WatcherId>>,
 }
 
@@ -68,7 +68,7 @@ pub struct Effects {
     pub told_dirs: Vec<Ino>,
     pub changed_attrs: Vec<Ino>,
     pub changed_entries: Vec<(Ino, String)>,
-    /// A file whose open the requester keeps to answer opens itself (see [`Ledger::kept`]).
+    /// A file the requester keeps to answer its opens itself (see [`Ledger::kept`]).
     pub kept_open: Option<Ino>,
     /// Inodes that no longer exist: nothing to watch any more.
     pub gone: Vec<Ino>,
@@ -187,8 +187,8 @@ impl Ledger {
         };
         for ino in effects.changed_attrs {
             // A keeper answers opens from what it holds: it must have dropped it before the
-            // change is answered. It keeps its handle until it releases it, and keeps
-            // answering opens only once it has opened through this server again.
+            // change is answered. It keeps the file until it lets go, and answers opens again
+            // only once it has opened through this server again.
             let keepers = match kept.get_mut(&ino) {
                 Some(set) => {
                     let keepers: Vec<WatcherId> = set.iter().copied().filter(|&w| Some(w) != by).collect();

@@ -216,6 +216,17 @@ fn opened(cx: &mut StepContext, ino: Ino) {
     *cx.opens.entry(ino).or_default() += 1;
 }
 
+/// Takes one off what this connection counts of `ino` (its open handles, or what it keeps):
+/// false when it counted none (another connection's, or one that broke and came back).
+fn counted_down(counts: &mut HashMap<Ino, u32>, ino: Ino) -> bool {
+    let Some(count) = counts.get_mut(&ino) else { return false };
+    *count -= 1;
+    if *count == 0 {
+        counts.remove(&ino);
+    }
+    true
+}
+
 impl Step for Lookup {
     fn run(&self, cx: &mut StepContext) -> Result<DirEntry> {
         cx.check(self.parent, EXEC, "lookup")?;
@@ -792,12 +803,8 @@ impl Step for Open {
 impl Step for ReleaseKept {
     /// Only what this connection kept is let go (as `Commit` releases only its own handles).
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::InodeFate> {
-        let Some(count) = cx.kept.get_mut(&self.ino) else {
+        if !counted_down(cx.kept, self.ino) {
             return Ok(surge_proto::InodeFate { purge: false, size: 0, ticket: None, published: None });
-        };
-        *count -= 1;
-        if *count == 0 {
-            cx.kept.remove(&self.ino);
         }
         let mut fate = cx.meta.release_kept(self.ino)?;
         fate.ticket = cx.purge_ticket(self.ino, fate.purge);
@@ -824,16 +831,7 @@ impl Step for Commit {
         if let (Some(caller), true) = (cx.caller, self.size.is_some() || self.mtime.is_some()) {
             caller.check_publish(cx.meta.perms(self.ino)?)?;
         }
-        let mut held = false;
-        if self.release {
-            if let Some(count) = cx.opens.get_mut(&self.ino) {
-                held = true;
-                *count -= 1;
-                if *count == 0 {
-                    cx.opens.remove(&self.ino);
-                }
-            }
-        }
+        let held = self.release && counted_down(cx.opens, self.ino);
         let mut fate = cx.meta.commit(self.ino, self.size, self.mtime, held, self.wrote)?;
         fate.ticket = cx.purge_ticket(self.ino, fate.purge);
         Ok(fate)
