@@ -62,6 +62,9 @@ pub(crate) fn start(stages: Arc<Stages>, stage: Arc<Stage>) -> oneshot::Receiver
 }
 
 async fn run(stages: Arc<Stages>, stage: Arc<Stage>, planned: oneshot::Sender<()>) {
+    // The submitter waits for this: sent once the plan is recorded, or dropped at the end,
+    // once a stage that failed planning is recorded as failed (not before: it asks next).
+    let mut planned = Some(planned);
     {
         let mut record = stage.record.lock().unwrap();
         record.state = StageState::Running;
@@ -76,7 +79,7 @@ async fn run(stages: Arc<Stages>, stage: Arc<Stage>, planned: oneshot::Sender<()
     let result = match client {
         Ok(client) => {
             let ctx = Arc::new(Ctx { stage: stage.clone(), client, spec: spec.clone(), id });
-            drive(ctx, &stages, planned).await
+            drive(ctx, &stages, &mut planned).await
         }
         Err(e) => Err(failed(format!("cannot reach the instance's servers: {e}"))),
     };
@@ -112,9 +115,10 @@ async fn run(stages: Arc<Stages>, stage: Arc<Stage>, planned: oneshot::Sender<()
         );
     }
     stages.save(&stage);
+    drop(planned);
 }
 
-async fn drive(ctx: Arc<Ctx>, stages: &Stages, planned: oneshot::Sender<()>) -> RunResult<()> {
+async fn drive(ctx: Arc<Ctx>, stages: &Stages, planned: &mut Option<oneshot::Sender<()>>) -> RunResult<()> {
     let plan = plan::make(&ctx.client, &ctx.spec).await.inspect_err(|e| {
         ctx.stage.record.lock().unwrap().error_code = Some(e.code);
     })?;
@@ -134,7 +138,9 @@ async fn drive(ctx: Arc<Ctx>, stages: &Stages, planned: oneshot::Sender<()>) -> 
         })
         .collect();
     stages.save(&ctx.stage);
-    let _ = planned.send(());
+    if let Some(planned) = planned.take() {
+        let _ = planned.send(());
+    }
     match ctx.spec.direction {
         StageDirection::In => stage_in(ctx, plan).await,
         StageDirection::Out => stage_out(ctx, plan).await,
