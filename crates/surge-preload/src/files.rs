@@ -1,0 +1,271 @@
+//! The calls the library serves itself, in terms of the native client: opening and creating
+//! regular files, reading, writing, seeking, `stat`, truncating, syncing and closing.
+//!
+//! Each answers `Ok(Some(..))` when served, `Err(errno)` for a failure to report, or
+//! `Ok(None)` when the kernel is to answer instead (through the mount): a directory, a
+//! symbolic link to follow, a special file, a permission the owner's bits do not grant
+//! ([`crate::paths::owner_grants`]), a set-user-ID or set-group-ID file opened for writing
+//! (whose bits a write must clear as the kernel decides), an instance this process cannot
+//! reach. So what is served here is what the kernel would have allowed, and the rest is
+//! served by the kernel exactly as without the library.
+//!
+//! Consistency within the process is the kernel's: what one descriptor wrote, a read through
+//! another sees (writes are waited for first), and `stat` shows the size a descriptor's
+//! unpublished writes reach. Between processes and nodes it is close-to-open, as through the
+//! mount: a close publishes, an open asks the file's home.
+
+use std::ffi::c_int;
+use std::sync::atomic::AtomicI32;
+use std::sync::{Arc, Mutex};
+
+use surge_client::surge_proto::{Attr, ErrorCode, FileKind};
+use surge_client::{Client, File};
+
+use crate::descriptors::{self, Description, KEPT_STATUS};
+use crate::paths::{owner_grants, Target};
+use crate::process::Library;
+
+/// Served, or None: the kernel's to answer (see the module's words).
+pub(crate) type Answer<T> = Result<Option<T>, c_int>;
+
+const READ: u32 = 4;
+const WRITE: u32 = 2;
+const SEARCH: u32 = 1;
+const SET_ID: u32 = libc::S_ISUID | libc::S_ISGID;
+
+fn errno(e: surge_client::Error) -> c_int {
+    e.errno()
+}
+
+/// Opens (or with O_CREAT makes) `target` as open(2) would, as a new description.
+pub(crate) fn open(library: &Library, target: &Target, flags: c_int, mode: u32) -> Answer<Arc<Description>> {
+    let access = flags & libc::O_ACCMODE;
+    if access == libc::O_ACCMODE || flags & (libc::O_DIRECTORY | libc::O_PATH | libc::O_TMPFILE) != 0 {
+        return Ok(None);
+    }
+    let writable = access != libc::O_RDONLY;
+    if flags & libc::O_TRUNC != 0 && !writable {
+        return Ok(None);
+    }
+    let Some(client) = library.client(&target.mount) else { return Ok(None) };
+    let dir = &target.dir;
+    let file = if flags & libc::O_CREAT != 0 {
+        if !owner_grants(dir.st_uid, dir.st_mode, WRITE | SEARCH) {
+            return Ok(None);
+        }
+        let Some(file) = create(library, &client, target, flags, mode)? else { return Ok(None) };
+        file
+    } else {
+        if !owner_grants(dir.st_uid, dir.st_mode, SEARCH) {
+            return Ok(None);
+        }
+        let attr = match library.run(client.lookup(target.dir_ino(), &target.name)) {
+            Ok(attr) => attr,
+            Err(e) => return Err(errno(e)),
+        };
+        match attr.kind {
+            FileKind::File => {}
+            FileKind::Symlink if flags & libc::O_NOFOLLOW != 0 => return Err(libc::ELOOP),
+            FileKind::Dir if writable => return Err(libc::EISDIR),
+            _ => return Ok(None),
+        }
+        if !may_open(&attr, access) {
+            return Ok(None);
+        }
+        // Its writes through other descriptions here are published first: a new
+        // description sees the size they reached.
+        publish_own(library, attr.ino)?;
+        library.run(client.open_ino(attr.ino)).map_err(errno)?
+    };
+    // The existing file a non-exclusive create opened is checked as any open.
+    if !may_open(file.attr_at_open(), access) {
+        let _ = library.run(file.close());
+        return Ok(None);
+    }
+    let prepared = library.run(async {
+        if flags & libc::O_TRUNC != 0 && file.size() > 0 {
+            file.set_len(0).await?;
+        }
+        if writable {
+            // Its close publishes the file (a directory's watchers see it closed after writing).
+            file.opened_for_writing();
+        }
+        file.set_write_behind(client.stream_window()).await
+    });
+    if let Err(e) = prepared {
+        let _ = library.run(file.close());
+        return Err(errno(e));
+    }
+    let status = access | (flags & KEPT_STATUS);
+    Ok(Some(Arc::new(Description {
+        file,
+        client,
+        path: target.absolute.clone(),
+        dev: target.mount.dev,
+        position: Mutex::new(0),
+        status: AtomicI32::new(status),
+    })))
+}
+
+/// What O_CREAT makes or opens: None where the kernel is to (an existing symbolic link,
+/// which O_CREAT follows, or a special file).
+fn create(library: &Library, client: &Client, target: &Target, flags: c_int, mode: u32) -> Answer<File> {
+    let exclusive = flags & libc::O_EXCL != 0;
+    let made = library.run(client.create_at_with_umask(target.dir_ino(), &target.name, mode & 0o7777, library.umask(), exclusive));
+    match made {
+        Ok(file) => Ok(Some(file)),
+        Err(e) if e.code == ErrorCode::Exists => Err(libc::EEXIST),
+        // Something other than a regular file has the name.
+        Err(e) if e.code == ErrorCode::Invalid || e.code == ErrorCode::IsDir => {
+            match library.run(client.lookup(target.dir_ino(), &target.name)) {
+                Ok(attr) if attr.kind == FileKind::Dir => Err(libc::EISDIR),
+                Ok(attr) if attr.kind == FileKind::Symlink && flags & libc::O_NOFOLLOW != 0 => Err(libc::ELOOP),
+                Ok(_) => Ok(None),
+                Err(e) => Err(errno(e)),
+            }
+        }
+        Err(e) => Err(errno(e)),
+    }
+}
+
+/// Whether the owner's bits grant an open with `access` (O_RDONLY, O_WRONLY, O_RDWR), and the
+/// open is one the library may serve.
+fn may_open(attr: &Attr, access: c_int) -> bool {
+    let want = match access {
+        libc::O_RDONLY => READ,
+        libc::O_WRONLY => WRITE,
+        _ => READ | WRITE,
+    };
+    // A write or truncate clears set-id bits by rules that are the kernel's to apply.
+    let set_id_written = access != libc::O_RDONLY && attr.mode & SET_ID != 0;
+    attr.kind == FileKind::File && !set_id_written && owner_grants(attr.uid, attr.mode, want)
+}
+
+/// Waits for, and publishes, what other descriptions of `ino` here wrote.
+fn publish_own(library: &Library, ino: u64) -> Result<(), c_int> {
+    for d in descriptors::of_ino(ino) {
+        if d.file.unpublished_end().is_some() {
+            library.run(d.file.flush()).map_err(errno)?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads into `buf` at `at`, or at the description's offset (which then moves).
+pub(crate) fn read(library: &Library, d: &Description, buf: &mut [u8], at: Option<u64>) -> Result<usize, c_int> {
+    if !d.readable() {
+        return Err(libc::EBADF);
+    }
+    let mut position = d.position.lock().unwrap_or_else(|e| e.into_inner());
+    let offset = at.unwrap_or(*position);
+    // What another description here wrote is read back too.
+    for other in descriptors::of_ino(d.file.ino()) {
+        if other.file.unpublished_end().is_some() && !std::ptr::eq(Arc::as_ptr(&other), d) {
+            library.run(other.file.wait_writes()).map_err(errno)?;
+            d.file.note_size(other.file.written_through());
+        }
+    }
+    let bytes = library.run(d.file.pread(offset, buf.len())).map_err(errno)?;
+    buf[..bytes.len()].copy_from_slice(&bytes);
+    if at.is_none() {
+        *position = offset + bytes.len() as u64;
+    }
+    Ok(bytes.len())
+}
+
+/// Writes `data` at `at`, or at the description's offset (the end with O_APPEND).
+pub(crate) fn write(library: &Library, d: &Description, data: &[u8], at: Option<u64>) -> Result<usize, c_int> {
+    if !d.writable() {
+        return Err(libc::EBADF);
+    }
+    let mut position = d.position.lock().unwrap_or_else(|e| e.into_inner());
+    let bytes = bytes::Bytes::copy_from_slice(data);
+    let written = library.run(async {
+        match at {
+            // pwrite on an O_APPEND descriptor appends on Linux, too.
+            _ if d.has(libc::O_APPEND) => d.file.append(bytes).await.map(|offset| (offset, data.len())),
+            Some(offset) => d.file.pwrite_bytes(offset, bytes).await.map(|n| (offset, n)),
+            None => d.file.pwrite_bytes(*position, bytes).await.map(|n| (*position, n)),
+        }
+    });
+    let (offset, n) = written.map_err(errno)?;
+    if at.is_none() {
+        *position = offset + n as u64;
+    }
+    if d.has(libc::O_SYNC) || d.has(libc::O_DSYNC) {
+        library.run(d.file.fsync()).map_err(errno)?;
+    }
+    Ok(n)
+}
+
+pub(crate) fn seek(d: &Description, offset: i64, whence: c_int) -> Result<u64, c_int> {
+    let mut position = d.position.lock().unwrap_or_else(|e| e.into_inner());
+    let size = d.file.size();
+    let base = match whence {
+        libc::SEEK_SET => 0,
+        libc::SEEK_CUR => *position as i64,
+        libc::SEEK_END => size as i64,
+        // The whole file is data: holes are not told apart here (as many file systems).
+        libc::SEEK_DATA if offset >= 0 && (offset as u64) < size => 0,
+        libc::SEEK_HOLE if offset >= 0 && (offset as u64) < size => {
+            *position = size;
+            return Ok(size);
+        }
+        libc::SEEK_DATA | libc::SEEK_HOLE => return Err(libc::ENXIO),
+        _ => return Err(libc::EINVAL),
+    };
+    let target = base.checked_add(offset).filter(|t| *t >= 0).ok_or(libc::EINVAL)?;
+    *position = target as u64;
+    Ok(*position)
+}
+
+/// The file's attributes from its home, with the size this process's writes reached.
+pub(crate) fn stat(library: &Library, d: &Description) -> Result<Attr, c_int> {
+    let attr = library.run(d.client.getattr(d.file.ino())).map_err(errno)?;
+    Ok(with_own_writes(attr))
+}
+
+/// `stat` of a name, with the block size to report: None for what the kernel answers (a
+/// symbolic link followed, a directory it cannot search as its owner).
+pub(crate) fn stat_name(library: &Library, target: &Target, follow: bool) -> Answer<(Attr, u32)> {
+    if !owner_grants(target.dir.st_uid, target.dir.st_mode, SEARCH) {
+        return Ok(None);
+    }
+    let Some(client) = library.client(&target.mount) else { return Ok(None) };
+    let attr = library.run(client.lookup(target.dir_ino(), &target.name)).map_err(errno)?;
+    if follow && attr.kind == FileKind::Symlink {
+        return Ok(None);
+    }
+    Ok(Some((with_own_writes(attr), client.chunk_size() as u32)))
+}
+
+/// `attr` with the size the writes of this process's descriptions reach.
+fn with_own_writes(mut attr: Attr) -> Attr {
+    for d in descriptors::of_ino(attr.ino) {
+        if let Some(end) = d.file.unpublished_end() {
+            attr.size = attr.size.max(end);
+        }
+    }
+    attr
+}
+
+pub(crate) fn truncate(library: &Library, d: &Description, len: u64) -> Result<(), c_int> {
+    if !d.writable() {
+        return Err(libc::EINVAL);
+    }
+    library.run(d.file.set_len(len)).map_err(errno)?;
+    for other in descriptors::of_ino(d.file.ino()) {
+        other.file.note_resize(len);
+    }
+    Ok(())
+}
+
+pub(crate) fn sync(library: &Library, d: &Description) -> Result<(), c_int> {
+    library.run(d.file.fsync()).map_err(errno)
+}
+
+/// The last number of `d` was closed: its writes are waited for and published, and the
+/// handle released (what close(2) reports, as through the mount).
+pub(crate) fn close(library: &Library, d: Arc<Description>) -> Result<(), c_int> {
+    library.run(d.file.release()).map_err(errno)
+}

@@ -1,0 +1,118 @@
+//! The Surge mounts this process can see, from the kernel's own table
+//! (`/proc/self/mountinfo`): type `fuse.surge`, source `surge:INSTANCE`, as `surge-fuse` and
+//! the job prolog mount them. A mount is known by its device number: the kernel reports it in
+//! every `stat` of a file there, so a path the kernel resolved (symbolic links, `..`, bind
+//! mounts) is recognised whichever way it was written.
+
+use std::path::{Path, PathBuf};
+
+/// One Surge mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// Where it is mounted.
+    pub point: PathBuf,
+    /// The device number `stat` reports for its files.
+    pub dev: u64,
+    /// The instance it serves.
+    pub instance: String,
+}
+
+/// The Surge mounts of one reading of the mount table.
+#[derive(Debug, Default, Clone)]
+pub struct Mounts {
+    pub mounts: Vec<Mount>,
+}
+
+impl Mounts {
+    /// The Surge mounts among `mountinfo`'s lines (the format of proc(5)); other lines,
+    /// and lines that do not parse, are not Surge's.
+    pub fn parse(mountinfo: &str) -> Mounts {
+        Mounts { mounts: mountinfo.lines().filter_map(parse_line).collect() }
+    }
+
+    /// Whether an absolute path (as written, before the kernel resolves it) starts at a
+    /// Surge mount point. A path written otherwise may still reach one (through a symbolic
+    /// link): the kernel serves it then, through the mount.
+    pub fn may_hold(&self, absolute: &Path) -> bool {
+        self.mounts.iter().any(|m| absolute.starts_with(&m.point))
+    }
+
+    /// The mount whose files `stat` reports with device `dev`.
+    pub fn by_dev(&self, dev: u64) -> Option<&Mount> {
+        self.mounts.iter().find(|m| m.dev == dev)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.mounts.is_empty()
+    }
+}
+
+fn parse_line(line: &str) -> Option<Mount> {
+    let (before, after) = line.split_once(" - ")?;
+    let mut fields = before.split(' ');
+    let (_id, _parent, dev, _root, point) = (fields.next()?, fields.next()?, fields.next()?, fields.next()?, fields.next()?);
+    let mut after = after.split(' ');
+    let (fstype, source) = (after.next()?, after.next()?);
+    if fstype != "fuse.surge" {
+        return None;
+    }
+    let instance = unescape(source).strip_prefix("surge:")?.to_string();
+    let (major, minor) = dev.split_once(':')?;
+    let dev = libc::makedev(major.parse().ok()?, minor.parse().ok()?);
+    Some(Mount { point: PathBuf::from(unescape(point)), dev, instance })
+}
+
+/// The kernel writes a space, tab, newline and backslash in a path as `\ooo` (octal).
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes.get(i + 1..i + 4).filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(digits) => {
+                out.push(digits.iter().fold(0u8, |n, d| n.wrapping_mul(8) + (d - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TABLE: &str = "\
+22 1 259:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw
+97 22 0:52 / /mnt/bb rw,nosuid,nodev,relatime shared:60 - fuse.surge surge:job42 rw,user_id=1000,group_id=1000
+98 22 0:53 / /tmp/with\\040space rw,nosuid,nodev shared:61 - fuse.surge surge:other rw,user_id=0,group_id=0
+99 22 0:54 / /mnt/other rw shared:62 - fuse.sshfs host:/x rw
+100 22 0:55 /sub /mnt/bound rw master:7 - fuse.surge surge:job42 rw
+bad line without a separator
+";
+
+    #[test]
+    fn surge_mounts_are_found_by_type_and_source_with_their_devices() {
+        let mounts = Mounts::parse(TABLE);
+        let points: Vec<_> = mounts.mounts.iter().map(|m| (m.point.to_str().unwrap(), m.instance.as_str())).collect();
+        assert_eq!(points, [("/mnt/bb", "job42"), ("/tmp/with space", "other"), ("/mnt/bound", "job42")]);
+        assert_eq!(mounts.by_dev(libc::makedev(0, 53)).unwrap().instance, "other");
+        assert!(mounts.by_dev(libc::makedev(0, 54)).is_none(), "sshfs is not Surge");
+        assert!(mounts.by_dev(libc::makedev(259, 1)).is_none());
+    }
+
+    #[test]
+    fn paths_are_matched_by_whole_components() {
+        let mounts = Mounts::parse(TABLE);
+        assert!(mounts.may_hold(Path::new("/mnt/bb/run/out.h5")));
+        assert!(mounts.may_hold(Path::new("/mnt/bb")));
+        assert!(!mounts.may_hold(Path::new("/mnt/bbx/out")), "a namesake prefix");
+        assert!(!mounts.may_hold(Path::new("/home/user/out")));
+        assert!(Mounts::parse("").is_empty());
+    }
+}

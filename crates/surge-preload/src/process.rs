@@ -1,0 +1,228 @@
+//! The library's state in one process: a small runtime of its own, one client per mounted
+//! instance, the mount table, and the rule that keeps the library out of its own way.
+//!
+//! * **Reentrancy.** Every thread has an "inside" mark. While it is set (during the
+//!   library's own work, and always on the runtime's threads) every intercepted call goes
+//!   straight to the C library: the client's sockets, its local I/O on servers' data files and
+//!   the reading of the mount table are never taken for the program's calls.
+//! * **The runtime's threads** block every signal (the program's handlers run on its own
+//!   threads only) and are named `surge-preload`.
+//! * **fork**: the child gets a fresh state on first use; the parent's runtime and client
+//!   are left behind untouched (their threads do not exist there). See `descriptors` for what
+//!   happens to open files.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::sync::Mutex;
+
+use surge_client::{Client, ClientOptions};
+
+use crate::mounts::{Mount, Mounts};
+
+thread_local! {
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread is doing the library's own work (or cannot tell, while it exits).
+pub(crate) fn inside() -> bool {
+    INSIDE.try_with(Cell::get).unwrap_or(true)
+}
+
+/// Marks this thread as doing the library's work until dropped; None if it already is.
+pub(crate) struct Inside(());
+
+impl Inside {
+    pub(crate) fn enter() -> Option<Inside> {
+        INSIDE.try_with(|inside| !inside.replace(true)).unwrap_or(false).then_some(Inside(()))
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        let _ = INSIDE.try_with(|inside| inside.set(false));
+    }
+}
+
+/// Stops the process with a message: for the impossible (a C library without `read`).
+pub(crate) fn die(why: &str) -> ! {
+    let line = format!("surge-preload: {why}\n");
+    // SAFETY: writes a valid buffer of the stated length to standard error.
+    unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+    std::process::abort()
+}
+
+pub(crate) struct Library {
+    runtime: tokio::runtime::Runtime,
+    mounts: Mutex<MountTable>,
+    /// Per instance: its client, or None when it cannot be reached from here (the kernel then
+    /// serves its mounts, through `surge-fuse`).
+    clients: Mutex<HashMap<String, Option<Client>>>,
+    /// The process's umask, as last set through `umask` (read once at start).
+    umask: AtomicU32,
+}
+
+struct MountTable {
+    mounts: Mounts,
+    /// /proc/self/mountinfo, kept open: it polls as changed when a mount comes or goes.
+    watch: Option<std::fs::File>,
+}
+
+static LIBRARY: AtomicPtr<Library> = AtomicPtr::new(std::ptr::null_mut());
+static STARTING: AtomicBool = AtomicBool::new(false);
+
+/// The library's state, made on first use; None where it cannot be made (no runtime
+/// threads): everything then goes to the kernel.
+pub(crate) fn library() -> Option<&'static Library> {
+    let current = LIBRARY.load(Ordering::Acquire);
+    if !current.is_null() {
+        // SAFETY: a published state is leaked, never freed: it lives as long as the process.
+        return Some(unsafe { &*current });
+    }
+    // Made by one thread; the others pass to the kernel meanwhile (a first call racing
+    // another is served as if the library were not loaded, which is always correct).
+    if STARTING.swap(true, Ordering::AcqRel) {
+        return None;
+    }
+    let made = Library::new().map(|library| Box::into_raw(Box::new(library)));
+    if let Some(made) = made {
+        LIBRARY.store(made, Ordering::Release);
+        at_fork_once();
+    }
+    STARTING.store(false, Ordering::Release);
+    // SAFETY: as above.
+    made.map(|made| unsafe { &*made })
+}
+
+/// The library's state if it was made already (never makes it).
+pub(crate) fn current() -> Option<&'static Library> {
+    let current = LIBRARY.load(Ordering::Acquire);
+    // SAFETY: as in `library`.
+    (!current.is_null()).then(|| unsafe { &*current })
+}
+
+impl Library {
+    fn new() -> Option<Library> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("surge-preload")
+            .on_thread_start(library_thread)
+            .enable_all()
+            .build()
+            .ok()?;
+        Some(Library {
+            runtime,
+            mounts: Mutex::new(MountTable::read()),
+            clients: Mutex::new(HashMap::new()),
+            umask: AtomicU32::new(umask_at_start()),
+        })
+    }
+
+    /// Runs `work` to its end on this thread (its I/O is driven by the runtime's thread).
+    /// Not the runtime's `block_on`: the program may call from inside a runtime of its own.
+    pub(crate) fn run<F: Future>(&self, work: F) -> F::Output {
+        let _context = self.runtime.enter();
+        futures_executor::block_on(work)
+    }
+
+    /// The current Surge mounts (re-read when the table changed).
+    pub(crate) fn mounts(&self) -> Mounts {
+        let mut table = self.mounts.lock().unwrap_or_else(|e| e.into_inner());
+        if table.changed() {
+            *table = MountTable::read();
+        }
+        table.mounts.clone()
+    }
+
+    /// Whether any Surge mount could hold an absolute path, without a system call when the
+    /// table has not changed.
+    pub(crate) fn may_hold(&self, absolute: &std::path::Path) -> bool {
+        let mut table = self.mounts.lock().unwrap_or_else(|e| e.into_inner());
+        if table.changed() {
+            *table = MountTable::read();
+        }
+        table.mounts.may_hold(absolute)
+    }
+
+    /// The client of `mount`'s instance, connected on first use.
+    pub(crate) fn client(&self, mount: &Mount) -> Option<Client> {
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        clients
+            .entry(mount.instance.clone())
+            .or_insert_with(|| {
+                let _context = self.runtime.enter();
+                Client::for_instance(&mount.instance, ClientOptions::default()).ok()
+            })
+            .clone()
+    }
+
+    pub(crate) fn umask(&self) -> u32 {
+        self.umask.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_umask(&self, mask: u32) {
+        self.umask.store(mask & 0o777, Ordering::Relaxed);
+    }
+}
+
+impl MountTable {
+    fn read() -> MountTable {
+        let watch = std::fs::File::open("/proc/self/mountinfo").ok();
+        let text = watch.as_ref().and_then(|mut f| std::io::read_to_string(&mut f).ok()).unwrap_or_default();
+        MountTable { mounts: Mounts::parse(&text), watch }
+    }
+
+    /// The kernel marks the open table (POLLPRI) when a mount comes or goes.
+    fn changed(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let Some(watch) = &self.watch else { return true };
+        let mut poll = libc::pollfd { fd: watch.as_raw_fd(), events: libc::POLLPRI, revents: 0 };
+        // SAFETY: one valid pollfd, no wait.
+        unsafe { libc::poll(&mut poll, 1, 0) > 0 }
+    }
+}
+
+/// Every runtime thread: the library's own, deaf to the program's signals.
+fn library_thread() {
+    let _ = INSIDE.try_with(|inside| inside.set(true));
+    // SAFETY: a full set, blocked on this thread only.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+    }
+}
+
+/// The umask the process started with, from the kernel's status file (reading it with
+/// umask(2) would change it for a moment under the program's other threads).
+fn umask_at_start() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| status.lines().find_map(|l| l.strip_prefix("Umask:")).and_then(|v| u32::from_str_radix(v.trim(), 8).ok()))
+        .unwrap_or(0o022)
+}
+
+fn at_fork_once() {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
+        // SAFETY: the handlers are plain functions that live as long as the process.
+        unsafe { libc::pthread_atfork(Some(before_fork), None, Some(in_child)) };
+    });
+}
+
+/// Before any fork: every descriptor the library serves is handed to the kernel, so parent
+/// and child share it as POSIX says (one offset), and the child needs nothing of ours.
+extern "C" fn before_fork() {
+    let Some(_inside) = Inside::enter() else { return };
+    crate::descriptors::hand_all_to_kernel();
+}
+
+/// In the child: the parent's runtime threads are not here; a fresh state is made on first
+/// use. (The parent's state is leaked, not dropped: dropping it would wait for threads that
+/// do not exist.)
+extern "C" fn in_child() {
+    LIBRARY.store(std::ptr::null_mut(), Ordering::Release);
+    STARTING.store(false, Ordering::Release);
+    crate::descriptors::after_fork_in_child();
+}
