@@ -18,6 +18,7 @@ mod fuse;
 mod identity;
 mod namespace;
 mod nodes;
+mod preload;
 mod slurm;
 mod soak;
 mod staging;

@@ -103,11 +103,19 @@ pub(crate) fn install(description: Arc<Description>, min: c_int, cloexec: bool) 
     Ok(stand_in)
 }
 
-/// Records `fd` (already a stand-in) as a number of `description`.
+/// Records `fd` (already a stand-in) as a number of `description`. Standard input, output
+/// and error are never served: the C library's stdio reads and writes them by calls no
+/// library can stand in front of, so a description that lands there (`prog > file` in a
+/// shell is an open and a dup2 onto 1) is handed to the kernel at once.
 pub(crate) fn served_as(fd: c_int, description: Arc<Description>) {
-    let mut map = map_write();
-    if map.insert(fd, description).is_none() {
-        TABLE.count.fetch_add(1, Ordering::AcqRel);
+    {
+        let mut map = map_write();
+        if map.insert(fd, description).is_none() {
+            TABLE.count.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+    if (0..=2).contains(&fd) {
+        let _ = hand_to_kernel(fd);
     }
 }
 

@@ -54,8 +54,19 @@ compile_error!("surge-preload defines C variadic functions with a fixed last arg
 extern "C" fn at_end() {
     let Some(_inside) = process::Inside::enter() else { return };
     let Some(library) = process::current() else { return };
-    for description in descriptors::take_all() {
-        let _ = library.run(description.file.release());
+    let open = descriptors::take_all();
+    if !open.is_empty() {
+        // On a thread of its own: this one's thread-locals (the runtime's context among
+        // them) may be gone already at exit.
+        let closed = std::thread::Builder::new().spawn(move || {
+            let _inside = process::Inside::enter();
+            for description in open {
+                let _ = library.run(description.file.release());
+            }
+        });
+        if let Ok(closing) = closed {
+            let _ = closing.join();
+        }
     }
     report::write_if_asked();
 }

@@ -96,6 +96,9 @@ next! {
     FCHOWN = c"fchown": fn(c_int, libc::uid_t, libc::gid_t) -> c_int;
     FUTIMENS = c"futimens": fn(c_int, *const libc::timespec) -> c_int;
     FCHDIR = c"fchdir": fn(c_int) -> c_int;
+    FUTIMES = c"futimes": fn(c_int, *const libc::timeval) -> c_int;
+    FDOPEN = c"fdopen": fn(c_int, *const c_char) -> *mut libc::FILE;
+    VDPRINTF = c"vdprintf": fn(c_int, *const c_char, *mut c_void) -> c_int;
     FSTATFS = c"fstatfs64": fn(c_int, *mut libc::statfs64) -> c_int;
     FSTATVFS = c"fstatvfs64": fn(c_int, *mut libc::statvfs64) -> c_int;
     FGETXATTR = c"fgetxattr": fn(c_int, *const c_char, *mut c_void, size_t) -> ssize_t;

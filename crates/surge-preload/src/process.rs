@@ -15,7 +15,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use surge_client::{Client, ClientOptions};
 
@@ -54,7 +54,9 @@ pub(crate) fn die(why: &str) -> ! {
 }
 
 pub(crate) struct Library {
-    runtime: tokio::runtime::Runtime,
+    /// Started with the first client: a process that never touches a Surge file gets no
+    /// thread of the library's (a thread changes how set*id and capabilities behave).
+    runtime: OnceLock<Option<tokio::runtime::Runtime>>,
     mounts: Mutex<MountTable>,
     /// Per instance: its client, or None when it cannot be reached from here (the kernel then
     /// serves its mounts, through `surge-fuse`).
@@ -72,8 +74,7 @@ struct MountTable {
 static LIBRARY: AtomicPtr<Library> = AtomicPtr::new(std::ptr::null_mut());
 static STARTING: AtomicBool = AtomicBool::new(false);
 
-/// The library's state, made on first use; None where it cannot be made (no runtime
-/// threads): everything then goes to the kernel.
+/// The library's state, made on first use (without threads: see `Library::runtime`).
 pub(crate) fn library() -> Option<&'static Library> {
     let current = LIBRARY.load(Ordering::Acquire);
     if !current.is_null() {
@@ -104,15 +105,8 @@ pub(crate) fn current() -> Option<&'static Library> {
 
 impl Library {
     fn new() -> Option<Library> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("surge-preload")
-            .on_thread_start(library_thread)
-            .enable_all()
-            .build()
-            .ok()?;
         Some(Library {
-            runtime,
+            runtime: OnceLock::new(),
             mounts: Mutex::new(MountTable::read()),
             clients: Mutex::new(HashMap::new()),
             umask: AtomicU32::new(umask_at_start()),
@@ -122,8 +116,26 @@ impl Library {
     /// Runs `work` to its end on this thread (its I/O is driven by the runtime's thread).
     /// Not the runtime's `block_on`: the program may call from inside a runtime of its own.
     pub(crate) fn run<F: Future>(&self, work: F) -> F::Output {
-        let _context = self.runtime.enter();
+        let Some(runtime) = self.runtime.get().and_then(Option::as_ref) else {
+            die("a call was served before the library's runtime started");
+        };
+        let _context = runtime.enter();
         futures_executor::block_on(work)
+    }
+
+    /// The runtime, started on first use; None if its thread cannot be started.
+    fn runtime(&self) -> Option<&tokio::runtime::Runtime> {
+        self.runtime
+            .get_or_init(|| {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name("surge-preload")
+                    .on_thread_start(library_thread)
+                    .enable_all()
+                    .build()
+                    .ok()
+            })
+            .as_ref()
     }
 
     /// The current Surge mounts (re-read when the table changed).
@@ -151,7 +163,7 @@ impl Library {
         clients
             .entry(mount.instance.clone())
             .or_insert_with(|| {
-                let _context = self.runtime.enter();
+                let _context = self.runtime()?.enter();
                 Client::for_instance(&mount.instance, ClientOptions::default()).ok()
             })
             .clone()
@@ -168,7 +180,7 @@ impl Library {
 
 impl MountTable {
     fn read() -> MountTable {
-        let watch = std::fs::File::open("/proc/self/mountinfo").ok();
+        let watch = std::fs::File::open("/proc/self/mountinfo").ok().and_then(out_of_the_way);
         let text = watch.as_ref().and_then(|mut f| std::io::read_to_string(&mut f).ok()).unwrap_or_default();
         MountTable { mounts: Mounts::parse(&text), watch }
     }
@@ -181,6 +193,15 @@ impl MountTable {
         // SAFETY: one valid pollfd, no wait.
         unsafe { libc::poll(&mut poll, 1, 0) > 0 }
     }
+}
+
+/// `file` moved to a descriptor number of 1000 or more (close-on-exec): the low numbers are
+/// the program's, which may count on getting the lowest free one.
+fn out_of_the_way(file: std::fs::File) -> Option<std::fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let high = (crate::next::FCNTL.get())(file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 1000);
+    // SAFETY: a descriptor just made by F_DUPFD, owned by nothing else.
+    (high >= 0).then(|| unsafe { std::fs::File::from_raw_fd(high) })
 }
 
 /// Every runtime thread: the library's own, deaf to the program's signals.

@@ -551,6 +551,7 @@ kernel_after_hand_over! {
     fchown => FCHOWN(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -> c_int;
     futimens => FUTIMENS(fd: c_int, times: *const libc::timespec) -> c_int;
     fchdir => FCHDIR(fd: c_int) -> c_int;
+    futimes => FUTIMES(fd: c_int, times: *const libc::timeval) -> c_int;
     fstatfs64 => FSTATFS(fd: c_int, buf: *mut libc::statfs64) -> c_int;
     fstatfs => FSTATFS(fd: c_int, buf: *mut libc::statfs64) -> c_int;
     fstatvfs64 => FSTATVFS(fd: c_int, buf: *mut libc::statvfs64) -> c_int;
@@ -668,4 +669,30 @@ pub extern "C" fn splice(fd_in: c_int, off_in: *mut off_t, fd_out: c_int, off_ou
         return -1;
     }
     (next::SPLICE.get())(fd_in, off_in, fd_out, off_out, len, flags)
+}
+
+/// fdopen(3): the stream the C library makes reads and writes its descriptor by calls no
+/// library can stand in front of, so a served descriptor is handed to the kernel first.
+///
+/// # Safety
+/// fdopen(3).
+#[no_mangle]
+pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
+    if !to_kernel(fd) {
+        return std::ptr::null_mut();
+    }
+    (next::FDOPEN.get())(fd, mode)
+}
+
+/// vdprintf(3), as fdopen. (dprintf(3) is variadic and reaches the C library's internals
+/// directly: on a served descriptor it fails with EBADF, see docs/preload.md.)
+///
+/// # Safety
+/// vdprintf(3).
+#[no_mangle]
+pub unsafe extern "C" fn vdprintf(fd: c_int, format: *const c_char, args: *mut c_void) -> c_int {
+    if !to_kernel(fd) {
+        return -1;
+    }
+    (next::VDPRINTF.get())(fd, format, args)
 }

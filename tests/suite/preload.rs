@@ -1,0 +1,203 @@
+//! The interception library (`libsurge_preload.so`) under unmodified programs (Python, the
+//! coreutils, tar): what they do through it is checked through the mount of the same node
+//! and of another node, the library's own report says it served the calls (and did not leave
+//! them to the mount), and a user other than a file's owner gets from it exactly what the
+//! kernel gives.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use surge_tests::{binary, scratch, text, Instance};
+
+/// What the library reported for process `pid` (its line in the report file).
+fn report_of(report: &Path, pid: &str) -> HashMap<String, u64> {
+    let lines = std::fs::read_to_string(report).unwrap_or_default();
+    let line = lines
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some(&format!("pid={pid}")))
+        .unwrap_or_else(|| panic!("no report of process {pid} in:\n{lines}"));
+    line.split_whitespace().skip(2).filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.parse().unwrap())).collect()
+}
+
+/// The sum of the counts of every process in the report (a shell and its commands).
+fn report_total(report: &Path) -> HashMap<String, u64> {
+    let mut total = HashMap::new();
+    for line in std::fs::read_to_string(report).unwrap_or_default().lines() {
+        for (k, v) in line.split_whitespace().skip(2).filter_map(|kv| kv.split_once('=')) {
+            *total.entry(k.to_string()).or_insert(0) += v.parse::<u64>().unwrap();
+        }
+    }
+    total
+}
+
+fn preloaded(mut cmd: Command, report: &Path) -> Command {
+    cmd.env("LD_PRELOAD", binary("libsurge_preload.so")).env("SURGE_PRELOAD_REPORT", report);
+    cmd
+}
+
+fn succeeded(out: Output, what: &str) -> String {
+    assert!(out.status.success(), "{what} failed: {}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Python's os, shutil, pathlib, mmap, fork, subprocess and threads through the library
+/// (tests/preload/posix_calls.py checks each answer as POSIX gives it); then every file it
+/// wrote reads the same through the mount of its node and through another node's.
+#[test]
+fn posix_calls_served_in_process_are_what_the_mounts_of_two_nodes_see() {
+    let inst = Instance::up_on("preload", "127.0.9", 1, 2, &["--capacity", "1G"]);
+    let (a, b) = (inst.mount("a", "127.0.9.1"), inst.mount("b", "127.0.9.5"));
+    let off = scratch("preload-calls");
+    std::fs::create_dir_all(&off).unwrap();
+    std::fs::create_dir(a.path("t")).unwrap();
+    let report = off.join("report");
+    let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("preload/posix_calls.py");
+    let mut python = inst.shell_on("127.0.9.1", "exec python3 \"$@\"");
+    python.arg("python3").arg(&program).arg(a.path("t")).arg(&*off);
+    let pid = succeeded(preloaded(python, &report).output().unwrap(), "posix_calls.py");
+
+    let served = report_of(&report, pid.trim());
+    for call in ["open", "read", "write", "stat", "seek", "truncate", "sync", "dup", "close"] {
+        assert!(served[call] > 0, "the library served no {call}: {served:?}");
+    }
+    assert!(served["open"] >= 10, "{served:?}");
+    // mmap, fork and exec hand descriptors to the kernel.
+    assert!(served["handed-to-kernel"] >= 3, "{served:?}");
+
+    let big = std::fs::read(off.join("big")).unwrap();
+    for m in [&a, &b] {
+        let read = |name: &str| std::fs::read(m.path(&format!("t/{name}"))).unwrap();
+        assert_eq!(read("f"), b"hello\0\0\0", "through {}", m.dir.display());
+        assert_eq!(read("log"), b"x");
+        assert_eq!(read("forked"), b"parent1 child parent2");
+        assert_eq!(read("inherited"), b"before from-child after");
+        assert_eq!(read("threads").len(), 80_000);
+        assert!(read("big") == big && read("big.copy") == big, "the 5 MiB file through {}", m.dir.display());
+        assert_eq!(std::fs::metadata(m.path("t/big")).unwrap().len(), big.len() as u64);
+    }
+}
+
+/// cp -a, tar and cat through the library copy a tree into the buffer and back out exactly;
+/// what another node's mount wrote is what the library reads (close-to-open both ways).
+#[test]
+fn coreutils_and_tar_copy_a_tree_in_and_out_exactly() {
+    let inst = Instance::up_on("preload-tree", "127.0.9", 11, 2, &["--capacity", "1G"]);
+    let (a, b) = (inst.mount("a", "127.0.9.11"), inst.mount("b", "127.0.9.15"));
+    let work = scratch("preload-tree");
+    let source = work.join("src");
+    for (i, dir) in ["", "d1", "d1/d2", "d3"].iter().enumerate() {
+        std::fs::create_dir_all(source.join(dir)).unwrap();
+        for (j, len) in [0usize, 1, 4095, 70_000, 2 << 20].iter().enumerate() {
+            std::fs::write(source.join(dir).join(format!("file{j}")), surge_tests::pattern((i * 10 + j) as u64, *len)).unwrap();
+        }
+    }
+    std::os::unix::fs::symlink("d1/file2", source.join("link")).unwrap();
+    let report = work.join("report");
+    let script = r#"set -e
+        LD_PRELOAD=$PRELOAD cp -a "$SRC/." "$MNT/tree"
+        LD_PRELOAD=$PRELOAD tar -C "$MNT/tree" -cf "$WORK/tree.tar" .
+        mkdir "$WORK/untarred" && tar -C "$WORK/untarred" -xf "$WORK/tree.tar"
+        LD_PRELOAD=$PRELOAD cp -a "$MNT/tree" "$WORK/back"
+        LD_PRELOAD=$PRELOAD cat "$MNT/tree/d1/d2/file3" > "$WORK/cat.out"
+        LD_PRELOAD=$PRELOAD dd if="$SRC/d3/file4" of="$MNT/dd.out" bs=64k status=none"#;
+    let mut shell = inst.shell_on("127.0.9.11", script);
+    shell.env("PRELOAD", binary("libsurge_preload.so")).env("SURGE_PRELOAD_REPORT", &report);
+    shell.env("SRC", &source).env("MNT", &a.dir).env("WORK", &*work);
+    succeeded(shell.output().unwrap(), "copies through the library");
+    let total = report_total(&report);
+    // 58 opens, 16 writes (of 16 files not empty) and hundreds of reads when written.
+    assert!(total["open"] >= 40 && total["write"] >= 16 && total["read"] >= 20, "{total:?}");
+
+    let diff = |x: &Path, y: &Path| {
+        let out = Command::new("diff").arg("-r").arg("--no-dereference").arg(x).arg(y).output().unwrap();
+        assert!(out.status.success(), "{} and {} differ: {}", x.display(), y.display(), text(&out));
+    };
+    diff(&source, &work.join("untarred"));
+    diff(&source, &work.join("back"));
+    diff(&source, &b.path("tree"));
+    assert_eq!(std::fs::read(work.join("cat.out")).unwrap(), std::fs::read(source.join("d1/d2/file3")).unwrap());
+    assert_eq!(std::fs::read(b.path("dd.out")).unwrap(), std::fs::read(source.join("d3/file4")).unwrap());
+    // cp -a kept modes and times (set through the mount after the library's writes).
+    use std::os::unix::fs::MetadataExt;
+    for name in ["file1", "d1/file4", "d1/d2/file0"] {
+        let (src, copy) = (std::fs::metadata(source.join(name)).unwrap(), std::fs::metadata(b.path(&format!("tree/{name}"))).unwrap());
+        assert_eq!((src.mode(), src.mtime(), src.mtime_nsec()), (copy.mode(), copy.mtime(), copy.mtime_nsec()), "{name}");
+    }
+
+    // Written on node b through its mount, closed: the library on node a reads it all.
+    for round in 0..5u64 {
+        let bytes = surge_tests::pattern(round, 100_000 * round as usize + 7);
+        std::fs::write(b.path("shared"), &bytes).unwrap();
+        let mut cat = inst.shell_on("127.0.9.11", "LD_PRELOAD=$PRELOAD cat \"$MNT/shared\"");
+        cat.env("PRELOAD", binary("libsurge_preload.so")).env("MNT", &a.dir);
+        let out = cat.output().unwrap();
+        assert!(out.status.success() && out.stdout == bytes, "round {round}: the library read another node's file wrong");
+    }
+}
+
+/// For a user who does not own a file or directory, the library decides nothing: the
+/// kernel's checks (through the mount) answer, so a read of another's private file, a
+/// create in another's directory and a write to one's own read-only file are refused as
+/// without the library; what the owner's bits allow is served in-process.
+#[test]
+fn permissions_are_the_kernels_for_anyone_but_the_owner() {
+    use std::os::unix::fs::PermissionsExt;
+    let inst = Instance::up_on("preload-perm", "127.0.9", 21, 2, &["--capacity", "256M"]);
+    let m = inst.mount("a", "127.0.9.21");
+    let work = scratch("preload-perm");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::set_permissions(&*work, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let home = inst.home_for(&work, 65534, 65534);
+    std::fs::set_permissions(&m.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(m.path("private"), b"root's").unwrap();
+    std::fs::set_permissions(m.path("private"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::create_dir(m.path("theirs")).unwrap();
+    std::os::unix::fs::chown(m.path("theirs"), Some(65534), Some(65534)).unwrap();
+    let report = work.join("report");
+    let as_nobody = |script: &str| {
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "bash", "-c", script])
+            .env("LD_PRELOAD", binary("libsurge_preload.so"))
+            .env("SURGE_PRELOAD_REPORT", &report)
+            .env("SURGE_HOME", &home)
+            .env("SURGE_NODE", "127.0.9.21")
+            .env("MNT", &m.dir)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(&report);
+        out
+    };
+    let refused = |script: &str| {
+        let out = as_nobody(script);
+        assert!(!out.status.success() && text(&out).contains("Permission denied"), "`{script}` as nobody: {}", text(&out));
+    };
+    refused("cat \"$MNT/private\"");
+    refused("echo x > \"$MNT/new\"");
+    refused("echo x > \"$MNT/private\"");
+    let out = as_nobody("echo mine > \"$MNT/theirs/mine\" && chmod 400 \"$MNT/theirs/mine\" && cat \"$MNT/theirs/mine\"");
+    assert_eq!(succeeded(out, "nobody's own file"), "mine\n");
+    refused("echo more >> \"$MNT/theirs/mine\"");
+    assert_eq!(std::fs::read(m.path("theirs/mine")).unwrap(), b"mine\n");
+    assert!(!m.path("new").exists());
+
+    // What nobody may do as owner went through the library. (Not by a shell's redirection:
+    // a description duplicated onto standard output is the kernel's, see docs/preload.md.)
+    std::fs::write(work.join("source"), b"served\n").unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "cp"])
+        .arg(work.join("source"))
+        .arg(m.path("theirs/served"))
+        .env("LD_PRELOAD", binary("libsurge_preload.so"))
+        .env("SURGE_PRELOAD_REPORT", &report)
+        .env("SURGE_HOME", &home)
+        .env("SURGE_NODE", "127.0.9.21")
+        .output()
+        .unwrap();
+    succeeded(out, "a copy into nobody's own directory");
+    let total = report_total(&report);
+    assert!(total["open"] >= 1 && total["write"] >= 1, "{total:?}");
+    assert_eq!(std::fs::read(m.path("theirs/served")).unwrap(), b"served\n");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(m.path("theirs/served")).unwrap().uid(), 65534);
+}
