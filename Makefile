@@ -8,7 +8,8 @@ build:
 	$(CARGO) build --release --workspace
 
 # Puts `surge` and what it launches (surge-server, surge-fuse, found beside it) on PATH, and
-# libsurge and libdatawarp (DataWarp's C API) with their headers where C programs find them.
+# libsurge and libdatawarp (DataWarp's C API) with their headers where C programs find them,
+# and the interception library `surge run` preloads (found in ../lib from `surge`).
 # `make install PREFIX=~/.local` for one user; the FUSE mount then needs /dev/fuse and
 # fusermount3 (package fuse3).
 # mount(8) runs `mount.fuse.surge` from /sbin for `mount -t fuse.surge` and /etc/fstab lines
@@ -22,7 +23,7 @@ install: build
 		target/release/surge-manager target/release/surge-agent $(PREFIX)/bin/
 	ln -sf surge $(PREFIX)/bin/dw_wlm_cli
 	ln -sf surge $(PREFIX)/bin/dwstat
-	install -m 755 target/release/libsurge.so target/release/libdatawarp.so $(PREFIX)/lib/
+	install -m 755 target/release/libsurge.so target/release/libdatawarp.so target/release/libsurge_preload.so $(PREFIX)/lib/
 	install -m 644 crates/surge-capi/include/surge.h crates/surge-datawarp/include/datawarp.h $(PREFIX)/include/
 
 venv:

@@ -79,7 +79,7 @@ fn posix_calls_served_in_process_are_what_the_mounts_of_two_nodes_see() {
 }
 
 /// cp -a, tar and cat through the library copy a tree into the buffer and back out exactly;
-/// what another node's mount wrote is what the library reads (close-to-open both ways).
+/// what another node's mount wrote is what the library (under `surge run`) reads.
 #[test]
 fn coreutils_and_tar_copy_a_tree_in_and_out_exactly() {
     let inst = Instance::up_on("preload-tree", "127.0.9", 11, 2, &["--capacity", "1G"]);
@@ -129,10 +129,12 @@ fn coreutils_and_tar_copy_a_tree_in_and_out_exactly() {
     for round in 0..5u64 {
         let bytes = surge_tests::pattern(round, 100_000 * round as usize + 7);
         std::fs::write(b.path("shared"), &bytes).unwrap();
-        let mut cat = inst.shell_on("127.0.9.11", "LD_PRELOAD=$PRELOAD cat \"$MNT/shared\"");
-        cat.env("PRELOAD", binary("libsurge_preload.so")).env("MNT", &a.dir);
+        let _ = std::fs::remove_file(&report);
+        let mut cat = inst.shell_on("127.0.9.11", "$SURGE run --report \"$REPORT\" -- cat \"$MNT/shared\"");
+        cat.env("MNT", &a.dir).env("REPORT", &report);
         let out = cat.output().unwrap();
         assert!(out.status.success() && out.stdout == bytes, "round {round}: the library read another node's file wrong");
+        assert_eq!(report_total(&report)["open"], 1, "`surge run` loaded the library");
     }
 }
 

@@ -18,6 +18,7 @@ mod instance;
 mod mount;
 mod output;
 mod reservation;
+mod run;
 mod stage;
 mod table;
 mod workflow;
@@ -404,6 +405,19 @@ enum Command {
     /// Consumer groups: hand each file published in a directory to one consumer of a group.
     #[command(subcommand)]
     Queue(QueueCommand),
+    /// Run an unmodified program with Surge's interception library loaded (LD_PRELOAD): its
+    /// file calls on Surge mounts are served inside the process by the native client instead
+    /// of through the kernel's FUSE mount; everything else (and what the library cannot
+    /// serve) goes to the kernel as usual. See docs/preload.md
+    Run {
+        /// Append one line per process to this file at exit: what the library served and
+        /// what it handed to the kernel
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// The program and its arguments (after `--`)
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Show a path's attributes.
     Stat {
         /// A path inside the instance.
@@ -670,6 +684,7 @@ async fn run(command: Command) -> Result<ExitCode> {
             let args = workflow::WatchArgs { shown: &dir, inner: &inner, pattern: pattern.as_deref(), from, json, count, timeout };
             workflow::watch(&client, args).await?
         }
+        Command::Run { report, command } => run::run(&command, report.as_deref())?,
         Command::Stat { path, json, target } => files::stat(&target.client()?, &path, json).await?,
         Command::Bb(command) => bb::run(command).await?,
         Command::Reservation(command) => reservation::run(command).await?,

@@ -41,9 +41,13 @@ pub(crate) fn line() -> String {
     format!("surge-preload pid={} {}\n", std::process::id(), counts.join(" "))
 }
 
-/// Appends the line to `SURGE_PRELOAD_REPORT`, if set.
+/// Appends the line to `SURGE_PRELOAD_REPORT`, if set and the library did anything in this
+/// process (a shell's or a launcher's helper processes that touched no Surge file say nothing).
 pub(crate) fn write_if_asked() {
     let Some(path) = std::env::var_os("SURGE_PRELOAD_REPORT") else { return };
+    if COUNTS.iter().all(|n| n.load(Ordering::Relaxed) == 0) {
+        return;
+    }
     use std::io::Write;
     if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
         let _ = file.write_all(line().as_bytes());
