@@ -203,3 +203,28 @@ fn permissions_are_the_kernels_for_anyone_but_the_owner() {
     use std::os::unix::fs::MetadataExt;
     assert_eq!(std::fs::metadata(m.path("theirs/served")).unwrap().uid(), 65534);
 }
+
+/// `surge-fsx` with its first mount served by the library (node a) and its second by the
+/// kernel through another node's mount: generic/127's six mixes (mmap, fallocate, punch hole
+/// and copy_file_range among their operations, handed to the kernel or copied in-process),
+/// each close checked through the other side. SURGE_FSX_OPS sets the operations per mix.
+#[test]
+fn fsx_mixes_agree_between_the_library_on_one_node_and_the_mount_of_another() {
+    const MIXES: [&str; 6] = ["lite-nommap", "lite-mmap", "std-nommap", "std-mmap", "std-nommap-flush", "std-mmap-flush"];
+    let ops = surge_tests::env_number("SURGE_FSX_OPS", 400).to_string();
+    let inst = Instance::up_on("preload-fsx", "127.0.9", 31, 4, &["--capacity", "1G"]);
+    let (a, b) = (inst.mount("a", "127.0.9.31"), inst.mount("b", "127.0.9.35"));
+    let work = scratch("preload-fsx");
+    std::fs::create_dir_all(&work).unwrap();
+    let report = work.join("report");
+    for mix in MIXES {
+        let mut fsx = inst.shell_on("127.0.9.31", "exec \"$@\"");
+        fsx.arg("fsx").arg(env!("CARGO_BIN_EXE_surge-fsx"));
+        fsx.arg("--a").arg(&a.dir).arg("--b").arg(&b.dir).args(["--mix", mix, "--ops", &ops, "--name", mix, "--save-dir"]).arg(&*work);
+        fsx.env("SURGE_PRELOAD_MOUNTS", &a.dir);
+        succeeded(preloaded(fsx, &report).output().unwrap(), &format!("surge-fsx --mix {mix} --ops {ops}"));
+    }
+    let total = report_total(&report);
+    assert!(total["read"] > 0 && total["write"] > 0 && total["open"] >= 6, "the library served none of fsx's calls: {total:?}");
+    assert!(total["handed-to-kernel"] > 0, "mmap and fallocate go to the kernel: {total:?}");
+}

@@ -42,6 +42,17 @@ impl Mounts {
         self.mounts.iter().find(|m| m.dev == dev)
     }
 
+    /// Only the mounts at the points listed (colon-separated, as the mount table writes them:
+    /// `SURGE_PRELOAD_MOUNTS`, for a program that should use the library on some mounts and
+    /// the kernel on others); all of them for None.
+    pub fn only(mut self, points: Option<&std::ffi::OsStr>) -> Mounts {
+        if let Some(points) = points {
+            let listed: Vec<PathBuf> = std::env::split_paths(points).collect();
+            self.mounts.retain(|m| listed.contains(&m.point));
+        }
+        self
+    }
+
     pub fn is_empty(&self) -> bool {
         self.mounts.is_empty()
     }
@@ -114,5 +125,13 @@ bad line without a separator
         assert!(!mounts.may_hold(Path::new("/mnt/bbx/out")), "a namesake prefix");
         assert!(!mounts.may_hold(Path::new("/home/user/out")));
         assert!(Mounts::parse("").is_empty());
+    }
+
+    #[test]
+    fn a_list_of_points_keeps_only_those_mounts() {
+        let only = Mounts::parse(TABLE).only(Some(std::ffi::OsStr::new("/mnt/bound:/nowhere")));
+        assert_eq!(only.mounts.len(), 1);
+        assert_eq!(only.mounts[0].point, Path::new("/mnt/bound"));
+        assert_eq!(Mounts::parse(TABLE).only(None).mounts.len(), 3);
     }
 }
