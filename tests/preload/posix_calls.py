@@ -140,6 +140,22 @@ assert pathlib.Path(at("link")).read_bytes() == b"hello\0\0\0"
 raises(OSError, os.open, at("link"), os.O_RDONLY | os.O_NOFOLLOW)  # ELOOP
 assert os.lstat(at("link")).st_size == 1 and os.stat(at("link")).st_size == 8
 
+# Directories made and removed, names removed, with the kernel's errors.
+os.mkdir(at("made"), 0o750)
+assert os.stat(at("made")).st_mode & 0o777 == 0o750 & ~os.umask(0o022)
+for i in range(20):
+    os.close(os.open(at(f"made/{i}"), os.O_CREAT | os.O_WRONLY, 0o644))
+assert len(os.listdir(at("made"))) == 20, "the mount lists what the library made"
+raises(OSError, os.rmdir, at("made"))  # ENOTEMPTY
+raises(IsADirectoryError, os.unlink, at("made"))
+raises(FileExistsError, os.mkdir, at("made"))
+for i in range(20):
+    os.unlink(at(f"made/{i}"))
+raises(FileNotFoundError, os.unlink, at("made/0"))
+assert os.listdir(at("made")) == []
+os.rmdir(at("made"))
+assert not os.path.exists(at("made"))
+
 # The standard library's copies (sendfile and read/write) and pathlib.
 shutil.copyfile(at("big"), at("big.copy"))
 assert pathlib.Path(at("big.copy")).read_bytes() == big

@@ -58,7 +58,7 @@ fn posix_calls_served_in_process_are_what_the_mounts_of_two_nodes_see() {
     let pid = succeeded(preloaded(python, &report).output().unwrap(), "posix_calls.py");
 
     let served = report_of(&report, pid.trim());
-    for call in ["open", "read", "write", "stat", "seek", "truncate", "sync", "dup", "close"] {
+    for call in ["open", "read", "write", "stat", "seek", "truncate", "sync", "dup", "close", "mkdir", "unlink", "rmdir"] {
         assert!(served[call] > 0, "the library served no {call}: {served:?}");
     }
     assert!(served["open"] >= 10, "{served:?}");
@@ -177,11 +177,15 @@ fn permissions_are_the_kernels_for_anyone_but_the_owner() {
     refused("cat \"$MNT/private\"");
     refused("echo x > \"$MNT/new\"");
     refused("echo x > \"$MNT/private\"");
+    refused("rm -f \"$MNT/private\"");
+    refused("mkdir \"$MNT/newdir\"");
+    refused("rmdir \"$MNT/theirs\"");
     let out = as_nobody("echo mine > \"$MNT/theirs/mine\" && chmod 400 \"$MNT/theirs/mine\" && cat \"$MNT/theirs/mine\"");
     assert_eq!(succeeded(out, "nobody's own file"), "mine\n");
     refused("echo more >> \"$MNT/theirs/mine\"");
     assert_eq!(std::fs::read(m.path("theirs/mine")).unwrap(), b"mine\n");
-    assert!(!m.path("new").exists());
+    assert!(!m.path("new").exists() && !m.path("newdir").exists());
+    assert!(m.path("private").exists() && m.path("theirs").exists());
 
     // What nobody may do as owner went through the library. (Not by a shell's redirection:
     // a description duplicated onto standard output is the kernel's, see docs/preload.md.)

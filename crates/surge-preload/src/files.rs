@@ -269,3 +269,38 @@ pub(crate) fn sync(library: &Library, d: &Description) -> Result<(), c_int> {
 pub(crate) fn close(library: &Library, d: Arc<Description>) -> Result<(), c_int> {
     library.run(d.file.release()).map_err(errno)
 }
+
+/// Whether the process may add and remove names in `dir` by a rule decided here: as its
+/// owner, with the write and search bits, in a directory without the sticky bit (whose rules
+/// on who may remove a name are the kernel's to apply).
+fn may_change_names(dir: &libc::stat64) -> bool {
+    dir.st_mode & libc::S_ISVTX == 0 && owner_grants(dir.st_uid, dir.st_mode, WRITE | SEARCH)
+}
+
+/// unlink(2) of a name (a directory is refused EISDIR by its home, as Linux does).
+pub(crate) fn unlink(library: &Library, target: &Target) -> Answer<()> {
+    if !may_change_names(&target.dir) {
+        return Ok(None);
+    }
+    let Some(client) = library.client(&target.mount) else { return Ok(None) };
+    library.run(client.unlink_at(target.dir_ino(), &target.name)).map(Some).map_err(errno)
+}
+
+/// mkdir(2), with the process's umask (or the parent's default ACL).
+pub(crate) fn mkdir(library: &Library, target: &Target, mode: u32) -> Answer<()> {
+    if !may_change_names(&target.dir) {
+        return Ok(None);
+    }
+    let Some(client) = library.client(&target.mount) else { return Ok(None) };
+    let made = client.mkdir_at_with_umask(target.dir_ino(), &target.name, mode & 0o7777, library.umask());
+    library.run(made).map(|_| Some(())).map_err(errno)
+}
+
+/// rmdir(2) of an empty directory.
+pub(crate) fn rmdir(library: &Library, target: &Target) -> Answer<()> {
+    if !may_change_names(&target.dir) {
+        return Ok(None);
+    }
+    let Some(client) = library.client(&target.mount) else { return Ok(None) };
+    library.run(client.rmdir_at(target.dir_ino(), &target.name)).map(Some).map_err(errno)
+}

@@ -111,6 +111,11 @@ next! {
     SYNC_FILE_RANGE = c"sync_file_range": fn(c_int, off_t, off_t, c_uint) -> c_int;
     SYNCFS = c"syncfs": fn(c_int) -> c_int;
     UMASK = c"umask": fn(mode_t) -> mode_t;
+    UNLINK = c"unlink": fn(*const c_char) -> c_int;
+    UNLINKAT = c"unlinkat": fn(c_int, *const c_char, c_int) -> c_int;
+    RMDIR = c"rmdir": fn(*const c_char) -> c_int;
+    MKDIR = c"mkdir": fn(*const c_char, mode_t) -> c_int;
+    MKDIRAT = c"mkdirat": fn(c_int, *const c_char, mode_t) -> c_int;
     VFORK_AS_FORK = c"fork": fn() -> pid_t;
     EXECVE = c"execve": fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
     EXECV = c"execv": fn(*const c_char, *const *const c_char) -> c_int;

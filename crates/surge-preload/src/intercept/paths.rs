@@ -315,3 +315,74 @@ pub extern "C" fn umask(mask: mode_t) -> mode_t {
     }
     old
 }
+
+// ------------------------------------------------------------------ names
+
+/// Serves a change of the name `path` (relative to `dirfd`) by `change`, or lets the C
+/// library's definition (`kernel`) make it.
+///
+/// # Safety
+/// `path` is null or NUL-terminated.
+unsafe fn change_name(
+    call: Call,
+    dirfd: c_int,
+    path: *const c_char,
+    change: impl FnOnce(&crate::process::Library, &crate::paths::Target) -> files::Answer<()>,
+    kernel: impl FnOnce() -> c_int,
+) -> c_int {
+    // SAFETY: the caller's promise.
+    if let Some(on) = unsafe { OnPath::of(dirfd, path) } {
+        match change(on.library, &on.target) {
+            Ok(Some(())) => return answered(call, || Ok(0)),
+            Ok(None) => {}
+            Err(errno) => return answered(call, || Err::<c_int, _>(errno)),
+        }
+    }
+    kernel()
+}
+
+/// # Safety
+/// unlink(2).
+#[no_mangle]
+pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
+    // SAFETY: the same contract.
+    unsafe { change_name(Call::Unlink, libc::AT_FDCWD, path, files::unlink, || (next::UNLINK.get())(path)) }
+}
+
+/// # Safety
+/// rmdir(2).
+#[no_mangle]
+pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
+    // SAFETY: the same contract.
+    unsafe { change_name(Call::Rmdir, libc::AT_FDCWD, path, files::rmdir, || (next::RMDIR.get())(path)) }
+}
+
+/// # Safety
+/// unlinkat(2), with AT_REMOVEDIR an rmdir.
+#[no_mangle]
+pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    let kernel = || (next::UNLINKAT.get())(dirfd, path, flags);
+    if flags & !libc::AT_REMOVEDIR != 0 {
+        return kernel();
+    }
+    let (call, change): (Call, fn(&crate::process::Library, &crate::paths::Target) -> files::Answer<()>) =
+        if flags & libc::AT_REMOVEDIR != 0 { (Call::Rmdir, files::rmdir) } else { (Call::Unlink, files::unlink) };
+    // SAFETY: the same contract.
+    unsafe { change_name(call, dirfd, path, change, kernel) }
+}
+
+/// # Safety
+/// mkdir(2).
+#[no_mangle]
+pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
+    // SAFETY: the same contract.
+    unsafe { change_name(Call::Mkdir, libc::AT_FDCWD, path, |l, t| files::mkdir(l, t, mode), || (next::MKDIR.get())(path, mode)) }
+}
+
+/// # Safety
+/// mkdirat(2).
+#[no_mangle]
+pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
+    // SAFETY: the same contract.
+    unsafe { change_name(Call::Mkdir, dirfd, path, |l, t| files::mkdir(l, t, mode), || (next::MKDIRAT.get())(dirfd, path, mode)) }
+}
