@@ -318,6 +318,9 @@ pub extern "C" fn umask(mask: mode_t) -> mode_t {
 
 // ------------------------------------------------------------------ names
 
+/// A change of one name that the library may serve.
+type NameChange = fn(&crate::process::Library, &crate::paths::Target) -> files::Answer<()>;
+
 /// Serves a change of the name `path` (relative to `dirfd`) by `change`, or lets the C
 /// library's definition (`kernel`) make it.
 ///
@@ -365,7 +368,7 @@ pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_in
     if flags & !libc::AT_REMOVEDIR != 0 {
         return kernel();
     }
-    let (call, change): (Call, fn(&crate::process::Library, &crate::paths::Target) -> files::Answer<()>) =
+    let (call, change): (Call, NameChange) =
         if flags & libc::AT_REMOVEDIR != 0 { (Call::Rmdir, files::rmdir) } else { (Call::Unlink, files::unlink) };
     // SAFETY: the same contract.
     unsafe { change_name(call, dirfd, path, change, kernel) }
