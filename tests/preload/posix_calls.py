@@ -2,6 +2,7 @@
 calls the library serves (and the ones it hands to the kernel) and checks each result as POSIX
 and Linux define it. `tests/suite/preload.rs` then checks the same files through the mount
 and on another node. Usage: posix_calls.py DIR COPY_DIR (COPY_DIR: off the mount)."""
+import ctypes
 import fcntl
 import mmap
 import os
@@ -41,6 +42,29 @@ assert os.read(fd, 100) == b"hello world"
 assert os.pwrite(fd, b"W", 6) == 1
 assert os.lseek(fd, 0, os.SEEK_CUR) == 11, "pwrite leaves the offset"
 raises(FileExistsError, os.open, at("f"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+
+# What the library changed, the kernel (the mount of this node, asked past the library by a
+# raw system call) reports at once after the call returns, though it held the old size.
+libc = ctypes.CDLL(None, use_errno=True)
+SYS_NEWFSTATAT = {"x86_64": 262, "aarch64": 79}[os.uname().machine]
+
+
+def kernel_size(path):
+    buf = ctypes.create_string_buffer(256)
+    assert libc.syscall(SYS_NEWFSTATAT, -100, path.encode(), buf, 0) == 0, os.strerror(ctypes.get_errno())
+    return int.from_bytes(buf.raw[48:56], "little", signed=True)  # st_size on both ABIs
+
+
+os.close(os.open(at("sizes"), os.O_CREAT | os.O_WRONLY, 0o644))
+assert kernel_size(at("sizes")) == 0
+for n in range(1, 200):
+    sized = os.open(at("sizes"), os.O_WRONLY | os.O_TRUNC)
+    os.write(sized, b"s" * n)
+    os.close(sized)
+    assert kernel_size(at("sizes")) == n, f"the kernel says {kernel_size(at('sizes'))} after a close at {n}"
+    os.truncate(at("sizes"), n // 2) if n % 7 == 0 else None
+    assert n % 7 != 0 or kernel_size(at("sizes")) == n // 2
+os.unlink(at("sizes"))
 
 # A second description sees the first's writes; dup shares an offset, dup2 lands on a number.
 fd2 = os.open(at("f"), os.O_RDONLY)

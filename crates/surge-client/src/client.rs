@@ -16,7 +16,7 @@ use surge_proto::placement::{DirLayout, Layout};
 use surge_proto::{Call, ErrorCode, Request, ServerStats};
 use tokio::sync::Mutex as AsyncMutex;
 
-use crate::conn::{Answer, Connection, Pending, Watcher};
+use crate::conn::{Answer, Connection, Dial, Pending, Watcher};
 use crate::descriptor::{InstanceDescriptor, Mode};
 use crate::error::{Error, Result};
 use crate::local;
@@ -310,9 +310,10 @@ impl Client {
             }
         }
         let opts = &self.inner.opts;
+        let dial = Dial { source: opts.node, timeout: opts.timeout, await_watchers: opts.await_watchers };
         let open = |addr, share| {
             let watcher = self.inner.watcher.get().map(|w| (w.clone(), server));
-            Connection::open(addr, opts.node, &self.inner.secret, self.inner.session, opts.timeout, watcher, share)
+            Connection::open(addr, dial, &self.inner.secret, self.inner.session, watcher, share)
         };
         use std::sync::atomic::Ordering;
         let conn = match slot.standby {
@@ -349,8 +350,8 @@ impl Client {
 
     /// Whether the server at `addr` takes a connection within [`FAILOVER_POLL`].
     async fn answers(&self, addr: SocketAddr) -> bool {
-        let opts = &self.inner.opts;
-        Connection::open(addr, opts.node, &self.inner.secret, self.inner.session, FAILOVER_POLL, None, None).await.is_ok()
+        let dial = Dial { source: self.inner.opts.node, timeout: FAILOVER_POLL, await_watchers: false };
+        Connection::open(addr, dial, &self.inner.secret, self.inner.session, None, None).await.is_ok()
     }
 
     /// The live connection to `server`, if there is one and nobody is opening it right now:

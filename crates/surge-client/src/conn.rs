@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use surge_proto::admin::{Notice, NoticeSeen, Watch};
+use surge_proto::admin::{AwaitWatchers, Notice, NoticeSeen, Watch};
 use surge_proto::auth::{self, Secret};
 use surge_proto::frame::{decode_message, encode_frame};
 use surge_proto::frame_io::{read_frame, write_frame};
@@ -281,18 +281,29 @@ fn fail_all(waiters: &Waiters, server: &str, why: &str) {
     }
 }
 
+/// How a connection is made: from which address, how long the handshake may take, and what
+/// the client asks of the server beyond answering (see [`Connection::open`]).
+#[derive(Clone, Copy)]
+pub struct Dial {
+    /// The node's address to connect from (a test "node" has its own); None: the OS picks.
+    pub source: Option<IpAddr>,
+    pub timeout: Duration,
+    /// Ask that this connection's attribute changes wait for watchers' acknowledgements
+    /// ([`surge_proto::admin::AwaitWatchers`]).
+    pub await_watchers: bool,
+}
+
 impl Connection {
-    /// Connects (from `source` when given, so a test "node" has its own address), answers the
-    /// server's challenge and starts the reader, flusher and sweeper tasks.
+    /// Connects (from `dial.source` when given), answers the server's challenge and starts
+    /// the reader, flusher and sweeper tasks.
     /// With `watcher`, the connection asks the server for change notices (before it returns,
     /// so nothing it is told later can change unnoticed) and hands them to the watcher.
     /// `share`: another server's share this server took over (see [`surge_proto::mirror`]).
     pub async fn open(
         addr: SocketAddr,
-        source: Option<IpAddr>,
+        dial: Dial,
         secret: &Secret,
         session: u64,
-        timeout: Duration,
         watcher: Option<WatchedBy>,
         share: Option<u32>,
     ) -> Result<Arc<Connection>> {
@@ -300,11 +311,12 @@ impl Connection {
         let down = |what: &str, e: &dyn std::fmt::Display| Error::new(ErrorCode::ServerDown, format!("{what} {server}: {e}"));
         let connect = async {
             let socket = if addr.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() }.map_err(|e| down("socket for", &e))?;
-            if let Some(ip) = source {
+            if let Some(ip) = dial.source {
                 socket.bind(SocketAddr::new(ip, 0)).map_err(|e| down(&format!("bind {ip} to reach"), &e))?;
             }
             socket.connect(addr).await.map_err(|e| down("connect to", &e))
         };
+        let timeout = dial.timeout;
         let stream: TcpStream = tokio::time::timeout(timeout, connect)
             .await
             .map_err(|_| Error::new(ErrorCode::TimedOut, format!("connect to {server}: no answer within {timeout:?}")))??;
@@ -347,6 +359,13 @@ impl Connection {
                 match exchange::<_, ()>(&mut reader, &mut writer, &watch).await.map_err(|e| down("watch", &e))? {
                     Handshake::Answered(()) => {}
                     _ => return Err(Error::new(ErrorCode::Protocol, format!("{server} refused to send change notices"))),
+                }
+            }
+            if dial.await_watchers {
+                let asked = Request::from(AwaitWatchers);
+                match exchange::<_, ()>(&mut reader, &mut writer, &asked).await.map_err(|e| down("await-watchers", &e))? {
+                    Handshake::Answered(()) => {}
+                    _ => return Err(Error::new(ErrorCode::Protocol, format!("{server} refused to await its watchers"))),
                 }
             }
             let local = welcome.local.filter(crate::local::is_on_this_node);

@@ -32,6 +32,10 @@ pub struct ClientOptions {
     /// ([`crate::RECLAIM_FOR`] by default, `SURGE_RECLAIM_SECS`): a mount unmounted meanwhile
     /// lives on that long at most.
     pub reclaim_for: Duration,
+    /// This client's changes to attributes are answered only once every watcher that may
+    /// hold them (a mount) acknowledged their notice: for a client beside a mount of its node
+    /// whose program also asks the kernel (the interception library). Off by default.
+    pub await_watchers: bool,
 }
 
 impl Default for ClientOptions {
@@ -47,7 +51,7 @@ impl Default for ClientOptions {
             .and_then(|s| s.parse().ok())
             .map(Duration::from_secs_f64)
             .unwrap_or(crate::RECLAIM_FOR);
-        ClientOptions { node, timeout, uid, gid, local_io, reclaim_for }
+        ClientOptions { node, timeout, uid, gid, local_io, reclaim_for, await_watchers: false }
     }
 }
 

@@ -164,7 +164,11 @@ impl Library {
             .entry(mount.instance.clone())
             .or_insert_with(|| {
                 let _context = self.runtime()?.enter();
-                Client::for_instance(&mount.instance, ClientOptions::default()).ok()
+                // The program asks the kernel too (the calls the library leaves to the mount):
+                // once a change of ours is answered, the mount's kernel must not hold the old
+                // attributes any more.
+                let options = ClientOptions { await_watchers: true, ..Default::default() };
+                Client::for_instance(&mount.instance, options).ok()
             })
             .clone()
     }

@@ -199,6 +199,14 @@ pub struct TakeOver {
     pub index: u32,
 }
 
+/// From now on, a change this connection makes to attributes is answered only once every
+/// watcher that may hold them acknowledged its notice, as a change of names always is. For a
+/// client beside a mount of the same node (the interception library): once its close or
+/// truncate returns, the kernel's cache there no longer holds the old attributes, so a
+/// process asking the kernel sees the change at once.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct AwaitWatchers;
+
 service! {
     /// An administration or watch request.
     AdminRequest => Admin {
@@ -217,6 +225,7 @@ service! {
         CanReach -> bool, "can-reach";
         PurgesDue -> Vec<PurgeDue>, "purges-due";
         Purged -> (), "purged";
+        AwaitWatchers -> (), "await-watchers";
     }
 }
 

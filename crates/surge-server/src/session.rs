@@ -23,6 +23,8 @@ pub(crate) struct Session {
     pub kept: HashMap<Ino, u32>,
     /// Set once the connection asked to be told of changes (`Watch`).
     pub watcher: Option<WatcherId>,
+    /// Its changes to attributes wait for the watchers' acknowledgements (`AwaitWatchers`).
+    pub awaits_watchers: bool,
     /// Acknowledgements of the notices the current request caused, awaited before its reply.
     pub awaited: Vec<tokio::sync::oneshot::Receiver<()>>,
     /// Capacity set aside for this client's local writes, by inode (given back if it goes).
@@ -57,6 +59,7 @@ impl Session {
             opens: HashMap::new(),
             kept: HashMap::new(),
             watcher: None,
+            awaits_watchers: false,
             awaited: Vec::new(),
             reserved: HashMap::new(),
             durable: None,

@@ -11,7 +11,9 @@
 //! directory can never miss a name that another client was already told exists. Attribute
 //! notices are not waited for (a watcher's `stat` lags such a change by the notice's flight),
 //! except to a watcher that keeps the file to answer its opens itself
-//! (`Open { keep: true }`): close-to-open then holds for the opens it answers.
+//! (`Open { keep: true }`): close-to-open then holds for the opens it answers; and except
+//! when the changer asked for it (`AwaitWatchers`: the interception library, whose program
+//! also asks the kernel through the mount of its node).
 //!
 //! Bookkeeping is per server and only for what this server homes. A notified connection is
 //! forgotten for that inode's attributes until it asks for them again (its cache dropped
@@ -72,6 +74,9 @@ pub struct Effects {
     pub kept_open: Option<Ino>,
     /// Inodes that no longer exist: nothing to watch any more.
     pub gone: Vec<Ino>,
+    /// The changer asked that its attribute notices be acknowledged before it is answered
+    /// (`AwaitWatchers`), as notices to keepers and of names always are.
+    pub attrs_awaited: bool,
 }
 
 impl Effects {
@@ -205,7 +210,7 @@ impl Ledger {
             }
             if let Some(set) = attrs.get_mut(&ino) {
                 for &w in set.iter().filter(|&&w| Some(w) != by && !keepers.contains(&w)) {
-                    send(w, Notice::Attr { ino }, false);
+                    send(w, Notice::Attr { ino }, effects.attrs_awaited);
                 }
                 // The notified dropped what they had; they register again when they ask.
                 set.retain(|&w| Some(w) == by);
@@ -299,6 +304,24 @@ mod tests {
         w.unregister(a);
         assert!(!w.any());
         assert!(w.state.lock_or_recover().attrs.is_empty() && w.state.lock_or_recover().dirs.is_empty());
+    }
+
+    /// A changer that asked for it (`AwaitWatchers`) is answered only once every holder of
+    /// the attributes it changed acknowledged its notice; others are not kept waiting.
+    #[test]
+    fn a_changer_that_awaits_watchers_waits_for_the_holders_of_the_attributes() {
+        let w = Watchers::default();
+        let (holder, mut rx_holder) = w.register();
+        w.lock().apply(Some(holder), told(&[10, 11], &[]));
+        let mut awaited = w.lock().apply(None, Effects { changed_attrs: vec![10], attrs_awaited: true, ..Default::default() });
+        assert_eq!(awaited.len(), 1);
+        let (ack, notice) = rx_holder.try_recv().unwrap();
+        assert_eq!(notice, Notice::Attr { ino: 10 });
+        assert!(ack != 0 && awaited[0].try_recv().is_err(), "answered before the holder dropped it");
+        w.seen(ack);
+        assert_eq!(awaited[0].try_recv(), Ok(()));
+        assert!(w.lock().apply(None, Effects { changed_attrs: vec![11], ..Default::default() }).is_empty());
+        assert_eq!(rx_holder.try_recv().unwrap(), (0, Notice::Attr { ino: 11 }), "told, not waited for");
     }
 
     /// A connection that keeps a file open to answer its opens acknowledges every change of

@@ -96,6 +96,13 @@ impl Handle<Watch, Answer> for Session {
     }
 }
 
+impl Handle<AwaitWatchers, Answer> for Session {
+    fn handle(&mut self, _: AwaitWatchers) -> Answer {
+        self.awaits_watchers = true;
+        Answer::of::<AwaitWatchers>(Ok(()))
+    }
+}
+
 impl Handle<NoticeSeen, Answer> for Session {
     fn handle(&mut self, seen: NoticeSeen) -> Answer {
         self.server.watchers.seen(seen.ack);

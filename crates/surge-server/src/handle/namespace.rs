@@ -199,7 +199,8 @@ impl Session {
             reply?
         };
         if let Some(ledger) = ledger.as_mut() {
-            let awaited = ledger.apply(self.watcher, step.effects(&reply));
+            let effects = Effects { attrs_awaited: self.awaits_watchers, ..step.effects(&reply) };
+            let awaited = ledger.apply(self.watcher, effects);
             self.awaited.extend(awaited);
         }
         Ok(reply)
