@@ -9,8 +9,8 @@ use surge_proto::data::{PurgeData, TruncateData};
 use surge_proto::ino::{self, Ino};
 use surge_proto::namespace::{
     AddLink, Commit, Create, DropInode, DropLink, Exchange, GetAttr, InsertEntry, IssueTicket, Lookup, MakeDir, MakeDirInode, MakeNode,
-    Open, Readdir, Readlink, RemoveEntry, Rename, RenameFinish, RenamePrepare, RetireDir, Rmdir, SetAttr, SetParent, SwapEntry, Symlink,
-    Unlink, UnretireDir,
+    Open, OpenAt, Readdir, Readlink, RemoveEntry, Rename, RenameFinish, RenamePrepare, RetireDir, Rmdir, SetAttr, SetParent, SwapEntry,
+    Symlink, Unlink, UnretireDir,
 };
 use surge_proto::ticket::Ticket;
 use surge_proto::{check_name, Attr, AttrChanges, DirEntry, DirInheritance, DirPage, ErrorCode, FileKind, LinkOutcome, Unlinked, ROOT_INO};
@@ -48,6 +48,14 @@ fn busy_if_stale(e: Error) -> Error {
     } else {
         e
     }
+}
+
+/// What an open by name found ([`Client::open_name`]).
+pub enum OpenedName {
+    /// A regular file, opened.
+    File(File),
+    /// Something else has the name (a directory, a symbolic link, a special file): not opened.
+    Other(DirEntry),
 }
 
 impl Client {
@@ -174,6 +182,18 @@ impl Client {
                 let _ = self.call_home(attr.ino, Commit { ino: attr.ino, size: None, mtime: None, release: true, wrote: false }).await;
                 Err(e)
             }
+        }
+    }
+
+    /// Opens `parent/name` if it is a regular file: one round trip when the file is homed
+    /// with its directory (as a file made there is), two otherwise. Anything else with the
+    /// name is answered as its entry, not opened.
+    pub async fn open_name(&self, parent: Ino, name: &str) -> Result<OpenedName> {
+        let entry = self.call_home(parent, OpenAt { parent, name: name.to_string() }).await?;
+        match (entry.kind, entry.attr) {
+            (FileKind::File, Some(attr)) => self.file_with_ticket(attr).await.map(OpenedName::File),
+            (FileKind::File, None) => self.open_ino(entry.ino).await.map(OpenedName::File),
+            (_, attr) => Ok(OpenedName::Other(DirEntry { attr, ..entry })),
         }
     }
 

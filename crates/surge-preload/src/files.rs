@@ -18,6 +18,7 @@ use std::ffi::c_int;
 use std::sync::atomic::AtomicI32;
 use std::sync::{Arc, Mutex};
 
+use surge_client::namespace::OpenedName;
 use surge_client::surge_proto::{Attr, ErrorCode, FileKind};
 use surge_client::{Client, File};
 
@@ -59,28 +60,26 @@ pub(crate) fn open(library: &Library, target: &Target, flags: c_int, mode: u32) 
         if !owner_grants(dir.st_uid, dir.st_mode, SEARCH) {
             return Ok(None);
         }
-        let attr = match library.run(client.lookup(target.dir_ino(), &target.name)) {
-            Ok(attr) => attr,
-            Err(e) => return Err(errno(e)),
-        };
-        match attr.kind {
-            FileKind::File => {}
-            FileKind::Symlink if flags & libc::O_NOFOLLOW != 0 => return Err(libc::ELOOP),
-            FileKind::Dir if writable => return Err(libc::EISDIR),
-            _ => return Ok(None),
+        match library.run(client.open_name(target.dir_ino(), &target.name)).map_err(errno)? {
+            OpenedName::File(file) => file,
+            OpenedName::Other(entry) => {
+                return match entry.kind {
+                    FileKind::Symlink if flags & libc::O_NOFOLLOW != 0 => Err(libc::ELOOP),
+                    FileKind::Dir if writable => Err(libc::EISDIR),
+                    _ => Ok(None),
+                }
+            }
         }
-        if !may_open(&attr, access) {
-            return Ok(None);
-        }
-        // Its writes through other descriptions here are published first: a new
-        // description sees the size they reached.
-        publish_own(library, attr.ino)?;
-        library.run(client.open_ino(attr.ino)).map_err(errno)?
     };
-    // The existing file a non-exclusive create opened is checked as any open.
+    // Checked once open (the open answered the attributes): what the owner's bits do not
+    // grant is the kernel's to decide.
     if !may_open(file.attr_at_open(), access) {
         let _ = library.run(file.close());
         return Ok(None);
+    }
+    // What other descriptions here wrote, this one reads to (see `read`).
+    for other in descriptors::of_ino(file.ino()) {
+        file.note_size(other.file.written_through());
     }
     let prepared = library.run(async {
         if flags & libc::O_TRUNC != 0 && file.size() > 0 {
@@ -139,16 +138,6 @@ fn may_open(attr: &Attr, access: c_int) -> bool {
     // A write or truncate clears set-id bits by rules that are the kernel's to apply.
     let set_id_written = access != libc::O_RDONLY && attr.mode & SET_ID != 0;
     attr.kind == FileKind::File && !set_id_written && owner_grants(attr.uid, attr.mode, want)
-}
-
-/// Waits for, and publishes, what other descriptions of `ino` here wrote.
-fn publish_own(library: &Library, ino: u64) -> Result<(), c_int> {
-    for d in descriptors::of_ino(ino) {
-        if d.file.unpublished_end().is_some() {
-            library.run(d.file.flush()).map_err(errno)?;
-        }
-    }
-    Ok(())
 }
 
 /// Reads into `buf` at `at`, or at the description's offset (which then moves).

@@ -264,6 +264,17 @@ pub struct Readdir {
     pub watch_attrs: bool,
 }
 
+/// Looks `parent/name` up and, when it is a regular file homed here (as files are, with their
+/// directory), registers an open handle of it in the same step: an open by name in one round
+/// trip. Answers the entry; its `attr` is the opened file's attributes only for a regular
+/// file (kind `File`, `attr` present); a file homed elsewhere (`attr` absent) is opened there
+/// by number, and anything else (a directory, a symbolic link) is not opened.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct OpenAt {
+    pub parent: Ino,
+    pub name: String,
+}
+
 /// Registers an open handle of a file homed here and answers its current attributes.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Open {
@@ -539,6 +550,7 @@ service! {
         Reclaim -> u64, "reclaim";
         Renew -> Vec<Ino>, "renew";
         ReleaseKept -> InodeFate, "release-kept";
+        OpenAt -> DirEntry, "open-at";
     }
 }
 

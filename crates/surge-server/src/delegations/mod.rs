@@ -371,6 +371,7 @@ pub(crate) fn named(request: &NamespaceRequest) -> Vec<Ino> {
     use NamespaceRequest as R;
     match request {
         R::Lookup(s) => vec![s.parent],
+        R::OpenAt(s) => vec![s.parent],
         R::GetAttr(s) => vec![s.ino],
         R::SetAttr(s) => vec![s.ino],
         R::Create(s) => vec![s.parent],

@@ -801,6 +801,29 @@ impl Step for Open {
     }
 }
 
+impl Step for OpenAt {
+    fn run(&self, cx: &mut StepContext) -> Result<DirEntry> {
+        cx.check(self.parent, EXEC, "lookup")?;
+        let mut entry = cx.meta.lookup(self.parent, &self.name)?;
+        if entry.kind == surge_proto::FileKind::File && entry.attr.is_some() {
+            if let Some(caller) = cx.caller {
+                caller.check_open(cx.meta.perms(entry.ino)?)?;
+            }
+            entry.attr = Some(cx.meta.open(entry.ino)?);
+            opened(cx, entry.ino);
+        }
+        Ok(entry)
+    }
+
+    fn effects(&self, entry: &DirEntry) -> Effects {
+        let mut fx = Effects { told_dirs: vec![self.parent], ..Default::default() };
+        if entry.attr.is_some() {
+            fx.told_attrs.push(entry.ino);
+        }
+        fx
+    }
+}
+
 impl Step for ReleaseKept {
     /// Only what this connection kept is let go (as `Commit` releases only its own handles).
     fn run(&self, cx: &mut StepContext) -> Result<surge_proto::InodeFate> {
