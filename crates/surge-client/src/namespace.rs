@@ -53,7 +53,7 @@ fn busy_if_stale(e: Error) -> Error {
 /// What an open by name found ([`Client::open_name`]).
 pub enum OpenedName {
     /// A regular file, opened.
-    File(File),
+    File(Box<File>),
     /// Something else has the name (a directory, a symbolic link, a special file): not opened.
     Other(DirEntry),
 }
@@ -191,8 +191,8 @@ impl Client {
     pub async fn open_name(&self, parent: Ino, name: &str) -> Result<OpenedName> {
         let entry = self.call_home(parent, OpenAt { parent, name: name.to_string() }).await?;
         match (entry.kind, entry.attr) {
-            (FileKind::File, Some(attr)) => self.file_with_ticket(attr).await.map(OpenedName::File),
-            (FileKind::File, None) => self.open_ino(entry.ino).await.map(OpenedName::File),
+            (FileKind::File, Some(attr)) => self.file_with_ticket(attr).await.map(|f| OpenedName::File(Box::new(f))),
+            (FileKind::File, None) => self.open_ino(entry.ino).await.map(|f| OpenedName::File(Box::new(f))),
             (_, attr) => Ok(OpenedName::Other(DirEntry { attr, ..entry })),
         }
     }

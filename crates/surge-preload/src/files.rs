@@ -61,7 +61,7 @@ pub(crate) fn open(library: &Library, target: &Target, flags: c_int, mode: u32) 
             return Ok(None);
         }
         match library.run(client.open_name(target.dir_ino(), &target.name)).map_err(errno)? {
-            OpenedName::File(file) => file,
+            OpenedName::File(file) => *file,
             OpenedName::Other(entry) => {
                 return match entry.kind {
                     FileKind::Symlink if flags & libc::O_NOFOLLOW != 0 => Err(libc::ELOOP),
