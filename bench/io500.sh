@@ -8,7 +8,7 @@
 #                  default striped layout) mounted with `surge up --mount` (FUSE),
 #   surge+preload  the same on a fresh instance, the ranks under the interception library
 #                  (libsurge_preload.so as LD_PRELOAD: opens, reads, writes, stats, truncates
-#                  and syncs served in the process; mkdir, unlink and readdir through the mount,
+#                  and syncs, mkdir, rmdir and unlink served in the process; readdir through the mount,
 #                  docs/preload.md); the library's report (what it served, what it left to the
 #                  kernel) is totalled after the table.
 # Prints one Markdown table: each phase's score under IO500's name and unit (GiB/s or kIOPS)

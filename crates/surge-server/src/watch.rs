@@ -69,6 +69,11 @@ pub struct Effects {
     pub told_attrs: Vec<Ino>,
     pub told_dirs: Vec<Ino>,
     pub changed_attrs: Vec<Ino>,
+    /// Directories whose times and link count a change of their names moved: noticed as
+    /// attributes, never waited for (not even by an `AwaitWatchers` changer: what it asks
+    /// to be exact at once is the files it changes, and a directory's mtime lagging by a
+    /// notice's flight costs nobody a byte).
+    pub changed_dirs: Vec<Ino>,
     pub changed_entries: Vec<(Ino, String)>,
     /// A file the requester keeps to answer its opens itself (see [`Ledger::kept`]).
     pub kept_open: Option<Ino>,
@@ -84,14 +89,14 @@ impl Effects {
     /// kernel will cache the name.
     pub(crate) fn new_name(&mut self, parent: Ino, name: &str, ino: Option<Ino>) {
         self.changed_entries.push((parent, name.to_string()));
-        self.changed_attrs.push(parent);
+        self.changed_dirs.push(parent);
         self.told_dirs.push(parent);
         self.told_attrs.extend(ino);
     }
 
     pub(crate) fn removed_name(&mut self, parent: Ino, name: &str) {
         self.changed_entries.push((parent, name.to_string()));
-        self.changed_attrs.push(parent);
+        self.changed_dirs.push(parent);
     }
 
     /// An inode lost a name; when it is homed here, its link count changed or it is gone.
@@ -190,7 +195,8 @@ impl Ledger {
             };
             let _ = outbox.send((ack, notice));
         };
-        for ino in effects.changed_attrs {
+        let awaited_attrs = effects.changed_attrs.into_iter().map(|ino| (ino, effects.attrs_awaited));
+        for (ino, attrs_awaited) in awaited_attrs.chain(effects.changed_dirs.into_iter().map(|ino| (ino, false))) {
             // A keeper answers opens from what it holds: it must have dropped it before the
             // change is answered. It keeps the file until it lets go, and answers opens again
             // only once it has opened through this server again.
@@ -210,7 +216,7 @@ impl Ledger {
             }
             if let Some(set) = attrs.get_mut(&ino) {
                 for &w in set.iter().filter(|&&w| Some(w) != by && !keepers.contains(&w)) {
-                    send(w, Notice::Attr { ino }, effects.attrs_awaited);
+                    send(w, Notice::Attr { ino }, attrs_awaited);
                 }
                 // The notified dropped what they had; they register again when they ask.
                 set.retain(|&w| Some(w) == by);
@@ -322,6 +328,12 @@ mod tests {
         assert_eq!(awaited[0].try_recv(), Ok(()));
         assert!(w.lock().apply(None, Effects { changed_attrs: vec![11], ..Default::default() }).is_empty());
         assert_eq!(rx_holder.try_recv().unwrap(), (0, Notice::Attr { ino: 11 }), "told, not waited for");
+        // A directory's times moved by a new name in it are told, never waited for.
+        w.lock().apply(Some(holder), told(&[1], &[]));
+        let mut named = Effects { attrs_awaited: true, ..Default::default() };
+        named.new_name(1, "x", None);
+        assert!(w.lock().apply(None, named).is_empty());
+        assert_eq!(rx_holder.try_recv().unwrap(), (0, Notice::Attr { ino: 1 }));
     }
 
     /// A connection that keeps a file open to answer its opens acknowledges every change of
