@@ -80,11 +80,36 @@ type Waiters = Arc<Mutex<HashMap<u64, Waiter>>>;
 /// Receives a watching client's change notices (see [`crate::Client::watch`]). Called on the
 /// connection's reader task: do little, never block.
 pub trait Watcher: Send + Sync {
-    /// Once this returns, the notice is acknowledged if the server asked (a name changed) and
-    /// the change may be answered: act on it before returning.
-    fn notice(&self, notice: Notice);
+    /// Acts on `notice`. If the server asked for an acknowledgement (the change it reports is
+    /// answered only after it), `seen` sends it when dropped: at once when this drops it, or
+    /// later from wherever it is handed on (once the kernel was told, on another thread).
+    fn notice(&self, notice: Notice, seen: Seen);
     /// The connection to server `server` broke: notices from it may have been missed.
     fn lost(&self, server: usize);
+}
+
+/// The acknowledgement a notice may owe its server: sent when dropped (nothing when the server
+/// did not ask, or the connection is gone).
+pub struct Seen {
+    ack: u64,
+    out: Option<Arc<WriteSide>>,
+}
+
+impl Seen {
+    /// An acknowledgement owed to nobody (a notice made up by a test).
+    pub fn none() -> Seen {
+        Seen { ack: 0, out: None }
+    }
+}
+
+impl Drop for Seen {
+    fn drop(&mut self) {
+        if let (Some(out), true) = (self.out.take(), self.ack != 0) {
+            // Acted on: the change it reports may now be answered.
+            let head = encode_frame(FrameKind::Request, 0, &Request::from(NoticeSeen { ack: self.ack }), 0);
+            let _ = out.push(Outgoing { head, payload: Bytes::new() });
+        }
+    }
 }
 
 /// A watcher and the index of the server a connection goes to.
@@ -530,13 +555,7 @@ async fn read_loop(
         match read_frame(&mut reader, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN).await {
             Ok(Some(frame)) if frame.header.kind == FrameKind::Notice => match (&watcher, decode_message::<Notice>(&frame.message)) {
                 (Some(((watcher, _), outgoing)), Ok(notice)) => {
-                    watcher.notice(notice);
-                    let ack = frame.header.request_id;
-                    if ack != 0 {
-                        // Acted on: the change it reports may now be answered.
-                        let head = encode_frame(FrameKind::Request, 0, &Request::from(NoticeSeen { ack }), 0);
-                        let _ = outgoing.push(Outgoing { head, payload: Bytes::new() });
-                    }
+                    watcher.notice(notice, Seen { ack: frame.header.request_id, out: Some(outgoing.clone()) });
                 }
                 (None, _) => break "a change notice on a connection that did not ask for them".to_string(),
                 (_, Err(e)) => break format!("undecodable notice: {e}"),

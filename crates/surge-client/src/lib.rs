@@ -59,7 +59,7 @@ pub mod workflow;
 pub mod xattrs;
 
 pub use client::Client;
-pub use conn::Watcher;
+pub use conn::{Seen, Watcher};
 pub use delegation::{DelegatedDir, Named, RECLAIM_FOR};
 pub use descriptor::{InstanceDescriptor, Mode};
 pub use error::{Error, Result};

@@ -18,7 +18,7 @@ use surge_server::in_process::InProcessInstance;
 struct Notices(Mutex<Vec<Notice>>);
 
 impl Watcher for Notices {
-    fn notice(&self, notice: Notice) {
+    fn notice(&self, notice: Notice, _seen: surge_client::Seen) {
         self.0.lock().unwrap().push(notice);
     }
     fn lost(&self, _server: usize) {}

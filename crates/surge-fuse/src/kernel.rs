@@ -522,9 +522,14 @@ impl KernelCache {
     /// mount does not let the kernel drop pages itself whenever it sees a new mtime, which
     /// would drop the pages this node just wrote; see the adapter's `init`.)
     pub(crate) fn changed_elsewhere(&self, ino: u64) {
+        self.changed_elsewhere_then(ino, surge_client::Seen::none());
+    }
+
+    /// [`KernelCache::changed_elsewhere`], `seen` dropped once the kernel was told.
+    pub(crate) fn changed_elsewhere_then(&self, ino: u64, seen: surge_client::Seen) {
         self.changed();
         self.forget_attr(ino);
-        self.invalidate(Invalidation::Content(ino));
+        self.invalidate(Invalidation::Content(ino, seen));
     }
 
     fn forget_attr(&self, ino: u64) {
@@ -538,8 +543,8 @@ impl KernelCache {
 /// What the kernel must drop.
 pub(crate) enum Invalidation {
     Attr(u64),
-    /// Attributes and cached pages.
-    Content(u64),
+    /// Attributes and cached pages; the notice's acknowledgement, sent once they are dropped.
+    Content(u64, surge_client::Seen),
     Entry(u64, String),
     /// An entry, and a word once it is dropped.
     EntryThen(u64, String, tokio::sync::oneshot::Sender<()>),
@@ -574,7 +579,11 @@ impl Invalidations {
                         // question (KernelCache::open_pages).
                         Invalidation::Attr(ino) => notifier.inval_inode(ino, -1, 0),
                         // Offset 0, length 0: every page too.
-                        Invalidation::Content(ino) => notifier.inval_inode(ino, 0, 0),
+                        Invalidation::Content(ino, seen) => {
+                            let dropped = notifier.inval_inode(ino, 0, 0);
+                            drop(seen);
+                            dropped
+                        }
                         Invalidation::Entry(parent, name) => notifier.inval_entry(parent, OsStr::new(&name)),
                         Invalidation::EntryThen(parent, name, done) => {
                             let dropped = notifier.inval_entry(parent, OsStr::new(&name));
@@ -590,12 +599,14 @@ impl Invalidations {
 }
 
 impl surge_client::Watcher for Invalidations {
-    fn notice(&self, notice: Notice) {
+    fn notice(&self, notice: Notice, seen: surge_client::Seen) {
         match notice {
             Notice::Attr { ino } => {
-                // Before the notice is acknowledged: no open is answered from what changed.
+                // Before the notice is acknowledged: no open is answered from what changed,
+                // and the kernel holds neither the attributes nor the pages (the
+                // acknowledgement goes once the kernel was told, from its thread).
                 self.reopens.changed(ino);
-                self.kernel.changed_elsewhere(ino);
+                self.kernel.changed_elsewhere_then(ino, seen);
             }
             Notice::Entry { parent, name } => {
                 self.kernel.changed();
