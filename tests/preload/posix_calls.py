@@ -92,6 +92,16 @@ os.close(fd)
 assert pathlib.Path(at("f")).read_bytes() == b"hello\0\0\0"
 assert os.stat(at("f")).st_mode & 0o777 == 0o640 & ~os.umask(0o022)
 
+# Times and mode set through the descriptor (cp -a, tar x) stay after the writes' close.
+fd = os.open(at("timed"), os.O_CREAT | os.O_WRONLY, 0o644)
+os.write(fd, b"timed")
+os.utime(fd, ns=(1_000_000_123, 2_000_000_456))
+os.chmod(fd, 0o600)
+os.close(fd)
+timed = os.stat(at("timed"))
+assert (timed.st_atime_ns, timed.st_mtime_ns, timed.st_mode & 0o777, timed.st_size) == (1_000_000_123, 2_000_000_456, 0o600, 5), timed
+os.unlink(at("timed"))
+
 # O_APPEND and O_TRUNC.
 with open(at("log"), "ab") as f:
     f.write(b"one\n")

@@ -19,11 +19,11 @@ use std::sync::atomic::AtomicI32;
 use std::sync::{Arc, Mutex};
 
 use surge_client::namespace::OpenedName;
-use surge_client::surge_proto::{Attr, ErrorCode, FileKind};
+use surge_client::surge_proto::{Attr, AttrChanges, ErrorCode, FileKind, Timestamp};
 use surge_client::{Client, File};
 
 use crate::descriptors::{self, Description, KEPT_STATUS};
-use crate::paths::{owner_grants, Target};
+use crate::paths::{owner_grants, owns, Target};
 use crate::process::Library;
 
 /// Served, or None: the kernel's to answer (see the module's words).
@@ -292,4 +292,30 @@ pub(crate) fn rmdir(library: &Library, target: &Target) -> Answer<()> {
     }
     let Some(client) = library.client(&target.mount) else { return Ok(None) };
     library.run(client.rmdir_at(target.dir_ino(), &target.name)).map(Some).map_err(errno)
+}
+
+/// Whether this process owns the served file, and so may set its times and (without set-id
+/// bits, whose rules on groups are the kernel's) its mode here: every other case of futimens
+/// and fchmod is the kernel's to decide.
+pub(crate) fn owner_may_change(d: &Description, mode: Option<u32>) -> bool {
+    owns(d.file.attr_at_open().uid) && mode.is_none_or(|mode| mode & SET_ID == 0)
+}
+
+/// futimens(2) on a served file (see [`owner_may_change`]). A time set after writes stays:
+/// no description's close replaces it.
+pub(crate) fn set_times(library: &Library, d: &Description, atime: Option<Timestamp>, mtime: Option<Timestamp>) -> Result<(), c_int> {
+    let ino = d.file.ino();
+    library.run(d.client.setattr(ino, AttrChanges { atime, mtime, ..Default::default() })).map_err(errno)?;
+    if mtime.is_some() {
+        for other in descriptors::of_ino(ino) {
+            other.file.times_set_explicitly();
+        }
+    }
+    Ok(())
+}
+
+/// fchmod(2) on a served file (see [`owner_may_change`]).
+pub(crate) fn set_mode(library: &Library, d: &Description, mode: u32) -> Result<(), c_int> {
+    let changes = AttrChanges { mode: Some(mode & 0o7777), ..Default::default() };
+    library.run(d.client.setattr(d.file.ino(), changes)).map(drop).map_err(errno)
 }

@@ -77,6 +77,12 @@ fn join(mut base: Vec<u8>, relative: &[u8]) -> Vec<u8> {
     base
 }
 
+/// Whether this process owns what `uid` owns (its file-system uid is its effective one).
+pub(crate) fn owns(uid: u32) -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == uid }
+}
+
 /// Whether `attr`-like ownership and mode grant `want` (rwx bits, as `4`, `2`, `1`) to this
 /// process as the owner: the only grant the library decides itself. Every other case (group,
 /// other, ACL entries, root's privileges, a denial) is the kernel's to decide: the call goes

@@ -26,6 +26,7 @@ calls! {
     Mkdir = "mkdir",
     Rmdir = "rmdir",
     Truncate = "truncate",
+    SetAttr = "setattr",
     Sync = "sync",
     Dup = "dup",
     Fcntl = "fcntl",

@@ -547,9 +547,7 @@ kernel_after_hand_over! {
     lockf => LOCKF(fd: c_int, command: c_int, len: off_t) -> c_int;
     fallocate64 => FALLOCATE(fd: c_int, mode: c_int, offset: off_t, len: off_t) -> c_int;
     fallocate => FALLOCATE(fd: c_int, mode: c_int, offset: off_t, len: off_t) -> c_int;
-    fchmod => FCHMOD(fd: c_int, mode: libc::mode_t) -> c_int;
     fchown => FCHOWN(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -> c_int;
-    futimens => FUTIMENS(fd: c_int, times: *const libc::timespec) -> c_int;
     fchdir => FCHDIR(fd: c_int) -> c_int;
     futimes => FUTIMES(fd: c_int, times: *const libc::timeval) -> c_int;
     fstatfs64 => FSTATFS(fd: c_int, buf: *mut libc::statfs64) -> c_int;
@@ -695,4 +693,42 @@ pub unsafe extern "C" fn vdprintf(fd: c_int, format: *const c_char, args: *mut c
         return -1;
     }
     (next::VDPRINTF.get())(fd, format, args)
+}
+
+/// One of futimens' two times: None for UTIME_OMIT.
+fn time_of(t: &libc::timespec) -> Result<Option<surge_client::surge_proto::Timestamp>, c_int> {
+    use surge_client::surge_proto::Timestamp;
+    match t.tv_nsec {
+        libc::UTIME_OMIT => Ok(None),
+        libc::UTIME_NOW => Ok(Some(Timestamp::now())),
+        nanos if (0..1_000_000_000).contains(&nanos) => Ok(Some(Timestamp { secs: t.tv_sec, nanos: nanos as u32 })),
+        _ => Err(libc::EINVAL),
+    }
+}
+
+/// futimens(2): served for the file's owner; anyone else's is the kernel's to decide.
+#[no_mangle]
+pub extern "C" fn futimens(fd: c_int, times: *const libc::timespec) -> c_int {
+    if let Some(served) = OnServed::of(fd).filter(|s| files::owner_may_change(&s.description, None)) {
+        let now = libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_NOW };
+        // SAFETY: futimens(2)'s contract: null, or two timespecs.
+        let (a, m) = if times.is_null() { (now, now) } else { unsafe { (*times, *times.add(1)) } };
+        return served.answer(Call::SetAttr, |library, d| files::set_times(library, d, time_of(&a)?, time_of(&m)?).map(|()| 0));
+    }
+    if !to_kernel(fd) {
+        return -1;
+    }
+    (next::FUTIMENS.get())(fd, times)
+}
+
+/// fchmod(2): served for the file's owner (no set-id bits); anything else is the kernel's.
+#[no_mangle]
+pub extern "C" fn fchmod(fd: c_int, mode: libc::mode_t) -> c_int {
+    if let Some(served) = OnServed::of(fd).filter(|s| files::owner_may_change(&s.description, Some(mode))) {
+        return served.answer(Call::SetAttr, |library, d| files::set_mode(library, d, mode).map(|()| 0));
+    }
+    if !to_kernel(fd) {
+        return -1;
+    }
+    (next::FCHMOD.get())(fd, mode)
 }
