@@ -39,7 +39,8 @@ pub(crate) fn resolve(library: &Library, dirfd: c_int, path: &CStr) -> Option<Ta
         return None;
     }
     let absolute = bytes.starts_with(b"/");
-    if absolute && !library.may_hold(std::path::Path::new(std::ffi::OsStr::from_bytes(bytes))) {
+    let mounts = library.mounts();
+    if mounts.is_empty() || absolute && !mounts.may_hold(std::path::Path::new(std::ffi::OsStr::from_bytes(bytes))) {
         return None;
     }
     let (dir, name) = match bytes.iter().rposition(|&b| b == b'/') {
@@ -57,7 +58,7 @@ pub(crate) fn resolve(library: &Library, dirfd: c_int, path: &CStr) -> Option<Ta
     if (next::FSTATAT.get())(dirfd, dir_path.as_ptr(), &mut st, 0) != 0 || st.st_mode & libc::S_IFMT != libc::S_IFDIR {
         return None;
     }
-    let mount = library.mounts().by_dev(st.st_dev)?.clone();
+    let mount = mounts.by_dev(st.st_dev)?.clone();
     let absolute = if absolute { path.to_owned() } else { CString::new(join(base_of(dirfd)?, bytes)).ok()? };
     Some(Target { mount, dir: st, name, absolute })
 }

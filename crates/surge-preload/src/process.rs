@@ -15,7 +15,7 @@ use std::cell::Cell;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use surge_client::{Client, ClientOptions};
 
@@ -66,7 +66,8 @@ pub(crate) struct Library {
 }
 
 struct MountTable {
-    mounts: Mounts,
+    /// Shared with the calls under way: a change of the table makes a new one.
+    mounts: Arc<Mounts>,
     /// /proc/self/mountinfo, kept open: it polls as changed when a mount comes or goes.
     watch: Option<std::fs::File>,
 }
@@ -138,23 +139,13 @@ impl Library {
             .as_ref()
     }
 
-    /// The current Surge mounts (re-read when the table changed).
-    pub(crate) fn mounts(&self) -> Mounts {
+    /// The current Surge mounts (re-read when the table changed: one poll of it per call).
+    pub(crate) fn mounts(&self) -> Arc<Mounts> {
         let mut table = self.mounts.lock().unwrap_or_else(|e| e.into_inner());
         if table.changed() {
             *table = MountTable::read();
         }
         table.mounts.clone()
-    }
-
-    /// Whether any Surge mount could hold an absolute path, without a system call when the
-    /// table has not changed.
-    pub(crate) fn may_hold(&self, absolute: &std::path::Path) -> bool {
-        let mut table = self.mounts.lock().unwrap_or_else(|e| e.into_inner());
-        if table.changed() {
-            *table = MountTable::read();
-        }
-        table.mounts.may_hold(absolute)
     }
 
     /// The client of `mount`'s instance, connected on first use.
@@ -187,7 +178,7 @@ impl MountTable {
         let watch = std::fs::File::open("/proc/self/mountinfo").ok().and_then(out_of_the_way);
         let text = watch.as_ref().and_then(|mut f| std::io::read_to_string(&mut f).ok()).unwrap_or_default();
         let mounts = Mounts::parse(&text).only(std::env::var_os("SURGE_PRELOAD_MOUNTS").as_deref());
-        MountTable { mounts, watch }
+        MountTable { mounts: Arc::new(mounts), watch }
     }
 
     /// The kernel marks the open table (POLLPRI) when a mount comes or goes.
