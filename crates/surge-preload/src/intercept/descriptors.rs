@@ -8,6 +8,8 @@ use std::sync::Arc;
 use libc::{off_t, size_t, ssize_t};
 
 use super::{answered, set_errno, to_kernel, Failure, OnServed};
+use surge_client::surge_proto::Attr;
+
 use crate::descriptors::{self as table, Description, KEPT_STATUS};
 use crate::files;
 use crate::next;
@@ -341,24 +343,14 @@ pub extern "C" fn posix_fadvise(fd: c_int, offset: off_t, len: off_t, advice: c_
 
 // ------------------------------------------------------------------ stat
 
-/// `fstat` of a served descriptor into `out`; None for any other descriptor.
-pub(super) fn stat_served(fd: c_int, out: *mut libc::stat64) -> Option<c_int> {
+/// A stat of a served descriptor into `out`, in the form `convert` makes (`stat`'s or
+/// `statx`'s); None for any other descriptor.
+pub(super) fn stat_served<S>(fd: c_int, out: *mut S, convert: fn(&Attr, u64, u32) -> S) -> Option<c_int> {
     let served = OnServed::of(fd)?;
     Some(served.answer(Call::Stat, |library, d| {
         let attr = files::stat(library, d)?;
-        // SAFETY: fstat(2)'s contract on `out`.
-        unsafe { out.write(crate::attrs::to_stat(&attr, d.dev, d.client.chunk_size() as u32)) };
-        Ok(0)
-    }))
-}
-
-/// `statx` of a served descriptor into `out`; None for any other descriptor.
-pub(super) fn statx_served(fd: c_int, out: *mut libc::statx) -> Option<c_int> {
-    let served = OnServed::of(fd)?;
-    Some(served.answer(Call::Stat, |library, d| {
-        let attr = files::stat(library, d)?;
-        // SAFETY: statx(2)'s contract on `out`.
-        unsafe { out.write(crate::attrs::to_statx(&attr, d.dev, d.client.chunk_size() as u32)) };
+        // SAFETY: the stat call's contract on `out`.
+        unsafe { out.write(convert(&attr, d.dev, d.client.chunk_size() as u32)) };
         Ok(0)
     }))
 }

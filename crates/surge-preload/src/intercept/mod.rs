@@ -59,6 +59,16 @@ fn answered<T: Failure>(call: Call, work: impl FnOnce() -> Result<T, c_int>) -> 
     }
 }
 
+/// What a call the library may serve comes to: the C function's result when the library served
+/// it or it failed (errno set), None when the kernel is to answer it.
+fn settled<T: Failure>(call: Call, answer: crate::files::Answer<T>) -> Option<T> {
+    match answer {
+        Ok(Some(value)) => Some(answered(call, || Ok(value))),
+        Ok(None) => None,
+        Err(errno) => Some(answered(call, || Err(errno))),
+    }
+}
+
 /// A call on a descriptor the library serves.
 struct OnServed {
     library: &'static Library,

@@ -4,13 +4,15 @@
 //! [`crate::files`]), goes to the C library's definition unchanged.
 
 use std::ffi::{c_char, c_int, c_uint};
+use std::sync::Arc;
 
 use libc::mode_t;
+use surge_client::surge_proto::Attr;
 
-use super::descriptors::{stat_served, statx_served};
-use super::{answered, OnPath};
+use super::descriptors::stat_served;
+use super::{settled, OnPath};
 use crate::attrs::{to_stat, to_statx};
-use crate::descriptors as table;
+use crate::descriptors::{self as table, Description};
 use crate::files;
 use crate::next;
 use crate::report::{self, Call};
@@ -22,16 +24,17 @@ use crate::report::{self, Call};
 unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
     // SAFETY: the caller's promise.
     if let Some(on) = unsafe { OnPath::of(dirfd, path) } {
-        match files::open(on.library, &on.target, flags, mode) {
-            Ok(Some(description)) => {
-                return answered(Call::Open, || {
-                    table::install(description.clone(), 0, flags & libc::O_CLOEXEC != 0).inspect_err(|_| {
-                        let _ = files::close(on.library, description);
-                    })
+        let numbered = files::open(on.library, &on.target, flags, mode).and_then(|opened| {
+            let number = |description: Arc<Description>| {
+                table::install(description.clone(), 0, flags & libc::O_CLOEXEC != 0).inspect_err(|_| {
+                    let _ = files::close(on.library, description);
                 })
-            }
-            Ok(None) => report::count(Call::OpenedByKernel),
-            Err(errno) => return answered(Call::Open, || Err::<c_int, _>(errno)),
+            };
+            opened.map(number).transpose()
+        });
+        match settled(Call::Open, numbered) {
+            Some(fd) => return fd,
+            None => report::count(Call::OpenedByKernel),
         }
     }
     (next::OPENAT.get())(dirfd, path, flags, mode)
@@ -124,30 +127,36 @@ fn is_empty(path: *const c_char) -> bool {
     path.is_null() || unsafe { *path == 0 }
 }
 
+/// A stat of `path` (relative to `dirfd`; with AT_EMPTY_PATH and an empty path, of `dirfd`
+/// itself) into `out`, in the form `convert` makes (`stat`'s or `statx`'s); None when the
+/// kernel is to answer.
+///
+/// # Safety
+/// `path` is null or NUL-terminated; `out` is valid for writing.
+unsafe fn stat_into<S>(dirfd: c_int, path: *const c_char, flags: c_int, out: *mut S, convert: fn(&Attr, u64, u32) -> S) -> Option<c_int> {
+    if flags & libc::AT_EMPTY_PATH != 0 && is_empty(path) {
+        return stat_served(dirfd, out, convert);
+    }
+    // SAFETY: the caller's promise.
+    let on = unsafe { OnPath::of(dirfd, path) }?;
+    let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
+    let written = files::stat_name(on.library, &on.target, follow).map(|found| {
+        found.map(|(attr, blksize)| {
+            // SAFETY: the caller's promise.
+            unsafe { out.write(convert(&attr, on.target.mount.dev, blksize)) };
+            0
+        })
+    });
+    settled(Call::Stat, written)
+}
+
 /// fstatat(2), served where it can be.
 ///
 /// # Safety
 /// `path` is null or NUL-terminated; `out` is valid for writing.
 unsafe fn stat_at(dirfd: c_int, path: *const c_char, out: *mut libc::stat64, flags: c_int) -> c_int {
-    if flags & libc::AT_EMPTY_PATH != 0 && is_empty(path) {
-        return stat_served(dirfd, out).unwrap_or_else(|| (next::FSTATAT.get())(dirfd, path, out, flags));
-    }
-    // SAFETY: the caller's promise.
-    if let Some(on) = unsafe { OnPath::of(dirfd, path) } {
-        let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
-        match files::stat_name(on.library, &on.target, follow) {
-            Ok(Some((attr, blksize))) => {
-                return answered(Call::Stat, || {
-                    // SAFETY: the caller's promise.
-                    unsafe { out.write(to_stat(&attr, on.target.mount.dev, blksize)) };
-                    Ok(0)
-                });
-            }
-            Ok(None) => {}
-            Err(errno) => return answered(Call::Stat, || Err::<c_int, _>(errno)),
-        }
-    }
-    (next::FSTATAT.get())(dirfd, path, out, flags)
+    // SAFETY: the same contract.
+    unsafe { stat_into(dirfd, path, flags, out, to_stat) }.unwrap_or_else(|| (next::FSTATAT.get())(dirfd, path, out, flags))
 }
 
 /// # Safety
@@ -285,25 +294,8 @@ pub unsafe extern "C" fn __fxstatat64(_ver: c_int, dirfd: c_int, path: *const c_
 /// statx(2).
 #[no_mangle]
 pub unsafe extern "C" fn statx(dirfd: c_int, path: *const c_char, flags: c_int, mask: c_uint, out: *mut libc::statx) -> c_int {
-    if flags & libc::AT_EMPTY_PATH != 0 && is_empty(path) {
-        return statx_served(dirfd, out).unwrap_or_else(|| (next::STATX.get())(dirfd, path, flags, mask, out));
-    }
-    // SAFETY: the caller's promise.
-    if let Some(on) = unsafe { OnPath::of(dirfd, path) } {
-        let follow = flags & libc::AT_SYMLINK_NOFOLLOW == 0;
-        match files::stat_name(on.library, &on.target, follow) {
-            Ok(Some((attr, blksize))) => {
-                return answered(Call::Stat, || {
-                    // SAFETY: the caller's promise.
-                    unsafe { out.write(to_statx(&attr, on.target.mount.dev, blksize)) };
-                    Ok(0)
-                });
-            }
-            Ok(None) => {}
-            Err(errno) => return answered(Call::Stat, || Err::<c_int, _>(errno)),
-        }
-    }
-    (next::STATX.get())(dirfd, path, flags, mask, out)
+    // SAFETY: the same contract.
+    unsafe { stat_into(dirfd, path, flags, out, to_statx) }.unwrap_or_else(|| (next::STATX.get())(dirfd, path, flags, mask, out))
 }
 
 /// umask(2): the library creates files with the process's umask, so it follows each change.
@@ -334,14 +326,9 @@ unsafe fn change_name(
     kernel: impl FnOnce() -> c_int,
 ) -> c_int {
     // SAFETY: the caller's promise.
-    if let Some(on) = unsafe { OnPath::of(dirfd, path) } {
-        match change(on.library, &on.target) {
-            Ok(Some(())) => return answered(call, || Ok(0)),
-            Ok(None) => {}
-            Err(errno) => return answered(call, || Err::<c_int, _>(errno)),
-        }
-    }
-    kernel()
+    let served =
+        unsafe { OnPath::of(dirfd, path) }.and_then(|on| settled(call, change(on.library, &on.target).map(|done| done.map(|()| 0))));
+    served.unwrap_or_else(kernel)
 }
 
 /// # Safety
