@@ -16,91 +16,43 @@ pub extern "C" fn vfork() -> pid_t {
     (next::VFORK_AS_FORK.get())()
 }
 
-/// # Safety
-/// execve(2).
-#[no_mangle]
-pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    all_to_kernel();
-    (next::EXECVE.get())(path, argv, envp)
+/// Calls that start another program or process: every served descriptor is handed to the
+/// kernel first, then the C library's definition runs with the same arguments.
+macro_rules! kernel_descriptors_first {
+    ($($(#[$doc:meta])* $name:ident => $next:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {$(
+        $(#[$doc])*
+        /// # Safety
+        /// The C function's contract.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            all_to_kernel();
+            (next::$next.get())($($arg),*)
+        }
+    )*};
 }
 
-/// # Safety
-/// execv(3).
-#[no_mangle]
-pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
-    all_to_kernel();
-    (next::EXECV.get())(path, argv)
-}
-
-/// # Safety
-/// execvp(3).
-#[no_mangle]
-pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
-    all_to_kernel();
-    (next::EXECVP.get())(file, argv)
-}
-
-/// # Safety
-/// execvpe(3).
-#[no_mangle]
-pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    all_to_kernel();
-    (next::EXECVPE.get())(file, argv, envp)
-}
-
-/// # Safety
-/// fexecve(3).
-#[no_mangle]
-pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    all_to_kernel();
-    (next::FEXECVE.get())(fd, argv, envp)
-}
-
-/// # Safety
-/// posix_spawn(3). Its file actions may duplicate any descriptor into the child: all are
-/// handed over first.
-#[no_mangle]
-pub unsafe extern "C" fn posix_spawn(
-    pid: *mut pid_t,
-    path: *const c_char,
-    actions: *const c_void,
-    attributes: *const c_void,
-    argv: *const *mut c_char,
-    envp: *const *mut c_char,
-) -> c_int {
-    all_to_kernel();
-    (next::POSIX_SPAWN.get())(pid, path, actions, attributes, argv, envp)
-}
-
-/// # Safety
-/// posix_spawnp(3).
-#[no_mangle]
-pub unsafe extern "C" fn posix_spawnp(
-    pid: *mut pid_t,
-    file: *const c_char,
-    actions: *const c_void,
-    attributes: *const c_void,
-    argv: *const *mut c_char,
-    envp: *const *mut c_char,
-) -> c_int {
-    all_to_kernel();
-    (next::POSIX_SPAWNP.get())(pid, file, actions, attributes, argv, envp)
-}
-
-/// # Safety
-/// system(3) (which spawns inside the C library, past any interposed call).
-#[no_mangle]
-pub unsafe extern "C" fn system(command: *const c_char) -> c_int {
-    all_to_kernel();
-    (next::SYSTEM.get())(command)
-}
-
-/// # Safety
-/// popen(3), as system.
-#[no_mangle]
-pub unsafe extern "C" fn popen(command: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    all_to_kernel();
-    (next::POPEN.get())(command, mode)
+kernel_descriptors_first! {
+    /// execve(2).
+    execve => EXECVE(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    /// execv(3).
+    execv => EXECV(path: *const c_char, argv: *const *const c_char) -> c_int;
+    /// execvp(3).
+    execvp => EXECVP(file: *const c_char, argv: *const *const c_char) -> c_int;
+    /// execvpe(3).
+    execvpe => EXECVPE(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    /// fexecve(3).
+    fexecve => FEXECVE(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int;
+    /// posix_spawn(3). Its file actions may duplicate any descriptor into the child: all are
+    /// handed over, not only those without close-on-exec.
+    posix_spawn => POSIX_SPAWN(pid: *mut pid_t, path: *const c_char, actions: *const c_void, attributes: *const c_void,
+        argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
+    /// posix_spawnp(3), as posix_spawn.
+    posix_spawnp => POSIX_SPAWNP(pid: *mut pid_t, file: *const c_char, actions: *const c_void, attributes: *const c_void,
+        argv: *const *mut c_char, envp: *const *mut c_char) -> c_int;
+    /// system(3) (which spawns inside the C library, past any interposed call).
+    system => SYSTEM(command: *const c_char) -> c_int;
+    /// popen(3), as system.
+    popen => POPEN(command: *const c_char, mode: *const c_char) -> *mut libc::FILE;
 }
 
 /// _exit(2) ends the process without running exit handlers: the library's end (every file
