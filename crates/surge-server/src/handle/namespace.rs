@@ -228,6 +228,16 @@ fn counted_down(counts: &mut HashMap<Ino, u32>, ino: Ino) -> bool {
     true
 }
 
+/// What a lookup of a name in `parent` told its connection: the directory's names, and the
+/// attributes of what the name is if they came with it (homed here).
+fn looked_up(parent: Ino, entry: &DirEntry) -> Effects {
+    let mut fx = Effects { told_dirs: vec![parent], ..Default::default() };
+    if entry.attr.is_some() {
+        fx.told_attrs.push(entry.ino);
+    }
+    fx
+}
+
 impl Step for Lookup {
     fn run(&self, cx: &mut StepContext) -> Result<DirEntry> {
         cx.check(self.parent, EXEC, "lookup")?;
@@ -235,11 +245,7 @@ impl Step for Lookup {
     }
 
     fn effects(&self, entry: &DirEntry) -> Effects {
-        let mut fx = Effects { told_dirs: vec![self.parent], ..Default::default() };
-        if entry.attr.is_some() {
-            fx.told_attrs.push(entry.ino);
-        }
-        fx
+        looked_up(self.parent, entry)
     }
 }
 
@@ -816,11 +822,7 @@ impl Step for OpenAt {
     }
 
     fn effects(&self, entry: &DirEntry) -> Effects {
-        let mut fx = Effects { told_dirs: vec![self.parent], ..Default::default() };
-        if entry.attr.is_some() {
-            fx.told_attrs.push(entry.ino);
-        }
-        fx
+        looked_up(self.parent, entry)
     }
 }
 
