@@ -134,14 +134,32 @@ pub(crate) fn of_ino(ino: u64) -> Vec<Arc<Description>> {
     if !any_served() {
         return Vec::new();
     }
-    let map = map_read();
-    let mut found: Vec<Arc<Description>> = Vec::new();
-    for d in map.values().filter(|d| d.file.ino() == ino) {
-        if !found.iter().any(|f| Arc::ptr_eq(f, d)) {
-            found.push(d.clone());
+    distinct(map_read().values().filter(|d| d.file.ino() == ino).cloned())
+}
+
+/// Each description once, however many numbers name it.
+fn distinct(descriptions: impl Iterator<Item = Arc<Description>>) -> Vec<Arc<Description>> {
+    let mut unique: Vec<Arc<Description>> = Vec::new();
+    for d in descriptions {
+        if !unique.iter().any(|u| Arc::ptr_eq(u, &d)) {
+            unique.push(d);
         }
     }
-    found
+    unique
+}
+
+/// Takes every number out of the table.
+fn drain() -> Vec<(c_int, Arc<Description>)> {
+    let taken = map_write().drain().collect();
+    TABLE.count.store(0, Ordering::Release);
+    taken
+}
+
+/// Puts the kernel's descriptor `kernel` at `number` in place of the stand-in there, keeping
+/// the number's close-on-exec flag.
+fn put_in_place(kernel: c_int, number: c_int) {
+    let cloexec = (next::FCNTL.get())(number, libc::F_GETFD, 0) & libc::FD_CLOEXEC != 0;
+    (next::DUP3.get())(kernel, number, if cloexec { libc::O_CLOEXEC } else { 0 });
 }
 
 /// An `O_PATH` descriptor of /dev/null at the lowest free number from `min`.
@@ -191,8 +209,7 @@ pub(crate) fn hand_to_kernel(fd: c_int) -> Result<(), c_int> {
     let kernel = reopen(&description, *position)?;
     let numbers: Vec<c_int> = map_read().iter().filter(|(_, d)| Arc::ptr_eq(d, &description)).map(|(fd, _)| *fd).collect();
     for number in numbers {
-        let cloexec = (next::FCNTL.get())(number, libc::F_GETFD, 0) & libc::FD_CLOEXEC != 0;
-        (next::DUP3.get())(kernel, number, if cloexec { libc::O_CLOEXEC } else { 0 });
+        put_in_place(kernel, number);
         forget(number);
     }
     (next::CLOSE.get())(kernel);
@@ -226,8 +243,7 @@ pub(crate) fn hand_all_to_kernel() {
     if !any_served() {
         return;
     }
-    let numbers: Vec<c_int> = map_read().keys().copied().collect();
-    for fd in numbers {
+    for fd in numbers() {
         let _ = hand_to_kernel(fd);
     }
 }
@@ -239,13 +255,10 @@ pub(crate) fn after_fork_in_child() {
     if !any_served() {
         return;
     }
-    let taken: Vec<(c_int, Arc<Description>)> = map_write().drain().collect();
-    TABLE.count.store(0, Ordering::Release);
-    for (fd, description) in taken {
+    for (fd, description) in drain() {
         let position = *description.position.lock().unwrap_or_else(|e| e.into_inner());
         if let Ok(kernel) = reopen(&description, position) {
-            let cloexec = (next::FCNTL.get())(fd, libc::F_GETFD, 0) & libc::FD_CLOEXEC != 0;
-            (next::DUP3.get())(kernel, fd, if cloexec { libc::O_CLOEXEC } else { 0 });
+            put_in_place(kernel, fd);
             (next::CLOSE.get())(kernel);
         }
         // The handle belongs to the parent's connections: never released from here.
@@ -255,13 +268,5 @@ pub(crate) fn after_fork_in_child() {
 
 /// Every description (for the end of the process).
 pub(crate) fn take_all() -> Vec<Arc<Description>> {
-    let taken: Vec<(c_int, Arc<Description>)> = map_write().drain().collect();
-    TABLE.count.store(0, Ordering::Release);
-    let mut unique: Vec<Arc<Description>> = Vec::new();
-    for (_, d) in taken {
-        if !unique.iter().any(|u| Arc::ptr_eq(u, &d)) {
-            unique.push(d);
-        }
-    }
-    unique
+    distinct(drain().into_iter().map(|(_, d)| d))
 }
