@@ -1366,7 +1366,7 @@ fn reopened_files_keep_their_pages_until_another_node_changes_them() {
 /// Two servers on `127.0.5.{base}` and `base + 1`; mounts there ("a", holding delegations and
 /// logging them) and on `base + 4` ("b", a node of its own).
 fn delegating_nodes(inst: &Instance, base: u8) -> (Mount<'_>, Mount<'_>) {
-    let log = "warn,surge_fuse::delegations=debug,surge_client::delegation=info";
+    let log = "warn,surge_client::delegation=info,surge_client::delegation::holder=debug";
     let a = inst.mount_with("a", &format!("127.0.5.{base}"), &[("SURGE_LOG", log)]);
     (a, inst.mount("b", &format!("127.0.5.{}", base + 4)))
 }
@@ -1378,7 +1378,7 @@ fn delegating_instance(name: &str, base: u8) -> Instance {
 /// How many delegations the mounts of `inst` were granted (their log says).
 fn delegations_granted(inst: &Instance) -> usize {
     let log = inst.mount_log();
-    log.lines().filter(|l| l.contains("surge_fuse::delegations: delegated")).count()
+    log.lines().filter(|l| l.contains("surge_client::delegation::holder: delegated")).count()
 }
 
 /// Makes 20 empty files, warm00 to warm19, in `dir` (enough creates for the mount to ask for
@@ -1724,7 +1724,7 @@ fn a_home_killed_gets_every_create_its_holder_answered_once_it_is_back() {
 #[test]
 fn an_unmount_while_the_home_is_down_writes_back_when_it_returns_and_ends_when_it_does_not() {
     let inst = delegating_instance("delegatedunmount", 141);
-    let log = "warn,surge_fuse::delegations=debug,surge_client::delegation=info";
+    let log = "warn,surge_client::delegation=info,surge_client::delegation::holder=debug";
     let reclaim_secs = 4;
     let env = [("SURGE_LOG", log), ("SURGE_RECLAIM_SECS", "4")];
     let b = inst.mount("b", "127.0.5.145");
@@ -1876,7 +1876,7 @@ fn creates_made_while_a_grant_is_on_its_way_stay_known() {
 #[test]
 fn a_delegated_directory_passes_files_through_once_its_files_are_written_at_length() {
     let inst = Instance::up("delegatedpt", &["--capacity", "1G", "--hosts", "127.0.5.81"]);
-    let a = inst.mount_with("a", "127.0.5.81", &[("SURGE_LOG", "warn,surge_fuse::delegations=debug")]);
+    let a = inst.mount_with("a", "127.0.5.81", &[("SURGE_LOG", "warn,surge_client::delegation::holder=debug")]);
     let b = inst.mount("b", "127.0.5.85");
     std::fs::create_dir(a.path("ckpt")).unwrap();
     for i in 0..20 {

@@ -30,7 +30,7 @@
 //! * [`stage`]: staging between the PFS and the instance, through its stage coordinator;
 //!   [`target`]: where a burst-buffer path a user gives is, and PFS paths made absolute;
 //! * [`delegation`]: a directory held alone, its creates and unlinks answered here and
-//!   written back later (docs/delegation.md);
+//!   written back later, and the set of them an adapter keeps (docs/delegation.md);
 //! * [`descriptor`]: instance descriptors and token files; [`options`]: how a client behaves;
 //! * [`fsck`]: checking an instance's consistency across its servers, and repairing it;
 //!   [`purges`]: the keeper's round that purges what clients left of the files servers ended.
@@ -60,7 +60,7 @@ pub mod xattrs;
 
 pub use client::Client;
 pub use conn::{Seen, Watcher};
-pub use delegation::{DelegatedDir, Named, RECLAIM_FOR};
+pub use delegation::{DelegatedDir, Delegations, Named, RECLAIM_FOR};
 pub use descriptor::{InstanceDescriptor, Mode};
 pub use error::{Error, Result};
 pub use file::File;

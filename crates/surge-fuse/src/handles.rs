@@ -17,7 +17,7 @@ pub(crate) struct OpenFile {
     /// data file, not O_APPEND's direct I/O): see [`crate::kernel::KernelCache::open_pages`].
     pub paged: bool,
     /// Created in this directory under a delegation without passthrough: its large writes
-    /// tell the directory's next creates to pass through (see [`crate::delegations`]).
+    /// tell the directory's next creates to pass through (see `surge_client::Delegations`).
     pub made_in: Option<u64>,
 }
 

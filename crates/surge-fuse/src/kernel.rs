@@ -12,9 +12,9 @@ use surge_client::surge_proto::admin::Notice;
 use surge_client::surge_proto::{Attr, ContentVersion, ErrorCode, FileKind, Timestamp};
 use surge_fuse_session::Notifier;
 
-use crate::delegations::Delegations;
 use crate::listings::Listings;
 use crate::reopens::Reopens;
+use surge_client::Delegations;
 
 /// How long after ESTALE the kernel's retry may take on a loaded node (see
 /// `KernelCache::stale`). An open's retry is known to be over when the open succeeds or a

@@ -16,7 +16,7 @@
 //! replies out) over [`ops`], the operations, each answering an [`ops::Answer`] (a `Result`
 //! now, or the work that yields it later, for the runtime), which use the kernel-cache
 //! bookkeeping ([`kernel`], `listings`), the handle table (`handles`), the per-handle chunk
-//! cache (`chunks`), the delegated directories (`delegations`) and the lock owners
+//! cache (`chunks`), the delegated directories (`surge_client::Delegations`) and the lock owners
 //! (`locks`); `convert` translates between the session's types and Surge's.
 //!
 //! * **Concurrency**: requests arrive in io_uring ring entries, one queue per CPU served on
@@ -49,7 +49,6 @@
 pub mod adapter;
 mod chunks;
 mod convert;
-mod delegations;
 mod handles;
 pub mod kernel;
 mod listings;

@@ -18,6 +18,7 @@
 //! a callback: served on the spot from this node's data files, sent from this thread and
 //! answered by the connection's reader, or handed to a task.
 
+use std::collections::HashSet;
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,11 +32,11 @@ use surge_client::{Client, DelegatedDir, Error, File, LockRange, Named, Result};
 use tokio::runtime::Handle;
 
 use crate::chunks::{Budget, ChunkCache, Route};
-use crate::delegations::Delegations;
 use crate::handles::{siblings, unpublished_size, Files, OpenFile, OpenFiles};
 use crate::kernel::{Invalidations, KernelCache};
 use crate::locks::LockOwners;
 use crate::reopens::Reopens;
+use surge_client::Delegations;
 
 /// Names longer than a directory entry holds are refused before anything else, also where
 /// the mount would answer on its own that a name is missing.
@@ -179,6 +180,9 @@ pub struct Ops {
     passthrough_guard: AtomicBool,
     /// Directories held under a delegation: creates and unlinks there answered here.
     delegations: Arc<Delegations>,
+    /// Directories whose files made under a delegation were written at length: their next
+    /// creates are passed through to data files (see [`Ops::create`]).
+    written_at_length: Mutex<HashSet<u64>>,
     /// Files kept at their homes: read-only opens of them answered here.
     reopens: Arc<Reopens>,
 }
@@ -245,6 +249,7 @@ impl Ops {
             passthrough: AtomicBool::new(false),
             passthrough_guard: AtomicBool::new(false),
             delegations,
+            written_at_length: Default::default(),
         })
     }
 
@@ -887,7 +892,8 @@ impl Ops {
                     // Handing the kernel a data file costs a create + close about a third more
                     // (the data file made, its backing id opened and closed): only once files
                     // made in this directory turned out to be written at length.
-                    let backing = self.delegations.writes_at_length(parent).then(|| self.passthrough_now(&f, flags)).flatten();
+                    let backing =
+                        self.written_at_length.lock().unwrap().contains(&parent).then(|| self.passthrough_now(&f, flags)).flatten();
                     return Answer::Now(Ok((self.told(attr), self.register_made_in(f, flags, backing, Some(parent)))));
                 }
                 Ok(None) => self.not_answered_now(parent, &delegated),
@@ -995,7 +1001,7 @@ impl Ops {
             Err(e) => return done(Err(e)),
         };
         if let Some(dir) = f.made_in.filter(|_| offset + data.len() as u64 >= PASSTHROUGH_WORTH) {
-            self.delegations.written_at_length(dir);
+            self.written_at_length.lock().unwrap().insert(dir);
         }
         // Cached chunks may hold what this write replaces, for this and every other reader
         // here: dropped now, and again once the write is under way and before it is answered.

@@ -1,28 +1,37 @@
-//! Directories this mount holds under a delegation (docs/delegation.md): creates and unlinks
-//! there are answered by the mount at once ([`DelegatedDir`]) and written back to the
-//! directory's home every few milliseconds, and before any request that could see or name
-//! what they did ([`Delegations::settle`]).
+//! The directories one client holds under delegations (docs/delegation.md), for an adapter
+//! that answers creates and unlinks in them ([`DelegatedDir`]): the mount and the interception
+//! library each keep one. It decides when a directory is worth asking for, writes each held
+//! directory's log back every few milliseconds, renews its numbers before they run out, gives
+//! it back when the home recalls it or when it has been idle, and lets the adapter wait for
+//! every step answered so far to reach its home ([`Delegations::settle`]).
 //!
-//! The mount asks for a directory after a few creates or unlinks there, in a directory whose
-//! every name it knows (one it made, mostly: a job's private output directory), and only where
-//! servers do not check identities (a file made under a delegation has no data ticket until
-//! its write-back). The home recalls the directory when another client names it; the recall
-//! comes as a notice, and the directory is given back at once, its log written back first.
-//! When the connection to a directory's home is lost (the home restarted, or the network
+//! A directory is asked for after a few creates or unlinks there took the ordinary path, in a
+//! directory whose every name the adapter knows (the mount: one its kernel listed in full; the
+//! library: any, as the grant brings the listing), and only where servers do not check
+//! identities (a file made under a delegation has no data ticket until its write-back). The
+//! home recalls the directory when another client names it; the recall comes as a notice
+//! ([`Delegations::recall`]), and the directory is given back at once, its log written back
+//! first. When the connection to a directory's home is lost (the home restarted, or the network
 //! broke), the delegation stops answering and is given back in the background once the home
-//! is reached again, with whatever of its log the home had not applied (see
-//! `surge_client::DelegatedDir`); the home holds the directory meanwhile.
+//! is reached again, with whatever of its log the home had not applied (see [`DelegatedDir`]);
+//! the home holds the directory meanwhile.
+//!
+//! What the holder answered and has not written back lives in its memory only: an adapter
+//! gives everything back before it goes away ([`Delegations::give_all_back`]); a holder killed
+//! outright loses the steps of its last few milliseconds.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use surge_client::surge_proto::{Attr, AttrChanges};
-use surge_client::{Client, DelegatedDir, Named, Result};
+use surge_proto::{Attr, AttrChanges};
 use tokio::runtime::Handle;
 
-/// Creates and unlinks in a directory before the mount asks for it: a directory used once
+use super::{DelegatedDir, Named};
+use crate::{Client, Result};
+
+/// Creates and unlinks in a directory before the holder asks for it: a directory used once
 /// (a file dropped into a shared one) is not worth the grant and its listing.
 const ASK_AFTER: u32 = 16;
 /// After each refusal a directory is asked for only after twice as many (up to this shift).
@@ -38,10 +47,11 @@ const WRITE_BACK_EVERY: Duration = Duration::from_millis(10);
 /// Delegations held at once: every request that may name one waits for its write-backs.
 const MAX_HELD: usize = 64;
 /// A delegation with no step for this long is given back: the directory's burst is over
-/// (and one removed, or forgotten by the kernel, is given back at once).
+/// (and one removed, or forgotten by the adapter, is given back at once).
 const IDLE_FOR: Duration = Duration::from_secs(2);
 
-pub(crate) struct Delegations {
+/// The delegations one client holds.
+pub struct Delegations {
     client: Client,
     runtime: Handle,
     /// Never held while a delegation's own lock is taken (see [`Delegations::all_held`]).
@@ -60,9 +70,6 @@ struct State {
     asking: HashMap<u64, Asking>,
     /// Being given back: asked for again only once that is done.
     returning: HashSet<u64>,
-    /// Directories whose files made under a delegation were written at length: their next
-    /// creates are passed through to data files (see `Ops::create`).
-    written_at_length: HashSet<u64>,
 }
 
 /// A directory asked for, while the answer is on its way.
@@ -70,25 +77,38 @@ struct State {
 struct Asking {
     /// The home recalled it meanwhile (the recall can overtake the grant's answer).
     recalled: bool,
-    /// This mount's own changes to names in it meanwhile, in order: the listing that comes
+    /// The holder's own changes to names in it meanwhile, in order: the listing that comes
     /// with the grant may have been taken before or after each.
     changes: Vec<(String, Option<Named>)>,
 }
 
 impl Delegations {
-    pub(crate) fn new(client: Client, runtime: Handle) -> Arc<Delegations> {
+    pub fn new(client: Client, runtime: Handle) -> Arc<Delegations> {
         Arc::new(Delegations { client, runtime, state: Default::default(), never: AtomicBool::new(false) })
     }
 
-    /// The delegation of `dir`, if this mount holds it (it may have ended: see
+    /// The delegation of `dir`, if held here (it may have ended: see
     /// [`DelegatedDir::is_held`]).
-    pub(crate) fn held(&self, dir: u64) -> Option<Arc<DelegatedDir>> {
+    pub fn held(&self, dir: u64) -> Option<Arc<DelegatedDir>> {
         self.state.lock().unwrap().held.get(&dir).cloned()
     }
 
-    /// A create or unlink in `dir` took the ordinary path; `known_in_full`: the mount knows
+    /// Whether any directory is held (or being given back) or asked for.
+    pub fn any_wanted(&self) -> bool {
+        let st = self.state.lock().unwrap();
+        !st.held.is_empty() || !st.asking.is_empty()
+    }
+
+    /// Whether `dir` is asked for, its answer not come yet: while it is, an adapter should not
+    /// have others ask the home about the directory (a request from another client would
+    /// recall the grant as soon as it is made).
+    pub fn asking(&self, dir: u64) -> bool {
+        self.state.lock().unwrap().asking.contains_key(&dir)
+    }
+
+    /// A create or unlink in `dir` took the ordinary path; `known_in_full`: the adapter knows
     /// every name in it. Asks for the directory once that has happened often enough.
-    pub(crate) fn stepped_in(self: &Arc<Self>, dir: u64, known_in_full: bool) {
+    pub fn stepped_in(self: &Arc<Self>, dir: u64, known_in_full: bool) {
         if !known_in_full || self.never.load(Ordering::Relaxed) {
             return;
         }
@@ -124,7 +144,7 @@ impl Delegations {
         match granted {
             Ok(Some(delegated)) => {
                 // Replayed over the grant's listing: each says what its name is after it, so
-                // the last word on every name is the mount's latest change.
+                // the last word on every name is the holder's latest change.
                 for (name, now) in asking.changes {
                     delegated.learned(&name, now);
                 }
@@ -147,28 +167,19 @@ impl Delegations {
         }
     }
 
-    /// Whether files made in `dir` under a delegation have been written at length.
-    pub(crate) fn writes_at_length(&self, dir: u64) -> bool {
-        self.state.lock().unwrap().written_at_length.contains(&dir)
-    }
-
-    /// A file made in `dir` under a delegation was written at length.
-    pub(crate) fn written_at_length(&self, dir: u64) {
-        self.state.lock().unwrap().written_at_length.insert(dir);
-    }
-
     /// The home recalls `dir` (another client names it): give it back at once.
-    pub(crate) fn recall(&self, dir: u64) {
+    pub fn recall(&self, dir: u64) {
+        tracing::debug!(dir = format!("{dir:#x}"), "recalled");
         if let Some(asking) = self.state.lock().unwrap().asking.get_mut(&dir) {
             asking.recalled = true;
         }
         self.give_back(dir);
     }
 
-    /// This mount changed `dir/name` the ordinary way (after a write-back): `now` is what the
+    /// The holder changed `dir/name` the ordinary way (after a write-back): `now` is what the
     /// name names after it (None: nothing), or the outcome is not known (`Err`). A delegation
     /// of `dir`, held or on its way, learns it; one that cannot is given back.
-    pub(crate) fn changed(&self, dir: u64, name: &str, now: std::result::Result<Option<Named>, ()>) {
+    pub fn changed(&self, dir: u64, name: &str, now: std::result::Result<Option<Named>, ()>) {
         let mut st = self.state.lock().unwrap();
         if let Some(asking) = st.asking.get_mut(&dir) {
             match now {
@@ -187,7 +198,8 @@ impl Delegations {
 
     /// Gives `dir` back (its log written back first), in the background; it stays listed
     /// until that is done, so that [`Delegations::settle`] waits for the write-back.
-    pub(crate) fn give_back(&self, dir: u64) {
+    pub fn give_back(&self, dir: u64) {
+        tracing::debug!(dir = format!("{dir:#x}"), "giving back");
         let mut st = self.state.lock().unwrap();
         let Some(delegated) = st.held.get(&dir).cloned() else { return };
         if !st.returning.insert(dir) {
@@ -209,7 +221,7 @@ impl Delegations {
     /// what is made in it from then on (its mode or group: a set-group-ID directory gives its
     /// group, which the delegation was granted with): nothing made in it after is answered
     /// here.
-    pub(crate) async fn give_back_now(&self, dir: u64) -> Result<()> {
+    pub async fn give_back_now(&self, dir: u64) -> Result<()> {
         let held = {
             let mut st = self.state.lock().unwrap();
             if let Some(asking) = st.asking.get_mut(&dir) {
@@ -226,7 +238,7 @@ impl Delegations {
     /// Sets the times of file `ino` at once when a delegation held here made it and has not
     /// written it back yet (see [`DelegatedDir::set_times`]): its attributes after. None: the
     /// ordinary path.
-    pub(crate) fn set_times(&self, ino: u64, changes: &AttrChanges) -> Option<Attr> {
+    pub fn set_times(&self, ino: u64, changes: &AttrChanges) -> Option<Attr> {
         if changes.atime.is_none() && changes.mtime.is_none() {
             return None;
         }
@@ -234,16 +246,16 @@ impl Delegations {
     }
 
     /// Every delegation held, taken out of `state` so that their own locks are taken without
-    /// it: a delegation calls back into the mount under its lock (a rename's check of the
+    /// it: a delegation calls back into the adapter under its lock (a rename's check of the
     /// directory it replaces asks [`Delegations::held`]), so `state` is never held while
     /// taking a delegation's lock.
     fn all_held(&self) -> Vec<Arc<DelegatedDir>> {
         self.state.lock().unwrap().held.values().cloned().collect()
     }
 
-    /// The kernel forgot inode `ino` (a directory removed, or one it has not used for long):
+    /// The adapter forgot directory `ino` (removed, or not used for long):
     /// a delegation of it is given back.
-    pub(crate) fn forgotten(&self, ino: u64) {
+    pub fn forgotten(&self, ino: u64) {
         self.give_back(ino);
     }
 
@@ -252,7 +264,7 @@ impl Delegations {
     /// open, attributes, another namespace change). Costs nothing while no write-back is due.
     /// Steps waiting for a home that was lost are not waited for: that home answers nobody
     /// about the directory (`Recalling`) until they are written back.
-    pub(crate) async fn settle(&self) -> Result<()> {
+    pub async fn settle(&self) -> Result<()> {
         let held = self.all_held();
         for delegated in held.iter().filter(|d| !d.is_quiet() && !d.is_away()) {
             match delegated.write_back().await {
@@ -265,14 +277,10 @@ impl Delegations {
 
     /// The connection to server `server` was lost: the delegations of directories homed
     /// there stop answering and are given back once it is reached again.
-    pub(crate) fn home_lost(&self, server: usize) {
+    pub fn home_lost(&self, server: usize) {
         let lost: Vec<(u64, Arc<DelegatedDir>)> = {
             let st = self.state.lock().unwrap();
-            st.held
-                .iter()
-                .filter(|(&dir, _)| surge_client::surge_proto::ino::home(dir) == server)
-                .map(|(&dir, d)| (dir, d.clone()))
-                .collect()
+            st.held.iter().filter(|(&dir, _)| surge_proto::ino::home(dir) == server).map(|(&dir, d)| (dir, d.clone())).collect()
         };
         for (dir, delegated) in lost {
             delegated.lost_home();
@@ -280,11 +288,11 @@ impl Delegations {
         }
     }
 
-    /// Gives every delegation back and waits for it (the mount is going away). All at once: a
+    /// Gives every delegation back and waits for it (the adapter is going away). All at once: a
     /// home that is away is waited for once (up to `ClientOptions::reclaim_for`), not once per
     /// directory. One already on its way back is given back again: that waits for the first
     /// and costs nothing more.
-    pub(crate) async fn give_all_back(&self) {
+    pub async fn give_all_back(&self) {
         let held: Vec<(u64, Arc<DelegatedDir>)> = {
             let mut st = self.state.lock().unwrap();
             st.returning.clear();

@@ -34,6 +34,9 @@ use crate::conn::Answer;
 use crate::error::{Error, Result};
 use crate::{Client, File};
 
+mod holder;
+pub use holder::Delegations;
+
 /// How long a holder that lost its home tries to reach it again to write back and give the
 /// directory up, by default (a restart takes a few seconds; the home keeps the delegation a
 /// few seconds after it is back): `ClientOptions::reclaim_for`.
@@ -51,6 +54,10 @@ pub struct DelegatedDir {
     /// The directory's group if it is set-group-ID (see `Delegated::group`): the holder gives
     /// the directory up before changing its mode or group.
     group: Option<u32>,
+    /// The directory's attributes when it was granted. Its mode, owner and group stay so while
+    /// it is held (another client's change recalls it first, and the holder gives it up
+    /// before changing them): what a holder checks its own permissions against.
+    attr: Attr,
     state: Mutex<Held>,
     /// One write-back at a time, so that batches reach the home in the log's order.
     writing_back: tokio::sync::Mutex<()>,
@@ -164,6 +171,7 @@ impl Client {
         };
         // Nobody else may change the directory now: its listing stays exact.
         let names = self.readdir_ino(dir).await?.into_iter().map(|entry| (entry.name, Named::of(entry.kind))).collect();
+        let attr = self.getattr(dir).await?;
         let held = Held {
             names,
             free: granted.inos.into(),
@@ -182,6 +190,7 @@ impl Client {
             dir,
             token,
             group: granted.group,
+            attr,
             state: Mutex::new(held),
             writing_back: Default::default(),
             giving_back: Default::default(),
@@ -216,6 +225,12 @@ impl Client {
 impl DelegatedDir {
     pub fn dir(&self) -> Ino {
         self.dir
+    }
+
+    /// The directory's attributes as granted (its mode, owner and group hold while it is held;
+    /// its times and size do not).
+    pub fn dir_attr(&self) -> &Attr {
+        &self.attr
     }
 
     /// Whether the delegation still answers here (not given back).
