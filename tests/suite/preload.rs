@@ -232,3 +232,91 @@ fn fsx_mixes_agree_between_the_library_on_one_node_and_the_mount_of_another() {
     assert!(total["read"] > 0 && total["write"] > 0 && total["open"] >= 6, "the library served none of fsx's calls: {total:?}");
     assert!(total["handed-to-kernel"] > 0, "mmap and fallocate go to the kernel: {total:?}");
 }
+
+/// Every file under a directory (its path there) with its bytes.
+type Files = Vec<(String, Vec<u8>)>;
+
+/// What `dir` holds, read through a mount: every file, and the access and modification times
+/// of `f5` as `stat` gives them.
+fn tree_of(dir: &Path) -> (Files, Option<(i64, i64)>) {
+    use std::os::unix::fs::MetadataExt;
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name().into_string().unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            names.extend(tree_of(&entry.path()).0.into_iter().map(|(n, bytes)| (format!("{name}/{n}"), bytes)));
+        } else {
+            names.push((name, std::fs::read(entry.path()).unwrap()));
+        }
+    }
+    names.sort();
+    let times = std::fs::metadata(dir.join("f5")).ok().map(|m| (m.atime(), m.mtime()));
+    (names, times)
+}
+
+/// What tests/preload/delegated.py leaves in a directory after making files `0..count`.
+fn expected_tree(count: usize) -> Files {
+    let content = |name: &str| {
+        let all = name.repeat(40).into_bytes();
+        all[..all.len().min(100 + name.len() * 7)].to_vec()
+    };
+    // Every third file is removed again.
+    let mut names: Files = (0..count)
+        .filter(|i| i % 3 != 0)
+        .map(|i| {
+            let name = format!("f{i}");
+            (name.clone(), content(&name))
+        })
+        .collect();
+    names.push(("sub/inner".into(), b"inner".to_vec()));
+    names.sort();
+    names
+}
+
+/// Creates and unlinks the library answers under a directory delegation (no request each)
+/// are what both nodes' mounts see: while the process runs (the mount's first look recalls
+/// the directory, and the library writes its steps back before the mount is answered), when
+/// it ends at once after them, and when it becomes another program.
+#[test]
+fn creates_and_unlinks_answered_under_a_delegation_reach_both_nodes() {
+    use std::io::{BufRead, BufReader, Write};
+    let inst = Instance::up_on("preload-deleg", "127.0.9", 41, 2, &["--capacity", "512M"]);
+    let (a, b) = (inst.mount("a", "127.0.9.41"), inst.mount("b", "127.0.9.45"));
+    let work = scratch("preload-deleg");
+    std::fs::create_dir_all(&work).unwrap();
+    let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("preload/delegated.py");
+    let run = |mode: &str, report: &Path| {
+        let mut python = inst.shell_on("127.0.9.41", "exec python3 \"$@\"");
+        python.arg("python3").arg(&program).arg(&a.dir).arg(mode);
+        preloaded(python, report)
+    };
+
+    let report = work.join("recalled");
+    let mut held = run("recalled", &report).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut said = BufReader::new(held.stdout.take().unwrap());
+    let mut line = String::new();
+    said.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "delegated.py stopped early");
+    let (made, times) = (expected_tree(300), Some((1, 2)));
+    assert_eq!(tree_of(&b.path("held")), (made.clone(), times), "another node, while the process holds the directory");
+    assert_eq!(tree_of(&a.path("held")), (made, times), "the same node's mount");
+    writeln!(held.stdin.as_mut().unwrap()).unwrap();
+    line.clear();
+    said.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "done");
+    assert!(held.wait().unwrap().success());
+    assert_eq!(tree_of(&b.path("held")).0, expected_tree(400), "after more steps, once the process ended");
+    let served = report_total(&report);
+    // 300 creates and 100 unlinks at least answered before the recall.
+    assert!(served["answered-here"] >= 300, "the library answered too few steps itself: {served:?}");
+
+    for (mode, dir) in [("exit", "at-exit"), ("exec", "at-exec")] {
+        let report = work.join(mode);
+        succeeded(run(mode, &report).output().unwrap(), mode);
+        assert_eq!(tree_of(&b.path(dir)), (expected_tree(300), Some((1, 2))), "what the process answered before its {mode}");
+    }
+    // (An exec replaces the process before it reports.)
+    let served = report_total(&work.join("exit"));
+    assert!(served["answered-here"] >= 300, "{served:?}");
+}

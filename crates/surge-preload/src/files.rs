@@ -20,11 +20,12 @@ use std::sync::{Arc, Mutex};
 
 use surge_client::namespace::OpenedName;
 use surge_client::surge_proto::{Attr, AttrChanges, ErrorCode, FileKind, Timestamp};
-use surge_client::{Client, File};
+use surge_client::{Client, File, Named};
 
 use crate::descriptors::{self, Description, KEPT_STATUS};
-use crate::paths::{owner_grants, owns, Target};
-use crate::process::Library;
+use crate::paths::{owner_grants, owns, Dir, Target};
+use crate::process::{Instance, Library};
+use crate::report::{self, Call};
 
 /// Served, or None: the kernel's to answer (see the module's words).
 pub(crate) type Answer<T> = Result<Option<T>, c_int>;
@@ -48,20 +49,26 @@ pub(crate) fn open(library: &Library, target: &Target, flags: c_int, mode: u32) 
     if flags & libc::O_TRUNC != 0 && !writable {
         return Ok(None);
     }
-    let Some(client) = library.client(&target.mount) else { return Ok(None) };
+    let Some(instance) = library.instance(&target.mount) else { return Ok(None) };
+    let client = instance.client.clone();
     let dir = &target.dir;
-    let file = if flags & libc::O_CREAT != 0 {
-        if !owner_grants(dir.st_uid, dir.st_mode, WRITE | SEARCH) {
+    let (file, just_made) = if flags & libc::O_CREAT != 0 {
+        // Set-id bits on a file written are the kernel's to clear: such a create is its own.
+        if !owner_grants(dir.uid, dir.mode, WRITE | SEARCH) || writable && mode & SET_ID != 0 {
             return Ok(None);
         }
-        let Some(file) = create(library, &client, target, flags, mode)? else { return Ok(None) };
-        file
+        if let Some(made) = create_delegated(&instance, target, flags, mode, library.umask())? {
+            return Ok(Some(described(made, client, target, access | (flags & KEPT_STATUS))));
+        }
+        let Some(file) = create(library, &instance, target, flags, mode)? else { return Ok(None) };
+        // Made by this very open when exclusive: its mode does not limit this descriptor.
+        (file, flags & libc::O_EXCL != 0)
     } else {
-        if !owner_grants(dir.st_uid, dir.st_mode, SEARCH) {
+        if !owner_grants(dir.uid, dir.mode, SEARCH) {
             return Ok(None);
         }
-        match library.run(client.open_name(target.dir_ino(), &target.name)).map_err(errno)? {
-            OpenedName::File(file) => *file,
+        match library.run_settled(client.open_name(target.dir_ino(), &target.name)).map_err(errno)? {
+            OpenedName::File(file) => (*file, false),
             OpenedName::Other(entry) => {
                 return match entry.kind {
                     FileKind::Symlink if flags & libc::O_NOFOLLOW != 0 => Err(libc::ELOOP),
@@ -73,7 +80,7 @@ pub(crate) fn open(library: &Library, target: &Target, flags: c_int, mode: u32) 
     };
     // Checked once open (the open answered the attributes): what the owner's bits do not
     // grant is the kernel's to decide.
-    if !may_open(file.attr_at_open(), access) {
+    if !just_made && !may_open(file.attr_at_open(), access) {
         let _ = library.run(file.close());
         return Ok(None);
     }
@@ -95,22 +102,50 @@ pub(crate) fn open(library: &Library, target: &Target, flags: c_int, mode: u32) 
         let _ = library.run(file.close());
         return Err(errno(e));
     }
-    let status = access | (flags & KEPT_STATUS);
-    Ok(Some(Arc::new(Description {
+    Ok(Some(described(file, client, target, access | (flags & KEPT_STATUS))))
+}
+
+fn described(file: File, client: Client, target: &Target, status: c_int) -> Arc<Description> {
+    Arc::new(Description {
         file,
         client,
         path: target.absolute.clone(),
         dev: target.mount.dev,
         position: Mutex::new(0),
         status: AtomicI32::new(status),
-    })))
+    })
 }
 
-/// What O_CREAT makes or opens: None where the kernel is to (an existing symbolic link,
-/// which O_CREAT follows, or a special file).
-fn create(library: &Library, client: &Client, target: &Target, flags: c_int, mode: u32) -> Answer<File> {
+/// A new file made at once in a directory this process holds under a delegation (nothing
+/// asked of its home: the delegation's write-back tells it). None: the ordinary path (not
+/// held, its numbers used up, or the name exists and O_EXCL was not asked).
+fn create_delegated(instance: &Instance, target: &Target, flags: c_int, mode: u32, umask: u32) -> Result<Option<File>, c_int> {
+    let Some(delegated) = &target.dir.delegated else { return Ok(None) };
+    let (uid, gid) = instance.client.identity();
+    match delegated.create(&target.name, mode & 0o7777, umask, uid, gid) {
+        // Made by this open: its mode does not limit this descriptor, as open(2) says.
+        Ok(Some(attr)) => {
+            report::count(Call::AnsweredHere);
+            Ok(Some(instance.client.file_made_under(delegated, &attr, instance.client.stream_window())))
+        }
+        Ok(None) => {
+            if !delegated.is_held() {
+                instance.delegations.give_back(target.dir_ino());
+            }
+            Ok(None)
+        }
+        Err(e) if e.code == ErrorCode::Exists && flags & libc::O_EXCL == 0 => Ok(None),
+        Err(e) => Err(errno(e)),
+    }
+}
+
+/// What O_CREAT makes or opens the ordinary way: None where the kernel is to (an existing
+/// symbolic link, which O_CREAT follows, or a special file).
+fn create(library: &Library, instance: &Instance, target: &Target, flags: c_int, mode: u32) -> Answer<File> {
     let exclusive = flags & libc::O_EXCL != 0;
-    let made = library.run(client.create_at_with_umask(target.dir_ino(), &target.name, mode & 0o7777, library.umask(), exclusive));
+    let client = &instance.client;
+    let made = library.run_settled(client.create_at_with_umask(target.dir_ino(), &target.name, mode & 0o7777, library.umask(), exclusive));
+    changed(instance, target, &made, Some(Named::NotDirectory));
     match made {
         Ok(file) => Ok(Some(file)),
         Err(e) if e.code == ErrorCode::Exists => Err(libc::EEXIST),
@@ -210,18 +245,18 @@ pub(crate) fn seek(d: &Description, offset: i64, whence: c_int) -> Result<u64, c
 
 /// The file's attributes from its home, with the size this process's writes reached.
 pub(crate) fn stat(library: &Library, d: &Description) -> Result<Attr, c_int> {
-    let attr = library.run(d.client.getattr(d.file.ino())).map_err(errno)?;
+    let attr = library.run_settled(d.client.getattr(d.file.ino())).map_err(errno)?;
     Ok(with_own_writes(attr))
 }
 
 /// `stat` of a name, with the block size to report: None for what the kernel answers (a
 /// symbolic link followed, a directory it cannot search as its owner).
 pub(crate) fn stat_name(library: &Library, target: &Target, follow: bool) -> Answer<(Attr, u32)> {
-    if !owner_grants(target.dir.st_uid, target.dir.st_mode, SEARCH) {
+    if !owner_grants(target.dir.uid, target.dir.mode, SEARCH) {
         return Ok(None);
     }
     let Some(client) = library.client(&target.mount) else { return Ok(None) };
-    let attr = library.run(client.lookup(target.dir_ino(), &target.name)).map_err(errno)?;
+    let attr = library.run_settled(client.lookup(target.dir_ino(), &target.name)).map_err(errno)?;
     if follow && attr.kind == FileKind::Symlink {
         return Ok(None);
     }
@@ -262,27 +297,65 @@ pub(crate) fn close(library: &Library, d: Arc<Description>) -> Result<(), c_int>
 /// Whether the process may add and remove names in `dir` by a rule decided here: as its
 /// owner, with the write and search bits, in a directory without the sticky bit (whose rules
 /// on who may remove a name are the kernel's to apply).
-fn may_change_names(dir: &libc::stat64) -> bool {
-    dir.st_mode & libc::S_ISVTX == 0 && owner_grants(dir.st_uid, dir.st_mode, WRITE | SEARCH)
+fn may_change_names(dir: &Dir) -> bool {
+    dir.mode & libc::S_ISVTX == 0 && owner_grants(dir.uid, dir.mode, WRITE | SEARCH)
 }
 
-/// unlink(2) of a name (a directory is refused EISDIR by its home, as Linux does).
+/// A name of `target`'s directory was changed the ordinary way (`outcome`; `now`: what the
+/// name names after it): a delegation of the directory, held or asked for, learns it, and one
+/// is asked for once such changes come often there.
+fn changed<T, E>(instance: &Instance, target: &Target, outcome: &Result<T, E>, now: Option<Named>) {
+    let dir = target.dir_ino();
+    instance.delegations.changed(dir, &target.name, outcome.as_ref().map(|_| now).map_err(|_| ()));
+    if outcome.is_ok() {
+        instance.delegations.stepped_in(dir, true);
+    }
+}
+
+/// unlink(2) of a name (a directory is refused EISDIR by its home, as Linux does); answered
+/// at once in a directory held under a delegation.
 pub(crate) fn unlink(library: &Library, target: &Target) -> Answer<()> {
     if !may_change_names(&target.dir) {
         return Ok(None);
     }
-    let Some(client) = library.client(&target.mount) else { return Ok(None) };
-    library.run(client.unlink_at(target.dir_ino(), &target.name)).map(Some).map_err(errno)
+    let Some(instance) = library.instance(&target.mount) else { return Ok(None) };
+    if let Some(delegated) = &target.dir.delegated {
+        match delegated.unlink(&target.name) {
+            Ok(true) => {
+                report::count(Call::AnsweredHere);
+                return Ok(Some(()));
+            }
+            Ok(false) => {}
+            Err(e) => return Err(errno(e)),
+        }
+    }
+    let removed = library.run_settled(instance.client.unlink_at(target.dir_ino(), &target.name));
+    changed(&instance, target, &removed, None);
+    removed.map(Some).map_err(errno)
 }
 
-/// mkdir(2), with the process's umask (or the parent's default ACL).
+/// mkdir(2), with the process's umask (or the parent's default ACL); answered at once in a
+/// directory held under a delegation.
 pub(crate) fn mkdir(library: &Library, target: &Target, mode: u32) -> Answer<()> {
     if !may_change_names(&target.dir) {
         return Ok(None);
     }
-    let Some(client) = library.client(&target.mount) else { return Ok(None) };
-    let made = client.mkdir_at_with_umask(target.dir_ino(), &target.name, mode & 0o7777, library.umask());
-    library.run(made).map(|_| Some(())).map_err(errno)
+    let Some(instance) = library.instance(&target.mount) else { return Ok(None) };
+    let (mode, umask) = (mode & 0o7777, library.umask());
+    if let Some(delegated) = &target.dir.delegated {
+        let (uid, gid) = instance.client.identity();
+        match delegated.mkdir(&target.name, mode, umask, uid, gid) {
+            Ok(Some(_)) => {
+                report::count(Call::AnsweredHere);
+                return Ok(Some(()));
+            }
+            Ok(None) => {}
+            Err(e) => return Err(errno(e)),
+        }
+    }
+    let made = library.run_settled(instance.client.mkdir_at_with_umask(target.dir_ino(), &target.name, mode, umask));
+    changed(&instance, target, &made, Some(Named::Other));
+    made.map(|_| Some(())).map_err(errno)
 }
 
 /// rmdir(2) of an empty directory.
@@ -290,8 +363,10 @@ pub(crate) fn rmdir(library: &Library, target: &Target) -> Answer<()> {
     if !may_change_names(&target.dir) {
         return Ok(None);
     }
-    let Some(client) = library.client(&target.mount) else { return Ok(None) };
-    library.run(client.rmdir_at(target.dir_ino(), &target.name)).map(Some).map_err(errno)
+    let Some(instance) = library.instance(&target.mount) else { return Ok(None) };
+    let removed = library.run_settled(instance.client.rmdir_at(target.dir_ino(), &target.name));
+    changed(&instance, target, &removed, None);
+    removed.map(Some).map_err(errno)
 }
 
 /// Whether this process owns the served file, and so may set its times and (without set-id
@@ -305,7 +380,11 @@ pub(crate) fn owner_may_change(d: &Description, mode: Option<u32>) -> bool {
 /// no description's close replaces it.
 pub(crate) fn set_times(library: &Library, d: &Description, atime: Option<Timestamp>, mtime: Option<Timestamp>) -> Result<(), c_int> {
     let ino = d.file.ino();
-    library.run(d.client.setattr(ino, AttrChanges { atime, mtime, ..Default::default() })).map_err(errno)?;
+    let changes = AttrChanges { atime, mtime, ..Default::default() };
+    // A file made under a delegation and not written back yet has its times set in the log.
+    if !library.instances().iter().any(|instance| instance.delegations.set_times(ino, &changes).is_some()) {
+        library.run_settled(d.client.setattr(ino, changes)).map_err(errno)?;
+    }
     if mtime.is_some() {
         for other in descriptors::of_ino(ino) {
             other.file.times_set_explicitly();
@@ -317,5 +396,5 @@ pub(crate) fn set_times(library: &Library, d: &Description, atime: Option<Timest
 /// fchmod(2) on a served file (see [`owner_may_change`]).
 pub(crate) fn set_mode(library: &Library, d: &Description, mode: u32) -> Result<(), c_int> {
     let changes = AttrChanges { mode: Some(mode & 0o7777), ..Default::default() };
-    library.run(d.client.setattr(d.file.ino(), changes)).map(drop).map_err(errno)
+    library.run_settled(d.client.setattr(d.file.ino(), changes)).map(drop).map_err(errno)
 }

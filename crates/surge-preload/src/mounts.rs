@@ -13,6 +13,8 @@ pub struct Mount {
     pub point: PathBuf,
     /// The device number `stat` reports for its files.
     pub dev: u64,
+    /// The mount's number in the table (what `name_to_handle_at` reports for a path there).
+    pub id: i32,
     /// The instance it serves.
     pub instance: String,
 }
@@ -42,6 +44,11 @@ impl Mounts {
         self.mounts.iter().find(|m| m.dev == dev)
     }
 
+    /// The mount numbered `id` in the table.
+    pub fn by_id(&self, id: i32) -> Option<&Mount> {
+        self.mounts.iter().find(|m| m.id == id)
+    }
+
     /// Only the mounts at the points listed (colon-separated, as the mount table writes them:
     /// `SURGE_PRELOAD_MOUNTS`, for a program that should use the library on some mounts and
     /// the kernel on others); all of them for None.
@@ -61,7 +68,7 @@ impl Mounts {
 fn parse_line(line: &str) -> Option<Mount> {
     let (before, after) = line.split_once(" - ")?;
     let mut fields = before.split(' ');
-    let (_id, _parent, dev, _root, point) = (fields.next()?, fields.next()?, fields.next()?, fields.next()?, fields.next()?);
+    let (id, _parent, dev, _root, point) = (fields.next()?, fields.next()?, fields.next()?, fields.next()?, fields.next()?);
     let mut after = after.split(' ');
     let (fstype, source) = (after.next()?, after.next()?);
     if fstype != "fuse.surge" {
@@ -70,7 +77,7 @@ fn parse_line(line: &str) -> Option<Mount> {
     let instance = unescape(source).strip_prefix("surge:")?.to_string();
     let (major, minor) = dev.split_once(':')?;
     let dev = libc::makedev(major.parse().ok()?, minor.parse().ok()?);
-    Some(Mount { point: PathBuf::from(unescape(point)), dev, instance })
+    Some(Mount { point: PathBuf::from(unescape(point)), dev, id: id.parse().ok()?, instance })
 }
 
 /// The kernel writes a space, tab, newline and backslash in a path as `\ooo` (octal).
@@ -115,6 +122,8 @@ bad line without a separator
         assert_eq!(mounts.by_dev(libc::makedev(0, 53)).unwrap().instance, "other");
         assert!(mounts.by_dev(libc::makedev(0, 54)).is_none(), "sshfs is not Surge");
         assert!(mounts.by_dev(libc::makedev(259, 1)).is_none());
+        assert_eq!(mounts.by_id(100).unwrap().point, Path::new("/mnt/bound"));
+        assert!(mounts.by_id(99).is_none(), "sshfs is not Surge");
     }
 
     #[test]

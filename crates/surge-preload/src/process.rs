@@ -1,5 +1,6 @@
 //! The library's state in one process: a small runtime of its own, one client per mounted
-//! instance, the mount table, and the rule that keeps the library out of its own way.
+//! instance (with the directories it holds under delegations), the mount table, and the rule
+//! that keeps the library out of its own way.
 //!
 //! * **Reentrancy.** Every thread has an "inside" mark. While it is set (during the
 //!   library's own work, and always on the runtime's threads) every intercepted call goes
@@ -10,6 +11,12 @@
 //! * **fork**: the child gets a fresh state on first use; the parent's runtime and client
 //!   are left behind untouched (their threads do not exist there). See `descriptors` for what
 //!   happens to open files.
+//! * **Delegations** (docs/delegation.md): each client watches its servers and holds the
+//!   directories it creates and unlinks in most, answering those steps in the process and
+//!   writing them back every few milliseconds. Everything held is given back before the
+//!   process ends or runs another program ([`Library::give_all_back`]); a process killed
+//!   outright loses the steps of its last few milliseconds, as it loses writes not yet
+//!   published.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -17,7 +24,8 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use surge_client::{Client, ClientOptions};
+use surge_client::surge_proto::admin::Notice;
+use surge_client::{Client, ClientOptions, DelegatedDir, Delegations, Seen, Watcher};
 
 use crate::mounts::{Mount, Mounts};
 
@@ -60,7 +68,7 @@ pub(crate) struct Library {
     mounts: Mutex<MountTable>,
     /// Per instance: its client, or None when it cannot be reached from here (the kernel then
     /// serves its mounts, through `surge-fuse`).
-    clients: Mutex<HashMap<String, Option<Client>>>,
+    instances: Mutex<HashMap<String, Option<Arc<Instance>>>>,
     /// The process's umask, as last set through `umask` (read once at start).
     umask: AtomicU32,
 }
@@ -109,7 +117,7 @@ impl Library {
         Some(Library {
             runtime: OnceLock::new(),
             mounts: Mutex::new(MountTable::read()),
-            clients: Mutex::new(HashMap::new()),
+            instances: Mutex::new(HashMap::new()),
             umask: AtomicU32::new(umask_at_start()),
         })
     }
@@ -128,6 +136,7 @@ impl Library {
     fn runtime(&self) -> Option<&tokio::runtime::Runtime> {
         self.runtime
             .get_or_init(|| {
+                log_if_asked();
                 tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(1)
                     .thread_name("surge-preload")
@@ -150,18 +159,65 @@ impl Library {
 
     /// The client of `mount`'s instance, connected on first use.
     pub(crate) fn client(&self, mount: &Mount) -> Option<Client> {
-        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
-        clients
+        self.instance(mount).map(|instance| instance.client.clone())
+    }
+
+    /// `mount`'s instance: its client and delegations, connected on first use.
+    pub(crate) fn instance(&self, mount: &Mount) -> Option<Arc<Instance>> {
+        let mut instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
+        instances
             .entry(mount.instance.clone())
             .or_insert_with(|| {
-                let _context = self.runtime()?.enter();
+                let runtime = self.runtime()?;
+                let _context = runtime.enter();
                 // The program asks the kernel too (the calls the library leaves to the mount):
                 // once a change of ours is answered, the mount's kernel must not hold the old
                 // attributes any more.
                 let options = ClientOptions { await_watchers: true, ..Default::default() };
-                Client::for_instance(&mount.instance, options).ok()
+                let client = Client::for_instance(&mount.instance, options).ok()?;
+                let delegations = Delegations::new(client.clone(), runtime.handle().clone());
+                // Before the client sends anything: only connections opened afterwards bring
+                // notices (a recall among them).
+                client.watch(Arc::new(Notices { delegations: delegations.clone() }));
+                Some(Arc::new(Instance { client, delegations }))
             })
             .clone()
+    }
+
+    /// Whether this process holds any directory under a delegation, or asked for one.
+    pub(crate) fn holds_delegations(&self) -> bool {
+        self.instances.lock().unwrap_or_else(|e| e.into_inner()).values().flatten().any(|i| i.delegations.any_wanted())
+    }
+
+    /// Every instance this process reached.
+    pub(crate) fn instances(&self) -> Vec<Arc<Instance>> {
+        self.instances.lock().unwrap_or_else(|e| e.into_inner()).values().flatten().cloned().collect()
+    }
+
+    /// Runs `work` once every step answered under a delegation is applied at its home: what a
+    /// request of this process's may depend on (a file made here and named again, a name
+    /// removed here and looked up).
+    pub(crate) fn run_settled<T>(&self, work: impl Future<Output = surge_client::Result<T>>) -> surge_client::Result<T> {
+        let instances = self.instances();
+        self.run(async {
+            for instance in &instances {
+                instance.delegations.settle().await?;
+            }
+            work.await
+        })
+    }
+
+    /// Writes back and gives up every delegation this process holds, and waits for it: before
+    /// the process ends or becomes another program (what it answered lives only here).
+    pub(crate) fn give_all_back(&self) {
+        let instances = self.instances();
+        if !instances.is_empty() {
+            self.run(async {
+                for instance in &instances {
+                    instance.delegations.give_all_back().await;
+                }
+            });
+        }
     }
 
     pub(crate) fn umask(&self) -> u32 {
@@ -170,6 +226,38 @@ impl Library {
 
     pub(crate) fn set_umask(&self, mask: u32) {
         self.umask.store(mask & 0o777, Ordering::Relaxed);
+    }
+}
+
+/// A Surge instance this process reached.
+pub(crate) struct Instance {
+    pub client: Client,
+    pub delegations: Arc<Delegations>,
+}
+
+impl Instance {
+    /// The delegation of directory `dir` while it answers here.
+    pub(crate) fn delegated(&self, dir: u64) -> Option<Arc<DelegatedDir>> {
+        self.delegations.held(dir).filter(|d| d.is_held())
+    }
+}
+
+/// What the servers tell this process's client: a recall of a delegated directory is acted on;
+/// the rest (changes to names and attributes the library looked up) needs nothing here, as
+/// the library keeps no cache of them, and is acknowledged at once.
+struct Notices {
+    delegations: Arc<Delegations>,
+}
+
+impl Watcher for Notices {
+    fn notice(&self, notice: Notice, _seen: Seen) {
+        if let Notice::Recall { dir } = notice {
+            self.delegations.recall(dir);
+        }
+    }
+
+    fn lost(&self, server: usize) {
+        self.delegations.home_lost(server);
     }
 }
 
@@ -198,6 +286,14 @@ fn out_of_the_way(file: std::fs::File) -> Option<std::fs::File> {
     let high = (crate::next::FCNTL.get())(file.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 1000);
     // SAFETY: a descriptor just made by F_DUPFD, owned by nothing else.
     (high >= 0).then(|| unsafe { std::fs::File::from_raw_fd(high) })
+}
+
+/// With `SURGE_PRELOAD_LOG` set (a filter, as `RUST_LOG` takes: `debug`, `surge_client=debug`),
+/// the library's own messages go to standard error, as the daemons' do.
+fn log_if_asked() {
+    let Some(filter) = std::env::var_os("SURGE_PRELOAD_LOG") else { return };
+    let filter = tracing_subscriber::EnvFilter::new(filter.to_string_lossy());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
 /// Every runtime thread: the library's own, deaf to the program's signals.

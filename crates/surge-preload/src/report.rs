@@ -2,6 +2,8 @@
 //! call, and written at exit to the file `SURGE_PRELOAD_REPORT` names (one line per process,
 //! appended: `surge-preload pid=N open=3 read=10 ... handed-to-kernel=1`). How a user (and
 //! the tests) see that a program's files went through the library and not the mount.
+//! `answered-here` counts the creates, mkdirs and unlinks (among the others) answered under
+//! a directory delegation, with no request.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -31,6 +33,7 @@ calls! {
     Dup = "dup",
     Fcntl = "fcntl",
     HandedToKernel = "handed-to-kernel",
+    AnsweredHere = "answered-here",
 }
 
 static COUNTS: [AtomicU64; NAMES.len()] = [const { AtomicU64::new(0) }; NAMES.len()];

@@ -130,13 +130,18 @@ fn to_kernel(fd: c_int) -> bool {
     }
 }
 
-/// Hands every served descriptor to the kernel (before another program or process gets
-/// them).
+/// Hands every served descriptor to the kernel and gives every delegation back (before
+/// another program or process gets the descriptors, or this process becomes another program,
+/// which would lose what the delegations answered).
 fn all_to_kernel() {
-    if crate::process::inside() || !crate::descriptors::any_served() {
+    if crate::process::inside() {
         return;
     }
-    if let Some(_inside) = Inside::enter() {
+    let Some(_inside) = Inside::enter() else { return };
+    if crate::descriptors::any_served() {
         crate::descriptors::hand_all_to_kernel();
+    }
+    if let Some(library) = crate::process::current().filter(|library| library.holds_delegations()) {
+        library.give_all_back();
     }
 }

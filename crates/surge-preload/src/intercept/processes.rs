@@ -1,6 +1,7 @@
 //! Other processes and programs: before a new program or process can get this process's
 //! descriptors, the ones the library serves are handed to the kernel (`fork` does it in its
-//! handler, see [`crate::process`]). `vfork` is served as `fork`: the child of a vfork may
+//! handler, see [`crate::process`]), and every directory delegation is given back (a new
+//! program would lose what they answered). `vfork` is served as `fork`: the child of a vfork may
 //! only exec or exit, which a forked child does alike, and a shared address space would
 //! share the library's state with a child that must not use it.
 
