@@ -86,6 +86,12 @@ pub trait Watcher: Send + Sync {
     fn notice(&self, notice: Notice, seen: Seen);
     /// The connection to server `server` broke: notices from it may have been missed.
     fn lost(&self, server: usize);
+    /// Whether it keeps what the servers tell it (names, attributes), and so must hear when
+    /// they change; false for a watcher that only holds directory delegations, which is then
+    /// told of nothing but their recalls (see `surge_proto::admin::Watch`).
+    fn keeps_what_it_is_told(&self) -> bool {
+        true
+    }
 }
 
 /// The acknowledgement a notice may owe its server: sent when dropped (nothing when the server
@@ -380,7 +386,8 @@ impl Connection {
                 }
             };
             if watcher.is_some() {
-                let watch = Request::from(Watch);
+                let keeps = watcher.as_ref().is_none_or(|(w, _)| w.keeps_what_it_is_told());
+                let watch = Request::from(Watch { keeps });
                 match exchange::<_, ()>(&mut reader, &mut writer, &watch).await.map_err(|e| down("watch", &e))? {
                     Handshake::Answered(()) => {}
                     _ => return Err(Error::new(ErrorCode::Protocol, format!("{server} refused to send change notices"))),

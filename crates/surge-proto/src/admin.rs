@@ -45,9 +45,15 @@ pub struct WriteBack {
 
 /// From now on, tell this connection (with [`Notice`] frames) when something it was told
 /// about changes through another connection: what a client that caches metadata needs to
-/// drop stale entries at once instead of after a timeout.
+/// drop stale entries at once instead of after a timeout. A connection that keeps nothing it
+/// is told (`keeps: false`: the interception library, which watches only to hold directory
+/// delegations) is sent only the recalls of its delegations, and holds no names or
+/// attributes: nobody's change waits for it, and it never stands in the way of another
+/// client's delegation.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
-pub struct Watch;
+pub struct Watch {
+    pub keeps: bool,
+}
 
 /// A watcher has acted on the notice whose frame carried request id `ack`. One-way: the
 /// server sends no reply.

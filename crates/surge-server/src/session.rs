@@ -69,10 +69,11 @@ impl Session {
         }
     }
 
-    /// From now on this connection is told of changes to what it was told about.
-    pub fn watch(&mut self) {
+    /// From now on this connection is told of changes to what it was told about (`keeps`:
+    /// see `surge_proto::admin::Watch`).
+    pub fn watch(&mut self, keeps: bool) {
         if self.watcher.is_none() {
-            let (id, notices) = self.server.watchers.register();
+            let (id, notices) = self.server.watchers.register(keeps);
             self.watcher = Some(id);
             tokio::spawn(crate::conn::send_notices(notices, self.writer.clone()));
         }

@@ -19,7 +19,7 @@
 //! forgotten for that inode's attributes until it asks for them again (its cache dropped
 //! them); a directory stays watched for as long as the connection lives.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -61,6 +61,9 @@ pub struct Ledger {
     /// Connections that keep a file to answer its opens themselves, until the next change to
     /// its attributes.
     kept: HashMap<Ino, Vec<WatcherId>>,
+    /// Connections that keep nothing they are told (`Watch { keeps: false }`): never
+    /// registered for names or attributes, told only of recalls.
+    keep_nothing: HashSet<WatcherId>,
 }
 
 /// What one successful request told its connection and what it changed.
@@ -117,11 +120,17 @@ fn add(set: &mut Vec<WatcherId>, id: WatcherId) {
 }
 
 impl Watchers {
-    /// A new watching connection and the notices for it.
-    pub fn register(&self) -> (WatcherId, mpsc::UnboundedReceiver<Outgoing>) {
+    /// A new watching connection and the notices for it; `keeps`: whether it keeps what it is
+    /// told (see `surge_proto::admin::Watch`).
+    pub fn register(&self, keeps: bool) -> (WatcherId, mpsc::UnboundedReceiver<Outgoing>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
-        self.state.lock_or_recover().outboxes.insert(id, tx);
+        let mut st = self.state.lock_or_recover();
+        st.outboxes.insert(id, tx);
+        if !keeps {
+            st.keep_nothing.insert(id);
+        }
+        drop(st);
         self.count.fetch_add(1, Ordering::Relaxed);
         (id, rx)
     }
@@ -129,7 +138,8 @@ impl Watchers {
     /// The connection is gone.
     pub fn unregister(&self, id: WatcherId) {
         let mut st = self.state.lock_or_recover();
-        let Ledger { outboxes, attrs, dirs, kept, acks, .. } = &mut *st;
+        let Ledger { outboxes, attrs, dirs, kept, acks, keep_nothing, .. } = &mut *st;
+        keep_nothing.remove(&id);
         if outboxes.remove(&id).is_some() {
             self.count.fetch_sub(1, Ordering::Relaxed);
         }
@@ -180,7 +190,7 @@ impl Ledger {
     /// other watchers of what it changed. Returns the acknowledgements to wait for before the
     /// change is answered.
     pub fn apply(&mut self, by: Option<WatcherId>, effects: Effects) -> Vec<oneshot::Receiver<()>> {
-        let Ledger { outboxes, attrs, dirs, kept, acks, next_ack } = self;
+        let Ledger { outboxes, attrs, dirs, kept, acks, next_ack, keep_nothing } = self;
         let mut awaited = Vec::new();
         let mut send = |to: WatcherId, notice: Notice, acknowledged: bool| {
             let Some(outbox) = outboxes.get(&to) else { return };
@@ -237,7 +247,7 @@ impl Ledger {
             dirs.remove(&ino);
             kept.remove(&ino);
         }
-        if let Some(id) = by {
+        if let Some(id) = by.filter(|id| !keep_nothing.contains(id)) {
             for ino in effects.told_attrs {
                 add(attrs.entry(ino).or_default(), id);
             }
@@ -263,8 +273,8 @@ mod tests {
     #[test]
     fn changes_reach_other_watchers_once_and_not_the_changer() {
         let w = Watchers::default();
-        let (a, mut rx_a) = w.register();
-        let (b, mut rx_b) = w.register();
+        let (a, mut rx_a) = w.register(true);
+        let (b, mut rx_b) = w.register(true);
         w.lock().apply(Some(a), told(&[10], &[1]));
         w.lock().apply(Some(b), told(&[10], &[1]));
         let change = || Effects { changed_attrs: vec![10], changed_entries: vec![(1, "x".into())], ..Default::default() };
@@ -282,10 +292,25 @@ mod tests {
     }
 
     #[test]
+    fn a_watcher_that_keeps_nothing_is_told_nothing_and_holds_no_names() {
+        let w = Watchers::default();
+        let (lib, mut rx_lib) = w.register(false);
+        let (mount, _rx_mount) = w.register(true);
+        w.lock().apply(Some(lib), told(&[10], &[1]));
+        assert!(!w.lock().others_hold_names(1, mount), "its lookups register nothing");
+        let change = Effects { changed_attrs: vec![10], changed_entries: vec![(1, "x".into())], ..Default::default() };
+        assert!(w.lock().apply(Some(mount), change).is_empty(), "nobody waits for it");
+        assert!(rx_lib.try_recv().is_err());
+        // A recall still reaches it.
+        w.notify(lib, Notice::Recall { dir: 1 });
+        assert_eq!(rx_lib.try_recv().unwrap(), (0, Notice::Recall { dir: 1 }));
+    }
+
+    #[test]
     fn a_name_change_waits_for_acknowledgements_until_seen_or_the_watcher_leaves() {
         let w = Watchers::default();
-        let (a, mut rx_a) = w.register();
-        let (b, _rx_b) = w.register();
+        let (a, mut rx_a) = w.register(true);
+        let (b, _rx_b) = w.register(true);
         w.lock().apply(Some(a), told(&[], &[1]));
         w.lock().apply(Some(b), told(&[], &[1]));
         let name = || Effects { changed_entries: vec![(1, "x".into())], ..Default::default() };
@@ -302,7 +327,7 @@ mod tests {
     #[test]
     fn a_gone_connection_or_inode_is_forgotten() {
         let w = Watchers::default();
-        let (a, mut rx_a) = w.register();
+        let (a, mut rx_a) = w.register(true);
         w.lock().apply(Some(a), told(&[10, 11], &[1]));
         w.lock().apply(None, Effects { gone: vec![10], ..Default::default() });
         w.lock().apply(None, Effects { changed_attrs: vec![10], ..Default::default() });
@@ -317,7 +342,7 @@ mod tests {
     #[test]
     fn a_changer_that_awaits_watchers_waits_for_the_holders_of_the_attributes() {
         let w = Watchers::default();
-        let (holder, mut rx_holder) = w.register();
+        let (holder, mut rx_holder) = w.register(true);
         w.lock().apply(Some(holder), told(&[10, 11], &[]));
         let mut awaited = w.lock().apply(None, Effects { changed_attrs: vec![10], attrs_awaited: true, ..Default::default() });
         assert_eq!(awaited.len(), 1);
@@ -342,8 +367,8 @@ mod tests {
     #[test]
     fn a_kept_open_is_told_of_a_change_before_it_is_answered() {
         let w = Watchers::default();
-        let (keeper, mut rx_keeper) = w.register();
-        let (holder, mut rx_holder) = w.register();
+        let (keeper, mut rx_keeper) = w.register(true);
+        let (holder, mut rx_holder) = w.register(true);
         w.lock().apply(Some(keeper), Effects { told_attrs: vec![10], kept_open: Some(10), ..Default::default() });
         w.lock().apply(Some(holder), told(&[10], &[]));
         let change = || Effects { changed_attrs: vec![10], ..Default::default() };

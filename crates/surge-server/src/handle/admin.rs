@@ -90,8 +90,8 @@ impl Handle<Batch, Answer> for Session {
 }
 
 impl Handle<Watch, Answer> for Session {
-    fn handle(&mut self, _: Watch) -> Answer {
-        self.watch();
+    fn handle(&mut self, watch: Watch) -> Answer {
+        self.watch(watch.keeps);
         Answer::of::<Watch>(Ok(()))
     }
 }
