@@ -284,8 +284,11 @@ pub(crate) fn truncate(library: &Library, d: &Description, len: u64) -> Result<(
     Ok(())
 }
 
+/// fsync(2): the file's data and size durable, and every step this process answered under a
+/// delegation written back before (a program that syncs a file may count on the names it made
+/// before it).
 pub(crate) fn sync(library: &Library, d: &Description) -> Result<(), c_int> {
-    library.run(d.file.fsync()).map_err(errno)
+    library.run_settled(d.file.fsync()).map_err(errno)
 }
 
 /// The last number of `d` was closed: its writes are waited for and published, and the

@@ -79,6 +79,17 @@ pub(crate) fn resolve(library: &Library, dirfd: c_int, path: &CStr) -> Option<Ta
     Some(Target { mount, dir, name, absolute })
 }
 
+/// As [`resolve`], for a call whose last name is a directory's (mkdir, rmdir), which may be
+/// written with trailing slashes (`mkdir("out/")`, as mdtest and many scripts write it).
+pub(crate) fn resolve_directory(library: &Library, dirfd: c_int, path: &CStr) -> Option<Target> {
+    let bytes = path.to_bytes();
+    let kept = bytes.iter().rposition(|&b| b != b'/')? + 1;
+    if kept == bytes.len() {
+        return resolve(library, dirfd, path);
+    }
+    resolve(library, dirfd, &CString::new(&bytes[..kept]).ok()?)
+}
+
 /// `dir_path` (relative to `dirfd`) when it is a directory this process holds under a
 /// delegation, or has asked for, found without asking the mount about the directory itself
 /// (see the module's words): a held one is checked against the attributes it was granted

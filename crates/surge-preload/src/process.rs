@@ -242,9 +242,9 @@ impl Instance {
     }
 }
 
-/// What the servers tell this process's client: a recall of a delegated directory is acted on;
-/// the rest (changes to names and attributes the library looked up) needs nothing here, as
-/// the library keeps no cache of them, and is acknowledged at once.
+/// What the servers tell this process's client: only the recalls of its delegated directories
+/// (the library keeps no names or attributes, so it asks to be told of nothing else, and is
+/// never in the way of another client's delegation).
 struct Notices {
     delegations: Arc<Delegations>,
 }
@@ -258,6 +258,10 @@ impl Watcher for Notices {
 
     fn lost(&self, server: usize) {
         self.delegations.home_lost(server);
+    }
+
+    fn keeps_what_it_is_told(&self) -> bool {
+        false
     }
 }
 

@@ -34,7 +34,7 @@ use crate::{Client, Result};
 /// Creates and unlinks in a directory before the holder asks for it: a directory used once
 /// (a file dropped into a shared one) is not worth the grant and its listing.
 const ASK_AFTER: u32 = 16;
-/// After each refusal a directory is asked for only after twice as many (up to this shift).
+/// After each refusal or recall a directory is asked for only after twice as many (up to this shift).
 const MAX_BACKOFF: u32 = 10;
 /// Inode numbers asked for with a delegation, and with each renewal.
 const NUMBERS: u32 = 4096;
@@ -66,6 +66,10 @@ struct State {
     /// Creates and unlinks per directory since it was last asked for or given back.
     steps: HashMap<u64, u32>,
     refusals: HashMap<u64, u32>,
+    /// Recalls per directory: one another client works in too (a shared output directory
+    /// where each process creates its own files) is asked for after twice as many steps for
+    /// each recall, and this is never reset, so that two holders do not hand it to and fro.
+    recalls: HashMap<u64, u32>,
     /// Asked for, no answer yet.
     asking: HashMap<u64, Asking>,
     /// Being given back: asked for again only once that is done.
@@ -116,7 +120,8 @@ impl Delegations {
         if st.held.contains_key(&dir) || st.asking.contains_key(&dir) || st.returning.contains(&dir) || st.held.len() >= MAX_HELD {
             return;
         }
-        let due = ASK_AFTER << st.refusals.get(&dir).copied().unwrap_or(0);
+        let backoff = st.refusals.get(&dir).copied().unwrap_or(0) + st.recalls.get(&dir).copied().unwrap_or(0);
+        let due = ASK_AFTER << backoff.min(MAX_BACKOFF);
         let steps = st.steps.entry(dir).or_default();
         *steps += 1;
         if *steps < due {
@@ -170,9 +175,12 @@ impl Delegations {
     /// The home recalls `dir` (another client names it): give it back at once.
     pub fn recall(&self, dir: u64) {
         tracing::debug!(dir = format!("{dir:#x}"), "recalled");
-        if let Some(asking) = self.state.lock().unwrap().asking.get_mut(&dir) {
+        let mut st = self.state.lock().unwrap();
+        if let Some(asking) = st.asking.get_mut(&dir) {
             asking.recalled = true;
         }
+        st.recalls.entry(dir).and_modify(|n| *n = (*n + 1).min(MAX_BACKOFF)).or_insert(1);
+        drop(st);
         self.give_back(dir);
     }
 
@@ -256,6 +264,10 @@ impl Delegations {
     /// The adapter forgot directory `ino` (removed, or not used for long):
     /// a delegation of it is given back.
     pub fn forgotten(&self, ino: u64) {
+        let mut st = self.state.lock().unwrap();
+        st.recalls.remove(&ino);
+        st.refusals.remove(&ino);
+        drop(st);
         self.give_back(ino);
     }
 

@@ -112,6 +112,21 @@ impl OnPath {
         let target = crate::paths::resolve(library, dirfd, unsafe { CStr::from_ptr(path) })?;
         Some(OnPath { library, target, _inside: inside })
     }
+
+    /// As [`OnPath::of`], for a directory's name (trailing slashes allowed).
+    ///
+    /// # Safety
+    /// `path` is null or a NUL-terminated string.
+    unsafe fn of_directory(dirfd: c_int, path: *const c_char) -> Option<OnPath> {
+        if path.is_null() || crate::process::inside() {
+            return None;
+        }
+        let inside = Inside::enter()?;
+        let library = library()?;
+        // SAFETY: the caller's promise.
+        let target = crate::paths::resolve_directory(library, dirfd, unsafe { CStr::from_ptr(path) })?;
+        Some(OnPath { library, target, _inside: inside })
+    }
 }
 
 /// Hands `fd` to the kernel if the library serves it (a call the library does not serve

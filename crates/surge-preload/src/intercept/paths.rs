@@ -325,9 +325,12 @@ unsafe fn change_name(
     change: impl FnOnce(&crate::process::Library, &crate::paths::Target) -> files::Answer<()>,
     kernel: impl FnOnce() -> c_int,
 ) -> c_int {
-    // SAFETY: the caller's promise.
-    let served =
-        unsafe { OnPath::of(dirfd, path) }.and_then(|on| settled(call, change(on.library, &on.target).map(|done| done.map(|()| 0))));
+    // SAFETY: the caller's promise (for both).
+    let on = match call {
+        Call::Mkdir | Call::Rmdir => unsafe { OnPath::of_directory(dirfd, path) },
+        _ => unsafe { OnPath::of(dirfd, path) },
+    };
+    let served = on.and_then(|on| settled(call, change(on.library, &on.target).map(|done| done.map(|()| 0))));
     served.unwrap_or_else(kernel)
 }
 
