@@ -325,9 +325,10 @@ unsafe fn change_name(
     change: impl FnOnce(&crate::process::Library, &crate::paths::Target) -> files::Answer<()>,
     kernel: impl FnOnce() -> c_int,
 ) -> c_int {
-    // SAFETY: the caller's promise (for both).
     let on = match call {
+        // SAFETY: the caller's promise.
         Call::Mkdir | Call::Rmdir => unsafe { OnPath::of_directory(dirfd, path) },
+        // SAFETY: the caller's promise.
         _ => unsafe { OnPath::of(dirfd, path) },
     };
     let served = on.and_then(|on| settled(call, change(on.library, &on.target).map(|done| done.map(|()| 0))));
