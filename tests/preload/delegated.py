@@ -37,6 +37,13 @@ def fill(d, first, count):
         sys.exit("an exclusive create of an existing name succeeded")
     except FileExistsError:
         pass
+    # The listing (served: opendir/readdir) has every name made and not removed, at once.
+    listed = {e.name: e.is_dir() for e in os.scandir(d)}
+    made = {f"f{i}" for i in range(0, first + count) if i % 3 != 0}
+    if {n for n in listed if n.startswith("f")} != made:
+        sys.exit(f"the listing differs from what was made: {sorted(set(listed) ^ made)[:10]}")
+    if any(listed[n] for n in made):
+        sys.exit("a file listed as a directory")
     # And a removed name is gone for this process at once.
     try:
         os.stat(os.path.join(d, f"f{first}"))

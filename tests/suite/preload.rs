@@ -100,7 +100,9 @@ fn coreutils_and_tar_copy_a_tree_in_and_out_exactly() {
         mkdir "$WORK/untarred" && tar -C "$WORK/untarred" -xf "$WORK/tree.tar"
         LD_PRELOAD=$PRELOAD cp -a "$MNT/tree" "$WORK/back"
         LD_PRELOAD=$PRELOAD cat "$MNT/tree/d1/d2/file3" > "$WORK/cat.out"
-        LD_PRELOAD=$PRELOAD dd if="$SRC/d3/file4" of="$MNT/dd.out" bs=64k status=none"#;
+        LD_PRELOAD=$PRELOAD dd if="$SRC/d3/file4" of="$MNT/dd.out" bs=64k status=none
+        LD_PRELOAD=$PRELOAD ls -laR --time-style=+%s "$MNT/tree" > "$WORK/ls.library"
+        ls -laR --time-style=+%s "$MNT/tree" > "$WORK/ls.mount""#;
     let mut shell = inst.shell_on("127.0.9.11", script);
     shell.env("PRELOAD", binary("libsurge_preload.so")).env("SURGE_PRELOAD_REPORT", &report);
     shell.env("SRC", &source).env("MNT", &a.dir).env("WORK", &*work);
@@ -108,6 +110,11 @@ fn coreutils_and_tar_copy_a_tree_in_and_out_exactly() {
     let total = report_total(&report);
     // 58 opens, 16 writes (of 16 files not empty) and hundreds of reads when written.
     assert!(total["open"] >= 40 && total["write"] >= 16 && total["read"] >= 20, "{total:?}");
+    // ls listed every directory of the tree itself (opendir, readdir), and saw what the mount
+    // shows.
+    assert!(total["opendir"] >= 4 && total["readdir"] >= 30, "{total:?}");
+    let listed = |name: &str| std::fs::read_to_string(work.join(name)).unwrap().replace(&*a.dir.to_string_lossy(), "MNT");
+    assert_eq!(listed("ls.library"), listed("ls.mount"), "ls -laR through the library and through the mount");
 
     let diff = |x: &Path, y: &Path| {
         let out = Command::new("diff").arg("-r").arg("--no-dereference").arg(x).arg(y).output().unwrap();

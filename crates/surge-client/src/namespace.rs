@@ -761,6 +761,13 @@ impl Client {
         Ok(page)
     }
 
+    /// One page of a directory's names, with their numbers and kinds, in name order after
+    /// `after`: for a listing that needs no attributes (`readdir(3)`), whose entries' blocks are
+    /// then not measured.
+    pub async fn readdir_names_page(&self, ino: Ino, after: Option<String>, limit: u32) -> Result<DirPage> {
+        self.call_home(ino, Readdir { ino, after, limit, watch_attrs: false }).await
+    }
+
     pub async fn readdir_ino(&self, ino: Ino) -> Result<Vec<DirEntry>> {
         self.readdir_all(ino, false).await
     }

@@ -29,6 +29,7 @@
 //! * [`intercept`] (private): the C entry points, thin adapters;
 //! * [`files`] (private): the calls served, over the native client;
 //! * [`paths`] (private): which paths are served (the kernel resolves the directory);
+//! * [`listings`] (private): the directory streams served (`opendir`, `readdir`, ...);
 //! * [`descriptors`] (private): the served descriptors, and handing one to the kernel;
 //! * [`process`] (private): the library's state in a process, fork, reentrancy;
 //! * [`mounts`]: the Surge mounts in the kernel's mount table;
@@ -39,6 +40,7 @@ pub mod attrs;
 mod descriptors;
 mod files;
 mod intercept;
+mod listings;
 pub mod mounts;
 mod next;
 mod paths;

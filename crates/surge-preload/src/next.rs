@@ -81,6 +81,16 @@ next! {
     FDATASYNC = c"fdatasync": fn(c_int) -> c_int;
     FTRUNCATE = c"ftruncate64": fn(c_int, off_t) -> c_int;
     FSTATAT = c"fstatat64": fn(c_int, *const c_char, *mut libc::stat64, c_int) -> c_int;
+    OPENDIR = c"opendir": fn(*const c_char) -> *mut libc::DIR;
+    READDIR = c"readdir": fn(*mut libc::DIR) -> *mut libc::dirent;
+    READDIR64 = c"readdir64": fn(*mut libc::DIR) -> *mut libc::dirent64;
+    READDIR_R = c"readdir_r": fn(*mut libc::DIR, *mut libc::dirent, *mut *mut libc::dirent) -> c_int;
+    READDIR64_R = c"readdir64_r": fn(*mut libc::DIR, *mut libc::dirent64, *mut *mut libc::dirent64) -> c_int;
+    CLOSEDIR = c"closedir": fn(*mut libc::DIR) -> c_int;
+    DIRFD = c"dirfd": fn(*mut libc::DIR) -> c_int;
+    REWINDDIR = c"rewinddir": fn(*mut libc::DIR) -> ();
+    TELLDIR = c"telldir": fn(*mut libc::DIR) -> libc::c_long;
+    SEEKDIR = c"seekdir": fn(*mut libc::DIR, libc::c_long) -> ();
     STATX = c"statx": fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int;
     DUP = c"dup": fn(c_int) -> c_int;
     DUP2 = c"dup2": fn(c_int, c_int) -> c_int;

@@ -33,6 +33,8 @@ calls! {
     Dup = "dup",
     Fcntl = "fcntl",
     HandedToKernel = "handed-to-kernel",
+    Opendir = "opendir",
+    Readdir = "readdir",
     AnsweredHere = "answered-here",
 }
 

@@ -5,6 +5,7 @@
 //! into the program (a panic in the library is answered EIO).
 
 mod descriptors;
+mod dirs;
 mod paths;
 mod processes;
 
