@@ -49,7 +49,10 @@ for round in $(seq "$ROUNDS"); do
             surge) dir=$WORK/surge/r$round; pre= ;;
             surge-lib) dir=$WORK/surge/rl$round; pre=$LIB ;;
         esac
-        mkdir "$dir"
+        # Each made as its program would make it: under the library for surge-lib (a
+        # directory the mount made is one whose names the mount holds, so the library could
+        # not hold it under a delegation).
+        LD_PRELOAD=$pre mkdir "$dir"
         out=$(LD_PRELOAD=$pre "$WORK/ops" "$dir" "$FILES" "$SIZE" "$STREAM") || { echo "$system round $round failed" >&2; out=; }
         for phase in $PHASES; do
             value=$(awk -v p="$phase" '$1 == p { print $2 }' <<<"$out")

@@ -43,7 +43,7 @@ pub(crate) struct Stream {
     more: bool,
     /// What `readdir` returned last: valid until the next call on this stream.
     record: Box<libc::dirent64>,
-    /// The directory opened by the kernel, once `dirfd` asked for a descriptor.
+    /// The directory opened by the kernel (`O_PATH`), once `dirfd` asked for a descriptor.
     kernel_fd: Option<c_int>,
 }
 
@@ -183,12 +183,17 @@ impl Stream {
         self.next = (position.saturating_sub(self.before) as usize).min(self.page.len());
     }
 
-    /// dirfd(3): the directory opened through the kernel (once, kept until closedir).
+    /// dirfd(3): the directory opened through the kernel (once, kept until closedir), as an
+    /// `O_PATH` descriptor: for `fstatat`, `openat` and `fchdir`, not for reading.
     pub(crate) fn descriptor(&mut self) -> c_int {
         if let Some(fd) = self.kernel_fd {
             return fd;
         }
-        let fd = (crate::next::OPENAT.get())(libc::AT_FDCWD, self.path.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC, 0);
+        // O_PATH: what `dirfd` is for is the `*at` calls and `fchdir`, and such an open asks
+        // nothing of the mount (a full open would have it list the directory, and hold its
+        // names, which keeps the directory from this process's delegations).
+        let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
+        let fd = (crate::next::OPENAT.get())(libc::AT_FDCWD, self.path.as_ptr(), flags, 0);
         if fd >= 0 {
             self.kernel_fd = Some(fd);
         }

@@ -62,8 +62,9 @@ unsafe fn read_into(dir: *mut libc::DIR, entry: *mut libc::dirent64, result: *mu
     unsafe { *libc::__errno_location() = 0 };
     let record = read_ours(dir)?;
     if record.is_null() {
-        // SAFETY: errno is this thread's; `result` is valid (the caller's promise).
+        // SAFETY: errno is this thread's.
         let errno = unsafe { *libc::__errno_location() };
+        // SAFETY: `result` is valid for writing (the caller's promise).
         unsafe { *result = std::ptr::null_mut() };
         return Some(errno);
     }
