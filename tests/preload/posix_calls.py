@@ -198,4 +198,19 @@ assert os.stat(at("f.copy")).st_mtime_ns == os.stat(at("f")).st_mtime_ns
 assert sorted(p.name for p in pathlib.Path(d).iterdir()) == sorted(
     ["f", "log", "big", "forked", "inherited", "threads", "dir", "link", "big.copy", "f.copy"])
 
+# flock: served at the file's home, so it excludes a process using the mount, and is given
+# back by unlock and by close.
+import fcntl
+fd = os.open(at("f"), os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+probe = ["python3", "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); "
+         "fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)", at("f")]
+kernel_env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+assert subprocess.run(probe, env=kernel_env, capture_output=True).returncode != 0, "flock did not exclude the mount"
+fcntl.flock(fd, fcntl.LOCK_UN)
+assert subprocess.run(probe, env=kernel_env).returncode == 0, "unlock did not give the lock back"
+fcntl.flock(fd, fcntl.LOCK_SH)
+os.close(fd)
+assert subprocess.run(probe, env=kernel_env).returncode == 0, "close did not give the lock back"
+
 print(os.getpid())

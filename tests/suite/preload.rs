@@ -58,7 +58,9 @@ fn posix_calls_served_in_process_are_what_the_mounts_of_two_nodes_see() {
     let pid = succeeded(preloaded(python, &report).output().unwrap(), "posix_calls.py");
 
     let served = report_of(&report, pid.trim());
-    for call in ["open", "read", "write", "stat", "seek", "truncate", "sync", "dup", "close", "mkdir", "unlink", "rmdir", "setattr"] {
+    for call in
+        ["open", "read", "write", "stat", "seek", "truncate", "sync", "dup", "close", "mkdir", "unlink", "rmdir", "setattr", "flock"]
+    {
         assert!(served[call] > 0, "the library served no {call}: {served:?}");
     }
     assert!(served["open"] >= 10, "{served:?}");

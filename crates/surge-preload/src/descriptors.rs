@@ -41,6 +41,8 @@ pub(crate) struct Description {
     pub position: Mutex<u64>,
     /// Access mode and status flags (`F_GETFL`).
     pub status: AtomicI32,
+    /// The flock(2) lock it holds at the file's home: `LOCK_SH`, `LOCK_EX`, or 0.
+    pub flocked: AtomicI32,
 }
 
 impl Description {
@@ -208,12 +210,22 @@ pub(crate) fn hand_to_kernel(fd: c_int) -> Result<(), c_int> {
     library.run(description.file.flush()).map_err(|e| e.errno())?;
     let kernel = reopen(&description, *position)?;
     let numbers: Vec<c_int> = map_read().iter().filter(|(_, d)| Arc::ptr_eq(d, &description)).map(|(fd, _)| *fd).collect();
-    for number in numbers {
+    for &number in &numbers {
         put_in_place(kernel, number);
         forget(number);
     }
+    let numbers_of_kernel = numbers;
     (next::CLOSE.get())(kernel);
     drop(position);
+    // A flock held here is taken again through the kernel (ours given back first: the two
+    // owners would exclude each other), on the description the numbers now share.
+    let flocked = description.flocked.swap(0, Ordering::Relaxed);
+    if flocked != 0 {
+        let _ = crate::files::unlock(library, &description);
+        if let Some(&number) = numbers_of_kernel.first() {
+            (next::FLOCK.get())(number, flocked);
+        }
+    }
     // The kernel holds its own handle now, through the mount.
     let _ = library.run(description.file.release());
     Ok(())

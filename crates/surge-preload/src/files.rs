@@ -19,8 +19,9 @@ use std::sync::atomic::AtomicI32;
 use std::sync::{Arc, Mutex};
 
 use surge_client::namespace::OpenedName;
+use surge_client::surge_proto::LockKind;
 use surge_client::surge_proto::{Attr, AttrChanges, ErrorCode, FileKind, Timestamp};
-use surge_client::{Client, File, Named};
+use surge_client::{Client, File, LockRange, Named};
 
 use crate::descriptors::{self, Description, KEPT_STATUS};
 use crate::paths::{owner_grants, owns, Dir, Target};
@@ -113,6 +114,7 @@ fn described(file: File, client: Client, target: &Target, status: c_int) -> Arc<
         dev: target.mount.dev,
         position: Mutex::new(0),
         status: AtomicI32::new(status),
+        flocked: AtomicI32::new(0),
     })
 }
 
@@ -291,10 +293,44 @@ pub(crate) fn sync(library: &Library, d: &Description) -> Result<(), c_int> {
     library.run_settled(d.file.fsync()).map_err(errno)
 }
 
-/// The last number of `d` was closed: its writes are waited for and published, and the
-/// handle released (what close(2) reports, as through the mount).
+/// The last number of `d` was closed: its flock given back, its writes waited for and
+/// published, and the handle released (what close(2) reports, as through the mount).
 pub(crate) fn close(library: &Library, d: Arc<Description>) -> Result<(), c_int> {
+    if d.flocked.swap(0, std::sync::atomic::Ordering::Relaxed) != 0 {
+        let _ = unlock(library, &d);
+    }
     library.run(d.file.release()).map_err(errno)
+}
+
+/// flock(2) on a served file: a whole-file lock at the file's home, whose owner is the
+/// description (so it excludes other descriptions, processes and nodes, and the mount's
+/// users, as the kernel's flock does). A blocking wait cannot be interrupted by a signal.
+pub(crate) fn flock(library: &Library, d: &Description, operation: c_int) -> Result<(), c_int> {
+    let kind = match operation & !libc::LOCK_NB {
+        libc::LOCK_SH => LockKind::Read,
+        libc::LOCK_EX => LockKind::Write,
+        libc::LOCK_UN => LockKind::Unlock,
+        _ => return Err(libc::EINVAL),
+    };
+    let wait = operation & libc::LOCK_NB == 0 && kind != LockKind::Unlock;
+    let taken = library.run(d.client.set_lock(d.file.ino(), whole_file(d, kind), wait)).map_err(|e| match e.code {
+        ErrorCode::Locked => libc::EWOULDBLOCK,
+        _ => errno(e),
+    });
+    taken?;
+    let held = if kind == LockKind::Unlock { 0 } else { operation & !libc::LOCK_NB };
+    d.flocked.store(held, std::sync::atomic::Ordering::Relaxed);
+    Ok(())
+}
+
+/// Gives back the description's flock.
+pub(crate) fn unlock(library: &Library, d: &Description) -> Result<(), c_int> {
+    library.run(d.client.set_lock(d.file.ino(), whole_file(d, LockKind::Unlock), false)).map_err(errno)
+}
+
+/// The whole file, as `d`'s (its address names the owner within this process's connection).
+fn whole_file(d: &Description, kind: LockKind) -> LockRange {
+    LockRange { owner: d as *const Description as u64, pid: std::process::id(), kind, start: 0, end: u64::MAX }
 }
 
 /// Whether the process may add and remove names in `dir` by a rule decided here: as its

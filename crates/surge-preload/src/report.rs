@@ -34,6 +34,7 @@ calls! {
     Fcntl = "fcntl",
     HandedToKernel = "handed-to-kernel",
     Opendir = "opendir",
+    Flock = "flock",
     Readdir = "readdir",
     AnsweredHere = "answered-here",
 }

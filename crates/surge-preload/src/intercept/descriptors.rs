@@ -534,7 +534,6 @@ macro_rules! kernel_after_hand_over {
 }
 
 kernel_after_hand_over! {
-    flock => FLOCK(fd: c_int, operation: c_int) -> c_int;
     lockf64 => LOCKF(fd: c_int, command: c_int, len: off_t) -> c_int;
     lockf => LOCKF(fd: c_int, command: c_int, len: off_t) -> c_int;
     fallocate64 => FALLOCATE(fd: c_int, mode: c_int, offset: off_t, len: off_t) -> c_int;
@@ -711,6 +710,15 @@ pub extern "C" fn futimens(fd: c_int, times: *const libc::timespec) -> c_int {
         return -1;
     }
     (next::FUTIMENS.get())(fd, times)
+}
+
+/// flock(2): a whole-file lock at the file's home (see [`files::flock`]).
+#[no_mangle]
+pub extern "C" fn flock(fd: c_int, operation: c_int) -> c_int {
+    if let Some(served) = OnServed::of(fd) {
+        return served.answer(Call::Flock, |library, d| files::flock(library, d, operation).map(|()| 0));
+    }
+    (next::FLOCK.get())(fd, operation)
 }
 
 /// fchmod(2): served for the file's owner (no set-id bits); anything else is the kernel's.
