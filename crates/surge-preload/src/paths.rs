@@ -102,7 +102,13 @@ fn held_dir(library: &Library, mounts: &Mounts, dirfd: c_int, dir_path: &CStr) -
     let mount = mounts.by_id(mount_id)?;
     let instance = library.instance(mount)?;
     let (attr, delegated) = match instance.delegated(ino) {
-        Some(delegated) => (delegated.dir_attr().clone(), Some(delegated)),
+        Some(delegated) => {
+            let attr = match delegated.dir_attr() {
+                Some(attr) => attr.clone(),
+                None => library.run(delegated.fetch_dir_attr()).ok()?,
+            };
+            (attr, Some(delegated))
+        }
         None if instance.delegations.asking(ino) => (library.run(instance.client.getattr(ino)).ok()?, None),
         None => return None,
     };

@@ -176,6 +176,7 @@ impl Library {
                 let options = ClientOptions { await_watchers: true, ..Default::default() };
                 let client = Client::for_instance(&mount.instance, options).ok()?;
                 let delegations = Delegations::new(client.clone(), runtime.handle().clone());
+                delegations.back_off_after_recalls();
                 // Before the client sends anything: only connections opened afterwards bring
                 // notices (a recall among them).
                 client.watch(Arc::new(Notices { delegations: delegations.clone() }));

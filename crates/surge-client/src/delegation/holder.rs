@@ -58,6 +58,9 @@ pub struct Delegations {
     state: Arc<Mutex<State>>,
     /// The servers check identities: no delegation is asked for.
     never: AtomicBool,
+    /// Each recall of a directory doubles the steps before it is asked for again (see
+    /// [`Delegations::back_off_after_recalls`]).
+    recall_backoff: AtomicBool,
 }
 
 #[derive(Default)]
@@ -88,13 +91,27 @@ struct Asking {
 
 impl Delegations {
     pub fn new(client: Client, runtime: Handle) -> Arc<Delegations> {
-        Arc::new(Delegations { client, runtime, state: Default::default(), never: AtomicBool::new(false) })
+        Arc::new(Delegations {
+            client,
+            runtime,
+            state: Default::default(),
+            never: AtomicBool::new(false),
+            recall_backoff: AtomicBool::new(false),
+        })
     }
 
     /// The delegation of `dir`, if held here (it may have ended: see
     /// [`DelegatedDir::is_held`]).
     pub fn held(&self, dir: u64) -> Option<Arc<DelegatedDir>> {
         self.state.lock().unwrap().held.get(&dir).cloned()
+    }
+
+    /// From now on each recall of a directory doubles the steps before it is asked for again,
+    /// for good: for a holder that is one of several processes of a job on a node (the
+    /// interception library), where ranks sharing a directory would otherwise take it from
+    /// each other for ever. The mount, the one holder of its node, keeps asking as before.
+    pub fn back_off_after_recalls(&self) {
+        self.recall_backoff.store(true, Ordering::Relaxed);
     }
 
     /// Whether any directory is held (or being given back) or asked for.
@@ -179,7 +196,9 @@ impl Delegations {
         if let Some(asking) = st.asking.get_mut(&dir) {
             asking.recalled = true;
         }
-        st.recalls.entry(dir).and_modify(|n| *n = (*n + 1).min(MAX_BACKOFF)).or_insert(1);
+        if self.recall_backoff.load(Ordering::Relaxed) {
+            st.recalls.entry(dir).and_modify(|n| *n = (*n + 1).min(MAX_BACKOFF)).or_insert(1);
+        }
         drop(st);
         self.give_back(dir);
     }
@@ -264,10 +283,7 @@ impl Delegations {
     /// The adapter forgot directory `ino` (removed, or not used for long):
     /// a delegation of it is given back.
     pub fn forgotten(&self, ino: u64) {
-        let mut st = self.state.lock().unwrap();
-        st.recalls.remove(&ino);
-        st.refusals.remove(&ino);
-        drop(st);
+        self.state.lock().unwrap().recalls.remove(&ino);
         self.give_back(ino);
     }
 

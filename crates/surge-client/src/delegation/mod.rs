@@ -54,10 +54,11 @@ pub struct DelegatedDir {
     /// The directory's group if it is set-group-ID (see `Delegated::group`): the holder gives
     /// the directory up before changing its mode or group.
     group: Option<u32>,
-    /// The directory's attributes when it was granted. Its mode, owner and group stay so while
-    /// it is held (another client's change recalls it first, and the holder gives it up
-    /// before changing them): what a holder checks its own permissions against.
-    attr: Attr,
+    /// The directory's attributes, once asked for ([`DelegatedDir::fetch_dir_attr`]). Its
+    /// mode, owner and group stay so while it is held (another client's change recalls it
+    /// first, and the holder gives it up before changing them): what a holder checks its own
+    /// permissions against.
+    attr: std::sync::OnceLock<Attr>,
     state: Mutex<Held>,
     /// One write-back at a time, so that batches reach the home in the log's order.
     writing_back: tokio::sync::Mutex<()>,
@@ -171,7 +172,6 @@ impl Client {
         };
         // Nobody else may change the directory now: its listing stays exact.
         let names = self.readdir_ino(dir).await?.into_iter().map(|entry| (entry.name, Named::of(entry.kind))).collect();
-        let attr = self.getattr(dir).await?;
         let held = Held {
             names,
             free: granted.inos.into(),
@@ -190,7 +190,7 @@ impl Client {
             dir,
             token,
             group: granted.group,
-            attr,
+            attr: Default::default(),
             state: Mutex::new(held),
             writing_back: Default::default(),
             giving_back: Default::default(),
@@ -227,10 +227,19 @@ impl DelegatedDir {
         self.dir
     }
 
-    /// The directory's attributes as granted (its mode, owner and group hold while it is held;
-    /// its times and size do not).
-    pub fn dir_attr(&self) -> &Attr {
-        &self.attr
+    /// The directory's attributes if fetched already (see [`DelegatedDir::fetch_dir_attr`]).
+    pub fn dir_attr(&self) -> Option<&Attr> {
+        self.attr.get()
+    }
+
+    /// The directory's attributes, asked of its home once (its mode, owner and group hold
+    /// while it is held; its times and size do not).
+    pub async fn fetch_dir_attr(&self) -> Result<Attr> {
+        if let Some(attr) = self.attr.get() {
+            return Ok(attr.clone());
+        }
+        let attr = self.client.getattr(self.dir).await?;
+        Ok(self.attr.get_or_init(|| attr).clone())
     }
 
     /// Whether the delegation still answers here (not given back).
