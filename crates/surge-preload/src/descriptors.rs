@@ -214,7 +214,6 @@ pub(crate) fn hand_to_kernel(fd: c_int) -> Result<(), c_int> {
         put_in_place(kernel, number);
         forget(number);
     }
-    let numbers_of_kernel = numbers;
     (next::CLOSE.get())(kernel);
     drop(position);
     // A flock held here is taken again through the kernel (ours given back first: the two
@@ -222,7 +221,7 @@ pub(crate) fn hand_to_kernel(fd: c_int) -> Result<(), c_int> {
     let flocked = description.flocked.swap(0, Ordering::Relaxed);
     if flocked != 0 {
         let _ = crate::files::unlock(library, &description);
-        if let Some(&number) = numbers_of_kernel.first() {
+        if let Some(&number) = numbers.first() {
             (next::FLOCK.get())(number, flocked);
         }
     }

@@ -15,7 +15,7 @@
 //! mount: a close publishes, an open asks the file's home.
 
 use std::ffi::c_int;
-use std::sync::atomic::AtomicI32;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use surge_client::namespace::OpenedName;
@@ -296,7 +296,7 @@ pub(crate) fn sync(library: &Library, d: &Description) -> Result<(), c_int> {
 /// The last number of `d` was closed: its flock given back, its writes waited for and
 /// published, and the handle released (what close(2) reports, as through the mount).
 pub(crate) fn close(library: &Library, d: Arc<Description>) -> Result<(), c_int> {
-    if d.flocked.swap(0, std::sync::atomic::Ordering::Relaxed) != 0 {
+    if d.flocked.swap(0, Ordering::Relaxed) != 0 {
         let _ = unlock(library, &d);
     }
     library.run(d.file.release()).map_err(errno)
@@ -319,7 +319,7 @@ pub(crate) fn flock(library: &Library, d: &Description, operation: c_int) -> Res
     });
     taken?;
     let held = if kind == LockKind::Unlock { 0 } else { operation & !libc::LOCK_NB };
-    d.flocked.store(held, std::sync::atomic::Ordering::Relaxed);
+    d.flocked.store(held, Ordering::Relaxed);
     Ok(())
 }
 

@@ -17,6 +17,7 @@ use std::sync::{Mutex, OnceLock};
 use surge_client::surge_proto::FileKind;
 use surge_client::Client;
 
+use crate::attrs::type_bits;
 use crate::paths::{owner_grants, Target};
 use crate::process::Library;
 
@@ -110,16 +111,9 @@ pub(crate) fn close(dir: *mut libc::DIR) -> c_int {
     0
 }
 
+/// The `d_type` of a kind: its mode's type bits moved down, as the C library's `IFTODT` does.
 fn d_type(kind: FileKind) -> u8 {
-    match kind {
-        FileKind::File => libc::DT_REG,
-        FileKind::Dir => libc::DT_DIR,
-        FileKind::Symlink => libc::DT_LNK,
-        FileKind::Fifo => libc::DT_FIFO,
-        FileKind::Socket => libc::DT_SOCK,
-        FileKind::CharDevice { .. } => libc::DT_CHR,
-        FileKind::BlockDevice { .. } => libc::DT_BLK,
-    }
+    (type_bits(kind) >> 12) as u8
 }
 
 impl Stream {

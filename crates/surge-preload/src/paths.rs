@@ -12,8 +12,9 @@
 //! delegations: that walks the path as any call does but asks nothing about the directory
 //! itself, whose attributes its home changes as the delegation's steps are written back (a
 //! `stat` of it would then go through the mount to the home, which recalls the delegation from
-//! whoever else asks). A directory held under a delegation is checked against the attributes
-//! it was granted with; any other is `stat`ed through the kernel.
+//! whoever else asks). A directory held under a delegation, or asked for, is checked against
+//! the attributes its home gives this process (once for a held one: its mode and owner cannot
+//! change while it is held); any other is `stat`ed through the kernel.
 
 use std::ffi::{c_int, CStr, CString};
 use std::os::unix::ffi::OsStrExt;
@@ -74,7 +75,7 @@ pub(crate) fn resolve(library: &Library, dirfd: c_int, path: &CStr) -> Option<Ta
     }
     let name = std::str::from_utf8(name).ok()?.to_string();
     let dir_path = CString::new(dir).ok()?;
-    let (mount, dir) = held_dir(library, &mounts, dirfd, &dir_path).or_else(|| stated_dir(library, &mounts, dirfd, &dir_path))?;
+    let (mount, dir) = held_dir(library, &mounts, dirfd, &dir_path).or_else(|| stated_dir(&mounts, dirfd, &dir_path))?;
     let absolute = if absolute { path.to_owned() } else { CString::new(join(base_of(dirfd)?, bytes)).ok()? };
     Some(Target { mount, dir, name, absolute })
 }
@@ -92,8 +93,7 @@ pub(crate) fn resolve_directory(library: &Library, dirfd: c_int, path: &CStr) ->
 
 /// `dir_path` (relative to `dirfd`) when it is a directory this process holds under a
 /// delegation, or has asked for, found without asking the mount about the directory itself
-/// (see the module's words): a held one is checked against the attributes it was granted
-/// with, one asked for against its home's answer to this process.
+/// (see the module's words), with the attributes its home gives this process.
 fn held_dir(library: &Library, mounts: &Mounts, dirfd: c_int, dir_path: &CStr) -> Option<(Mount, Dir)> {
     if !library.holds_delegations() {
         return None;
@@ -119,17 +119,15 @@ fn held_dir(library: &Library, mounts: &Mounts, dirfd: c_int, dir_path: &CStr) -
 }
 
 /// `dir_path` (relative to `dirfd`) as the kernel reports it through the mount, if it is a
-/// directory on a Surge mount.
-fn stated_dir(library: &Library, mounts: &Mounts, dirfd: c_int, dir_path: &CStr) -> Option<(Mount, Dir)> {
+/// directory on a Surge mount (one this process holds is [`held_dir`]'s).
+fn stated_dir(mounts: &Mounts, dirfd: c_int, dir_path: &CStr) -> Option<(Mount, Dir)> {
     // SAFETY: a zeroed stat is a valid out-buffer.
     let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
     if (next::FSTATAT.get())(dirfd, dir_path.as_ptr(), &mut st, 0) != 0 || st.st_mode & libc::S_IFMT != libc::S_IFDIR {
         return None;
     }
-    let mount = mounts.by_dev(st.st_dev)?;
-    let delegated = library.holds_delegations().then(|| library.instance(mount)?.delegated(st.st_ino)).flatten();
-    let dir = Dir { ino: st.st_ino, uid: st.st_uid, mode: st.st_mode & 0o7777, delegated };
-    Some((mount.clone(), dir))
+    let mount = mounts.by_dev(st.st_dev)?.clone();
+    Some((mount, Dir { ino: st.st_ino, uid: st.st_uid, mode: st.st_mode & 0o7777, delegated: None }))
 }
 
 /// The mount and FUSE node (Surge's inode number) of `path`, following a last symbolic link,

@@ -104,14 +104,8 @@ impl OnPath {
     /// # Safety
     /// `path` is null or a NUL-terminated string.
     unsafe fn of(dirfd: c_int, path: *const c_char) -> Option<OnPath> {
-        if path.is_null() || crate::process::inside() {
-            return None;
-        }
-        let inside = Inside::enter()?;
-        let library = library()?;
         // SAFETY: the caller's promise.
-        let target = crate::paths::resolve(library, dirfd, unsafe { CStr::from_ptr(path) })?;
-        Some(OnPath { library, target, _inside: inside })
+        unsafe { Self::resolved_by(crate::paths::resolve, dirfd, path) }
     }
 
     /// As [`OnPath::of`], for a directory's name (trailing slashes allowed).
@@ -119,13 +113,20 @@ impl OnPath {
     /// # Safety
     /// `path` is null or a NUL-terminated string.
     unsafe fn of_directory(dirfd: c_int, path: *const c_char) -> Option<OnPath> {
+        // SAFETY: the caller's promise.
+        unsafe { Self::resolved_by(crate::paths::resolve_directory, dirfd, path) }
+    }
+
+    /// # Safety
+    /// `path` is null or a NUL-terminated string.
+    unsafe fn resolved_by(resolve: fn(&Library, c_int, &CStr) -> Option<Target>, dirfd: c_int, path: *const c_char) -> Option<OnPath> {
         if path.is_null() || crate::process::inside() {
             return None;
         }
         let inside = Inside::enter()?;
         let library = library()?;
         // SAFETY: the caller's promise.
-        let target = crate::paths::resolve_directory(library, dirfd, unsafe { CStr::from_ptr(path) })?;
+        let target = resolve(library, dirfd, unsafe { CStr::from_ptr(path) })?;
         Some(OnPath { library, target, _inside: inside })
     }
 }
