@@ -55,7 +55,19 @@ struct ServerSlot {
     standby: Option<SocketAddr>,
     /// The share was found there: the lost server is not dialled again.
     on_standby: std::sync::atomic::AtomicBool,
+    /// Held while a connection is being opened, so that only one is.
     conn: AsyncMutex<Option<Arc<Connection>>>,
+    /// The connection last opened, for senders that cannot wait (and every request's fast
+    /// path): readable at any time, never held across an await. A lock that an opening
+    /// holds (as `conn` is) would make them find no connection while one is live, and
+    /// drop what they meant to send.
+    live: std::sync::RwLock<Option<Arc<Connection>>>,
+}
+
+impl ServerSlot {
+    fn live(&self) -> Option<Arc<Connection>> {
+        self.live.read().unwrap().as_ref().filter(|conn| !conn.is_broken()).cloned()
+    }
 }
 
 struct Inner {
@@ -176,6 +188,7 @@ impl Client {
                 standby: (replication.is_some() && count > 1).then(|| addrs[surge_proto::mirror::mirror_of(i, count)]),
                 on_standby: Default::default(),
                 conn: AsyncMutex::new(None),
+                live: Default::default(),
             })
             .collect();
         let (uid, gid) = (opts.uid, opts.gid);
@@ -303,6 +316,9 @@ impl Client {
     pub(crate) async fn connection(&self, server: usize) -> Result<Arc<Connection>> {
         let slot =
             self.inner.servers.get(server).ok_or_else(|| Error::new(ErrorCode::Stale, format!("no server {server} in this instance")))?;
+        if let Some(conn) = slot.live() {
+            return Ok(conn);
+        }
         let mut guard = slot.conn.lock().await;
         if let Some(conn) = guard.as_ref() {
             if !conn.is_broken() {
@@ -345,6 +361,7 @@ impl Client {
             },
         };
         *guard = Some(conn.clone());
+        *slot.live.write().unwrap() = Some(conn.clone());
         Ok(conn)
     }
 
@@ -354,11 +371,10 @@ impl Client {
         Connection::open(addr, dial, &self.inner.secret, self.inner.session, None, None).await.is_ok()
     }
 
-    /// The live connection to `server`, if there is one and nobody is opening it right now:
-    /// for senders that cannot wait (see [`crate::File::read_then`]).
+    /// The live connection to `server`, if there is one: for senders that cannot wait (see
+    /// [`crate::File::read_then`]).
     pub(crate) fn connection_now(&self, server: usize) -> Option<Arc<Connection>> {
-        let guard = self.inner.servers.get(server)?.conn.try_lock().ok()?;
-        guard.as_ref().filter(|conn| !conn.is_broken()).cloned()
+        self.inner.servers.get(server)?.live()
     }
 
     /// Takes one of the [`MAX_LOCAL_FILES`] descriptors for local I/O (false: none left).

@@ -208,12 +208,26 @@ impl File {
     }
 
     /// Releases a handle answered from a kept file (read-only: nothing to publish) by a
-    /// request nobody waits for: the kept file holds the file meanwhile. A connection gone
-    /// since took the handle's registration with it.
+    /// request nobody waits for. The kept file usually holds the file meanwhile, but not
+    /// always (it is let go at once when a change overtook its open): a release that turns
+    /// out to be the last hold on a removed file purges its data, as any last close does.
+    /// A connection gone since took the handle's registration with it.
     pub fn release_shared(&self) {
-        if let Some(conn) = self.client.connection_now(surge_proto::ino::home(self.ino)) {
-            conn.send_then(&Request::from(self.commit(true)), self.client.timeout(), Box::new(|_| {}));
-        }
+        let Some(conn) = self.client.connection_now(surge_proto::ino::home(self.ino)) else { return };
+        let (client, ino) = (self.client.clone(), self.ino);
+        let then = move |response: crate::conn::Response| match response.and_then(|answer| answer.reply::<Commit>()) {
+            Ok(fate) if fate.purge => {
+                // The reply is handed over on the connection's reader task, in the runtime.
+                tokio::spawn(async move {
+                    if let Err(e) = client.purge_data(ino, fate.size, fate.ticket).await {
+                        tracing::warn!(ino = format!("{ino:#x}"), "purging a removed file's data after its last close: {e}");
+                    }
+                });
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(ino = format!("{ino:#x}"), "releasing a shared handle: {e}"),
+        };
+        conn.send_then(&Request::from(self.commit(true)), self.client.timeout(), Box::new(then));
     }
 
     /// Whether this handle was answered from a kept file ([`File::sharing`], [`File::split_kept`]).
