@@ -103,6 +103,70 @@ async fn posix_namespace_rules_hold_across_servers() {
     assert_eq!(names, ["a", "d15", "holes", "link"]);
 }
 
+/// Two clients renaming across servers in opposite directions at once (a to b while b to a),
+/// and swapping the same pair from both ends: each rename locks its source first, so each
+/// finds the other's locked. Neither may wait for the other for good (an EBUSY after the
+/// wait) nor lose a file: one name is left after the renames, both after the swaps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renames_and_swaps_that_cross_between_servers_all_finish() {
+    let inst = Instance::up("cross", &["--servers", "2", "--capacity", "1G", "--hosts", "127.0.0.181,127.0.0.182"]);
+    let (one, two) = (inst.client("127.0.0.183"), inst.client("127.0.0.184"));
+    // Two directories homed on different servers.
+    let mut dirs = Vec::new();
+    for i in 0.. {
+        let dir = format!("/d{i}");
+        let home = ino::home(one.mkdir(&dir, 0o755).await.unwrap().ino);
+        if dirs.iter().all(|(_, h)| *h != home) {
+            dirs.push((dir, home));
+        }
+        if dirs.len() == 2 {
+            break;
+        }
+    }
+    let (a, b) = (format!("{}/a", dirs[0].0), format!("{}/b", dirs[1].0));
+    let content = |path: &str| {
+        let (c, path) = (&one, path.to_string());
+        async move {
+            let f = c.open(&path, false).await?;
+            let bytes = f.pread(0, 16).await;
+            f.close().await?;
+            bytes
+        }
+    };
+    for round in 0..150 {
+        for (path, text) in [(&a, "A"), (&b, "B")] {
+            let f = one.create(path, 0o644).await.unwrap();
+            f.pwrite(0, text.as_bytes()).await.unwrap();
+            f.close().await.unwrap();
+        }
+        let (to_b, to_a) = tokio::join!(one.rename(&a, &b), two.rename(&b, &a));
+        for outcome in [&to_b, &to_a] {
+            if let Err(e) = outcome {
+                assert_eq!(e.code, ErrorCode::NotFound, "round {round}: crossing renames: {e}");
+            }
+        }
+        let left = [one.stat(&a).await.is_ok(), one.stat(&b).await.is_ok()];
+        assert_eq!(left.iter().filter(|&&l| l).count(), 1, "round {round}: after {to_b:?} and {to_a:?}, names left {left:?}");
+        for path in [&a, &b] {
+            let _ = one.unlink(path).await;
+        }
+
+        for (path, text) in [(&a, "A"), (&b, "B")] {
+            let f = one.create(path, 0o644).await.unwrap();
+            f.pwrite(0, text.as_bytes()).await.unwrap();
+            f.close().await.unwrap();
+        }
+        let (swap_one, swap_two) = tokio::join!(one.exchange(&a, &b), two.exchange(&b, &a));
+        swap_one.unwrap_or_else(|e| panic!("round {round}: a swap crossing another: {e}"));
+        swap_two.unwrap_or_else(|e| panic!("round {round}: a swap crossing another: {e}"));
+        // Swapped twice: as they were.
+        assert_eq!((content(&a).await.unwrap(), content(&b).await.unwrap()), (b"A".to_vec(), b"B".to_vec()), "round {round}");
+        for path in [&a, &b] {
+            one.unlink(path).await.unwrap();
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn write_behind_and_read_ahead_keep_bytes_and_report_errors() {
     use surge_client::surge_proto::data::AllocateMode;

@@ -38,7 +38,18 @@ struct Replication {
 }
 
 /// How long a step retries while the entry it needs is locked by a rename in progress.
-const BUSY_RETRY_FOR: Duration = Duration::from_secs(5);
+pub(crate) const BUSY_RETRY_FOR: Duration = Duration::from_secs(5);
+
+/// What [`Client::call_on_busy`] does with a `Busy` answer (an entry locked by a rename
+/// between servers in progress).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum OnBusy {
+    /// Asks again for a while: the rename holding the entry ends soon.
+    Wait,
+    /// Answers it: for a step sent while the caller holds an entry locked itself, where
+    /// waiting could wait forever for a rename that waits for the caller's entry.
+    Return,
+}
 /// How long a step retries while another client's delegation of its directory is recalled:
 /// twice what a server gives a holder before it takes the delegation back (5 s), so that
 /// even a holder that never answers costs a delay, not an error.
@@ -401,13 +412,18 @@ impl Client {
     /// another client's delegation of its directory is being recalled (`Recalling`: the
     /// holder is a round trip away from giving it back, so the first retries come soon).
     pub async fn call<C: Call>(&self, server: usize, call: C) -> Result<C::Reply> {
+        self.call_on_busy(server, call, OnBusy::Wait).await
+    }
+
+    /// [`Client::call`], with `Busy` answers waited out or handed back as they are.
+    pub(crate) async fn call_on_busy<C: Call>(&self, server: usize, call: C, on_busy: OnBusy) -> Result<C::Reply> {
         let start = tokio::time::Instant::now();
         let mut recall_pause = RECALL_FIRST_RETRY;
         loop {
             let request: Request = call.clone().into();
             let answer = self.send(server, &request, Bytes::new()).await?.wait(self.inner.opts.timeout).await;
             let (pause, retry_for) = match &answer {
-                Err(e) if e.code == ErrorCode::Busy => (Duration::from_millis(20), BUSY_RETRY_FOR),
+                Err(e) if e.code == ErrorCode::Busy && matches!(on_busy, OnBusy::Wait) => (Duration::from_millis(20), BUSY_RETRY_FOR),
                 Err(e) if e.code == ErrorCode::Recalling => {
                     let pause = recall_pause;
                     recall_pause = (recall_pause * 2).min(RECALL_LAST_RETRY);

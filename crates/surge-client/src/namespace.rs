@@ -15,6 +15,7 @@ use surge_proto::namespace::{
 use surge_proto::ticket::Ticket;
 use surge_proto::{check_name, Attr, AttrChanges, DirEntry, DirInheritance, DirPage, ErrorCode, FileKind, LinkOutcome, Unlinked, ROOT_INO};
 
+use crate::client::{OnBusy, BUSY_RETRY_FOR};
 use crate::error::{Error, Result};
 use crate::{Client, File};
 
@@ -261,7 +262,7 @@ impl Client {
                 retired_target: None,
                 new_dir,
             };
-            match self.insert_entry(insert).await {
+            match self.insert_entry(insert, OnBusy::Wait).await {
                 Ok(_) => return Ok(attr),
                 // Not known to be linked: the directory stays, at worst nameless (`surge fsck`
                 // finds it), never named and dropped.
@@ -305,7 +306,7 @@ impl Client {
         let added = self.call_home(ino, AddLink { ino }).await?;
         let kind = added.attr.kind;
         let insert = InsertEntry { parent, name: name.to_string(), ino, kind, replace: false, retired_target: None, new_dir: None };
-        if let Err(e) = self.insert_entry(insert).await {
+        if let Err(e) = self.insert_entry(insert, OnBusy::Wait).await {
             if e.code.is_lost_contact() {
                 tracing::warn!(ino = format!("{ino:#x}"), "a link's name may or may not be in: its directory's home did not answer ({e})");
                 return Err(e);
@@ -326,9 +327,9 @@ impl Client {
     /// `insert.ino`, which is that attempt's success (what it replaced, if anything, keeps a
     /// link count one too high, which `surge fsck` lowers, rather than being finished off
     /// twice). A lost-contact error means: not known whether the name is in.
-    async fn insert_entry(&self, insert: InsertEntry) -> Result<LinkOutcome> {
+    async fn insert_entry(&self, insert: InsertEntry, on_busy: OnBusy) -> Result<LinkOutcome> {
         let (parent, name, ino) = (insert.parent, insert.name.clone(), insert.ino);
-        match self.call_home_until_answered(parent, insert).await {
+        match self.call_home_until_answered(parent, insert, on_busy).await {
             (Err(e), true) if e.code == ErrorCode::Exists => match self.lookup_entry(parent, &name).await? {
                 entry if entry.ino == ino => Ok(LinkOutcome::default()),
                 _ => Err(e),
@@ -342,7 +343,7 @@ impl Client {
     /// name, so the next finds it gone, which is that commit's success.
     async fn rename_finish(&self, finish: RenameFinish) -> Result<()> {
         let commit = finish.commit;
-        match self.call_home_until_answered(finish.parent, finish).await {
+        match self.call_home_until_answered(finish.parent, finish, OnBusy::Wait).await {
             (Err(e), true) if commit && e.code == ErrorCode::NotFound => Ok(()),
             (outcome, _) => outcome,
         }
@@ -356,7 +357,7 @@ impl Client {
     /// step must be one a repeat refuses or repeats harmlessly). A server that cannot even be
     /// connected to was not sent this attempt: with no earlier attempt in doubt, that error
     /// is returned at once.
-    async fn call_home_until_answered<C: surge_proto::Call>(&self, ino: Ino, call: C) -> (Result<C::Reply>, bool) {
+    async fn call_home_until_answered<C: surge_proto::Call>(&self, ino: Ino, call: C, on_busy: OnBusy) -> (Result<C::Reply>, bool) {
         let started = tokio::time::Instant::now();
         let mut pause = INSERT_RETRY_PAUSE;
         let mut in_doubt = false;
@@ -364,7 +365,7 @@ impl Client {
             let outcome = match self.connection(ino::home(ino)).await {
                 Err(e) if !in_doubt => return (Err(e), false),
                 Err(e) => Err(e),
-                Ok(_) => self.call_home(ino, call.clone()).await,
+                Ok(_) => self.call_on_busy(ino::home(ino), call.clone(), on_busy).await,
             };
             match outcome {
                 Err(e) if e.code.is_lost_contact() && started.elapsed() + pause < INSERT_RETRY_FOR => {
@@ -603,8 +604,34 @@ impl Client {
 
     /// Rename between directories homed on different servers: lock the source entry, link the
     /// target, then remove the source. The target never names anything half-made; for a
-    /// moment both names refer to the same complete inode.
+    /// moment both names refer to the same complete inode. A target locked by another rename
+    /// makes this one let go of its source and try again after a random pause: two renames
+    /// that cross (a to b while b to a) would otherwise each wait for the other's lock.
     async fn rename_across(
+        &self,
+        src_parent: Ino,
+        src_name: &str,
+        dst_parent: Ino,
+        dst_name: &str,
+        noreplace: bool,
+        retired: Option<Ino>,
+    ) -> Result<LinkOutcome> {
+        let started = tokio::time::Instant::now();
+        let mut round = 0;
+        loop {
+            match self.rename_across_once(src_parent, src_name, dst_parent, dst_name, noreplace, retired).await {
+                Err(e) if e.code == ErrorCode::Busy && started.elapsed() < BUSY_RETRY_FOR => {
+                    tokio::time::sleep(crossed_pause(round)).await;
+                    round += 1;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    /// One attempt of [`Client::rename_across`]: Busy when the target was locked (the source
+    /// is let go again).
+    async fn rename_across_once(
         &self,
         src_parent: Ino,
         src_name: &str,
@@ -628,7 +655,7 @@ impl Client {
                 retired_target: retired,
                 new_dir: None,
             };
-            self.insert_entry(insert).await
+            self.insert_entry(insert, OnBusy::Return).await
         }
         .await;
         match linked {
@@ -671,7 +698,19 @@ impl Client {
             let exchange = Exchange { parent_a, name_a: name_a.to_string(), parent_b, name_b: name_b.to_string() };
             self.call_home(parent_a, exchange).await?
         } else {
-            self.exchange_across(parent_a, name_a, parent_b, name_b).await?
+            // Two exchanges (or an exchange and a rename) that cross each let go and try again,
+            // as renames between servers do.
+            let started = tokio::time::Instant::now();
+            let mut round = 0;
+            loop {
+                match self.exchange_across(parent_a, name_a, parent_b, name_b).await {
+                    Err(e) if e.code == ErrorCode::Busy && started.elapsed() < BUSY_RETRY_FOR => {
+                        tokio::time::sleep(crossed_pause(round)).await;
+                        round += 1;
+                    }
+                    outcome => break outcome?,
+                }
+            }
         };
         for (dir, parent) in moved {
             self.call_home(dir, SetParent { ino: dir, parent }).await?;
@@ -682,7 +721,8 @@ impl Client {
     async fn exchange_across(&self, parent_a: Ino, name_a: &str, parent_b: Ino, name_b: &str) -> Result<Vec<(Ino, Ino)>> {
         let unlock = |parent: Ino, name: &str, ino: Ino| RenameFinish { parent, name: name.to_string(), ino, commit: false };
         let a = self.call_home(parent_a, RenamePrepare { parent: parent_a, name: name_a.to_string() }).await?;
-        let b = match self.call_home(parent_b, RenamePrepare { parent: parent_b, name: name_b.to_string() }).await {
+        let prepare_b = RenamePrepare { parent: parent_b, name: name_b.to_string() };
+        let b = match self.call_on_busy(ino::home(parent_b), prepare_b, OnBusy::Return).await {
             Ok(b) => b,
             Err(e) => {
                 let _ = self.call_home(parent_a, unlock(parent_a, name_a, a.ino)).await;
@@ -790,4 +830,14 @@ impl Client {
             }
         }
     }
+}
+
+/// A pause before a rename that let go of its locked entry tries again: random, up to twice
+/// as long each round (1 ms at first, 32 ms at most), so that two renames that crossed do not
+/// cross again in step.
+fn crossed_pause(round: u32) -> std::time::Duration {
+    let mut random = [0u8; 4];
+    let _ = getrandom::getrandom(&mut random);
+    let ceiling = 1000u64 << round.min(5);
+    std::time::Duration::from_micros(100 + u64::from(u32::from_le_bytes(random)) % ceiling)
 }

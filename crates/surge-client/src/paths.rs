@@ -131,6 +131,13 @@ impl Client {
         self.rename_at(src_parent, src_name, dst_parent, dst_name, false).await.map_err(|e| with_path(e, &format!("{from} -> {to}")))
     }
 
+    /// `a` and `b` swap what they name (rename(2)'s RENAME_EXCHANGE).
+    pub async fn exchange(&self, a: &str, b: &str) -> Result<()> {
+        let (parent_a, name_a) = self.resolve_parent(a).await?;
+        let (parent_b, name_b) = self.resolve_parent(b).await?;
+        self.exchange_at(parent_a, name_a, parent_b, name_b).await.map_err(|e| with_path(e, &format!("{a} <-> {b}")))
+    }
+
     pub async fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
         let attr = self.stat(path).await?;
         if attr.kind != FileKind::Dir {
