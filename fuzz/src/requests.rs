@@ -805,7 +805,7 @@ impl Run {
                 self.conn.must(ListDataFiles { after });
             }
             24 => self.conn.must(SyncMetadata),
-            25 => self.conn.must(Watch { keeps: input.bool() }),
+            25 => self.conn.must(Watch { keeps: [Keeps::Nothing, Keeps::Everything, Keeps::Exactly][input.below(3)] }),
             26 => self.batch(input),
             27 => {
                 // No stage coordinator runs beside these servers: refused, whatever is asked.

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use surge_proto::admin::{AwaitWatchers, Notice, NoticeSeen, Watch};
+use surge_proto::admin::{AwaitWatchers, Keeps, Notice, NoticeSeen, Watch};
 use surge_proto::auth::{self, Secret};
 use surge_proto::frame::{decode_message, encode_frame};
 use surge_proto::frame_io::{read_frame, write_frame};
@@ -86,11 +86,11 @@ pub trait Watcher: Send + Sync {
     fn notice(&self, notice: Notice, seen: Seen);
     /// The connection to server `server` broke: notices from it may have been missed.
     fn lost(&self, server: usize);
-    /// Whether it keeps what the servers tell it (names, attributes), and so must hear when
-    /// they change; false for a watcher that only holds directory delegations, which is then
-    /// told of nothing but their recalls (see `surge_proto::admin::Watch`).
-    fn keeps_what_it_is_told(&self) -> bool {
-        true
+    /// What it keeps of what the servers tell it (names, attributes), and so must hear of
+    /// when they change: everything, as a kernel's caches do, by default (see
+    /// `surge_proto::admin::Keeps`).
+    fn keeps(&self) -> Keeps {
+        Keeps::Everything
     }
 }
 
@@ -386,7 +386,7 @@ impl Connection {
                 }
             };
             if watcher.is_some() {
-                let keeps = watcher.as_ref().is_none_or(|(w, _)| w.keeps_what_it_is_told());
+                let keeps = watcher.as_ref().map_or(Keeps::Everything, |(w, _)| w.keeps());
                 let watch = Request::from(Watch { keeps });
                 match exchange::<_, ()>(&mut reader, &mut writer, &watch).await.map_err(|e| down("watch", &e))? {
                     Handshake::Answered(()) => {}

@@ -794,6 +794,12 @@ impl Client {
         self.readdir_page_watching(ino, after, limit, false).await
     }
 
+    /// [`Client::readdir_page`] whose entries' attributes are watched as a lookup's are (a
+    /// change made elsewhere comes as a notice): for a client that keeps them.
+    pub async fn readdir_page_watching_attrs(&self, ino: Ino, after: Option<String>, limit: u32) -> Result<DirPage> {
+        self.readdir_page_watching(ino, after, limit, true).await
+    }
+
     /// `watch_attrs`: see [`Readdir`].
     async fn readdir_page_watching(&self, ino: Ino, after: Option<String>, limit: u32, watch_attrs: bool) -> Result<DirPage> {
         let mut page: DirPage = self.call_home(ino, Readdir { ino, after, limit, watch_attrs }).await?;

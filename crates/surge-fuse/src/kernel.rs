@@ -616,6 +616,12 @@ impl surge_client::Watcher for Invalidations {
             // Given back from a task: this is the connection's reader, which the write-back's
             // answers must come through.
             Notice::Recall { dir } => self.delegations.recall(dir),
+            // Sent only to a watcher that keeps exactly (the mount keeps everything): its
+            // names may be stale from now on all the same.
+            Notice::Names { dir } => {
+                self.kernel.changed();
+                self.kernel.listings.changed_elsewhere(dir);
+            }
         }
     }
 

@@ -45,14 +45,32 @@ pub struct WriteBack {
 
 /// From now on, tell this connection (with [`Notice`] frames) when something it was told
 /// about changes through another connection: what a client that caches metadata needs to
-/// drop stale entries at once instead of after a timeout. A connection that keeps nothing it
-/// is told (`keeps: false`: the interception library, which watches only to hold directory
-/// delegations) is sent only the recalls of its delegations, and holds no names or
-/// attributes: nobody's change waits for it, and it never stands in the way of another
-/// client's delegation.
+/// drop stale entries at once instead of after a timeout. How it keeps what it is told
+/// decides what it is told and what waits for it ([`Keeps`]).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Watch {
-    pub keeps: bool,
+    pub keeps: Keeps,
+}
+
+/// What a watching connection keeps of what it is told.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keeps {
+    /// Nothing: it watches only to hold directory delegations, and is sent only their
+    /// recalls. It holds no names or attributes: nobody's change waits for it, and it never
+    /// stands in the way of another client's delegation.
+    Nothing,
+    /// Names and attributes, as a kernel's caches keep them (the FUSE mount): a name's change
+    /// is answered only once it acknowledged the notice; an attribute's change is told without
+    /// waiting (a `stat` may lag it by the notice's flight), except to a keeper of the file
+    /// (`Open { keep }`) or when the changer asked (`AwaitWatchers`). Its names in a directory
+    /// stand in the way of another client's delegation of it.
+    Everything,
+    /// Names and attributes, answered from as they are told (the interception library's
+    /// cache of `stat`s): every change to either is answered only once it acknowledged the
+    /// notice. Its names in a directory never stand in the way of a delegation: before
+    /// another connection is granted one, it is told to forget them ([`Notice::Names`]) and
+    /// the grant is answered once it did.
+    Exactly,
 }
 
 /// A watcher has acted on the notice whose frame carried request id `ack`. One-way: the
@@ -247,4 +265,8 @@ pub enum Notice {
     /// Another client needs directory `dir`, delegated to this connection: write its steps
     /// back and give it up ([`crate::namespace::GiveBack`]).
     Recall { dir: Ino },
+    /// Every name of directory `dir` this connection was told may change from now on without
+    /// a notice: forget them all (sent to a watcher that keeps [`Keeps::Exactly`] before
+    /// another client is granted the directory's delegation).
+    Names { dir: Ino },
 }

@@ -63,4 +63,4 @@ pub use xattr::{XattrNamespace, XattrSetMode};
 
 /// Version of the protocol spoken by this build. A peer announcing another version is refused
 /// at the first frame, with an error that names both versions.
-pub const PROTOCOL_VERSION: u8 = 24;
+pub const PROTOCOL_VERSION: u8 = 25;

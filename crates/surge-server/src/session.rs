@@ -71,7 +71,7 @@ impl Session {
 
     /// From now on this connection is told of changes to what it was told about (`keeps`:
     /// see `surge_proto::admin::Watch`).
-    pub fn watch(&mut self, keeps: bool) {
+    pub fn watch(&mut self, keeps: surge_proto::admin::Keeps) {
         if self.watcher.is_none() {
             let (id, notices) = self.server.watchers.register(keeps);
             self.watcher = Some(id);

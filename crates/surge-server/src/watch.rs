@@ -13,7 +13,8 @@
 //! except to a watcher that keeps the file to answer its opens itself
 //! (`Open { keep: true }`): close-to-open then holds for the opens it answers; and except
 //! when the changer asked for it (`AwaitWatchers`: the interception library, whose program
-//! also asks the kernel through the mount of its node).
+//! also asks the kernel through the mount of its node), and except to a watcher that answers
+//! `stat` from what it was told (`Keeps::Exactly`: the interception library's cache).
 //!
 //! Bookkeeping is per server and only for what this server homes. A notified connection is
 //! forgotten for that inode's attributes until it asks for them again (its cache dropped
@@ -24,7 +25,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use surge_meta::poison_free::LockRecover;
-use surge_proto::admin::Notice;
+use surge_proto::admin::{Keeps, Notice};
 use surge_proto::{Ino, Unlinked};
 use tokio::sync::{mpsc, oneshot};
 
@@ -61,9 +62,13 @@ pub struct Ledger {
     /// Connections that keep a file to answer its opens themselves, until the next change to
     /// its attributes.
     kept: HashMap<Ino, Vec<WatcherId>>,
-    /// Connections that keep nothing they are told (`Watch { keeps: false }`): never
-    /// registered for names or attributes, told only of recalls.
+    /// Connections that keep nothing they are told (`Keeps::Nothing`): never registered for
+    /// names or attributes, told only of recalls.
     keep_nothing: HashSet<WatcherId>,
+    /// Connections that answer from what they are told as it is (`Keeps::Exactly`): every
+    /// change to it waits for their acknowledgement, and their names in a directory are
+    /// taken back before another connection is granted its delegation.
+    keep_exactly: HashSet<WatcherId>,
 }
 
 /// What one successful request told its connection and what it changed.
@@ -120,15 +125,17 @@ fn add(set: &mut Vec<WatcherId>, id: WatcherId) {
 }
 
 impl Watchers {
-    /// A new watching connection and the notices for it; `keeps`: whether it keeps what it is
-    /// told (see `surge_proto::admin::Watch`).
-    pub fn register(&self, keeps: bool) -> (WatcherId, mpsc::UnboundedReceiver<Outgoing>) {
+    /// A new watching connection and the notices for it; `keeps`: what it keeps of what it
+    /// is told (see `surge_proto::admin::Keeps`).
+    pub fn register(&self, keeps: Keeps) -> (WatcherId, mpsc::UnboundedReceiver<Outgoing>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
         let mut st = self.state.lock_or_recover();
         st.outboxes.insert(id, tx);
-        if !keeps {
-            st.keep_nothing.insert(id);
+        match keeps {
+            Keeps::Nothing => _ = st.keep_nothing.insert(id),
+            Keeps::Exactly => _ = st.keep_exactly.insert(id),
+            Keeps::Everything => {}
         }
         drop(st);
         self.count.fetch_add(1, Ordering::Relaxed);
@@ -138,8 +145,9 @@ impl Watchers {
     /// The connection is gone.
     pub fn unregister(&self, id: WatcherId) {
         let mut st = self.state.lock_or_recover();
-        let Ledger { outboxes, attrs, dirs, kept, acks, keep_nothing, .. } = &mut *st;
+        let Ledger { outboxes, attrs, dirs, kept, acks, keep_nothing, keep_exactly, .. } = &mut *st;
         keep_nothing.remove(&id);
+        keep_exactly.remove(&id);
         if outboxes.remove(&id).is_some() {
             self.count.fetch_sub(1, Ordering::Relaxed);
         }
@@ -181,16 +189,44 @@ impl Watchers {
 }
 
 impl Ledger {
-    /// Whether a watcher other than `me` may hold names in directory `dir`.
+    /// Whether a watcher other than `me` may hold names in directory `dir` that stand in the
+    /// way of its delegation (those of watchers that keep exactly do not: see
+    /// [`Ledger::take_back_names`]).
     pub fn others_hold_names(&self, dir: Ino, me: WatcherId) -> bool {
-        self.dirs.get(&dir).is_some_and(|set| set.iter().any(|&w| w != me))
+        self.dirs.get(&dir).is_some_and(|set| set.iter().any(|&w| w != me && !self.keep_exactly.contains(&w)))
+    }
+
+    /// Tells every watcher but `me` that keeps exactly to forget its names in `dir`
+    /// ([`Notice::Names`]) and stops telling it of them: before `dir` is delegated to `me`,
+    /// whose changes there nobody hears of until they are written back. Returns the
+    /// acknowledgements to wait for before the delegation is answered.
+    pub fn take_back_names(&mut self, dir: Ino, me: WatcherId) -> Vec<oneshot::Receiver<()>> {
+        let Some(set) = self.dirs.get_mut(&dir) else { return Vec::new() };
+        let (exact, stay): (Vec<WatcherId>, Vec<WatcherId>) = set.iter().partition(|&&w| w != me && self.keep_exactly.contains(&w));
+        *set = stay;
+        if set.is_empty() {
+            self.dirs.remove(&dir);
+        }
+        let mut awaited = Vec::new();
+        for w in exact {
+            let Some(outbox) = self.outboxes.get(&w) else { continue };
+            self.next_ack += 1;
+            let (wake, woken) = oneshot::channel();
+            self.acks.insert(self.next_ack, (w, wake));
+            if outbox.send((self.next_ack, Notice::Names { dir })).is_ok() {
+                awaited.push(woken);
+            } else {
+                self.acks.remove(&self.next_ack);
+            }
+        }
+        awaited
     }
 
     /// Records what `by` (None: a connection that does not watch) was told and notifies the
     /// other watchers of what it changed. Returns the acknowledgements to wait for before the
     /// change is answered.
     pub fn apply(&mut self, by: Option<WatcherId>, effects: Effects) -> Vec<oneshot::Receiver<()>> {
-        let Ledger { outboxes, attrs, dirs, kept, acks, next_ack, keep_nothing } = self;
+        let Ledger { outboxes, attrs, dirs, kept, acks, next_ack, keep_nothing, keep_exactly } = self;
         let mut awaited = Vec::new();
         let mut send = |to: WatcherId, notice: Notice, acknowledged: bool| {
             let Some(outbox) = outboxes.get(&to) else { return };
@@ -226,7 +262,7 @@ impl Ledger {
             }
             if let Some(set) = attrs.get_mut(&ino) {
                 for &w in set.iter().filter(|&&w| Some(w) != by && !keepers.contains(&w)) {
-                    send(w, Notice::Attr { ino }, attrs_awaited);
+                    send(w, Notice::Attr { ino }, attrs_awaited || keep_exactly.contains(&w));
                 }
                 // The notified dropped what they had; they register again when they ask.
                 set.retain(|&w| Some(w) == by);
@@ -273,8 +309,8 @@ mod tests {
     #[test]
     fn changes_reach_other_watchers_once_and_not_the_changer() {
         let w = Watchers::default();
-        let (a, mut rx_a) = w.register(true);
-        let (b, mut rx_b) = w.register(true);
+        let (a, mut rx_a) = w.register(Keeps::Everything);
+        let (b, mut rx_b) = w.register(Keeps::Everything);
         w.lock().apply(Some(a), told(&[10], &[1]));
         w.lock().apply(Some(b), told(&[10], &[1]));
         let change = || Effects { changed_attrs: vec![10], changed_entries: vec![(1, "x".into())], ..Default::default() };
@@ -294,8 +330,8 @@ mod tests {
     #[test]
     fn a_watcher_that_keeps_nothing_is_told_nothing_and_holds_no_names() {
         let w = Watchers::default();
-        let (lib, mut rx_lib) = w.register(false);
-        let (mount, _rx_mount) = w.register(true);
+        let (lib, mut rx_lib) = w.register(Keeps::Nothing);
+        let (mount, _rx_mount) = w.register(Keeps::Everything);
         w.lock().apply(Some(lib), told(&[10], &[1]));
         assert!(!w.lock().others_hold_names(1, mount), "its lookups register nothing");
         let change = Effects { changed_attrs: vec![10], changed_entries: vec![(1, "x".into())], ..Default::default() };
@@ -309,8 +345,8 @@ mod tests {
     #[test]
     fn a_name_change_waits_for_acknowledgements_until_seen_or_the_watcher_leaves() {
         let w = Watchers::default();
-        let (a, mut rx_a) = w.register(true);
-        let (b, _rx_b) = w.register(true);
+        let (a, mut rx_a) = w.register(Keeps::Everything);
+        let (b, _rx_b) = w.register(Keeps::Everything);
         w.lock().apply(Some(a), told(&[], &[1]));
         w.lock().apply(Some(b), told(&[], &[1]));
         let name = || Effects { changed_entries: vec![(1, "x".into())], ..Default::default() };
@@ -327,7 +363,7 @@ mod tests {
     #[test]
     fn a_gone_connection_or_inode_is_forgotten() {
         let w = Watchers::default();
-        let (a, mut rx_a) = w.register(true);
+        let (a, mut rx_a) = w.register(Keeps::Everything);
         w.lock().apply(Some(a), told(&[10, 11], &[1]));
         w.lock().apply(None, Effects { gone: vec![10], ..Default::default() });
         w.lock().apply(None, Effects { changed_attrs: vec![10], ..Default::default() });
@@ -342,7 +378,7 @@ mod tests {
     #[test]
     fn a_changer_that_awaits_watchers_waits_for_the_holders_of_the_attributes() {
         let w = Watchers::default();
-        let (holder, mut rx_holder) = w.register(true);
+        let (holder, mut rx_holder) = w.register(Keeps::Everything);
         w.lock().apply(Some(holder), told(&[10, 11], &[]));
         let mut awaited = w.lock().apply(None, Effects { changed_attrs: vec![10], attrs_awaited: true, ..Default::default() });
         assert_eq!(awaited.len(), 1);
@@ -361,14 +397,50 @@ mod tests {
         assert_eq!(rx_holder.try_recv().unwrap(), (0, Notice::Attr { ino: 1 }));
     }
 
+    /// A watcher that keeps exactly (the interception library's `stat` cache) acknowledges
+    /// every change of the attributes it holds, whoever changes them; its names never stand
+    /// in the way of a delegation, but are taken back (acknowledged) before one is granted.
+    #[test]
+    fn a_watcher_that_keeps_exactly_is_waited_for_and_gives_its_names_back_for_a_delegation() {
+        let w = Watchers::default();
+        let (cache, mut rx_cache) = w.register(Keeps::Exactly);
+        let (mount, mut rx_mount) = w.register(Keeps::Everything);
+        let (holder, _rx_holder) = w.register(Keeps::Nothing);
+        w.lock().apply(Some(cache), told(&[10], &[1]));
+        w.lock().apply(Some(mount), told(&[10], &[]));
+        let mut awaited = w.lock().apply(None, Effects { changed_attrs: vec![10], ..Default::default() });
+        assert_eq!(awaited.len(), 1, "only the exact keeper's notice is waited for");
+        let (ack, notice) = rx_cache.try_recv().unwrap();
+        assert_eq!(notice, Notice::Attr { ino: 10 });
+        assert_eq!(rx_mount.try_recv().unwrap(), (0, Notice::Attr { ino: 10 }));
+        w.seen(ack);
+        assert_eq!(awaited[0].try_recv(), Ok(()));
+
+        assert!(!w.lock().others_hold_names(1, holder), "its names do not refuse a delegation");
+        let mut forgotten = w.lock().take_back_names(1, holder);
+        assert_eq!(forgotten.len(), 1);
+        let (ack, notice) = rx_cache.try_recv().unwrap();
+        assert_eq!(notice, Notice::Names { dir: 1 });
+        assert!(ack != 0 && forgotten[0].try_recv().is_err(), "the grant waits until it forgot them");
+        w.seen(ack);
+        assert_eq!(forgotten[0].try_recv(), Ok(()));
+        // Not told of the directory's names any more, until it is told them again.
+        assert!(w.lock().apply(None, Effects { changed_entries: vec![(1, "x".into())], ..Default::default() }).is_empty());
+        assert!(rx_cache.try_recv().is_err());
+        // The mount's names still refuse one.
+        w.lock().apply(Some(mount), told(&[], &[1]));
+        assert!(w.lock().others_hold_names(1, holder));
+        assert!(w.lock().take_back_names(1, holder).is_empty(), "nothing taken from the mount");
+    }
+
     /// A connection that keeps a file open to answer its opens acknowledges every change of
     /// the file's attributes before the change is answered, once, and is told of none after
     /// until it keeps it again; one that only holds the attributes is told without waiting.
     #[test]
     fn a_kept_open_is_told_of_a_change_before_it_is_answered() {
         let w = Watchers::default();
-        let (keeper, mut rx_keeper) = w.register(true);
-        let (holder, mut rx_holder) = w.register(true);
+        let (keeper, mut rx_keeper) = w.register(Keeps::Everything);
+        let (holder, mut rx_holder) = w.register(Keeps::Everything);
         w.lock().apply(Some(keeper), Effects { told_attrs: vec![10], kept_open: Some(10), ..Default::default() });
         w.lock().apply(Some(holder), told(&[10], &[]));
         let change = || Effects { changed_attrs: vec![10], ..Default::default() };

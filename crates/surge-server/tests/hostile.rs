@@ -192,7 +192,7 @@ async fn a_vanished_connection_gives_back_what_it_held() {
     let result = tokio::task::spawn_blocking(move || {
         let stats = |raw: &mut Raw| -> ServerStats { decode_message(&raw.ask(StatFs.into(), &[]).1).unwrap() };
         let mut gone = Raw::connect(addr, &secret);
-        assert_eq!(gone.ask(Watch { keeps: true }.into(), &[]).0, FrameKind::Reply);
+        assert_eq!(gone.ask(Watch { keeps: surge_proto::admin::Keeps::Everything }.into(), &[]).0, FrameKind::Reply);
         let ino = gone.create("scratch");
         assert_eq!(gone.ask(WriteData { ino, offset: 0, ticket: None, may_wait: true }.into(), &vec![7u8; 4 << 20]).0, FrameKind::Reply);
         assert_eq!(gone.ask(ReserveLocal { ino, bytes: 32 << 20, ticket: None }.into(), &[]).0, FrameKind::Reply);

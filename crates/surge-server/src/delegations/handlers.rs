@@ -92,7 +92,7 @@ impl Session {
         let server = self.server.clone();
         // Under the ledger: no step can tell another connection a name of the directory
         // between the check and the grant.
-        let ledger = server.watchers.lock();
+        let mut ledger = server.watchers.lock();
         let mut meta = server.meta.lock_or_recover();
         if let Some(caller) = &self.caller {
             let perms = meta.perms(d.dir)?;
@@ -113,6 +113,8 @@ impl Session {
         if ledger.others_hold_names(d.dir, me) {
             return refuse("other clients hold names in it".into());
         }
+        // Under the same lock as the grant: no name can be told them in between.
+        let forgotten = ledger.take_back_names(d.dir, me);
         let inos = meta.set_aside(d.dir, d.count, d.place_on.map(|s| s as usize))?;
         let group = meta.set_gid_group(d.dir);
         // Never handed out again: the delegation's name for ever.
@@ -123,6 +125,8 @@ impl Session {
         let seq = server.journal_changes(&mut meta);
         self.durable = self.durable.max(Some(seq));
         server.delegations.grant(d.dir, me, token, inos.clone());
+        // Answered once those that keep names exactly forgot the directory's.
+        self.awaited.extend(forgotten);
         Ok(Delegated { inos, token, group })
     }
 
