@@ -283,6 +283,26 @@ fn expected_tree(count: usize) -> Files {
     names
 }
 
+/// `stat`s the library answers from what it keeps (no request each) show every change made
+/// on another node at once: sizes published, modes, links made and lost, names removed,
+/// remade and renamed (tests/preload/kept_stats.py).
+#[test]
+fn stats_answered_from_what_the_library_keeps_show_changes_made_elsewhere_at_once() {
+    let inst = Instance::up_on("preload-kept", "127.0.9", 51, 2, &["--capacity", "512M"]);
+    let (a, b) = (inst.mount("a", "127.0.9.51"), inst.mount("b", "127.0.9.55"));
+    std::fs::create_dir(a.path("d")).unwrap();
+    let report = scratch("preload-kept").join("report");
+    std::fs::create_dir_all(report.parent().unwrap()).unwrap();
+    let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("preload/kept_stats.py");
+    let mut python = inst.shell_on("127.0.9.51", "exec python3 \"$@\"");
+    python.arg("python3").arg(&program).arg(a.path("d")).arg(b.path("d")).env("SURGE_PRELOAD_MOUNTS", &a.dir);
+    let said = succeeded(preloaded(python, &report).output().unwrap(), "kept_stats.py");
+    assert_eq!(said.trim(), "ok");
+    let served = report_total(&report);
+    // 600 stats before the changes; the last 400 at least after the directory was listed.
+    assert!(served["stat-kept"] >= 200, "too few stats answered from what the library keeps: {served:?}");
+}
+
 /// Creates and unlinks the library answers under a directory delegation (no request each)
 /// are what both nodes' mounts see: while the process runs (the mount's first look recalls
 /// the directory, and the library writes its steps back before the mount is answered), when

@@ -33,6 +33,8 @@ pub(crate) const KEPT_STATUS: c_int = libc::O_APPEND | libc::O_NONBLOCK | libc::
 pub(crate) struct Description {
     pub file: File,
     pub client: surge_client::Client,
+    /// Its instance's `stat` cache, told of what this description changes.
+    pub cache: Arc<crate::cache::Cache>,
     /// The file's absolute path as opened (to hand it to the kernel).
     pub path: CString,
     /// The mount's device (reported by `stat`).

@@ -17,11 +17,12 @@
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use surge_client::namespace::OpenedName;
 use surge_client::surge_proto::LockKind;
 use surge_client::surge_proto::{Attr, AttrChanges, ErrorCode, FileKind, Timestamp};
-use surge_client::{Client, File, LockRange, Named};
+use surge_client::{File, LockRange, Named};
 
 use crate::descriptors::{self, Description, KEPT_STATUS};
 use crate::paths::{owner_grants, owns, Dir, Target};
@@ -59,7 +60,7 @@ pub(crate) fn open(library: &Library, target: &Target, flags: c_int, mode: u32) 
             return Ok(None);
         }
         if let Some(made) = create_delegated(&instance, target, flags, mode, library.umask())? {
-            return Ok(Some(described(made, client, target, access | (flags & KEPT_STATUS))));
+            return Ok(Some(described(made, &instance, target, access | (flags & KEPT_STATUS))));
         }
         let Some(file) = create(library, &instance, target, flags, mode)? else { return Ok(None) };
         // Made by this very open when exclusive: its mode does not limit this descriptor.
@@ -99,17 +100,22 @@ pub(crate) fn open(library: &Library, target: &Target, flags: c_int, mode: u32) 
         }
         file.set_write_behind(client.stream_window()).await
     });
+    if writable {
+        // Truncated, or about to be written and published.
+        instance.cache.changed_here(file.ino());
+    }
     if let Err(e) = prepared {
         let _ = library.run(file.close());
         return Err(errno(e));
     }
-    Ok(Some(described(file, client, target, access | (flags & KEPT_STATUS))))
+    Ok(Some(described(file, &instance, target, access | (flags & KEPT_STATUS))))
 }
 
-fn described(file: File, client: Client, target: &Target, status: c_int) -> Arc<Description> {
+fn described(file: File, instance: &Instance, target: &Target, status: c_int) -> Arc<Description> {
     Arc::new(Description {
         file,
-        client,
+        client: instance.client.clone(),
+        cache: instance.cache.clone(),
         path: target.absolute.clone(),
         dev: target.mount.dev,
         position: Mutex::new(0),
@@ -124,6 +130,7 @@ fn described(file: File, client: Client, target: &Target, status: c_int) -> Arc<
 fn create_delegated(instance: &Instance, target: &Target, flags: c_int, mode: u32, umask: u32) -> Result<Option<File>, c_int> {
     let Some(delegated) = &target.dir.delegated else { return Ok(None) };
     let (uid, gid) = instance.client.identity();
+    instance.cache.name_changed_here(target.dir_ino(), &target.name);
     match delegated.create(&target.name, mode & 0o7777, umask, uid, gid) {
         // Made by this open: its mode does not limit this descriptor, as open(2) says.
         Ok(Some(attr)) => {
@@ -214,6 +221,7 @@ pub(crate) fn write(library: &Library, d: &Description, data: &[u8], at: Option<
             None => d.file.pwrite_bytes(*position, bytes).await.map(|n| (*position, n)),
         }
     });
+    d.cache.changed_here(d.file.ino());
     let (offset, n) = written.map_err(errno)?;
     if at.is_none() {
         *position = offset + n as u64;
@@ -245,9 +253,17 @@ pub(crate) fn seek(d: &Description, offset: i64, whence: c_int) -> Result<u64, c
     Ok(*position)
 }
 
-/// The file's attributes from its home, with the size this process's writes reached.
+/// The file's attributes (kept here, or from its home), with the size this process's writes
+/// reached.
 pub(crate) fn stat(library: &Library, d: &Description) -> Result<Attr, c_int> {
-    let attr = library.run_settled(d.client.getattr(d.file.ino())).map_err(errno)?;
+    let ino = d.file.ino();
+    if let Some(attr) = d.cache.attr(ino) {
+        report::count(Call::StatKept);
+        return Ok(with_own_writes(attr));
+    }
+    let (epoch, sent) = (d.cache.epoch(), Instant::now());
+    let attr = library.run_settled(d.client.getattr(ino)).map_err(errno)?;
+    d.cache.keep(epoch, sent, None, &attr);
     Ok(with_own_writes(attr))
 }
 
@@ -257,8 +273,21 @@ pub(crate) fn stat_name(library: &Library, target: &Target, follow: bool) -> Ans
     if !owner_grants(target.dir.uid, target.dir.mode, SEARCH) {
         return Ok(None);
     }
-    let Some(client) = library.client(&target.mount) else { return Ok(None) };
-    let attr = library.run_settled(client.lookup(target.dir_ino(), &target.name)).map_err(errno)?;
+    let Some(instance) = library.instance(&target.mount) else { return Ok(None) };
+    let (client, cache, dir) = (&instance.client, &instance.cache, target.dir_ino());
+    let attr = match cache.lookup(dir, &target.name) {
+        Some(attr) => {
+            report::count(Call::StatKept);
+            attr
+        }
+        None => {
+            cache.missed(dir);
+            let (epoch, sent) = (cache.epoch(), Instant::now());
+            let attr = library.run_settled(client.lookup(dir, &target.name)).map_err(errno)?;
+            cache.keep(epoch, sent, Some((dir, &target.name)), &attr);
+            attr
+        }
+    };
     if follow && attr.kind == FileKind::Symlink {
         return Ok(None);
     }
@@ -279,6 +308,7 @@ pub(crate) fn truncate(library: &Library, d: &Description, len: u64) -> Result<(
     if !d.writable() {
         return Err(libc::EINVAL);
     }
+    d.cache.changed_here(d.file.ino());
     library.run(d.file.set_len(len)).map_err(errno)?;
     for other in descriptors::of_ino(d.file.ino()) {
         other.file.note_resize(len);
@@ -290,7 +320,9 @@ pub(crate) fn truncate(library: &Library, d: &Description, len: u64) -> Result<(
 /// delegation written back before (a program that syncs a file may count on the names it made
 /// before it).
 pub(crate) fn sync(library: &Library, d: &Description) -> Result<(), c_int> {
-    library.run_settled(d.file.fsync()).map_err(errno)
+    let synced = library.run_settled(d.file.fsync()).map_err(errno);
+    d.cache.changed_here(d.file.ino());
+    synced
 }
 
 /// The last number of `d` was closed: its flock given back, its writes waited for and
@@ -299,7 +331,12 @@ pub(crate) fn close(library: &Library, d: Arc<Description>) -> Result<(), c_int>
     if d.flocked.swap(0, Ordering::Relaxed) != 0 {
         let _ = unlock(library, &d);
     }
-    library.run(d.file.release()).map_err(errno)
+    let released = library.run(d.file.release()).map_err(errno);
+    if d.writable() {
+        // Published: its size and times are the home's now.
+        d.cache.changed_here(d.file.ino());
+    }
+    released
 }
 
 /// flock(2) on a served file: a whole-file lock at the file's home, whose owner is the
@@ -345,6 +382,7 @@ fn may_change_names(dir: &Dir) -> bool {
 /// is asked for once such changes come often there.
 fn changed<T, E>(instance: &Instance, target: &Target, outcome: &Result<T, E>, now: Option<Named>) {
     let dir = target.dir_ino();
+    instance.cache.name_changed_here(dir, &target.name);
     instance.delegations.changed(dir, &target.name, outcome.as_ref().map(|_| now).map_err(|_| ()));
     if outcome.is_ok() {
         instance.delegations.stepped_in(dir, true);
@@ -359,6 +397,7 @@ pub(crate) fn unlink(library: &Library, target: &Target) -> Answer<()> {
     }
     let Some(instance) = library.instance(&target.mount) else { return Ok(None) };
     if let Some(delegated) = &target.dir.delegated {
+        instance.cache.name_changed_here(target.dir_ino(), &target.name);
         match delegated.unlink(&target.name) {
             Ok(true) => {
                 report::count(Call::AnsweredHere);
@@ -383,6 +422,7 @@ pub(crate) fn mkdir(library: &Library, target: &Target, mode: u32) -> Answer<()>
     let (mode, umask) = (mode & 0o7777, library.umask());
     if let Some(delegated) = &target.dir.delegated {
         let (uid, gid) = instance.client.identity();
+        instance.cache.name_changed_here(target.dir_ino(), &target.name);
         match delegated.mkdir(&target.name, mode, umask, uid, gid) {
             Ok(Some(_)) => {
                 report::count(Call::AnsweredHere);
@@ -421,6 +461,7 @@ pub(crate) fn set_times(library: &Library, d: &Description, atime: Option<Timest
     let ino = d.file.ino();
     let changes = AttrChanges { atime, mtime, ..Default::default() };
     // A file made under a delegation and not written back yet has its times set in the log.
+    d.cache.changed_here(ino);
     if !library.instances().iter().any(|instance| instance.delegations.set_times(ino, &changes).is_some()) {
         library.run_settled(d.client.setattr(ino, changes)).map_err(errno)?;
     }
@@ -435,5 +476,6 @@ pub(crate) fn set_times(library: &Library, d: &Description, atime: Option<Timest
 /// fchmod(2) on a served file (see [`owner_may_change`]).
 pub(crate) fn set_mode(library: &Library, d: &Description, mode: u32) -> Result<(), c_int> {
     let changes = AttrChanges { mode: Some(mode & 0o7777), ..Default::default() };
+    d.cache.changed_here(d.file.ino());
     library.run_settled(d.client.setattr(d.file.ino(), changes)).map(drop).map_err(errno)
 }

@@ -37,6 +37,7 @@
 //! * `next`, `report` (private): the C library's definitions; counts of what was served.
 
 pub mod attrs;
+mod cache;
 mod descriptors;
 mod files;
 mod intercept;

@@ -24,9 +24,10 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use surge_client::surge_proto::admin::Notice;
+use surge_client::surge_proto::admin::{Keeps, Notice};
 use surge_client::{Client, ClientOptions, DelegatedDir, Delegations, Seen, Watcher};
 
+use crate::cache::Cache;
 use crate::mounts::{Mount, Mounts};
 
 thread_local! {
@@ -157,11 +158,6 @@ impl Library {
         table.mounts.clone()
     }
 
-    /// The client of `mount`'s instance, connected on first use.
-    pub(crate) fn client(&self, mount: &Mount) -> Option<Client> {
-        self.instance(mount).map(|instance| instance.client.clone())
-    }
-
     /// `mount`'s instance: its client and delegations, connected on first use.
     pub(crate) fn instance(&self, mount: &Mount) -> Option<Arc<Instance>> {
         let mut instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
@@ -177,10 +173,11 @@ impl Library {
                 let client = Client::for_instance(&mount.instance, options).ok()?;
                 let delegations = Delegations::new(client.clone(), runtime.handle().clone());
                 delegations.back_off_after_recalls();
+                let cache = Cache::new(client.clone(), runtime.handle().clone());
                 // Before the client sends anything: only connections opened afterwards bring
                 // notices (a recall among them).
-                client.watch(Arc::new(Notices { delegations: delegations.clone() }));
-                Some(Arc::new(Instance { client, delegations }))
+                client.watch(Arc::new(Notices { delegations: delegations.clone(), cache: cache.clone() }));
+                Some(Arc::new(Instance { client, delegations, cache }))
             })
             .clone()
     }
@@ -234,6 +231,8 @@ impl Library {
 pub(crate) struct Instance {
     pub client: Client,
     pub delegations: Arc<Delegations>,
+    /// The names and attributes `stat` is answered from (see `cache`).
+    pub cache: Arc<Cache>,
 }
 
 impl Instance {
@@ -243,26 +242,29 @@ impl Instance {
     }
 }
 
-/// What the servers tell this process's client: only the recalls of its delegated directories
-/// (the library keeps no names or attributes, so it asks to be told of nothing else, and is
-/// never in the way of another client's delegation).
+/// What the servers tell this process's client: changes to the names and attributes its
+/// cache keeps (dropped before the notice is acknowledged), and the recalls of its delegated
+/// directories.
 struct Notices {
     delegations: Arc<Delegations>,
+    cache: Arc<Cache>,
 }
 
 impl Watcher for Notices {
     fn notice(&self, notice: Notice, _seen: Seen) {
+        self.cache.notice(&notice);
         if let Notice::Recall { dir } = notice {
             self.delegations.recall(dir);
         }
     }
 
     fn lost(&self, server: usize) {
+        self.cache.lost(server);
         self.delegations.home_lost(server);
     }
 
-    fn keeps_what_it_is_told(&self) -> bool {
-        false
+    fn keeps(&self) -> Keeps {
+        Keeps::Exactly
     }
 }
 

@@ -3,7 +3,8 @@
 //! appended: `surge-preload pid=N open=3 read=10 ... handed-to-kernel=1`). How a user (and
 //! the tests) see that a program's files went through the library and not the mount.
 //! `answered-here` counts the creates, mkdirs and unlinks (among the others) answered under
-//! a directory delegation, with no request.
+//! a directory delegation, with no request; `stat-kept` the `stat`s (among `stat`) answered
+//! from what the library keeps, with no request.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -37,6 +38,7 @@ calls! {
     Flock = "flock",
     Readdir = "readdir",
     AnsweredHere = "answered-here",
+    StatKept = "stat-kept",
 }
 
 static COUNTS: [AtomicU64; NAMES.len()] = [const { AtomicU64::new(0) }; NAMES.len()];
