@@ -501,7 +501,7 @@ impl Run {
                 let (parent, name) = (self.inos[input.below(self.inos.len())], NAMES[input.below(NAMES.len())].to_string());
                 let request: Request = match input.below(4) {
                     0 => Lookup { parent, name }.into(),
-                    1 => Readdir { ino: parent, after: None, limit: 8, watch_attrs: true }.into(),
+                    1 => Readdir { ino: parent, after: None, limit: 8, watch_names: input.bool(), watch_attrs: true }.into(),
                     2 => GetAttr { ino: parent }.into(),
                     _ => ListInodes { after: None }.into(),
                 };
@@ -721,7 +721,9 @@ impl Run {
                 let ino = self.ino(input);
                 let after = if input.bool() { Some(self.name(input)) } else { None };
                 let limit = [0, 1, 2, u32::MAX][input.below(4)];
-                if let Some(page) = self.conn.call(Readdir { ino, after, limit, watch_attrs: false }, &[]).decode::<DirPage>("readdir") {
+                if let Some(page) =
+                    self.conn.call(Readdir { ino, after, limit, watch_names: true, watch_attrs: false }, &[]).decode::<DirPage>("readdir")
+                {
                     assert!(page.entries.windows(2).all(|w| w[0].name < w[1].name), "readdir pages in name order");
                     for entry in page.entries {
                         self.learn(entry.ino);
@@ -1139,7 +1141,7 @@ impl Run {
                 2 => Create { parent, name, mode: 0o644, umask: 0, uid: 0, gid: 0, exclusive: input.bool(), open: false, place_on: None }
                     .into(),
                 3 => Unlink { parent, name }.into(),
-                _ => Readdir { ino: parent, after: None, limit: 3, watch_attrs: false }.into(),
+                _ => Readdir { ino: parent, after: None, limit: 3, watch_names: true, watch_attrs: false }.into(),
             });
         }
         let count = requests.len();

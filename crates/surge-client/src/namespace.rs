@@ -802,16 +802,16 @@ impl Client {
 
     /// `watch_attrs`: see [`Readdir`].
     async fn readdir_page_watching(&self, ino: Ino, after: Option<String>, limit: u32, watch_attrs: bool) -> Result<DirPage> {
-        let mut page: DirPage = self.call_home(ino, Readdir { ino, after, limit, watch_attrs }).await?;
+        let mut page: DirPage = self.call_home(ino, Readdir { ino, after, limit, watch_names: true, watch_attrs }).await?;
         self.measure_blocks(page.entries.iter_mut().filter_map(|e| e.attr.as_mut()).collect()).await;
         Ok(page)
     }
 
     /// One page of a directory's names, with their numbers and kinds, in name order after
     /// `after`: for a listing that needs no attributes (`readdir(3)`), whose entries' blocks are
-    /// then not measured.
+    /// then not measured, and whose names are handed on and not kept (not watched).
     pub async fn readdir_names_page(&self, ino: Ino, after: Option<String>, limit: u32) -> Result<DirPage> {
-        self.call_home(ino, Readdir { ino, after, limit, watch_attrs: false }).await
+        self.call_home(ino, Readdir { ino, after, limit, watch_names: false, watch_attrs: false }).await
     }
 
     pub async fn readdir_ino(&self, ino: Ino) -> Result<Vec<DirEntry>> {

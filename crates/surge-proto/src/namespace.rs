@@ -253,14 +253,19 @@ pub struct RenameFinish {
 }
 
 /// A page of at most `limit` entries of directory `ino`, in name order, after `after`.
-/// `watch_attrs`: the attributes the page brings are watched for this connection as a
-/// lookup's are (a change made elsewhere comes as a notice): asked by a mount that hands
-/// them to its kernel with the names (READDIRPLUS), not by a walk that only reads them.
+/// `watch_names`: the directory's names are watched for this connection (a change made
+/// elsewhere comes as a notice): asked by a client that keeps them (a mount, whose kernel
+/// caches the listing), not by one that hands a listing on and forgets it (`readdir(3)` in
+/// the interception library), whose registration would only make every later change in the
+/// directory wait for its acknowledgement. `watch_attrs`: the attributes the page brings are
+/// watched too, as a lookup's are: asked by a mount that hands them to its kernel with the
+/// names (READDIRPLUS), not by a walk that only reads them.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct Readdir {
     pub ino: Ino,
     pub after: Option<String>,
     pub limit: u32,
+    pub watch_names: bool,
     pub watch_attrs: bool,
 }
 

@@ -17,7 +17,7 @@ fn sample_requests() -> Vec<Request> {
         Rename { src_parent: 1, src_name: "a.tmp".into(), dst_parent: 1, dst_name: "a".into(), noreplace: false, retired_target: None }
             .into(),
         Write { ino: 1 << 48 | 9, offset: 1 << 40, ticket: None, may_wait: true }.into(),
-        Readdir { ino: 1, after: Some("m".into()), limit: 1024, watch_attrs: false }.into(),
+        Readdir { ino: 1, after: Some("m".into()), limit: 1024, watch_names: true, watch_attrs: false }.into(),
         SetAttr { ino: 3, changes: AttrChanges { mode: Some(0o600), size: Some(12), ..Default::default() } }.into(),
         Batch {
             requests: vec![

@@ -82,7 +82,7 @@ fn frame_short_run() {
     let samples: Vec<Vec<u8>> = [
         Request::from(Lookup { parent: ROOT_INO, name: "a".into() }),
         Create { parent: 5, name: "x".into(), mode: 0o644, umask: 0, uid: 1, gid: 2, exclusive: true, open: true, place_on: None }.into(),
-        Readdir { ino: 1, after: Some("m".into()), limit: 7, watch_attrs: false }.into(),
+        Readdir { ino: 1, after: Some("m".into()), limit: 7, watch_names: true, watch_attrs: false }.into(),
         surge_proto::admin::ListEntries { after: Some((1, "b".into())) }.into(),
     ]
     .iter()

@@ -747,7 +747,8 @@ impl Step for Readdir {
             true => page.entries.iter().filter(|e| e.attr.is_some()).map(|e| e.ino).collect(),
             false => Vec::new(),
         };
-        Effects { told_dirs: vec![self.ino], told_attrs, ..Default::default() }
+        let told_dirs = if self.watch_names { vec![self.ino] } else { Vec::new() };
+        Effects { told_dirs, told_attrs, ..Default::default() }
     }
 }
 
@@ -957,7 +958,7 @@ mod tests {
                     InodeFate { purge: false, size: 1, ticket: None, published: None },
                 ),
             ),
-            ("readdir", watched(Readdir { ino: 1, after: None, limit: 10, watch_attrs: false }, DirPage::default())),
+            ("readdir", watched(Readdir { ino: 1, after: None, limit: 10, watch_names: true, watch_attrs: false }, DirPage::default())),
             ("readlink", watched(Readlink { ino: 7 }, "t".into())),
             ("retire-dir", watched(RetireDir { ino: 7 }, ())),
             ("unretire-dir", watched(UnretireDir { ino: 7 }, ())),
