@@ -48,7 +48,7 @@ pub async fn serve(server: Arc<ServerState>, stream: TcpStream, peer: SocketAddr
     };
     let writer = Arc::new(AsyncMutex::new(writer));
     // Dropped on every way out of here, giving back what the connection held.
-    let mut session = Session::new(server, writer.clone());
+    let mut session = Session::new(server, writer.clone(), peer);
     session.caller = caller;
     serve_requests(&mut session, &mut reader, &writer).await
 }
@@ -296,7 +296,7 @@ struct Waits {
 /// The answer `outcome`, sent once what `waits` names has happened.
 fn answer_after(waits: Waits, outcome: Result<Vec<u8>>) -> Answer {
     Answer::Later(Box::pin(async move {
-        await_acknowledgements(waits.awaited).await;
+        await_acknowledgements(waits.awaited, &waits.server).await;
         if let Some(seq) = waits.durable {
             waits.server.durable(seq).await?;
         }
@@ -309,14 +309,24 @@ fn answer_after(waits: Waits, outcome: Result<Vec<u8>>) -> Answer {
 
 /// Waits until every watcher told of a request's name changes has acknowledged them (see
 /// `watch`), for at most `ACK_TIMEOUT`; a watcher that went away counts as done.
-async fn await_acknowledgements(awaited: Vec<tokio::sync::oneshot::Receiver<()>>) {
+async fn await_acknowledgements(awaited: Vec<tokio::sync::oneshot::Receiver<()>>, server: &ServerState) {
     let all = async {
         for receiver in awaited {
             let _ = receiver.await;
         }
     };
     if tokio::time::timeout(crate::watch::ACK_TIMEOUT, all).await.is_err() {
-        tracing::warn!("a watching client did not acknowledge a change notice within {:?}", crate::watch::ACK_TIMEOUT);
+        let owing: Vec<String> = server
+            .watchers
+            .owing()
+            .into_iter()
+            .map(|(w, peer)| format!("{w} ({})", peer.map_or("?".to_string(), |p| p.to_string())))
+            .collect();
+        tracing::warn!(
+            "a watching client did not acknowledge a change notice within {:?} (watchers owing acknowledgements now: {})",
+            crate::watch::ACK_TIMEOUT,
+            owing.join(", ")
+        );
     }
 }
 

@@ -17,6 +17,8 @@ pub(crate) struct Session {
     pub server: Arc<ServerState>,
     /// Where answers and notices go.
     pub writer: SharedWriter,
+    /// Where the connection comes from.
+    pub peer: std::net::SocketAddr,
     /// Open handles this connection registered, released if it goes away without closing them.
     pub opens: HashMap<Ino, u32>,
     /// Files this connection keeps (`Open { keep }`), let go if it goes away.
@@ -51,8 +53,9 @@ pub(crate) struct WrittenBack {
 }
 
 impl Session {
-    pub fn new(server: Arc<ServerState>, writer: SharedWriter) -> Session {
+    pub fn new(server: Arc<ServerState>, writer: SharedWriter, peer: std::net::SocketAddr) -> Session {
         Session {
+            peer,
             lock_connection: server.locks.connection(),
             server,
             writer,
@@ -73,7 +76,8 @@ impl Session {
     /// see `surge_proto::admin::Watch`).
     pub fn watch(&mut self, keeps: surge_proto::admin::Keeps) {
         if self.watcher.is_none() {
-            let (id, notices) = self.server.watchers.register(keeps);
+            let (id, notices) = self.server.watchers.register(keeps, self.peer);
+            tracing::debug!(watcher = id, peer = %self.peer, ?keeps, "a connection watches");
             self.watcher = Some(id);
             tokio::spawn(crate::conn::send_notices(notices, self.writer.clone()));
         }

@@ -69,6 +69,9 @@ pub struct Ledger {
     /// change to it waits for their acknowledgement, and their names in a directory are
     /// taken back before another connection is granted its delegation.
     keep_exactly: HashSet<WatcherId>,
+    /// Where each watching connection comes from: for the warning about one that does not
+    /// acknowledge.
+    peers: HashMap<WatcherId, std::net::SocketAddr>,
 }
 
 /// What one successful request told its connection and what it changed.
@@ -127,11 +130,12 @@ fn add(set: &mut Vec<WatcherId>, id: WatcherId) {
 impl Watchers {
     /// A new watching connection and the notices for it; `keeps`: what it keeps of what it
     /// is told (see `surge_proto::admin::Keeps`).
-    pub fn register(&self, keeps: Keeps) -> (WatcherId, mpsc::UnboundedReceiver<Outgoing>) {
+    pub fn register(&self, keeps: Keeps, peer: std::net::SocketAddr) -> (WatcherId, mpsc::UnboundedReceiver<Outgoing>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel();
         let mut st = self.state.lock_or_recover();
         st.outboxes.insert(id, tx);
+        st.peers.insert(id, peer);
         match keeps {
             Keeps::Nothing => _ = st.keep_nothing.insert(id),
             Keeps::Exactly => _ = st.keep_exactly.insert(id),
@@ -145,7 +149,8 @@ impl Watchers {
     /// The connection is gone.
     pub fn unregister(&self, id: WatcherId) {
         let mut st = self.state.lock_or_recover();
-        let Ledger { outboxes, attrs, dirs, kept, acks, keep_nothing, keep_exactly, .. } = &mut *st;
+        let Ledger { outboxes, attrs, dirs, kept, acks, keep_nothing, keep_exactly, peers, .. } = &mut *st;
+        peers.remove(&id);
         keep_nothing.remove(&id);
         keep_exactly.remove(&id);
         if outboxes.remove(&id).is_some() {
@@ -166,6 +171,15 @@ impl Watchers {
         if let Some((_, wake)) = self.state.lock_or_recover().acks.remove(&ack) {
             let _ = wake.send(());
         }
+    }
+
+    /// The watching connections that owe acknowledgements now, with where they come from.
+    pub fn owing(&self) -> Vec<(WatcherId, Option<std::net::SocketAddr>)> {
+        let st = self.state.lock_or_recover();
+        let mut owing: Vec<WatcherId> = st.acks.values().map(|(w, _)| *w).collect();
+        owing.sort_unstable();
+        owing.dedup();
+        owing.into_iter().map(|w| (w, st.peers.get(&w).copied())).collect()
     }
 
     /// Whether anything needs recording at all (no watcher: plain clients pay nothing).
@@ -226,7 +240,7 @@ impl Ledger {
     /// other watchers of what it changed. Returns the acknowledgements to wait for before the
     /// change is answered.
     pub fn apply(&mut self, by: Option<WatcherId>, effects: Effects) -> Vec<oneshot::Receiver<()>> {
-        let Ledger { outboxes, attrs, dirs, kept, acks, next_ack, keep_nothing, keep_exactly } = self;
+        let Ledger { outboxes, attrs, dirs, kept, acks, next_ack, keep_nothing, keep_exactly, .. } = self;
         let mut awaited = Vec::new();
         let mut send = |to: WatcherId, notice: Notice, acknowledged: bool| {
             let Some(outbox) = outboxes.get(&to) else { return };
@@ -302,6 +316,8 @@ impl Ledger {
 mod tests {
     use super::*;
 
+    const PEER: std::net::SocketAddr = std::net::SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 9));
+
     fn told(attrs: &[Ino], dirs: &[Ino]) -> Effects {
         Effects { told_attrs: attrs.to_vec(), told_dirs: dirs.to_vec(), ..Default::default() }
     }
@@ -309,8 +325,8 @@ mod tests {
     #[test]
     fn changes_reach_other_watchers_once_and_not_the_changer() {
         let w = Watchers::default();
-        let (a, mut rx_a) = w.register(Keeps::Everything);
-        let (b, mut rx_b) = w.register(Keeps::Everything);
+        let (a, mut rx_a) = w.register(Keeps::Everything, PEER);
+        let (b, mut rx_b) = w.register(Keeps::Everything, PEER);
         w.lock().apply(Some(a), told(&[10], &[1]));
         w.lock().apply(Some(b), told(&[10], &[1]));
         let change = || Effects { changed_attrs: vec![10], changed_entries: vec![(1, "x".into())], ..Default::default() };
@@ -330,8 +346,8 @@ mod tests {
     #[test]
     fn a_watcher_that_keeps_nothing_is_told_nothing_and_holds_no_names() {
         let w = Watchers::default();
-        let (lib, mut rx_lib) = w.register(Keeps::Nothing);
-        let (mount, _rx_mount) = w.register(Keeps::Everything);
+        let (lib, mut rx_lib) = w.register(Keeps::Nothing, PEER);
+        let (mount, _rx_mount) = w.register(Keeps::Everything, PEER);
         w.lock().apply(Some(lib), told(&[10], &[1]));
         assert!(!w.lock().others_hold_names(1, mount), "its lookups register nothing");
         let change = Effects { changed_attrs: vec![10], changed_entries: vec![(1, "x".into())], ..Default::default() };
@@ -345,8 +361,8 @@ mod tests {
     #[test]
     fn a_name_change_waits_for_acknowledgements_until_seen_or_the_watcher_leaves() {
         let w = Watchers::default();
-        let (a, mut rx_a) = w.register(Keeps::Everything);
-        let (b, _rx_b) = w.register(Keeps::Everything);
+        let (a, mut rx_a) = w.register(Keeps::Everything, PEER);
+        let (b, _rx_b) = w.register(Keeps::Everything, PEER);
         w.lock().apply(Some(a), told(&[], &[1]));
         w.lock().apply(Some(b), told(&[], &[1]));
         let name = || Effects { changed_entries: vec![(1, "x".into())], ..Default::default() };
@@ -363,7 +379,7 @@ mod tests {
     #[test]
     fn a_gone_connection_or_inode_is_forgotten() {
         let w = Watchers::default();
-        let (a, mut rx_a) = w.register(Keeps::Everything);
+        let (a, mut rx_a) = w.register(Keeps::Everything, PEER);
         w.lock().apply(Some(a), told(&[10, 11], &[1]));
         w.lock().apply(None, Effects { gone: vec![10], ..Default::default() });
         w.lock().apply(None, Effects { changed_attrs: vec![10], ..Default::default() });
@@ -378,7 +394,7 @@ mod tests {
     #[test]
     fn a_changer_that_awaits_watchers_waits_for_the_holders_of_the_attributes() {
         let w = Watchers::default();
-        let (holder, mut rx_holder) = w.register(Keeps::Everything);
+        let (holder, mut rx_holder) = w.register(Keeps::Everything, PEER);
         w.lock().apply(Some(holder), told(&[10, 11], &[]));
         let mut awaited = w.lock().apply(None, Effects { changed_attrs: vec![10], attrs_awaited: true, ..Default::default() });
         assert_eq!(awaited.len(), 1);
@@ -403,9 +419,9 @@ mod tests {
     #[test]
     fn a_watcher_that_keeps_exactly_is_waited_for_and_gives_its_names_back_for_a_delegation() {
         let w = Watchers::default();
-        let (cache, mut rx_cache) = w.register(Keeps::Exactly);
-        let (mount, mut rx_mount) = w.register(Keeps::Everything);
-        let (holder, _rx_holder) = w.register(Keeps::Nothing);
+        let (cache, mut rx_cache) = w.register(Keeps::Exactly, PEER);
+        let (mount, mut rx_mount) = w.register(Keeps::Everything, PEER);
+        let (holder, _rx_holder) = w.register(Keeps::Nothing, PEER);
         w.lock().apply(Some(cache), told(&[10], &[1]));
         w.lock().apply(Some(mount), told(&[10], &[]));
         let mut awaited = w.lock().apply(None, Effects { changed_attrs: vec![10], ..Default::default() });
@@ -439,8 +455,8 @@ mod tests {
     #[test]
     fn a_kept_open_is_told_of_a_change_before_it_is_answered() {
         let w = Watchers::default();
-        let (keeper, mut rx_keeper) = w.register(Keeps::Everything);
-        let (holder, mut rx_holder) = w.register(Keeps::Everything);
+        let (keeper, mut rx_keeper) = w.register(Keeps::Everything, PEER);
+        let (holder, mut rx_holder) = w.register(Keeps::Everything, PEER);
         w.lock().apply(Some(keeper), Effects { told_attrs: vec![10], kept_open: Some(10), ..Default::default() });
         w.lock().apply(Some(holder), told(&[10], &[]));
         let change = || Effects { changed_attrs: vec![10], ..Default::default() };
