@@ -56,7 +56,6 @@ struct State {
     /// Per directory: its names and what each names.
     names: HashMap<Ino, HashMap<String, Ino>>,
     attrs: HashMap<Ino, Attr>,
-    kept: usize,
     /// Counts every drop: an answer that saw another epoch may be stale.
     epoch: u64,
     misses: HashMap<Ino, u32>,
@@ -110,7 +109,6 @@ impl Cache {
             state.names.entry(dir).or_default().insert(name.to_string(), attr.ino);
         }
         state.attrs.insert(attr.ino, attr.clone());
-        state.kept += 1;
     }
 
     /// A server's notice: what it names is dropped (before the notice is acknowledged).
@@ -225,7 +223,6 @@ impl Cache {
             let Some(attr) = entry.attr.as_ref().filter(|a| a.kind != FileKind::Dir) else { continue };
             state.names.entry(dir).or_default().insert(entry.name.clone(), entry.ino);
             state.attrs.insert(entry.ino, attr.clone());
-            state.kept += 1;
         }
         true
     }
@@ -258,13 +255,12 @@ impl Cache {
 }
 
 impl State {
-    /// Drops everything when `more` would take the cache past [`MAX_KEPT`].
+    /// Drops everything when `more` would take the cache past [`MAX_KEPT`] files.
     fn make_room(&mut self, more: usize) {
-        if self.kept + more > MAX_KEPT {
+        if self.attrs.len() + more > MAX_KEPT {
             self.names.clear();
             self.attrs.clear();
             self.listed.clear();
-            self.kept = 0;
             self.epoch += 1;
         }
     }
