@@ -93,6 +93,11 @@ pub struct Effects {
     /// The changer asked that its attribute notices be acknowledged before it is answered
     /// (`AwaitWatchers`), as notices to keepers and of names always are.
     pub attrs_awaited: bool,
+    /// The request only asked (a lookup, a getattr, a listing): what it told is what a
+    /// watcher that keeps exactly keeps. What other steps tell (a create, an open, a
+    /// setattr's answer) such a watcher does not keep, so it is not registered for it: every
+    /// later change to it would wait for an acknowledgement for nothing.
+    pub queried: bool,
 }
 
 impl Effects {
@@ -297,7 +302,7 @@ impl Ledger {
             dirs.remove(&ino);
             kept.remove(&ino);
         }
-        if let Some(id) = by.filter(|id| !keep_nothing.contains(id)) {
+        if let Some(id) = by.filter(|id| !keep_nothing.contains(id) && (effects.queried || !keep_exactly.contains(id))) {
             for ino in effects.told_attrs {
                 add(attrs.entry(ino).or_default(), id);
             }
@@ -319,7 +324,7 @@ mod tests {
     const PEER: std::net::SocketAddr = std::net::SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 9));
 
     fn told(attrs: &[Ino], dirs: &[Ino]) -> Effects {
-        Effects { told_attrs: attrs.to_vec(), told_dirs: dirs.to_vec(), ..Default::default() }
+        Effects { told_attrs: attrs.to_vec(), told_dirs: dirs.to_vec(), queried: true, ..Default::default() }
     }
 
     #[test]
@@ -423,6 +428,11 @@ mod tests {
         let (mount, mut rx_mount) = w.register(Keeps::Everything, PEER);
         let (holder, _rx_holder) = w.register(Keeps::Nothing, PEER);
         w.lock().apply(Some(cache), told(&[10], &[1]));
+        // What a create or an open told it, it does not keep: never noticed, never waited for.
+        w.lock().apply(Some(cache), Effects { told_attrs: vec![20], told_dirs: vec![2], ..Default::default() });
+        let elsewhere = Effects { changed_attrs: vec![20], changed_entries: vec![(2, "y".into())], ..Default::default() };
+        assert!(w.lock().apply(None, elsewhere).is_empty());
+        assert!(rx_cache.try_recv().is_err());
         w.lock().apply(Some(mount), told(&[10], &[]));
         let mut awaited = w.lock().apply(None, Effects { changed_attrs: vec![10], ..Default::default() });
         assert_eq!(awaited.len(), 1, "only the exact keeper's notice is waited for");

@@ -231,7 +231,7 @@ fn counted_down(counts: &mut HashMap<Ino, u32>, ino: Ino) -> bool {
 /// What a lookup of a name in `parent` told its connection: the directory's names, and the
 /// attributes of what the name is if they came with it (homed here).
 fn looked_up(parent: Ino, entry: &DirEntry) -> Effects {
-    let mut fx = Effects { told_dirs: vec![parent], ..Default::default() };
+    let mut fx = Effects { told_dirs: vec![parent], queried: true, ..Default::default() };
     if entry.attr.is_some() {
         fx.told_attrs.push(entry.ino);
     }
@@ -255,7 +255,7 @@ impl Step for GetAttr {
     }
 
     fn effects(&self, _: &surge_proto::Attr) -> Effects {
-        Effects { told_attrs: vec![self.ino], ..Default::default() }
+        Effects { told_attrs: vec![self.ino], queried: true, ..Default::default() }
     }
 }
 
@@ -748,7 +748,7 @@ impl Step for Readdir {
             false => Vec::new(),
         };
         let told_dirs = if self.watch_names { vec![self.ino] } else { Vec::new() };
-        Effects { told_dirs, told_attrs, ..Default::default() }
+        Effects { told_dirs, told_attrs, queried: true, ..Default::default() }
     }
 }
 
@@ -823,7 +823,8 @@ impl Step for OpenAt {
     }
 
     fn effects(&self, entry: &DirEntry) -> Effects {
-        looked_up(self.parent, entry)
+        // What the open tells is not kept by a watcher that keeps exactly (it opened, not asked).
+        Effects { queried: false, ..looked_up(self.parent, entry) }
     }
 }
 
