@@ -616,17 +616,7 @@ impl Client {
         noreplace: bool,
         retired: Option<Ino>,
     ) -> Result<LinkOutcome> {
-        let started = tokio::time::Instant::now();
-        let mut round = 0;
-        loop {
-            match self.rename_across_once(src_parent, src_name, dst_parent, dst_name, noreplace, retired).await {
-                Err(e) if e.code == ErrorCode::Busy && started.elapsed() < BUSY_RETRY_FOR => {
-                    tokio::time::sleep(crossed_pause(round)).await;
-                    round += 1;
-                }
-                outcome => return outcome,
-            }
-        }
+        until_uncrossed(|| self.rename_across_once(src_parent, src_name, dst_parent, dst_name, noreplace, retired)).await
     }
 
     /// One attempt of [`Client::rename_across`]: Busy when the target was locked (the source
@@ -700,17 +690,7 @@ impl Client {
         } else {
             // Two exchanges (or an exchange and a rename) that cross each let go and try again,
             // as renames between servers do.
-            let started = tokio::time::Instant::now();
-            let mut round = 0;
-            loop {
-                match self.exchange_across(parent_a, name_a, parent_b, name_b).await {
-                    Err(e) if e.code == ErrorCode::Busy && started.elapsed() < BUSY_RETRY_FOR => {
-                        tokio::time::sleep(crossed_pause(round)).await;
-                        round += 1;
-                    }
-                    outcome => break outcome?,
-                }
-            }
+            until_uncrossed(|| self.exchange_across(parent_a, name_a, parent_b, name_b)).await?
         };
         for (dir, parent) in moved {
             self.call_home(dir, SetParent { ino: dir, parent }).await?;
@@ -834,6 +814,23 @@ impl Client {
             if !more {
                 return Ok(all);
             }
+        }
+    }
+}
+
+/// Runs `attempt` (a rename or exchange between servers, which hands back `Busy` after
+/// letting go of what it locked) again after [`crossed_pause`] while it is `Busy`, for up to
+/// [`BUSY_RETRY_FOR`].
+async fn until_uncrossed<T, F: std::future::Future<Output = Result<T>>>(mut attempt: impl FnMut() -> F) -> Result<T> {
+    let started = tokio::time::Instant::now();
+    let mut round = 0;
+    loop {
+        match attempt().await {
+            Err(e) if e.code == ErrorCode::Busy && started.elapsed() < BUSY_RETRY_FOR => {
+                tokio::time::sleep(crossed_pause(round)).await;
+                round += 1;
+            }
+            outcome => return outcome,
         }
     }
 }
