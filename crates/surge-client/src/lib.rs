@@ -31,6 +31,8 @@
 //!   [`target`]: where a burst-buffer path a user gives is, and PFS paths made absolute;
 //! * [`delegation`]: a directory held alone, its creates and unlinks answered here and
 //!   written back later, and the set of them an adapter keeps (docs/delegation.md);
+//!   [`notice_lease`]: whether a server's notices are all in, for a watcher that answers from
+//!   what it was told;
 //! * [`descriptor`]: instance descriptors and token files; [`options`]: how a client behaves;
 //! * [`fsck`]: checking an instance's consistency across its servers, and repairing it;
 //!   [`purges`]: the keeper's round that purges what clients left of the files servers ended.
@@ -48,6 +50,7 @@ pub mod layouts;
 mod local;
 pub mod locks;
 pub mod namespace;
+pub mod notice_lease;
 pub mod options;
 pub mod passthrough;
 pub mod paths;
@@ -65,6 +68,7 @@ pub use descriptor::{InstanceDescriptor, Mode};
 pub use error::{Error, Result};
 pub use file::File;
 pub use locks::LockRange;
+pub use notice_lease::NoticeLease;
 pub use options::{is_this_hosts, ClientOptions, DEFAULT_TIMEOUT};
 pub use surge_proto;
 pub use surge_proto::placement::Layout;

@@ -17,46 +17,32 @@
 //!
 //! A home that waits for an acknowledgement in vain (the node is cut off, or hangs) answers
 //! the change after 2 s all the same (the servers' `ACK_TIMEOUT`). So the mount answers from
-//! a kept file only while the home is known to have been reachable within [`LEASE`] (1.5
-//! s): a request sent then was answered, and every notice the home sent before answering it
-//! came first on the same connection. Opens keep the proof fresh by themselves: one older
-//! than [`LEASE`]`/ 4` is renewed in the background by a cheap request.
+//! a kept file only while its home's notices are known to be all in
+//! (`surge_client::NoticeLease`: the home reached within 1.5 s).
 //!
 //! What the mount does not answer itself: opens for writing or with O_TRUNC (they change the
 //! file, and end its keeping here first), opens of a file with handles here that were not
 //! answered from the kept one (their writes and sizes are this node's own), and anything
 //! after the connection to the file's home was lost (its notices may have been missed).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use surge_client::surge_proto::admin::StatFs;
 use surge_client::surge_proto::ino;
-use surge_client::{Client, File};
+use surge_client::{Client, File, NoticeLease};
 use tokio::runtime::Handle;
-
-/// How long after a request to a home was sent, and answered, the mount answers opens of
-/// the files it keeps there: shorter than the 2 s a home waits for an acknowledgement
-/// before it answers a change without it, by a margin for scheduling.
-pub(crate) const LEASE: Duration = Duration::from_millis(1500);
 
 /// Kept files at most (a few hundred bytes each here, held each at its home). Beyond, kept
 /// files no handle shares are let go, any of them: the kernel's own inode cache bounds what
 /// is opened again.
 const MAX_KEPT: usize = 131_072;
 
-/// Per server: when the latest request answered there was sent.
-type Reached = Arc<Mutex<HashMap<usize, Instant>>>;
-
 /// The kept files of this mount, by inode.
 pub(crate) struct Reopens {
     kept: Mutex<HashMap<u64, Kept>>,
     runtime: Handle,
-    client: Client,
-    reached: Reached,
-    /// Servers a renewal of [`Reopens::reached`] is on its way to.
-    renewing: Arc<Mutex<HashSet<usize>>>,
+    lease: NoticeLease,
 }
 
 struct Kept {
@@ -70,37 +56,19 @@ struct Kept {
 
 impl Reopens {
     pub(crate) fn new(runtime: Handle, client: Client) -> Reopens {
-        Reopens { kept: Mutex::default(), runtime, client, reached: Arc::default(), renewing: Arc::default() }
+        Reopens { kept: Mutex::default(), lease: NoticeLease::new(client, runtime.clone()), runtime }
     }
 
     /// A request to `server` sent at `sent` was answered.
     pub(crate) fn reached(&self, server: usize, sent: Instant) {
-        note_reached(&self.reached, server, sent);
+        self.lease.reached(server, sent);
     }
 
-    /// Whether `server` was reached within [`LEASE`]; renews the proof in the background
-    /// when it is getting old.
-    fn reachable(&self, server: usize) -> bool {
-        let age = self.reached.lock().unwrap().get(&server).map(|at| at.elapsed());
-        let Some(age) = age else { return false };
-        if age > LEASE / 4 && self.renewing.lock().unwrap().insert(server) {
-            let (client, reached, renewing) = (self.client.clone(), self.reached.clone(), self.renewing.clone());
-            self.runtime.spawn(async move {
-                let sent = Instant::now();
-                if client.call(server, StatFs).await.is_ok() {
-                    note_reached(&reached, server, sent);
-                }
-                renewing.lock().unwrap().remove(&server);
-            });
-        }
-        age < LEASE
-    }
-
-    /// A read-only handle of `ino` answered here, if a good kept file exists, its home was
-    /// reached within [`LEASE`], and the handles of the file open here (`open_here`) are all
+    /// A read-only handle of `ino` answered here, if a good kept file exists, its home's
+    /// notices are all in ([`NoticeLease`]), and the handles of the file open here (`open_here`) are all
     /// answered from it.
     pub(crate) fn answer(&self, ino: u64, open_here: usize) -> Option<File> {
-        if !self.reachable(ino::home(ino)) {
+        if !self.lease.holds(ino::home(ino)) {
             return None;
         }
         let mut kept = self.kept.lock().unwrap();
@@ -179,7 +147,7 @@ impl Reopens {
 
     /// Notices from server `server` may have been missed.
     pub(crate) fn lost(&self, server: usize) {
-        self.reached.lock().unwrap().remove(&server);
+        self.lease.lost(server);
         let inos: Vec<u64> = self.kept.lock().unwrap().keys().copied().filter(|&i| ino::home(i) == server).collect();
         for ino in inos {
             self.changed(ino);
@@ -204,10 +172,4 @@ impl Reopens {
             }
         });
     }
-}
-
-fn note_reached(reached: &Reached, server: usize, sent: Instant) {
-    let mut reached = reached.lock().unwrap();
-    let at = reached.entry(server).or_insert(sent);
-    *at = (*at).max(sent);
 }

@@ -7,9 +7,8 @@
 //!   dropped it (the notice's acknowledgement goes after), and before another client is
 //!   granted a directory's delegation this cache forgets the directory's names;
 //! * a home that waits for an acknowledgement in vain answers the change after 2 s all the
-//!   same (the servers' `ACK_TIMEOUT`): so an entry is answered only while its home was reached
-//!   within [`LEASE`] (a request sent then was answered, and every notice sent before its
-//!   answer came first, on the same connection); a background request keeps that fresh;
+//!   same (the servers' `ACK_TIMEOUT`): so an entry is answered only while its home's notices
+//!   are known to be all in (`surge_client::NoticeLease`: the home reached within 1.5 s);
 //! * what this process changes itself is dropped here as it changes it (a server tells no
 //!   client of its own changes);
 //! * an answer that was on its way while a notice came is not kept ([`Cache::epoch`]);
@@ -21,17 +20,12 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use surge_client::surge_proto::admin::{Notice, StatFs};
+use surge_client::surge_proto::admin::Notice;
 use surge_client::surge_proto::{ino, Attr, FileKind, Ino};
-use surge_client::Client;
+use surge_client::{Client, NoticeLease};
 use tokio::runtime::Handle;
-
-/// How long after a request to a home was sent, and answered, entries homed there are
-/// answered: shorter than the 2 s a home waits for an acknowledgement before it answers a
-/// change without it, by a margin for scheduling.
-const LEASE: Duration = Duration::from_millis(1500);
 
 /// Names (and attributes) kept at most; past it, everything is dropped and kept afresh.
 const MAX_KEPT: usize = 2_000_000;
@@ -44,9 +38,7 @@ const LISTING_PAGE: u32 = 4096;
 
 pub(crate) struct Cache {
     state: Mutex<State>,
-    /// Per server: when the latest request answered there was sent.
-    reached: Arc<Mutex<HashMap<usize, Instant>>>,
-    renewing: Arc<Mutex<HashSet<usize>>>,
+    lease: NoticeLease,
     client: Client,
     runtime: Handle,
 }
@@ -65,7 +57,7 @@ struct State {
 
 impl Cache {
     pub(crate) fn new(client: Client, runtime: Handle) -> Arc<Cache> {
-        Arc::new(Cache { state: Mutex::default(), reached: Arc::default(), renewing: Arc::default(), client, runtime })
+        Arc::new(Cache { state: Mutex::default(), lease: NoticeLease::new(client.clone(), runtime.clone()), client, runtime })
     }
 
     /// What `dir/name` names, with its attributes, if both are kept and may be answered.
@@ -75,13 +67,13 @@ impl Cache {
             let ino = *state.names.get(&dir)?.get(name)?;
             state.attrs.get(&ino)?.clone()
         };
-        (self.reachable(ino::home(dir)) && self.reachable(ino::home(attr.ino))).then_some(attr)
+        (self.lease.holds(ino::home(dir)) && self.lease.holds(ino::home(attr.ino))).then_some(attr)
     }
 
     /// A file's attributes, if kept and they may be answered.
     pub(crate) fn attr(&self, ino: Ino) -> Option<Attr> {
         let attr = self.state.lock().unwrap().attrs.get(&ino)?.clone();
-        self.reachable(ino::home(ino)).then_some(attr)
+        self.lease.holds(ino::home(ino)).then_some(attr)
     }
 
     /// To take before asking a server for what to keep: [`Cache::keep`] keeps the answer only
@@ -93,9 +85,9 @@ impl Cache {
     /// Keeps `dir/name` naming `attr`'s file (None: only the attributes), as a request sent
     /// at `sent` answered, if nothing was dropped since `epoch`.
     pub(crate) fn keep(&self, epoch: u64, sent: Instant, name: Option<(Ino, &str)>, attr: &Attr) {
-        self.note_reached(ino::home(attr.ino), sent);
+        self.lease.reached(ino::home(attr.ino), sent);
         if let Some((dir, _)) = name {
-            self.note_reached(ino::home(dir), sent);
+            self.lease.reached(ino::home(dir), sent);
         }
         if attr.kind == FileKind::Dir {
             return;
@@ -133,7 +125,7 @@ impl Cache {
     /// Notices from `server` may have been missed: nothing homed there is answered until
     /// asked again.
     pub(crate) fn lost(&self, server: usize) {
-        self.reached.lock().unwrap().remove(&server);
+        self.lease.lost(server);
         let mut state = self.state.lock().unwrap();
         state.epoch += 1;
         state.names.retain(|&dir, _| ino::home(dir) != server);
@@ -211,7 +203,7 @@ impl Cache {
     /// Keeps a page of `dir`'s names with their attributes: false if something was dropped
     /// since `epoch` (nothing kept).
     fn keep_page(&self, epoch: u64, sent: Instant, dir: Ino, entries: &[surge_client::surge_proto::DirEntry]) -> bool {
-        self.note_reached(ino::home(dir), sent);
+        self.lease.reached(ino::home(dir), sent);
         let mut state = self.state.lock().unwrap();
         if state.epoch != epoch {
             return false;
@@ -225,32 +217,6 @@ impl Cache {
             state.attrs.insert(entry.ino, attr.clone());
         }
         true
-    }
-
-    fn note_reached(&self, server: usize, sent: Instant) {
-        let mut reached = self.reached.lock().unwrap();
-        let at = reached.entry(server).or_insert(sent);
-        *at = (*at).max(sent);
-    }
-
-    /// Whether `server` was reached within [`LEASE`]; renews the proof in the background when
-    /// it is getting old.
-    fn reachable(&self, server: usize) -> bool {
-        let age = self.reached.lock().unwrap().get(&server).map(|at| at.elapsed());
-        let Some(age) = age else { return false };
-        if age > LEASE / 4 && self.renewing.lock().unwrap().insert(server) {
-            let (client, reached, renewing) = (self.client.clone(), self.reached.clone(), self.renewing.clone());
-            self.runtime.spawn(async move {
-                let sent = Instant::now();
-                if client.call(server, StatFs).await.is_ok() {
-                    let mut reached = reached.lock().unwrap();
-                    let at = reached.entry(server).or_insert(sent);
-                    *at = (*at).max(sent);
-                }
-                renewing.lock().unwrap().remove(&server);
-            });
-        }
-        age < LEASE
     }
 }
 
