@@ -93,6 +93,12 @@ impl InProcessInstance {
         Ok(InProcessInstance { addrs, secret, stops, tasks })
     }
 
+    /// Whether server `index` has stopped serving (told to, or by a client's `Shutdown`) and
+    /// closed its share.
+    pub fn has_stopped(&self, index: usize) -> bool {
+        self.tasks[index].is_finished()
+    }
+
     /// Stops every server and waits until they have.
     pub async fn stop(mut self) {
         for stop in self.stops.drain(..) {

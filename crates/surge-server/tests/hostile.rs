@@ -277,6 +277,19 @@ async fn a_stopped_server_leaves_nothing_waiting() {
 
         let mut admin = Raw::connect(addr, &secret);
         assert_eq!(admin.ask(Shutdown.into(), &[]).0, FrameKind::Reply);
+        (client, ino, other)
+    })
+    .await;
+    // Shutdown is answered before the server gives its delegations back and closes its
+    // share; what follows is asked of a closed one.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while result.is_ok() && !instance.has_stopped(0) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stopped = instance.has_stopped(0);
+    let result = tokio::task::spawn_blocking(move || {
+        let (mut client, ino, other) = result.unwrap();
+        assert!(stopped, "the server did not stop within 10 s of Shutdown");
         // Each answered within the connection's 10 s read timeout.
         let swap = SwapEntry { parent: ROOT_INO, name: "kept".into(), expected: ino, ino: other, kind: FileKind::File };
         assert_eq!(client.refused(swap.into(), &[]).code, ErrorCode::ServerDown, "a durable step after the stop");
