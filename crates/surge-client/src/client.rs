@@ -231,6 +231,17 @@ impl Client {
         self.inner.watcher.set(watcher).is_ok()
     }
 
+    /// Tells this client's own watcher that inode `ino`'s attributes changed, as a server
+    /// tells other clients' watchers: for a change this client answered before its home applied
+    /// it (a delegation's write-back). The servers tell no client of its own changes, and
+    /// what its caches took from the home before the write-back (another name's link count)
+    /// would otherwise stay.
+    pub(crate) fn tell_own_watcher(&self, ino: Ino) {
+        if let Some(watcher) = self.inner.watcher.get() {
+            watcher.notice(surge_proto::admin::Notice::Attr { ino }, crate::Seen::none());
+        }
+    }
+
     /// The servers' addresses, in index order.
     pub fn server_addrs(&self) -> Vec<SocketAddr> {
         self.inner.servers.iter().map(|s| s.addr).collect()

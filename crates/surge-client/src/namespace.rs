@@ -396,6 +396,12 @@ impl Client {
     /// Finishes off an inode that lost a name: drops the link at its home when that is another
     /// server, and purges its chunks everywhere once nothing refers to it.
     pub async fn finish_unlinked(&self, unlinked: &Unlinked) -> Result<()> {
+        self.finish_unlinked_saying_gone(unlinked).await.map(drop)
+    }
+
+    /// [`Client::finish_unlinked`], saying whether the inode is gone (true) or lives on,
+    /// under another name or an open handle.
+    pub(crate) async fn finish_unlinked_saying_gone(&self, unlinked: &Unlinked) -> Result<bool> {
         let finished = self.finish_unlinked_once(unlinked).await;
         if let Err(e) = &finished {
             // The name is gone whatever the caller is told: what is left is a link count too
@@ -405,12 +411,12 @@ impl Client {
         finished
     }
 
-    async fn finish_unlinked_once(&self, unlinked: &Unlinked) -> Result<()> {
+    async fn finish_unlinked_once(&self, unlinked: &Unlinked) -> Result<bool> {
         let (mut purge, mut size, mut ticket) = (unlinked.purge, unlinked.size, unlinked.ticket);
         if unlinked.remote {
             if unlinked.kind == FileKind::Dir {
                 // A retired directory replaced by a rename.
-                return self.call_home(unlinked.ino, DropInode { ino: unlinked.ino }).await;
+                return self.call_home(unlinked.ino, DropInode { ino: unlinked.ino }).await.map(|()| true);
             }
             let fate = self.call_home(unlinked.ino, DropLink { ino: unlinked.ino, ticket: unlinked.ticket }).await?;
             (purge, size, ticket) = (fate.purge, fate.size, fate.ticket);
@@ -422,7 +428,7 @@ impl Client {
                 purged => purged?,
             }
         }
-        Ok(())
+        Ok(purge)
     }
 
     /// Purges a gone file's data again and again, in the background, while the servers that

@@ -611,10 +611,24 @@ impl DelegatedDir {
         let answer = Answer { message, payload: Vec::new() };
         match finish {
             Finish::Nothing => Ok(()),
-            Finish::Unlink => self.client.finish_unlinked(&answer.reply::<Unlink>()?).await,
+            // An inode that lost a name here and lives on changed its link count and ctime
+            // only now: what this client's caches took from its home before is stale.
+            Finish::Unlink => {
+                let unlinked = answer.reply::<Unlink>()?;
+                let gone = self.client.finish_unlinked_saying_gone(&unlinked).await;
+                if !matches!(gone, Ok(true)) {
+                    self.client.tell_own_watcher(unlinked.ino);
+                }
+                gone.map(drop)
+            }
             Finish::Rename => {
                 let outcome: LinkOutcome = answer.reply::<Rename>()?;
-                self.client.finish_renamed(outcome, self.dir).await
+                let replaced = outcome.replaced.as_ref().map(|u| u.ino);
+                let finished = self.client.finish_renamed(outcome, self.dir).await;
+                if let Some(ino) = replaced {
+                    self.client.tell_own_watcher(ino);
+                }
+                finished
             }
         }
     }
