@@ -164,19 +164,30 @@ impl SurgeFs {
         }
     }
 
+    /// Made before the request's work starts: the mark is what its answer is checked against
+    /// (see [`Ops::ttl_since`]).
     fn entry(&self, reply: ReplyEntry) -> impl FnOnce(Result<Attr>) + Send + 'static {
-        let (ttl, blksize) = (self.ops().ttl(), self.ops().blksize());
+        let (ops, mark) = (self.ops().clone(), self.ops().change_mark());
         // Only positive entries are cached by the kernel: an error leaves no negative entry.
         move |result| match result {
-            Ok(attr) => reply.entry(ttl, &fuse_attr(&attr, blksize), 0),
+            Ok(attr) => {
+                let ttl = ops.ttl_since(attr.ino, mark);
+                reply.entry(ttl, &fuse_attr(&attr, ops.blksize()), 0);
+                ops.gave_attr(attr.ino, mark, ttl);
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
 
+    /// Made before the request's work starts, as [`SurgeFs::entry`].
     fn attr(&self, reply: ReplyAttr) -> impl FnOnce(Result<Attr>) + Send + 'static {
-        let (ttl, blksize) = (self.ops().ttl(), self.ops().blksize());
+        let (ops, mark) = (self.ops().clone(), self.ops().change_mark());
         move |result| match result {
-            Ok(attr) => reply.attr(ttl, &fuse_attr(&attr, blksize)),
+            Ok(attr) => {
+                let ttl = ops.ttl_since(attr.ino, mark);
+                reply.attr(ttl, &fuse_attr(&attr, ops.blksize()));
+                ops.gave_attr(attr.ino, mark, ttl);
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -506,16 +517,21 @@ impl Filesystem for SurgeFs {
         let (ttl, blksize) = (ops.ttl(), ops.blksize());
         self.reply(ops.listing_from(fh, offset), move |listing| match listing {
             Ok(listing) => {
+                let mut given_inos = Vec::new();
                 each_listed(ino, &listing, offset, |ino, next, kind, name, entry| {
                     let given = entry.and_then(|e| ops.attr_to_give(&listing, e));
                     let kernel_attr = given.as_ref().map(|attr| fuse_attr(attr, blksize));
                     let full = reply.add(kernel_attr.as_ref().map(|a| (ttl, a)), ino, next, kind, name);
                     if let (false, Some(attr), Some(entry)) = (full, &given, entry) {
                         ops.gave(&listing, entry, attr);
+                        given_inos.push(attr.ino);
                     }
                     full
                 });
                 reply.ok();
+                for given in given_inos {
+                    ops.gave_attr(given, listing.mark, ttl);
+                }
             }
             Err(e) => reply.error(errno(&e)),
         });
@@ -559,17 +575,19 @@ impl Filesystem for SurgeFs {
 
     fn create(&self, req: &KernelCaller, parent: u64, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
         let name = name_or_reply!(name, reply);
-        let (ttl, blksize, backings) = (self.ops().ttl(), self.ops().blksize(), self.backings.clone());
+        let (ops, mark, backings) = (self.ops().clone(), self.ops().change_mark(), self.backings.clone());
         let answer = move |result: Result<(Attr, Opened)>| {
             let (attr, Opened { fh, backing, keep_cache }) = match result {
                 Ok(created) => created,
                 Err(e) => return reply.error(errno(&e)),
             };
-            let (attr, open_flags) = (fuse_attr(&attr, blksize), open_reply_flags(flags, keep_cache));
+            let ttl = ops.ttl_since(attr.ino, mark);
+            let (attr, open_flags) = (fuse_attr(&attr, ops.blksize()), open_reply_flags(flags, keep_cache));
             match backings.for_handle(attr.ino, fh, backing, |file| reply.open_backing(file)) {
                 Some(id) => reply.created_passthrough(ttl, &attr, 0, fh, open_flags, &id),
                 None => reply.created(ttl, &attr, 0, fh, open_flags),
             }
+            ops.gave_attr(attr.ino, mark, ttl);
         };
         self.reply(self.ops().create(parent, name, mode, umask, flags, caller(req)), answer);
     }

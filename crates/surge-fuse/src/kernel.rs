@@ -29,6 +29,10 @@ const DIRECTORY_ATTR_WINDOW: Duration = Duration::from_secs(1);
 /// `KernelCache::drop_entry`).
 const MOVED_WAIT: Duration = Duration::from_millis(50);
 
+/// Slots of [`KernelCache::attrs_changed_at`]: inodes share a slot by their number modulo
+/// this, which only makes a reply racing another inode's change less cached.
+const CHANGE_SLOTS: usize = 4096;
+
 /// What the kernel may have cached (attributes and entries, for `ttl`), and how to take it
 /// back when an open finds it out of date.
 pub(crate) struct KernelCache {
@@ -67,6 +71,9 @@ pub(crate) struct KernelCache {
     /// [`KernelCache::absent_xattr`]): `ls -l` asks for `security.selinux` and the access ACL
     /// of every file, the kernel keeps neither answer, and nearly every file has neither.
     absent_xattrs: Mutex<HashMap<u64, AbsentXattrs>>,
+    /// The count of changes when an inode's attributes last changed or were heard to, by slot
+    /// (see [`KernelCache::changed_since`]).
+    attrs_changed_at: Box<[AtomicU64]>,
 }
 
 /// What extended attributes an inode is known not to have.
@@ -170,7 +177,17 @@ impl KernelCache {
             written: Default::default(),
             changes: AtomicU64::new(0),
             absent_xattrs: Default::default(),
+            attrs_changed_at: (0..CHANGE_SLOTS).map(|_| AtomicU64::new(0)).collect(),
         }
+    }
+
+    /// Whether the attributes of `ino` changed, or a notice said they did, after the count of
+    /// changes stood at `mark`. A reply carrying attributes that the servers read before such
+    /// a change may reach the kernel after its invalidation: one for an inode the kernel did
+    /// not hold yet (a lookup) would find nothing to drop, and the kernel keeps what the reply
+    /// says for the whole cache time. Such a reply is given no cache time.
+    pub(crate) fn changed_since(&self, ino: u64, mark: u64) -> bool {
+        self.attrs_changed_at[ino as usize % CHANGE_SLOTS].load(Ordering::SeqCst) > mark
     }
 
     /// Whether inode `ino` is known to have no extended attribute `name`.
@@ -533,6 +550,7 @@ impl KernelCache {
     }
 
     fn forget_attr(&self, ino: u64) {
+        self.attrs_changed_at[ino as usize % CHANGE_SLOTS].fetch_max(self.change_mark(), Ordering::SeqCst);
         self.absent_xattrs.lock().unwrap().remove(&ino);
         self.reported.lock().unwrap().remove(&ino);
         self.forget_pages(ino);

@@ -67,7 +67,7 @@ pub struct HowWritten {
 #[derive(Debug, PartialEq)]
 pub struct Listing {
     pub entries: Vec<DirEntry>,
-    mark: u64,
+    pub(crate) mark: u64,
 }
 
 /// A directory handle: the listing its reads walk.
@@ -306,6 +306,40 @@ impl Ops {
     /// How long the kernel may keep what it is told.
     pub fn ttl(&self) -> Duration {
         self.kernel.ttl
+    }
+
+    /// The count of changes this mount made or heard of: taken before a request whose answer
+    /// gives the kernel attributes (see [`Ops::ttl_since`]).
+    pub fn change_mark(&self) -> u64 {
+        self.kernel.change_mark()
+    }
+
+    /// How long the kernel may keep the attributes of `ino` that a request begun at `mark`
+    /// answers: the cache time, or none when they changed since (the servers may have read
+    /// them before the change, and its notice may have found nothing to drop).
+    pub fn ttl_since(&self, ino: u64, mark: u64) -> Duration {
+        if self.kernel.changed_since(ino, mark) {
+            Duration::ZERO
+        } else {
+            self.kernel.ttl
+        }
+    }
+
+    /// The kernel was just given the attributes of `ino` for `ttl` by a request begun at
+    /// `mark`. The kernel takes a reply in only once its requester runs again, so a change
+    /// heard of after [`Ops::ttl_since`] looked may have been dropped from the kernel before:
+    /// the attributes are then dropped again, a few times over the next second.
+    pub fn gave_attr(&self, ino: u64, mark: u64, ttl: Duration) {
+        if ttl.is_zero() || !self.kernel.changed_since(ino, mark) {
+            return;
+        }
+        let kernel = self.kernel.clone();
+        self.runtime.spawn(async move {
+            for pause in [1, 10, 100, 1000] {
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+                kernel.invalidate(crate::kernel::Invalidation::Attr(ino));
+            }
+        });
     }
 
     /// The block size the kernel is told (the chunk size: the unit worth reading at once).

@@ -2,9 +2,9 @@
 //! mount answers without a round trip, and how another client's change reaches it. No root,
 //! no kernel mount: the operations are called as the adapter would call them.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::common::{me, now, read, write, Fixture};
+use crate::common::{me, now, put, read, warm_until_held, write, Fixture, TTL};
 use surge_client::surge_proto::AttrChanges;
 use surge_client::surge_proto::{ErrorCode, ROOT_INO};
 use surge_fuse::ops::Opened;
@@ -182,5 +182,60 @@ async fn missing_extended_attributes_are_answered_here_until_the_inode_changes()
     assert!(answered_now(ino("plain"), "user.mine"));
     fx.ops.set_xattr(ino("plain"), "user.mine".into(), b"m".to_vec(), 0, me()).await.unwrap();
     assert_eq!(get(ino("plain"), "user.mine").await.unwrap(), b"m", "this mount's own change");
+    fx.stop().await;
+}
+
+/// Attributes the servers read before another node's change, given the kernel after that
+/// change's notice arrived, get no cache time: for an inode the kernel did not hold yet (a
+/// lookup) the notice found nothing to drop, and the kernel would keep the old link count
+/// for the whole cache time. Other inodes, and later requests, keep theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attributes_read_across_a_change_elsewhere_get_no_cache_time() {
+    let fx = Fixture::new("racing", 1).await;
+    let ops = &fx.ops;
+    let shared = put(ops, ROOT_INO, "shared", b"x").await;
+    let unrelated = put(ops, ROOT_INO, "unrelated", b"y").await;
+    let mark = ops.change_mark();
+    assert_eq!(ops.lookup(ROOT_INO, "shared".into(), me()).await.unwrap().nlink, 1);
+    ops.lookup(ROOT_INO, "unrelated".into(), me()).await.unwrap();
+    assert_eq!(ops.ttl_since(shared, mark), TTL, "nothing changed since the lookup began");
+
+    fx.other.link("/shared", "/shared.link").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while ops.ttl_since(shared, mark) != Duration::ZERO {
+        assert!(Instant::now() < deadline, "the link made elsewhere was never heard of");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(ops.ttl_since(unrelated, mark), TTL, "an inode nothing happened to keeps its cache time");
+    let fresh = ops.change_mark();
+    assert_eq!(ops.lookup(ROOT_INO, "shared".into(), me()).await.unwrap().nlink, 2);
+    assert_eq!(ops.ttl_since(shared, fresh), TTL, "a lookup begun after the change is cached");
+    fx.stop().await;
+}
+
+/// A file with two names loses one in a directory the mount holds under a delegation: the
+/// unlink is answered at once and its home drops the link only at the write-back. The
+/// servers tell no client of its own changes, so the mount tells itself: what it had of the
+/// file before (its other name's link count) is stale once the write-back is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unlink_written_back_from_a_delegation_is_heard_of_by_the_mount_itself() {
+    let fx = Fixture::new("ownwriteback", 1).await;
+    let ops = &fx.ops;
+    let d = ops.mkdir(ROOT_INO, "d".into(), 0o755, 0, me()).await.unwrap().ino;
+    let e = ops.mkdir(ROOT_INO, "e".into(), 0o755, 0, me()).await.unwrap().ino;
+    let file = put(ops, d, "f", b"two names").await;
+    assert_eq!(ops.link(file, e, "f2".into()).await.unwrap().nlink, 2);
+    warm_until_held(ops, d).await;
+
+    let mark = ops.change_mark();
+    assert_eq!(ops.lookup(e, "f2".into(), me()).await.unwrap().nlink, 2);
+    assert!(matches!(now(ops.unlink(d, "f".into())), Some(Ok(()))), "answered at once under the delegation");
+    ops.fsyncdir().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while ops.ttl_since(file, mark) != Duration::ZERO {
+        assert!(Instant::now() < deadline, "the mount never heard of its own unlink's write-back");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(ops.lookup(e, "f2".into(), me()).await.unwrap().nlink, 1);
     fx.stop().await;
 }
