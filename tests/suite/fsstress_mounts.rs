@@ -61,6 +61,19 @@ fn differences(inst: &Instance, a: &Path, b: &Path, seen_a: &[String], seen_b: &
         let at = runtime.block_on(client.stat(&format!("/tree/{dir}"))).map(|attr| format!("{:#x}", attr.ino));
         report += &format!("{dir}: inode {} through a, {} through b, {at:?} at the servers, which list {names:?}\n", ino(a), ino(b));
     }
+    // Entries both nodes list but see differently: what the servers say of each, and what
+    // the mounts and servers logged of its inode.
+    let logs = inst.mount_log() + &inst.server_logs();
+    for entry in only_a.iter().filter(|e| only_b.iter().any(|f| f.split_once(':').map(|x| x.0) == e.split_once(':').map(|x| x.0))).take(2) {
+        let name = entry.split_once(':').unwrap().0;
+        let Ok(meta) = std::fs::symlink_metadata(a.join(name)) else { continue };
+        let truth = runtime.block_on(client.stat(&format!("/tree/{name}")));
+        let truth = truth.map(|attr| format!("inode {:#x}, {} bytes, {} links", attr.ino, attr.size, attr.nlink));
+        report += &format!("{name}: inode {:#x} through a; the servers: {truth:?}; logged of it:\n", meta.ino());
+        for line in about(&logs, meta.ino()).take(60) {
+            report += &format!("    {line}\n");
+        }
+    }
     report
 }
 
