@@ -316,16 +316,11 @@ async fn await_acknowledgements(awaited: Vec<tokio::sync::oneshot::Receiver<()>>
         }
     };
     if tokio::time::timeout(crate::watch::ACK_TIMEOUT, all).await.is_err() {
-        let owing: Vec<String> = server
-            .watchers
-            .owing()
-            .into_iter()
-            .map(|(w, peer)| format!("{w} ({})", peer.map_or("?".to_string(), |p| p.to_string())))
-            .collect();
+        let owing: Vec<String> = server.watchers.owing().iter().map(|o| o.to_string()).collect();
         tracing::warn!(
             "a watching client did not acknowledge a change notice within {:?} (watchers owing acknowledgements now: {})",
             crate::watch::ACK_TIMEOUT,
-            owing.join(", ")
+            owing.join("; ")
         );
     }
 }
@@ -339,18 +334,26 @@ async fn refuse<W: tokio::io::AsyncWrite + Unpin>(writer: &mut W, request_id: u6
 
 /// Writes a watching connection's notices as they come, several per flush when they queue up.
 /// Ends when the connection is unregistered (its sender dropped) or the socket fails.
-pub(crate) async fn send_notices(mut notices: tokio::sync::mpsc::UnboundedReceiver<crate::watch::Outgoing>, writer: SharedWriter) {
+/// `written`: where the number of the last acknowledged notice written goes.
+pub(crate) async fn send_notices(
+    mut notices: tokio::sync::mpsc::UnboundedReceiver<crate::watch::Outgoing>,
+    writer: SharedWriter,
+    written: Arc<std::sync::atomic::AtomicU64>,
+) {
     while let Some(first) = notices.recv().await {
         let mut w = writer.lock().await;
         let mut next = Some(first);
+        let mut last_acknowledged = 0;
         while let Some((ack, notice)) = next {
             if write_frame(&mut *w, FrameKind::Notice, ack, &notice, &[]).await.is_err() {
                 return;
             }
+            last_acknowledged = last_acknowledged.max(ack);
             next = notices.try_recv().ok();
         }
         if w.flush().await.is_err() {
             return;
         }
+        written.fetch_max(last_acknowledged, std::sync::atomic::Ordering::Relaxed);
     }
 }

@@ -79,7 +79,8 @@ impl Session {
             let (id, notices) = self.server.watchers.register(keeps, self.peer);
             tracing::debug!(watcher = id, peer = %self.peer, ?keeps, "a connection watches");
             self.watcher = Some(id);
-            tokio::spawn(crate::conn::send_notices(notices, self.writer.clone()));
+            let written = self.server.watchers.written_mark(id);
+            tokio::spawn(crate::conn::send_notices(notices, self.writer.clone(), written));
         }
     }
 }

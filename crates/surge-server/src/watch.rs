@@ -22,7 +22,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use surge_meta::poison_free::LockRecover;
 use surge_proto::admin::{Keeps, Notice};
@@ -52,8 +53,8 @@ pub struct Watchers {
 #[derive(Default)]
 pub struct Ledger {
     outboxes: HashMap<WatcherId, mpsc::UnboundedSender<Outgoing>>,
-    /// Acknowledgements awaited, by number: whose, and whom to wake.
-    acks: HashMap<u64, (WatcherId, oneshot::Sender<()>)>,
+    /// Acknowledgements awaited, by number: whose, whom to wake, and since when.
+    acks: HashMap<u64, (WatcherId, oneshot::Sender<()>, Instant)>,
     next_ack: u64,
     /// Connections that may hold an inode's attributes.
     attrs: HashMap<Ino, Vec<WatcherId>>,
@@ -72,6 +73,30 @@ pub struct Ledger {
     /// Where each watching connection comes from: for the warning about one that does not
     /// acknowledge.
     peers: HashMap<WatcherId, std::net::SocketAddr>,
+    /// The number of the last acknowledged notice written to each watching connection's
+    /// socket (by `conn::send_notices`): for the same warning, which says whether what is
+    /// owed reached the client.
+    written: HashMap<WatcherId, Arc<AtomicU64>>,
+}
+
+/// A watching connection that owes acknowledgements (see [`Watchers::owing`]).
+pub struct Owing {
+    pub watcher: WatcherId,
+    pub peer: Option<std::net::SocketAddr>,
+    pub count: usize,
+    /// The oldest notice owed: its number and how long ago it was queued.
+    pub oldest: u64,
+    pub oldest_age: std::time::Duration,
+    /// The last acknowledged notice written to the connection's socket.
+    pub written: u64,
+}
+
+impl std::fmt::Display for Owing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let peer = self.peer.map_or("?".to_string(), |p| p.to_string());
+        let reached = if self.written >= self.oldest { "written to its socket" } else { "still queued here" };
+        write!(f, "{} ({peer}): {} owed, the oldest (#{}) {:?} old and {reached}", self.watcher, self.count, self.oldest, self.oldest_age)
+    }
 }
 
 /// What one successful request told its connection and what it changed.
@@ -141,6 +166,7 @@ impl Watchers {
         let mut st = self.state.lock_or_recover();
         st.outboxes.insert(id, tx);
         st.peers.insert(id, peer);
+        st.written.insert(id, Arc::default());
         match keeps {
             Keeps::Nothing => _ = st.keep_nothing.insert(id),
             Keeps::Exactly => _ = st.keep_exactly.insert(id),
@@ -154,15 +180,16 @@ impl Watchers {
     /// The connection is gone.
     pub fn unregister(&self, id: WatcherId) {
         let mut st = self.state.lock_or_recover();
-        let Ledger { outboxes, attrs, dirs, kept, acks, keep_nothing, keep_exactly, peers, .. } = &mut *st;
+        let Ledger { outboxes, attrs, dirs, kept, acks, keep_nothing, keep_exactly, peers, written, .. } = &mut *st;
         peers.remove(&id);
+        written.remove(&id);
         keep_nothing.remove(&id);
         keep_exactly.remove(&id);
         if outboxes.remove(&id).is_some() {
             self.count.fetch_sub(1, Ordering::Relaxed);
         }
         // Whoever waits for this connection's acknowledgements stops waiting.
-        acks.retain(|_, (w, _)| *w != id);
+        acks.retain(|_, (w, _, _)| *w != id);
         for sets in [attrs, dirs, kept] {
             sets.retain(|_, set| {
                 set.retain(|&w| w != id);
@@ -173,18 +200,37 @@ impl Watchers {
 
     /// A watcher acknowledged notice `ack`.
     pub fn seen(&self, ack: u64) {
-        if let Some((_, wake)) = self.state.lock_or_recover().acks.remove(&ack) {
+        if let Some((_, wake, _)) = self.state.lock_or_recover().acks.remove(&ack) {
             let _ = wake.send(());
         }
     }
 
-    /// The watching connections that owe acknowledgements now, with where they come from.
-    pub fn owing(&self) -> Vec<(WatcherId, Option<std::net::SocketAddr>)> {
+    /// Where `conn::send_notices` records the last acknowledged notice it wrote for `id`.
+    pub fn written_mark(&self, id: WatcherId) -> Arc<AtomicU64> {
+        self.state.lock_or_recover().written.get(&id).cloned().unwrap_or_default()
+    }
+
+    /// The watching connections that owe acknowledgements now.
+    pub fn owing(&self) -> Vec<Owing> {
         let st = self.state.lock_or_recover();
-        let mut owing: Vec<WatcherId> = st.acks.values().map(|(w, _)| *w).collect();
-        owing.sort_unstable();
-        owing.dedup();
-        owing.into_iter().map(|w| (w, st.peers.get(&w).copied())).collect()
+        let mut by_watcher: HashMap<WatcherId, Owing> = HashMap::new();
+        for (&ack, &(watcher, _, since)) in &st.acks {
+            let owing = by_watcher.entry(watcher).or_insert_with(|| Owing {
+                watcher,
+                peer: st.peers.get(&watcher).copied(),
+                count: 0,
+                oldest: ack,
+                oldest_age: since.elapsed(),
+                written: st.written.get(&watcher).map_or(0, |w| w.load(Ordering::Relaxed)),
+            });
+            owing.count += 1;
+            if ack < owing.oldest {
+                (owing.oldest, owing.oldest_age) = (ack, since.elapsed());
+            }
+        }
+        let mut owing: Vec<Owing> = by_watcher.into_values().collect();
+        owing.sort_unstable_by_key(|o| o.watcher);
+        owing
     }
 
     /// Whether anything needs recording at all (no watcher: plain clients pay nothing).
@@ -231,7 +277,7 @@ impl Ledger {
             let Some(outbox) = self.outboxes.get(&w) else { continue };
             self.next_ack += 1;
             let (wake, woken) = oneshot::channel();
-            self.acks.insert(self.next_ack, (w, wake));
+            self.acks.insert(self.next_ack, (w, wake, Instant::now()));
             if outbox.send((self.next_ack, Notice::Names { dir })).is_ok() {
                 awaited.push(woken);
             } else {
@@ -252,7 +298,7 @@ impl Ledger {
             let ack = if acknowledged {
                 *next_ack += 1;
                 let (wake, woken) = oneshot::channel();
-                acks.insert(*next_ack, (to, wake));
+                acks.insert(*next_ack, (to, wake, Instant::now()));
                 awaited.push(woken);
                 *next_ack
             } else {
