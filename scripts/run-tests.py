@@ -28,7 +28,7 @@ LOGS = ROOT / "target" / "test-logs"
 TIMES = ROOT / "target" / "test-times.json"
 # Seconds each long part took on a 2-core machine, for the order of a first run (a fresh clone
 # has no target/test-times.json yet): the longest must not start last.
-FIRST_RUN_SECONDS = {"surge-tests:campaign": 150, "python": 110, "python:long": 100, "surge-tests:slurm": 95, "surge-tests:fuse": 75,
+FIRST_RUN_SECONDS = {"surge-tests:campaign": 90, "python": 110, "python:long": 100, "surge-tests:slurm": 95, "surge-tests:fuse": 75,
                      "surge-sim:model": 55, "surge-tests:faults": 70, "surge-tests:soak": 30, "surge-tests:data_plane": 22,
                      "surge-tests:staging": 20, "surge-tests:nodes": 22, "surge-tests:cluster": 15, "surge-tests:workflow": 17,
                      "surge-tests:fsx_mounts": 15, "surge-tests:fsstress_mounts": 8}
