@@ -114,8 +114,14 @@ impl Cache {
                     names.remove(name);
                 }
             }
+            // The server takes back the whole directory: its names, and the attributes of the
+            // files they name, which it no longer tells this process of.
             Notice::Names { dir } => {
-                state.names.remove(dir);
+                if let Some(names) = state.names.remove(dir) {
+                    for ino in names.values() {
+                        state.attrs.remove(ino);
+                    }
+                }
                 state.listed.remove(dir);
             }
             Notice::Recall { .. } => {}

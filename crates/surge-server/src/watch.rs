@@ -70,6 +70,14 @@ pub struct Ledger {
     /// change to it waits for their acknowledgement, and their names in a directory are
     /// taken back before another connection is granted its delegation.
     keep_exactly: HashSet<WatcherId>,
+    /// Attributes a connection that keeps exactly was told by listing a directory, by inode:
+    /// who keeps it, from a listing of which directory. A change to one takes back the whole
+    /// listing at once ([`Notice::Names`]): a process that listed a directory of a million
+    /// files another one then removes is told once, not a million times.
+    listed_attrs: HashMap<Ino, Vec<(WatcherId, Ino)>>,
+    /// Listings taken back from a connection that keeps exactly: what it was told there is no
+    /// longer its business, until it lists the directory again.
+    taken_back: HashSet<(WatcherId, Ino)>,
     /// Where each watching connection comes from: for the warning about one that does not
     /// acknowledge.
     peers: HashMap<WatcherId, std::net::SocketAddr>,
@@ -118,6 +126,9 @@ pub struct Effects {
     /// The changer asked that its attribute notices be acknowledged before it is answered
     /// (`AwaitWatchers`), as notices to keepers and of names always are.
     pub attrs_awaited: bool,
+    /// `told_attrs` are a listing of this directory's: a watcher that keeps exactly is taken
+    /// them back whole, on the first change to any (see [`Ledger::listed_attrs`]).
+    pub listed: Option<Ino>,
     /// The request only asked (a lookup, a getattr, a listing): what it told is what a
     /// watcher that keeps exactly keeps. What other steps tell (a create, an open, a
     /// setattr's answer) such a watcher does not keep, so it is not registered for it: every
@@ -151,6 +162,16 @@ impl Effects {
     }
 }
 
+/// `w` no longer holds names in `dir`.
+fn forget_names(dirs: &mut HashMap<Ino, Vec<WatcherId>>, dir: Ino, w: WatcherId) {
+    if let Some(set) = dirs.get_mut(&dir) {
+        set.retain(|&x| x != w);
+        if set.is_empty() {
+            dirs.remove(&dir);
+        }
+    }
+}
+
 fn add(set: &mut Vec<WatcherId>, id: WatcherId) {
     if !set.contains(&id) {
         set.push(id);
@@ -180,9 +201,15 @@ impl Watchers {
     /// The connection is gone.
     pub fn unregister(&self, id: WatcherId) {
         let mut st = self.state.lock_or_recover();
-        let Ledger { outboxes, attrs, dirs, kept, acks, keep_nothing, keep_exactly, peers, written, .. } = &mut *st;
+        let Ledger { outboxes, attrs, dirs, kept, acks, keep_nothing, keep_exactly, peers, written, listed_attrs, taken_back, .. } =
+            &mut *st;
         peers.remove(&id);
         written.remove(&id);
+        taken_back.retain(|&(w, _)| w != id);
+        listed_attrs.retain(|_, set| {
+            set.retain(|&(w, _)| w != id);
+            !set.is_empty()
+        });
         keep_nothing.remove(&id);
         keep_exactly.remove(&id);
         if outboxes.remove(&id).is_some() {
@@ -274,6 +301,7 @@ impl Ledger {
         }
         let mut awaited = Vec::new();
         for w in exact {
+            self.taken_back.insert((w, dir));
             let Some(outbox) = self.outboxes.get(&w) else { continue };
             self.next_ack += 1;
             let (wake, woken) = oneshot::channel();
@@ -291,7 +319,7 @@ impl Ledger {
     /// other watchers of what it changed. Returns the acknowledgements to wait for before the
     /// change is answered.
     pub fn apply(&mut self, by: Option<WatcherId>, effects: Effects) -> Vec<oneshot::Receiver<()>> {
-        let Ledger { outboxes, attrs, dirs, kept, acks, next_ack, keep_nothing, keep_exactly, .. } = self;
+        let Ledger { outboxes, attrs, dirs, kept, acks, next_ack, keep_nothing, keep_exactly, listed_attrs, taken_back, .. } = self;
         let mut awaited = Vec::new();
         let mut send = |to: WatcherId, notice: Notice, acknowledged: bool| {
             let Some(outbox) = outboxes.get(&to) else { return };
@@ -335,22 +363,56 @@ impl Ledger {
                     attrs.remove(&ino);
                 }
             }
-        }
-        for (parent, name) in effects.changed_entries {
-            if let Some(set) = dirs.get(&parent) {
-                for &w in set.iter().filter(|&&w| Some(w) != by) {
-                    send(w, Notice::Entry { parent, name: name.clone() }, true);
+            if let Some(set) = listed_attrs.get_mut(&ino) {
+                for &(w, dir) in set.iter().filter(|&&(w, _)| Some(w) != by) {
+                    if taken_back.insert((w, dir)) {
+                        send(w, Notice::Names { dir }, true);
+                        forget_names(dirs, dir, w);
+                    }
+                }
+                set.retain(|&(w, _)| Some(w) == by);
+                if set.is_empty() {
+                    listed_attrs.remove(&ino);
                 }
             }
         }
+        for (parent, name) in effects.changed_entries {
+            let Some(set) = dirs.get(&parent) else { continue };
+            let (exact, others): (Vec<WatcherId>, Vec<WatcherId>) =
+                set.iter().filter(|&&w| Some(w) != by).partition(|w| keep_exactly.contains(w));
+            for w in others {
+                send(w, Notice::Entry { parent, name: name.clone() }, true);
+            }
+            // One that keeps exactly drops the whole directory, once: it lists it again when
+            // it wants its names.
+            for w in exact {
+                taken_back.insert((w, parent));
+                send(w, Notice::Names { dir: parent }, true);
+                forget_names(dirs, parent, w);
+            }
+        }
         for ino in effects.gone {
+            listed_attrs.remove(&ino);
             attrs.remove(&ino);
             dirs.remove(&ino);
             kept.remove(&ino);
         }
         if let Some(id) = by.filter(|id| !keep_nothing.contains(id) && (effects.queried || !keep_exactly.contains(id))) {
-            for ino in effects.told_attrs {
-                add(attrs.entry(ino).or_default(), id);
+            match effects.listed.filter(|_| keep_exactly.contains(&id)) {
+                Some(dir) => {
+                    taken_back.remove(&(id, dir));
+                    for ino in effects.told_attrs {
+                        let set = listed_attrs.entry(ino).or_default();
+                        if !set.contains(&(id, dir)) {
+                            set.push((id, dir));
+                        }
+                    }
+                }
+                None => {
+                    for ino in effects.told_attrs {
+                        add(attrs.entry(ino).or_default(), id);
+                    }
+                }
             }
             for ino in effects.told_dirs {
                 add(dirs.entry(ino).or_default(), id);
@@ -530,5 +592,59 @@ mod tests {
         w.lock().apply(Some(keeper), Effects { kept_open: Some(10), ..Default::default() });
         assert!(w.lock().apply(Some(keeper), change()).is_empty());
         assert_eq!(w.lock().apply(None, change()).len(), 1);
+    }
+
+    /// A process that keeps exactly what it listed is taken back the whole listing on the
+    /// first change to anything in it (a name, or a listed file's attributes), with one
+    /// acknowledged notice; later changes there are not its business until it lists again.
+    #[test]
+    fn a_listing_kept_exactly_is_taken_back_whole_and_once() {
+        let w = Watchers::default();
+        let (lib, mut rx_lib) = w.register(Keeps::Exactly, PEER);
+        let (mount, mut rx_mount) = w.register(Keeps::Everything, PEER);
+        let listing =
+            |dir| Effects { told_attrs: vec![10, 11, 12], told_dirs: vec![dir], listed: Some(dir), queried: true, ..Default::default() };
+        w.lock().apply(Some(lib), listing(1));
+        w.lock().apply(Some(mount), told(&[10, 11], &[1]));
+
+        let write = |ino| Effects { changed_attrs: vec![ino], ..Default::default() };
+        assert_eq!(w.lock().apply(None, write(10)).len(), 1, "the listing's taking back is acknowledged");
+        assert_eq!(rx_lib.try_recv().unwrap().1, Notice::Names { dir: 1 });
+        assert!(rx_lib.try_recv().is_err(), "one notice for the whole listing");
+        assert_eq!(rx_mount.try_recv().unwrap(), (0, Notice::Attr { ino: 10 }), "a mount is told of each inode");
+        assert!(!w.lock().dirs.get(&1).is_some_and(|set| set.contains(&lib)), "its names there are taken back too");
+
+        let unlink = Effects { changed_attrs: vec![11], changed_entries: vec![(1, "b".into())], gone: vec![11], ..Default::default() };
+        w.lock().apply(None, unlink);
+        assert!(rx_lib.try_recv().is_err(), "nothing more until it lists again");
+        assert_eq!(rx_mount.try_recv().unwrap().1, Notice::Attr { ino: 11 });
+        assert_eq!(rx_mount.try_recv().unwrap().1, Notice::Entry { parent: 1, name: "b".into() });
+
+        w.lock().apply(Some(lib), listing(1));
+        w.lock().apply(None, write(12));
+        assert_eq!(rx_lib.try_recv().unwrap().1, Notice::Names { dir: 1 }, "listed again, told again");
+        // Its own changes are no news to it.
+        w.lock().apply(Some(lib), listing(1));
+        w.lock().apply(Some(lib), write(12));
+        assert!(rx_lib.try_recv().is_err());
+        w.unregister(lib);
+        assert!(w.lock().listed_attrs.values().all(|set| set.iter().all(|&(x, _)| x != lib)));
+    }
+
+    /// Names a process that keeps exactly looked up in a directory are taken back whole on
+    /// the first change of a name there.
+    #[test]
+    fn names_kept_exactly_are_taken_back_whole_on_a_change() {
+        let w = Watchers::default();
+        let (lib, mut rx_lib) = w.register(Keeps::Exactly, PEER);
+        w.lock().apply(Some(lib), told(&[], &[1]));
+        let create = |name: &str| Effects { changed_entries: vec![(1, name.into())], ..Default::default() };
+        assert_eq!(w.lock().apply(None, create("a")).len(), 1);
+        assert_eq!(rx_lib.try_recv().unwrap().1, Notice::Names { dir: 1 });
+        w.lock().apply(None, create("b"));
+        assert!(rx_lib.try_recv().is_err(), "it holds no names there any more");
+        w.lock().apply(Some(lib), told(&[], &[1]));
+        w.lock().apply(None, create("c"));
+        assert_eq!(rx_lib.try_recv().unwrap().1, Notice::Names { dir: 1 }, "looked up again, told again");
     }
 }

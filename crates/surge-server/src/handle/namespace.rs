@@ -748,7 +748,7 @@ impl Step for Readdir {
             false => Vec::new(),
         };
         let told_dirs = if self.watch_names { vec![self.ino] } else { Vec::new() };
-        Effects { told_dirs, told_attrs, queried: true, ..Default::default() }
+        Effects { told_dirs, told_attrs, listed: self.watch_attrs.then_some(self.ino), queried: true, ..Default::default() }
     }
 }
 
