@@ -42,6 +42,9 @@ pub(crate) struct Session {
     /// The write-back step being answered: journaled as applied with the step's own changes
     /// (see [`surge_meta::delegated`]).
     pub written_back: Option<WrittenBack>,
+    /// A write-back is being applied: its steps are journaled together once it has been (one
+    /// record and one write for the batch, not one per step).
+    pub journal_at_end: bool,
 }
 
 /// Step `seq` of the log of delegation `token` of directory `dir`.
@@ -69,6 +72,7 @@ impl Session {
             mirrored: None,
             caller: None,
             written_back: None,
+            journal_at_end: false,
         }
     }
 

@@ -39,6 +39,7 @@ impl Handle<Renew, Answer> for Session {
 
 impl Handle<WriteBack, Answer> for Session {
     fn handle(&mut self, w: WriteBack) -> Answer {
+        self.journal_at_end = true;
         let outcomes = (0..)
             .zip(w.steps)
             .map(|(i, step)| match w.first_seq.checked_add(i) {
@@ -46,8 +47,12 @@ impl Handle<WriteBack, Answer> for Session {
                 None => Err(surge_proto::Error::new(surge_proto::ErrorCode::Invalid, "a write-back's steps are numbered past 2^64")),
             })
             .collect();
-        // The holder forgets what is answered: it must survive a crash of this server.
-        self.durable = Some(self.server.journal.last_seq());
+        self.journal_at_end = false;
+        // One record for the batch (steps of other connections may have journaled some of
+        // its changes already, each with its step's mark). The holder forgets what is
+        // answered: it must survive a crash of this server.
+        let seq = self.server.journal_changes(&mut self.server.meta.lock_or_recover());
+        self.durable = Some(seq.max(self.server.journal.last_seq()));
         Answer::of::<WriteBack>(Ok(outcomes))
     }
 }
@@ -174,9 +179,8 @@ impl Session {
         if let Some(mark) = self.written_back.take() {
             // Not run as a step (it cannot happen for the four kinds a write-back holds; a step
             // must still never be reported applied without its mark).
-            let mut meta = self.server.meta.lock_or_recover();
-            meta.delegation_applied(mark.dir, mark.token, mark.seq);
-            self.server.journal_changes(&mut meta);
+            // Journaled with the rest of the write-back, at its end.
+            self.server.meta.lock_or_recover().delegation_applied(mark.dir, mark.token, mark.seq);
         }
         outcome
     }

@@ -191,10 +191,13 @@ impl Session {
                 meta.delegation_applied(mark.dir, mark.token, mark.seq);
             }
             // Journaled whatever the outcome: a failed step may have changed nothing, or
-            // something before it failed.
-            let seq = server.journal_changes(&mut meta);
-            if step.durable(&reply) {
-                self.durable = self.durable.max(Some(seq));
+            // something before it failed. A write-back's steps are journaled at its end, which
+            // its answer waits for.
+            if !self.journal_at_end {
+                let seq = server.journal_changes(&mut meta);
+                if step.durable(&reply) {
+                    self.durable = self.durable.max(Some(seq));
+                }
             }
             reply?
         };
