@@ -27,7 +27,8 @@ use surge_client::surge_proto::{ino, Attr, FileKind, Ino};
 use surge_client::{Client, NoticeLease};
 use tokio::runtime::Handle;
 
-/// Names (and attributes) kept at most; past it, everything is dropped and kept afresh.
+/// File attributes kept at most; past it, the directories used longest ago are dropped
+/// (everything, when that is not enough).
 const MAX_KEPT: usize = 2_000_000;
 
 /// Misses in one directory after which it is listed whole, in the background.
@@ -46,13 +47,24 @@ pub(crate) struct Cache {
 #[derive(Default)]
 struct State {
     /// Per directory: its names and what each names.
-    names: HashMap<Ino, HashMap<String, Ino>>,
+    names: HashMap<Ino, KeptDir>,
+    /// Counts answers and keeps, for [`KeptDir::used`].
+    tick: u64,
     attrs: HashMap<Ino, Attr>,
     /// Counts every drop: an answer that saw another epoch may be stale.
     epoch: u64,
     misses: HashMap<Ino, u32>,
     /// Directories listed (or being listed) in the background: not again.
     listed: HashSet<Ino>,
+}
+
+/// A directory's names kept here.
+#[derive(Default)]
+struct KeptDir {
+    names: HashMap<String, Ino>,
+    /// When one was last answered or kept ([`State::tick`]): the directory used longest ago is
+    /// the first dropped for room.
+    used: u64,
 }
 
 impl Cache {
@@ -63,8 +75,12 @@ impl Cache {
     /// What `dir/name` names, with its attributes, if both are kept and may be answered.
     pub(crate) fn lookup(&self, dir: Ino, name: &str) -> Option<Attr> {
         let attr = {
-            let state = self.state.lock().unwrap();
-            let ino = *state.names.get(&dir)?.get(name)?;
+            let mut state = self.state.lock().unwrap();
+            state.tick += 1;
+            let tick = state.tick;
+            let kept = state.names.get_mut(&dir)?;
+            kept.used = tick;
+            let ino = *kept.names.get(name)?;
             state.attrs.get(&ino)?.clone()
         };
         (self.lease.holds(ino::home(dir)) && self.lease.holds(ino::home(attr.ino))).then_some(attr)
@@ -96,9 +112,9 @@ impl Cache {
         if state.epoch != epoch {
             return;
         }
-        state.make_room(1);
+        state.make_room(1, name.map(|(dir, _)| dir));
         if let Some((dir, name)) = name {
-            state.names.entry(dir).or_default().insert(name.to_string(), attr.ino);
+            state.kept_dir(dir).names.insert(name.to_string(), attr.ino);
         }
         state.attrs.insert(attr.ino, attr.clone());
     }
@@ -110,20 +126,13 @@ impl Cache {
         match notice {
             Notice::Attr { ino } => _ = state.attrs.remove(ino),
             Notice::Entry { parent, name } => {
-                if let Some(names) = state.names.get_mut(parent) {
-                    names.remove(name);
+                if let Some(kept) = state.names.get_mut(parent) {
+                    kept.names.remove(name);
                 }
             }
             // The server takes back the whole directory: its names, and the attributes of the
             // files they name, which it no longer tells this process of.
-            Notice::Names { dir } => {
-                if let Some(names) = state.names.remove(dir) {
-                    for ino in names.values() {
-                        state.attrs.remove(ino);
-                    }
-                }
-                state.listed.remove(dir);
-            }
+            Notice::Names { dir } => state.drop_dir(*dir),
             Notice::Recall { .. } => {}
         }
     }
@@ -150,7 +159,7 @@ impl Cache {
     pub(crate) fn name_changed_here(&self, dir: Ino, name: &str) {
         let mut state = self.state.lock().unwrap();
         state.epoch += 1;
-        let named = state.names.get_mut(&dir).and_then(|names| names.remove(name));
+        let named = state.names.get_mut(&dir).and_then(|kept| kept.names.remove(name));
         if let Some(ino) = named {
             // Its link count moved too.
             state.attrs.remove(&ino);
@@ -214,12 +223,12 @@ impl Cache {
         if state.epoch != epoch {
             return false;
         }
-        state.make_room(entries.len());
+        state.make_room(entries.len(), Some(dir));
         for entry in entries {
             // Attributes come with the names homed with the directory (the others are looked
             // up one by one when asked); a directory's are never kept.
             let Some(attr) = entry.attr.as_ref().filter(|a| a.kind != FileKind::Dir) else { continue };
-            state.names.entry(dir).or_default().insert(entry.name.clone(), entry.ino);
+            state.kept_dir(dir).names.insert(entry.name.clone(), entry.ino);
             state.attrs.insert(entry.ino, attr.clone());
         }
         true
@@ -227,13 +236,85 @@ impl Cache {
 }
 
 impl State {
-    /// Drops everything when `more` would take the cache past [`MAX_KEPT`] files.
-    fn make_room(&mut self, more: usize) {
-        if self.attrs.len() + more > MAX_KEPT {
-            self.names.clear();
-            self.attrs.clear();
-            self.listed.clear();
-            self.epoch += 1;
+    /// Room for `more` attributes: drops the directories used longest ago (never `filling`,
+    /// the one they go to), and everything when that is not enough.
+    fn make_room(&mut self, more: usize, filling: Option<Ino>) {
+        self.make_room_within(more, filling, MAX_KEPT);
+    }
+
+    fn make_room_within(&mut self, more: usize, filling: Option<Ino>, max: usize) {
+        while self.attrs.len() + more > max {
+            let oldest = self.names.iter().filter(|&(&dir, _)| Some(dir) != filling).min_by_key(|(_, kept)| kept.used).map(|(&dir, _)| dir);
+            match oldest {
+                Some(dir) => self.drop_dir(dir),
+                None => {
+                    self.names.clear();
+                    self.attrs.clear();
+                    self.listed.clear();
+                    self.epoch += 1;
+                    return;
+                }
+            }
         }
+    }
+
+    /// `dir`'s names kept here, marked used now.
+    fn kept_dir(&mut self, dir: Ino) -> &mut KeptDir {
+        self.tick += 1;
+        let kept = self.names.entry(dir).or_default();
+        kept.used = self.tick;
+        kept
+    }
+
+    /// Drops `dir`'s names and the attributes of the files they name; it may be listed again.
+    fn drop_dir(&mut self, dir: Ino) {
+        if let Some(kept) = self.names.remove(&dir) {
+            for ino in kept.names.values() {
+                self.attrs.remove(ino);
+            }
+        }
+        self.listed.remove(&dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attr(ino: Ino) -> Attr {
+        let at = surge_client::surge_proto::Timestamp::default();
+        Attr { ino, kind: FileKind::File, mode: 0o644, uid: 0, gid: 0, size: 0, nlink: 1, atime: at, mtime: at, ctime: at, blocks: None }
+    }
+
+    fn fill(state: &mut State, dir: Ino, inos: std::ops::Range<Ino>, max: usize) {
+        state.make_room_within(inos.clone().count(), Some(dir), max);
+        for ino in inos {
+            state.kept_dir(dir).names.insert(format!("f{ino}"), ino);
+            state.attrs.insert(ino, attr(ino));
+        }
+    }
+
+    /// Past the bound, the directories used longest ago go first, whole, and may be listed
+    /// again; the one being filled stays; a directory larger than the bound empties it all.
+    #[test]
+    fn room_is_made_by_dropping_the_directories_used_longest_ago() {
+        let mut state = State::default();
+        fill(&mut state, 1, 100..110, 25);
+        fill(&mut state, 2, 200..210, 25);
+        state.listed.insert(1);
+        state.kept_dir(1); // used after 2
+        fill(&mut state, 3, 300..310, 25);
+        assert!(!state.names.contains_key(&2), "the directory used longest ago is dropped");
+        assert!(!state.attrs.contains_key(&200), "with the attributes of its files");
+        assert!(state.names.contains_key(&1) && state.names.contains_key(&3));
+        assert_eq!(state.attrs.len(), 20);
+        assert!(state.listed.contains(&1));
+
+        fill(&mut state, 3, 310..330, 25);
+        assert!(!state.names.contains_key(&1) && !state.listed.contains(&1), "dropped, and listed again when missed again");
+        assert_eq!(state.attrs.len(), 20, "the directory being filled stays");
+        let epoch = state.epoch;
+        fill(&mut state, 4, 400..430, 25);
+        assert!(state.epoch > epoch && state.names.len() == 1, "too big for the bound: everything else goes");
     }
 }
