@@ -56,6 +56,9 @@ struct State {
     misses: HashMap<Ino, u32>,
     /// Directories listed (or being listed) in the background: not again.
     listed: HashSet<Ino>,
+    /// Directories whose background listing is under way: never dropped for room (two
+    /// listings too large together would otherwise drop each other, page by page).
+    listing_now: HashSet<Ino>,
 }
 
 /// A directory's names kept here.
@@ -112,7 +115,9 @@ impl Cache {
         if state.epoch != epoch {
             return;
         }
-        state.make_room(1, name.map(|(dir, _)| dir));
+        if !state.make_room(1, name.map(|(dir, _)| dir)) {
+            return;
+        }
         if let Some((dir, name)) = name {
             state.kept_dir(dir).names.insert(name.to_string(), attr.ino);
         }
@@ -181,9 +186,13 @@ impl Cache {
             }
             state.misses.remove(&dir);
             state.listed.insert(dir);
+            state.listing_now.insert(dir);
         }
         let cache = self.clone();
-        self.runtime.spawn(async move { cache.list(dir).await });
+        self.runtime.spawn(async move {
+            cache.list(dir).await;
+            cache.state.lock().unwrap().listing_now.remove(&dir);
+        });
     }
 
     /// Keeps every name of `dir`, page by page; a page over which something was dropped is
@@ -200,13 +209,21 @@ impl Cache {
                     return;
                 }
             };
-            let kept = self.keep_page(epoch, sent, dir, &page.entries);
-            if !kept {
-                spoiled += 1;
-                if spoiled == 3 {
+            match self.keep_page(epoch, sent, dir, &page.entries) {
+                Kept::Yes => {}
+                Kept::Spoiled => {
+                    spoiled += 1;
+                    if spoiled == 3 {
+                        return;
+                    }
+                    continue;
+                }
+                // What is kept of it stays; missed again, it is listed again (by then the
+                // other listings are done and may be dropped for it).
+                Kept::NoRoom => {
+                    self.state.lock().unwrap().listed.remove(&dir);
                     return;
                 }
-                continue;
             }
             if !page.more || page.entries.is_empty() || !self.state.lock().unwrap().listed.contains(&dir) {
                 return;
@@ -215,15 +232,17 @@ impl Cache {
         }
     }
 
-    /// Keeps a page of `dir`'s names with their attributes: false if something was dropped
-    /// since `epoch` (nothing kept).
-    fn keep_page(&self, epoch: u64, sent: Instant, dir: Ino, entries: &[surge_client::surge_proto::DirEntry]) -> bool {
+    /// Keeps a page of `dir`'s names with their attributes, unless something was dropped
+    /// since `epoch` or there is no room.
+    fn keep_page(&self, epoch: u64, sent: Instant, dir: Ino, entries: &[surge_client::surge_proto::DirEntry]) -> Kept {
         self.lease.reached(ino::home(dir), sent);
         let mut state = self.state.lock().unwrap();
         if state.epoch != epoch {
-            return false;
+            return Kept::Spoiled;
         }
-        state.make_room(entries.len(), Some(dir));
+        if !state.make_room(entries.len(), Some(dir)) {
+            return Kept::NoRoom;
+        }
         for entry in entries {
             // Attributes come with the names homed with the directory (the others are looked
             // up one by one when asked); a directory's are never kept.
@@ -231,31 +250,48 @@ impl Cache {
             state.kept_dir(dir).names.insert(entry.name.clone(), entry.ino);
             state.attrs.insert(entry.ino, attr.clone());
         }
-        true
+        Kept::Yes
     }
+}
+
+/// What became of a page of a background listing.
+enum Kept {
+    Yes,
+    /// Something was dropped while it was on its way: asked for again.
+    Spoiled,
+    /// Only other listings under way could have made room for it.
+    NoRoom,
 }
 
 impl State {
     /// Room for `more` attributes: drops the directories used longest ago (never `filling`,
-    /// the one they go to), and everything when that is not enough.
-    fn make_room(&mut self, more: usize, filling: Option<Ino>) {
-        self.make_room_within(more, filling, MAX_KEPT);
+    /// the one they go to, nor one being listed), and everything when that is not enough and
+    /// no listing is under way. False: no room (only listings under way hold the rest).
+    fn make_room(&mut self, more: usize, filling: Option<Ino>) -> bool {
+        self.make_room_within(more, filling, MAX_KEPT)
     }
 
-    fn make_room_within(&mut self, more: usize, filling: Option<Ino>, max: usize) {
+    fn make_room_within(&mut self, more: usize, filling: Option<Ino>, max: usize) -> bool {
         while self.attrs.len() + more > max {
-            let oldest = self.names.iter().filter(|&(&dir, _)| Some(dir) != filling).min_by_key(|(_, kept)| kept.used).map(|(&dir, _)| dir);
+            let oldest = self
+                .names
+                .iter()
+                .filter(|&(&dir, _)| Some(dir) != filling && !self.listing_now.contains(&dir))
+                .min_by_key(|(_, kept)| kept.used)
+                .map(|(&dir, _)| dir);
             match oldest {
                 Some(dir) => self.drop_dir(dir),
+                None if self.listing_now.iter().any(|&dir| Some(dir) != filling) => return false,
                 None => {
                     self.names.clear();
                     self.attrs.clear();
                     self.listed.clear();
                     self.epoch += 1;
-                    return;
+                    return true;
                 }
             }
         }
+        true
     }
 
     /// `dir`'s names kept here, marked used now.
@@ -287,7 +323,7 @@ mod tests {
     }
 
     fn fill(state: &mut State, dir: Ino, inos: std::ops::Range<Ino>, max: usize) {
-        state.make_room_within(inos.clone().count(), Some(dir), max);
+        assert!(state.make_room_within(inos.clone().count(), Some(dir), max));
         for ino in inos {
             state.kept_dir(dir).names.insert(format!("f{ino}"), ino);
             state.attrs.insert(ino, attr(ino));
@@ -316,5 +352,21 @@ mod tests {
         let epoch = state.epoch;
         fill(&mut state, 4, 400..430, 25);
         assert!(state.epoch > epoch && state.names.len() == 1, "too big for the bound: everything else goes");
+    }
+
+    /// Two listings under way that do not fit together do not drop each other: the page
+    /// that finds no room is refused (its listing stops), and once the other is done it may
+    /// be dropped for a new listing.
+    #[test]
+    fn listings_under_way_are_never_dropped_for_room() {
+        let mut state = State::default();
+        state.listing_now.extend([1, 2]);
+        fill(&mut state, 1, 100..110, 25);
+        fill(&mut state, 2, 200..210, 25);
+        assert!(!state.make_room_within(10, Some(1), 25), "no room but the other listing's");
+        assert!(state.names.contains_key(&2) && state.attrs.len() == 20);
+        state.listing_now.remove(&2);
+        assert!(state.make_room_within(10, Some(1), 25), "a finished listing may go");
+        assert!(!state.names.contains_key(&2) && state.names.contains_key(&1));
     }
 }
