@@ -527,6 +527,20 @@ impl KernelCache {
         }
     }
 
+    /// [`KernelCache::attr_changed`], the kernel told before this returns rather than by the
+    /// invalidation thread: for a change the request being answered made and its caller may
+    /// look at next (set-id bits a write dropped: `stat -c %a` asks for the mode alone,
+    /// which the kernel's own invalidation after a write leaves cached). Attributes only:
+    /// that takes no lock in the kernel, so it may run while the kernel waits for the reply.
+    pub(crate) fn attr_changed_now(&self, ino: u64) {
+        self.changed();
+        self.forget_attr(ino);
+        match self.notifier.get() {
+            Some(notifier) => _ = notifier.inval_inode(ino, -1, 0),
+            None => self.invalidate(Invalidation::Attr(ino)),
+        }
+    }
+
     /// The attributes of `ino` changed elsewhere: nothing here may answer with the old ones.
     pub(crate) fn attr_changed(&self, ino: u64) {
         self.changed();

@@ -897,7 +897,7 @@ impl Ops {
         if caller.uid != 0 && f.attr_at_open().mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
             let changes = AttrChanges { kill_set_id: true, by: Some(caller.requester()), ..Default::default() };
             self.client.setattr(f.ino(), changes).await?;
-            self.kernel.attr_changed(f.ino());
+            self.kernel.attr_changed_now(f.ino());
         }
         Ok(())
     }
@@ -1353,7 +1353,7 @@ impl Ops {
             ops.delegations.settle().await?;
             let changes = AttrChanges { kill_set_id: true, by: Some(caller.requester()), ..Default::default() };
             let attr = ops.client.setattr(ino, changes).await?;
-            ops.kernel.attr_changed(ino);
+            ops.kernel.attr_changed_now(ino);
             Ok(attr)
         })
     }
