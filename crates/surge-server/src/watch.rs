@@ -293,28 +293,26 @@ impl Ledger {
     /// whose changes there nobody hears of until they are written back. Returns the
     /// acknowledgements to wait for before the delegation is answered.
     pub fn take_back_names(&mut self, dir: Ino, me: WatcherId) -> Vec<oneshot::Receiver<()>> {
-        let exact: Vec<WatcherId> =
-            self.dirs.get(&dir).into_iter().flatten().copied().filter(|&w| w != me && self.keep_exactly.contains(&w)).collect();
-        exact.into_iter().filter_map(|w| self.take_back(w, dir)).collect()
-    }
-
-    /// Tells `w`, a watcher that keeps exactly, to forget all it keeps of `dir`
-    /// ([`Notice::Names`]: its names, and the attributes it has from listing it), and stops
-    /// telling it of `dir` until it lists or looks into it again. Returns the acknowledgement
-    /// to wait for (none if `w` is gone).
-    fn take_back(&mut self, w: WatcherId, dir: Ino) -> Option<oneshot::Receiver<()>> {
-        self.taken_back.insert((w, dir));
-        forget_names(&mut self.dirs, dir, w);
-        let outbox = self.outboxes.get(&w)?;
-        self.next_ack += 1;
-        let (wake, woken) = oneshot::channel();
-        self.acks.insert(self.next_ack, (w, wake, Instant::now()));
-        if outbox.send((self.next_ack, Notice::Names { dir })).is_ok() {
-            Some(woken)
-        } else {
-            self.acks.remove(&self.next_ack);
-            None
+        let Some(set) = self.dirs.get_mut(&dir) else { return Vec::new() };
+        let (exact, stay): (Vec<WatcherId>, Vec<WatcherId>) = set.iter().partition(|&&w| w != me && self.keep_exactly.contains(&w));
+        *set = stay;
+        if set.is_empty() {
+            self.dirs.remove(&dir);
         }
+        let mut awaited = Vec::new();
+        for w in exact {
+            self.taken_back.insert((w, dir));
+            let Some(outbox) = self.outboxes.get(&w) else { continue };
+            self.next_ack += 1;
+            let (wake, woken) = oneshot::channel();
+            self.acks.insert(self.next_ack, (w, wake, Instant::now()));
+            if outbox.send((self.next_ack, Notice::Names { dir })).is_ok() {
+                awaited.push(woken);
+            } else {
+                self.acks.remove(&self.next_ack);
+            }
+        }
+        awaited
     }
 
     /// Records what `by` (None: a connection that does not watch) was told and notifies the
@@ -323,8 +321,6 @@ impl Ledger {
     pub fn apply(&mut self, by: Option<WatcherId>, effects: Effects) -> Vec<oneshot::Receiver<()>> {
         let Ledger { outboxes, attrs, dirs, kept, acks, next_ack, keep_nothing, keep_exactly, listed_attrs, taken_back, .. } = self;
         let mut awaited = Vec::new();
-        // Directories to take back from watchers that keep exactly, once each, after the rest.
-        let mut take_backs: Vec<(WatcherId, Ino)> = Vec::new();
         let mut send = |to: WatcherId, notice: Notice, acknowledged: bool| {
             let Some(outbox) = outboxes.get(&to) else { return };
             let ack = if acknowledged {
@@ -369,8 +365,9 @@ impl Ledger {
             }
             if let Some(set) = listed_attrs.get_mut(&ino) {
                 for &(w, dir) in set.iter().filter(|&&(w, _)| Some(w) != by) {
-                    if !taken_back.contains(&(w, dir)) && !take_backs.contains(&(w, dir)) {
-                        take_backs.push((w, dir));
+                    if taken_back.insert((w, dir)) {
+                        send(w, Notice::Names { dir }, true);
+                        forget_names(dirs, dir, w);
                     }
                 }
                 set.retain(|&(w, _)| Some(w) == by);
@@ -389,9 +386,9 @@ impl Ledger {
             // One that keeps exactly drops the whole directory, once: it lists it again when
             // it wants its names.
             for w in exact {
-                if !take_backs.contains(&(w, parent)) {
-                    take_backs.push((w, parent));
-                }
+                taken_back.insert((w, parent));
+                send(w, Notice::Names { dir: parent }, true);
+                forget_names(dirs, parent, w);
             }
         }
         for ino in effects.gone {
@@ -423,9 +420,6 @@ impl Ledger {
             if let Some(ino) = effects.kept_open {
                 add(kept.entry(ino).or_default(), id);
             }
-        }
-        for (w, dir) in take_backs {
-            awaited.extend(self.take_back(w, dir));
         }
         awaited
     }

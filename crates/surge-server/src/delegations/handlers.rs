@@ -49,9 +49,10 @@ impl Handle<WriteBack, Answer> for Session {
             .collect();
         self.journal_at_end = false;
         // One record for the batch (steps of other connections may have journaled some of
-        // its changes already, each with its step's mark, in records before this one). The
-        // holder forgets what is answered: it must survive a crash of this server.
-        self.durable = Some(self.server.journal_changes(&mut self.server.meta.lock_or_recover()));
+        // its changes already, each with its step's mark). The holder forgets what is
+        // answered: it must survive a crash of this server.
+        let seq = self.server.journal_changes(&mut self.server.meta.lock_or_recover());
+        self.durable = Some(seq.max(self.server.journal.last_seq()));
         Answer::of::<WriteBack>(Ok(outcomes))
     }
 }
