@@ -31,6 +31,10 @@
 #       ends early (IO500 adds a note) and its rate is still a rate.
 #   IO500_TARGETS      which of the four to run, in order (all four; a subset is for a quick
 #                      look, not for RESULTS.md, whose figures come from one sitting of all)
+#   IO500_SKIP         IO500 phases not to run, by IO500's names (none), e.g. the bandwidth
+#                      phases for a quick look at the metadata score:
+#                      "ior-easy-write ior-hard-write ior-easy-read ior-hard-read ior-rnd4K-easy-read";
+#                      scores then count only what ran (not for RESULTS.md's tables)
 #   IO500_TIMEOUT      seconds one target's IO500 may take before it is stopped as hung
 #                      (60 x stonewall + 600)
 #   IO500_PREFAULT     tmpfs written and dropped once before the first run (8G; 0 for none): this
@@ -63,6 +67,7 @@ MDEASY_N=${IO500_MDEASY_N:-1000000}
 MDHARD_N=${IO500_MDHARD_N:-200000}
 TIMEOUT=${IO500_TIMEOUT:-$((STONEWALL * 60 + 600))}
 PREFAULT=${IO500_PREFAULT:-8G}
+SKIP=${IO500_SKIP:-}
 BUILD_DIR=${IO500_BUILD_DIR:-$HOME/.cache/surge-bench/io500}
 IO500_GIT=${IO500_GIT:-https://github.com/IO500/io500.git}
 IOR_GIT=${IOR_GIT:-https://github.com/hpc/ior.git}
@@ -235,6 +240,8 @@ n = $MDHARD_N
 [find]
 nproc = 2
 EOF
+    local phase
+    for phase in $SKIP; do printf '\n[%s]\nrun = FALSE\n' "$phase"; done
 }
 
 # keep_surge_logs DIR ROOT: the mount's and the servers' logs into DIR (before `surge down`).
