@@ -89,9 +89,25 @@ pub struct Appended {
 /// the node, whole.
 const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
 const FLUSH_BYTES: usize = 64 << 10;
+/// A step waiting for its record syncs the journal itself, when no group is being synced,
+/// while syncs take less than this on average: on the devices a burst buffer keeps its
+/// metadata on (RAM, NVMe) a sync costs microseconds, and waking the flusher and being woken
+/// by it two thread switches (in a VM, tens of microseconds per durable step). Slower syncs
+/// go to the flusher, so that a runtime thread is never held for a disk's milliseconds.
+const INLINE_SYNC_BELOW: std::time::Duration = std::time::Duration::from_micros(200);
+
 /// How long the flusher waits before writing records again after the journal could not be
 /// written (a full or failing metadata disk).
 const RETRY_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// What one sync of the journal did ([`Journal::sync_group`]).
+struct Synced {
+    /// Everything written before it is durable; false when the disk refused a write or the
+    /// sync (tried again by the flusher).
+    done: bool,
+    /// The journal is closing.
+    stopping: bool,
+}
 
 /// The journal file's end, as appends write it.
 struct Pending {
@@ -110,6 +126,9 @@ struct Pending {
     unwritten: Vec<u8>,
     /// Somebody waits for what is written to be durable: sync it now.
     waited: bool,
+    /// The flusher's clock runs for a group: records appended meanwhile need not wake it
+    /// (a step that synced inline may have emptied the group; see [`Journal::durable`]).
+    grouping: bool,
     stopping: bool,
 }
 
@@ -208,6 +227,8 @@ pub struct Journal {
     progress: Watched,
     /// Who is told what is written, under the file's lock: in the order it is written.
     observer: Arc<dyn Observer>,
+    /// The recent syncs' average duration in nanoseconds (see [`INLINE_SYNC_BELOW`]).
+    sync_nanos: std::sync::atomic::AtomicU64,
     /// Tests: every write fails, torn, as on a full disk.
     #[cfg(test)]
     fail_writes: std::sync::atomic::AtomicBool,
@@ -400,6 +421,7 @@ impl Journal {
             unsynced: Vec::new(),
             unwritten: Vec::new(),
             waited: false,
+            grouping: false,
             stopping: false,
         };
         let journal = Arc::new(Journal {
@@ -409,6 +431,7 @@ impl Journal {
             file: Mutex::new(file),
             progress: Watched::default(),
             observer,
+            sync_nanos: Default::default(),
             #[cfg(test)]
             fail_writes: Default::default(),
         });
@@ -446,7 +469,7 @@ impl Journal {
                 pending.unwritten.extend_from_slice(&bytes);
             }
             // The first record of a group starts the flusher's clock; a full group ends it.
-            if first || pending.unsynced.len() >= FLUSH_BYTES {
+            if first && !pending.grouping || pending.unsynced.len() >= FLUSH_BYTES {
                 self.work.notify_one();
             }
         }
@@ -487,12 +510,80 @@ impl Journal {
     /// cannot be (its write failed, or the journal was closed before it was written), rather
     /// than leave its step waiting for ever.
     pub async fn durable(&self, seq: u64) -> Result<()> {
-        if self.progress.get().of(seq).is_none() {
+        if self.progress.get().of(seq).is_none() && !self.sync_here() {
             let mut pending = self.pending.lock_or_recover();
             pending.waited = true;
             self.work.notify_one();
         }
         self.progress.outcome(seq).await
+    }
+
+    /// Syncs what is written on the caller's thread, if syncs are cheap
+    /// ([`INLINE_SYNC_BELOW`]) and nobody else is syncing or folding: true when that made
+    /// everything appended so far durable. False: leave it to the flusher.
+    fn sync_here(&self) -> bool {
+        if self.sync_nanos.load(std::sync::atomic::Ordering::Relaxed) >= INLINE_SYNC_BELOW.as_nanos() as u64 {
+            return false;
+        }
+        let file = match self.file.try_lock() {
+            Ok(file) => file,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return false,
+        };
+        let synced = self.sync_group(file);
+        synced.done
+    }
+
+    /// Writes what the disk refused before, syncs every written record and tells the observer
+    /// and the waiting steps; `file` is the journal file's lock, taken before anything to sync
+    /// is chosen (a fold, which takes the locks in the same order, then happens wholly before or
+    /// after this sync, and the observer hears of the bytes in the order they are in the files).
+    fn sync_group(&self, file: std::sync::MutexGuard<'_, File>) -> Synced {
+        let (at, bytes, upto, refused, stopping) = {
+            let mut pending = self.pending.lock_or_recover();
+            if !pending.unwritten.is_empty() {
+                let (bytes, seq) = (std::mem::take(&mut pending.unwritten), pending.appended);
+                self.write_frames(&mut pending, bytes, seq);
+            }
+            let bytes = std::mem::take(&mut pending.unsynced);
+            let at = pending.journal_len - bytes.len() as u64;
+            (at, bytes, pending.written, !pending.unwritten.is_empty(), pending.stopping)
+        };
+        if bytes.is_empty() {
+            return Synced { done: !refused, stopping };
+        }
+        let started = std::time::Instant::now();
+        match file.sync_data() {
+            Ok(()) => {
+                self.sync_took(started.elapsed());
+                self.observer.journal_written(at, bytes, upto);
+                drop(file);
+                self.progress.update(|progress| raise(&mut progress.durable, upto));
+                Synced { done: !refused, stopping }
+            }
+            Err(e) => {
+                // Synced again with the next group (a fold cannot come between: it takes the
+                // file's lock, held here), so that the observer still gets every byte in
+                // order; their steps are told now that they may be lost.
+                {
+                    let mut pending = self.pending.lock_or_recover();
+                    let later = std::mem::replace(&mut pending.unsynced, bytes);
+                    pending.unsynced.extend(later);
+                }
+                drop(file);
+                self.progress.update(|progress| raise(&mut progress.failed, upto));
+                tracing::error!("could not sync the metadata journal: {e}; tried again");
+                Synced { done: false, stopping }
+            }
+        }
+    }
+
+    /// Keeps the recent syncs' average (each new one weighs an eighth).
+    fn sync_took(&self, took: std::time::Duration) {
+        let nanos = took.as_nanos().min(u64::MAX as u128) as u64;
+        let average = &self.sync_nanos;
+        let old = average.load(std::sync::atomic::Ordering::Relaxed);
+        average.store(old - old / 8 + nanos / 8, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Tells the observer the snapshot and the journal as they are now, as if just written
@@ -559,6 +650,7 @@ impl Journal {
                     pending = self.work.wait(pending).unwrap_or_else(|p| p.into_inner());
                 }
                 // A group: until the period is over, or somebody waits, or enough accumulated.
+                pending.grouping = true;
                 let deadline = std::time::Instant::now() + FLUSH_EVERY;
                 while !pending.waited && !pending.stopping && pending.unsynced.len() < FLUSH_BYTES {
                     let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -568,6 +660,7 @@ impl Journal {
                     pending = self.work.wait_timeout(pending, left).map(|(p, _)| p).unwrap_or_else(|p| p.into_inner().0);
                 }
                 pending.waited = false;
+                pending.grouping = false;
                 if !pending.holds_records() {
                     if pending.stopping {
                         return;
@@ -575,48 +668,9 @@ impl Journal {
                     continue;
                 }
             }
-            // The file's lock first, then what to sync: a fold (which takes them in the same
-            // order) then happens wholly before or after this sync, and the observer hears of
-            // the bytes in the order they are in the files.
-            let file = self.file.lock_or_recover();
-            let (at, bytes, upto, refused, stopping) = {
-                let mut pending = self.pending.lock_or_recover();
-                if !pending.unwritten.is_empty() {
-                    let (bytes, seq) = (std::mem::take(&mut pending.unwritten), pending.appended);
-                    self.write_frames(&mut pending, bytes, seq);
-                }
-                let bytes = std::mem::take(&mut pending.unsynced);
-                let at = pending.journal_len - bytes.len() as u64;
-                (at, bytes, pending.written, !pending.unwritten.is_empty(), pending.stopping)
-            };
-            let mut retry = refused;
-            if !bytes.is_empty() {
-                match file.sync_data() {
-                    Ok(()) => {
-                        self.observer.journal_written(at, bytes, upto);
-                        drop(file);
-                        self.progress.update(|progress| raise(&mut progress.durable, upto));
-                    }
-                    Err(e) => {
-                        // Synced again with the next group (a fold cannot come between: it
-                        // takes the file's lock, held here), so that the observer still gets
-                        // every byte in order; their steps are told now that they may be lost.
-                        {
-                            let mut pending = self.pending.lock_or_recover();
-                            let later = std::mem::replace(&mut pending.unsynced, bytes);
-                            pending.unsynced.extend(later);
-                        }
-                        drop(file);
-                        self.progress.update(|progress| raise(&mut progress.failed, upto));
-                        tracing::error!("could not sync the metadata journal: {e}; tried again");
-                        retry = true;
-                    }
-                }
-            } else {
-                drop(file);
-            }
-            if retry {
-                if stopping {
+            let synced = self.sync_group(self.file.lock_or_recover());
+            if !synced.done {
+                if synced.stopping {
                     return; // The clean stop's snapshot holds them, or could not be written either.
                 }
                 std::thread::sleep(RETRY_AFTER);
