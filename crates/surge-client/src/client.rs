@@ -106,6 +106,8 @@ struct Inner {
     refusals: std::sync::Mutex<std::collections::HashMap<usize, std::time::Instant>>,
     /// What the servers were last told of the data files passed through to the kernel here.
     passthrough_reports: crate::passthrough::ReportedStates,
+    /// Answers no caller waits for ([`crate::background`]).
+    pub(crate) background: Arc<crate::background::Background>,
 }
 
 /// Most server data files held open for local I/O at once. This machine class allows 20,000
@@ -218,10 +220,16 @@ impl Client {
                 failover_wait: replication.and_then(|r| r.failover_wait),
                 refusals: Default::default(),
                 passthrough_reports: Default::default(),
+                background: Default::default(),
             }),
             uid,
             gid,
         })
+    }
+
+    /// The answers this client left to the background ([`crate::background`]).
+    pub(crate) fn background(&self) -> &Arc<crate::background::Background> {
+        &self.inner.background
     }
 
     /// Asks every server for notices of changes made by others to what this client was told

@@ -422,13 +422,39 @@ impl Client {
             (purge, size, ticket) = (fate.purge, fate.size, fate.ticket);
         }
         if purge {
-            match self.purge_data(unlinked.ino, size, ticket).await {
-                // The name is gone and the data nobody's: freeing it can wait for the server.
-                Err(e) if e.code.is_lost_contact() => self.purge_later(unlinked.ino, size, ticket, e),
-                purged => purged?,
-            }
+            // The name is gone and the data nobody's: nothing the caller does next waits for it.
+            self.purge_data_behind(unlinked.ino, size, ticket).await;
         }
         Ok(purge)
+    }
+
+    /// [`Client::purge_data`] for a file nobody holds any longer, with the answers left to the
+    /// background ([`crate::background`]): the purges are sent now, so each server takes its
+    /// own before this client's next request to it; one that cannot be reached gets them
+    /// again later ([`Client::purge_later`]).
+    pub(crate) async fn purge_data_behind(&self, ino: Ino, size: u64, ticket: Option<Ticket>) {
+        let mut pending = Vec::new();
+        for server in self.data_holders(ino, size) {
+            match self.send(server, &PurgeData { ino, ticket }.into(), bytes::Bytes::new()).await {
+                Ok(sent) => pending.push(sent),
+                Err(e) if e.code.is_lost_contact() => return self.purge_later(ino, size, ticket, e),
+                Err(e) => return tracing::warn!(ino = format!("{ino:#x}"), "the data of a removed file was not freed: {e}"),
+            }
+        }
+        if pending.is_empty() {
+            return;
+        }
+        let (client, timeout) = (self.clone(), self.timeout());
+        self.in_background(async move {
+            for sent in pending {
+                match sent.wait(timeout).await.and_then(|answer| answer.reply::<PurgeData>()) {
+                    Ok(()) => {}
+                    Err(e) if e.code.is_lost_contact() => return client.purge_later(ino, size, ticket, e),
+                    Err(e) => tracing::warn!(ino = format!("{ino:#x}"), "the data of a removed file was not freed: {e}"),
+                }
+            }
+        })
+        .await;
     }
 
     /// Purges a gone file's data again and again, in the background, while the servers that

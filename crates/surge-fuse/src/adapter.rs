@@ -139,7 +139,7 @@ impl SurgeFs {
     }
 
     /// The operations layer, for what the daemon does around the session (see
-    /// [`Ops::give_back_delegations`]).
+    /// [`Ops::settle_with_servers`]).
     pub fn operations(&self) -> Arc<Ops> {
         self.ops.clone()
     }

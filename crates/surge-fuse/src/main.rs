@@ -139,7 +139,7 @@ fn main() -> anyhow::Result<()> {
     };
     // Unmounted: what was answered under a delegation reaches the servers before the
     // process ends.
-    runtime.block_on(ops.give_back_delegations());
+    runtime.block_on(ops.settle_with_servers());
     served.with_context(|| format!("serve {}", args.mountpoint.display()))?;
     Ok(())
 }

@@ -253,10 +253,12 @@ impl Ops {
         })
     }
 
-    /// Writes back and gives up every directory delegation (before the mount goes away: a
-    /// step answered here and not written back would be lost with the process).
-    pub async fn give_back_delegations(&self) {
+    /// Writes back and gives up every directory delegation, and waits for the answers left
+    /// to the background (before the mount goes away: a step answered here and not written
+    /// back, or a purge still queued, would be lost with the process).
+    pub async fn settle_with_servers(&self) {
         self.delegations.give_all_back().await;
+        self.client.background_done().await;
     }
 
     /// Opens files in passthrough mode from now on, where their data allows it.

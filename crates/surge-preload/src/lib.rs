@@ -53,13 +53,13 @@ compile_error!("surge-preload defines C variadic functions with a fixed last arg
 
 /// At the end of the process (exit, or the library unloaded): every file still open through
 /// the library is closed as the kernel would close it (its writes waited for and published),
-/// every delegation given back (what it answered written back), and the report written if
-/// one was asked for.
+/// every delegation given back (what it answered written back), the answers left to the
+/// background waited for, and the report written if one was asked for.
 extern "C" fn at_end() {
     let Some(_inside) = process::Inside::enter() else { return };
     let Some(library) = process::current() else { return };
     let open = descriptors::take_all();
-    if !open.is_empty() || library.holds_delegations() {
+    if !open.is_empty() || library.owes_servers() {
         // On a thread of its own: this one's thread-locals (the runtime's context among
         // them) may be gone already at exit.
         let closed = std::thread::Builder::new().spawn(move || {
@@ -67,7 +67,7 @@ extern "C" fn at_end() {
             for description in open {
                 let _ = library.run(description.file.release());
             }
-            library.give_all_back();
+            library.settle_with_servers();
         });
         if let Ok(closing) = closed {
             let _ = closing.join();

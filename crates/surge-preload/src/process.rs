@@ -14,7 +14,7 @@
 //! * **Delegations** (docs/delegation.md): each client watches its servers and holds the
 //!   directories it creates and unlinks in most, answering those steps in the process and
 //!   writing them back every few milliseconds. Everything held is given back before the
-//!   process ends or runs another program ([`Library::give_all_back`]); a process killed
+//!   process ends or runs another program ([`Library::settle_with_servers`]); a process killed
 //!   outright loses the steps of its last few milliseconds, as it loses writes not yet
 //!   published.
 
@@ -205,14 +205,21 @@ impl Library {
         })
     }
 
-    /// Writes back and gives up every delegation this process holds, and waits for it: before
-    /// the process ends or becomes another program (what it answered lives only here).
-    pub(crate) fn give_all_back(&self) {
+    /// Whether the servers have yet to hear of something this process did: a delegation is
+    /// held (what it answered lives only here), or answers are left to the background.
+    pub(crate) fn owes_servers(&self) -> bool {
+        self.holds_delegations() || self.instances().iter().any(|instance| instance.client.has_background())
+    }
+
+    /// Writes back and gives up every delegation this process holds, and waits for the
+    /// answers left to the background: before the process ends or becomes another program.
+    pub(crate) fn settle_with_servers(&self) {
         let instances = self.instances();
         if !instances.is_empty() {
             self.run(async {
                 for instance in &instances {
                     instance.delegations.give_all_back().await;
+                    instance.client.background_done().await;
                 }
             });
         }

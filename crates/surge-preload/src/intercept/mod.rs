@@ -158,7 +158,7 @@ fn all_to_kernel() {
     if crate::descriptors::any_served() {
         crate::descriptors::hand_all_to_kernel();
     }
-    if let Some(library) = crate::process::current().filter(|library| library.holds_delegations()) {
-        library.give_all_back();
+    if let Some(library) = crate::process::current().filter(|library| library.owes_servers()) {
+        library.settle_with_servers();
     }
 }
