@@ -349,3 +349,46 @@ fn creates_and_unlinks_answered_under_a_delegation_reach_both_nodes() {
     let served = report_total(&work.join("exit"));
     assert!(served["answered-here"] >= 300, "{served:?}");
 }
+
+/// The room a process freed is free once it has ended: its unlinks and last closes do not wait
+/// for the purges of the data (docs/consistency.md, "Freed room"), so the library waits for
+/// them before the process ends, even by `_exit` right after the last unlink.
+#[test]
+fn room_a_process_freed_is_free_once_it_has_ended() {
+    let inst = Instance::up_on("preload-freed", "127.0.9", 61, 2, &["--capacity", "512M"]);
+    let (a, b) = (inst.mount("a", "127.0.9.61"), inst.mount("b", "127.0.9.65"));
+    std::fs::create_dir(a.path("shared")).unwrap();
+    let used = || {
+        let out = Command::new("df").args(["--output=used", "-B1"]).arg(&b.dir).output().unwrap();
+        succeeded(out, "df").lines().nth(1).and_then(|l| l.trim().parse::<u64>().ok()).expect("df's used bytes")
+    };
+    let before = used();
+    // Files of 4 MiB over both servers: removed by name (in a directory the process made, and
+    // in one the mount made), and one removed while open, freed by its last (read-only) close.
+    let program = r#"
+import os, sys
+top = sys.argv[1]
+os.mkdir(f"{top}/own")
+block = os.urandom(4 << 20)
+paths = [f"{top}/{d}/f{i}" for d in ("own", "shared") for i in range(8)]
+for p in paths:
+    with open(p, "wb") as f:
+        f.write(block)
+held = os.open(paths[0], os.O_RDONLY)
+for p in paths:
+    os.unlink(p)
+assert len(os.read(held, 4096)) == 4096
+os.close(held)
+os._exit(0)
+"#;
+    let work = scratch("preload-freed");
+    std::fs::create_dir_all(&work).unwrap();
+    let report = work.join("report");
+    let mut python = inst.shell_on("127.0.9.61", "exec python3 -c \"$1\" \"$2\"");
+    python.arg("sh").arg(program).arg(&a.dir);
+    succeeded(preloaded(python, &report).output().unwrap(), "the removing program");
+    let after = used();
+    assert!(after <= before + (1 << 20), "64 MiB written and removed, yet {} bytes more in use after the process ended", after - before);
+    let served = report_total(&report);
+    assert!(served["unlink"] >= 16 && served["handed-to-kernel"] == 0, "not served by the library: {served:?}");
+}

@@ -1004,6 +1004,46 @@ mod tests {
         assert!(outcome.unwrap().is_ok());
     }
 
+    /// A step waiting for its record syncs the journal itself while syncs are cheap and
+    /// nobody else syncs; otherwise (slow syncs, or the file's lock held by a sync or fold
+    /// under way) the flusher does, also when the record came in while the flusher's clock
+    /// ran for a group that an inline sync emptied (no wake-up is lost to that).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiting_step_syncs_itself_only_when_syncs_are_cheap_and_nobody_else_syncs() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let root = std::env::temp_dir().join(format!("surge-journal-inline-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let mut store = MetaStore::new(0, 0, 0);
+        let (journal, _) = Journal::open(&root, &mut store, Arc::new(())).unwrap();
+        let create = |store: &mut MetaStore, name: &str| {
+            store.create(ROOT_INO, name, 0o644, 0, 0, 0, true, false, None).unwrap();
+            journal.append(store.take_changes()).seq
+        };
+        let in_time = |seq| tokio::time::timeout(std::time::Duration::from_secs(5), journal.durable(seq));
+
+        // Cheap syncs: the record is durable once the step's own sync returns.
+        let cheap = create(&mut store, "cheap");
+        assert!(journal.sync_here(), "not synced inline although syncs are cheap");
+        assert!(journal.progress.get().durable >= cheap);
+
+        // Somebody holds the file (a sync or a fold): not inline; the flusher does it.
+        let held = journal.file.lock().unwrap();
+        let behind_a_sync = create(&mut store, "behind a sync");
+        assert!(!journal.sync_here(), "synced inline while another sync held the file");
+        drop(held);
+        in_time(behind_a_sync).await.expect("made durable by the flusher").unwrap();
+
+        // Slow syncs: left to the flusher, whose group clock may be running already.
+        journal.sync_nanos.store(INLINE_SYNC_BELOW.as_nanos() as u64 * 10, Relaxed);
+        let first_of_group = create(&mut store, "first of a group");
+        let slow = create(&mut store, "slow");
+        assert!(!journal.sync_here(), "synced inline although syncs are slow");
+        in_time(slow).await.expect("made durable by the flusher").unwrap();
+        assert!(journal.progress.get().durable >= first_of_group);
+        journal.close(&store).unwrap();
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
     /// A step's records are in the journal file once appended, before any sync: a server
     /// killed (-9) right after answering a step that did not wait comes back with it.
     #[test]
