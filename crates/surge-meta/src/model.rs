@@ -112,12 +112,17 @@ impl Inode {
     }
 }
 
+/// The inodes homed here, by number: looked up several times by every namespace step and
+/// once per entry of every listing, so hashed with aHash (keyed per process; numbers are the
+/// servers' and delegation holders' own, within what they were granted) rather than SipHash.
+pub(crate) type Inodes = HashMap<Ino, Inode, ahash::RandomState>;
+
 /// One server's share of the namespace (see the module notes for what every step keeps
 /// true).
 pub struct MetaStore {
     pub(crate) server_index: usize,
     pub(crate) next_local: u64,
-    pub(crate) inodes: HashMap<Ino, Inode>,
+    pub(crate) inodes: Inodes,
     pub(crate) files: u64,
     pub(crate) dirs: u64,
     /// What steps changed since the journal last took it (None: nobody journals).
@@ -147,7 +152,7 @@ impl MetaStore {
         let mut store = MetaStore {
             server_index,
             next_local: 1,
-            inodes: HashMap::new(),
+            inodes: Inodes::default(),
             files: 0,
             dirs: 0,
             changes: None,

@@ -44,16 +44,21 @@ pub(crate) struct Cache {
     runtime: Handle,
 }
 
+/// The maps here are looked up on every `stat` and `readdir` the library serves: hashed with
+/// aHash (keyed per process, several times faster than the standard SipHash on names and
+/// numbers) rather than the default hasher.
+type Map<K, V> = HashMap<K, V, ahash::RandomState>;
+
 #[derive(Default)]
 struct State {
     /// Per directory: its names and what each names.
-    names: HashMap<Ino, KeptDir>,
+    names: Map<Ino, KeptDir>,
     /// Counts answers and keeps, for [`KeptDir::used`].
     tick: u64,
-    attrs: HashMap<Ino, Attr>,
+    attrs: Map<Ino, Attr>,
     /// Counts every drop: an answer that saw another epoch may be stale.
     epoch: u64,
-    misses: HashMap<Ino, u32>,
+    misses: Map<Ino, u32>,
     /// Directories listed (or being listed) in the background: not again.
     listed: HashSet<Ino>,
     /// Directories whose background listing is under way: never dropped for room (two
@@ -64,7 +69,7 @@ struct State {
 /// A directory's names kept here.
 #[derive(Default)]
 struct KeptDir {
-    names: HashMap<String, Ino>,
+    names: Map<String, Ino>,
     /// When one was last answered or kept ([`State::tick`]): the directory used longest ago is
     /// the first dropped for room.
     used: u64,

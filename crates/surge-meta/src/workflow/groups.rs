@@ -5,7 +5,7 @@
 //! or an acknowledgement is durable before it is answered —, so neither a consumer's death
 //! nor the server's loses or repeats a hand-out.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use serde::{Deserialize, Serialize};
 use surge_proto::workflow::{Claimed, GroupStatus, Publication};
@@ -13,7 +13,7 @@ use surge_proto::{ErrorCode, Ino, Timestamp};
 
 use super::publications::{names_in, Entries, NamePattern};
 use crate::error::{Result, ServerError};
-use crate::model::{Inode, MetaStore};
+use crate::model::{Inodes, MetaStore};
 
 /// The window production and consumption rates are measured over.
 const RATE_WINDOW_SECS: f64 = 60.0;
@@ -95,12 +95,12 @@ impl Group {
 
     /// Whether `p` (published in `dir`) is one this group takes: its name matches the group's
     /// pattern and is still its file's.
-    pub(crate) fn takes(&self, inodes: &HashMap<Ino, Inode>, dir: Ino, p: &Publication) -> bool {
+    pub(crate) fn takes(&self, inodes: &Inodes, dir: Ino, p: &Publication) -> bool {
         self.matcher.matches(&p.name) && names_in(inodes, dir, &p.name, p.ino)
     }
 
     /// Whether `p` is the group's and waits for a consumer: neither done nor held.
-    fn waiting(&self, inodes: &HashMap<Ino, Inode>, dir: Ino, p: &Publication) -> bool {
+    fn waiting(&self, inodes: &Inodes, dir: Ino, p: &Publication) -> bool {
         !self.state.done.contains(&p.cursor) && !self.state.claims.contains_key(&p.cursor) && self.takes(inodes, dir, p)
     }
 
@@ -126,7 +126,7 @@ impl Group {
     /// Raises the floor over what is done or not the group's; whether it moved (the group's
     /// state changed, and must be journaled like any change, or a restart would find the
     /// older floor).
-    fn settle(&mut self, log: &Entries, inodes: &HashMap<Ino, Inode>, dir: Ino) -> bool {
+    fn settle(&mut self, log: &Entries, inodes: &Inodes, dir: Ino) -> bool {
         let floor = self.state.floor;
         loop {
             let next = self.state.floor + 1;

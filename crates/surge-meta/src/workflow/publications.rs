@@ -9,7 +9,7 @@
 //! namespace (a publication is there after a crash exactly when the step that made it is)
 //! and keep the newest [`KEPT_PER_DIRECTORY`] publications of each directory.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use serde::{Deserialize, Serialize};
 use surge_proto::workflow::{Publication, PublicationPage};
@@ -17,7 +17,7 @@ use surge_proto::{ErrorCode, FileKind, Ino, Timestamp};
 
 use super::groups::Group;
 use crate::error::{Result, ServerError};
-use crate::model::{Body, Inode, MetaStore};
+use crate::model::{Body, Inodes, MetaStore};
 
 /// Publications a directory's log keeps; older ones are dropped (a watcher whose cursor is
 /// older is told, see [`PublicationPage::oldest`]).
@@ -123,7 +123,7 @@ impl Default for NamePattern {
 
 /// Whether `dir/name` names `ino` among `inodes` (for callers that hold another part of the
 /// store mutably).
-pub(crate) fn names_in(inodes: &HashMap<Ino, Inode>, dir: Ino, name: &str, ino: Ino) -> bool {
+pub(crate) fn names_in(inodes: &Inodes, dir: Ino, name: &str, ino: Ino) -> bool {
     matches!(inodes.get(&dir).map(|i| &i.body), Some(Body::Dir(d)) if d.entries.get(name).is_some_and(|e| e.ino == ino))
 }
 

@@ -5,7 +5,7 @@
 //! reports back. Journaled with the namespace: which files are to be staged survives a
 //! restart of either.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 
 use serde::{Deserialize, Serialize};
 use surge_proto::workflow::{Due, DueAction, Publication, RetentionPolicy, RetentionStatus};
@@ -14,7 +14,7 @@ use surge_proto::{ErrorCode, Ino};
 use super::groups::Group;
 use super::publications::{names_in, Entries, NamePattern, PublicationLog};
 use crate::error::{Result, ServerError};
-use crate::model::{Inode, MetaStore};
+use crate::model::{Inodes, MetaStore};
 
 /// What the journal keeps of a directory's policy.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -45,7 +45,7 @@ fn acknowledged(groups: &std::collections::BTreeMap<String, Group>, p: &Publicat
 
 /// Whether the publication numbered `cursor` in `dir`'s log can still be staged out: it is
 /// kept and its file still has the name it was published under.
-fn stageable(inodes: &HashMap<Ino, Inode>, entries: &Entries, dir: Ino, cursor: u64) -> bool {
+fn stageable(inodes: &Inodes, entries: &Entries, dir: Ino, cursor: u64) -> bool {
     entries.get(cursor).is_some_and(|p| names_in(inodes, dir, &p.name, p.ino))
 }
 
