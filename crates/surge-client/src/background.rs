@@ -1,6 +1,6 @@
 //! Answers a client does not wait for before telling its caller that a step is done: the
 //! purge of a removed file's data (the name is gone and the data nobody's the moment its home
-//! answered) and the release of a read-only handle (nothing it publishes). Each such request
+//! answered) and the release of a read-only handle answered from a kept file. Each such request
 //! is *sent* before the step returns, so the servers take it in order behind the client's
 //! earlier requests and before its later ones on the same connection (a write after an
 //! unlink finds the room the purge freed). Only its answer is waited for here.

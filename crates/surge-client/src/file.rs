@@ -207,12 +207,12 @@ impl File {
         File { shares_open: true, ..File::new(self.client.clone(), &self.opened, self.ticket) }
     }
 
-    /// Releases a handle that publishes nothing (read-only, answered from a kept file or
-    /// registered at the home by its open) by a request whose answer nobody waits for
-    /// ([`crate::background`]). A release that turns out to be the last hold on a removed
-    /// file purges its data, as any last close does (a kept file usually holds the file, but
-    /// not always: it is let go at once when a change overtook its open). A connection gone
-    /// since took the handle's registration with it.
+    /// Releases a handle answered from a kept file (read-only: nothing to publish) by a
+    /// request whose answer nobody waits for ([`crate::background`]). The kept file usually
+    /// holds the file meanwhile, but not always (it is let go at once when a change overtook
+    /// its open): a release that turns out to be the last hold on a removed file purges its
+    /// data, as any last close does. A connection gone since took the handle's registration
+    /// with it.
     pub fn release_shared(&self) {
         let Some(conn) = self.client.connection_now(surge_proto::ino::home(self.ino)) else { return };
         let (client, ino) = (self.client.clone(), self.ino);
@@ -228,19 +228,9 @@ impl File {
                 });
             }
             Ok(_) => {}
-            Err(e) => tracing::debug!(ino = format!("{ino:#x}"), "releasing a handle: {e}"),
+            Err(e) => tracing::debug!(ino = format!("{ino:#x}"), "releasing a shared handle: {e}"),
         };
         conn.send_then(&Request::from(self.commit(true)), self.client.timeout(), Box::new(then));
-    }
-
-    /// Whether this handle's release tells its home nothing but that it is released (then
-    /// nobody need wait for its answer: [`File::release_shared`]): it never wrote and was not
-    /// opened for writing, and its home registered it.
-    fn publishes_nothing(&self) -> bool {
-        !self.writer.load(Ordering::Relaxed)
-            && !self.dirty.load(Ordering::Relaxed)
-            && !self.mtime_due.load(Ordering::Relaxed)
-            && self.made_under.lock().unwrap().is_none()
     }
 
     /// Whether this handle was answered from a kept file ([`File::sharing`], [`File::split_kept`]).
@@ -874,7 +864,7 @@ impl File {
     /// [`File::close`] for a handle shared behind a reference; do not use it afterwards.
     pub async fn release(&self) -> Result<()> {
         let drained = self.wait_writes().await;
-        if self.shares_open || drained.is_ok() && self.publishes_nothing() {
+        if self.shares_open {
             self.release_shared();
             return drained;
         }

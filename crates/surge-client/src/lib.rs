@@ -36,8 +36,8 @@
 //! * [`descriptor`]: instance descriptors and token files; [`options`]: how a client behaves;
 //! * [`fsck`]: checking an instance's consistency across its servers, and repairing it;
 //!   [`purges`]: the keeper's round that purges what clients left of the files servers ended;
-//! * `background`: the answers a step does not wait for (a removed file's purge, a
-//!   read-only release), counted so that a client waits for them before it ends.
+//! * `background`: the answers a step does not wait for (a removed file's purge, a kept
+//!   file's read-only release), counted so that a client waits for them before it ends.
 
 mod allocation;
 mod background;
