@@ -392,3 +392,24 @@ os._exit(0)
     let served = report_total(&report);
     assert!(served["unlink"] >= 16 && served["handed-to-kernel"] == 0, "not served by the library: {served:?}");
 }
+
+/// Large writes and reads served on this node's data files (tests/preload/large_io.py):
+/// straight from and into the program's buffers, they give back what was written, across
+/// chunk boundaries, holes and overwrites, and another node reads the same bytes.
+#[test]
+fn large_reads_and_writes_on_this_nodes_data_files_are_exact_on_every_node() {
+    let inst = Instance::up_on("preload-large", "127.0.9", 71, 2, &["--capacity", "512M"]);
+    let (a, b) = (inst.mount("a", "127.0.9.71"), inst.mount("b", "127.0.9.75"));
+    let work = scratch("preload-large");
+    std::fs::create_dir_all(&work).unwrap();
+    let (report, expected) = (work.join("report"), work.join("expected"));
+    let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("preload/large_io.py");
+    let mut python = inst.shell_on("127.0.9.71", "exec python3 \"$@\"");
+    python.arg("python3").arg(&program).arg(a.path("big")).arg(&expected);
+    succeeded(preloaded(python, &report).output().unwrap(), "large_io.py");
+    let written = std::fs::read(&expected).unwrap();
+    assert!(std::fs::read(b.path("big")).unwrap() == written, "another node reads other bytes");
+    assert!(std::fs::read(a.path("big")).unwrap() == written, "this node's mount reads other bytes");
+    let served = report_total(&report);
+    assert!(served["write"] >= 8 && served["handed-to-kernel"] == 0, "not served by the library: {served:?}");
+}

@@ -15,6 +15,7 @@
 //! this node are read and written in that server's data file directly.
 
 use std::collections::VecDeque;
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -432,6 +433,39 @@ impl File {
         Ok(len)
     }
 
+    /// [`File::pwrite`] of a buffer the caller only lends: a write whose every chunk goes to a
+    /// server of this node with room set aside is written from `data` into the data files on
+    /// the caller's thread, after the handle's writes in flight (no copy into a buffer of the
+    /// client's, no hand-off to the local writer: for a stream of large writes, what keeps it
+    /// at the speed of the page cache); any other is copied and sent as `pwrite` sends it.
+    pub async fn pwrite_in_place(&self, offset: u64, data: &[u8]) -> Result<usize> {
+        let len = data.len() as u64;
+        if len == 0 {
+            return Ok(0);
+        }
+        self.write_failed()?;
+        if self.no_read_ahead() && self.prepare_local_write(offset, len).await? {
+            let mut behind = self.behind.lock().await;
+            if !behind.queue.is_empty() {
+                drop(behind);
+                self.drain_writes(0, None).await?;
+                behind = self.behind.lock().await;
+            }
+            self.forget_read_ahead().await;
+            // Claimed with the queue's lock held: no other write of this handle comes between.
+            if let Some(claimed) = behind.queue.is_empty().then(|| self.local.claim(offset, len)).flatten() {
+                for (file, piece) in claimed {
+                    let from = &data[piece.buf_offset..piece.buf_offset + piece.len as usize];
+                    file.write_all_at(from, piece.file_offset).map_err(|e| crate::local::write_error(self.ino, piece.file_offset, e))?;
+                }
+                drop(behind);
+                self.wrote(offset + len);
+                return Ok(data.len());
+            }
+        }
+        self.pwrite_bytes(offset, Bytes::copy_from_slice(data)).await
+    }
+
     /// Hands the write to the local writer if every chunk of it can be written locally now
     /// (see [`crate::local`]); false: it was not.
     fn write_locally(&self, behind: &mut WriteBehind, offset: u64, data: &Bytes) -> bool {
@@ -610,6 +644,23 @@ impl File {
             return None;
         }
         self.local.read(offset, (len as u64).min(size - offset))
+    }
+
+    /// [`File::read_local`] into `buf`, the caller's buffer: up to `buf.len()` bytes, stopping
+    /// at the file's size; answers how many.
+    pub fn read_local_into(&self, offset: u64, buf: &mut [u8]) -> Option<Result<usize>> {
+        if !self.local.enabled() {
+            return None;
+        }
+        let size = self.size();
+        if offset >= size || buf.is_empty() {
+            return Some(Ok(0));
+        }
+        if !self.writes_settled() {
+            return None;
+        }
+        let len = (buf.len() as u64).min(size - offset) as usize;
+        self.local.read_into(offset, &mut buf[..len]).map(|read| read.map(|()| len))
     }
 
     /// Local I/O is on and this handle has written enough for its writes to go local.

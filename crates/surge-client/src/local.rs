@@ -8,7 +8,8 @@
 //!
 //! * **Reads** are one `pread` from the page cache. Exact because a server changes its data
 //!   files only in place and removes one only once no client has the inode open.
-//! * **Writes** are one `pwrite`, within capacity the server set aside for this handle
+//! * **Writes** are one `pwrite` (by the local writer's threads, or on the caller's own thread
+//!   from the caller's buffer: `File::pwrite_in_place`), within capacity the server set aside for this handle
 //!   beforehand (`ReserveLocal`, asked in steps of [`RESERVATION`]), so the instance's capacity
 //!   limit holds as for any write. Once the handle flushes or closes, each server it wrote to is
 //!   told (`LocalWritten`): it takes the file's new length and allocation into account, and only
@@ -156,10 +157,17 @@ impl LocalFiles {
     /// Reads `len` bytes at `offset` (within the file's size) when every piece is held by a
     /// server on this node; None otherwise (a mixed request goes out whole, over the network).
     pub fn read(&self, offset: u64, len: u64) -> Option<Result<Vec<u8>>> {
+        let mut out = vec![0u8; len as usize];
+        self.read_into(offset, &mut out).map(|read| read.map(|()| out))
+    }
+
+    /// [`LocalFiles::read`] of `out.len()` bytes into `out`, the caller's buffer (no buffer
+    /// of the client's in between).
+    pub fn read_into(&self, offset: u64, out: &mut [u8]) -> Option<Result<()>> {
         let mut files: Vec<(Option<Arc<StdFile>>, Piece)> = Vec::with_capacity(2);
         {
             let mut slots = self.slots();
-            for piece in self.client.layout().pieces(self.ino, offset, len) {
+            for piece in self.client.layout().pieces(self.ino, offset, out.len() as u64) {
                 let slot = &mut slots[piece.server];
                 let file = match (self.prepare(piece.server, slot)?, &slot.file) {
                     (true, DataFile::Open { file, .. }) => Some(file.clone()),
@@ -168,16 +176,19 @@ impl LocalFiles {
                 files.push((file, piece));
             }
         }
-        // Zeroed: what a data file does not hold (a hole, or past its end) reads as zeros.
-        let mut out = vec![0u8; len as usize];
         for (file, piece) in files {
-            let Some(file) = file else { continue };
             let into = &mut out[piece.buf_offset..piece.buf_offset + piece.len as usize];
-            if let Err(e) = read_at_most(&file, into, piece.file_offset) {
-                return Some(Err(self.io_error("read", piece.file_offset, e)));
-            }
+            // What a data file does not hold (a hole, or past its end) reads as zeros.
+            let read = match file {
+                Some(file) => match read_at_most(&file, into, piece.file_offset) {
+                    Ok(read) => read,
+                    Err(e) => return Some(Err(self.io_error("read", piece.file_offset, e))),
+                },
+                None => 0,
+            };
+            into[read..].fill(0);
         }
-        Some(Ok(out))
+        Some(Ok(()))
     }
 
     /// Claims a local write of `len` bytes at `offset`: when every piece goes to a server on
@@ -260,6 +271,11 @@ impl LocalFiles {
     }
 }
 
+/// A local write of inode `ino` at `offset` that failed, as the error it reports.
+pub(crate) fn write_error(ino: Ino, offset: u64, e: std::io::Error) -> Error {
+    io_error("write", ino, offset, e)
+}
+
 fn io_error(op: &str, ino: Ino, offset: u64, e: std::io::Error) -> Error {
     Error::new(ErrorCode::of_store_io(&e), format!("local {op} of inode {ino:#x} at {offset}: {e}"))
 }
@@ -330,8 +346,9 @@ fn lane_of(ino: Ino, server: usize, lanes: usize) -> usize {
     (ino.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(server as u64) % lanes as u64) as usize
 }
 
-/// Fills `buf` from `file` at `offset` until the file ends (the rest of `buf` is left alone).
-fn read_at_most(file: &StdFile, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+/// Fills `buf` from `file` at `offset` until the file ends; answers how much it filled (the
+/// rest of `buf` is left alone).
+fn read_at_most(file: &StdFile, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
     let mut done = 0;
     while done < buf.len() {
         match file.read_at(&mut buf[done..], offset + done as u64) {
@@ -341,7 +358,7 @@ fn read_at_most(file: &StdFile, buf: &mut [u8], offset: u64) -> std::io::Result<
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok(done)
 }
 
 #[cfg(test)]

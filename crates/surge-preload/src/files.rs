@@ -198,12 +198,19 @@ pub(crate) fn read(library: &Library, d: &Description, buf: &mut [u8], at: Optio
             d.file.note_size(other.file.written_through());
         }
     }
-    let bytes = library.run(d.file.pread(offset, buf.len())).map_err(errno)?;
-    buf[..bytes.len()].copy_from_slice(&bytes);
+    // Straight into the caller's buffer where the data is on this node.
+    let read = match d.file.read_local_into(offset, buf) {
+        Some(read) => read.map_err(errno)?,
+        None => {
+            let bytes = library.run(d.file.pread(offset, buf.len())).map_err(errno)?;
+            buf[..bytes.len()].copy_from_slice(&bytes);
+            bytes.len()
+        }
+    };
     if at.is_none() {
-        *position = offset + bytes.len() as u64;
+        *position = offset + read as u64;
     }
-    Ok(bytes.len())
+    Ok(read)
 }
 
 /// Writes `data` at `at`, or at the description's offset (the end with O_APPEND).
@@ -212,13 +219,12 @@ pub(crate) fn write(library: &Library, d: &Description, data: &[u8], at: Option<
         return Err(libc::EBADF);
     }
     let mut position = d.position.lock().unwrap_or_else(|e| e.into_inner());
-    let bytes = bytes::Bytes::copy_from_slice(data);
     let written = library.run(async {
         match at {
             // pwrite on an O_APPEND descriptor appends on Linux, too.
-            _ if d.has(libc::O_APPEND) => d.file.append(bytes).await.map(|offset| (offset, data.len())),
-            Some(offset) => d.file.pwrite_bytes(offset, bytes).await.map(|n| (offset, n)),
-            None => d.file.pwrite_bytes(*position, bytes).await.map(|n| (*position, n)),
+            _ if d.has(libc::O_APPEND) => d.file.append(bytes::Bytes::copy_from_slice(data)).await.map(|offset| (offset, data.len())),
+            Some(offset) => d.file.pwrite_in_place(offset, data).await.map(|n| (offset, n)),
+            None => d.file.pwrite_in_place(*position, data).await.map(|n| (*position, n)),
         }
     });
     d.cache.changed_here(d.file.ino());
