@@ -702,6 +702,23 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A journal opened on a fresh directory, for test `test`: the directory, its store and
+    /// the journal.
+    fn fresh_journal(test: &str) -> (std::path::PathBuf, MetaStore, Arc<Journal>) {
+        let root = std::env::temp_dir().join(format!("surge-journal-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let mut store = MetaStore::new(0, 0, 0);
+        let (journal, _) = Journal::open(&root, &mut store, Arc::new(())).unwrap();
+        (root, store, journal)
+    }
+
+    /// Creates file `name` in the root of `store` and appends the change to `journal`: the
+    /// record's number.
+    fn create_appended(journal: &Journal, store: &mut MetaStore, name: &str) -> u64 {
+        store.create(ROOT_INO, name, 0o644, 0, 0, 0, true, false, None).unwrap();
+        journal.append(store.take_changes()).seq
+    }
     use surge_proto::placement::DirLayout;
     use surge_proto::{FileKind, ROOT_INO};
 
@@ -948,14 +965,8 @@ mod tests {
     /// every later record (a torn record inside it would end the replay there).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_group_the_disk_refused_is_written_again_whole() {
-        let root = std::env::temp_dir().join(format!("surge-journal-refused-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let mut store = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root, &mut store, Arc::new(())).unwrap();
-        let create = |store: &mut MetaStore, name: &str| {
-            store.create(ROOT_INO, name, 0o644, 0, 0, 0, true, false, None).unwrap();
-            journal.append(store.take_changes()).seq
-        };
+        let (root, mut store, journal) = fresh_journal("refused");
+        let create = |store: &mut MetaStore, name: &str| create_appended(&journal, store, name);
         let first = create(&mut store, "before");
         journal.durable(first).await.unwrap();
 
@@ -1011,14 +1022,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_waiting_step_syncs_itself_only_when_syncs_are_cheap_and_nobody_else_syncs() {
         use std::sync::atomic::Ordering::Relaxed;
-        let root = std::env::temp_dir().join(format!("surge-journal-inline-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let mut store = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root, &mut store, Arc::new(())).unwrap();
-        let create = |store: &mut MetaStore, name: &str| {
-            store.create(ROOT_INO, name, 0o644, 0, 0, 0, true, false, None).unwrap();
-            journal.append(store.take_changes()).seq
-        };
+        let (root, mut store, journal) = fresh_journal("inline");
+        let create = |store: &mut MetaStore, name: &str| create_appended(&journal, store, name);
         let in_time = |seq| tokio::time::timeout(std::time::Duration::from_secs(5), journal.durable(seq));
 
         // Cheap syncs: the record is durable once the step's own sync returns.
@@ -1048,10 +1053,7 @@ mod tests {
     /// killed (-9) right after answering a step that did not wait comes back with it.
     #[test]
     fn an_appended_step_is_in_the_journal_before_it_is_synced() {
-        let root = std::env::temp_dir().join(format!("surge-journal-written-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let mut store = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root, &mut store, Arc::new(())).unwrap();
+        let (root, mut store, journal) = fresh_journal("written");
         let file = store.create(ROOT_INO, "answered", 0o644, 0, 0, 0, true, false, None).unwrap();
         journal.append(store.take_changes());
         // The process's end as a kill leaves it: the file as written, no sync, no stop.
@@ -1065,10 +1067,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_store_comes_back_from_its_journal() {
-        let root = std::env::temp_dir().join(format!("surge-journal-test-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let mut store = MetaStore::new(0, 0, 0);
-        let (journal, _) = Journal::open(&root, &mut store, Arc::new(())).unwrap();
+        let (root, mut store, journal) = fresh_journal("test");
         let file = store.create(ROOT_INO, "kept", 0o644, 0, 0, 0, true, false, None).unwrap();
         let seq = journal.append(store.take_changes()).seq;
         journal.durable(seq).await.unwrap();
