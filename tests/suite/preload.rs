@@ -36,6 +36,13 @@ fn preloaded(mut cmd: Command, report: &Path) -> Command {
     cmd
 }
 
+/// `python3 tests/preload/PROGRAM` on node `node` of `inst` (its arguments to be added).
+fn python_program(inst: &Instance, node: &str, program: &str) -> Command {
+    let mut python = inst.shell_on(node, "exec python3 \"$@\"");
+    python.arg("python3").arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("preload").join(program));
+    python
+}
+
 fn succeeded(out: Output, what: &str) -> String {
     assert!(out.status.success(), "{what} failed: {}", text(&out));
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -52,9 +59,8 @@ fn posix_calls_served_in_process_are_what_the_mounts_of_two_nodes_see() {
     std::fs::create_dir_all(&off).unwrap();
     std::fs::create_dir(a.path("t")).unwrap();
     let report = off.join("report");
-    let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("preload/posix_calls.py");
-    let mut python = inst.shell_on("127.0.9.1", "exec python3 \"$@\"");
-    python.arg("python3").arg(&program).arg(a.path("t")).arg(&*off);
+    let mut python = python_program(&inst, "127.0.9.1", "posix_calls.py");
+    python.arg(a.path("t")).arg(&*off);
     let pid = succeeded(preloaded(python, &report).output().unwrap(), "posix_calls.py");
 
     let served = report_of(&report, pid.trim());
@@ -293,9 +299,8 @@ fn stats_answered_from_what_the_library_keeps_show_changes_made_elsewhere_at_onc
     std::fs::create_dir(a.path("d")).unwrap();
     let report = scratch("preload-kept").join("report");
     std::fs::create_dir_all(report.parent().unwrap()).unwrap();
-    let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("preload/kept_stats.py");
-    let mut python = inst.shell_on("127.0.9.51", "exec python3 \"$@\"");
-    python.arg("python3").arg(&program).arg(a.path("d")).arg(b.path("d")).env("SURGE_PRELOAD_MOUNTS", &a.dir);
+    let mut python = python_program(&inst, "127.0.9.51", "kept_stats.py");
+    python.arg(a.path("d")).arg(b.path("d")).env("SURGE_PRELOAD_MOUNTS", &a.dir);
     let said = succeeded(preloaded(python, &report).output().unwrap(), "kept_stats.py");
     assert_eq!(said.trim(), "ok");
     let served = report_total(&report);
@@ -314,10 +319,9 @@ fn creates_and_unlinks_answered_under_a_delegation_reach_both_nodes() {
     let (a, b) = (inst.mount("a", "127.0.9.41"), inst.mount("b", "127.0.9.45"));
     let work = scratch("preload-deleg");
     std::fs::create_dir_all(&work).unwrap();
-    let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("preload/delegated.py");
     let run = |mode: &str, report: &Path| {
-        let mut python = inst.shell_on("127.0.9.41", "exec python3 \"$@\"");
-        python.arg("python3").arg(&program).arg(&a.dir).arg(mode);
+        let mut python = python_program(&inst, "127.0.9.41", "delegated.py");
+        python.arg(&a.dir).arg(mode);
         preloaded(python, report)
     };
 
@@ -403,9 +407,8 @@ fn large_reads_and_writes_on_this_nodes_data_files_are_exact_on_every_node() {
     let work = scratch("preload-large");
     std::fs::create_dir_all(&work).unwrap();
     let (report, expected) = (work.join("report"), work.join("expected"));
-    let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("preload/large_io.py");
-    let mut python = inst.shell_on("127.0.9.71", "exec python3 \"$@\"");
-    python.arg("python3").arg(&program).arg(a.path("big")).arg(&expected);
+    let mut python = python_program(&inst, "127.0.9.71", "large_io.py");
+    python.arg(a.path("big")).arg(&expected);
     succeeded(preloaded(python, &report).output().unwrap(), "large_io.py");
     let written = std::fs::read(&expected).unwrap();
     assert!(std::fs::read(b.path("big")).unwrap() == written, "another node reads other bytes");
