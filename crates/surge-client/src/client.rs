@@ -107,7 +107,7 @@ struct Inner {
     /// What the servers were last told of the data files passed through to the kernel here.
     passthrough_reports: crate::passthrough::ReportedStates,
     /// Answers no caller waits for ([`crate::background`]).
-    pub(crate) background: Arc<crate::background::Background>,
+    background: Arc<crate::background::Background>,
 }
 
 /// Most server data files held open for local I/O at once. This machine class allows 20,000

@@ -451,9 +451,10 @@ impl File {
                 self.drain_writes(0, None).await?;
                 behind = self.behind.lock().await;
             }
-            self.forget_read_ahead().await;
-            // Claimed with the queue's lock held: no other write of this handle comes between.
-            if let Some(claimed) = behind.queue.is_empty().then(|| self.local.claim(offset, len)).flatten() {
+            // Claimed with the queue's lock held: no other write of this handle comes between;
+            // and with no read-ahead, nothing fetched ahead can hold what this write replaces.
+            let claimable = behind.queue.is_empty() && self.no_read_ahead();
+            if let Some(claimed) = claimable.then(|| self.local.claim(offset, len)).flatten() {
                 for (file, piece) in claimed {
                     let from = &data[piece.buf_offset..piece.buf_offset + piece.len as usize];
                     file.write_all_at(from, piece.file_offset).map_err(|e| crate::local::write_error(self.ino, piece.file_offset, e))?;
@@ -633,34 +634,35 @@ impl File {
     /// every chunk of the range is held by a server on this node (a local read); None when a
     /// chunk is not, or this handle has writes in flight (call `pread`).
     pub fn read_local(&self, offset: u64, len: usize) -> Option<Result<Vec<u8>>> {
-        if !self.local.enabled() {
-            return None;
+        match self.local_read_len(offset, len)? {
+            0 => Some(Ok(Vec::new())),
+            len => self.local.read(offset, len as u64),
         }
-        let size = self.size();
-        if offset >= size || len == 0 {
-            return Some(Ok(Vec::new()));
-        }
-        if !self.writes_settled() {
-            return None;
-        }
-        self.local.read(offset, (len as u64).min(size - offset))
     }
 
     /// [`File::read_local`] into `buf`, the caller's buffer: up to `buf.len()` bytes, stopping
     /// at the file's size; answers how many.
     pub fn read_local_into(&self, offset: u64, buf: &mut [u8]) -> Option<Result<usize>> {
+        match self.local_read_len(offset, buf.len())? {
+            0 => Some(Ok(0)),
+            len => self.local.read_into(offset, &mut buf[..len]).map(|read| read.map(|()| len)),
+        }
+    }
+
+    /// How much a local read of up to `len` bytes at `offset` reads (0 at or past the end), or
+    /// None when it cannot be a local read now (local I/O off, this handle's writes in flight).
+    fn local_read_len(&self, offset: u64, len: usize) -> Option<usize> {
         if !self.local.enabled() {
             return None;
         }
         let size = self.size();
-        if offset >= size || buf.is_empty() {
-            return Some(Ok(0));
+        if offset >= size || len == 0 {
+            return Some(0);
         }
         if !self.writes_settled() {
             return None;
         }
-        let len = (buf.len() as u64).min(size - offset) as usize;
-        self.local.read_into(offset, &mut buf[..len]).map(|read| read.map(|()| len))
+        Some((len as u64).min(size - offset) as usize)
     }
 
     /// Local I/O is on and this handle has written enough for its writes to go local.
