@@ -39,5 +39,10 @@ pub mod purges;
 mod records;
 pub mod workflow;
 
+/// A map keyed by inode number, for the tables every request looks up: hashed with aHash
+/// (keyed per process) rather than SipHash. The numbers are the servers' own, or a delegation
+/// holder's within the range it was granted.
+pub type InoMap<V> = std::collections::HashMap<surge_proto::Ino, V, ahash::RandomState>;
+
 pub use model::MetaStore;
 pub use records::{BodyState, EntryState, InodeState, Record, StoredAttr, WorkflowChange, XattrState};

@@ -19,7 +19,7 @@
 //!   names files were last given) is changed through [`MetaStore::inode_untracked`] or
 //!   directly, and noted nowhere.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use surge_proto::acl::AclKind;
@@ -115,7 +115,7 @@ impl Inode {
 /// The inodes homed here, by number: looked up several times by every namespace step and
 /// once per entry of every listing, so hashed with aHash (keyed per process; numbers are the
 /// servers' and delegation holders' own, within what they were granted) rather than SipHash.
-pub(crate) type Inodes = HashMap<Ino, Inode, ahash::RandomState>;
+pub(crate) type Inodes = crate::InoMap<Inode>;
 
 /// One server's share of the namespace (see the module notes for what every step keeps
 /// true).
@@ -128,14 +128,14 @@ pub struct MetaStore {
     /// What steps changed since the journal last took it (None: nobody journals).
     pub(crate) changes: Option<Changes>,
     /// Directories' publication logs.
-    pub(crate) publications: HashMap<Ino, PublicationLog>,
+    pub(crate) publications: crate::InoMap<PublicationLog>,
     pub(crate) publications_made: u64,
     /// Files published by a rename or link while open here, with that publication's
     /// directory and cursor (see [`MetaStore::commit`]); forgotten when the last handle closes.
-    pub(crate) published_while_open: HashMap<Ino, (Ino, u64)>,
+    pub(crate) published_while_open: crate::InoMap<(Ino, u64)>,
     /// The unended delegations of directories of this share, by directory
     /// ([`crate::delegated`]).
-    pub(crate) delegated: HashMap<Ino, DelegationMark>,
+    pub(crate) delegated: crate::InoMap<DelegationMark>,
     /// Files ended here whose data may still be on the servers ([`crate::purges`]).
     pub(crate) purges: crate::purges::Purges,
 }
@@ -156,10 +156,10 @@ impl MetaStore {
             files: 0,
             dirs: 0,
             changes: None,
-            publications: HashMap::new(),
+            publications: Default::default(),
             publications_made: 0,
-            published_while_open: HashMap::new(),
-            delegated: HashMap::new(),
+            published_while_open: Default::default(),
+            delegated: Default::default(),
             purges: Default::default(),
         };
         if server_index == 0 {

@@ -7,7 +7,6 @@
 //! server's share of the instance's capacity. A write that would go past it fails whole with
 //! NoSpace before touching the file, so everything written earlier stays intact.
 
-use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -17,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use surge_meta::error::{Result, ServerError};
 use surge_meta::poison_free::LockRecover;
+use surge_meta::InoMap;
 use surge_proto::admin::{DataFilePage, DataFileSummary};
 use surge_proto::data::{AllocateMode, Extents, MAX_ALLOCATED, MAX_EXTENTS};
 use surge_proto::{data_file_name, write_growth, ErrorCode, Ino, LocalData};
@@ -52,11 +52,11 @@ pub struct DataStore {
     used: AtomicU64,
     /// Set aside for clients on this node writing data files themselves (`reserve_local`).
     reserved: AtomicU64,
-    open: Mutex<HashMap<Ino, Arc<LocalFile>>>,
+    open: Mutex<InoMap<Arc<LocalFile>>>,
     /// The allocation accounted in `used` for each data file not in `open` (found at start,
     /// or dropped from `open`). A data file in neither was made by a client on this node
     /// (under kernel passthrough) and is accounted from nothing once it is opened here.
-    accounted: Mutex<HashMap<Ino, u64>>,
+    accounted: Mutex<InoMap<u64>>,
     /// The largest size a data file here can have (the local file system's limit: ext4's is
     /// 16 TiB, tmpfs's and xfs's 8 EiB). Data files hold chunks at their offsets in the Surge
     /// file, so no Surge file may grow past it.
@@ -72,7 +72,7 @@ impl DataStore {
     pub fn open(dir: &Path, capacity: u64) -> io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         // A restarted server finds its earlier data: account for it.
-        let (mut used, mut accounted) = (0, HashMap::new());
+        let (mut used, mut accounted) = (0, InoMap::default());
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
             let allocated = entry.metadata()?.blocks() * 512;
@@ -97,7 +97,7 @@ impl DataStore {
             capacity,
             used: AtomicU64::new(used),
             reserved: AtomicU64::new(0),
-            open: Mutex::new(HashMap::new()),
+            open: Mutex::new(InoMap::default()),
             accounted: Mutex::new(accounted),
             largest_file: largest_file_in(dir)?,
             read_bytes: AtomicU64::new(0),

@@ -2,11 +2,11 @@
 //! local writes, its watch registration, and the acknowledgements the request being answered
 //! waits for. All of it is given back when the connection ends, however it ends.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use surge_meta::access::Caller;
 use surge_meta::poison_free::LockRecover;
+use surge_meta::InoMap;
 use surge_proto::Ino;
 
 use crate::conn::SharedWriter;
@@ -20,9 +20,9 @@ pub(crate) struct Session {
     /// Where the connection comes from.
     pub peer: std::net::SocketAddr,
     /// Open handles this connection registered, released if it goes away without closing them.
-    pub opens: HashMap<Ino, u32>,
+    pub opens: InoMap<u32>,
     /// Files this connection keeps (`Open { keep }`), let go if it goes away.
-    pub kept: HashMap<Ino, u32>,
+    pub kept: InoMap<u32>,
     /// Set once the connection asked to be told of changes (`Watch`).
     pub watcher: Option<WatcherId>,
     /// Its changes to attributes wait for the watchers' acknowledgements (`AwaitWatchers`).
@@ -30,7 +30,7 @@ pub(crate) struct Session {
     /// Acknowledgements of the notices the current request caused, awaited before its reply.
     pub awaited: Vec<tokio::sync::oneshot::Receiver<()>>,
     /// Capacity set aside for this client's local writes, by inode (given back if it goes).
-    pub reserved: HashMap<Ino, u64>,
+    pub reserved: InoMap<u64>,
     /// The journal record the current request's answer waits for (a close publishing sizes).
     pub durable: Option<u64>,
     /// The change of this share the current request's answer waits for the mirror to have.
@@ -62,12 +62,12 @@ impl Session {
             lock_connection: server.locks.connection(),
             server,
             writer,
-            opens: HashMap::new(),
-            kept: HashMap::new(),
+            opens: InoMap::default(),
+            kept: InoMap::default(),
             watcher: None,
             awaits_watchers: false,
             awaited: Vec::new(),
-            reserved: HashMap::new(),
+            reserved: InoMap::default(),
             durable: None,
             mirrored: None,
             caller: None,

@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use surge_meta::poison_free::LockRecover;
+use surge_meta::InoMap;
 use surge_proto::admin::{Keeps, Notice};
 use surge_proto::{Ino, Unlinked};
 use tokio::sync::{mpsc, oneshot};
@@ -57,12 +58,12 @@ pub struct Ledger {
     acks: HashMap<u64, (WatcherId, oneshot::Sender<()>, Instant)>,
     next_ack: u64,
     /// Connections that may hold an inode's attributes.
-    attrs: HashMap<Ino, Vec<WatcherId>>,
+    attrs: InoMap<Vec<WatcherId>>,
     /// Connections that may hold names in a directory.
-    dirs: HashMap<Ino, Vec<WatcherId>>,
+    dirs: InoMap<Vec<WatcherId>>,
     /// Connections that keep a file to answer its opens themselves, until the next change to
     /// its attributes.
-    kept: HashMap<Ino, Vec<WatcherId>>,
+    kept: InoMap<Vec<WatcherId>>,
     /// Connections that keep nothing they are told (`Keeps::Nothing`): never registered for
     /// names or attributes, told only of recalls.
     keep_nothing: HashSet<WatcherId>,
@@ -74,7 +75,7 @@ pub struct Ledger {
     /// who keeps it, from a listing of which directory. A change to one takes back the whole
     /// listing at once ([`Notice::Names`]): a process that listed a directory of a million
     /// files another one then removes is told once, not a million times.
-    listed_attrs: HashMap<Ino, Vec<(WatcherId, Ino)>>,
+    listed_attrs: InoMap<Vec<(WatcherId, Ino)>>,
     /// Listings taken back from a connection that keeps exactly: what it was told there is no
     /// longer its business, until it lists the directory again.
     taken_back: HashSet<(WatcherId, Ino)>,
@@ -163,7 +164,7 @@ impl Effects {
 }
 
 /// `w` no longer holds names in `dir`.
-fn forget_names(dirs: &mut HashMap<Ino, Vec<WatcherId>>, dir: Ino, w: WatcherId) {
+fn forget_names(dirs: &mut InoMap<Vec<WatcherId>>, dir: Ino, w: WatcherId) {
     if let Some(set) = dirs.get_mut(&dir) {
         set.retain(|&x| x != w);
         if set.is_empty() {

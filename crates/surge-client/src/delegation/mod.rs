@@ -66,9 +66,14 @@ pub struct DelegatedDir {
     giving_back: tokio::sync::Mutex<()>,
 }
 
+/// The holder's maps, looked up on every create and unlink it answers: hashed with aHash
+/// (keyed per process) rather than SipHash.
+type Map<K, V> = HashMap<K, V, ahash::RandomState>;
+type Set<K> = HashSet<K, ahash::RandomState>;
+
 struct Held {
     /// The directory's names as the home will hold them once the log is written back.
-    names: HashMap<String, Named>,
+    names: Map<String, Named>,
     /// Numbers set aside for creates, not used yet.
     free: VecDeque<Ino>,
     /// Steps answered here, not yet written back (or not known to be applied), in order.
@@ -88,11 +93,11 @@ struct Held {
     /// `log`: the write-back registers that open at the home (`open: true`), or the handle's
     /// release is logged after it ([`DelegatedDir::log_release`]). A file is here exactly as
     /// long as its `CreateAs` waits in `log` and its handle is open.
-    open_here: HashSet<Ino>,
+    open_here: Set<Ino>,
     /// Files made here whose `CreateAs` is still in `log`, with their attributes as the home
     /// will hold them once it is written back: their times are set here too
     /// ([`DelegatedDir::set_times`]).
-    unwritten: HashMap<Ino, Attr>,
+    unwritten: Map<Ino, Attr>,
     /// Given back (or refused a write-back): nothing more is answered here.
     ended: bool,
 }
@@ -180,8 +185,8 @@ impl Client {
             away: false,
             away_since: None,
             gone: false,
-            open_here: HashSet::new(),
-            unwritten: HashMap::new(),
+            open_here: Set::default(),
+            unwritten: Map::default(),
             ended: false,
         };
         let token = granted.token;

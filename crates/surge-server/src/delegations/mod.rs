@@ -20,7 +20,6 @@
 
 mod handlers;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -28,7 +27,7 @@ use std::time::{Duration, Instant};
 use surge_meta::delegated::DelegationMark;
 use surge_meta::error::{Result, ServerError};
 use surge_meta::poison_free::LockRecover;
-use surge_meta::MetaStore;
+use surge_meta::{InoMap, MetaStore};
 use surge_proto::admin::Notice;
 use surge_proto::namespace::NamespaceRequest;
 use surge_proto::{ErrorCode, Ino};
@@ -59,9 +58,9 @@ pub(crate) struct Delegations {
 
 #[derive(Default)]
 struct State {
-    dirs: HashMap<Ino, Held>,
+    dirs: InoMap<Held>,
     /// Every inode number set aside for a delegation, with its directory.
-    set_aside: HashMap<Ino, Ino>,
+    set_aside: InoMap<Ino>,
 }
 
 struct Held {

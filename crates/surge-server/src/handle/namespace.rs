@@ -3,11 +3,10 @@
 //! under the watch ledger, which records what the step told this connection and notifies the
 //! others of what it changed ([`crate::watch`]).
 
-use std::collections::HashMap;
-
 use surge_meta::access::{Caller, Named, EXEC, READ, WRITE};
 use surge_meta::error::{Result, ServerError};
 use surge_meta::poison_free::LockRecover;
+use surge_meta::InoMap;
 use surge_meta::MetaStore;
 use surge_proto::acl::Acl;
 use surge_proto::admin::BatchOutcome;
@@ -27,9 +26,9 @@ use surge_proto::ErrorCode;
 /// checks permissions as (when the server checks identities).
 pub(crate) struct StepContext<'a> {
     pub meta: &'a mut MetaStore,
-    pub opens: &'a mut HashMap<Ino, u32>,
+    pub opens: &'a mut InoMap<u32>,
     /// Files this connection keeps (`Open { keep }`), let go if it goes away.
-    pub kept: &'a mut HashMap<Ino, u32>,
+    pub kept: &'a mut InoMap<u32>,
     pub caller: Option<&'a Caller>,
     /// The servers' ticket key, when they check identities.
     pub ticket_key: Option<&'a TicketKey>,
@@ -222,7 +221,7 @@ fn opened(cx: &mut StepContext, ino: Ino) {
 
 /// Takes one off what this connection counts of `ino` (its open handles, or what it keeps):
 /// false when it counted none (another connection's, or one that broke and came back).
-fn counted_down(counts: &mut HashMap<Ino, u32>, ino: Ino) -> bool {
+fn counted_down(counts: &mut InoMap<u32>, ino: Ino) -> bool {
     let Some(count) = counts.get_mut(&ino) else { return false };
     *count -= 1;
     if *count == 0 {
