@@ -37,8 +37,10 @@
 #                      scores then count only what ran (not for RESULTS.md's tables)
 #   IO500_TIMEOUT      seconds one target's IO500 may take before it is stopped as hung
 #                      (60 x stonewall + 600)
-#   IO500_PREFAULT     tmpfs written and dropped once before the first run (8G; 0 for none): this
-#                      VM's first touch of fresh pages costs 3-6x, and the first target would pay it
+#   IO500_PREFAULT     tmpfs written and dropped before each target's run (8G; 0 for none): this
+#                      VM's first touch of fresh pages costs 3-6x, and it hands freed memory back
+#                      to its host, so a target run after others have freed theirs would pay it
+#                      where the first did not
 #   IO500_BUILD_DIR    where IO500 is built and kept (~/.cache/surge-bench/io500); a finished
 #                      build is reused (delete the directory to rebuild)
 #   IO500_RESULTS      where each target's IO500 result directory, output and logs are kept
@@ -201,11 +203,13 @@ trap 'exit 130' INT TERM
 } | tee "$RESULTS/setup.txt" >&2
 
 mkdir -p "$WORK"
-if [ "$PREFAULT" != 0 ]; then
+# prefault: PREFAULT of tmpfs written and dropped (see IO500_PREFAULT), before each target.
+prefault() {
+    [ "$PREFAULT" = 0 ] && return
     say "pre-faulting $PREFAULT of tmpfs"
     head -c "$PREFAULT" /dev/zero >"$WORK/warm"
     rm -f "$WORK/warm"
-fi
+}
 
 # write_ini DATADIR RESULTDIR > the target's IO500 configuration (options as `io500 --list` names them).
 write_ini() {
@@ -293,6 +297,7 @@ surge_down() { # ROOT LOGDIR
 }
 
 for target in $TARGETS; do
+    prefault
     case $target in
         tmpfs)
             mkdir -p "$WORK/tmpfs"
