@@ -343,6 +343,12 @@ impl Client {
 
     // ------------------------------------------------------------ transport
 
+    /// Whether this client reaches `server` over the server's Unix socket (it is on this
+    /// node: see `surge_proto::transport`) rather than TCP; connects first if need be.
+    pub async fn over_local_socket(&self, server: usize) -> Result<bool> {
+        Ok(self.connection(server).await?.over_local_socket())
+    }
+
     pub(crate) async fn connection(&self, server: usize) -> Result<Arc<Connection>> {
         let slot =
             self.inner.servers.get(server).ok_or_else(|| Error::new(ErrorCode::Stale, format!("no server {server} in this instance")))?;
@@ -356,7 +362,7 @@ impl Client {
             }
         }
         let opts = &self.inner.opts;
-        let dial = Dial { source: opts.node, timeout: opts.timeout, await_watchers: opts.await_watchers };
+        let dial = Dial { source: opts.node, local_socket: opts.local_socket, timeout: opts.timeout, await_watchers: opts.await_watchers };
         let open = |addr, share| {
             let watcher = self.inner.watcher.get().map(|w| (w.clone(), server));
             Connection::open(addr, dial, &self.inner.secret, self.inner.session, watcher, share)
@@ -397,7 +403,12 @@ impl Client {
 
     /// Whether the server at `addr` takes a connection within [`FAILOVER_POLL`].
     async fn answers(&self, addr: SocketAddr) -> bool {
-        let dial = Dial { source: self.inner.opts.node, timeout: FAILOVER_POLL, await_watchers: false };
+        let dial = Dial {
+            source: self.inner.opts.node,
+            local_socket: self.inner.opts.local_socket,
+            timeout: FAILOVER_POLL,
+            await_watchers: false,
+        };
         Connection::open(addr, dial, &self.inner.secret, self.inner.session, None, None).await.is_ok()
     }
 

@@ -1,5 +1,5 @@
-//! Connections to servers. One TCP connection per server carries any number of concurrent
-//! requests. A request with no or a small payload is written to the socket by the thread that
+//! Connections to servers. One connection per server (TCP, or the server's Unix socket when
+//! it is on this node: `surge_proto::transport`) carries any number of concurrent requests. A request with no or a small payload is written to the socket by the thread that
 //! sends it when nothing is queued ahead of it (no hand-off to another thread on the way out);
 //! anything else joins a queue that a flusher task writes out in order. A reader task
 //! hands each reply to whoever waits for its request id: a task (through [`Pending`]) or a
@@ -20,9 +20,9 @@ use surge_proto::auth::{self, Secret};
 use surge_proto::frame::{decode_message, encode_frame};
 use surge_proto::frame_io::{read_frame, write_frame};
 use surge_proto::handshake::{Challenge, Hello, Welcome};
+use surge_proto::transport::{self, ReadHalf, WriteHalf};
 use surge_proto::{Call, ErrorCode, FrameKind, Request, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::oneshot;
 
@@ -142,7 +142,7 @@ impl Outgoing {
 
 /// The sending half of a connection, shared by every sender and the flusher task.
 struct WriteSide {
-    half: OwnedWriteHalf,
+    half: WriteHalf,
     /// The connection's broken flag (set here when a write fails, by the reader when reading does).
     broken: Arc<AtomicBool>,
     state: Mutex<WriteState>,
@@ -190,7 +190,7 @@ impl WriteSide {
 }
 
 /// Writes as much of `out` as the socket takes without waiting; true when all of it went.
-fn write_now(half: &OwnedWriteHalf, out: &mut Outgoing) -> std::io::Result<bool> {
+fn write_now(half: &WriteHalf, out: &mut Outgoing) -> std::io::Result<bool> {
     while out.len() > 0 {
         let slices = [std::io::IoSlice::new(&out.head), std::io::IoSlice::new(&out.payload)];
         match half.try_write_vectored(&slices) {
@@ -286,8 +286,8 @@ enum Handshake<T> {
 
 /// One frame of the handshake and its answer, before the reader and flusher tasks run.
 async fn exchange<M: serde::Serialize, T: serde::de::DeserializeOwned>(
-    reader: &mut BufReader<OwnedReadHalf>,
-    writer: &mut BufWriter<OwnedWriteHalf>,
+    reader: &mut BufReader<ReadHalf>,
+    writer: &mut BufWriter<WriteHalf>,
     message: &M,
 ) -> std::result::Result<Handshake<T>, String> {
     write_frame(writer, FrameKind::Request, 1, message, &[]).await.map_err(|e| e.to_string())?;
@@ -318,6 +318,8 @@ fn fail_all(waiters: &Waiters, server: &str, why: &str) {
 pub struct Dial {
     /// The node's address to connect from (a test "node" has its own); None: the OS picks.
     pub source: Option<IpAddr>,
+    /// Reach a server on this node over its Unix socket (see [`Connection::open`]).
+    pub local_socket: bool,
     pub timeout: Duration,
     /// Ask that this connection's attribute changes wait for watchers' acknowledgements
     /// ([`surge_proto::admin::AwaitWatchers`]).
@@ -340,19 +342,27 @@ impl Connection {
     ) -> Result<Arc<Connection>> {
         let server = addr.to_string();
         let down = |what: &str, e: &dyn std::fmt::Display| Error::new(ErrorCode::ServerDown, format!("{what} {server}: {e}"));
-        let connect = async {
-            let socket = if addr.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() }.map_err(|e| down("socket for", &e))?;
-            if let Some(ip) = dial.source {
-                socket.bind(SocketAddr::new(ip, 0)).map_err(|e| down(&format!("bind {ip} to reach"), &e))?;
-            }
-            socket.connect(addr).await.map_err(|e| down("connect to", &e))
-        };
         let timeout = dial.timeout;
-        let stream: TcpStream = tokio::time::timeout(timeout, connect)
-            .await
-            .map_err(|_| Error::new(ErrorCode::TimedOut, format!("connect to {server}: no answer within {timeout:?}")))??;
-        stream.set_nodelay(true).map_err(|e| down("configure", &e))?;
-        let (rd, wr) = stream.into_split();
+        // A server on this node is reached over its Unix socket (a test "node" dialing from an
+        // address of its own reaches only its own node's server that way).
+        let on_this_node = dial.local_socket && dial.source.is_none_or(|ip| ip == addr.ip());
+        let (rd, wr) = match on_this_node.then(|| transport::connect_local(addr)).flatten() {
+            Some(stream) => transport::split_unix(stream),
+            None => {
+                let connect = async {
+                    let socket =
+                        if addr.is_ipv4() { TcpSocket::new_v4() } else { TcpSocket::new_v6() }.map_err(|e| down("socket for", &e))?;
+                    if let Some(ip) = dial.source {
+                        socket.bind(SocketAddr::new(ip, 0)).map_err(|e| down(&format!("bind {ip} to reach"), &e))?;
+                    }
+                    socket.connect(addr).await.map_err(|e| down("connect to", &e))
+                };
+                let stream: TcpStream = tokio::time::timeout(timeout, connect)
+                    .await
+                    .map_err(|_| Error::new(ErrorCode::TimedOut, format!("connect to {server}: no answer within {timeout:?}")))??;
+                transport::split_tcp(stream).map_err(|e| down("configure", &e))?
+            }
+        };
         let mut reader = BufReader::with_capacity(IO_BUFFER, rd);
         let mut writer = BufWriter::with_capacity(IO_BUFFER, wr);
 
@@ -435,6 +445,11 @@ impl Connection {
         self.checks_identity
     }
 
+    /// Whether this connection is a Unix socket to a server on this node (else TCP).
+    pub fn over_local_socket(&self) -> bool {
+        self.out.half.is_local()
+    }
+
     pub fn local_dir(&self) -> Option<&Path> {
         self.local_dir.as_deref()
     }
@@ -508,7 +523,7 @@ async fn flush_loop(out: Arc<WriteSide>, waiters: Waiters, server: String) {
                         // stream now so the server closes and the reader ends too.
                         use std::os::fd::AsRawFd;
                         // SAFETY: shutdown on a socket descriptor this side owns; no memory involved.
-                        unsafe { libc::shutdown(out.half.as_ref().as_raw_fd(), libc::SHUT_WR) };
+                        unsafe { libc::shutdown(out.half.as_raw_fd(), libc::SHUT_WR) };
                         return Ok(());
                     }
                     if st.queue.is_empty() {
@@ -552,7 +567,7 @@ async fn sweep_loop(waiters: Waiters, broken: Arc<AtomicBool>, server: String) {
 
 /// `watcher`: who gets the notices, and the way out for their acknowledgements.
 async fn read_loop(
-    mut reader: BufReader<OwnedReadHalf>,
+    mut reader: BufReader<ReadHalf>,
     waiters: Waiters,
     broken: Arc<AtomicBool>,
     server: String,

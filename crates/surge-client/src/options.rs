@@ -1,6 +1,6 @@
 //! How a client behaves: its node, its timeout, the identity it creates files as, and whether
 //! it reads and writes chunks held on its own node itself. Defaults come from the environment
-//! (`SURGE_NODE`, `SURGE_TIMEOUT_SECS`, `SURGE_LOCAL_IO`).
+//! (`SURGE_NODE`, `SURGE_TIMEOUT_SECS`, `SURGE_LOCAL_IO`, `SURGE_LOCAL_SOCKET`).
 
 use std::net::{IpAddr, UdpSocket};
 use std::time::Duration;
@@ -27,6 +27,10 @@ pub struct ClientOptions {
     /// server is up. On by default; `SURGE_LOCAL_IO=0` turns it off (all data then crosses
     /// the network).
     pub local_io: bool,
+    /// Reach a server on this node over its Unix socket rather than TCP
+    /// (`surge_proto::transport`). On by default; `SURGE_LOCAL_SOCKET=0` turns it off (every
+    /// connection then goes through the TCP/IP stack, as to another node).
+    pub local_socket: bool,
     /// How long the holder of a directory delegation whose home was lost keeps trying to reach
     /// it again, to write back what it answered and give the directory up
     /// ([`crate::RECLAIM_FOR`] by default, `SURGE_RECLAIM_SECS`): a mount unmounted meanwhile
@@ -43,7 +47,8 @@ impl Default for ClientOptions {
         let node = std::env::var("SURGE_NODE").ok().and_then(|s| s.parse().ok());
         let timeout =
             std::env::var("SURGE_TIMEOUT_SECS").ok().and_then(|s| s.parse().ok()).map(Duration::from_secs_f64).unwrap_or(DEFAULT_TIMEOUT);
-        let local_io = !matches!(std::env::var("SURGE_LOCAL_IO").as_deref(), Ok("0" | "off" | "false" | "no"));
+        let off = |variable| matches!(std::env::var(variable).as_deref(), Ok("0" | "off" | "false" | "no"));
+        let (local_io, local_socket) = (!off("SURGE_LOCAL_IO"), !off("SURGE_LOCAL_SOCKET"));
         // SAFETY: geteuid/getegid take no arguments and cannot fail.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         let reclaim_for = std::env::var("SURGE_RECLAIM_SECS")
@@ -51,7 +56,7 @@ impl Default for ClientOptions {
             .and_then(|s| s.parse().ok())
             .map(Duration::from_secs_f64)
             .unwrap_or(crate::RECLAIM_FOR);
-        ClientOptions { node, timeout, uid, gid, local_io, reclaim_for, await_watchers: false }
+        ClientOptions { node, timeout, uid, gid, local_io, local_socket, reclaim_for, await_watchers: false }
     }
 }
 

@@ -1,9 +1,9 @@
 //! # surge-proto — the Surge wire protocol
 //!
 //! Everything a Surge client and a Surge server must agree on, and nothing that does I/O (but
-//! for the two things both do with the operating system, behind the `io` feature: reading and
-//! writing frames on tokio streams, [`frame_io`], and telling which boot of which node a
-//! process runs on, [`host`]):
+//! for what both do with the operating system, behind the `io` feature: reading and writing
+//! frames on tokio streams, [`frame_io`], the streams themselves, TCP or a Unix socket on one
+//! node, [`transport`], and telling which boot of which node a process runs on, [`host`]):
 //!
 //! * [`frame`]: the fixed 20-byte frame header (magic, version, kind, lengths, request id) and
 //!   the limits that keep a malformed or hostile peer from making anyone allocate without bound;
@@ -50,6 +50,8 @@ pub mod namespace;
 pub mod placement;
 pub mod stage;
 pub mod ticket;
+#[cfg(feature = "io")]
+pub mod transport;
 pub mod types;
 pub mod workflow;
 pub mod xattr;

@@ -17,10 +17,9 @@ use surge_meta::error::{Result, ServerError};
 use surge_proto::frame::{decode_message, encode_frame};
 use surge_proto::frame_io::{read_frame, write_frame, ReadError};
 use surge_proto::handshake::{Challenge, Hello, Welcome};
+use surge_proto::transport::{ReadHalf, WriteHalf};
 use surge_proto::{auth, ErrorCode, FrameHeader, FrameKind, Request, MAX_MESSAGE_LEN, MAX_PAYLOAD_LEN};
 use tokio::io::{AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::tcp::OwnedWriteHalf;
-use tokio::net::TcpStream;
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::caller;
@@ -36,11 +35,11 @@ const PRE_AUTH_MAX_MESSAGE: usize = 4096;
 const IO_BUFFER: usize = 256 * 1024;
 
 /// The connection's writing half: the request loop, out-of-order answers and notices share it.
-pub(crate) type SharedWriter = Arc<AsyncMutex<BufWriter<OwnedWriteHalf>>>;
+pub(crate) type SharedWriter = Arc<AsyncMutex<BufWriter<WriteHalf>>>;
 
-pub async fn serve(server: Arc<ServerState>, stream: TcpStream, peer: SocketAddr) -> Result<()> {
-    stream.set_nodelay(true)?;
-    let (rd, wr) = stream.into_split();
+/// Serves one client's connection, TCP or a Unix socket (the same in every way but the
+/// kernel's path: `peer` names a TCP client, or this server's own address for one on its node).
+pub async fn serve(server: Arc<ServerState>, (rd, wr): (ReadHalf, WriteHalf), peer: SocketAddr) -> Result<()> {
     let mut reader = BufReader::with_capacity(IO_BUFFER, rd);
     let mut writer = BufWriter::with_capacity(IO_BUFFER, wr);
     let Some((caller, server)) = authenticate(&server, &mut reader, &mut writer, peer).await? else {
@@ -59,8 +58,8 @@ pub async fn serve(server: Arc<ServerState>, stream: TcpStream, peer: SocketAddr
 /// stands in for).
 async fn authenticate(
     server: &Arc<ServerState>,
-    reader: &mut BufReader<tokio::net::tcp::OwnedReadHalf>,
-    writer: &mut BufWriter<OwnedWriteHalf>,
+    reader: &mut BufReader<ReadHalf>,
+    writer: &mut BufWriter<WriteHalf>,
     peer: SocketAddr,
 ) -> Result<Option<(Option<Caller>, Arc<ServerState>)>> {
     let mut challenge = [0u8; auth::CHALLENGE_LEN];
@@ -215,13 +214,7 @@ where
 /// Writes a frame whose message is already encoded (not flushed). A reply larger than the
 /// protocol allows is answered with a failure instead: the client gets an error, not a
 /// connection cut in mid-frame.
-async fn write_raw(
-    w: &mut BufWriter<OwnedWriteHalf>,
-    kind: FrameKind,
-    request_id: u64,
-    message: &[u8],
-    payload: &[u8],
-) -> std::io::Result<()> {
+async fn write_raw(w: &mut BufWriter<WriteHalf>, kind: FrameKind, request_id: u64, message: &[u8], payload: &[u8]) -> std::io::Result<()> {
     if message.len() > MAX_MESSAGE_LEN || payload.len() > MAX_PAYLOAD_LEN {
         let detail = format!("the answer ({} + {} bytes) exceeds the protocol's frame limits", message.len(), payload.len());
         return write_frame(w, FrameKind::Failure, request_id, &surge_proto::Error::new(ErrorCode::Invalid, detail), &[]).await;
@@ -249,12 +242,12 @@ async fn answer_now(writer: &SharedWriter, request_id: u64, outcome: Result<Vec<
 
 /// Answers a read with the bytes of `source`, sent from its file (the reply's length is fixed
 /// by the header first: bytes the file lost meanwhile, to a truncation, go out as zeros).
-async fn send_from_file(w: &mut BufWriter<OwnedWriteHalf>, request_id: u64, source: &ReadSource) -> std::io::Result<()> {
+async fn send_from_file(w: &mut BufWriter<WriteHalf>, request_id: u64, source: &ReadSource) -> std::io::Result<()> {
     use tokio::io::Interest;
     let head = encode_frame(FrameKind::Reply, request_id, &(), source.len);
     w.write_all(&head).await?;
     w.flush().await?;
-    let socket = w.get_ref().as_ref();
+    let socket = w.get_ref();
     let (mut sent, mut at) = (0usize, source.offset as libc::off_t);
     while sent < source.len {
         socket.writable().await?;

@@ -18,8 +18,9 @@ use surge_meta::MetaStore;
 use surge_proto::auth::Secret;
 use surge_proto::stage::StageService;
 use surge_proto::ticket::TicketKey;
+use surge_proto::transport;
 use surge_proto::ErrorCode;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Notify;
 
 use crate::{conn, data, mirror, watch};
@@ -285,6 +286,8 @@ fn replace_task(slot: &Mutex<Option<tokio::task::AbortHandle>>, next: impl FnOnc
 pub struct Server {
     state: Arc<ServerState>,
     listener: TcpListener,
+    /// The Unix socket clients on this node reach it by (`surge_proto::transport`).
+    local: Option<UnixListener>,
     root: PathBuf,
 }
 
@@ -294,7 +297,13 @@ impl Server {
     pub async fn bind(config: ServerConfig) -> Result<Server> {
         let server = ServerState::open(config.clone())?;
         let listener = TcpListener::bind(config.listen).await.map_err(|e| ServerError::os(&format!("bind {}", config.listen), e))?;
-        Ok(Server { state: server, listener, root: config.root })
+        let addr = listener.local_addr()?;
+        // Without it, clients on this node come by TCP like any other: slower, no less right.
+        let local = transport::bind_local(addr).unwrap_or_else(|e| {
+            tracing::warn!(%addr, "no Unix socket for clients on this node ({e}): they connect by TCP");
+            None
+        });
+        Ok(Server { state: server, listener, local, root: config.root })
     }
 
     /// The address the server listens on (the port chosen, when 0 was asked).
@@ -315,7 +324,7 @@ impl Server {
     /// temporary name then renamed, so a launcher never reads half of it), then serves until
     /// a client sends `Shutdown` or `stop` completes.
     pub async fn serve(self, stop: impl Future<Output = ()>) -> Result<()> {
-        let Server { state: server, listener, root } = self;
+        let Server { state: server, listener, local, root } = self;
         let addr = listener.local_addr()?;
         let ready = root.join("ready");
         let tmp = root.join("ready.tmp");
@@ -328,18 +337,16 @@ impl Server {
                 accepted = listener.accept() => match accepted {
                     Ok((stream, peer)) => {
                         keep_alive(&stream);
-                        let server = server.clone();
-                        tokio::spawn(async move {
-                            if let Err(e) = conn::serve(server, stream, peer).await {
-                                tracing::debug!(%peer, "connection ended: {e}");
-                            }
-                        });
+                        match transport::split_tcp(stream) {
+                            Ok(halves) => spawn_connection(&server, halves, peer),
+                            Err(e) => tracing::debug!(%peer, "connection not set up: {e}"),
+                        }
                     }
-                    Err(e) => {
-                        // Out of descriptors and the like: back off instead of spinning.
-                        tracing::warn!("accept failed: {e}");
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    }
+                    Err(e) => accept_failed(e).await,
+                },
+                accepted = accept_local(local.as_ref()) => match accepted {
+                    Ok(stream) => spawn_connection(&server, transport::split_unix(stream), addr),
+                    Err(e) => accept_failed(e).await,
                 },
                 _ = server.shutdown.notified() => {
                     tracing::info!("shutdown requested (by a client, or by the mirror link: see above)");
@@ -356,6 +363,30 @@ impl Server {
         }
         server.close()
     }
+}
+
+/// Serves a client's connection in a task of its own.
+fn spawn_connection(server: &Arc<ServerState>, halves: (transport::ReadHalf, transport::WriteHalf), peer: SocketAddr) {
+    let server = server.clone();
+    tokio::spawn(async move {
+        if let Err(e) = conn::serve(server, halves, peer).await {
+            tracing::debug!(%peer, "connection ended: {e}");
+        }
+    });
+}
+
+/// The next client on this node, if the server has a socket for them (else never).
+async fn accept_local(local: Option<&UnixListener>) -> std::io::Result<tokio::net::UnixStream> {
+    match local {
+        Some(listener) => listener.accept().await.map(|(stream, _)| stream),
+        None => std::future::pending().await,
+    }
+}
+
+/// Out of descriptors and the like: back off instead of spinning.
+async fn accept_failed(e: std::io::Error) {
+    tracing::warn!("accept failed: {e}");
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
 }
 
 /// Probes an idle connection, so that one whose client's node died without a word (power,
