@@ -15,7 +15,6 @@
 //! this node are read and written in that server's data file directly.
 
 use std::collections::VecDeque;
-use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -455,10 +454,7 @@ impl File {
             // and with no read-ahead, nothing fetched ahead can hold what this write replaces.
             let claimable = behind.queue.is_empty() && self.no_read_ahead();
             if let Some(claimed) = claimable.then(|| self.local.claim(offset, len)).flatten() {
-                for (file, piece) in claimed {
-                    let from = &data[piece.buf_offset..piece.buf_offset + piece.len as usize];
-                    file.write_all_at(from, piece.file_offset).map_err(|e| crate::local::write_error(self.ino, piece.file_offset, e))?;
-                }
+                self.local.write_claimed(claimed, data)?;
                 drop(behind);
                 self.wrote(offset + len);
                 return Ok(data.len());

@@ -702,6 +702,8 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use surge_proto::placement::DirLayout;
+    use surge_proto::{FileKind, ROOT_INO};
 
     /// A journal opened on a fresh directory, for test `test`: the directory, its store and
     /// the journal.
@@ -719,8 +721,6 @@ mod tests {
         store.create(ROOT_INO, name, 0o644, 0, 0, 0, true, false, None).unwrap();
         journal.append(store.take_changes()).seq
     }
-    use surge_proto::placement::DirLayout;
-    use surge_proto::{FileKind, ROOT_INO};
 
     #[test]
     fn a_record_cut_short_ends_the_journal_and_the_ones_before_survive() {
