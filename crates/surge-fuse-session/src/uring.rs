@@ -376,7 +376,7 @@ impl Queue {
             let responder = Responder::new(self.dev.clone(), in_header.unique, Route::Ring(entry_ref));
             let used = (ring.payload_sz as usize).min(payload.len());
             tracing::trace!(qid = self.qid, index, unique = in_header.unique, opcode = in_header.opcode, "ring request");
-            if in_header.opcode == abi::fuse_opcode::FUSE_SETLKW as u32 && self.keeps_entries_from_lock_waits() {
+            if is_lock_wait(&in_header, &header.op_in) && self.keeps_entries_from_lock_waits() {
                 crate::reply::ReplyEmpty::new(responder).error(libc::ENOLCK);
             } else {
                 match request::decode(&in_header, &header.op_in, &payload[..used]) {
@@ -533,6 +533,14 @@ fn pin_to_cpu(cpu: u16) {
     }
 }
 
+/// Whether the request waits for a lock (F_SETLKW, or flock without LOCK_NB) and may hold its
+/// entry as long as another owner holds the lock. An unlock comes as F_SETLKW too
+/// (`flock(fd, LOCK_UN)`), and ends waits rather than making one: never refused.
+fn is_lock_wait(in_header: &abi::fuse_in_header, op_in: &[u8]) -> bool {
+    in_header.opcode == abi::fuse_opcode::FUSE_SETLKW as u32
+        && abi::read::<abi::fuse_lk_in>(op_in).is_some_and(|lk| lk.lk.type_ != libc::F_UNLCK as u32)
+}
+
 /// Why a queue stops taking requests.
 enum QueueEnd {
     /// The connection ended (an unmount).
@@ -681,5 +689,32 @@ fn watch(queues: Vec<std::sync::Weak<Queue>>) {
         if !alive {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A FUSE_SETLKW's header and argument area for a lock of `kind` (F_RDLCK, F_WRLCK, F_UNLCK).
+    fn setlkw(kind: i32) -> (abi::fuse_in_header, Vec<u8>) {
+        let header = abi::fuse_in_header { opcode: abi::fuse_opcode::FUSE_SETLKW as u32, ..Default::default() };
+        let mut lk = abi::fuse_lk_in::new_zeroed();
+        lk.lk.type_ = kind as u32;
+        lk.lk.end = u64::MAX;
+        let mut op_in = lk.as_bytes().to_vec();
+        op_in.resize(abi::URING_OP_IN_OUT_SZ, 0);
+        (header, op_in)
+    }
+
+    #[test]
+    fn unlocks_sent_as_lock_waits_are_not_lock_waits() {
+        for (kind, waits) in [(libc::F_WRLCK, true), (libc::F_RDLCK, true), (libc::F_UNLCK, false)] {
+            let (header, op_in) = setlkw(kind);
+            assert_eq!(is_lock_wait(&header, &op_in), waits, "lock type {kind}");
+        }
+        let (mut header, op_in) = setlkw(libc::F_WRLCK);
+        header.opcode = abi::fuse_opcode::FUSE_SETLK as u32;
+        assert!(!is_lock_wait(&header, &op_in), "F_SETLK does not wait");
     }
 }
