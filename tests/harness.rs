@@ -9,6 +9,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 pub mod netns;
 pub mod testbed;
@@ -400,6 +401,41 @@ impl Drop for TempGroup {
             eprintln!("groupdel {} failed: {}", self.name, text(&out));
         }
     }
+}
+
+/// Unmounts `dir` with umount(8), as an admin or xfstests does. A test process's other threads
+/// start children all the time, and a child holds copies of the test's open files from its
+/// fork until its exec closes them: a mount that is busy is tried again for up to 10 s, then
+/// the test fails naming the processes that hold it.
+pub fn umount(dir: &Path) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = Command::new("umount").arg(dir).output().expect("run umount");
+        if out.status.success() {
+            return;
+        }
+        let busy = text(&out).contains("busy");
+        if !busy || std::time::Instant::now() > deadline {
+            panic!("`umount {}` failed: {}; held by: {:?}", dir.display(), text(&out), holders_of(dir));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The processes (pid and command) whose working directory or an open file is under `dir`.
+fn holders_of(dir: &Path) -> Vec<String> {
+    let Ok(procs) = std::fs::read_dir("/proc") else { return vec![] };
+    let under = |link: PathBuf| std::fs::read_link(link).is_ok_and(|target| target.starts_with(dir));
+    procs
+        .flatten()
+        .filter(|p| p.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|p| {
+            under(p.path().join("cwd")) || std::fs::read_dir(p.path().join("fd")).is_ok_and(|fds| fds.flatten().any(|fd| under(fd.path())))
+        })
+        .map(|p| {
+            format!("{} {}", p.file_name().to_string_lossy(), std::fs::read_to_string(p.path().join("comm")).unwrap_or_default().trim())
+        })
+        .collect()
 }
 
 /// Runs a shell command line, panicking with its output if it fails.

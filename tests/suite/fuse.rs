@@ -1984,8 +1984,9 @@ fn a_hundred_lock_waiters_on_one_cpu_all_end_and_never_hang_the_mount() {
         let log_before = std::fs::read_to_string(&log_path).map_or(0, |l| l.len());
         let env = [env, vec![("SURGE_LOG", "warn,surge_fuse_session=debug")]].concat();
         let m = inst.mount_with(label, "127.0.5.95", &env);
-        let (got, refused) = lock_waiters_on_cpu0(&m, 100);
+        let outcome = lock_waiters_on_cpu0(&m, 100);
         let log = std::fs::read_to_string(&log_path).unwrap_or_default().split_off(log_before);
+        let (got, refused) = outcome.unwrap_or_else(|still| panic!("{label}: {still}; the mount's log: {log}"));
         match (label, offered) {
             ("rings", true) => {
                 assert_eq!((got, refused), (100, 0), "{label}: every waiter gets the lock");
@@ -2002,9 +2003,9 @@ fn a_hundred_lock_waiters_on_one_cpu_all_end_and_never_hang_the_mount() {
 
 /// Takes an exclusive flock on a file in `m` for 2 s, with `n` more flock calls waiting for
 /// it, every process on CPU 0; how many waiters then got the lock and how many were refused.
-/// Waiters still waiting 30 s after the holder let go fail the test (the mount's connection
-/// is aborted first: its waiters would otherwise hang unkillable).
-fn lock_waiters_on_cpu0(m: &Mount, n: usize) -> (usize, usize) {
+/// Processes still running 30 s after the holder let go are an error, which says which (the
+/// mount's connection is aborted first: its waiters would otherwise hang unkillable).
+fn lock_waiters_on_cpu0(m: &Mount, n: usize) -> Result<(usize, usize), String> {
     let file = m.path("lockfile");
     std::fs::write(&file, b"").unwrap();
     let file = file.display().to_string();
@@ -2027,17 +2028,22 @@ fn lock_waiters_on_cpu0(m: &Mount, n: usize) -> (usize, usize) {
                 break;
             }
             if std::time::Instant::now() > deadline {
-                let waiting = n + 1 - statuses.len();
+                let running: Vec<usize> =
+                    processes.iter_mut().enumerate().filter_map(|(i, p)| p.try_wait().is_ok_and(|s| s.is_none()).then_some(i)).collect();
                 abort_fuse_connection(&m.dir);
                 processes.iter_mut().for_each(|p| drop(p.kill()));
-                panic!("{waiting} of the holder and {n} waiters still wait 30 s after the holder let go (lock never handed on)");
+                processes.iter_mut().for_each(|p| drop(p.wait()));
+                return Err(format!(
+                    "{} of the holder (0) and {n} waiters still run 30 s after the holder let go: {running:?}",
+                    running.len()
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
     assert!(statuses[0].success(), "the holder's flock: {:?}", statuses[0]);
     let got = statuses[1..].iter().filter(|s| s.success()).count();
-    (got, n - got)
+    Ok((got, n - got))
 }
 
 /// Aborts the FUSE connection of the mount on `dir` (through the fusectl file system): its
@@ -2143,11 +2149,11 @@ fn the_mount_helper_mounts_and_remounts_as_mount_8_asks() {
     // Unmounted by umount(8) and mounted again, twice (as xfstests does): the instance goes
     // down all the same, its mount record kept once.
     for _ in 0..2 {
-        sh(&format!("umount {}", dir.display()));
+        surge_tests::umount(&dir);
         let again = run(&format!("node=127.0.5.161,{home}"));
         assert!(again.status.success(), "mounted again: {}", surge_tests::text(&again));
     }
-    sh(&format!("umount {}", dir.display()));
+    surge_tests::umount(&dir);
     let down = inst.surge(&["down", &inst.name]);
     assert!(down.status.success(), "down after umount(8): {}", surge_tests::text(&down));
     let _ = std::fs::remove_dir(&dir);
