@@ -466,17 +466,20 @@ pub fn text(out: &Output) -> String {
     format!("status {}\nstdout: {}\nstderr: {}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
-/// Deterministic pseudo-random bytes (xorshift), so two processes can agree on content.
+/// Deterministic pseudo-random bytes (xorshift), so two processes can agree on content. Eight
+/// bytes per step: this crate is built unoptimized (the workspace's Cargo.toml), and the tests
+/// make gigabytes of it.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut data = vec![0u8; len.next_multiple_of(8)];
+    for word in data.chunks_exact_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        word.copy_from_slice(&x.to_le_bytes());
+    }
+    data.truncate(len);
+    data
 }
 
 pub fn write_local(dir: &Path, name: &str, data: &[u8]) -> PathBuf {
