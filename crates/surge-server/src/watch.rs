@@ -86,6 +86,46 @@ pub struct Ledger {
     /// socket (by `conn::send_notices`): for the same warning, which says whether what is
     /// owed reached the client.
     written: HashMap<WatcherId, Arc<AtomicU64>>,
+    /// What each watching connection was registered for, map by map: what its departure
+    /// visits, so that a process that leaves costs what it held, not every registration of
+    /// every watcher (a mount holding millions of names while short-lived processes come and
+    /// go, each under the ledger's lock).
+    trails: HashMap<WatcherId, Trails>,
+}
+
+/// The inodes one watcher was registered for in each of the ledger's maps.
+#[derive(Default)]
+struct Trails {
+    attrs: Trail,
+    dirs: Trail,
+    kept: Trail,
+    listed_attrs: Trail,
+}
+
+/// Inodes a watcher was registered for in one map, in the order registered. Some may no
+/// longer name it (a notice, a gone inode or a take-back removed it) or appear twice (it
+/// registered again): whenever the trail has doubled since it was last compacted, it keeps
+/// only those that still name it, once each, so it stays within twice what the watcher holds.
+#[derive(Default)]
+struct Trail {
+    inos: Vec<Ino>,
+    compacted_len: usize,
+}
+
+/// Below this length a trail is never compacted.
+const TRAIL_COMPACTS_FROM: usize = 1024;
+
+impl Trail {
+    /// `ino` now names the watcher; `still_names(ino)`: whether an inode still does.
+    fn push(&mut self, ino: Ino, still_names: impl Fn(Ino) -> bool) {
+        self.inos.push(ino);
+        if self.inos.len() >= 2 * self.compacted_len.max(TRAIL_COMPACTS_FROM / 2) {
+            self.inos.sort_unstable();
+            self.inos.dedup();
+            self.inos.retain(|&ino| still_names(ino));
+            self.compacted_len = self.inos.len();
+        }
+    }
 }
 
 /// A watching connection that owes acknowledgements (see [`Watchers::owing`]).
@@ -173,9 +213,22 @@ fn forget_names(dirs: &mut InoMap<Vec<WatcherId>>, dir: Ino, w: WatcherId) {
     }
 }
 
-fn add(set: &mut Vec<WatcherId>, id: WatcherId) {
-    if !set.contains(&id) {
+/// Adds `id` to `set`; whether it was not there yet.
+fn add(set: &mut Vec<WatcherId>, id: WatcherId) -> bool {
+    let new = !set.contains(&id);
+    if new {
         set.push(id);
+    }
+    new
+}
+
+/// Takes `id` out of `ino`'s set in `map` (the set goes when nobody is left in it).
+fn remove_from<T>(map: &mut InoMap<Vec<T>>, ino: Ino, names_other: impl Fn(&T) -> bool) {
+    if let Some(set) = map.get_mut(&ino) {
+        set.retain(names_other);
+        if set.is_empty() {
+            map.remove(&ino);
+        }
     }
 }
 
@@ -199,18 +252,15 @@ impl Watchers {
         (id, rx)
     }
 
-    /// The connection is gone.
+    /// The connection is gone: what it was registered for is forgotten (visiting only that).
     pub fn unregister(&self, id: WatcherId) {
         let mut st = self.state.lock_or_recover();
-        let Ledger { outboxes, attrs, dirs, kept, acks, keep_nothing, keep_exactly, peers, written, listed_attrs, taken_back, .. } =
-            &mut *st;
+        let Ledger {
+            outboxes, attrs, dirs, kept, acks, keep_nothing, keep_exactly, peers, written, listed_attrs, taken_back, trails, ..
+        } = &mut *st;
         peers.remove(&id);
         written.remove(&id);
         taken_back.retain(|&(w, _)| w != id);
-        listed_attrs.retain(|_, set| {
-            set.retain(|&(w, _)| w != id);
-            !set.is_empty()
-        });
         keep_nothing.remove(&id);
         keep_exactly.remove(&id);
         if outboxes.remove(&id).is_some() {
@@ -218,11 +268,14 @@ impl Watchers {
         }
         // Whoever waits for this connection's acknowledgements stops waiting.
         acks.retain(|_, (w, _, _)| *w != id);
-        for sets in [attrs, dirs, kept] {
-            sets.retain(|_, set| {
-                set.retain(|&w| w != id);
-                !set.is_empty()
-            });
+        let Some(trail) = trails.remove(&id) else { return };
+        for (map, trail) in [(attrs, trail.attrs), (dirs, trail.dirs), (kept, trail.kept)] {
+            for ino in trail.inos {
+                remove_from(map, ino, |&w| w != id);
+            }
+        }
+        for ino in trail.listed_attrs.inos {
+            remove_from(listed_attrs, ino, |&(w, _)| w != id);
         }
     }
 
@@ -320,7 +373,7 @@ impl Ledger {
     /// other watchers of what it changed. Returns the acknowledgements to wait for before the
     /// change is answered.
     pub fn apply(&mut self, by: Option<WatcherId>, effects: Effects) -> Vec<oneshot::Receiver<()>> {
-        let Ledger { outboxes, attrs, dirs, kept, acks, next_ack, keep_nothing, keep_exactly, listed_attrs, taken_back, .. } = self;
+        let Ledger { outboxes, attrs, dirs, kept, acks, next_ack, keep_nothing, keep_exactly, listed_attrs, taken_back, trails, .. } = self;
         let mut awaited = Vec::new();
         let mut send = |to: WatcherId, notice: Notice, acknowledged: bool| {
             let Some(outbox) = outboxes.get(&to) else { return };
@@ -399,6 +452,8 @@ impl Ledger {
             kept.remove(&ino);
         }
         if let Some(id) = by.filter(|id| !keep_nothing.contains(id) && (effects.queried || !keep_exactly.contains(id))) {
+            let trail = trails.entry(id).or_default();
+            let names_id = |map: &InoMap<Vec<WatcherId>>, ino| map.get(&ino).is_some_and(|set| set.contains(&id));
             match effects.listed.filter(|_| keep_exactly.contains(&id)) {
                 Some(dir) => {
                     taken_back.remove(&(id, dir));
@@ -406,20 +461,28 @@ impl Ledger {
                         let set = listed_attrs.entry(ino).or_default();
                         if !set.contains(&(id, dir)) {
                             set.push((id, dir));
+                            let listed: &InoMap<Vec<(WatcherId, Ino)>> = listed_attrs;
+                            trail.listed_attrs.push(ino, |ino| listed.get(&ino).is_some_and(|set| set.iter().any(|&(w, _)| w == id)));
                         }
                     }
                 }
                 None => {
                     for ino in effects.told_attrs {
-                        add(attrs.entry(ino).or_default(), id);
+                        if add(attrs.entry(ino).or_default(), id) {
+                            trail.attrs.push(ino, |ino| names_id(attrs, ino));
+                        }
                     }
                 }
             }
             for ino in effects.told_dirs {
-                add(dirs.entry(ino).or_default(), id);
+                if add(dirs.entry(ino).or_default(), id) {
+                    trail.dirs.push(ino, |ino| names_id(dirs, ino));
+                }
             }
             if let Some(ino) = effects.kept_open {
-                add(kept.entry(ino).or_default(), id);
+                if add(kept.entry(ino).or_default(), id) {
+                    trail.kept.push(ino, |ino| names_id(kept, ino));
+                }
             }
         }
         awaited
@@ -501,6 +564,31 @@ mod tests {
         w.unregister(a);
         assert!(!w.any());
         assert!(w.state.lock_or_recover().attrs.is_empty() && w.state.lock_or_recover().dirs.is_empty());
+    }
+
+    /// A departing watcher takes all it was registered for with it and nothing of another's,
+    /// however often it registered and was notified in between, and what it keeps track of
+    /// for that stays within twice what it holds.
+    #[test]
+    fn a_departure_forgets_all_its_registrations_and_only_its_own() {
+        let w = Watchers::default();
+        let (mount, _rx_mount) = w.register(Keeps::Everything, PEER);
+        let (lib, _rx_lib) = w.register(Keeps::Exactly, PEER);
+        let files: Vec<Ino> = (100..5100).collect();
+        w.lock().apply(Some(mount), told(&files, &[1, 2]));
+        for round in 0..3 {
+            // Told, then notified of a change (which unregisters it), then told again.
+            w.lock().apply(Some(lib), told(&files, &[1]));
+            w.lock().apply(Some(mount), Effects { changed_attrs: files[..2500].to_vec(), ..Default::default() });
+            w.lock().apply(Some(lib), Effects { listed: Some(2), ..told(&files[2500..], &[2]) });
+            assert!(w.lock().trails[&lib].attrs.inos.len() <= 2 * files.len(), "round {round}: the trail stays bounded");
+        }
+        w.lock().apply(Some(lib), Effects { kept_open: Some(7), ..Default::default() });
+        w.unregister(lib);
+        let st = w.state.lock_or_recover();
+        assert!(st.attrs.values().chain(st.dirs.values()).chain(st.kept.values()).all(|set| !set.contains(&lib)));
+        assert!(st.listed_attrs.is_empty() && st.kept.is_empty() && !st.trails.contains_key(&lib));
+        assert!(files.iter().all(|ino| st.attrs[ino] == [mount]) && st.dirs[&1] == [mount] && st.dirs[&2] == [mount]);
     }
 
     /// A changer that asked for it (`AwaitWatchers`) is answered only once every holder of
