@@ -776,14 +776,27 @@ fn faults_through_the_mount() {
         })
         .expect("a directory homed on the server to stop");
     rt.block_on(async { c.create(&format!("{dir_on_stopped}/f"), 0o644).await.unwrap().close().await.unwrap() });
-    inst.signal_server(stopped, libc::SIGSTOP);
+    let stopped_pid = inst.signal_server(stopped, libc::SIGSTOP);
     let fault = Instant::now();
-    let mut ls = Command::new("ls").arg("-l").arg(mount.path(&dir_on_stopped[1..])).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let mut ls = Command::new("ls")
+        .arg("-l")
+        .arg(mount.path(&dir_on_stopped[1..]))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let status = wait_child(&mut ls);
     let seconds = fault.elapsed().as_secs_f64();
+    // The server's state as ls ended ('T': stopped), for a failure to say.
+    let state = std::fs::read_to_string(format!("/proc/{stopped_pid}/stat")).unwrap_or_default();
     inst.signal_server(stopped, libc::SIGCONT);
     let stderr = std::io::read_to_string(ls.stderr.take().unwrap()).unwrap();
-    assert!(!status.success(), "ls of a stopped server's directory succeeded");
+    let stdout = std::io::read_to_string(ls.stdout.take().unwrap()).unwrap();
+    assert!(
+        !status.success(),
+        "ls of server {stopped}'s directory {dir_on_stopped} succeeded in {seconds:.2} s while it was stopped \
+         (its /proc stat: {state}); ls printed: {stdout}"
+    );
     assert!(seconds < 3.0 + 3.0, "{seconds:.2} s for ls to fail");
     let listed_after = Command::new("ls").arg(mount.path(&dir_on_stopped[1..])).output().unwrap();
     assert!(listed_after.status.success() && String::from_utf8_lossy(&listed_after.stdout).contains('f'));

@@ -191,7 +191,10 @@ fn a_group_hands_each_file_out_once_even_when_a_consumer_is_killed() {
     let victim = inst.surge(&["queue", "claim", "/plots", "--group", "vis", "--pattern", "plt*.h5", "--lease", "2", "--json"]);
     assert!(victim.status.success(), "{}", text(&victim));
     let held: serde_json::Value = serde_json::from_slice(&victim.stdout).unwrap();
-    assert_eq!(held["name"], "plt000.h5");
+    // One of the ten: each close is published by its release, which the kernel sends after
+    // close(2) returned, so ten quick closes may reach the log in another order.
+    let held_name = held["name"].as_str().unwrap().to_string();
+    assert!(names[..10].contains(&held_name), "{held}");
     let mut stalled =
         inst.shell_on("127.0.0.86", &format!("$SURGE queue claim {dir} --group vis --lease 2 >/dev/null && sleep 100")).spawn().unwrap();
     std::thread::sleep(Duration::from_millis(500));
@@ -228,7 +231,7 @@ fn a_group_hands_each_file_out_once_even_when_a_consumer_is_killed() {
     assert_eq!((vis["done"].as_u64(), vis["backlog"].as_u64(), vis["claimed"].as_u64()), (Some(30), Some(0), Some(0)), "{status}");
     assert!(vis["expired"].as_u64().unwrap() >= 2, "both abandoned claims ran out: {status}");
     // The first claim's holder comes back too late: its token no longer holds the file.
-    let late = inst.surge(&["queue", "done", "/plots/plt000.h5", "--token", &held["token"].to_string()]);
+    let late = inst.surge(&["queue", "done", &format!("/plots/{held_name}"), "--token", &held["token"].to_string()]);
     assert!(!late.status.success() && text(&late).contains("lease ran out"), "{}", text(&late));
     let wrong = inst.surge(&["queue", "claim", "/plots", "--group", "vis", "--pattern", "chk*"]);
     assert!(!wrong.status.success() && text(&wrong).contains("takes 'plt*.h5'"), "{}", text(&wrong));
