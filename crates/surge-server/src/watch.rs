@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use smallvec::SmallVec;
 use surge_meta::poison_free::LockRecover;
 use surge_meta::InoMap;
 use surge_proto::admin::{Keeps, Notice};
@@ -40,6 +41,10 @@ pub type Outgoing = (u64, Notice);
 
 /// A watching connection, as known to this server.
 pub type WatcherId = u64;
+
+/// The connections registered for one inode: nearly always one or two, kept inline (a
+/// listing of a million files registers a million of these).
+type Watching = SmallVec<[WatcherId; 2]>;
 
 #[derive(Default)]
 pub struct Watchers {
@@ -58,12 +63,12 @@ pub struct Ledger {
     acks: HashMap<u64, (WatcherId, oneshot::Sender<()>, Instant)>,
     next_ack: u64,
     /// Connections that may hold an inode's attributes.
-    attrs: InoMap<Vec<WatcherId>>,
+    attrs: InoMap<Watching>,
     /// Connections that may hold names in a directory.
-    dirs: InoMap<Vec<WatcherId>>,
+    dirs: InoMap<Watching>,
     /// Connections that keep a file to answer its opens themselves, until the next change to
     /// its attributes.
-    kept: InoMap<Vec<WatcherId>>,
+    kept: InoMap<Watching>,
     /// Connections that keep nothing they are told (`Keeps::Nothing`): never registered for
     /// names or attributes, told only of recalls.
     keep_nothing: HashSet<WatcherId>,
@@ -75,7 +80,7 @@ pub struct Ledger {
     /// who keeps it, from a listing of which directory. A change to one takes back the whole
     /// listing at once ([`Notice::Names`]): a process that listed a directory of a million
     /// files another one then removes is told once, not a million times.
-    listed_attrs: InoMap<Vec<(WatcherId, Ino)>>,
+    listed_attrs: InoMap<SmallVec<[(WatcherId, Ino); 1]>>,
     /// Listings taken back from a connection that keeps exactly: what it was told there is no
     /// longer its business, until it lists the directory again.
     taken_back: HashSet<(WatcherId, Ino)>,
@@ -204,9 +209,9 @@ impl Effects {
 }
 
 /// `w` no longer holds names in `dir`.
-fn forget_names(dirs: &mut InoMap<Vec<WatcherId>>, dir: Ino, w: WatcherId) {
+fn forget_names(dirs: &mut InoMap<Watching>, dir: Ino, w: WatcherId) {
     if let Some(set) = dirs.get_mut(&dir) {
-        set.retain(|&x| x != w);
+        set.retain(|x| *x != w);
         if set.is_empty() {
             dirs.remove(&dir);
         }
@@ -214,7 +219,7 @@ fn forget_names(dirs: &mut InoMap<Vec<WatcherId>>, dir: Ino, w: WatcherId) {
 }
 
 /// Adds `id` to `set`; whether it was not there yet.
-fn add(set: &mut Vec<WatcherId>, id: WatcherId) -> bool {
+fn add(set: &mut Watching, id: WatcherId) -> bool {
     let new = !set.contains(&id);
     if new {
         set.push(id);
@@ -223,9 +228,9 @@ fn add(set: &mut Vec<WatcherId>, id: WatcherId) -> bool {
 }
 
 /// Takes `id` out of `ino`'s set in `map` (the set goes when nobody is left in it).
-fn remove_from<T>(map: &mut InoMap<Vec<T>>, ino: Ino, names_other: impl Fn(&T) -> bool) {
+fn remove_from<A: smallvec::Array>(map: &mut InoMap<SmallVec<A>>, ino: Ino, names_other: impl Fn(&A::Item) -> bool) {
     if let Some(set) = map.get_mut(&ino) {
-        set.retain(names_other);
+        set.retain(|item| names_other(item));
         if set.is_empty() {
             map.remove(&ino);
         }
@@ -349,7 +354,7 @@ impl Ledger {
     pub fn take_back_names(&mut self, dir: Ino, me: WatcherId) -> Vec<oneshot::Receiver<()>> {
         let Some(set) = self.dirs.get_mut(&dir) else { return Vec::new() };
         let (exact, stay): (Vec<WatcherId>, Vec<WatcherId>) = set.iter().partition(|&&w| w != me && self.keep_exactly.contains(&w));
-        *set = stay;
+        *set = stay.into();
         if set.is_empty() {
             self.dirs.remove(&dir);
         }
@@ -396,7 +401,7 @@ impl Ledger {
             let keepers = match kept.get_mut(&ino) {
                 Some(set) => {
                     let keepers: Vec<WatcherId> = set.iter().copied().filter(|&w| Some(w) != by).collect();
-                    set.retain(|&w| Some(w) == by);
+                    set.retain(|w| Some(*w) == by);
                     if set.is_empty() {
                         kept.remove(&ino);
                     }
@@ -412,7 +417,7 @@ impl Ledger {
                     send(w, Notice::Attr { ino }, attrs_awaited || keep_exactly.contains(&w));
                 }
                 // The notified dropped what they had; they register again when they ask.
-                set.retain(|&w| Some(w) == by);
+                set.retain(|w| Some(*w) == by);
                 if set.is_empty() {
                     attrs.remove(&ino);
                 }
@@ -424,7 +429,7 @@ impl Ledger {
                         forget_names(dirs, dir, w);
                     }
                 }
-                set.retain(|&(w, _)| Some(w) == by);
+                set.retain(|(w, _)| Some(*w) == by);
                 if set.is_empty() {
                     listed_attrs.remove(&ino);
                 }
@@ -453,7 +458,7 @@ impl Ledger {
         }
         if let Some(id) = by.filter(|id| !keep_nothing.contains(id) && (effects.queried || !keep_exactly.contains(id))) {
             let trail = trails.entry(id).or_default();
-            let names_id = |map: &InoMap<Vec<WatcherId>>, ino| map.get(&ino).is_some_and(|set| set.contains(&id));
+            let names_id = |map: &InoMap<Watching>, ino| map.get(&ino).is_some_and(|set| set.contains(&id));
             match effects.listed.filter(|_| keep_exactly.contains(&id)) {
                 Some(dir) => {
                     taken_back.remove(&(id, dir));
@@ -461,7 +466,7 @@ impl Ledger {
                         let set = listed_attrs.entry(ino).or_default();
                         if !set.contains(&(id, dir)) {
                             set.push((id, dir));
-                            let listed: &InoMap<Vec<(WatcherId, Ino)>> = listed_attrs;
+                            let listed: &InoMap<SmallVec<[(WatcherId, Ino); 1]>> = listed_attrs;
                             trail.listed_attrs.push(ino, |ino| listed.get(&ino).is_some_and(|set| set.iter().any(|&(w, _)| w == id)));
                         }
                     }
@@ -588,7 +593,8 @@ mod tests {
         let st = w.state.lock_or_recover();
         assert!(st.attrs.values().chain(st.dirs.values()).chain(st.kept.values()).all(|set| !set.contains(&lib)));
         assert!(st.listed_attrs.is_empty() && st.kept.is_empty() && !st.trails.contains_key(&lib));
-        assert!(files.iter().all(|ino| st.attrs[ino] == [mount]) && st.dirs[&1] == [mount] && st.dirs[&2] == [mount]);
+        assert!(files.iter().all(|ino| st.attrs[ino].as_slice() == [mount]));
+        assert!(st.dirs[&1].as_slice() == [mount] && st.dirs[&2].as_slice() == [mount]);
     }
 
     /// A changer that asked for it (`AwaitWatchers`) is answered only once every holder of
