@@ -16,7 +16,8 @@
 //!   acknowledgement awaited.
 //!
 //! A directory whose names miss here again and again is listed once, with attributes, in the
-//! background ([`Cache::missed`]): one request per page of names instead of one per `stat`.
+//! background ([`Cache::missed`]): one request per page of names instead of one per `stat`,
+//! slowed to a page per [`PAGE_EVERY_BESIDE_DATA`] while the program reads or writes.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -36,6 +37,12 @@ const MISSES_BEFORE_LISTING: u32 = 16;
 
 /// Names asked for per page of a background listing.
 const LISTING_PAGE: u32 = 4096;
+
+/// While the process reads or writes, a background listing asks for at most one page per
+/// this long: it is a guess at `stat`s to come, and must not take the CPUs (this process's
+/// and the servers') from the data the program moves now. It goes on, slower, so that a
+/// program that both reads files and stats their names still gets it.
+const PAGE_EVERY_BESIDE_DATA: std::time::Duration = std::time::Duration::from_millis(100);
 
 pub(crate) struct Cache {
     state: Mutex<State>,
@@ -205,7 +212,13 @@ impl Cache {
     async fn list(&self, dir: Ino) {
         let mut after = None;
         let mut spoiled = 0;
+        let mut data_calls = crate::report::data_calls();
+        let mut last_page = Instant::now();
         loop {
+            if crate::report::data_calls() != data_calls {
+                tokio::time::sleep_until((last_page + PAGE_EVERY_BESIDE_DATA).into()).await;
+            }
+            (data_calls, last_page) = (crate::report::data_calls(), Instant::now());
             let (epoch, sent) = (self.epoch(), Instant::now());
             let page = match self.client.readdir_page_watching_attrs(dir, after.clone(), LISTING_PAGE).await {
                 Ok(page) => page,

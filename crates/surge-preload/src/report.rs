@@ -47,6 +47,12 @@ pub(crate) fn count(call: Call) {
     COUNTS[call as usize].fetch_add(1, Ordering::Relaxed);
 }
 
+/// How many reads and writes the library served so far: what a background task checks to
+/// stay out of the way of the program's data.
+pub(crate) fn data_calls() -> u64 {
+    COUNTS[Call::Read as usize].load(Ordering::Relaxed) + COUNTS[Call::Write as usize].load(Ordering::Relaxed)
+}
+
 /// The counts as one line.
 pub(crate) fn line() -> String {
     let counts: Vec<String> = NAMES.iter().zip(&COUNTS).map(|(name, n)| format!("{name}={}", n.load(Ordering::Relaxed))).collect();
