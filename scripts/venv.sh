@@ -11,8 +11,6 @@ fi
 stamp=.venv/.surge-installed
 if [ ! -f "$stamp" ] || [ python/pyproject.toml -nt "$stamp" ]; then
     .venv/bin/pip install --quiet --upgrade pip
-    # No bytecode compiled at install (half of pip's CPU time, which `make test` spends beside
-    # the cargo build): Python compiles what is imported, once, when it is imported.
-    .venv/bin/pip install --quiet --no-compile -e 'python[all,test]'
+    .venv/bin/pip install --quiet -e 'python[all,test]'
     touch "$stamp"
 fi
