@@ -210,12 +210,7 @@ impl Effects {
 
 /// `w` no longer holds names in `dir`.
 fn forget_names(dirs: &mut InoMap<Watching>, dir: Ino, w: WatcherId) {
-    if let Some(set) = dirs.get_mut(&dir) {
-        set.retain(|x| *x != w);
-        if set.is_empty() {
-            dirs.remove(&dir);
-        }
-    }
+    remove_from(dirs, dir, |&x| x != w);
 }
 
 /// Adds `id` to `set`; whether it was not there yet.
@@ -227,7 +222,8 @@ fn add(set: &mut Watching, id: WatcherId) -> bool {
     new
 }
 
-/// Takes `id` out of `ino`'s set in `map` (the set goes when nobody is left in it).
+/// Keeps in `ino`'s set in `map` only what `names_other` accepts (the set goes when nobody
+/// is left in it).
 fn remove_from<A: smallvec::Array>(map: &mut InoMap<SmallVec<A>>, ino: Ino, names_other: impl Fn(&A::Item) -> bool) {
     if let Some(set) = map.get_mut(&ino) {
         set.retain(|item| names_other(item));
