@@ -218,8 +218,9 @@ impl Cache {
             if crate::report::data_calls() != data_calls {
                 tokio::time::sleep_until((last_page + PAGE_EVERY_BESIDE_DATA).into()).await;
             }
-            (data_calls, last_page) = (crate::report::data_calls(), Instant::now());
+            data_calls = crate::report::data_calls();
             let (epoch, sent) = (self.epoch(), Instant::now());
+            last_page = sent;
             let page = match self.client.readdir_page_watching_attrs(dir, after.clone(), LISTING_PAGE).await {
                 Ok(page) => page,
                 Err(e) => {
