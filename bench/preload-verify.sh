@@ -109,7 +109,8 @@ int main(int argc, char **argv) {
     return written < 0;
 }
 EOF
-    HDF5_CC=mpicc h5pcc -o "$WORK/phdf5" "$WORK/phdf5.c" 2>"$WORK/phdf5.build" || true
+    # h5pcc leaves its object file in the current directory: build from $WORK.
+    (cd "$WORK" && HDF5_CC=mpicc h5pcc -o phdf5 phdf5.c 2>phdf5.build) || true
     if [ -x "$WORK/phdf5" ]; then
         export SURGE_PRELOAD_REPORT=$WORK/phdf5.report
         "${MPI[@]}" "$WORK/phdf5" "$A/shared.h5" >"$WORK/phdf5.out" 2>&1; status=$?
