@@ -215,6 +215,24 @@ impl File {
     /// with it.
     pub fn release_shared(&self) {
         let Some(conn) = self.client.connection_now(surge_proto::ino::home(self.ino)) else { return };
+        self.release_on(&conn);
+    }
+
+    /// Releases a handle that has nothing to publish (it never wrote, was not opened for
+    /// writing and was registered at its home by its open) as [`File::release_shared`] does:
+    /// by a request whose answer nobody waits for, as the kernel sends a mount's release after
+    /// close(2) returned. True when sent; false when the handle has something to publish or
+    /// wait for, or its home's connection is not open now (call [`File::release`]).
+    pub fn release_unwaited(&self) -> bool {
+        if self.is_writer() || !self.is_clean() || self.made_under.lock().unwrap().is_some() {
+            return false;
+        }
+        let Some(conn) = self.client.connection_now(surge_proto::ino::home(self.ino)) else { return false };
+        self.release_on(&conn);
+        true
+    }
+
+    fn release_on(&self, conn: &crate::conn::Connection) {
         let (client, ino) = (self.client.clone(), self.ino);
         let outstanding = self.client.outstanding();
         let then = move |response: crate::conn::Response| match response.and_then(|answer| answer.reply::<Commit>()) {
