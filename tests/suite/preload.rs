@@ -354,6 +354,43 @@ fn creates_and_unlinks_answered_under_a_delegation_reach_both_nodes() {
     assert!(served["answered-here"] >= 300, "{served:?}");
 }
 
+/// A directory made through the mount (a job script's `mkdir`) is delegated to a process
+/// that then fills it under the library, as one it made itself: the mount, which made it and
+/// was told no name in it since, is let go at the first change another client makes there.
+/// Every file reaches both nodes' mounts with its bytes.
+#[test]
+fn a_directory_made_through_the_mount_is_delegated_to_the_process_that_fills_it() {
+    let inst = Instance::up_on("preload-made", "127.0.9", 81, 2, &["--capacity", "512M"]);
+    let (a, b) = (inst.mount("a", "127.0.9.81"), inst.mount("b", "127.0.9.85"));
+    std::fs::create_dir(a.path("out")).unwrap();
+    let program = r#"
+import os, sys
+out = sys.argv[1]
+for i in range(2000):
+    with open(f"{out}/f{i}", "wb") as f:
+        f.write(b"%d " % i * 100)
+"#;
+    let work = scratch("preload-made");
+    std::fs::create_dir_all(&work).unwrap();
+    let report = work.join("report");
+    let mut python = inst.shell_on("127.0.9.81", "exec python3 -c \"$1\" \"$2\"");
+    python.arg("sh").arg(program).arg(a.path("out"));
+    succeeded(preloaded(python, &report).output().unwrap(), "the filling program");
+    let served = report_total(&report);
+    assert!(served["answered-here"] >= 1000, "2,000 creates, too few answered under a delegation: {served:?}");
+    for (node, mount) in [("a", &a), ("b", &b)] {
+        let mut names: Vec<String> =
+            std::fs::read_dir(mount.path("out")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        assert_eq!(names.len(), 2000, "node {node} lists {} files", names.len());
+        names.sort();
+        for name in names.iter().step_by(97) {
+            let i: usize = name[1..].parse().unwrap();
+            let bytes = std::fs::read(mount.path("out").join(name)).unwrap();
+            assert_eq!(bytes, format!("{i} ").repeat(100).into_bytes(), "node {node}: out/{name}");
+        }
+    }
+}
+
 /// The room a process freed is free once it has ended: its unlinks and last closes do not wait
 /// for the purges of the data (docs/consistency.md, "Freed room"), so the library waits for
 /// them before the process ends, even by `_exit` right after the last unlink.

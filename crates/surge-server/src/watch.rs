@@ -84,6 +84,13 @@ pub struct Ledger {
     /// Listings taken back from a connection that keeps exactly: what it was told there is no
     /// longer its business, until it lists the directory again.
     taken_back: HashSet<(WatcherId, Ino)>,
+    /// Directories a connection that keeps everything is registered for only because it made
+    /// them (it may answer that a name is not there): it has been told no name in them since.
+    /// The first change another client makes there is noticed to it (it forgets that it knew
+    /// every name) and ends the registration, so that the next changes wait for nobody and
+    /// the directory may be delegated (a job's script makes an output directory through the
+    /// mount, and its processes then fill it under the interception library).
+    born: HashSet<(WatcherId, Ino)>,
     /// Where each watching connection comes from: for the warning about one that does not
     /// acknowledge.
     peers: HashMap<WatcherId, std::net::SocketAddr>,
@@ -175,6 +182,10 @@ pub struct Effects {
     /// `told_attrs` are a listing of this directory's: a watcher that keeps exactly is taken
     /// them back whole, on the first change to any (see [`Ledger::listed_attrs`]).
     pub listed: Option<Ino>,
+    /// A directory the request made: its maker may know every name in it (none), and is
+    /// registered for them until it is told one or another client changes one (see
+    /// [`Ledger::born`]).
+    pub made_dir: Option<Ino>,
     /// The request only asked (a lookup, a getattr, a listing): what it told is what a
     /// watcher that keeps exactly keeps. What other steps tell (a create, an open, a
     /// setattr's answer) such a watcher does not keep, so it is not registered for it: every
@@ -257,7 +268,20 @@ impl Watchers {
     pub fn unregister(&self, id: WatcherId) {
         let mut st = self.state.lock_or_recover();
         let Ledger {
-            outboxes, attrs, dirs, kept, acks, keep_nothing, keep_exactly, peers, written, listed_attrs, taken_back, trails, ..
+            outboxes,
+            attrs,
+            dirs,
+            kept,
+            acks,
+            keep_nothing,
+            keep_exactly,
+            peers,
+            written,
+            listed_attrs,
+            taken_back,
+            born,
+            trails,
+            ..
         } = &mut *st;
         peers.remove(&id);
         written.remove(&id);
@@ -270,6 +294,9 @@ impl Watchers {
         // Whoever waits for this connection's acknowledgements stops waiting.
         acks.retain(|_, (w, _, _)| *w != id);
         let Some(trail) = trails.remove(&id) else { return };
+        for &ino in &trail.dirs.inos {
+            born.remove(&(id, ino));
+        }
         for (map, trail) in [(attrs, trail.attrs), (dirs, trail.dirs), (kept, trail.kept)] {
             for ino in trail.inos {
                 remove_from(map, ino, |&w| w != id);
@@ -374,7 +401,9 @@ impl Ledger {
     /// other watchers of what it changed. Returns the acknowledgements to wait for before the
     /// change is answered.
     pub fn apply(&mut self, by: Option<WatcherId>, effects: Effects) -> Vec<oneshot::Receiver<()>> {
-        let Ledger { outboxes, attrs, dirs, kept, acks, next_ack, keep_nothing, keep_exactly, listed_attrs, taken_back, trails, .. } = self;
+        let Ledger {
+            outboxes, attrs, dirs, kept, acks, next_ack, keep_nothing, keep_exactly, listed_attrs, taken_back, born, trails, ..
+        } = self;
         let mut awaited = Vec::new();
         let mut send = |to: WatcherId, notice: Notice, acknowledged: bool| {
             let Some(outbox) = outboxes.get(&to) else { return };
@@ -437,6 +466,9 @@ impl Ledger {
                 set.iter().filter(|&&w| Some(w) != by).partition(|w| keep_exactly.contains(w));
             for w in others {
                 send(w, Notice::Entry { parent, name: name.clone() }, true);
+                if born.remove(&(w, parent)) {
+                    forget_names(dirs, parent, w);
+                }
             }
             // One that keeps exactly drops the whole directory, once: it lists it again when
             // it wants its names.
@@ -449,7 +481,9 @@ impl Ledger {
         for ino in effects.gone {
             listed_attrs.remove(&ino);
             attrs.remove(&ino);
-            dirs.remove(&ino);
+            for w in dirs.remove(&ino).unwrap_or_default() {
+                born.remove(&(w, ino));
+            }
             kept.remove(&ino);
         }
         if let Some(id) = by.filter(|id| !keep_nothing.contains(id) && (effects.queried || !keep_exactly.contains(id))) {
@@ -476,8 +510,15 @@ impl Ledger {
                 }
             }
             for ino in effects.told_dirs {
+                born.remove(&(id, ino));
                 if add(dirs.entry(ino).or_default(), id) {
                     trail.dirs.push(ino, |ino| names_id(dirs, ino));
+                }
+            }
+            if let Some(ino) = effects.made_dir {
+                if add(dirs.entry(ino).or_default(), id) {
+                    trail.dirs.push(ino, |ino| names_id(dirs, ino));
+                    born.insert((id, ino));
                 }
             }
             if let Some(ino) = effects.kept_open {
@@ -519,6 +560,41 @@ mod tests {
         assert_eq!(rx_a.try_recv().unwrap().1, Notice::Entry { parent: 1, name: "x".into() });
         assert_eq!(rx_b.try_recv().unwrap().1, Notice::Entry { parent: 1, name: "x".into() });
         assert!(rx_b.try_recv().is_err());
+    }
+
+    /// A directory its maker was told no name in since it made it: the first change another
+    /// client makes there is noticed to the maker (and waited for), the next are not, and
+    /// the directory may then be delegated. One it was told a name in stays watched.
+    #[test]
+    fn a_directory_watched_from_birth_only_is_let_go_at_the_first_change_of_another() {
+        let w = Watchers::default();
+        let (mount, mut rx_mount) = w.register(Keeps::Everything, PEER);
+        let (lib, _rx_lib) = w.register(Keeps::Exactly, PEER);
+        let made = |dir| Effects { told_attrs: vec![dir], made_dir: Some(dir), ..Default::default() };
+        let create = |dir, name: &str| Effects { changed_entries: vec![(dir, name.into())], ..Default::default() };
+        w.lock().apply(Some(mount), made(5));
+        w.lock().apply(Some(mount), made(6));
+        assert!(w.lock().others_hold_names(5, lib), "its maker may answer that a name is not there");
+        assert_eq!(w.lock().apply(Some(lib), create(5, "a")).len(), 1, "the first change waits for the maker");
+        assert_eq!(rx_mount.try_recv().unwrap().1, Notice::Entry { parent: 5, name: "a".into() });
+        assert!(w.lock().apply(Some(lib), create(5, "b")).is_empty(), "the next ones wait for nobody");
+        assert!(rx_mount.try_recv().is_err());
+        assert!(!w.lock().others_hold_names(5, lib), "it may be delegated now");
+        // Told a name there (its own create, a lookup): watched for good.
+        w.lock().apply(Some(mount), told(&[], &[6]));
+        for name in ["a", "b"] {
+            assert_eq!(w.lock().apply(Some(lib), create(6, name)).len(), 1);
+            assert_eq!(rx_mount.try_recv().unwrap().1, Notice::Entry { parent: 6, name: name.into() });
+        }
+        assert!(w.lock().others_hold_names(6, lib));
+        // Made again after it was let go: watched from birth again; gone, or its maker gone,
+        // nothing of it is left.
+        w.lock().apply(Some(mount), made(7));
+        w.lock().apply(None, Effects { gone: vec![7], ..Default::default() });
+        assert!(w.lock().born.is_empty() && !w.lock().others_hold_names(7, lib));
+        w.lock().apply(Some(mount), made(8));
+        w.unregister(mount);
+        assert!(w.lock().born.is_empty() && w.lock().dirs.is_empty());
     }
 
     #[test]

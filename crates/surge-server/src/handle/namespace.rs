@@ -388,7 +388,7 @@ impl Step for MakeDirInode {
 
     /// Watched from birth: a client that made a directory may know all its names.
     fn effects(&self, attr: &surge_proto::Attr) -> Effects {
-        Effects { told_attrs: vec![attr.ino], told_dirs: vec![attr.ino], ..Default::default() }
+        Effects { told_attrs: vec![attr.ino], made_dir: Some(attr.ino), ..Default::default() }
     }
 }
 
@@ -453,7 +453,7 @@ impl Step for MakeDir {
     fn effects(&self, attr: &surge_proto::Attr) -> Effects {
         let mut fx = Effects::default();
         fx.new_name(self.parent, &self.name, Some(attr.ino));
-        fx.told_dirs.push(attr.ino);
+        fx.made_dir = Some(attr.ino);
         fx
     }
 }
