@@ -36,7 +36,9 @@ impl Mounts {
     /// Surge mount point. A path written otherwise may still reach one (through a symbolic
     /// link): the kernel serves it then, through the mount.
     pub fn may_hold(&self, absolute: &Path) -> bool {
-        self.mounts.iter().any(|m| absolute.starts_with(&m.point))
+        // Most paths under a mount are written plainly: a byte comparison answers them; the
+        // component-wise one (which reads `a//b` and `a/./b` as `a/b`) answers the rest.
+        self.mounts.iter().any(|m| starts_plainly(absolute, &m.point) || absolute.starts_with(&m.point))
     }
 
     /// The mount whose files `stat` reports with device `dev`.
@@ -63,6 +65,12 @@ impl Mounts {
     pub fn is_empty(&self) -> bool {
         self.mounts.is_empty()
     }
+}
+
+/// Whether `path` is `point` or below it, byte for byte.
+fn starts_plainly(path: &Path, point: &Path) -> bool {
+    let (path, point) = (path.as_os_str().as_encoded_bytes(), point.as_os_str().as_encoded_bytes());
+    path.starts_with(point) && (path.len() == point.len() || path[point.len()] == b'/' || point.ends_with(b"/"))
 }
 
 fn parse_line(line: &str) -> Option<Mount> {
@@ -132,6 +140,7 @@ bad line without a separator
         assert!(mounts.may_hold(Path::new("/mnt/bb/run/out.h5")));
         assert!(mounts.may_hold(Path::new("/mnt/bb")));
         assert!(!mounts.may_hold(Path::new("/mnt/bbx/out")), "a namesake prefix");
+        assert!(mounts.may_hold(Path::new("/mnt//bb/./run")), "written with doubled slashes and a dot");
         assert!(!mounts.may_hold(Path::new("/home/user/out")));
         assert!(Mounts::parse("").is_empty());
     }

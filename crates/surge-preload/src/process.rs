@@ -161,6 +161,10 @@ impl Library {
     /// `mount`'s instance: its client and delegations, connected on first use.
     pub(crate) fn instance(&self, mount: &Mount) -> Option<Arc<Instance>> {
         let mut instances = self.instances.lock().unwrap_or_else(|e| e.into_inner());
+        // Every served call asks: found without making a key.
+        if let Some(known) = instances.get(&mount.instance) {
+            return known.clone();
+        }
         instances
             .entry(mount.instance.clone())
             .or_insert_with(|| {
