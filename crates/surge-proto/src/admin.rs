@@ -67,9 +67,10 @@ pub enum Keeps {
     Everything,
     /// Names and attributes, answered from as they are told (the interception library's
     /// cache of `stat`s): every change to either is answered only once it acknowledged the
-    /// notice. Its names in a directory never stand in the way of a delegation: before
-    /// another connection is granted one, it is told to forget them ([`Notice::Names`]) and
-    /// the grant is answered once it did.
+    /// notice, except a directory's times and link count moving as names change in it, which
+    /// it is not told of (it never keeps a directory's times). Its names in a directory never
+    /// stand in the way of a delegation: before another connection is granted one, it is told
+    /// to forget them ([`Notice::Names`]) and the grant is answered once it did.
     Exactly,
 }
 

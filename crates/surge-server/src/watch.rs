@@ -160,6 +160,15 @@ impl std::fmt::Display for Owing {
     }
 }
 
+/// Why an inode's attributes are noticed as changed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Moved {
+    /// A step changed them (`awaited`: its changer asked that every notice be acknowledged).
+    Attrs { awaited: bool },
+    /// A directory's times and link count moved with its names ([`Effects::changed_dirs`]).
+    DirTimes,
+}
+
 /// What one successful request told its connection and what it changed.
 #[derive(Default, Debug, PartialEq, Eq)]
 pub struct Effects {
@@ -169,7 +178,9 @@ pub struct Effects {
     /// Directories whose times and link count a change of their names moved: noticed as
     /// attributes, never waited for (not even by an `AwaitWatchers` changer: what it asks
     /// to be exact at once is the files it changes, and a directory's mtime lagging by a
-    /// notice's flight costs nobody a byte).
+    /// notice's flight costs nobody a byte), and not told at all to a watcher that keeps
+    /// exactly (it never keeps a directory's times: were it told, every create in a
+    /// directory it looked at would wait for its acknowledgement).
     pub changed_dirs: Vec<Ino>,
     pub changed_entries: Vec<(Ino, String)>,
     /// A file the requester keeps to answer its opens itself (see [`Ledger::kept`]).
@@ -418,8 +429,9 @@ impl Ledger {
             };
             let _ = outbox.send((ack, notice));
         };
-        let awaited_attrs = effects.changed_attrs.into_iter().map(|ino| (ino, effects.attrs_awaited));
-        for (ino, attrs_awaited) in awaited_attrs.chain(effects.changed_dirs.into_iter().map(|ino| (ino, false))) {
+        let changed = effects.changed_attrs.into_iter().map(|ino| (ino, Moved::Attrs { awaited: effects.attrs_awaited }));
+        for (ino, moved) in changed.chain(effects.changed_dirs.into_iter().map(|ino| (ino, Moved::DirTimes))) {
+            let told = |w: WatcherId| Some(w) != by && !(moved == Moved::DirTimes && keep_exactly.contains(&w));
             // A keeper answers opens from what it holds: it must have dropped it before the
             // change is answered. It keeps the file until it lets go, and answers opens again
             // only once it has opened through this server again.
@@ -438,23 +450,24 @@ impl Ledger {
                 send(w, Notice::Attr { ino }, true);
             }
             if let Some(set) = attrs.get_mut(&ino) {
-                for &w in set.iter().filter(|&&w| Some(w) != by && !keepers.contains(&w)) {
-                    send(w, Notice::Attr { ino }, attrs_awaited || keep_exactly.contains(&w));
+                for &w in set.iter().filter(|&&w| told(w) && !keepers.contains(&w)) {
+                    let awaited = moved == (Moved::Attrs { awaited: true }) || keep_exactly.contains(&w);
+                    send(w, Notice::Attr { ino }, awaited);
                 }
                 // The notified dropped what they had; they register again when they ask.
-                set.retain(|w| Some(*w) == by);
+                set.retain(|w| !told(*w));
                 if set.is_empty() {
                     attrs.remove(&ino);
                 }
             }
             if let Some(set) = listed_attrs.get_mut(&ino) {
-                for &(w, dir) in set.iter().filter(|&&(w, _)| Some(w) != by) {
+                for &(w, dir) in set.iter().filter(|&&(w, _)| told(w)) {
                     if taken_back.insert((w, dir)) {
                         send(w, Notice::Names { dir }, true);
                         forget_names(dirs, dir, w);
                     }
                 }
-                set.retain(|(w, _)| Some(*w) == by);
+                set.retain(|(w, _)| !told(*w));
                 if set.is_empty() {
                     listed_attrs.remove(&ino);
                 }
@@ -539,6 +552,28 @@ mod tests {
 
     fn told(attrs: &[Ino], dirs: &[Ino]) -> Effects {
         Effects { told_attrs: attrs.to_vec(), told_dirs: dirs.to_vec(), queried: true, ..Default::default() }
+    }
+
+    /// A watcher that keeps exactly keeps a directory's owner and mode, not its times: a name
+    /// made in the directory is not noticed to it as a change of the directory's attributes
+    /// (nobody waits for it), while a change of its mode is, and waits for it.
+    #[test]
+    fn a_watcher_that_keeps_exactly_hears_of_a_directory_s_mode_not_of_its_times() {
+        let w = Watchers::default();
+        let (exact, mut rx_exact) = w.register(Keeps::Exactly, PEER);
+        let (mount, mut rx_mount) = w.register(Keeps::Everything, PEER);
+        w.lock().apply(Some(exact), told(&[5], &[]));
+        w.lock().apply(Some(mount), told(&[5], &[]));
+        let mut made = Effects::default();
+        made.new_name(5, "f", Some(50));
+        assert!(w.lock().apply(None, made).is_empty(), "nobody waited for");
+        assert_eq!(rx_mount.try_recv().unwrap(), (0, Notice::Attr { ino: 5 }));
+        assert!(rx_exact.try_recv().is_err(), "the directory's times are not its business");
+        let awaited = w.lock().apply(None, Effects { changed_attrs: vec![5], ..Default::default() });
+        assert_eq!(awaited.len(), 1, "its mode is, and is waited for");
+        let (ack, notice) = rx_exact.try_recv().unwrap();
+        assert!(ack != 0 && notice == Notice::Attr { ino: 5 });
+        assert!(rx_mount.try_recv().is_err(), "the mount asks again before it is told again");
     }
 
     #[test]
