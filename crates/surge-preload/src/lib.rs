@@ -7,8 +7,9 @@
 //! to the C library untouched, and so does every call on a Surge mount that the library
 //! leaves alone: the mount serves it, with the same bytes and metadata. **The mount is the
 //! safety net, never a second truth**: the library keeps no state of its own that the mount
-//! could contradict (it caches nothing; a close publishes; an open asks the file's home) and
-//! hands a descriptor over to the kernel wherever it cannot serve a call on it.
+//! could contradict (what it answers `stat` from is kept exact by the servers' notices, see
+//! `cache`; a close publishes; an open asks the file's home) and hands a descriptor over to
+//! the kernel wherever it cannot serve a call on it.
 //!
 //! What it guarantees:
 //! * **Same files.** A program sees through the library what it would through the mount:
@@ -30,6 +31,7 @@
 //! * [`files`] (private): the calls served, over the native client;
 //! * [`paths`] (private): which paths are served (the kernel resolves the directory);
 //! * [`listings`] (private): the directory streams served (`opendir`, `readdir`, ...);
+//! * `cache` (private): the names and attributes `stat` is answered from, kept exact;
 //! * [`descriptors`] (private): the served descriptors, and handing one to the kernel;
 //! * [`process`] (private): the library's state in a process, fork, reentrancy;
 //! * [`mounts`]: the Surge mounts in the kernel's mount table;
