@@ -339,14 +339,22 @@ impl Delegations {
 }
 
 /// Writes `delegated`'s log back every few milliseconds while it has steps, until it ends;
-/// renews it before its numbers run out; gives it back once it has been idle for [`IDLE_FOR`].
+/// renews it before its numbers run out; gives it back once it has answered no step for
+/// [`IDLE_FOR`].
 async fn write_back_while_held(delegations: Weak<Delegations>, dir: u64, delegated: Arc<DelegatedDir>) {
     let mut tick = tokio::time::interval(WRITE_BACK_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_step = Instant::now();
+    let mut answered = delegated.steps_answered();
     let mut renewal_refused = false;
     while delegated.is_held() {
         tick.tick().await;
+        // Idle means no step answered: a log found empty may have been written back by an
+        // ordinary step (which writes back first) in a directory still in full use.
+        if delegated.steps_answered() != answered {
+            answered = delegated.steps_answered();
+            last_step = Instant::now();
+        }
         if delegated.numbers_left() < RENEW_BELOW && !renewal_refused {
             // A refusal means a recall is on its way (or the delegation ended): not asked again.
             let renewed = delegated.renew(NUMBERS).await;

@@ -296,6 +296,14 @@ impl DelegatedDir {
         self.state.lock().unwrap().log.len()
     }
 
+    /// Steps answered here since the grant, written back or not: whether the directory is in
+    /// use, also when the holder's ordinary steps there write the log back (each after a
+    /// write-back) before its periodic write-back finds anything pending.
+    pub fn steps_answered(&self) -> u64 {
+        let held = self.state.lock().unwrap();
+        held.first_seq - 1 + held.log.len() as u64
+    }
+
     /// Nothing to write back and no write-back under way: every step answered here is
     /// applied at the home (or was refused).
     pub fn is_quiet(&self) -> bool {
