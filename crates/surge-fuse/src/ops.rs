@@ -590,8 +590,8 @@ impl Ops {
         }
     }
 
-    /// Answered now in a directory held under a delegation (no request; the new directory is
-    /// homed with its parent); otherwise made at the parent's home.
+    /// Answered now in a directory held under a delegation when the new directory is homed
+    /// with its parent (no request); otherwise made the ordinary way.
     pub fn mkdir(self: &Arc<Self>, parent: u64, name: String, mode: u32, umask: u32, caller: Caller) -> Answer<Attr> {
         if let Err(e) = names_fit(&[&name]) {
             return Answer::Now(Err(e));

@@ -341,8 +341,16 @@ impl DelegatedDir {
 
     /// Makes directory `name` with `mode` less `umask`, owned by `uid:gid`, at once: its
     /// attributes as the home will hold them (it is homed with this directory, on a number
-    /// the delegation set aside). None as for [`DelegatedDir::create`].
+    /// the delegation set aside). None as for [`DelegatedDir::create`], and when the
+    /// placement of directories (`Layout::dir_home`) homes this one on another server: it is
+    /// then made the ordinary way, there, so that a tree made under a delegation spreads over
+    /// the servers as any other does (answered here, all of it would be homed with its root,
+    /// whose server would then do all the work of what is made in it).
     pub fn mkdir(&self, name: &str, mode: u32, umask: u32, uid: u32, gid: u32) -> Result<Option<Attr>> {
+        if self.client.layout().dir_home(self.dir, name) != ino::home(self.dir) {
+            surge_proto::check_name(name)?;
+            return Ok(None);
+        }
         let made = self.make(name, FileKind::Dir, |ino| {
             MakeDir { parent: self.dir, name: name.to_string(), mode, umask, uid, gid, ino: Some(ino) }.into()
         });
