@@ -351,8 +351,9 @@ async fn write_back_while_held(delegations: Weak<Delegations>, dir: u64, delegat
         tick.tick().await;
         // Idle means no step answered: a log found empty may have been written back by an
         // ordinary step (which writes back first) in a directory still in full use.
-        if delegated.steps_answered() != answered {
-            answered = delegated.steps_answered();
+        let now_answered = delegated.steps_answered();
+        if now_answered != answered {
+            answered = now_answered;
             last_step = Instant::now();
         }
         if delegated.numbers_left() < RENEW_BELOW && !renewal_refused {

@@ -347,8 +347,8 @@ impl DelegatedDir {
     /// the servers as any other does (answered here, all of it would be homed with its root,
     /// whose server would then do all the work of what is made in it).
     pub fn mkdir(&self, name: &str, mode: u32, umask: u32, uid: u32, gid: u32) -> Result<Option<Attr>> {
+        // The ordinary path checks the name as `make` would.
         if self.client.layout().dir_home(self.dir, name) != ino::home(self.dir) {
-            surge_proto::check_name(name)?;
             return Ok(None);
         }
         let made = self.make(name, FileKind::Dir, |ino| {
